@@ -1,0 +1,55 @@
+# kcp-opa: every target installs what it needs into .venv, so a fresh machine
+# with only Python >= 3.11 and make can run any of them.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEPLOY := fixtures/deployments
+
+.PHONY: help install demo test lint typecheck bundle bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@# The OPA reference engine (Go, via ctypes) for tests and auditors only;
+	@# its metadata asks for Python 3.14 but the library runs on 3.11.
+	$(BIN)/pip install --quiet --ignore-requires-python 'opa-golib-python-bindings>=0.4.4'
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv with kcp-opa, dev tools and the OPA reference engine
+
+bundle: $(STAMP) ## validate and compile the reference deployments into bundles/
+	@for d in $(DEPLOY)/*/; do \
+	  name=$$(basename $$d); \
+	  $(BIN)/kcp-opa compile $$d/knowledge*.yaml --matrix $$d/matrix.yaml \
+	    --policies policies --output bundles/$$name.tar.gz || exit $$?; \
+	done
+
+demo: $(STAMP) ## the main job on the reference deployments: validate, explain, compile
+	$(BIN)/kcp-opa validate $(DEPLOY)/*/knowledge*.yaml
+	$(BIN)/kcp-opa explain $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
+	@$(MAKE) --no-print-directory bundle
+	$(BIN)/kcp-opa inspect bundles/customer-onboarding.tar.gz
+
+test: $(STAMP) ## lint, type-check and run the test suite (what CI runs)
+	$(BIN)/ruff check kcp_opa tests bench
+	$(BIN)/ruff format --check kcp_opa tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+lint: $(STAMP) ## ruff only
+	$(BIN)/ruff check kcp_opa tests bench
+	$(BIN)/ruff format --check kcp_opa tests bench
+
+typecheck: $(STAMP) ## mypy --strict only
+	$(BIN)/mypy
+
+bench: $(STAMP) ## validate/compile benchmark on generated manifests (not part of test)
+	$(BIN)/python bench/bench_compile.py
+
+clean: ## remove the venv, build output and caches
+	rm -rf $(VENV) bundles/*.tar.gz .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,262 @@
+"""The ``kcp-opa`` command: a thin layer of argument parsing and output over the library.
+
+Exit codes: 0 success; 1 a manifest or matrix is invalid; 2 usage or I/O error (unreadable
+file, bad bundle, compile conflict); 3 an internal error (a bug: please report it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from kcp_opa import render
+from kcp_opa.bundle import read_bundle
+from kcp_opa.compiler import compile_bundle, default_output
+from kcp_opa.diagnostics import Report
+from kcp_opa.effective import effective_unit
+from kcp_opa.enginecheck import check_bundle_in_child
+from kcp_opa.errors import KcpOpaError, SourceError, ValidationFailedError
+from kcp_opa.logsetup import configure
+from kcp_opa.manifest import load_manifest, validate_manifest
+from kcp_opa.matrix import validate_matrix
+from kcp_opa.yamlsource import DEFAULT_MAX_BYTES
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+MATRIX_KIND = "kcp-opa/delegation-matrix"
+
+FORMAT = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Output format. Default: text on a terminal, json when piped.",
+)
+MAX_BYTES = click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BYTES,
+    show_default=True,
+    help="Refuse YAML files larger than this.",
+)
+
+
+def _as_json(fmt: str | None) -> bool:
+    return fmt == "json" or (fmt is None and not sys.stdout.isatty())
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"kcp-opa: error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="kcp-opa")
+@click.option("-v", "--verbose", count=True, help="More log output on stderr (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """Turn KCP compliance declarations into OPA bundles that decide what AI agents may do.
+
+    \b
+    Typical flow:
+      kcp-opa validate knowledge.yaml matrix.yaml      # check the declarations
+      kcp-opa explain knowledge.yaml my_unit           # see what applies to one unit, and why
+      kcp-opa compile knowledge.yaml --matrix matrix.yaml --policies policies/
+      kcp-opa inspect bundles/knowledge.tar.gz         # what a bundle contains
+    """
+    configure(verbose)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@FORMAT
+@MAX_BYTES
+@click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1 on any warning).")
+def validate(files: Sequence[Path], fmt: str | None, max_bytes: int, strict: bool) -> None:
+    """Validate KCP manifests (and delegation matrices, recognised by their `kind`).
+
+    Every finding names the file, the YAML path and the line. Exit 0 when all are valid,
+    1 when one is invalid, 2 when a file cannot be read.
+    """
+    reports: list[Report[Any]] = []
+    unreadable: list[str] = []
+    for path in files:
+        try:
+            reports.append(_validate_one(path, max_bytes))
+        except KcpOpaError as exc:
+            unreadable.append(str(exc))
+    if _as_json(fmt):
+        payload = [r.to_dict() for r in reports]
+        render.print_json(payload[0] if len(files) == 1 and payload else payload)
+    else:
+        render.reports(Console(), reports)
+    for message in unreadable:
+        click.echo(f"kcp-opa: error: {message}", err=True)
+    if unreadable:
+        sys.exit(EXIT_USAGE)
+    if any(not r.valid or (strict and r.warnings) for r in reports):
+        sys.exit(EXIT_INVALID)
+
+
+def _validate_one(path: Path, max_bytes: int) -> Report[Any]:
+    if _looks_like_matrix(path):
+        return validate_matrix(path, max_bytes=max_bytes)
+    return validate_manifest(path, max_bytes=max_bytes)
+
+
+def _looks_like_matrix(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return MATRIX_KIND.encode() in head
+
+
+@cli.command()
+@click.argument("manifest", type=click.Path(path_type=Path))
+@click.argument("unit")
+@FORMAT
+@MAX_BYTES
+def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
+    """Show the effective compliance, delegation, trust and freshness of UNIT, and where each
+    value came from (root, unit or default)."""
+    loaded = load_manifest(manifest, max_bytes=max_bytes)
+    resolved = effective_unit(loaded, unit)
+    if _as_json(fmt):
+        render.print_json(
+            {
+                "project": resolved.project,
+                "unit": resolved.unit_id,
+                "effective": resolved.to_data(),
+                "sources": {name: s.source for name, s in resolved.fields.items()},
+            }
+        )
+    else:
+        render.effective(Console(), resolved)
+
+
+@cli.command(name="compile")
+@click.argument("manifests", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--matrix",
+    "matrix",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The delegation matrix YAML.",
+)
+@click.option(
+    "--policies",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("policies"),
+    show_default=True,
+    help="Directory of .rego modules (*_test.rego files are left out of the bundle).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Bundle path [default: bundles/<name>.tar.gz].",
+)
+@click.option("--revision", help="Bundle revision [default: a sha256 of the bundle's content].")
+@click.option("--policy-version", help="Policy version [default: the policies directory's VERSION file].")
+@click.option(
+    "--engine-check/--no-engine-check",
+    default=True,
+    show_default=True,
+    help="Check in a child process that regopy can load and plan the bundle.",
+)
+@FORMAT
+@MAX_BYTES
+def compile_command(
+    manifests: Sequence[Path],
+    matrix: Path,
+    policies: Path,
+    output: Path | None,
+    revision: str | None,
+    policy_version: str | None,
+    engine_check: bool,
+    fmt: str | None,
+    max_bytes: int,
+) -> None:
+    """Compile MANIFESTS and a delegation matrix with the Rego policies into an OPA bundle.
+
+    The bundle is byte-for-byte deterministic: the same inputs give the same sha256. It is
+    written atomically (a failed compile leaves no file) and loads with `opa eval -b`.
+    """
+    target = output or default_output(manifests)
+    result = compile_bundle(
+        manifests,
+        matrix,
+        policies,
+        target,
+        revision=revision,
+        policy_version_override=policy_version,
+        max_bytes=max_bytes,
+    )
+    if engine_check:
+        try:
+            check_bundle_in_child(target)
+        except KcpOpaError:
+            target.unlink(missing_ok=True)
+            raise
+    if _as_json(fmt):
+        render.print_json(result.to_dict())
+    else:
+        render.compiled(Console(), result)
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False))
+@FORMAT
+def inspect(bundle: Path, fmt: str | None) -> None:
+    """Show what a compiled bundle contains: revision, sources, evaluators, entrypoints."""
+    loaded = read_bundle(bundle)
+    if _as_json(fmt):
+        render.print_json({"file": str(bundle), "sha256": loaded.sha256, "manifest": loaded.manifest})
+    else:
+        render.bundle_summary(Console(), loaded.manifest, loaded.sha256, str(bundle))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: every deliberate failure is one line on stderr and an exit code."""
+    run: Callable[..., Any] = cli.main
+    try:
+        run(args=argv, prog_name="kcp-opa", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"kcp-opa: error: {exc.format_message()}", err=True)
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            click.echo(f"Try '{exc.ctx.command_path} --help'.", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.Abort:
+        _fail("aborted", EXIT_USAGE)
+    except ValidationFailedError as exc:
+        lines = exc.errors
+        click.echo(f"kcp-opa: error: {exc.file} is invalid:", err=True)
+        for line in lines[:20]:
+            click.echo(f"  {line}", err=True)
+        if len(lines) > 20:
+            click.echo(f"  ... and {len(lines) - 20} more (run `kcp-opa validate {exc.file}`)", err=True)
+        sys.exit(EXIT_INVALID)
+    except SourceError as exc:
+        _fail(str(exc), EXIT_INVALID if type(exc) is SourceError else EXIT_USAGE)
+    except KcpOpaError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(0)
+    except Exception as exc:  # the last line of defence: no traceback for users
+        if os.environ.get("KCP_OPA_DEBUG"):
+            raise
+        _fail(
+            f"internal error: {type(exc).__name__}: {exc} (set KCP_OPA_DEBUG=1 for a traceback)",
+            EXIT_INTERNAL,
+        )

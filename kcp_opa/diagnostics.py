@@ -1,0 +1,136 @@
+"""Findings about a source file: errors reject it, warnings only inform.
+
+Every finding names the file, the YAML path (``units[2].delegation.max_depth``) and, when the
+source still has it, the line, because the person fixing a manifest needs all three.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+PathPart = str | int
+YamlPath = tuple[PathPart, ...]
+T = TypeVar("T")
+
+
+class Severity(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+def format_path(path: Sequence[PathPart]) -> str:
+    """Render a path as ``units[2].delegation.max_depth`` (the root is ``$``)."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "$"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: Severity
+    code: str
+    message: str
+    path: YamlPath = ()
+    line: int | None = None
+    file: str = ""
+
+    @property
+    def location(self) -> str:
+        where = self.file or "<input>"
+        if self.line is not None:
+            where += f":{self.line}"
+        return f"{where}: {format_path(self.path)}"
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.severity.value}: {self.message} [{self.code}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity.value,
+            "code": self.code,
+            "message": self.message,
+            "path": format_path(self.path),
+            "line": self.line,
+            "file": self.file,
+        }
+
+
+@dataclass
+class Findings:
+    """Collects diagnostics while a source is checked; positions are filled in later."""
+
+    items: list[Diagnostic] = field(default_factory=list)
+
+    def error(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
+        self.items.append(Diagnostic(Severity.ERROR, code, message, tuple(path)))
+
+    def warn(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
+        self.items.append(Diagnostic(Severity.WARNING, code, message, tuple(path)))
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity is Severity.WARNING]
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """A ' (did you mean X?)' suffix for near misses such as ``no_ai_training``."""
+    options = list(choices)
+    normalised = value.lower().replace("_", "-").replace(" ", "-")
+    for choice in options:
+        if choice.lower() == normalised:
+            return f" (did you mean {choice!r}?)"
+    close = difflib.get_close_matches(value, options, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass(frozen=True)
+class Report(Generic[T]):
+    """What ``validate`` says about one file; ``document`` is set only when it is valid."""
+
+    file: str
+    diagnostics: tuple[Diagnostic, ...]
+    counts: Mapping[str, int]
+    document: T | None
+
+    @property
+    def valid(self) -> bool:
+        return self.document is not None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.WARNING]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "valid": self.valid,
+            "errors": [d.to_dict() for d in self.errors],
+            "warnings": [d.to_dict() for d in self.warnings],
+            **self.counts,
+        }
+
+
+def unreadable_report(file: str, reason: str, line: int | None, counts: Mapping[str, int]) -> Report[Any]:
+    diag = Diagnostic(Severity.ERROR, "unreadable", reason, (), line, file)
+    return Report(file, (diag,), counts, None)
+
+
+def locate(findings: Findings, file: str, line_of: Callable[[YamlPath], int | None]) -> tuple[Diagnostic, ...]:
+    """Attach file and line to findings collected by path only."""
+    return tuple(Diagnostic(d.severity, d.code, d.message, d.path, line_of(d.path), file) for d in findings.items)

@@ -1,0 +1,49 @@
+"""One error root for everything kcp-opa raises on purpose.
+
+Callers catch :class:`KcpOpaError`; the CLI turns it into a one-line message and an exit code.
+Anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+
+class KcpOpaError(Exception):
+    """Root of every deliberate kcp-opa failure."""
+
+
+class SourceError(KcpOpaError):
+    """A YAML source cannot be read as data at all (not UTF-8, not YAML, too big, a bomb...)."""
+
+    def __init__(self, file: str, message: str, line: int | None = None) -> None:
+        self.file = file
+        self.line = line
+        self.reason = message
+        where = f"{file}:{line}" if line else file
+        super().__init__(f"{where}: {message}")
+
+
+class SourceUnreadableError(SourceError):
+    """The file could not be opened or read (missing, permission, a directory): an I/O error."""
+
+
+class ValidationFailedError(KcpOpaError):
+    """A manifest or matrix was read but breaks the rules; ``report`` says which."""
+
+    def __init__(self, file: str, errors: list[str]) -> None:
+        self.file = file
+        self.errors = errors
+        first = errors[0] if errors else "invalid"
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+
+class UnitNotFoundError(KcpOpaError):
+    """A unit id asked for by name does not exist in the manifest."""
+
+
+class CompileError(KcpOpaError):
+    """Inputs are valid on their own but cannot be compiled together into one bundle."""
+
+
+class BundleError(KcpOpaError):
+    """A bundle on disk is missing, malformed or inconsistent with its own .manifest."""

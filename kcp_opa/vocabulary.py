@@ -1,0 +1,124 @@
+"""KCP vocabularies (kcp-manifest.md). Closed ones are enforced by the JSON Schemas; open ones
+only warn, so that a typo such as ``no_ai_training`` is visible without rejecting the file."""
+
+from __future__ import annotations
+
+import re
+
+KNOWN_KCP_VERSIONS = frozenset(
+    {
+        "0.1",
+        "0.2",
+        "0.3",
+        "0.4",
+        "0.5",
+        "0.6",
+        "0.7",
+        "0.8",
+        "0.9",
+        "0.10",
+        "0.11",
+        "0.12",
+        "0.13",
+        "0.14",
+        "0.15",
+        "0.16",
+        "0.17",
+        "0.18",
+        "0.19",
+        "0.20",
+    }
+)
+
+# Closed vocabularies (a bad value is an error; the schemas carry the same lists).
+SENSITIVITY_ORDER = ("public", "internal", "confidential", "restricted")
+SCOPES = ("global", "project", "module")
+AUDIENCES = ("human", "agent", "developer", "architect", "operator", "devops")
+APPROVAL_MECHANISMS = ("oauth_consent", "uma", "custom")
+ON_STALE = ("warn", "degrade", "block")
+LEGAL_BASES = (
+    "consent",
+    "explicit_consent",
+    "contract",
+    "legal_obligation",
+    "vital_interests",
+    "public_task",
+    "legitimate_interests",
+)
+AUTONOMY_LEVELS = ("autonomous", "confirm", "approve", "forbidden")
+
+# Open vocabularies (an unknown value is a warning).
+REGULATIONS = (
+    "GDPR",
+    "ePrivacy",
+    "NIS2",
+    "HIPAA",
+    "HITECH",
+    "CCPA",
+    "MiFID2",
+    "DORA",
+    "AML5D",
+    "FATF",
+    "ITAR",
+    "eIDAS",
+    "EAR",
+    "EU-AI-Act",
+    "SOC2",
+    "ISO27001",
+    "NIST-AI-RMF",
+)
+RESTRICTIONS = (
+    "no-external-llm",
+    "no-logging",
+    "no-cross-border",
+    "no-ai-training",
+    "audit-required",
+    "human-approval-required",
+    "no-caching",
+    "no-redistribution",
+    "encryption-at-rest-required",
+    "anonymisation-required",
+)
+REGIONS = ("EEA", "EU", "US", "UK", "NO", "CH", "AU", "global")
+KINDS = ("knowledge", "schema", "service", "policy", "executable")
+ACCESS_LEVELS = ("public", "authenticated", "restricted")
+RELATIONSHIP_TYPES = ("enables", "context", "supersedes", "contradicts", "depends_on", "governs")
+FEDERATION_RELATIONSHIPS = ("child", "foundation", "governs", "peer", "archive")
+DATA_CATEGORIES = (
+    "personal",
+    "contact",
+    "financial",
+    "health",
+    "biometric",
+    "genetic",
+    "location",
+    "behavioural",
+    "special_category",
+    "criminal",
+    "children",
+    "credentials",
+    "public",
+)
+TASK_TYPES = (
+    "read",
+    "write",
+    "send",
+    "refund",
+    "remember",
+    "answer",
+    "payment",
+    "withdrawal",
+    "cross_border_payment",
+    "retrieve",
+    "delete",
+    "tool_call",
+)
+
+UNIT_ID_PATTERN = re.compile(r"^[a-z0-9.\-]+$")
+FEDERATION_ID_PATTERN = re.compile(r"^[a-z0-9.\-]+$")
+ISO_ALPHA2 = re.compile(r"^[A-Z]{2}$")
+
+
+def sensitivity_rank(level: str | None) -> int:
+    """0..3 for public..restricted; -1 for undeclared (unknown is not public)."""
+    return SENSITIVITY_ORDER.index(level) if level in SENSITIVITY_ORDER else -1
