@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 
 from kcp_opa.bundle import LoadedBundle, read_bundle
 from kcp_opa.compiler import CompileResult, compile_bundle
-from kcp_opa.datadoc import build_data, slot_of
+from kcp_opa.datadoc import build_data, leaf_path
 from kcp_opa.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.effective import EffectiveUnit, Sourced, effective_unit, effective_units
 from kcp_opa.errors import (
@@ -47,10 +47,10 @@ __all__ = [
     "compile_bundle",
     "effective_unit",
     "effective_units",
+    "leaf_path",
     "load_manifest",
     "load_matrix",
     "read_bundle",
-    "slot_of",
     "validate_manifest",
     "validate_matrix",
 ]

@@ -8,11 +8,12 @@ Layout (mounted under ``data.kcp_data``; policies live under ``data.kcp``, never
 
 Why an index and not ``units[project][id]``: regopy looks up an object key in time linear in
 the key's position (engine-notes.md item 10; measured here ~0.85 us per position, 85 ms for the
-last of 100,000 keys), while array indexing is constant. So entries are spread over an array of
-slots by a hash both engines compute the same way: the first four hex digits of
-``sha256("a/b/...")`` modulo the slot count. A slot holds the few entries that share it, nested
-by their key parts, so correctness never depends on the hash, only speed does.
-``policies/kcp/lib/index.rego`` is the other half of this contract.
+last of 100,000 keys), while array indexing is constant. So entries are spread over nested
+arrays of 16 slots, one level per hex digit of ``sha256("a/b/...")``; ``depth`` levels give
+16**depth leaves. No arithmetic is involved: regopy 1.5.2 computes ``%`` wrongly on numbers
+of 10,000 and up (``49045 % 8`` is 1), so digits index the arrays directly. A leaf holds the
+few entries that share it, nested by their key parts, so correctness never depends on the
+hash, only speed does. ``policies/kcp/lib/index.rego`` is the other half of this contract.
 """
 
 from __future__ import annotations
@@ -28,36 +29,42 @@ from kcp_opa.matrix import DelegationMatrix
 
 DATA_ROOT = "kcp_data"
 DATA_FORMAT = 1
-#: Aim for about this many entries per slot: small enough that the linear scan inside a slot
-#: is negligible, large enough that small deployments do not ship thousands of empty slots.
-ENTRIES_PER_SLOT = 2
-MAX_SLOTS = 1 << 16  # four hex digits of the hash
+#: Aim for at most about this many entries per leaf: small enough that the linear scan inside
+#: a leaf is negligible, large enough that small deployments do not ship empty arrays.
+ENTRIES_PER_LEAF = 2
+MAX_DEPTH = 4  # 65,536 leaves
 
 
-def slot_count(entries: int) -> int:
-    """Smallest power of two giving at most ENTRIES_PER_SLOT per slot on average."""
-    size = 1
-    while size * ENTRIES_PER_SLOT < entries and size < MAX_SLOTS:
-        size <<= 1
-    return size
+def index_depth(entries: int) -> int:
+    """Smallest depth giving at most ENTRIES_PER_LEAF per leaf on average (capped)."""
+    depth = 0
+    while 16**depth * ENTRIES_PER_LEAF < entries and depth < MAX_DEPTH:
+        depth += 1
+    return depth
 
 
-def slot_of(parts: Sequence[str], size: int) -> int:
-    """The slot of a key; policies/kcp/lib/index.rego computes the same number."""
+def leaf_path(parts: Sequence[str], depth: int) -> tuple[int, ...]:
+    """The hex digits that lead to a key's leaf; policies/kcp/lib/index.rego computes the same."""
     digest = hashlib.sha256("/".join(parts).encode("utf-8")).hexdigest()
-    return int(digest[:4], 16) % size
+    return tuple(int(digit, 16) for digit in digest[:depth])
+
+
+def _empty(depth: int) -> Any:
+    return {} if depth == 0 else [_empty(depth - 1) for _ in range(16)]
 
 
 def build_index(entries: Iterable[tuple[Sequence[str], Any]]) -> dict[str, Any]:
     items = sorted(((tuple(parts), value) for parts, value in entries), key=lambda item: item[0])
-    size = slot_count(len(items))
-    slots: list[dict[str, Any]] = [{} for _ in range(size)]
+    depth = index_depth(len(items))
+    slots = _empty(depth)
     for parts, value in items:
-        node = slots[slot_of(parts, size)]
+        node = slots
+        for digit in leaf_path(parts, depth):
+            node = node[digit]
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
-    return {"size": size, "count": len(items), "slots": slots}
+    return {"depth": depth, "count": len(items), "slots": slots}
 
 
 def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[str, Any]:

@@ -7,12 +7,11 @@ error, never a dead CI job or agent host.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-from kcp_opa.bundle import read_bundle
+from kcp_opa.bundle import canonical_json, read_bundle
 from kcp_opa.errors import CompileError
 
 PROBE_TIMEOUT_S = 600
@@ -43,7 +42,8 @@ def _probe(bundle_path: str) -> int:
 
     bundle = read_bundle(bundle_path)
     interp = Interpreter()
-    interp.add_data_json(json.dumps(bundle.data))
+    # UTF-8, never \u escapes: regopy keeps escapes raw inside strings (docs/engine-notes.md).
+    interp.add_data_json(canonical_json(bundle.data).decode("utf-8"))
     for name, source in sorted(bundle.modules.items()):
         interp.add_module(name, source)
     entrypoints = list(bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("entrypoints", []))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import posixpath
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,9 @@ def load_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Ma
 
 def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     _check_kcp_version(doc, findings)
+    project = doc.get("project")
+    if isinstance(project, str) and _unhashable(project):
+        findings.error("project_characters", f"project {project!r} {_UNHASHABLE_WHY}", ("project",))
     units = [u for u in _items(doc.get("units")) if isinstance(u[1], dict)]
     ids = _check_unit_ids(units, findings)
     root_compliance = _mapping(doc.get("compliance"))
@@ -139,6 +143,16 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     _check_federation(doc, findings)
 
 
+_UNHASHABLE_WHY = (
+    "contains a quote, backslash or control character; kcp-opa rule: such ids are refused because "
+    "regopy hashes JSON-escaped strings differently from OPA (docs/engine-findings.md)"
+)
+
+
+def _unhashable(value: str) -> bool:
+    return any(ch in '"\\' or ord(ch) < 32 or ord(ch) == 127 for ch in value)
+
+
 def _check_kcp_version(doc: dict[str, Any], findings: Findings) -> None:
     version = doc.get("kcp_version")
     if version is None:
@@ -165,12 +179,8 @@ def _check_unit_ids(units: list[tuple[int, dict[str, Any]]], findings: Findings)
             )
             continue
         first_seen[unit_id] = index
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in unit_id):
-            findings.error(
-                "unit_id_control_char",
-                "unit id contains a control character",
-                ("units", index, "id"),
-            )
+        if _unhashable(unit_id):
+            findings.error("unit_id_characters", f"unit id {unit_id!r} {_UNHASHABLE_WHY}", ("units", index, "id"))
         elif not vocab.UNIT_ID_PATTERN.match(unit_id):
             findings.warn(
                 "unit_id_pattern",
@@ -219,7 +229,7 @@ def _check_unit_vocab(unit: dict[str, Any], here: tuple[PathPart, ...], findings
                 (*here, key),
             )
     validated = unit.get("validated")
-    if isinstance(validated, str):
+    if isinstance(validated, str) and _DATE_SHAPE.match(validated):
         _check_calendar_date(validated, (*here, "validated"), findings)
 
 
@@ -272,6 +282,7 @@ def _check_sensitivity_conflict(
         )
 
 
+_DATE_SHAPE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _TIGHTEN_FLAGS = ("require_capability_attenuation", "audit_chain")
 
 

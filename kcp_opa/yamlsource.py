@@ -120,12 +120,14 @@ def load_yaml(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> YamlSo
 
 def parse_yaml(raw: bytes, *, file: str = "<input>") -> YamlSource:
     if b"\x00" in raw:
-        raise SourceError(file, "binary data (NUL bytes): not a YAML text file")
+        line = raw[: raw.index(b"\x00")].count(b"\n") + 1
+        raise SourceError(file, "binary data (NUL bytes): not a YAML text file", line)
     raw_text = raw.removeprefix(b"\xef\xbb\xbf")
     try:
         text = raw_text.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SourceError(file, f"not UTF-8: invalid byte at offset {exc.start}") from None
+        line = raw_text[: exc.start].count(b"\n") + 1
+        raise SourceError(file, f"not UTF-8: invalid byte at offset {exc.start}", line) from None
     root = _compose(text, file)
     _check_shape(root, file)
     data = _construct(root, file, depth=0)
@@ -205,6 +207,7 @@ def _check_shape(root: Node, file: str) -> None:
         raise SourceError(
             file,
             f"aliases expand {len(physical)} written nodes into {total}: refused as a YAML bomb",
+            root.start_mark.line + 1,
         )
 
 
@@ -214,11 +217,11 @@ def _construct(node: Node, file: str, depth: int) -> Any:
         return _scalar(node, file, line)
     if isinstance(node, SequenceNode):
         if node.tag != _SEQ:
-            raise SourceError(file, f"unsupported tag {node.tag!r}", line)
+            raise SourceError(file, _refused_tag(node.tag), line)
         return [_construct(child, file, depth + 1) for child in node.value]
     if isinstance(node, MappingNode):
         if node.tag != _MAP:
-            raise SourceError(file, f"unsupported tag {node.tag!r}", line)
+            raise SourceError(file, _refused_tag(node.tag), line)
         out: dict[str, Any] = {}
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -226,7 +229,7 @@ def _construct(node: Node, file: str, depth: int) -> Any:
             if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 raise SourceError(file, "only plain string keys are supported (no merge keys)", key_line)
             key = _scalar(key_node, file, key_line)
-            if key_node.value == "<<" and key_node.style is None:
+            if key_node.value == "<<" and key_node.style not in ("'", '"'):
                 raise SourceError(file, "merge keys (<<) are not YAML 1.2; write the keys out", key_line)
             if not isinstance(key, str):
                 raise SourceError(file, f"mapping key {key_node.value!r} must be a string", key_line)
@@ -254,4 +257,9 @@ def _scalar(node: ScalarNode, file: str, line: int) -> Any:
         if value.lower().endswith(("inf", "nan")):
             raise SourceError(file, f"non-finite number {value!r} is not allowed", line)
         return float(value)
-    raise SourceError(file, f"unsupported tag {tag!r} (only plain YAML data is accepted)", line)
+    raise SourceError(file, _refused_tag(tag), line)
+
+
+def _refused_tag(tag: str) -> str:
+    short = tag.replace("tag:yaml.org,2002:", "!!")
+    return f"tag {short} refused: only plain YAML data (maps, lists, strings, numbers, booleans, null) is accepted"
