@@ -4,7 +4,8 @@ Layout (mounted under ``data.kcp_data``; policies live under ``data.kcp``, never
 
 - ``deployment``: projects, vocabularies and the format version.
 - ``units``: an index of every effective unit, keyed ``[project][unit_id]``.
-- ``matrix``: an index of cells keyed ``[task_type][dimension][value]`` plus the parameters.
+- ``cells``: an index of the matrix cells keyed ``[task_type][dimension][value]``.
+- ``matrix``: the matrix's name, version, task types and parameters.
 
 Why an index and not ``units[project][id]``: regopy looks up an object key in time linear in
 the key's position (engine-notes.md item 10; measured here ~0.85 us per position, 85 ms for the
@@ -92,12 +93,12 @@ def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[
             },
         },
         f"{DATA_ROOT}/units": build_index(unit_entries),
+        f"{DATA_ROOT}/cells": build_index(cell_entries),
         f"{DATA_ROOT}/matrix": {
             "name": matrix.name,
             "version": matrix.version,
             "sha256": matrix.sha256,
             "task_types": sorted(matrix.data["task_types"]),
-            "cells": build_index(cell_entries),
             "parameters": matrix.parameters(),
         },
     }

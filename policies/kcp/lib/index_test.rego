@@ -56,6 +56,6 @@ test_cell_lookup if {
 		[{} | some _ in numbers.range(0, 14)],
 		[{"read": {"sensitivity": {"public": "autonomous"}}}],
 	)}
-	index.cell("read", "sensitivity", "public") == "autonomous" with data.kcp_data.matrix.cells as cells
-	not index.cell("read", "sensitivity", "restricted") with data.kcp_data.matrix.cells as cells
+	index.cell("read", "sensitivity", "public") == "autonomous" with data.kcp_data.cells as cells
+	not index.cell("read", "sensitivity", "restricted") with data.kcp_data.cells as cells
 }
