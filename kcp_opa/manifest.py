@@ -14,10 +14,9 @@ from typing import Any
 
 from kcp_opa import schemas
 from kcp_opa import vocabulary as vocab
-from kcp_opa.diagnostics import Findings, PathPart, Report, did_you_mean, locate, unreadable_report
-from kcp_opa.errors import SourceError, SourceUnreadableError, ValidationFailedError
-from kcp_opa.schema_findings import check_schema
-from kcp_opa.yamlsource import DEFAULT_MAX_BYTES, YamlSource, load_yaml
+from kcp_opa.diagnostics import Findings, PathPart, Report, did_you_mean
+from kcp_opa.validation import DocumentKind, load_file, validate_file, validate_yaml
+from kcp_opa.yamlsource import DEFAULT_MAX_BYTES, YamlSource
 
 
 @dataclass(frozen=True)
@@ -52,45 +51,28 @@ class Manifest:
 
 
 ManifestReport = Report[Manifest]
-MANIFEST_COUNTS = {"unit_count": 0, "relationship_count": 0}
 
 
-def validate_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ManifestReport:
-    """Validate one manifest file. I/O failures raise :class:`SourceUnreadableError`; content
-    that is not readable YAML comes back as an invalid report with one error."""
-    try:
-        source = load_yaml(path, max_bytes=max_bytes)
-    except SourceUnreadableError:
-        raise
-    except SourceError as exc:
-        return unreadable_report(str(path), exc.reason, exc.line, MANIFEST_COUNTS)
-    return validate_source(source)
-
-
-def validate_source(source: YamlSource) -> ManifestReport:
-    data = source.data
-    findings = Findings()
-    if not isinstance(data, dict):
-        findings.error("not_a_mapping", f"a manifest is a mapping of keys, got {type(data).__name__}")
-        data = {}
-    else:
-        check_schema(schemas.validator(schemas.MANIFEST), data, findings)
-        _check_semantics(data, findings)
+def _counts(data: Mapping[str, Any]) -> dict[str, int]:
     units, relationships = data.get("units"), data.get("relationships")
-    counts = {
+    return {
         "unit_count": len(units) if isinstance(units, list) else 0,
         "relationship_count": len(relationships) if isinstance(relationships, list) else 0,
     }
-    manifest = None if findings.errors else Manifest(source.file, source.sha256, data)
-    return Report(source.file, locate(findings, source.file, source.line_of), counts, manifest)
+
+
+def validate_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ManifestReport:
+    """Validate one manifest file (see :func:`kcp_opa.validation.validate_file`)."""
+    return validate_file(MANIFEST_KIND, path, max_bytes)
+
+
+def validate_source(source: YamlSource) -> ManifestReport:
+    return validate_yaml(MANIFEST_KIND, source)
 
 
 def load_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:
     """Load a manifest or raise :class:`ValidationFailedError` listing every error."""
-    report = validate_manifest(path, max_bytes=max_bytes)
-    if report.document is None:
-        raise ValidationFailedError(report.file, [str(d) for d in report.errors])
-    return report.document
+    return load_file(MANIFEST_KIND, path, max_bytes)
 
 
 # -- checks a schema cannot express -----------------------------------------------------------
@@ -383,3 +365,12 @@ def _items(value: Any) -> Iterator[tuple[int, Any]]:
 
 def _mapping(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
+
+
+MANIFEST_KIND: DocumentKind[Manifest] = DocumentKind(
+    noun="manifest",
+    schema=schemas.MANIFEST,
+    check=_check_semantics,
+    counts=_counts,
+    build=lambda source: Manifest(source.file, source.sha256, source.data),
+)

@@ -11,10 +11,9 @@ from typing import Any
 
 from kcp_opa import schemas
 from kcp_opa import vocabulary as vocab
-from kcp_opa.diagnostics import Findings, Report, did_you_mean, locate, unreadable_report
-from kcp_opa.errors import SourceError, SourceUnreadableError, ValidationFailedError
-from kcp_opa.schema_findings import check_schema
-from kcp_opa.yamlsource import DEFAULT_MAX_BYTES, YamlSource, load_yaml
+from kcp_opa.diagnostics import Findings, Report, did_you_mean
+from kcp_opa.validation import DocumentKind, load_file, validate_file, validate_yaml
+from kcp_opa.yamlsource import DEFAULT_MAX_BYTES, YamlSource
 
 DIMENSIONS = ("data_categories", "sensitivity")
 REQUIRED_SIGNATORIES = ("cto", "compliance_officer")
@@ -69,28 +68,9 @@ class DelegationMatrix:
 
 
 MatrixReport = Report[DelegationMatrix]
-MATRIX_COUNTS = {"task_type_count": 0, "cell_count": 0}
 
 
-def validate_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> MatrixReport:
-    try:
-        source = load_yaml(path, max_bytes=max_bytes)
-    except SourceUnreadableError:
-        raise
-    except SourceError as exc:
-        return unreadable_report(str(path), exc.reason, exc.line, MATRIX_COUNTS)
-    return validate_matrix_source(source)
-
-
-def validate_matrix_source(source: YamlSource) -> MatrixReport:
-    data = source.data
-    findings = Findings()
-    if not isinstance(data, dict):
-        findings.error("not_a_mapping", f"a delegation matrix is a mapping of keys, got {type(data).__name__}")
-        data = {}
-    else:
-        check_schema(schemas.validator(schemas.MATRIX), data, findings)
-        _check_semantics(data, findings)
+def _counts(data: Mapping[str, Any]) -> dict[str, int]:
     declared = data.get("task_types")
     task_types: dict[str, Any] = declared if isinstance(declared, dict) else {}
     cell_count = 0
@@ -98,16 +78,19 @@ def validate_matrix_source(source: YamlSource) -> MatrixReport:
         for dim in DIMENSIONS:
             cells = entry.get(dim) if isinstance(entry, dict) else None
             cell_count += len(cells) if isinstance(cells, dict) else 0
-    counts = {"task_type_count": len(task_types), "cell_count": cell_count}
-    matrix = None if findings.errors else DelegationMatrix(source.file, source.sha256, data)
-    return Report(source.file, locate(findings, source.file, source.line_of), counts, matrix)
+    return {"task_type_count": len(task_types), "cell_count": cell_count}
+
+
+def validate_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> MatrixReport:
+    return validate_file(MATRIX_KIND, path, max_bytes)
+
+
+def validate_matrix_source(source: YamlSource) -> MatrixReport:
+    return validate_yaml(MATRIX_KIND, source)
 
 
 def load_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> DelegationMatrix:
-    report = validate_matrix(path, max_bytes=max_bytes)
-    if report.document is None:
-        raise ValidationFailedError(report.file, [str(d) for d in report.errors])
-    return report.document
+    return load_file(MATRIX_KIND, path, max_bytes)
 
 
 def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
@@ -162,3 +145,12 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
                     f"approver role for {task_type!r}, which the matrix does not list",
                     ("parameters", "approver_roles", "by_task_type", task_type),
                 )
+
+
+MATRIX_KIND: DocumentKind[DelegationMatrix] = DocumentKind(
+    noun="delegation matrix",
+    schema=schemas.MATRIX,
+    check=_check_semantics,
+    counts=_counts,
+    build=lambda source: DelegationMatrix(source.file, source.sha256, source.data),
+)
