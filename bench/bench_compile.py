@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import write_deployment  # noqa: E402
+from synthetic import write_deployment
 
-from kcp_opa.bundle import canonical_json, read_bundle  # noqa: E402
-from kcp_opa.compiler import compile_bundle  # noqa: E402
-from kcp_opa.manifest import validate_manifest  # noqa: E402
+from kcp_opa.bundle import canonical_json, read_bundle
+from kcp_opa.compiler import compile_bundle
+from kcp_opa.manifest import validate_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 LOOKUP = "data.kcp.lib.index.unit(input.project, input.unit)"
@@ -45,10 +45,7 @@ def _lookup_us(bundle_path: Path, unit_ids: list[str], repeats: int = 200) -> di
     from regopy import Interpreter
 
     bundle = read_bundle(bundle_path)
-    module = (
-        "package kcp.bench\n\nimport rego.v1\n\n"
-        "found := data.kcp.lib.index.unit(input.project, input.unit)\n"
-    )
+    module = "package kcp.bench\n\nimport rego.v1\n\nfound := data.kcp.lib.index.unit(input.project, input.unit)\n"
     out: dict[str, float] = {}
     start = time.perf_counter()
     interp = Interpreter()
@@ -106,9 +103,7 @@ def main() -> None:
             out = Path(tmp) / f"b{units}.tar.gz"
             console.print(f"[dim]compiling {units:,} units...[/dim]")
             compile_s, result = _time(
-                lambda m=manifest, x=matrix, o=out: compile_bundle(
-                    [m], x, REPO / "policies", o, max_bytes=256 << 20
-                )
+                lambda m=manifest, x=matrix, o=out: compile_bundle([m], x, REPO / "policies", o, max_bytes=256 << 20)
             )
             lookups = _lookup_us(out, ["unit-000000", f"unit-{units - 1:06d}"])
             rows.append(
@@ -123,7 +118,16 @@ def main() -> None:
                 }
             )
     table = Table(title="validate / compile, and one unit lookup through the index (median)")
-    columns = ("units", "manifest", "bundle", "validate", "compile", "load regopy/OPA", "regopy first/last", "OPA first/last")
+    columns = (
+        "units",
+        "manifest",
+        "bundle",
+        "validate",
+        "compile",
+        "load regopy/OPA",
+        "regopy first/last",
+        "OPA first/last",
+    )
     for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
