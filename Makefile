@@ -26,14 +26,14 @@ bundle: $(STAMP) ## validate and compile the reference deployments into bundles/
 	@for d in $(DEPLOY)/*/; do \
 	  name=$$(basename $$d); \
 	  $(BIN)/kcp-opa compile $$d/knowledge*.yaml --matrix $$d/matrix.yaml \
-	    --policies policies --output bundles/$$name.tar.gz || exit $$?; \
+	    --policies policies --output bundles/$$name.tar.gz --format text || exit $$?; \
 	done
 
 demo: $(STAMP) ## the main job on the reference deployments: validate, explain, compile
-	$(BIN)/kcp-opa validate $(DEPLOY)/*/knowledge*.yaml
-	$(BIN)/kcp-opa explain $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
+	$(BIN)/kcp-opa validate --format text $(DEPLOY)/*/*.yaml
+	$(BIN)/kcp-opa explain --format text $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
 	@$(MAKE) --no-print-directory bundle
-	$(BIN)/kcp-opa inspect bundles/customer-onboarding.tar.gz
+	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz
 
 test: $(STAMP) ## lint, type-check and run the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench
