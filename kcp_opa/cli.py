@@ -250,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail(str(exc), EXIT_INVALID if type(exc) is SourceError else EXIT_USAGE)
     except KcpOpaError as exc:
         _fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        click.echo("kcp-opa: interrupted", err=True)
+        sys.exit(130)
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(0)

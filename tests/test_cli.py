@@ -214,3 +214,30 @@ def test_logs_go_to_stderr_and_stdout_stays_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     json.loads(proc.stdout)
     assert "bundle.compiled" in proc.stderr
+
+
+def test_unwritable_output_is_one_line_exit_2(tmp_path: Path) -> None:
+    base = DEPLOYMENTS / "finance"
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = run_cli(
+        "compile",
+        str(base / "knowledge.yaml"),
+        "--matrix",
+        str(base / "matrix.yaml"),
+        "-o",
+        str(blocker / "b.tar.gz"),
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot write the bundle" in proc.stderr
+    _assert_no_traceback(proc.stderr)
+
+
+def test_matrix_given_as_manifest_is_invalid_exit_1() -> None:
+    base = DEPLOYMENTS / "finance"
+    proc = run_cli(
+        "compile", str(base / "knowledge.yaml"), "--matrix", str(base / "knowledge.yaml"), "--no-engine-check"
+    )
+    assert proc.returncode == 1
+    assert "is invalid" in proc.stderr and "kind" in proc.stderr
+    _assert_no_traceback(proc.stderr)
