@@ -6,9 +6,13 @@ in both engines, and the engines must agree.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import POLICIES
@@ -31,26 +35,58 @@ def test_every_module_has_a_test_file() -> None:
         assert module.replace(".rego", "_test.rego") in MODULES, f"{module} has no _test.rego beside it"
 
 
-def _regopy(package: str, rule: str) -> object:
-    from regopy import Interpreter
-
-    interp = Interpreter()
-    interp.add_data_json("{}")
-    for name, source in MODULES.items():
-        interp.add_module(name, source)
-    output = interp.query(f"x := data.{package}.{rule}")
-    assert output.ok(), str(output)
+_CHILD = """
+import json, sys
+from regopy import Interpreter
+modules, entrypoints = json.load(sys.stdin)
+interp = Interpreter()
+interp.add_data_json("{}")
+for name, source in modules.items():
+    interp.add_module(name, source)
+bundle = interp.build(None, entrypoints)
+out = {}
+for entrypoint in entrypoints:
+    output = interp.query_bundle_entrypoint(bundle, entrypoint)
     results = output.results
-    return results[0].bindings.get("x") if results and results[0].bindings else None
+    out[entrypoint] = results[0].expressions[0] if results and results[0].expressions else None
+print(json.dumps(out))
+"""
+
+
+@functools.cache
+def _regopy_results() -> dict[str, Any]:
+    """Plan every test once in a child process: query() re-plans all modules on each call
+    (~0.7 s here), and a policy that aborts regopy must fail the tests, not kill pytest."""
+    entrypoints = [f"{package.replace('.', '/')}/{rule}" for _, package, rule in CASES]
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        input=json.dumps([MODULES, entrypoints]),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"regopy child failed ({proc.returncode}): {proc.stderr[-2000:]}"
+    results: dict[str, Any] = json.loads(proc.stdout)
+    return results
+
+
+@functools.cache
+def _opa_engine() -> Any:
+    from opa_bindings import OpaEngine
+
+    engine = OpaEngine()
+    for name, source in MODULES.items():
+        engine.add_policy(name, source)
+    return engine
+
+
+def _regopy(package: str, rule: str) -> object:
+    return _regopy_results()[f"{package.replace('.', '/')}/{rule}"]
 
 
 def _opa(package: str, rule: str) -> object:
-    from opa_bindings import OpaEngine
-
-    with OpaEngine() as engine:
-        for name, source in MODULES.items():
-            engine.add_policy(name, source)
-        result = engine.eval_query(f"x := data.{package}.{rule}", {})
+    result = _opa_engine().eval_query(f"x := data.{package}.{rule}", {})
     return result[0]["x"] if result else None
 
 

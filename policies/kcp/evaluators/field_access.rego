@@ -1,0 +1,46 @@
+# METADATA
+# title: Field access (data minimisation)
+# description: |
+#   An agent may read only the fields a unit declares. Fields read outside `declared_fields`
+#   deny the action and are listed as violations; a unit that declares fields but an action
+#   that does not say what it reads is denied too (missing context never allows).
+# custom:
+#   evaluator_id: field_access_check
+#   evaluator_version: "1.0.0"
+package kcp.evaluators.field_access
+
+import rego.v1
+
+import data.kcp.evaluators.finding
+import data.kcp.lib.facts
+
+evaluator := {"id": "field_access_check", "version": "1.0.0"}
+
+_declared := facts.unit.compliance.declared_fields
+
+# METADATA
+# title: Fields read outside the declaration
+outside_declaration := sort([f | some f in {f | some f in input.action.knowledge.fields_read}; not f in _declared])
+
+# METADATA
+# title: Findings
+findings contains finding.new(
+	evaluator, "field_access_violation", "kcp.compliance.declared_fields", "DENY", [],
+	sprintf("fields read outside declared_fields: %v", [concat(", ", outside_declaration)]),
+	{"fields": outside_declaration, "fields_declared": _declared},
+) if {
+	_declared != null
+	count(outside_declaration) > 0
+}
+
+findings contains finding.new(
+	evaluator, "fields_read_missing", "kcp.compliance.declared_fields", "DENY", [],
+	"the unit declares its fields but the action does not list knowledge.fields_read",
+	{"fields_declared": _declared},
+) if {
+	_declared != null
+	not _fields_read_listed
+}
+
+# `not is_array(undefined)` is true in regopy and undefined in OPA: test a named rule instead.
+_fields_read_listed if is_array(input.action.knowledge.fields_read)

@@ -1,0 +1,32 @@
+package kcp.evaluators.unit_test
+
+import rego.v1
+
+import data.kcp.evaluators.unit
+
+_units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"id": "u"}}}}
+
+test_unknown_unit_is_denied if {
+	units := _units
+	knowledge := {"project": "p", "unit": "nope"}
+	some f in unit.findings with input.action.knowledge as knowledge with data.kcp_data.units as units
+	f.code == "unknown_unit"
+	f.state == "DENY"
+}
+
+test_unknown_project_is_denied if {
+	units := _units
+	knowledge := {"project": "q", "unit": "u"}
+	count(unit.findings) == 1 with input.action.knowledge as knowledge with data.kcp_data.units as units
+}
+
+test_known_unit_has_no_finding if {
+	units := _units
+	knowledge := {"project": "p", "unit": "u"}
+	count(unit.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units
+}
+
+test_action_without_knowledge_has_no_finding if {
+	units := _units
+	count(unit.findings) == 0 with input.action as {"action_type": "payment"} with data.kcp_data.units as units
+}
