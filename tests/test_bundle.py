@@ -116,7 +116,8 @@ def test_manifest_describes_the_bundle(tmp_path: Path) -> None:
     assert meta["sources"]["manifests/knowledge.yaml"] == hashlib.sha256(knowledge.read_bytes()).hexdigest()
     index = POLICIES / "kcp" / "lib" / "index.rego"
     assert meta["sources"]["policies/kcp/lib/index.rego"] == hashlib.sha256(index.read_bytes()).hexdigest()
-    assert "evaluators" in meta and "entrypoints" in meta
+    assert meta["evaluators"]["field_access_check"] == "1.0.0"
+    assert meta["evaluators"]["residency_check"] == "1.0.0"
     # data roots and policy packages are disjoint
     assert all(not p.startswith("kcp_data") for p in meta["packages"])
     assert all(p.startswith("kcp_data/") for p in meta["data_paths"])
@@ -124,8 +125,8 @@ def test_manifest_describes_the_bundle(tmp_path: Path) -> None:
 
 def test_evaluators_and_entrypoints_come_from_metadata(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
-    shutil.copytree(POLICIES, policies)
-    (policies / "kcp" / "gate").mkdir()
+    (policies / "kcp" / "gate").mkdir(parents=True)
+    (policies / "VERSION").write_text("1.0.0\n")
     (policies / "kcp" / "gate" / "fields.rego").write_text(
         "# METADATA\n# title: field access\n# custom:\n#   evaluator_id: field_access_check\n"
         "#   evaluator_version: 1.2.0\npackage kcp.gate\n\nimport rego.v1\n\n"
