@@ -1,0 +1,47 @@
+# METADATA
+# title: Trace context
+# description: |
+#   When the manifest requires trace context (trust.audit.require_trace_context or
+#   delegation.audit_chain), the action must carry a valid W3C traceparent:
+#   00-<32 hex, not all zero>-<16 hex, not all zero>-<2 hex>.
+# custom:
+#   evaluator_id: trace_context_check
+#   evaluator_version: "1.0.0"
+package kcp.evaluators.trace
+
+import rego.v1
+
+import data.kcp.evaluators.finding
+import data.kcp.lib.facts
+
+evaluator := {"id": "trace_context_check", "version": "1.0.0"}
+
+# METADATA
+# title: Trace context required
+required if facts.unit.trust.require_trace_context == true
+
+required if facts.unit.delegation.audit_chain == true
+
+# METADATA
+# title: Valid traceparent
+# description: True when `value` is a W3C traceparent with non-zero trace and parent ids.
+valid_traceparent(value) if {
+	is_string(value)
+	regex.match(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`, value)
+	parts := split(value, "-")
+	parts[1] != "00000000000000000000000000000000"
+	parts[2] != "0000000000000000"
+}
+
+_valid if valid_traceparent(input.action.trace.traceparent)
+
+# METADATA
+# title: Findings
+findings contains finding.new(
+	evaluator, "trace_context_invalid", "kcp.trust.require_trace_context", "DENY", [],
+	"trace context is required but trace.traceparent is missing or not a valid W3C traceparent",
+	{},
+) if {
+	required
+	not _valid
+}
