@@ -1,0 +1,71 @@
+package kcp.evaluators.financial_test
+
+import rego.v1
+
+import data.kcp.evaluators.financial
+
+_matrix := {"parameters": {"money": {"high_value_minor": {"USD": 500000}}}}
+
+_kya := {
+	"action_type": "cross_border_payment", "requested_action": "execute_payment",
+	"amount": {"value_minor": 800000, "currency": "USD"},
+	"authorization_context": {"requested_by": "user_001", "agent_scope": ["prepare_payment", "execute_payment"]},
+	"attributes": {"new_beneficiary": true, "high_risk_country": false},
+}
+
+
+test_kya_supplier_payment_controls if {
+	m := _matrix
+	action := _kya
+	controls := {c | some f in financial.findings; some c in f.controls} with input.action as action with data.kcp_data.matrix as m
+	controls == {"user_confirmation", "identity_verification", "authority_verification", "beneficiary_verification", "independent_human_approval"}
+}
+
+test_below_threshold_known_beneficiary if {
+	m := _matrix
+	action := json.patch(_kya, [
+		{"op": "replace", "path": "/amount/value_minor", "value": 4999},
+		{"op": "replace", "path": "/attributes/new_beneficiary", "value": false},
+	])
+	{f.code | some f in financial.findings} == {"value_transfer"} with input.action as action with data.kcp_data.matrix as m
+}
+
+test_unknown_currency_counts_as_high_value if {
+	m := _matrix
+	action := json.patch(_kya, [{"op": "replace", "path": "/amount/currency", "value": "JPY"}])
+	financial.high_value with input.action as action with data.kcp_data.matrix as m
+}
+
+test_payment_without_amount_denied if {
+	m := _matrix
+	some f in financial.findings with input.action as {"action_type": "payment", "requested_action": "pay"} with data.kcp_data.matrix as m
+	f.code == "amount_missing"
+	f.state == "DENY"
+}
+
+test_scope_not_covering_requires_authority if {
+	m := _matrix
+	action := json.patch(_kya, [{"op": "replace", "path": "/requested_action", "value": "wire_everything"}])
+	some f in financial.findings with input.action as action with data.kcp_data.matrix as m
+	f.code == "scope_does_not_cover_action"
+}
+
+test_screening_uncertainty_is_compliance_review if {
+	m := _matrix
+	action := json.patch(_kya, [{"op": "add", "path": "/attributes/screening_uncertain", "value": true}])
+	some f in financial.findings with input.action as action with data.kcp_data.matrix as m
+	f.state == "COMPLIANCE_REVIEW"
+	f.controls == ["compliance_review", "safe_stop"]
+}
+
+test_withdrawal_and_step_up if {
+	m := _matrix
+	action := {"action_type": "withdrawal", "requested_action": "withdraw", "amount": {"value_minor": 100, "currency": "USD"}, "authorization_context": {"agent_scope": ["withdraw"]}, "attributes": {"new_device": true}}
+	codes := {f.code | some f in financial.findings} with input.action as action with data.kcp_data.matrix as m
+	codes == {"value_transfer", "identity_verification_required", "step_up_required"}
+}
+
+test_reading_moves_no_money if {
+	m := _matrix
+	count(financial.findings) == 0 with input.action as {"action_type": "read"} with data.kcp_data.matrix as m
+}

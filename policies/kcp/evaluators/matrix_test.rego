@@ -1,0 +1,72 @@
+package kcp.evaluators.matrix_test
+
+import rego.v1
+
+import data.kcp.evaluators.matrix
+
+_units := {"depth": 0, "count": 2, "slots": {"p": {
+	"crm": {"id": "crm", "sensitivity": "confidential", "compliance": {"data_categories": ["personal", "financial"]}},
+	"bare": {"id": "bare", "sensitivity": null, "compliance": {"data_categories": []}},
+}}}
+
+_cells := {"depth": 0, "count": 4, "slots": {
+	"read": {"data_categories": {"personal": "autonomous", "financial": "confirm"}, "sensitivity": {"confidential": "autonomous"}},
+	"write": {"data_categories": {"personal": "approve", "financial": "forbidden"}, "sensitivity": {"confidential": "confirm"}},
+}}
+
+_matrix := {"task_types": ["read", "write"]}
+
+test_strictest_cells_all_reported if {
+	units := _units
+	cells := _cells
+	m := _matrix
+	states := {f.code: f.state | some f in matrix.findings} with input.action.knowledge as {"project": "p", "unit": "crm"}
+		with input.action.action_type as "write"
+		with data.kcp_data.units as units
+		with data.kcp_data.cells as cells
+		with data.kcp_data.matrix as m
+	states == {"matrix_approve": "HUMAN_APPROVAL", "matrix_forbidden": "DENY", "matrix_confirm": "USER_CONFIRMATION"}
+}
+
+test_autonomous_except_confirm if {
+	units := _units
+	cells := _cells
+	m := _matrix
+	{f.code | some f in matrix.findings} == {"matrix_confirm"} with input.action.knowledge as {"project": "p", "unit": "crm"}
+		with input.action.action_type as "read"
+		with data.kcp_data.units as units
+		with data.kcp_data.cells as cells
+		with data.kcp_data.matrix as m
+}
+
+test_unknown_task_type_denied if {
+	units := _units
+	cells := _cells
+	m := _matrix
+	{f.code | some f in matrix.findings} == {"task_type_not_in_matrix"} with input.action.knowledge as {"project": "p", "unit": "crm"}
+		with input.action.action_type as "delete"
+		with data.kcp_data.units as units
+		with data.kcp_data.cells as cells
+		with data.kcp_data.matrix as m
+}
+
+test_undeclared_sensitivity_is_not_covered if {
+	units := _units
+	cells := _cells
+	m := _matrix
+	some f in matrix.findings with input.action.knowledge as {"project": "p", "unit": "bare"}
+		with input.action.action_type as "read"
+		with data.kcp_data.units as units
+		with data.kcp_data.cells as cells
+		with data.kcp_data.matrix as m
+	f.code == "matrix_not_covered"
+	f.details.value == "undeclared"
+}
+
+test_action_without_unit_needs_only_a_listed_task if {
+	cells := _cells
+	m := _matrix
+	count(matrix.findings) == 0 with input.action as {"action_type": "read"}
+		with data.kcp_data.cells as cells
+		with data.kcp_data.matrix as m
+}

@@ -1,0 +1,55 @@
+package kcp.evaluators.runtime_test
+
+import rego.v1
+
+import data.kcp.evaluators.runtime
+
+_matrix := {"parameters": {
+	"approver_roles": {"default": "lead", "by_task_type": {"refund": "finance_reviewer", "remember": "manager"}},
+	"sender_roles": ["support_agent"],
+}}
+
+
+test_tenant_boundary if {
+	m := _matrix
+	action := {"tenant_id": "tenant_a", "action_type": "read", "target": {"type": "customer_record", "tenant_id": "tenant_b"}, "runtime": {"evidence_status": "present", "budget_state": "within_budget"}}
+	{f.code | some f in runtime.findings} == {"tenant_boundary"} with input.action as action with data.kcp_data.matrix as m
+}
+
+test_same_tenant_passes if {
+	m := _matrix
+	action := {"tenant_id": "tenant_a", "action_type": "read", "target": {"type": "customer_record", "tenant_id": "tenant_a"}, "runtime": {"evidence_status": "present"}}
+	count(runtime.findings) == 0 with input.action as action with data.kcp_data.matrix as m
+}
+
+test_evidence_and_budget if {
+	m := _matrix
+	{f.code | some f in runtime.findings} == {"evidence_forbidden", "budget_exhausted"} with input.action as {"action_type": "read", "runtime": {"evidence_status": "forbidden", "budget_state": "exhausted"}}
+		with data.kcp_data.matrix as m
+	{f.state | some f in runtime.findings} == {"ESCALATE", "HUMAN_APPROVAL"} with input.action as {"action_type": "read", "runtime": {"evidence_status": "stale", "budget_state": "approval_threshold"}}
+		with data.kcp_data.matrix as m
+}
+
+test_refund_and_memory_reviewers if {
+	m := _matrix
+	some f in runtime.findings with input.action as {"action_type": "refund", "runtime": {"risk_level": "medium"}} with data.kcp_data.matrix as m
+	f.code == "refund_requires_review"
+	f.details.approver_role == "finance_reviewer"
+	some g in runtime.findings with input.action as {"action_type": "remember", "runtime": {"risk_level": "high"}} with data.kcp_data.matrix as m
+	g.details.approver_role == "manager"
+	count(runtime.findings) == 0 with input.action as {"action_type": "refund", "runtime": {"risk_level": "low"}} with data.kcp_data.matrix as m
+}
+
+test_unstated_risk_is_not_low if {
+	m := _matrix
+	{f.code | some f in runtime.findings} == {"refund_requires_review"} with input.action as {"action_type": "refund"} with data.kcp_data.matrix as m
+}
+
+test_only_support_agents_send if {
+	m := _matrix
+	{f.code | some f in runtime.findings} == {"role_cannot_send"} with input.action as {"action_type": "send", "authorization_context": {"actor_role": "billing_bot"}}
+		with data.kcp_data.matrix as m
+	count(runtime.findings) == 0 with input.action as {"action_type": "send", "authorization_context": {"actor_role": "support_agent"}}
+		with data.kcp_data.matrix as m
+	{f.code | some f in runtime.findings} == {"role_cannot_send"} with input.action as {"action_type": "send"} with data.kcp_data.matrix as m
+}
