@@ -46,9 +46,10 @@ widened contains {"hop": i + 1, "agent_id": hop.agent_id, "capability": capabili
 # title: Findings
 findings contains finding.new(
 	evaluator, "delegation_too_deep", "kcp.delegation.max_depth", "DENY", [],
-	sprintf("delegation chain of depth %d exceeds max_depth %d", [count(_chain), _max_depth]),
+	text1,
 	{"depth": count(_chain), "max_depth": _max_depth},
 ) if {
+	text1 := sprintf("delegation chain of depth %d exceeds max_depth %d", [count(_chain), _max_depth])
 	is_number(_max_depth)
 	count(_chain) > _max_depth
 }

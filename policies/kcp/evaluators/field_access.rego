@@ -26,11 +26,12 @@ outside_declaration := sort([f | some f in {f | some f in input.action.knowledge
 # title: Findings
 findings contains finding.new(
 	evaluator, "field_access_violation", "kcp.compliance.declared_fields", "DENY", [],
-	sprintf("fields read outside declared_fields: %v", [concat(", ", outside_declaration)]),
+	message,
 	{"fields": outside_declaration, "fields_declared": _declared},
 ) if {
 	_declared != null
 	count(outside_declaration) > 0
+	message := concat("", ["fields read outside declared_fields: ", concat(", ", outside_declaration)])
 }
 
 findings contains finding.new(

@@ -27,7 +27,7 @@ _money_moving := {"payment", "cross_border_payment", "withdrawal", "refund", "tr
 
 _flag(name) if _attributes[name] == true
 
-_kya(code, state, controls, message) := finding.new(evaluator, code, sprintf("kya.%v", [code]), state, controls, message, {})
+_kya(code, state, controls, message) := finding.new(evaluator, code, concat("", ["kya.", code]), state, controls, message, {})
 
 # METADATA
 # title: Value transfer
@@ -69,8 +69,9 @@ findings contains _kya("irreversible_consequence", "USER_CONFIRMATION", ["user_c
 findings contains _kya(
 	"high_value", "HUMAN_APPROVAL",
 	["independent_human_approval", "identity_verification", "authority_verification"],
-	sprintf("%v %v is at or above the high-value threshold", [_action.amount.value_minor, _action.amount.currency]),
+	text1,
 ) if {
+	text1 := sprintf("%v %v is at or above the high-value threshold", [_action.amount.value_minor, _action.amount.currency])
 	high_value
 }
 
@@ -90,7 +91,8 @@ _identity_trigger if {
 	_flag(name)
 }
 
-findings contains _kya("scope_does_not_cover_action", "HUMAN_APPROVAL", ["authority_verification"], sprintf("requested_action %v is not in the agent's scope", [_action.requested_action])) if {
+findings contains _kya("scope_does_not_cover_action", "HUMAN_APPROVAL", ["authority_verification"], text1) if {
+	text1 := sprintf("requested_action %v is not in the agent's scope", [_action.requested_action])
 	value_transfer
 	not _action.requested_action in object.get(_action, ["authorization_context", "agent_scope"], [])
 }

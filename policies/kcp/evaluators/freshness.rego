@@ -41,9 +41,10 @@ _clock_given if is_number(input.context.decision_epoch_day)
 # title: Findings
 findings contains finding.new(
 	evaluator, "unit_stale", "kcp.freshness_policy", _state[_policy.on_stale], [],
-	sprintf("unit last validated %v is older than %d days (on_stale: %v)", [facts.unit.validated, _policy.max_age_days, _policy.on_stale]),
+	text1,
 	{"on_stale": _policy.on_stale, "review_contact": _policy.review_contact},
 ) if {
+	text1 := sprintf("unit last validated %v is older than %d days (on_stale: %v)", [facts.unit.validated, _policy.max_age_days, _policy.on_stale])
 	_clock_given
 	stale
 }

@@ -60,27 +60,31 @@ _covered contains [l.dimension, l.value] if some l in levels
 # title: Findings
 findings contains finding.new(
 	evaluator, "task_type_not_in_matrix", "kcp.matrix.task_type", "DENY", [],
-	sprintf("task type %v is not in the delegation matrix", [_task]),
+	text1,
 	{"task_type": _task},
 ) if {
+	text1 := sprintf("task type %v is not in the delegation matrix", [_task])
 	not _task_listed
 }
 
 findings contains finding.new(
 	evaluator, "matrix_not_covered", "kcp.matrix.cell", "DENY", [],
-	sprintf("the delegation matrix has no level for %v on %v=%v", [_task, cell[0], cell[1]]),
+	text1,
 	{"task_type": _task, "dimension": cell[0], "value": cell[1]},
 ) if {
 	_task_listed
 	some cell in needed
 	not cell in _covered
+	text1 := sprintf("the delegation matrix has no level for %v on %v=%v", [_task, cell[0], cell[1]])
 }
 
 findings contains finding.new(
-	evaluator, sprintf("matrix_%v", [l.level]), "kcp.matrix.cell", _route[l.level].state, _route[l.level].controls,
-	sprintf("the delegation matrix sets %v for %v on %v=%v", [l.level, _task, l.dimension, l.value]),
+	evaluator, text1, "kcp.matrix.cell", _route[l.level].state, _route[l.level].controls,
+	text2,
 	{"task_type": _task, "dimension": l.dimension, "value": l.value, "level": l.level},
 ) if {
 	some l in levels
 	l.level != "autonomous"
+	text1 := concat("_", ["matrix", l.level])
+	text2 := sprintf("the delegation matrix sets %v for %v on %v=%v", [l.level, _task, l.dimension, l.value])
 }

@@ -30,9 +30,10 @@ admitted("EU", regions) if "EEA" in regions
 # title: Findings
 findings contains finding.new(
 	evaluator, "residency_violation", "kcp.compliance.data_residency", "DENY", [],
-	sprintf("deployment region %v is outside data_residency %v", [input.action.runtime.deployment_region, _regions]),
+	text1,
 	{"region": input.action.runtime.deployment_region, "data_residency": _regions},
 ) if {
+	text1 := sprintf("deployment region %v is outside data_residency %v", [input.action.runtime.deployment_region, _regions])
 	is_array(_regions)
 	is_string(input.action.runtime.deployment_region)
 	not admitted(input.action.runtime.deployment_region, _regions)
@@ -52,9 +53,10 @@ _region_given if is_string(input.action.runtime.deployment_region)
 
 findings contains finding.new(
 	evaluator, "cross_border_transfer", "kcp.restrictions.no-cross-border", "DENY", [],
-	sprintf("no-cross-border: target %v is outside data_residency %v", [_target_place, _regions]),
+	text1,
 	{"target": _target_place, "data_residency": _regions},
 ) if {
+	text1 := sprintf("no-cross-border: target %v is outside data_residency %v", [_target_place, _regions])
 	facts.restricted("no-cross-border")
 	is_array(_regions)
 	not admitted(_target_place, _regions)

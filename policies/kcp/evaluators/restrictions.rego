@@ -24,9 +24,10 @@ _hosting_given if is_string(input.action.runtime.model.hosting)
 # title: Findings
 findings contains finding.new(
 	evaluator, "external_llm_forbidden", "kcp.restrictions.no-external-llm", "DENY", [],
-	sprintf("no-external-llm: model %v is externally hosted", [input.action.runtime.model.id]),
+	text1,
 	{"model": input.action.runtime.model},
 ) if {
+	text1 := sprintf("no-external-llm: model %v is externally hosted", [input.action.runtime.model.id])
 	facts.restricted("no-external-llm")
 	_hosting == "external"
 }

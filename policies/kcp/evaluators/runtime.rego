@@ -36,9 +36,10 @@ _runtime_finding(code, rule, state, controls, message, details) := finding.new(e
 # title: Findings
 findings contains _runtime_finding(
 	"tenant_boundary", "runtime.tenant_boundary", "DENY", [],
-	sprintf("actor tenant %v may not act on resource tenant %v", [_action.tenant_id, _action.target.tenant_id]),
+	text1,
 	{"actor_tenant": _action.tenant_id, "resource_tenant": _action.target.tenant_id},
 ) if {
+	text1 := sprintf("actor tenant %v may not act on resource tenant %v", [_action.tenant_id, _action.target.tenant_id])
 	is_string(_action.target.tenant_id)
 	_action.target.tenant_id != _action.tenant_id
 }
@@ -52,8 +53,9 @@ findings contains _runtime_finding(
 
 findings contains _runtime_finding(
 	"required_evidence_not_current", "runtime.evidence_status", "ESCALATE", [],
-	sprintf("required evidence is %v", [_evidence_status]), {"evidence_status": _evidence_status},
+	text1, {"evidence_status": _evidence_status},
 ) if {
+	text1 := sprintf("required evidence is %v", [_evidence_status])
 	_evidence_status in {"missing", "stale", "not stated"}
 }
 
@@ -89,8 +91,9 @@ findings contains _runtime_finding(
 
 findings contains _runtime_finding(
 	"role_cannot_send", "runtime.send", "DENY", [],
-	sprintf("role %v may not send", [_role]), {"role": _role, "sender_roles": _parameters.sender_roles},
+	text1, {"role": _role, "sender_roles": _parameters.sender_roles},
 ) if {
+	text1 := sprintf("role %v may not send", [_role])
 	_action.action_type == "send"
 	not _role in _parameters.sender_roles
 }

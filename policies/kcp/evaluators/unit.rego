@@ -19,9 +19,10 @@ evaluator := {"id": "unit_known_check", "version": "1.0.0"}
 # description: DENY unknown_unit when the named unit is not in the compiled deployment.
 findings contains finding.new(
 	evaluator, "unknown_unit", "kcp.unit.known", "DENY", [],
-	sprintf("unit %v/%v is not declared by the deployment", [input.action.knowledge.project, input.action.knowledge.unit]),
+	text1,
 	{},
 ) if {
+	text1 := sprintf("unit %v/%v is not declared by the deployment", [input.action.knowledge.project, input.action.knowledge.unit])
 	facts.knowledge_bound
 	not index.unit_known(input.action.knowledge.project, input.action.knowledge.unit)
 }

@@ -1,0 +1,165 @@
+# METADATA
+# title: The gate decision
+# description: |
+#   The one entrypoint: every evaluator's findings accumulate, the strongest routing state
+#   wins, controls are the union of every finding's controls plus standard_audit_logging,
+#   and anything undefined falls to the default: a fail-closed DENY.
+#   Input: {"action": <action intent>, "context": {"decision_epoch_day": int,
+#   "satisfied_controls": [..]}}. Time comes only from input.
+package kcp.gate
+
+import rego.v1
+
+import data.kcp.evaluators.delegation
+import data.kcp.evaluators.field_access
+import data.kcp.evaluators.financial
+import data.kcp.evaluators.freshness
+import data.kcp.evaluators.matrix
+import data.kcp.evaluators.residency
+import data.kcp.evaluators.restrictions
+import data.kcp.evaluators.runtime
+import data.kcp.evaluators.trace
+import data.kcp.evaluators.unit
+import data.kcp.lib.facts
+import data.kcp.lib.routing
+
+# METADATA
+# title: Every finding of every evaluator
+findings := ((((((((unit.findings | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
+
+# METADATA
+# title: Routing state
+# description: The strongest state any finding asks for; ALLOW when none does.
+state := routing.strongest({f.state | some f in findings})
+
+# METADATA
+# title: Required controls
+required_controls := sort({c | some f in findings; some c in f.controls} | {"standard_audit_logging"})
+
+# METADATA
+# title: Satisfied controls
+# description: Controls the caller proves satisfied (input.context), limited to the required ones.
+satisfied_controls := sort({c | some c in object.get(input, ["context", "satisfied_controls"], []); c in required_controls})
+
+# METADATA
+# title: Missing controls
+missing_controls := sort({c | some c in required_controls; not c in satisfied_controls})
+
+# METADATA
+# title: Authorization status
+authorization_status := "DENIED" if state == "DENY"
+
+authorization_status := "PENDING_CONTROLS" if {
+	state != "DENY"
+	_pending
+}
+
+authorization_status := "APPROVED" if {
+	state != "DENY"
+	not _pending
+}
+
+_pending if routing.hold(state)
+
+_pending if count(missing_controls) > 0
+
+_unit_ref := concat("/", [input.action.knowledge.project, input.action.knowledge.unit]) if facts.knowledge_bound
+
+_reason(f) := object.union(
+	{"code": f.code, "rule": f.rule, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message},
+	{"unit": _unit_ref},
+) if facts.knowledge_bound
+
+_reason(f) := {"code": f.code, "rule": f.rule, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message} if {
+	not facts.knowledge_bound
+}
+
+_passed := {"code": "policy_passed", "rule": "kcp.gate.default", "evaluator_id": "kcp_gate", "evaluator_version": "1.0.0", "message": "no rule matched"}
+
+_ordered := sort({concat("\u0000", [f.code, f.message]) | some f in findings})
+
+# METADATA
+# title: Reasons
+# description: Every matched rule, ordered by code then message; policy_passed when none.
+reasons := [_reason(f) | some key in _ordered; some f in findings; concat("\u0000", [f.code, f.message]) == key] if count(findings) > 0
+
+reasons := [_passed] if count(findings) == 0
+
+# METADATA
+# title: Violations
+violations := [{"evaluator_id": f.evaluator_id, "code": f.code, "fields": f.details.fields} | some key in _ordered; some f in findings; f.details.fields; concat("\u0000", [f.code, f.message]) == key]
+
+# METADATA
+# title: Obligations
+# description: What the caller must do even on allow.
+obligations := sort({o | some o in _obligations})
+
+_obligations contains "audit" if facts.restricted("audit-required")
+
+_obligations contains "audit" if facts.unit.trust.agent_must_log == true
+
+_obligations contains "redact_content" if facts.restricted("no-logging")
+
+_obligations contains "trace_context" if trace.required
+
+_obligations contains "review_stale_unit" if freshness.stale
+
+# METADATA
+# title: Approver roles
+approver_roles := sort({r | some f in findings; r := f.details.approver_role})
+
+_risk_order := ["LOW", "MEDIUM", "HIGH", "CRITICAL"]
+
+_risk_floor contains 3 if "compliance_review" in required_controls
+
+_risk_floor contains 2 if financial.high_value
+
+_risk_floor contains 2 if state == "DENY"
+
+_risk_floor contains 1 if financial.value_transfer
+
+_risk_floor contains 1 if state != "ALLOW"
+
+_risk_floor contains 0
+
+_risk_floor contains i if upper(input.action.runtime.risk_level) == _risk_order[i]
+
+# METADATA
+# title: Risk level
+risk_level := _risk_order[max(_risk_floor)]
+
+# METADATA
+# title: The decision
+# description: The contract's decision document (Python adds ids, hashes and bundle revision).
+# entrypoint: true
+default decision := {
+	"decision": "DENY",
+	"outcome": "deny",
+	"authorization_status": "DENIED",
+	"execution_allowed": false,
+	"risk_level": "CRITICAL",
+	"required_controls": ["standard_audit_logging"],
+	"satisfied_controls": [],
+	"missing_controls": ["standard_audit_logging"],
+	"reasons": [{"code": "policy_undefined", "rule": "kcp.gate.default", "evaluator_id": "kcp_gate", "evaluator_version": "1.0.0", "message": "the policy produced no decision; failing closed"}],
+	"reason_codes": ["policy_undefined"],
+	"violations": [],
+	"obligations": ["audit"],
+	"approver_roles": [],
+}
+
+decision := {
+	"decision": state,
+	"outcome": routing.outcome(state),
+	"authorization_status": authorization_status,
+	"execution_allowed": authorization_status == "APPROVED",
+	"risk_level": risk_level,
+	"required_controls": required_controls,
+	"satisfied_controls": satisfied_controls,
+	"missing_controls": missing_controls,
+	"reasons": reasons,
+	"reason_codes": [r.code | some r in reasons],
+	"violations": violations,
+	"obligations": obligations,
+	"approver_roles": approver_roles,
+}

@@ -1,0 +1,89 @@
+# kcp-opa: engines=opa
+# regopy does not finish planning the whole gate under `with data.kcp_data as ...` (killed
+# after 60 s; docs/engine-findings.md #11). The gate runs on both engines against compiled
+# bundles in tests/test_gate_cases.py; these tests pin its logic on OPA.
+package kcp.gate_test
+
+import rego.v1
+
+import data.kcp.gate
+
+_units := {"depth": 0, "count": 1, "slots": {"p": {"u": {
+	"id": "u", "sensitivity": "internal", "validated_epoch_day": 100,
+	"compliance": {"data_residency": null, "restrictions": ["audit-required"], "declared_fields": ["email"], "data_categories": []},
+	"delegation": {"max_depth": null, "require_capability_attenuation": false, "audit_chain": false, "human_in_the_loop": {"required": false}},
+	"trust": {"agent_must_log": false, "require_trace_context": false},
+	"freshness": null,
+}}}}
+
+_cells := {"depth": 0, "count": 2, "slots": {"read": {"sensitivity": {"internal": "autonomous"}}, "send": {"sensitivity": {"internal": "confirm"}}}}
+
+_matrix := {"task_types": ["read", "send", "refund"], "parameters": {
+	"money": {"high_value_minor": {}},
+	"approver_roles": {"default": "lead", "by_task_type": {"refund": "finance_reviewer"}},
+	"sender_roles": ["support_agent"],
+}}
+
+_data := {"units": _units, "cells": _cells, "matrix": _matrix}
+
+_read := {
+	"tenant_id": "t", "action_type": "read", "requested_action": "crm.read",
+	"target": {"type": "customer_record", "tenant_id": "t"},
+	"knowledge": {"project": "p", "unit": "u", "fields_read": ["email"]},
+	"runtime": {"risk_level": "low", "evidence_status": "present", "budget_state": "within_budget"},
+}
+
+test_clean_read_is_allowed_pending_audit_logging if {
+	kd := _data
+	action := _read
+	d := gate.decision with input.action as action with data.kcp_data as kd
+	d.decision == "ALLOW"
+	d.outcome == "allow"
+	d.reason_codes == ["policy_passed"]
+	d.required_controls == ["standard_audit_logging"]
+	d.authorization_status == "PENDING_CONTROLS"
+	d.obligations == ["audit"]
+}
+
+test_satisfied_audit_logging_approves if {
+	kd := _data
+	action := _read
+	d := gate.decision with input.action as action with input.context.satisfied_controls as ["standard_audit_logging", "user_confirmation"]
+		with data.kcp_data as kd
+	d.authorization_status == "APPROVED"
+	d.execution_allowed == true
+	d.satisfied_controls == ["standard_audit_logging"]
+}
+
+test_deny_is_terminal_and_lists_every_reason if {
+	kd := _data
+	action := json.patch(_read, [
+		{"op": "replace", "path": "/target/tenant_id", "value": "other"},
+		{"op": "replace", "path": "/action_type", "value": "refund"},
+		{"op": "replace", "path": "/runtime/risk_level", "value": "high"},
+	])
+	d := gate.decision with input.action as action with input.context.satisfied_controls as ["standard_audit_logging", "independent_human_approval"]
+		with data.kcp_data as kd
+	d.decision == "DENY"
+	d.authorization_status == "DENIED"
+	d.execution_allowed == false
+	"tenant_boundary" in d.reason_codes
+	"refund_requires_review" in d.reason_codes
+	d.approver_roles == ["finance_reviewer"]
+}
+
+test_controls_accumulate if {
+	kd := _data
+	action := json.patch(_read, [{"op": "replace", "path": "/action_type", "value": "send"}, {"op": "add", "path": "/authorization_context", "value": {"actor_role": "support_agent"}}])
+	d := gate.decision with input.action as action with data.kcp_data as kd
+	d.decision == "USER_CONFIRMATION"
+	d.required_controls == ["standard_audit_logging", "user_confirmation"]
+}
+
+test_undefined_policy_fails_closed if {
+	# No compiled data at all: the unit cannot be found, so the decision must deny.
+	action := _read
+	d := gate.decision with input.action as action
+	d.decision == "DENY"
+	d.execution_allowed == false
+}

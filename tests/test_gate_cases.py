@@ -1,0 +1,154 @@
+"""The gate decision on the compiled reference bundles, on regopy and on OPA: same answer.
+
+A first slice of the decision-case corpus (issue 3): the contract's worked examples.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+from conftest import DEPLOYMENTS, POLICIES, SHARED, opa_query, regopy_query
+
+from kcp_opa.bundle import LoadedBundle, read_bundle
+from kcp_opa.compiler import compile_bundle
+
+TODAY = (dt.date(2026, 11, 29) - dt.date(1970, 1, 1)).days
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedBundle]:
+    out = tmp_path_factory.mktemp("bundles")
+    loaded = {}
+    for name in ("customer-onboarding", "support-desk", "finance"):
+        base = DEPLOYMENTS / name
+        path = out / f"{name}.tar.gz"
+        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, path)
+        loaded[name] = read_bundle(path)
+    return loaded
+
+
+def _decide(bundle: LoadedBundle, action: dict[str, Any]) -> dict[str, Any]:
+    doc = {"action": action, "context": {"decision_epoch_day": TODAY}}
+    on_regopy = regopy_query(bundle, "data.kcp.gate.decision", doc)
+    on_opa = opa_query(bundle, "data.kcp.gate.decision", doc)
+    assert on_regopy == on_opa, f"engines diverge:\nregopy {on_regopy}\nopa    {on_opa}"
+    decision: dict[str, Any] = on_opa
+    return decision
+
+
+def _support_read(**changes: Any) -> dict[str, Any]:
+    action = {
+        "schema_version": "2.0",
+        "tenant_id": "tenant_a",
+        "subject_id": "user_1",
+        "agent_id": "support-agent/v1",
+        "action_type": "read",
+        "requested_action": "crm.get_customer",
+        "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
+        "authorization_context": {
+            "requested_by": "user_1",
+            "agent_scope": ["crm.get_customer"],
+            "actor_role": "support_agent",
+        },
+        "knowledge": {"project": "support-desk", "unit": "customer-records", "fields_read": ["name", "email"]},
+        "runtime": {
+            "deployment_region": "EU",
+            "model": {"id": "m", "hosting": "self_hosted"},
+            "risk_level": "low",
+            "evidence_status": "present",
+            "budget_state": "within_budget",
+        },
+        "trace": {"traceparent": TRACE},
+    }
+    action.update(copy.deepcopy(changes))
+    return action
+
+
+def test_kya_supplier_payment_worked_example(bundles: dict[str, LoadedBundle]) -> None:
+    action = json.loads((SHARED / "fixtures" / "kya-supplier-payment-action.json").read_text())
+    d = _decide(bundles["finance"], action)
+    assert d["decision"] == "HUMAN_APPROVAL"
+    assert d["risk_level"] == "HIGH"
+    assert d["required_controls"] == sorted(
+        [
+            "standard_audit_logging",
+            "user_confirmation",
+            "identity_verification",
+            "authority_verification",
+            "beneficiary_verification",
+            "independent_human_approval",
+        ]
+    )
+    assert d["execution_allowed"] is False
+
+
+def test_gdpr_minimisation_denies_phone(bundles: dict[str, LoadedBundle]) -> None:
+    action = _support_read(
+        knowledge={
+            "project": "customer-onboarding",
+            "unit": "gdpr_data_minimisation",
+            "fields_read": ["email", "name", "phone"],
+        },
+        runtime={
+            "deployment_region": "EEA",
+            "model": {"id": "m", "hosting": "self_hosted"},
+            "risk_level": "low",
+            "evidence_status": "present",
+            "budget_state": "within_budget",
+        },
+    )
+    d = _decide(bundles["customer-onboarding"], action)
+    assert d["decision"] == "DENY"
+    assert d["violations"] == [
+        {"evaluator_id": "field_access_check", "code": "field_access_violation", "fields": ["phone"]}
+    ]
+    assert "redact_content" in d["obligations"] and "audit" in d["obligations"]
+
+
+def test_clean_support_read_is_allowed(bundles: dict[str, LoadedBundle]) -> None:
+    d = _decide(bundles["support-desk"], _support_read())
+    assert d["decision"] == "ALLOW"
+    assert d["reason_codes"] == ["policy_passed"]
+    assert d["missing_controls"] == ["standard_audit_logging"]
+
+
+def test_cross_tenant_read_is_denied(bundles: dict[str, LoadedBundle]) -> None:
+    action = _support_read(target={"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_b"})
+    d = _decide(bundles["support-desk"], action)
+    assert d["decision"] == "DENY"
+    assert d["reason_codes"] == ["tenant_boundary"]
+    assert d["reasons"][0]["unit"] == "support-desk/customer-records"
+    assert d["execution_allowed"] is False
+
+
+def test_tenant_breach_and_high_risk_refund_lists_both(bundles: dict[str, LoadedBundle]) -> None:
+    action = _support_read(
+        action_type="refund",
+        requested_action="billing.refund",
+        amount={"value_minor": 2500, "currency": "EUR"},
+        target={"type": "refund", "reference": "ord_1", "tenant_id": "tenant_b"},
+        knowledge={"project": "support-desk", "unit": "refunds", "fields_read": ["order_id", "amount"]},
+        runtime={
+            "deployment_region": "EU",
+            "model": {"id": "m", "hosting": "self_hosted"},
+            "risk_level": "high",
+            "evidence_status": "present",
+            "budget_state": "within_budget",
+        },
+    )
+    d = _decide(bundles["support-desk"], action)
+    assert d["decision"] == "DENY"
+    assert {"tenant_boundary", "refund_requires_review"} <= set(d["reason_codes"])
+    assert "finance_reviewer" in d["approver_roles"]
+
+
+def test_unknown_unit_fails_closed(bundles: dict[str, LoadedBundle]) -> None:
+    action = _support_read(knowledge={"project": "support-desk", "unit": "no-such-unit", "fields_read": []})
+    d = _decide(bundles["support-desk"], action)
+    assert d["decision"] == "DENY"
+    assert "unknown_unit" in d["reason_codes"]
