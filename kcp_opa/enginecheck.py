@@ -52,6 +52,11 @@ def _probe(bundle_path: str) -> int:
         if not built.ok():
             print(f"build failed: {built.node()}")
             return 1
+        for entrypoint in entrypoints:
+            output = interp.query_bundle_entrypoint(built, entrypoint)
+            if not output.ok():
+                print(f"entrypoint {entrypoint} does not evaluate: {str(output).splitlines()[0][:300]}")
+                return 1
         return 0
     packages = bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("packages", [])
     for package in packages:

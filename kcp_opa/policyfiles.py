@@ -16,7 +16,7 @@ from kcp_opa.errors import CompileError
 
 POLICY_ROOT = "kcp"
 _PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)\s*$", re.MULTILINE)
-_RULE_HEAD = re.compile(r"^([A-Za-z_]\w*)\b")
+_RULE_HEAD = re.compile(r"^(?:default\s+)?([A-Za-z_]\w*)\b")
 
 
 @dataclass(frozen=True)
