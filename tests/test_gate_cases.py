@@ -11,11 +11,12 @@ import json
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, SHARED, opa_query, regopy_query
+from conftest import DEPLOYMENTS, POLICIES, REPO, SHARED, opa_query, regopy_query
 
 from kcp_opa.bundle import LoadedBundle, read_bundle
 from kcp_opa.compiler import compile_bundle
 
+KYA_ACTION = REPO / "fixtures" / "kya-supplier-payment-action.json"
 TODAY = (dt.date(2026, 11, 29) - dt.date(1970, 1, 1)).days
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -70,7 +71,7 @@ def _support_read(**changes: Any) -> dict[str, Any]:
 
 
 def test_kya_supplier_payment_worked_example(bundles: dict[str, LoadedBundle]) -> None:
-    action = json.loads((SHARED / "fixtures" / "kya-supplier-payment-action.json").read_text())
+    action = json.loads(KYA_ACTION.read_text())
     d = _decide(bundles["finance"], action)
     assert d["decision"] == "HUMAN_APPROVAL"
     assert d["risk_level"] == "HIGH"
@@ -152,3 +153,17 @@ def test_unknown_unit_fails_closed(bundles: dict[str, LoadedBundle]) -> None:
     d = _decide(bundles["support-desk"], action)
     assert d["decision"] == "DENY"
     assert "unknown_unit" in d["reason_codes"]
+
+
+def test_kya_fixture_is_the_reference_one_with_its_known_hash() -> None:
+    """The vendored copy is byte-identical to shared/ (when present) and hashes to the
+    contract's KYA-CJ-1 known answer."""
+    import hashlib
+
+    shared_copy = SHARED / "fixtures" / "kya-supplier-payment-action.json"
+    if shared_copy.exists():
+        assert shared_copy.read_bytes() == KYA_ACTION.read_bytes()
+    action = json.loads(KYA_ACTION.read_text())
+    canonical = json.dumps(action, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    digest = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    assert digest == "sha256:29a918d0341fc6c5fa77914b24525c23becdeef3de7db8e6171f2ebeecc8bf2b"
