@@ -1,6 +1,6 @@
 # kcp-opa: engines=opa
 # regopy does not finish planning the whole gate under `with data.kcp_data as ...` (killed
-# after 60 s; docs/engine-findings.md #11). The gate runs on both engines against compiled
+# after 60 s; docs/engine-findings.md, item 12). The gate runs on both engines against compiled
 # bundles in tests/test_gate_cases.py; these tests pin its logic on OPA.
 package kcp.gate_test
 
