@@ -42,6 +42,18 @@ def _decide(bundle: LoadedBundle, action: dict[str, Any]) -> dict[str, Any]:
     return decision
 
 
+def _runtime(**changes: Any) -> dict[str, Any]:
+    """A clean runtime block (EU, self-hosted model, low risk, evidence present, within budget)."""
+    runtime: dict[str, Any] = {
+        "deployment_region": "EU",
+        "model": {"id": "m", "hosting": "self_hosted"},
+        "risk_level": "low",
+        "evidence_status": "present",
+        "budget_state": "within_budget",
+    }
+    return {**runtime, **changes}
+
+
 def _support_read(**changes: Any) -> dict[str, Any]:
     action = {
         "schema_version": "2.0",
@@ -57,13 +69,7 @@ def _support_read(**changes: Any) -> dict[str, Any]:
             "actor_role": "support_agent",
         },
         "knowledge": {"project": "support-desk", "unit": "customer-records", "fields_read": ["name", "email"]},
-        "runtime": {
-            "deployment_region": "EU",
-            "model": {"id": "m", "hosting": "self_hosted"},
-            "risk_level": "low",
-            "evidence_status": "present",
-            "budget_state": "within_budget",
-        },
+        "runtime": _runtime(),
         "trace": {"traceparent": TRACE},
     }
     action.update(copy.deepcopy(changes))
@@ -95,13 +101,7 @@ def test_gdpr_minimisation_denies_phone(bundles: dict[str, LoadedBundle]) -> Non
             "unit": "gdpr_data_minimisation",
             "fields_read": ["email", "name", "phone"],
         },
-        runtime={
-            "deployment_region": "EEA",
-            "model": {"id": "m", "hosting": "self_hosted"},
-            "risk_level": "low",
-            "evidence_status": "present",
-            "budget_state": "within_budget",
-        },
+        runtime=_runtime(deployment_region="EEA"),
     )
     d = _decide(bundles["customer-onboarding"], action)
     assert d["decision"] == "DENY"
@@ -134,13 +134,7 @@ def test_tenant_breach_and_high_risk_refund_lists_both(bundles: dict[str, Loaded
         amount={"value_minor": 2500, "currency": "EUR"},
         target={"type": "refund", "reference": "ord_1", "tenant_id": "tenant_b"},
         knowledge={"project": "support-desk", "unit": "refunds", "fields_read": ["order_id", "amount"]},
-        runtime={
-            "deployment_region": "EU",
-            "model": {"id": "m", "hosting": "self_hosted"},
-            "risk_level": "high",
-            "evidence_status": "present",
-            "budget_state": "within_budget",
-        },
+        runtime=_runtime(risk_level="high"),
     )
     d = _decide(bundles["support-desk"], action)
     assert d["decision"] == "DENY"
