@@ -15,8 +15,8 @@ from typing import Any
 from kcp_opa import schemas
 from kcp_opa import vocabulary as vocab
 from kcp_opa.diagnostics import Findings, PathPart, Report, did_you_mean
-from kcp_opa.validation import DocumentKind, load_file, validate_file, validate_yaml
-from kcp_opa.yamlsource import DEFAULT_MAX_BYTES, YamlSource
+from kcp_opa.validation import DocumentKind, load_file, validate_file
+from kcp_opa.yamlsource import DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,6 @@ def _counts(data: Mapping[str, Any]) -> dict[str, int]:
 def validate_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ManifestReport:
     """Validate one manifest file (see :func:`kcp_opa.validation.validate_file`)."""
     return validate_file(MANIFEST_KIND, path, max_bytes)
-
-
-def validate_source(source: YamlSource) -> ManifestReport:
-    return validate_yaml(MANIFEST_KIND, source)
 
 
 def load_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:

@@ -12,8 +12,8 @@ from typing import Any
 from kcp_opa import schemas
 from kcp_opa import vocabulary as vocab
 from kcp_opa.diagnostics import Findings, Report, did_you_mean
-from kcp_opa.validation import DocumentKind, load_file, validate_file, validate_yaml
-from kcp_opa.yamlsource import DEFAULT_MAX_BYTES, YamlSource
+from kcp_opa.validation import DocumentKind, load_file, validate_file
+from kcp_opa.yamlsource import DEFAULT_MAX_BYTES
 
 DIMENSIONS = ("data_categories", "sensitivity")
 REQUIRED_SIGNATORIES = ("cto", "compliance_officer")
@@ -83,10 +83,6 @@ def _counts(data: Mapping[str, Any]) -> dict[str, int]:
 
 def validate_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> MatrixReport:
     return validate_file(MATRIX_KIND, path, max_bytes)
-
-
-def validate_matrix_source(source: YamlSource) -> MatrixReport:
-    return validate_yaml(MATRIX_KIND, source)
 
 
 def load_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> DelegationMatrix:
