@@ -29,27 +29,31 @@ bundle: $(STAMP) ## validate and compile the reference deployments into bundles/
 	    --policies policies --output bundles/$$name.tar.gz --format text || exit $$?; \
 	done
 
-demo: $(STAMP) ## the main job on the reference deployments: validate, explain, compile
+demo: $(STAMP) ## the main job on the reference deployments: validate, compile, decide
 	$(BIN)/kcp-opa validate --format text $(DEPLOY)/*/*.yaml
 	$(BIN)/kcp-opa explain --format text $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
 	@$(MAKE) --no-print-directory bundle
 	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz
+	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
+	  --now 2026-11-29T10:00:00Z
+	$(BIN)/python examples/decide_demo.py
 
 test: $(STAMP) ## lint, type-check and run the test suite (what CI runs)
-	$(BIN)/ruff check kcp_opa tests bench
-	$(BIN)/ruff format --check kcp_opa tests bench
+	$(BIN)/ruff check kcp_opa tests bench examples
+	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: $(STAMP) ## ruff only
-	$(BIN)/ruff check kcp_opa tests bench
-	$(BIN)/ruff format --check kcp_opa tests bench
+	$(BIN)/ruff check kcp_opa tests bench examples
+	$(BIN)/ruff format --check kcp_opa tests bench examples
 
 typecheck: $(STAMP) ## mypy --strict only
 	$(BIN)/mypy
 
-bench: $(STAMP) ## validate/compile benchmark on generated manifests (not part of test)
+bench: $(STAMP) ## compile and decide benchmarks, regopy vs the OPA reference (not part of test)
 	$(BIN)/python bench/bench_compile.py
+	$(BIN)/python bench/bench_decide.py
 
 clean: ## remove the venv, build output and caches
 	rm -rf $(VENV) bundles/*.tar.gz .pytest_cache .mypy_cache .ruff_cache

@@ -17,7 +17,7 @@ import os
 import posixpath
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,8 +83,11 @@ def tarball_bytes(files: Sequence[BundleFile]) -> bytes:
     return packed.getvalue()
 
 
-def write_atomically(path: Path, content: bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync, then rename: all or nothing."""
+def write_atomically(path: Path, content: bytes, verify: Callable[[Path], None] | None = None) -> None:
+    """Write to a temporary file beside ``path``, fsync, ``verify`` it, then rename: all or nothing.
+
+    A bundle that fails ``verify`` never replaces the one already at ``path``.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -95,6 +98,8 @@ def write_atomically(path: Path, content: bytes) -> None:
             handle.write(content)
             handle.flush()
             os.fsync(handle.fileno())
+        if verify is not None:
+            verify(Path(tmp))
         Path(tmp).replace(path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)

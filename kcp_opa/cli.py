@@ -1,11 +1,13 @@
 """The ``kcp-opa`` command: a thin layer of argument parsing and output over the library.
 
-Exit codes: 0 success; 1 a manifest or matrix is invalid; 2 usage or I/O error (unreadable
-file, bad bundle, compile conflict); 3 an internal error (a bug: please report it).
+Exit codes: 0 success; 1 a manifest, matrix or action is invalid; 2 usage or I/O error
+(unreadable file, bad bundle, compile conflict); 3 an internal error (a bug: please report it);
+4 (``decide --enforce`` only) the decision does not allow execution.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -16,20 +18,29 @@ import click
 from rich.console import Console
 
 from kcp_opa import render
+from kcp_opa.action import parse_action
 from kcp_opa.bundle import read_bundle
 from kcp_opa.compiler import compile_bundle, default_output
 from kcp_opa.diagnostics import Report
 from kcp_opa.effective import effective_unit
-from kcp_opa.enginecheck import check_bundle_in_child
-from kcp_opa.errors import KcpOpaError, SourceError, ValidationFailedError
+from kcp_opa.errors import (
+    ActionRejectedError,
+    KcpOpaError,
+    SourceError,
+    SourceUnreadableError,
+    ValidationFailedError,
+)
+from kcp_opa.gate import Gate
 from kcp_opa.logsetup import configure
 from kcp_opa.manifest import load_manifest, validate_manifest
 from kcp_opa.matrix import validate_matrix
+from kcp_opa.query import evaluate_query
 from kcp_opa.yamlsource import DEFAULT_MAX_BYTES
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_NOT_ALLOWED = 4
 MATRIX_KIND = "kcp-opa/delegation-matrix"
 
 FORMAT = click.option(
@@ -69,6 +80,8 @@ def cli(verbose: int) -> None:
       kcp-opa explain knowledge.yaml my_unit           # see what applies to one unit, and why
       kcp-opa compile knowledge.yaml --matrix matrix.yaml --policies policies/
       kcp-opa inspect bundles/knowledge.tar.gz         # what a bundle contains
+      kcp-opa decide -b bundles/finance.tar.gz -i action.json    # one gate decision
+      kcp-opa eval -b BUNDLE -i input.json 'data.kcp.gate.decision'   # replay, like opa eval
     """
     configure(verbose)
 
@@ -188,7 +201,8 @@ def compile_command(
     """Compile MANIFESTS and a delegation matrix with the Rego policies into an OPA bundle.
 
     The bundle is byte-for-byte deterministic: the same inputs give the same sha256. It is
-    written atomically (a failed compile leaves no file) and loads with `opa eval -b`.
+    written atomically (a failed compile, engine check included, leaves any earlier bundle at
+    the output path untouched) and loads with `opa eval -b`.
     """
     target = output or default_output(manifests)
     result = compile_bundle(
@@ -199,13 +213,8 @@ def compile_command(
         revision=revision,
         policy_version_override=policy_version,
         max_bytes=max_bytes,
+        engine_check=engine_check,
     )
-    if engine_check:
-        try:
-            check_bundle_in_child(target)
-        except KcpOpaError:
-            target.unlink(missing_ok=True)
-            raise
     if _as_json(fmt):
         render.print_json(result.to_dict())
     else:
@@ -222,6 +231,102 @@ def inspect(bundle: Path, fmt: str | None) -> None:
         render.print_json({"file": str(bundle), "sha256": loaded.sha256, "manifest": loaded.manifest})
     else:
         render.bundle_summary(Console(), loaded.manifest, loaded.sha256, str(bundle))
+
+
+def _read_text(path: str, what: str) -> str:
+    """Read a file, or stdin for '-'; size is checked by the caller's parser."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ActionRejectedError("", f"{what} {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise SourceUnreadableError(path, f"cannot read {what}: {exc.strerror or exc}") from None
+
+
+@cli.command()
+@click.option(
+    "-b",
+    "--bundle",
+    "bundle",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Bundle written by `kcp-opa compile`.",
+)
+@click.option(
+    "-i",
+    "--input",
+    "input_path",
+    required=True,
+    metavar="ACTION.json",
+    help="The action intent (JSON); '-' reads stdin.",
+)
+@click.option("--now", metavar="RFC3339", help="Decision time [default: the current time, UTC].")
+@click.option(
+    "--with-input",
+    is_flag=True,
+    help="Print {input, decision}: the exact input evaluated, ready for `eval`/`opa eval`.",
+)
+@click.option("--enforce", is_flag=True, help="Exit 4 when the decision does not allow execution.")
+def decide(bundle: Path, input_path: str, now: str | None, with_input: bool, enforce: bool) -> None:
+    """Decide one action with the bundle's policy and print the decision JSON.
+
+    \b
+    Exit codes:
+      0  a decision was made (read `decision` and `execution_allowed`)
+      1  the action was refused before evaluation (float, secret key, bad shape...)
+      2  usage error, unreadable file or unusable bundle
+      3  internal error
+      4  with --enforce: the decision does not allow execution
+    An engine failure is not an exit code: it is a DENY with reason `engine_error`.
+    """
+    action = parse_action(_read_text(input_path, "action"))
+    gate = Gate.from_bundle(bundle)
+    prepared = gate.prepare(action, now=now)
+    decision, _ = gate.evaluate(prepared)
+    document = decision.to_dict()
+    render.print_json({"input": prepared.document, "decision": document} if with_input else document)
+    if enforce and not decision.execution_allowed:
+        sys.exit(EXIT_NOT_ALLOWED)
+
+
+@cli.command(name="eval")
+@click.option(
+    "-b",
+    "--bundle",
+    "bundle",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Bundle (e.g. the revision an archived decision names).",
+)
+@click.option("-i", "--input", "input_path", metavar="INPUT.json", help="The input document; '-' reads stdin.")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "values"]),
+    default="json",
+    show_default=True,
+    help="json: opa eval's result document; values: the expression values only.",
+)
+@click.argument("query")
+def eval_command(bundle: Path, input_path: str | None, fmt: str, query: str) -> None:
+    """Evaluate QUERY over a bundle with regopy, answering as `opa eval -b BUNDLE -i INPUT QUERY` does.
+
+    For auditors without OPA: replay an archived input against the bundle revision it names,
+    e.g. `kcp-opa eval -b bundle.tar.gz -i input.json data.kcp.gate.decision`.
+    An undefined query prints {} (as opa eval does); an evaluation error exits 2.
+    """
+    loaded = read_bundle(bundle)
+    input_doc = None
+    if input_path is not None:
+        text = _read_text(input_path, "input")
+        try:
+            input_doc = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ActionRejectedError("", f"input {input_path} is not valid JSON: {exc}") from None
+    render.print_json(evaluate_query(loaded, query, input_doc, values_only=fmt == "values"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -248,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(EXIT_INVALID)
     except SourceError as exc:
         _fail(str(exc), EXIT_INVALID if type(exc) is SourceError else EXIT_USAGE)
+    except ActionRejectedError as exc:
+        _fail(f"action refused, nothing evaluated: {exc}", EXIT_INVALID)
     except KcpOpaError as exc:
         _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:

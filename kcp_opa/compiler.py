@@ -66,6 +66,12 @@ def default_output(manifest_paths: Sequence[Path], bundles_dir: Path = Path("bun
     return bundles_dir / f"{safe}.tar.gz"
 
 
+def _engine_check(candidate: Path) -> None:
+    from kcp_opa.enginecheck import check_bundle_in_child
+
+    check_bundle_in_child(candidate)
+
+
 def compile_bundle(
     manifest_paths: Sequence[Path],
     matrix_path: Path,
@@ -75,6 +81,7 @@ def compile_bundle(
     revision: str | None = None,
     policy_version_override: str | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    engine_check: bool = False,
 ) -> CompileResult:
     """Validate everything, build the data document and write the bundle atomically."""
     if not manifest_paths:
@@ -96,7 +103,7 @@ def compile_bundle(
         "metadata": {"kcp_opa": metadata},
     }
     packed = tarball_bytes([BundleFile(".manifest", canonical_json(manifest)), *files])
-    write_atomically(output, packed)
+    write_atomically(output, packed, verify=_engine_check if engine_check else None)
     result = CompileResult(
         output=output,
         revision=rev,

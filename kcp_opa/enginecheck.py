@@ -17,9 +17,14 @@ from kcp_opa.errors import CompileError
 PROBE_TIMEOUT_S = 600
 
 
-def check_bundle_in_child(bundle: Path) -> None:
+def check_bundle_in_child(bundle: Path, *, evaluate: bool = True) -> None:
+    """Plan the bundle's entrypoints in a child; with ``evaluate``, also evaluate each once.
+
+    ``evaluate=False`` is the gate's preflight: only a plan that crashes or fails refuses the
+    bundle; errors while evaluating are the gate's to turn into fail-closed decisions.
+    """
     proc = subprocess.run(
-        [sys.executable, "-m", "kcp_opa.enginecheck", str(bundle)],
+        [sys.executable, "-m", "kcp_opa.enginecheck", str(bundle), *([] if evaluate else ["--plan-only"])],
         capture_output=True,
         text=True,
         timeout=PROBE_TIMEOUT_S,
@@ -37,7 +42,7 @@ def check_bundle_in_child(bundle: Path) -> None:
         )
 
 
-def _probe(bundle_path: str) -> int:
+def _probe(bundle_path: str, plan_only: bool = False) -> int:
     from regopy import Interpreter
 
     bundle = read_bundle(bundle_path)
@@ -52,8 +57,14 @@ def _probe(bundle_path: str) -> int:
         if not built.ok():
             print(f"build failed: {built.node()}")
             return 1
+        if plan_only:
+            return 0
         for entrypoint in entrypoints:
-            output = interp.query_bundle_entrypoint(built, entrypoint)
+            try:
+                output = interp.query_bundle_entrypoint(built, entrypoint)
+            except ValueError as exc:  # hazard 3: error text that is not JSON
+                print(f"entrypoint {entrypoint} does not evaluate: {exc}")
+                return 1
             if not output.ok():
                 print(f"entrypoint {entrypoint} does not evaluate: {str(output).splitlines()[0][:300]}")
                 return 1
@@ -68,4 +79,4 @@ def _probe(bundle_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_probe(sys.argv[1]))
+    sys.exit(_probe(sys.argv[1], plan_only="--plan-only" in sys.argv[2:]))

@@ -47,3 +47,24 @@ class CompileError(KcpOpaError):
 
 class BundleError(KcpOpaError):
     """A bundle on disk is missing, malformed or inconsistent with its own .manifest."""
+
+
+class ActionRejectedError(KcpOpaError):
+    """An action intent is not a valid, safe-to-evaluate action; nothing was evaluated.
+
+    ``path`` is where in the action the problem sits (JSON-pointer style, "" for the root).
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        where = f"action{path}" if path else "action"
+        super().__init__(f"{where}: {reason}")
+
+
+class EngineLoadError(BundleError):
+    """regopy cannot load, plan or safely host a bundle's policies."""
+
+
+class QueryError(KcpOpaError):
+    """An ad-hoc query (``kcp-opa eval``) could not be evaluated."""

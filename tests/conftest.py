@@ -29,6 +29,7 @@ def run_cli(*args: str, cwd: Path | None = None, input_bytes: bytes | None = Non
         capture_output=True,
         text=True,
         env=env,
+        input=input_bytes.decode("utf-8") if input_bytes is not None else None,
         timeout=300,
         check=False,
     )

@@ -55,7 +55,7 @@ findings contains _runtime_finding(
 	"required_evidence_not_current", "runtime.evidence_status", "ESCALATE", [],
 	text1, {"evidence_status": _evidence_status},
 ) if {
-	text1 := sprintf("required evidence is %v", [_evidence_status])
+	text1 := concat(" ", ["required evidence is", _evidence_status])
 	_evidence_status in {"missing", "stale", "not stated"}
 }
 
@@ -93,7 +93,8 @@ findings contains _runtime_finding(
 	"role_cannot_send", "runtime.send", "DENY", [],
 	text1, {"role": _role, "sender_roles": _parameters.sender_roles},
 ) if {
-	text1 := sprintf("role %v may not send", [_role])
+	# concat, not sprintf: _role may be a computed string (docs/engine-findings.md item 13).
+	text1 := concat(" ", ["role", _role, "may not send"])
 	_action.action_type == "send"
 	not _role in _parameters.sender_roles
 }

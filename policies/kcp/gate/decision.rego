@@ -10,6 +10,7 @@ package kcp.gate
 
 import rego.v1
 
+import data.kcp.evaluators.action
 import data.kcp.evaluators.delegation
 import data.kcp.evaluators.field_access
 import data.kcp.evaluators.financial
@@ -25,7 +26,7 @@ import data.kcp.lib.routing
 
 # METADATA
 # title: Every finding of every evaluator
-findings := ((((((((unit.findings | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
+findings := (((((((((action.findings | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
 
 # METADATA
 # title: Routing state
@@ -39,7 +40,13 @@ required_controls := sort({c | some f in findings; some c in f.controls} | {"sta
 # METADATA
 # title: Satisfied controls
 # description: Controls the caller proves satisfied (input.context), limited to the required ones.
-satisfied_controls := sort({c | some c in object.get(input, ["context", "satisfied_controls"], []); c in required_controls})
+satisfied_controls := sort({c | some c in _claimed_controls; c in required_controls})
+
+_claimed_controls := input.context.satisfied_controls if is_array(input.context.satisfied_controls)
+
+_claimed_controls := [] if not _controls_given
+
+_controls_given if is_array(input.context.satisfied_controls)
 
 # METADATA
 # title: Missing controls
@@ -84,6 +91,11 @@ _ordered := sort({concat("\u0000", [f.code, f.message]) | some f in findings})
 reasons := [_reason(f) | some key in _ordered; some f in findings; concat("\u0000", [f.code, f.message]) == key] if count(findings) > 0
 
 reasons := [_passed] if count(findings) == 0
+
+# METADATA
+# title: Reason codes
+# description: The distinct codes of the reasons, sorted (two matrix cells may give the same code).
+reason_codes := sort({r.code | some r in reasons})
 
 # METADATA
 # title: Violations
@@ -158,7 +170,7 @@ decision := {
 	"satisfied_controls": satisfied_controls,
 	"missing_controls": missing_controls,
 	"reasons": reasons,
-	"reason_codes": [r.code | some r in reasons],
+	"reason_codes": reason_codes,
 	"violations": violations,
 	"obligations": obligations,
 	"approver_roles": approver_roles,

@@ -27,7 +27,7 @@ _matrix := {"task_types": ["read", "send", "refund"], "parameters": {
 _data := {"units": _units, "cells": _cells, "matrix": _matrix}
 
 _read := {
-	"tenant_id": "t", "action_type": "read", "requested_action": "crm.read",
+	"tenant_id": "t", "subject_id": "s", "agent_id": "a", "action_type": "read", "requested_action": "crm.read",
 	"target": {"type": "customer_record", "tenant_id": "t"},
 	"knowledge": {"project": "p", "unit": "u", "fields_read": ["email"]},
 	"runtime": {"risk_level": "low", "evidence_status": "present", "budget_state": "within_budget"},

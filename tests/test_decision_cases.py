@@ -1,0 +1,70 @@
+"""The decision-case corpus (fixtures/cases/*.yaml) on regopy and on the OPA reference engine.
+
+Every case is decided through ``Gate`` (regopy) with its audit ledger on; the exact input is
+then evaluated by OPA over the same bundle, and the two policy results must be identical.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DEPLOYMENTS, POLICIES, REPO
+
+from kcp_opa.cases import SYSTEM_CONTROLS, DecisionCase, case_files, check_case, decision_trace, load_cases
+from kcp_opa.compiler import compile_bundle
+from kcp_opa.gate import Gate, build_input
+
+CASES = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
+
+
+class _Deployments:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.gates: dict[str, Gate] = {}
+        self.opa: dict[str, Any] = {}
+
+    def gate(self, name: str) -> Gate:
+        if name not in self.gates:
+            base = DEPLOYMENTS / name
+            path = self.root / f"{name}.tar.gz"
+            compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, path)
+            self.gates[name] = Gate.from_bundle(path)
+        return self.gates[name]
+
+    def opa_engine(self, name: str) -> Any:
+        from opa_bindings import OpaEngine
+
+        if name not in self.opa:
+            bundle = self.gate(name).bundle
+            engine = OpaEngine()
+            for module, source in sorted(bundle.modules.items()):
+                engine.add_policy(module, source)
+            engine.add_data(bundle.data)
+            self.opa[name] = engine
+        return self.opa[name]
+
+
+@pytest.fixture(scope="module")
+def deployments(tmp_path_factory: pytest.TempPathFactory) -> _Deployments:
+    return _Deployments(tmp_path_factory.mktemp("case-bundles"))
+
+
+def test_corpus_is_substantial() -> None:
+    assert len(CASES) >= 30
+    assert {case.deployment for case in CASES} == {"customer-onboarding", "support-desk", "finance"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.case_id for case in CASES])
+def test_case(case: DecisionCase, deployments: _Deployments) -> None:
+    gate = deployments.gate(case.deployment)
+    prepared = build_input(
+        case.action, now=case.now, satisfied_controls=SYSTEM_CONTROLS, bundle_revision=gate.bundle_revision
+    )
+    decision, on_regopy = gate.evaluate(prepared)
+    assert decision.engine_error is None, decision.engine_error
+    on_opa = deployments.opa_engine(case.deployment).eval_document("kcp.gate.decision", dict(prepared.document))
+    assert on_regopy == on_opa, f"regopy and OPA diverge on {case.case_id}:\nregopy {on_regopy}\nopa    {on_opa}"
+    problems = check_case(case, decision, decision_trace(case.action, decision))
+    assert not problems, f"{case.file}:{case.line} {case.case_id}: " + "; ".join(problems)
