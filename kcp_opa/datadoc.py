@@ -4,7 +4,8 @@ Layout (mounted under ``data.kcp_data``; policies live under ``data.kcp``, never
 
 - ``deployment``: projects, vocabularies and the format version.
 - ``units``: an index of every effective unit, keyed ``[project][unit_id]``.
-- ``cells``: an index of the matrix cells keyed ``[task_type][dimension][value]``.
+- ``tasks``: an index of the matrix rows keyed ``[task_type]``; a row is the small object
+  ``{dimension: {value: level}}`` (one per data category and sensitivity the matrix covers).
 - ``matrix``: the matrix's name, version, task types and parameters.
 
 Why an index and not ``units[project][id]``: regopy looks up an object key in time linear in
@@ -73,7 +74,10 @@ def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[
     unit_entries = [
         ((unit.project, unit.unit_id), unit.to_data()) for manifest in manifests for unit in effective_units(manifest)
     ]
-    cell_entries = [((c.task_type, c.dimension, c.value), c.level) for c in matrix.cells()]
+    rows: dict[str, dict[str, dict[str, str]]] = {}
+    for c in matrix.cells():
+        rows.setdefault(c.task_type, {}).setdefault(c.dimension, {})[c.value] = c.level
+    task_entries = [((task_type,), row) for task_type, row in rows.items()]
     projects = {
         m.project: {
             "version": m.version,
@@ -93,7 +97,7 @@ def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[
             },
         },
         f"{DATA_ROOT}/units": build_index(unit_entries),
-        f"{DATA_ROOT}/cells": build_index(cell_entries),
+        f"{DATA_ROOT}/tasks": build_index(task_entries),
         f"{DATA_ROOT}/matrix": {
             "name": matrix.name,
             "version": matrix.version,

@@ -45,13 +45,34 @@ _sensitivity := "undeclared" if {
 	not is_string(facts.unit.sensitivity)
 }
 
-_task_listed if _task in data.kcp_data.matrix.task_types
+_tasks := data.kcp_data.tasks
+
+_task_hash := crypto.sha256(_task)
+
+# The action's matrix row, looked up with rules over input (cheaper than index.task_row in regopy).
+_row := _tasks.slots[_task] if _tasks.depth == 0
+
+_row := _tasks.slots[index.digit(_task_hash, 0)][_task] if _tasks.depth == 1
+
+_row := _tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][_task] if _tasks.depth == 2
+
+_row := entry if {
+	_tasks.depth == 3
+	entry := _tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][_task]
+}
+
+_row := entry if {
+	_tasks.depth == 4
+	entry := _tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][index.digit(_task_hash, 3)][_task]
+}
+
+_task_listed if _row
 
 # METADATA
 # title: Agreed levels for the needed cells
 levels contains {"dimension": cell[0], "value": cell[1], "level": level} if {
 	some cell in needed
-	level := index.cell(_task, cell[0], cell[1])
+	level := _row[cell[0]][cell[1]]
 }
 
 _covered contains [l.dimension, l.value] if some l in levels

@@ -23,7 +23,7 @@ test_strictest_cells_all_reported if {
 	states := {f.code: f.state | some f in matrix.findings} with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "write"
 		with data.kcp_data.units as units
-		with data.kcp_data.cells as cells
+		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 	states == {"matrix_approve": "HUMAN_APPROVAL", "matrix_forbidden": "DENY", "matrix_confirm": "USER_CONFIRMATION"}
 }
@@ -35,7 +35,7 @@ test_autonomous_except_confirm if {
 	{f.code | some f in matrix.findings} == {"matrix_confirm"} with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "read"
 		with data.kcp_data.units as units
-		with data.kcp_data.cells as cells
+		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 }
 
@@ -46,7 +46,7 @@ test_unknown_task_type_denied if {
 	{f.code | some f in matrix.findings} == {"task_type_not_in_matrix"} with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "delete"
 		with data.kcp_data.units as units
-		with data.kcp_data.cells as cells
+		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 }
 
@@ -57,7 +57,7 @@ test_undeclared_sensitivity_is_not_covered if {
 	some f in matrix.findings with input.action.knowledge as {"project": "p", "unit": "bare"}
 		with input.action.action_type as "read"
 		with data.kcp_data.units as units
-		with data.kcp_data.cells as cells
+		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 	f.code == "matrix_not_covered"
 	f.details.value == "undeclared"
@@ -67,6 +67,6 @@ test_action_without_unit_needs_only_a_listed_task if {
 	cells := _cells
 	m := _matrix
 	count(matrix.findings) == 0 with input.action as {"action_type": "read"}
-		with data.kcp_data.cells as cells
+		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 }

@@ -10,7 +10,6 @@ import rego.v1
 
 import data.kcp.evaluators.finding
 import data.kcp.lib.facts
-import data.kcp.lib.index
 
 evaluator := {"id": "unit_known_check", "version": "1.0.0"}
 
@@ -24,5 +23,5 @@ findings contains finding.new(
 ) if {
 	text1 := sprintf("unit %v/%v is not declared by the deployment", [input.action.knowledge.project, input.action.knowledge.unit])
 	facts.knowledge_bound
-	not index.unit_known(input.action.knowledge.project, input.action.knowledge.unit)
+	not facts.unit_known
 }

@@ -24,7 +24,7 @@ _matrix := {"task_types": ["read", "send", "refund"], "parameters": {
 	"sender_roles": ["support_agent"],
 }}
 
-_data := {"units": _units, "cells": _cells, "matrix": _matrix}
+_data := {"units": _units, "tasks": _cells, "matrix": _matrix}
 
 _read := {
 	"tenant_id": "t", "subject_id": "s", "agent_id": "a", "action_type": "read", "requested_action": "crm.read",

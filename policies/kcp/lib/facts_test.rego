@@ -3,6 +3,7 @@ package kcp.lib.facts_test
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.index
 
 _units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"id": "u", "compliance": {"restrictions": ["no-logging"]}}}}}
 
@@ -22,4 +23,15 @@ test_restricted if {
 
 test_not_knowledge_bound_without_unit if {
 	not facts.knowledge_bound with input.action as {"action_type": "payment"}
+}
+
+test_rule_lookup_agrees_with_index_unit_at_depth_one if {
+	# sha256("p/u") starts with 2; the unit sits in slot 2 at depth 1.
+	units := {"depth": 1, "count": 1, "slots": array.concat(
+		array.concat([{} | some _ in numbers.range(0, 1)], [{"p": {"u": {"id": "u"}}}]),
+		[{} | some _ in numbers.range(3, 15)],
+	)}
+	knowledge := {"project": "p", "unit": "u"}
+	facts.unit.id == "u" with input.action.knowledge as knowledge with data.kcp_data.units as units
+	index.unit("p", "u").id == "u" with data.kcp_data.units as units
 }

@@ -1,7 +1,7 @@
 # METADATA
 # title: Compiled-data lookups
 # description: |
-#   Reads the indexes that `kcp-opa compile` writes under data.kcp_data (units, cells).
+#   Reads the indexes that `kcp-opa compile` writes under data.kcp_data (units, tasks).
 #   Entries sit in nested arrays of 16, one level per hex digit of sha256 of the key parts
 #   joined with "/" (kcp_opa/datadoc.py builds the same tree). Array indexing is constant
 #   time in both engines; object keys are not in regopy, and regopy's `%` is wrong on large
@@ -13,6 +13,14 @@ import rego.v1
 _hex_digits := "0123456789abcdef"
 
 _digit(hash, i) := indexof(_hex_digits, substring(hash, i, 1))
+
+# METADATA
+# title: Hex digit
+# description: |
+#   The value (0-15) of hex digit `i` of `hash`: one level of the index. Hot paths
+#   (kcp.lib.facts, kcp.evaluators.matrix) walk the index with rules over input and call
+#   only this; rules cost regopy about half what the lookup functions below do.
+digit(hash, i) := indexof(_hex_digits, substring(hash, i, 1))
 
 _hash(parts) := crypto.sha256(concat("/", parts))
 
@@ -65,35 +73,43 @@ unit(project, unit_id) := entry if {
 unit_known(project, unit_id) if unit(project, unit_id)
 
 # METADATA
+# title: Matrix row
+# description: |
+#   The levels agreed for `task_type`, as {dimension: {value: level}}; undefined when the
+#   matrix does not list the task type. A row is small (one entry per category and
+#   sensitivity), so looking a cell up inside it is cheap in both engines.
+task_row(task_type) := entry if {
+	data.kcp_data.tasks.depth == 0
+	entry := data.kcp_data.tasks.slots[task_type]
+}
+
+task_row(task_type) := entry if {
+	data.kcp_data.tasks.depth == 1
+	hash := _hash([task_type])
+	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][task_type]
+}
+
+task_row(task_type) := entry if {
+	data.kcp_data.tasks.depth == 2
+	hash := _hash([task_type])
+	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][_digit(hash, 1)][task_type]
+}
+
+task_row(task_type) := entry if {
+	data.kcp_data.tasks.depth == 3
+	hash := _hash([task_type])
+	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][task_type]
+}
+
+task_row(task_type) := entry if {
+	data.kcp_data.tasks.depth == 4
+	hash := _hash([task_type])
+	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][_digit(hash, 3)][task_type]
+}
+
+# METADATA
 # title: Matrix cell
 # description: |
 #   The autonomy level agreed for `task_type` on `dimension` ("data_categories" or
 #   "sensitivity") = `value`; undefined when the matrix does not cover it.
-cell(task_type, dimension, value) := entry if {
-	data.kcp_data.cells.depth == 0
-	entry := data.kcp_data.cells.slots[task_type][dimension][value]
-}
-
-cell(task_type, dimension, value) := entry if {
-	data.kcp_data.cells.depth == 1
-	hash := _hash([task_type, dimension, value])
-	entry := data.kcp_data.cells.slots[_digit(hash, 0)][task_type][dimension][value]
-}
-
-cell(task_type, dimension, value) := entry if {
-	data.kcp_data.cells.depth == 2
-	hash := _hash([task_type, dimension, value])
-	entry := data.kcp_data.cells.slots[_digit(hash, 0)][_digit(hash, 1)][task_type][dimension][value]
-}
-
-cell(task_type, dimension, value) := entry if {
-	data.kcp_data.cells.depth == 3
-	hash := _hash([task_type, dimension, value])
-	entry := data.kcp_data.cells.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][task_type][dimension][value]
-}
-
-cell(task_type, dimension, value) := entry if {
-	data.kcp_data.cells.depth == 4
-	hash := _hash([task_type, dimension, value])
-	entry := data.kcp_data.cells.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][_digit(hash, 3)][task_type][dimension][value]
-}
+cell(task_type, dimension, value) := task_row(task_type)[dimension][value]

@@ -52,10 +52,12 @@ test_unit_in_the_wrong_leaf_is_not_found if {
 }
 
 test_cell_lookup if {
-	cells := {"depth": 1, "count": 1, "slots": array.concat(
-		[{} | some _ in numbers.range(0, 14)],
-		[{"read": {"sensitivity": {"public": "autonomous"}}}],
+	# sha256("read") starts with 3: the row sits in slot 3 at depth 1.
+	tasks := {"depth": 1, "count": 1, "slots": array.concat(
+		array.concat([{} | some _ in numbers.range(0, 2)], [{"read": {"sensitivity": {"public": "autonomous"}}}]),
+		[{} | some _ in numbers.range(4, 15)],
 	)}
-	index.cell("read", "sensitivity", "public") == "autonomous" with data.kcp_data.cells as cells
-	not index.cell("read", "sensitivity", "restricted") with data.kcp_data.cells as cells
+	index.cell("read", "sensitivity", "public") == "autonomous" with data.kcp_data.tasks as tasks
+	not index.cell("read", "sensitivity", "restricted") with data.kcp_data.tasks as tasks
+	not index.cell("write", "sensitivity", "public") with data.kcp_data.tasks as tasks
 }
