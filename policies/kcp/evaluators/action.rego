@@ -11,8 +11,6 @@ package kcp.evaluators.action
 
 import rego.v1
 
-import data.kcp.evaluators.finding
-
 evaluator := {"id": "action_complete_check", "version": "1.0.0"}
 
 _required := ["tenant_id", "subject_id", "agent_id", "action_type", "requested_action"]
@@ -33,11 +31,16 @@ _target_given if is_string(input.action.target.type)
 
 # METADATA
 # title: Findings
-findings contains finding.new(
-	evaluator, "action_incomplete", "kcp.action.complete", "DENY", [],
-	text1,
-	{"fields": sort(missing)},
-) if {
+findings contains {
+	"code": "action_incomplete",
+	"rule": "kcp.action.complete",
+	"evaluator_id": "action_complete_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"fields": sort(missing)},
+} if {
 	count(missing) > 0
 	# concat, not sprintf("%v", [concat(..)]): regopy quotes a computed string inside
 	# sprintf output without escaping it (docs/engine-findings.md item 13).

@@ -12,7 +12,6 @@ package kcp.evaluators.delegation
 
 import rego.v1
 
-import data.kcp.evaluators.finding
 import data.kcp.lib.facts
 
 evaluator := {"id": "delegation_check", "version": "1.0.0"}
@@ -44,21 +43,31 @@ widened contains {"hop": i + 1, "agent_id": hop.agent_id, "capability": capabili
 
 # METADATA
 # title: Findings
-findings contains finding.new(
-	evaluator, "delegation_too_deep", "kcp.delegation.max_depth", "DENY", [],
-	text1,
-	{"depth": count(_chain), "max_depth": _max_depth},
-) if {
-	text1 := sprintf("delegation chain of depth %d exceeds max_depth %d", [count(_chain), _max_depth])
+findings contains {
+	"code": "delegation_too_deep",
+	"rule": "kcp.delegation.max_depth",
+	"evaluator_id": "delegation_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"depth": count(_chain), "max_depth": _max_depth},
+} if {
 	is_number(_max_depth)
 	count(_chain) > _max_depth
+	text1 := sprintf("delegation chain of depth %d exceeds max_depth %d", [count(_chain), _max_depth])
 }
 
-findings contains finding.new(
-	evaluator, "capability_widened", "kcp.delegation.require_capability_attenuation", "DENY", [],
-	"a delegation hop widens the capabilities it was given",
-	{"hops": sort([w | some w in widened])},
-) if {
+findings contains {
+	"code": "capability_widened",
+	"rule": "kcp.delegation.require_capability_attenuation",
+	"evaluator_id": "delegation_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "a delegation hop widens the capabilities it was given",
+	"details": {"hops": sort([w | some w in widened])},
+} if {
 	facts.unit.delegation.require_capability_attenuation == true
 	count(widened) > 0
 }

@@ -11,7 +11,6 @@ package kcp.evaluators.field_access
 
 import rego.v1
 
-import data.kcp.evaluators.finding
 import data.kcp.lib.facts
 
 evaluator := {"id": "field_access_check", "version": "1.0.0"}
@@ -24,21 +23,31 @@ outside_declaration := sort([f | some f in {f | some f in input.action.knowledge
 
 # METADATA
 # title: Findings
-findings contains finding.new(
-	evaluator, "field_access_violation", "kcp.compliance.declared_fields", "DENY", [],
-	message,
-	{"fields": outside_declaration, "fields_declared": _declared},
-) if {
+findings contains {
+	"code": "field_access_violation",
+	"rule": "kcp.compliance.declared_fields",
+	"evaluator_id": "field_access_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": message,
+	"details": {"fields": outside_declaration, "fields_declared": _declared},
+} if {
 	_declared != null
 	count(outside_declaration) > 0
 	message := concat("", ["fields read outside declared_fields: ", concat(", ", outside_declaration)])
 }
 
-findings contains finding.new(
-	evaluator, "fields_read_missing", "kcp.compliance.declared_fields", "DENY", [],
-	"the unit declares its fields but the action does not list knowledge.fields_read",
-	{"fields_declared": _declared},
-) if {
+findings contains {
+	"code": "fields_read_missing",
+	"rule": "kcp.compliance.declared_fields",
+	"evaluator_id": "field_access_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "the unit declares its fields but the action does not list knowledge.fields_read",
+	"details": {"fields_declared": _declared},
+} if {
 	_declared != null
 	not _fields_read_listed
 }

@@ -13,8 +13,6 @@ package kcp.evaluators.financial
 
 import rego.v1
 
-import data.kcp.evaluators.finding
-
 evaluator := {"id": "kya_controls", "version": "1.0.0"}
 
 _action := input.action
@@ -26,8 +24,6 @@ _money := data.kcp_data.matrix.parameters.money
 _money_moving := {"payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending"}
 
 _flag(name) if _attributes[name] == true
-
-_kya(code, state, controls, message) := finding.new(evaluator, code, concat("", ["kya.", code]), state, controls, message, {})
 
 # METADATA
 # title: Value transfer
@@ -53,34 +49,84 @@ high_value if {
 
 # METADATA
 # title: Findings
-findings contains _kya("amount_missing", "DENY", [], "a money-moving action must state amount.value_minor") if {
+findings contains {
+	"code": "amount_missing",
+	"rule": "kya.amount_missing",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "a money-moving action must state amount.value_minor",
+	"details": {},
+} if {
 	_action.action_type in _money_moving
 	not _amount_given
 }
 
-findings contains _kya("value_transfer", "USER_CONFIRMATION", ["user_confirmation"], "value transfer: the user confirms") if {
+findings contains {
+	"code": "value_transfer",
+	"rule": "kya.value_transfer",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "USER_CONFIRMATION",
+	"controls": ["user_confirmation"],
+	"message": "value transfer: the user confirms",
+	"details": {},
+} if {
 	value_transfer
 }
 
-findings contains _kya("irreversible_consequence", "USER_CONFIRMATION", ["user_confirmation"], "irreversible for the user: the user confirms") if {
+findings contains {
+	"code": "irreversible_consequence",
+	"rule": "kya.irreversible_consequence",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "USER_CONFIRMATION",
+	"controls": ["user_confirmation"],
+	"message": "irreversible for the user: the user confirms",
+	"details": {},
+} if {
 	_flag("irreversible")
 }
 
-findings contains _kya(
-	"high_value", "HUMAN_APPROVAL",
-	["independent_human_approval", "identity_verification", "authority_verification"],
-	text1,
-) if {
-	text1 := sprintf("%v %v is at or above the high-value threshold", [_action.amount.value_minor, _action.amount.currency])
+findings contains {
+	"code": "high_value",
+	"rule": "kya.high_value",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "HUMAN_APPROVAL",
+	"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
+	"message": text1,
+	"details": {},
+} if {
 	high_value
+	text1 := sprintf("%v %v is at or above the high-value threshold", [_action.amount.value_minor, _action.amount.currency])
 }
 
-findings contains _kya("step_up_required", "STEP_UP_AUTHENTICATION", ["step_up_authentication"], "new device, geo anomaly, stale session or sensitive access") if {
+findings contains {
+	"code": "step_up_required",
+	"rule": "kya.step_up_required",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "STEP_UP_AUTHENTICATION",
+	"controls": ["step_up_authentication"],
+	"message": "new device, geo anomaly, stale session or sensitive access",
+	"details": {},
+} if {
 	some name in ["new_device", "geo_anomaly", "stale_session", "sensitive_access"]
 	_flag(name)
 }
 
-findings contains _kya("identity_verification_required", "IDENTITY_VERIFICATION", ["identity_verification"], "stale KYC, identity anomaly, withdrawal, off-ramp or account-control change") if {
+findings contains {
+	"code": "identity_verification_required",
+	"rule": "kya.identity_verification_required",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "IDENTITY_VERIFICATION",
+	"controls": ["identity_verification"],
+	"message": "stale KYC, identity anomaly, withdrawal, off-ramp or account-control change",
+	"details": {},
+} if {
 	_identity_trigger
 }
 
@@ -91,18 +137,45 @@ _identity_trigger if {
 	_flag(name)
 }
 
-findings contains _kya("scope_does_not_cover_action", "HUMAN_APPROVAL", ["authority_verification"], text1) if {
-	text1 := sprintf("requested_action %v is not in the agent's scope", [_action.requested_action])
+findings contains {
+	"code": "scope_does_not_cover_action",
+	"rule": "kya.scope_does_not_cover_action",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "HUMAN_APPROVAL",
+	"controls": ["authority_verification"],
+	"message": text1,
+	"details": {},
+} if {
 	value_transfer
 	not _action.requested_action in object.get(_action, ["authorization_context", "agent_scope"], [])
+	text1 := sprintf("requested_action %v is not in the agent's scope", [_action.requested_action])
 }
 
-findings contains _kya("new_beneficiary", "HUMAN_APPROVAL", ["beneficiary_verification", "independent_human_approval"], "new or modified payout target") if {
+findings contains {
+	"code": "new_beneficiary",
+	"rule": "kya.new_beneficiary",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "HUMAN_APPROVAL",
+	"controls": ["beneficiary_verification", "independent_human_approval"],
+	"message": "new or modified payout target",
+	"details": {},
+} if {
 	some name in ["new_beneficiary", "modified_beneficiary"]
 	_flag(name)
 }
 
-findings contains _kya("independent_approval_required", "HUMAN_APPROVAL", ["independent_human_approval"], "lending or a material irreversible action") if {
+findings contains {
+	"code": "independent_approval_required",
+	"rule": "kya.independent_approval_required",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "HUMAN_APPROVAL",
+	"controls": ["independent_human_approval"],
+	"message": "lending or a material irreversible action",
+	"details": {},
+} if {
 	_independent_trigger
 }
 
@@ -110,7 +183,16 @@ _independent_trigger if _action.action_type == "lending"
 
 _independent_trigger if _flag("material_irreversible")
 
-findings contains _kya("compliance_review_required", "COMPLIANCE_REVIEW", ["compliance_review", "safe_stop"], "screening uncertainty, provider conflict or audit failure") if {
+findings contains {
+	"code": "compliance_review_required",
+	"rule": "kya.compliance_review_required",
+	"evaluator_id": "kya_controls",
+	"evaluator_version": "1.0.0",
+	"state": "COMPLIANCE_REVIEW",
+	"controls": ["compliance_review", "safe_stop"],
+	"message": "screening uncertainty, provider conflict or audit failure",
+	"details": {},
+} if {
 	some name in ["screening_uncertain", "provider_conflict", "audit_failure"]
 	_flag(name)
 }

@@ -13,7 +13,6 @@ _kya := {
 	"attributes": {"new_beneficiary": true, "high_risk_country": false},
 }
 
-
 test_kya_supplier_payment_controls if {
 	m := _matrix
 	action := _kya

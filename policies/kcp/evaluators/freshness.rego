@@ -12,7 +12,6 @@ package kcp.evaluators.freshness
 
 import rego.v1
 
-import data.kcp.evaluators.finding
 import data.kcp.lib.facts
 
 evaluator := {"id": "freshness_check", "version": "1.0.0"}
@@ -39,21 +38,31 @@ _clock_given if is_number(input.context.decision_epoch_day)
 
 # METADATA
 # title: Findings
-findings contains finding.new(
-	evaluator, "unit_stale", "kcp.freshness_policy", _state[_policy.on_stale], [],
-	text1,
-	{"on_stale": _policy.on_stale, "review_contact": _policy.review_contact},
-) if {
-	text1 := sprintf("unit last validated %v is older than %d days (on_stale: %v)", [facts.unit.validated, _policy.max_age_days, _policy.on_stale])
+findings contains {
+	"code": "unit_stale",
+	"rule": "kcp.freshness_policy",
+	"evaluator_id": "freshness_check",
+	"evaluator_version": "1.0.0",
+	"state": _state[_policy.on_stale],
+	"controls": [],
+	"message": text1,
+	"details": {"on_stale": _policy.on_stale, "review_contact": _policy.review_contact},
+} if {
 	_clock_given
 	stale
+	text1 := sprintf("unit last validated %v is older than %d days (on_stale: %v)", [facts.unit.validated, _policy.max_age_days, _policy.on_stale])
 }
 
-findings contains finding.new(
-	evaluator, "decision_time_missing", "kcp.freshness_policy", "DENY", [],
-	"the unit has a freshness policy but input.context.decision_epoch_day is missing",
-	{},
-) if {
+findings contains {
+	"code": "decision_time_missing",
+	"rule": "kcp.freshness_policy",
+	"evaluator_id": "freshness_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "the unit has a freshness policy but input.context.decision_epoch_day is missing",
+	"details": {},
+} if {
 	is_object(_policy)
 	not _clock_given
 }

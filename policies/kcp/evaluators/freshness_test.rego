@@ -8,7 +8,6 @@ _unit(on_stale, validated_day) := {"id": "u", "validated": "2026-01-01", "valida
 
 _units(on_stale, validated_day) := {"depth": 0, "count": 1, "slots": {"p": {"u": _unit(on_stale, validated_day)}}}
 
-
 test_fresh_unit_has_no_finding if {
 	units := _units("block", 100)
 	count(freshness.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "u"}

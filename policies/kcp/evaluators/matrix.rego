@@ -12,7 +12,6 @@ package kcp.evaluators.matrix
 
 import rego.v1
 
-import data.kcp.evaluators.finding
 import data.kcp.lib.facts
 import data.kcp.lib.index
 
@@ -45,25 +44,24 @@ _sensitivity := "undeclared" if {
 	not is_string(facts.unit.sensitivity)
 }
 
-_tasks := data.kcp_data.tasks
-
 _task_hash := crypto.sha256(_task)
 
-# The action's matrix row, looked up with rules over input (cheaper than index.task_row in regopy).
-_row := _tasks.slots[_task] if _tasks.depth == 0
+# The action's matrix row, looked up with rules over input (cheaper than index.task_row in
+# regopy); static data paths in every body, never an alias rule (see kcp.lib.facts.unit).
+_row := data.kcp_data.tasks.slots[_task] if data.kcp_data.tasks.depth == 0
 
-_row := _tasks.slots[index.digit(_task_hash, 0)][_task] if _tasks.depth == 1
+_row := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][_task] if data.kcp_data.tasks.depth == 1
 
-_row := _tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][_task] if _tasks.depth == 2
+_row := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][_task] if data.kcp_data.tasks.depth == 2
 
 _row := entry if {
-	_tasks.depth == 3
-	entry := _tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][_task]
+	data.kcp_data.tasks.depth == 3
+	entry := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][_task]
 }
 
 _row := entry if {
-	_tasks.depth == 4
-	entry := _tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][index.digit(_task_hash, 3)][_task]
+	data.kcp_data.tasks.depth == 4
+	entry := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][index.digit(_task_hash, 3)][_task]
 }
 
 _task_listed if _row
@@ -79,31 +77,46 @@ _covered contains [l.dimension, l.value] if some l in levels
 
 # METADATA
 # title: Findings
-findings contains finding.new(
-	evaluator, "task_type_not_in_matrix", "kcp.matrix.task_type", "DENY", [],
-	text1,
-	{"task_type": _task},
-) if {
-	text1 := sprintf("task type %v is not in the delegation matrix", [_task])
+findings contains {
+	"code": "task_type_not_in_matrix",
+	"rule": "kcp.matrix.task_type",
+	"evaluator_id": "delegation_matrix_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"task_type": _task},
+} if {
 	not _task_listed
+	text1 := sprintf("task type %v is not in the delegation matrix", [_task])
 }
 
-findings contains finding.new(
-	evaluator, "matrix_not_covered", "kcp.matrix.cell", "DENY", [],
-	text1,
-	{"task_type": _task, "dimension": cell[0], "value": cell[1]},
-) if {
+findings contains {
+	"code": "matrix_not_covered",
+	"rule": "kcp.matrix.cell",
+	"evaluator_id": "delegation_matrix_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"task_type": _task, "dimension": cell[0], "value": cell[1]},
+} if {
 	_task_listed
 	some cell in needed
 	not cell in _covered
 	text1 := sprintf("the delegation matrix has no level for %v on %v=%v", [_task, cell[0], cell[1]])
 }
 
-findings contains finding.new(
-	evaluator, text1, "kcp.matrix.cell", _route[l.level].state, _route[l.level].controls,
-	text2,
-	{"task_type": _task, "dimension": l.dimension, "value": l.value, "level": l.level},
-) if {
+findings contains {
+	"code": text1,
+	"rule": "kcp.matrix.cell",
+	"evaluator_id": "delegation_matrix_check",
+	"evaluator_version": "1.0.0",
+	"state": _route[l.level].state,
+	"controls": _route[l.level].controls,
+	"message": text2,
+	"details": {"task_type": _task, "dimension": l.dimension, "value": l.value, "level": l.level},
+} if {
 	some l in levels
 	l.level != "autonomous"
 	text1 := concat("_", ["matrix", l.level])

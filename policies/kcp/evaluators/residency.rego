@@ -11,7 +11,6 @@ package kcp.evaluators.residency
 
 import rego.v1
 
-import data.kcp.evaluators.finding
 import data.kcp.lib.facts
 
 evaluator := {"id": "residency_check", "version": "1.0.0"}
@@ -28,22 +27,32 @@ admitted("EU", regions) if "EEA" in regions
 
 # METADATA
 # title: Findings
-findings contains finding.new(
-	evaluator, "residency_violation", "kcp.compliance.data_residency", "DENY", [],
-	text1,
-	{"region": input.action.runtime.deployment_region, "data_residency": _regions},
-) if {
-	text1 := sprintf("deployment region %v is outside data_residency %v", [input.action.runtime.deployment_region, _regions])
+findings contains {
+	"code": "residency_violation",
+	"rule": "kcp.compliance.data_residency",
+	"evaluator_id": "residency_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"region": input.action.runtime.deployment_region, "data_residency": _regions},
+} if {
 	is_array(_regions)
 	is_string(input.action.runtime.deployment_region)
 	not admitted(input.action.runtime.deployment_region, _regions)
+	text1 := sprintf("deployment region %v is outside data_residency %v", [input.action.runtime.deployment_region, _regions])
 }
 
-findings contains finding.new(
-	evaluator, "residency_unverifiable", "kcp.compliance.data_residency", "DENY", [],
-	"the unit declares data_residency but the action gives no runtime.deployment_region",
-	{"data_residency": _regions},
-) if {
+findings contains {
+	"code": "residency_unverifiable",
+	"rule": "kcp.compliance.data_residency",
+	"evaluator_id": "residency_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "the unit declares data_residency but the action gives no runtime.deployment_region",
+	"details": {"data_residency": _regions},
+} if {
 	is_array(_regions)
 	not _region_given
 }
@@ -51,15 +60,20 @@ findings contains finding.new(
 # `not is_string(undefined)` differs between the engines: test a named rule instead.
 _region_given if is_string(input.action.runtime.deployment_region)
 
-findings contains finding.new(
-	evaluator, "cross_border_transfer", "kcp.restrictions.no-cross-border", "DENY", [],
-	text1,
-	{"target": _target_place, "data_residency": _regions},
-) if {
-	text1 := sprintf("no-cross-border: target %v is outside data_residency %v", [_target_place, _regions])
+findings contains {
+	"code": "cross_border_transfer",
+	"rule": "kcp.restrictions.no-cross-border",
+	"evaluator_id": "residency_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"target": _target_place, "data_residency": _regions},
+} if {
 	facts.restricted("no-cross-border")
 	is_array(_regions)
 	not admitted(_target_place, _regions)
+	text1 := sprintf("no-cross-border: target %v is outside data_residency %v", [_target_place, _regions])
 }
 
 _target_place := input.action.target.country

@@ -10,7 +10,6 @@ _units := {"depth": 0, "count": 3, "slots": {"p": {
 	"free": {"id": "free", "compliance": {"data_residency": null, "restrictions": []}},
 }}}
 
-
 test_region_outside_residency_is_denied if {
 	units := _units
 	codes := {f.code | some f in residency.findings} with input.action.knowledge as {"project": "p", "unit": "eea"}

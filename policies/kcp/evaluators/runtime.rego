@@ -11,7 +11,6 @@ package kcp.evaluators.runtime
 
 import rego.v1
 
-import data.kcp.evaluators.finding
 import data.kcp.lib.facts
 
 evaluator := {"id": "runtime_rules", "version": "1.0.0"}
@@ -30,33 +29,48 @@ approver_role(task) := _parameters.approver_roles.default if not _parameters.app
 
 _low_risk if _runtime.risk_level == "low"
 
-_runtime_finding(code, rule, state, controls, message, details) := finding.new(evaluator, code, rule, state, controls, message, details)
-
 # METADATA
 # title: Findings
-findings contains _runtime_finding(
-	"tenant_boundary", "runtime.tenant_boundary", "DENY", [],
-	text1,
-	{"actor_tenant": _action.tenant_id, "resource_tenant": _action.target.tenant_id},
-) if {
-	text1 := sprintf("actor tenant %v may not act on resource tenant %v", [_action.tenant_id, _action.target.tenant_id])
+findings contains {
+	"code": "tenant_boundary",
+	"rule": "runtime.tenant_boundary",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"actor_tenant": _action.tenant_id, "resource_tenant": _action.target.tenant_id},
+} if {
 	is_string(_action.target.tenant_id)
 	_action.target.tenant_id != _action.tenant_id
+	text1 := sprintf("actor tenant %v may not act on resource tenant %v", [_action.tenant_id, _action.target.tenant_id])
 }
 
-findings contains _runtime_finding(
-	"evidence_forbidden", "runtime.evidence_status", "DENY", [],
-	"the evidence for this action is forbidden", {"evidence_status": "forbidden"},
-) if {
+findings contains {
+	"code": "evidence_forbidden",
+	"rule": "runtime.evidence_status",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "the evidence for this action is forbidden",
+	"details": {"evidence_status": "forbidden"},
+} if {
 	_runtime.evidence_status == "forbidden"
 }
 
-findings contains _runtime_finding(
-	"required_evidence_not_current", "runtime.evidence_status", "ESCALATE", [],
-	text1, {"evidence_status": _evidence_status},
-) if {
-	text1 := concat(" ", ["required evidence is", _evidence_status])
+findings contains {
+	"code": "required_evidence_not_current",
+	"rule": "runtime.evidence_status",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "ESCALATE",
+	"controls": [],
+	"message": text1,
+	"details": {"evidence_status": _evidence_status},
+} if {
 	_evidence_status in {"missing", "stale", "not stated"}
+	text1 := concat(" ", ["required evidence is", _evidence_status])
 }
 
 _evidence_status := _runtime.evidence_status
@@ -66,45 +80,74 @@ _evidence_status := "not stated" if {
 	not _runtime.evidence_status
 }
 
-findings contains _runtime_finding(
-	"budget_exhausted", "runtime.budget_state", "ESCALATE", [],
-	"the agent's budget is exhausted", {"budget_state": "exhausted"},
-) if {
+findings contains {
+	"code": "budget_exhausted",
+	"rule": "runtime.budget_state",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "ESCALATE",
+	"controls": [],
+	"message": "the agent's budget is exhausted",
+	"details": {"budget_state": "exhausted"},
+} if {
 	_runtime.budget_state == "exhausted"
 }
 
-findings contains _runtime_finding(
-	"budget_approval_required", "runtime.budget_state", "HUMAN_APPROVAL", ["independent_human_approval"],
-	"the action crosses the budget's approval threshold",
-	{"budget_state": "approval_threshold", "approver_role": approver_role(_action.action_type)},
-) if {
+findings contains {
+	"code": "budget_approval_required",
+	"rule": "runtime.budget_state",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "HUMAN_APPROVAL",
+	"controls": ["independent_human_approval"],
+	"message": "the action crosses the budget's approval threshold",
+	"details": {"budget_state": "approval_threshold", "approver_role": approver_role(_action.action_type)},
+} if {
 	_runtime.budget_state == "approval_threshold"
 }
 
-findings contains _runtime_finding(
-	"refund_requires_review", "runtime.refund", "HUMAN_APPROVAL", ["independent_human_approval"],
-	"a refund that is not low risk needs a reviewer", {"approver_role": approver_role("refund")},
-) if {
+findings contains {
+	"code": "refund_requires_review",
+	"rule": "runtime.refund",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "HUMAN_APPROVAL",
+	"controls": ["independent_human_approval"],
+	"message": "a refund that is not low risk needs a reviewer",
+	"details": {"approver_role": approver_role("refund")},
+} if {
 	_action.action_type == "refund"
 	not _low_risk
 }
 
-findings contains _runtime_finding(
-	"role_cannot_send", "runtime.send", "DENY", [],
-	text1, {"role": _role, "sender_roles": _parameters.sender_roles},
-) if {
-	# concat, not sprintf: _role may be a computed string (docs/engine-findings.md item 13).
-	text1 := concat(" ", ["role", _role, "may not send"])
+findings contains {
+	"code": "role_cannot_send",
+	"rule": "runtime.send",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": text1,
+	"details": {"role": _role, "sender_roles": _parameters.sender_roles},
+} if {
 	_action.action_type == "send"
 	not _role in _parameters.sender_roles
+	# concat, not sprintf: _role may be a computed string (docs/engine-findings.md item 13).
+	text1 := concat(" ", ["role", _role, "may not send"])
 }
 
 _role := object.get(_action, ["authorization_context", "actor_role"], "not stated")
 
-findings contains _runtime_finding(
-	"memory_write_requires_review", "runtime.remember", "HUMAN_APPROVAL", ["independent_human_approval"],
-	"a memory write that is not low risk needs a reviewer", {"approver_role": approver_role("remember")},
-) if {
+findings contains {
+	"code": "memory_write_requires_review",
+	"rule": "runtime.remember",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "HUMAN_APPROVAL",
+	"controls": ["independent_human_approval"],
+	"message": "a memory write that is not low risk needs a reviewer",
+	"details": {"approver_role": approver_role("remember")},
+} if {
 	_action.action_type == "remember"
 	not _low_risk
 }

@@ -9,7 +9,6 @@ _matrix := {"parameters": {
 	"sender_roles": ["support_agent"],
 }}
 
-
 test_tenant_boundary if {
 	m := _matrix
 	action := {"tenant_id": "tenant_a", "action_type": "read", "target": {"type": "customer_record", "tenant_id": "tenant_b"}, "runtime": {"evidence_status": "present", "budget_state": "within_budget"}}

@@ -11,7 +11,6 @@ package kcp.evaluators.trace
 
 import rego.v1
 
-import data.kcp.evaluators.finding
 import data.kcp.lib.facts
 
 evaluator := {"id": "trace_context_check", "version": "1.0.0"}
@@ -37,11 +36,16 @@ _valid if valid_traceparent(input.action.trace.traceparent)
 
 # METADATA
 # title: Findings
-findings contains finding.new(
-	evaluator, "trace_context_invalid", "kcp.trust.require_trace_context", "DENY", [],
-	"trace context is required but trace.traceparent is missing or not a valid W3C traceparent",
-	{},
-) if {
+findings contains {
+	"code": "trace_context_invalid",
+	"rule": "kcp.trust.require_trace_context",
+	"evaluator_id": "trace_context_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "trace context is required but trace.traceparent is missing or not a valid W3C traceparent",
+	"details": {},
+} if {
 	required
 	not _valid
 }
