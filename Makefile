@@ -37,6 +37,7 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
 	  --now 2026-11-29T10:00:00Z
 	$(BIN)/python examples/decide_demo.py
+	$(BIN)/python examples/supplier_payment_flow.py
 
 test: $(STAMP) ## lint, type-check and run the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
@@ -54,6 +55,7 @@ typecheck: $(STAMP) ## mypy --strict only
 bench: $(STAMP) ## compile and decide benchmarks, regopy vs the OPA reference (not part of test)
 	$(BIN)/python bench/bench_compile.py
 	$(BIN)/python bench/bench_decide.py
+	$(BIN)/python bench/bench_receipts.py
 
 clean: ## remove the venv, build output and caches
 	rm -rf $(VENV) bundles/*.tar.gz .pytest_cache .mypy_cache .ruff_cache

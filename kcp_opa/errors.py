@@ -68,3 +68,42 @@ class EngineLoadError(BundleError):
 
 class QueryError(KcpOpaError):
     """An ad-hoc query (``kcp-opa eval``) could not be evaluated."""
+
+
+class CodedError(KcpOpaError):
+    """A refusal with a stable machine-readable ``code`` (CLI: {"ok": false, "error", "code"})."""
+
+    code = "error"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        if code is not None:
+            self.code = code
+        super().__init__(message)
+
+
+class EvidenceRejectedError(CodedError):
+    """A control result that may not be recorded (wrong actor, self-approval, wrong action...)."""
+
+
+class ReceiptIssueError(CodedError):
+    """A receipt cannot be issued for this decision (not approved, a hold stands, controls missing)."""
+
+
+class ReceiptVerificationError(CodedError):
+    """A receipt failed verification; ``code`` names the first check that failed."""
+
+
+class KeyringError(CodedError):
+    """A signing or verification key is missing, malformed, too short or retired."""
+
+    code = "key_error"
+
+
+class ExecutionError(CodedError):
+    """The executor refused or could not complete an action."""
+
+
+class StoreError(CodedError):
+    """The executor's SQLite store failed; nothing was consumed or executed (fail closed)."""
+
+    code = "store_unavailable"

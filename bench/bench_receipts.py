@@ -1,0 +1,241 @@
+"""Benchmark: receipts issued, verified, verified+consumed and executed per second.
+
+Not a test. Beside ours it measures the KYA reference's consume pattern (a new SQLite
+connection and a write transaction per consume, default rollback journal, synchronous FULL)
+with the same durability as ours (WAL, synchronous FULL: every consume is on disk when its
+transaction commits). Writes bench/results-receipts.json.
+
+    .venv/bin/python bench/bench_receipts.py [--count 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kcp_opa.compiler import compile_bundle
+from kcp_opa.controls import ControlDesk, evidence_for
+from kcp_opa.executor import Executor
+from kcp_opa.gate import Gate
+from kcp_opa.receipts import issue_receipt, verify_receipt
+from kcp_opa.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.store import SQLiteStore
+
+REPO = Path(__file__).resolve().parent.parent
+ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
+CHECKED = ISSUED + dt.timedelta(seconds=10)
+SIX = [
+    ("standard_audit_logging", "system", "ledger"),
+    ("user_confirmation", "user", "user_001"),
+    ("identity_verification", "provider", "kyc"),
+    ("authority_verification", "system", "scopes"),
+    ("beneficiary_verification", "provider", "registry"),
+    ("independent_human_approval", "human", "approver_9"),
+]
+
+
+class ReferencePatternStore:
+    """The KYA reference's pattern: a new connection and one write transaction per consume."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with sqlite3.connect(path) as connection:
+            connection.execute("CREATE TABLE IF NOT EXISTS used (nonce TEXT PRIMARY KEY, receipt_id TEXT UNIQUE)")
+
+    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        connection = sqlite3.connect(self.path, timeout=30)
+        try:
+            with connection:
+                connection.execute("INSERT INTO used (nonce, receipt_id) VALUES (?, ?)", (nonce, receipt_id))
+        except sqlite3.IntegrityError:
+            return False
+        finally:
+            connection.close()
+        return True
+
+
+def _approved_document(tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    base = REPO / "fixtures" / "deployments" / "finance"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", tmp / "finance.tar.gz")
+    desk = ControlDesk(Gate.from_bundle(tmp / "finance.tar.gz", preflight=False))
+    action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+    record = desk.open(action, now="2026-11-29T10:00:00Z")
+    for control, actor_type, actor in SIX:
+        (item,) = evidence_for(
+            record, [control], actor_type=actor_type, actor_id=actor, completed_at="2026-11-29T10:01:00Z", reference="r"
+        )
+        record = desk.record_control_result(record, item, action=action)
+    return record.to_dict(), action
+
+
+def _rate(fn: Callable[[int], Any], count: int) -> dict[str, float]:
+    samples = []
+    for index in range(count):
+        start = time.perf_counter()
+        fn(index)
+        samples.append(time.perf_counter() - start)
+    samples.sort()
+    return {
+        "per_s": count / sum(samples),
+        "p50_us": samples[count // 2] * 1e6,
+        "p99_us": samples[int(count * 0.99)] * 1e6,
+    }
+
+
+def measure(
+    name: str, key: ReceiptKey, document: dict[str, Any], action: dict[str, Any], tmp: Path, count: int
+) -> dict[str, Any]:
+    ring = Keyring({key.kid: key}, key.kid)
+    receipts = [issue_receipt(document, action, key, now=ISSUED) for _ in range(count)]
+    ours, reference = SQLiteStore(tmp / f"{name}-ours.db"), ReferencePatternStore(tmp / f"{name}-ref.db")
+    executor = Executor(
+        keyring=ring, policy_versions={document["policy_version"]}, store=SQLiteStore(tmp / f"{name}-exec.db")
+    )
+    actions = [{**action, "idempotency_key": f"idem_bench_{i:08d}", "action_id": f"a{i}"} for i in range(count)]
+
+    def verify(i: int) -> None:
+        verify_receipt(
+            receipts[i],
+            action,
+            keyring=ring,
+            policy_versions={document["policy_version"]},
+            nonce_store=None,
+            now=CHECKED,
+        )
+
+    def consume_ours(i: int) -> None:
+        verify_receipt(
+            receipts[i],
+            action,
+            keyring=ring,
+            policy_versions={document["policy_version"]},
+            nonce_store=ours,
+            now=CHECKED,
+        )
+
+    def consume_reference(i: int) -> None:
+        verify_receipt(
+            receipts[i],
+            action,
+            keyring=ring,
+            policy_versions={document["policy_version"]},
+            nonce_store=reference,
+            now=CHECKED,
+        )
+
+    result = {
+        "signer": name,
+        "issue": _rate(lambda i: issue_receipt(document, action, key, now=ISSUED), count),
+        "verify": _rate(verify, count),
+        "verify_consume": _rate(consume_ours, count),
+        "verify_consume_reference_pattern": _rate(consume_reference, count),
+    }
+    # Execution: each receipt is for its own idempotency key (fresh decisions are not needed to
+    # measure the executor; the receipts are issued under the approved document's evidence).
+    exec_receipts: list[dict[str, Any]] = []
+    for item in actions:
+        digest_doc = {**document, "action_hash": _hash(item)}
+        digest_doc["control_evidence"] = [{**e, "action_hash": _hash(item)} for e in document["control_evidence"]]
+        exec_receipts.append(issue_receipt(digest_doc, item, key, now=ISSUED))
+    result["execute"] = _rate(
+        lambda i: executor.execute_authorized_action(actions[i], exec_receipts[i], lambda a: "ok", now=CHECKED), count
+    )
+    result["concurrent_verify_consume"] = _concurrent(key, ring, document, action, ours, count)
+    result["concurrent_reference_pattern"] = _concurrent(key, ring, document, action, reference, count)
+    result["concurrent_speedup_vs_reference"] = (
+        result["concurrent_verify_consume"]["per_s"] / result["concurrent_reference_pattern"]["per_s"]
+    )
+    result["consume_speedup_vs_reference"] = (
+        result["verify_consume"]["per_s"] / result["verify_consume_reference_pattern"]["per_s"]
+    )
+    return result
+
+
+THREADS = 8
+
+
+def _concurrent(
+    key: ReceiptKey, ring: Keyring, document: dict[str, Any], action: dict[str, Any], store: Any, count: int
+) -> dict[str, float]:
+    """verify+consume from THREADS threads at once: throughput over wall time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    receipts = [issue_receipt(document, action, key, now=ISSUED) for _ in range(count)]
+    versions = {document["policy_version"]}
+
+    def one(receipt: dict[str, Any]) -> None:
+        verify_receipt(receipt, action, keyring=ring, policy_versions=versions, nonce_store=store, now=CHECKED)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        list(pool.map(one, receipts))
+    return {"per_s": count / (time.perf_counter() - start), "threads": THREADS}
+
+
+def _hash(action: dict[str, Any]) -> str:
+    from kcp_opa.action import action_hash
+
+    return action_hash(action)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-receipts.json")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kcp-opa-bench-receipts-") as tmp:
+        document, action = _approved_document(Path(tmp))
+        for name, key in (("HMAC-SHA256", hmac_key("kya-1", b"k" * 32)), ("Ed25519", generate_ed25519("ed-1"))):
+            rows.append(measure(name, key, document, action, Path(tmp), args.count))
+    table = Table(title=f"Receipts per second ({args.count} each; consume durable: WAL + synchronous=FULL)")
+    columns = (
+        "signer",
+        "issue/s",
+        "verify/s",
+        "verify+consume/s",
+        "reference pattern/s",
+        "speed-up",
+        f"{THREADS} threads: ours/s",
+        "reference/s",
+        "speed-up",
+        "execute/s",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            row["signer"],
+            f"{row['issue']['per_s']:,.0f}",
+            f"{row['verify']['per_s']:,.0f}",
+            f"{row['verify_consume']['per_s']:,.0f}",
+            f"{row['verify_consume_reference_pattern']['per_s']:,.0f}",
+            f"{row['consume_speedup_vs_reference']:.1f}x",
+            f"{row['concurrent_verify_consume']['per_s']:,.0f}",
+            f"{row['concurrent_reference_pattern']['per_s']:,.0f}",
+            f"{row['concurrent_speedup_vs_reference']:.1f}x",
+            f"{row['execute']['per_s']:,.0f}",
+        )
+    Console(width=200).print(table)
+    args.output.write_text(
+        json.dumps({"machine": platform.platform(), "python": platform.python_version(), "results": rows}, indent=2)
+        + "\n"
+    )
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The whole gate for the KYA supplier payment: decide, controls, receipt, execute, replay.
+
+    make demo     # runs this after the decision table
+
+decide -> record the six controls (a human approver among them; an AI agent trying to approve
+is refused) -> issue an Ed25519 receipt -> the executor, holding only the public key,
+verifies and consumes it -> the payment runs once -> the same receipt again is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from kcp_opa import Gate
+from kcp_opa.controls import ControlDesk, evidence_for
+from kcp_opa.errors import EvidenceRejectedError, ReceiptVerificationError
+from kcp_opa.executor import Executor
+from kcp_opa.receipts import issue_receipt
+from kcp_opa.signing import Keyring, generate_ed25519
+from kcp_opa.store import SQLiteStore
+
+ROOT = Path(__file__).resolve().parent.parent
+SIX = [
+    ("standard_audit_logging", "system", "kcp-opa-ledger"),
+    ("user_confirmation", "user", "user_001"),
+    ("identity_verification", "provider", "kyc-provider"),
+    ("authority_verification", "system", "scope-service"),
+    ("beneficiary_verification", "provider", "bank-registry"),
+    ("independent_human_approval", "human", "treasury_approver_anna"),
+]
+
+
+def main() -> int:
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
+    action = json.loads((ROOT / "fixtures" / "kya-supplier-payment-action.json").read_text())
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    desk = ControlDesk(Gate.from_bundle(ROOT / "bundles" / "finance.tar.gz"))
+
+    record = desk.open(action, now=now)
+    d = record.decision
+    console.rule("[bold]1. decide")
+    console.print(f"{d.decision.value} / {d.authorization_status.value}, risk {d.risk_level.value}")
+    console.print(f"action_hash {d.action_hash}")
+    console.print(f"missing: {', '.join(d.missing_controls)}")
+
+    console.rule("[bold]2. controls")
+    (by_agent,) = evidence_for(
+        record,
+        ["independent_human_approval"],
+        actor_type="ai_agent",
+        actor_id="agent_payments_001",
+        completed_at=stamp,
+        reference="chat:looks-fine",
+    )
+    try:
+        desk.record_control_result(record, by_agent, action=action)
+    except EvidenceRejectedError as exc:
+        console.print(f"[red]refused[/] the agent approving itself: {exc.code}")
+    for control, actor_type, actor in SIX:
+        (item,) = evidence_for(
+            record, [control], actor_type=actor_type, actor_id=actor, completed_at=stamp, reference=f"ev:{control}"
+        )
+        record = desk.record_control_result(record, item, action=action)
+        status = record.decision.authorization_status.value
+        console.print(f"[green]PASSED[/] {control:28s} by {actor_type + ':' + actor:34s} -> {status}")
+
+    console.rule("[bold]3. receipt")
+    signer = generate_ed25519("treasury-ed25519-1")
+    receipt = issue_receipt(record.to_dict(), action, signer, now=now)
+    console.print(f"{receipt['receipt_id']} {receipt['signature']['alg']} kid={receipt['signature']['kid']}")
+    console.print(f"valid {receipt['issued_at']} .. {receipt['expires_at']}, nonce {receipt['nonce']}")
+
+    console.rule("[bold]4. execute (the executor holds the public key only)")
+    with tempfile.TemporaryDirectory() as tmp:
+        executor = Executor(
+            keyring=Keyring({signer.kid: signer}).public(),
+            policy_versions={record.decision.policy_version},
+            store=SQLiteStore(Path(tmp) / "executor.db"),
+        )
+        result = executor.execute_authorized_action(action, receipt, lambda a: {"payment_ref": "PAY-0001"})
+        console.print(f"[green]executed[/] {result.idempotency_key}: {result.outcome}")
+        try:
+            executor.execute_authorized_action(action, receipt, lambda a: {"payment_ref": "PAY-0002"})
+        except ReceiptVerificationError as exc:
+            console.print(f"[red]refused[/] the same receipt again: {exc.code}")
+        mutated = {**action, "amount": {"value_minor": 8_000_000, "currency": "USD"}}
+        try:
+            executor.execute_authorized_action(mutated, receipt, lambda a: {"payment_ref": "PAY-0003"})
+        except ReceiptVerificationError as exc:
+            console.print(f"[red]refused[/] the receipt for a changed amount: {exc.code}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,578 @@
+"""Controls, receipts and the executor (contract section 5), with both signers.
+
+Every refusal class has a test; hypothesis mutates single fields of the action and of the
+receipt; 8 real processes race to consume the same receipts and the store proves each nonce
+and each idempotency key was used once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import hashlib
+import hmac
+import json
+import multiprocessing
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kcp_opa.compiler import compile_bundle
+from kcp_opa.controls import ControlDesk, GateDecision, evidence_for
+from kcp_opa.errors import (
+    EvidenceRejectedError,
+    ExecutionError,
+    KeyringError,
+    ReceiptIssueError,
+    ReceiptVerificationError,
+)
+from kcp_opa.executor import Executor
+from kcp_opa.gate import Gate
+from kcp_opa.receipts import issue_receipt, signing_bytes, verify_receipt
+from kcp_opa.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.store import SQLiteStore
+
+KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
+KYA = json.loads(KYA_PATH.read_text())
+KYA_HASH = "sha256:29a918d0341fc6c5fa77914b24525c23becdeef3de7db8e6171f2ebeecc8bf2b"
+DECIDED = "2026-11-29T10:00:00Z"
+DONE = "2026-11-29T10:01:00Z"
+ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
+LATER = ISSUED + dt.timedelta(seconds=30)
+SECRET = b"kya-receipt-secret-0123456789abcdef"
+SIX = [
+    ("standard_audit_logging", "system", "kcp-opa-ledger"),
+    ("user_confirmation", "user", "user_001"),
+    ("identity_verification", "provider", "kyc-provider"),
+    ("authority_verification", "system", "scope-service"),
+    ("beneficiary_verification", "provider", "bank-registry"),
+    ("independent_human_approval", "human", "approver_9"),
+]
+
+
+@pytest.fixture(scope="module")
+def desk(tmp_path_factory: pytest.TempPathFactory) -> ControlDesk:
+    out = tmp_path_factory.mktemp("receipts") / "finance.tar.gz"
+    base = DEPLOYMENTS / "finance"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out)
+    return ControlDesk(Gate.from_bundle(out))
+
+
+def _approve(desk: ControlDesk, action: dict[str, Any], skip: str | None = None) -> GateDecision:
+    record = desk.open(action, now=DECIDED)
+    for control, actor_type, actor in SIX:
+        if control != skip:
+            (item,) = evidence_for(
+                record, [control], actor_type=actor_type, actor_id=actor, completed_at=DONE, reference=f"ev:{control}"
+            )
+            record = desk.record_control_result(record, item, action=action)
+    return record
+
+
+@pytest.fixture(scope="module")
+def approved(desk: ControlDesk) -> GateDecision:
+    return _approve(desk, KYA)
+
+
+SIGNERS: dict[str, Callable[[], ReceiptKey]] = {
+    HMAC_SHA256: lambda: hmac_key("kya-1", SECRET),
+    ED25519: lambda: generate_ed25519("ed-1"),
+}
+
+
+@pytest.fixture(params=sorted(SIGNERS))
+def key(request: pytest.FixtureRequest) -> ReceiptKey:
+    return SIGNERS[request.param]()
+
+
+def _ring(key: ReceiptKey) -> Keyring:
+    return Keyring({key.kid: key}, key.kid)
+
+
+def _receipt(approved: GateDecision, key: ReceiptKey, **kwargs: Any) -> dict[str, Any]:
+    return issue_receipt(approved.to_dict(), KYA, key, now=ISSUED, **kwargs)
+
+
+def _verify(receipt: Any, key: ReceiptKey, action: Any = None, **kwargs: Any) -> Any:
+    options: dict[str, Any] = {
+        "keyring": _ring(key),
+        "policy_versions": {"0.1.0"},
+        "nonce_store": None,
+        "now": LATER,
+    }
+    options.update(kwargs)
+    return verify_receipt(receipt, KYA if action is None else action, **options)
+
+
+def _resign(receipt: dict[str, Any], key: ReceiptKey, **changes: Any) -> dict[str, Any]:
+    changed = {**copy.deepcopy(receipt), **changes}
+    changed["signature"] = {"alg": key.alg, "kid": key.kid}
+    changed["signature"]["value"] = key.sign(signing_bytes(changed))
+    return changed
+
+
+# --- control evidence ------------------------------------------------------------------------
+
+
+def test_six_controls_approve_the_kya_payment(approved: GateDecision) -> None:
+    assert approved.decision.authorization_status.value == "APPROVED"
+    assert approved.decision.decision.value == "HUMAN_APPROVAL"  # the routing state stays; nothing is missing
+    assert approved.decision.missing_controls == ()
+    document = approved.to_dict()
+    assert document["blocked_actions"] == [] and len(document["control_evidence"]) == 6
+    assert document["action_hash"] == KYA_HASH
+
+
+@pytest.mark.parametrize(
+    ("control", "actor_type", "actor", "code"),
+    [
+        ("independent_human_approval", "ai_agent", "agent_payments_001", "agent_cannot_satisfy_human_control"),
+        ("user_confirmation", "ai_agent", "agent_payments_001", "agent_cannot_satisfy_human_control"),
+        ("independent_human_approval", "human", "user_001", "self_approval"),
+        ("independent_human_approval", "human", "agent_payments_001", "self_approval"),
+        ("identity_verification", "user", "user_001", "actor_type_not_allowed"),
+        ("standard_audit_logging", "human", "someone", "actor_type_not_allowed"),
+        ("wire_approval", "human", "approver_9", "unknown_control"),
+        ("compliance_review", "human", "approver_9", "control_not_required"),
+    ],
+)
+def test_evidence_refusals(desk: ControlDesk, control: str, actor_type: str, actor: str, code: str) -> None:
+    record = desk.open(KYA, now=DECIDED)
+    (item,) = evidence_for(record, [control], actor_type=actor_type, actor_id=actor, completed_at=DONE, reference="r")
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(record, item, action=KYA)
+    assert caught.value.code == code
+
+
+def test_evidence_for_another_action_or_decision(desk: ControlDesk) -> None:
+    record = desk.open(KYA, now=DECIDED)
+    (item,) = evidence_for(
+        record, ["user_confirmation"], actor_type="user", actor_id="user_001", completed_at=DONE, reference="r"
+    )
+    other = item.to_dict() | {"action_hash": "sha256:" + "0" * 64}
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(record, other, action=KYA)
+    assert caught.value.code == "evidence_for_another_action"
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(record, item.to_dict() | {"decision_id": "dec_other"}, action=KYA)
+    assert caught.value.code == "evidence_for_another_decision"
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(record, item.to_dict() | {"status": "MAYBE"}, action=KYA)
+    assert caught.value.code == "malformed_evidence"
+
+
+def test_a_changed_action_never_inherits_evidence(desk: ControlDesk, approved: GateDecision) -> None:
+    changed = {**KYA, "amount": {"value_minor": 900000, "currency": "USD"}}
+    (item,) = evidence_for(
+        approved, ["user_confirmation"], actor_type="user", actor_id="user_001", completed_at=DONE, reference="r"
+    )
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(approved, item, action=changed)
+    assert caught.value.code == "action_changed"
+    with pytest.raises(ReceiptIssueError) as issue:
+        issue_receipt(approved.to_dict(), changed, hmac_key("k", SECRET), now=ISSUED)
+    assert issue.value.code == "action_mismatch"
+
+
+def test_failed_result_never_counts_as_passed(desk: ControlDesk) -> None:
+    record = _approve(desk, KYA, skip="independent_human_approval")
+    (failed,) = evidence_for(
+        record,
+        ["independent_human_approval"],
+        actor_type="human",
+        actor_id="approver_9",
+        completed_at=DONE,
+        reference="r",
+        status="FAILED",
+    )
+    record = desk.record_control_result(record, failed, action=KYA)
+    assert record.decision.authorization_status.value == "PENDING_CONTROLS"
+    assert record.decision.missing_controls == ("independent_human_approval",)
+    forged = record.to_dict() | {"authorization_status": "APPROVED", "blocked_actions": []}
+    with pytest.raises(ReceiptIssueError) as caught:
+        issue_receipt(forged, KYA, hmac_key("k", SECRET), now=ISSUED)
+    assert caught.value.code == "controls_missing"
+
+
+# --- issuing -----------------------------------------------------------------------------------
+
+
+def test_issue_refusals(desk: ControlDesk, approved: GateDecision) -> None:
+    key = hmac_key("k", SECRET)
+    pending = desk.open(KYA, now=DECIDED).to_dict()
+    with pytest.raises(ReceiptIssueError, match="PENDING_CONTROLS") as caught:
+        issue_receipt(pending, KYA, key, now=ISSUED)
+    assert caught.value.code == "not_approved"
+    for hold in ("DENY", "ESCALATE", "COMPLIANCE_REVIEW"):
+        with pytest.raises(ReceiptIssueError) as caught:
+            issue_receipt(approved.to_dict() | {"decision": hold}, KYA, key, now=ISSUED)
+        assert caught.value.code == "hold_stands"
+    for ttl in (29, 901):
+        with pytest.raises(ReceiptIssueError) as caught:
+            issue_receipt(approved.to_dict(), KYA, key, ttl_seconds=ttl, now=ISSUED)
+        assert caught.value.code == "ttl_out_of_range"
+    with pytest.raises(KeyringError):
+        hmac_key("short", b"x" * 31)
+
+
+def test_receipt_fields_are_the_kya_ones(approved: GateDecision, key: ReceiptKey) -> None:
+    receipt = _receipt(approved, key)
+    assert receipt["action_hash"] == KYA_HASH and receipt["one_time_use"] is True
+    assert receipt["satisfied_controls"] == sorted(set(receipt["satisfied_controls"]))
+    assert set(receipt["required_controls"]) == {c for c, _, _ in SIX}
+    assert receipt["approver_ids"] == ["approver_9"]
+    assert receipt["expires_at"] == "2026-11-29T10:07:00Z" and receipt["issued_at"] == "2026-11-29T10:02:00Z"
+    assert len(receipt["nonce"]) >= 32 and receipt["signature"]["alg"] == key.alg
+    assert _verify(receipt, key).receipt["receipt_id"] == receipt["receipt_id"]
+
+
+def test_hmac_receipts_match_the_kya_reference_algorithm(approved: GateDecision) -> None:
+    """The KYA reference: hex HMAC-SHA256 over KYA-CJ-1 JSON of the receipt minus signature.value."""
+
+    def reference_mac(receipt: dict[str, Any]) -> str:
+        body = copy.deepcopy(receipt)
+        body["signature"].pop("value", None)
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return hmac.new(SECRET, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    ours = _receipt(approved, hmac_key("kya-1", SECRET))
+    assert hmac.compare_digest(ours["signature"]["value"], reference_mac(ours))
+    theirs = copy.deepcopy(ours) | {"receipt_id": "rcpt_from_reference", "nonce": "ab" * 16}
+    theirs["signature"] = {"alg": "HMAC-SHA256", "kid": "kya-1"}
+    theirs["signature"]["value"] = reference_mac(theirs)
+    assert _verify(theirs, hmac_key("kya-1", SECRET)).receipt["receipt_id"] == "rcpt_from_reference"
+
+
+# --- verifying, in the contract's order ----------------------------------------------------------
+
+
+def test_verify_refusals_in_order(approved: GateDecision, key: ReceiptKey, tmp_path: Path) -> None:
+    good = _receipt(approved, key)
+
+    def code_of(receipt: Any, action: Any = None, **kwargs: Any) -> str:
+        with pytest.raises(ReceiptVerificationError) as caught:
+            _verify(receipt, key, action, **kwargs)
+        return caught.value.code
+
+    assert code_of(good | {"signature": {**good["signature"], "alg": "none"}}) == "unsupported_algorithm"
+    assert code_of(good | {"signature": {**good["signature"], "kid": "stranger"}}) == "signer_mismatch"
+    other_alg = HMAC_SHA256 if key.alg == ED25519 else ED25519
+    assert code_of(good | {"signature": {**good["signature"], "alg": other_alg}}) == "signer_mismatch"
+    retired = Keyring({key.kid: ReceiptKey(key.kid, key.alg, key.secret, key.private_key, key.public_key, True)})
+    assert code_of(good, keyring=retired) == "signer_mismatch"
+    flipped = good["signature"]["value"][:-2] + ("00" if not good["signature"]["value"].endswith("00") else "11")
+    assert code_of(good | {"signature": {**good["signature"], "value": flipped}}) == "bad_signature"
+    assert code_of(good | {"policy_version": "9.9.9"}) == "bad_signature"  # unsigned change
+    assert code_of(_resign(good, key, one_time_use=False)) == "malformed_receipt"
+    assert code_of(_resign({k: v for k, v in good.items() if k != "approver_ids"}, key)) == "malformed_receipt"
+    assert code_of(good, policy_versions={"0.2.0"}) == "policy_mismatch"
+    assert code_of(good, action={**KYA, "amount": {"value_minor": 800001, "currency": "USD"}}) == "action_mismatch"
+    assert code_of(_resign(good, key, tenant_id="tenant_other")) == "tenant_mismatch"
+    assert code_of(_resign(good, key, agent_id="agent_other")) == "bound_field_mismatch"
+    short = _resign(good, key, satisfied_controls=sorted(good["satisfied_controls"])[1:])
+    assert code_of(short) == "controls_not_covered"
+    assert code_of(good, now=ISSUED - dt.timedelta(seconds=61)) == "not_yet_valid"
+    assert _verify(good, key, now=ISSUED - dt.timedelta(seconds=59))  # within the clock skew
+    assert code_of(_resign(good, key, expires_at=good["issued_at"])) == "invalid_validity"
+    assert code_of(good, now=ISSUED + dt.timedelta(seconds=300)) == "expired"
+    assert code_of(_resign(good, key, nonce="xyz")) == "bad_nonce"
+    store = SQLiteStore(tmp_path / "nonces.db")
+    assert _verify(good, key, nonce_store=store).consumed
+    assert code_of(good, nonce_store=store) == "replay"
+    same_id = _resign(good, key, nonce="cd" * 16)
+    assert code_of(same_id, nonce_store=store) == "replay"  # receipt_id seen before
+
+
+def test_ed25519_executor_cannot_mint(approved: GateDecision) -> None:
+    signer = generate_ed25519("ed-1")
+    public = Keyring({"ed-1": signer}, "ed-1").public()
+    with pytest.raises(KeyringError):
+        public.signer()
+    with pytest.raises(KeyringError):
+        public.keys["ed-1"].sign(b"x")
+    receipt = issue_receipt(approved.to_dict(), KYA, signer, now=ISSUED)
+    assert verify_receipt(receipt, KYA, keyring=public, policy_versions={"0.1.0"}, nonce_store=None, now=LATER)
+
+
+def test_rotation_without_downtime(approved: GateDecision) -> None:
+    old, new = generate_ed25519("ed-2025"), generate_ed25519("ed-2026")
+    before = issue_receipt(approved.to_dict(), KYA, old, now=ISSUED)
+    rotating = Keyring({"ed-2025": old, "ed-2026": new}, "ed-2026")
+    after = issue_receipt(approved.to_dict(), KYA, rotating.signer(), now=ISSUED)
+    for receipt in (before, after):
+        assert verify_receipt(
+            receipt, KYA, keyring=rotating.public(), policy_versions={"0.1.0"}, nonce_store=None, now=LATER
+        )
+    retired = Keyring(
+        {"ed-2025": ReceiptKey("ed-2025", ED25519, public_key=old.public_key, retired=True), "ed-2026": new}
+    )
+    with pytest.raises(ReceiptVerificationError, match="not trusted"):
+        verify_receipt(before, KYA, keyring=retired, policy_versions={"0.1.0"}, nonce_store=None, now=LATER)
+
+
+# --- single-field mutations (hypothesis) ---------------------------------------------------------
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path
+
+
+def _mutate(document: Any, path: tuple[Any, ...], new: Any) -> Any:
+    changed = copy.deepcopy(document)
+    node = changed
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = new
+    return changed
+
+
+_REPLACEMENTS = st.one_of(st.text(min_size=1, max_size=8), st.integers(-5, 10**9), st.booleans(), st.none())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_single_field_mutation_is_rejected(approved: GateDecision, data: st.DataObject) -> None:
+    for name in sorted(SIGNERS):
+        key = SIGNERS[name]() if name == HMAC_SHA256 else _ED_KEY
+        receipt = _receipt(approved, key)
+        target = data.draw(st.sampled_from(["action", "receipt"]), label="target")
+        document = KYA if target == "action" else receipt
+        leaves = [p for p in _leaves(document) if p]
+        path = data.draw(st.sampled_from(sorted(leaves, key=repr)), label="path")
+        old = document
+        for part in path:
+            old = old[part]
+        new = data.draw(_REPLACEMENTS.filter(lambda v, old=old: v != old or type(v) is not type(old)), label="new")
+        if target == "action":
+            candidate_receipt, candidate_action = receipt, _mutate(KYA, path, new)
+        else:
+            candidate_receipt, candidate_action = _mutate(receipt, path, new), KYA
+        with pytest.raises(ReceiptVerificationError):
+            _verify(candidate_receipt, key, candidate_action)
+
+
+_ED_KEY = generate_ed25519("ed-hypothesis")
+
+
+# --- the executor --------------------------------------------------------------------------------
+
+
+def _executor(key: ReceiptKey, path: Path) -> Executor:
+    return Executor(keyring=_ring(key), policy_versions={"0.1.0"}, store=SQLiteStore(path))
+
+
+def test_execute_once_then_replay_refused(approved: GateDecision, key: ReceiptKey, tmp_path: Path) -> None:
+    executor = _executor(key, tmp_path / "exec.db")
+    calls: list[str] = []
+    receipt = _receipt(approved, key)
+    result = executor.execute_authorized_action(
+        KYA, receipt, lambda a: calls.append(a["action_id"]) or "paid", now=LATER
+    )
+    assert result.outcome == "paid" and not result.replayed and calls == ["act_supplier_8000_001"]
+    with pytest.raises(ReceiptVerificationError) as caught:
+        executor.execute_authorized_action(KYA, receipt, lambda a: calls.append("again"), now=LATER)
+    assert caught.value.code == "replay" and calls == ["act_supplier_8000_001"]
+    second = _receipt(approved, key)  # a second, valid receipt for the same action
+    again = executor.execute_authorized_action(KYA, second, lambda a: calls.append("again"), now=LATER)
+    assert again.replayed and again.outcome == "paid" and calls == ["act_supplier_8000_001"]
+    assert executor.store.count("refusals") == 1
+
+
+def test_executor_accepts_nothing_but_a_receipt(approved: GateDecision, tmp_path: Path) -> None:
+    executor = _executor(hmac_key("kya-1", SECRET), tmp_path / "exec.db")
+    for authority in ({"decision_id": approved.decision.decision_id}, {"approval_id": "ap_1"}, "yes, go ahead"):
+        with pytest.raises(ReceiptVerificationError):
+            executor.execute_authorized_action(KYA, authority, lambda a: "paid", now=LATER)  # type: ignore[arg-type]
+    assert executor.store.count("executions") == 0
+
+
+def test_handler_failure_is_recorded_and_final(approved: GateDecision, tmp_path: Path) -> None:
+    key = hmac_key("kya-1", SECRET)
+    executor = _executor(key, tmp_path / "exec.db")
+
+    def broken(action: Any) -> Any:
+        raise RuntimeError("bank timeout")
+
+    with pytest.raises(ExecutionError) as caught:
+        executor.execute_authorized_action(KYA, _receipt(approved, key), broken, now=LATER)
+    assert caught.value.code == "handler_failed"
+    record = executor.store.execution(KYA["idempotency_key"])
+    assert record is not None and record.state == "failed" and "bank timeout" in (record.error or "")
+    with pytest.raises(ExecutionError) as again:
+        executor.execute_authorized_action(KYA, _receipt(approved, key), lambda a: "paid", now=LATER)
+    assert again.value.code == "already_failed"
+
+
+# --- concurrency: 8 processes x 200 attempts ------------------------------------------------------
+
+
+def _race_worker(
+    db: str, receipts: list[dict[str, Any]], actions: dict[str, dict[str, Any]], effects: str, seed: int
+) -> None:
+    import random
+
+    key = hmac_key("kya-1", SECRET)
+    executor = Executor(keyring=Keyring({"kya-1": key}, "kya-1"), policy_versions={"0.1.0"}, store=SQLiteStore(db))
+    side = sqlite3.connect(effects, timeout=60, isolation_level=None)
+
+    def handler(action: Any) -> str:
+        side.execute(
+            "INSERT INTO effects (idempotency_key, pid) VALUES (?, ?)", (action["idempotency_key"], os.getpid())
+        )
+        return "done"
+
+    order = list(range(len(receipts))) * 2
+    random.Random(seed).shuffle(order)
+    for index in order[:200]:
+        receipt = receipts[index]
+        with contextlib.suppress(ReceiptVerificationError, ExecutionError):
+            executor.execute_authorized_action(actions[receipt["action_id"]], receipt, handler, now=LATER)
+
+
+def test_eight_processes_consume_each_nonce_once_and_execute_each_key_once(desk: ControlDesk, tmp_path: Path) -> None:
+    key = hmac_key("kya-1", SECRET)
+    actions: dict[str, dict[str, Any]] = {}
+    receipts = []
+    for n in range(25):
+        action = {**KYA, "action_id": f"act_race_{n}", "idempotency_key": f"idem_race_key_{n:04d}"}
+        actions[action["action_id"]] = action
+        document = _approve(desk, action).to_dict()
+        receipts += [issue_receipt(document, action, key, now=ISSUED) for _ in range(4)]  # 4 receipts per action
+    db, effects = tmp_path / "race.db", tmp_path / "effects.db"
+    SQLiteStore(db)
+    with sqlite3.connect(effects) as connection:
+        connection.execute("CREATE TABLE effects (idempotency_key TEXT, pid INTEGER)")
+        connection.execute("PRAGMA journal_mode=WAL")
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_race_worker, args=(str(db), receipts, actions, str(effects), seed)) for seed in range(8)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=600)
+        assert worker.exitcode == 0
+    with sqlite3.connect(db) as connection:
+        consumed = connection.execute("SELECT count(*), count(DISTINCT nonce) FROM consumed_receipts").fetchone()
+        executions = connection.execute("SELECT count(*), count(DISTINCT idempotency_key) FROM executions").fetchone()
+        states = {row[0] for row in connection.execute("SELECT state FROM executions")}
+    with sqlite3.connect(effects) as connection:
+        per_key = connection.execute(
+            "SELECT idempotency_key, count(*) FROM effects GROUP BY idempotency_key"
+        ).fetchall()
+    assert consumed == (100, 100)  # every receipt consumed, each exactly once
+    assert executions == (25, 25) and states == {"succeeded"}
+    assert len(per_key) == 25 and all(count == 1 for _, count in per_key)
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+
+def test_cli_hash_issue_verify_replay(approved: GateDecision, tmp_path: Path) -> None:
+    env_secret = SECRET.decode()
+    decision = tmp_path / "decision.json"
+    decision.write_text(json.dumps(approved.to_dict()))
+    assert json.loads(run_cli("receipt", "hash", "--action", str(KYA_PATH)).stdout)["action_hash"] == KYA_HASH
+    os.environ["KYA_RECEIPT_SECRET"] = env_secret
+    try:
+        issued = run_cli(
+            "receipt",
+            "issue",
+            "--action",
+            str(KYA_PATH),
+            "--decision",
+            str(decision),
+            "--output",
+            str(tmp_path / "r.json"),
+            "--now",
+            "2026-11-29T10:02:00Z",
+        )
+        assert issued.returncode == 0, issued.stderr
+        assert env_secret not in issued.stdout + issued.stderr
+        args = [
+            "receipt",
+            "verify",
+            "--action",
+            str(KYA_PATH),
+            "--receipt",
+            str(tmp_path / "r.json"),
+            "--policy-version",
+            "0.1.0",
+            "--nonce-db",
+            str(tmp_path / "n.db"),
+            "--now",
+            "2026-11-29T10:03:00Z",
+        ]
+        first = run_cli(*args)
+        assert first.returncode == 0 and json.loads(first.stdout)["consumed"] is True
+        replay = run_cli(*args)
+        assert replay.returncode == 2
+        assert json.loads(replay.stderr) == {
+            "ok": False,
+            "error": "this receipt (nonce or receipt_id) was used before",
+            "code": "replay",
+        }
+    finally:
+        del os.environ["KYA_RECEIPT_SECRET"]
+    missing = run_cli("receipt", "issue", "--action", str(KYA_PATH), "--decision", str(decision))
+    assert missing.returncode == 2 and json.loads(missing.stderr)["code"] == "no_secret"
+
+
+def test_cli_ed25519_keyring_and_rotation(approved: GateDecision, tmp_path: Path) -> None:
+    ring, public = tmp_path / "ring.json", tmp_path / "public.json"
+    assert (
+        run_cli("receipt", "keygen", "--kid", "ed-1", "--keyring", str(ring), "--public", str(public)).returncode == 0
+    )
+    assert oct(ring.stat().st_mode & 0o777) == "0o600"
+    assert "private_key" not in public.read_text()
+    decision = tmp_path / "decision.json"
+    decision.write_text(json.dumps(approved.to_dict()))
+    issued = run_cli(
+        "receipt",
+        "issue",
+        "--action",
+        str(KYA_PATH),
+        "--decision",
+        str(decision),
+        "--keyring",
+        str(ring),
+        "--output",
+        str(tmp_path / "r.json"),
+    )
+    assert issued.returncode == 0, issued.stderr
+    verify = [
+        "receipt",
+        "verify",
+        "--action",
+        str(KYA_PATH),
+        "--receipt",
+        str(tmp_path / "r.json"),
+        "--policy-version",
+        "0.1.0",
+    ]
+    assert run_cli(*verify, "--keyring", str(public)).returncode == 0
+    not_a_signer = run_cli(
+        "receipt", "issue", "--action", str(KYA_PATH), "--decision", str(decision), "--keyring", str(public)
+    )
+    assert not_a_signer.returncode == 2 and json.loads(not_a_signer.stderr)["code"] == "no_signing_key"
+    rotated = run_cli(
+        "receipt", "keygen", "--kid", "ed-2", "--keyring", str(ring), "--public", str(public), "--retire", "ed-1"
+    )
+    assert rotated.returncode == 0, rotated.stderr
+    refused = run_cli(*verify, "--keyring", str(public))
+    assert refused.returncode == 2 and json.loads(refused.stderr)["code"] == "signer_mismatch"
