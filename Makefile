@@ -29,15 +29,19 @@ bundle: $(STAMP) ## validate and compile the reference deployments into bundles/
 	    --policies policies --output bundles/$$name.tar.gz --format text || exit $$?; \
 	done
 
-demo: $(STAMP) ## the main job on the reference deployments: validate, compile, decide
+demo: $(STAMP) ## the main job on the reference deployments: validate, compile, decide, audit
+	@rm -f audit/demo.jsonl
 	$(BIN)/kcp-opa validate --format text $(DEPLOY)/*/*.yaml
 	$(BIN)/kcp-opa explain --format text $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
 	@$(MAKE) --no-print-directory bundle
 	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz
 	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
-	  --now 2026-11-29T10:00:00Z
+	  --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl
 	$(BIN)/python examples/decide_demo.py
 	$(BIN)/python examples/supplier_payment_flow.py
+	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
+	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
+	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
 
 test: $(STAMP) ## lint, type-check and run the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
@@ -56,6 +60,7 @@ bench: $(STAMP) ## compile and decide benchmarks, regopy vs the OPA reference (n
 	$(BIN)/python bench/bench_compile.py
 	$(BIN)/python bench/bench_decide.py
 	$(BIN)/python bench/bench_receipts.py
+	$(BIN)/python bench/bench_ledger.py
 
 clean: ## remove the venv, build output and caches
-	rm -rf $(VENV) bundles/*.tar.gz .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bundles/*.tar.gz audit .pytest_cache .mypy_cache .ruff_cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -21,11 +22,13 @@ from kcp_opa import Gate
 from kcp_opa.controls import ControlDesk, evidence_for
 from kcp_opa.errors import EvidenceRejectedError, ReceiptVerificationError
 from kcp_opa.executor import Executor
-from kcp_opa.receipts import issue_receipt
+from kcp_opa.ledger import AuditLedger
 from kcp_opa.signing import Keyring, generate_ed25519
 from kcp_opa.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
+LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))
+BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
 SIX = [
     ("standard_audit_logging", "system", "kcp-opa-ledger"),
     ("user_confirmation", "user", "user_001"),
@@ -43,7 +46,8 @@ def main() -> int:
     action = json.loads((ROOT / "fixtures" / "kya-supplier-payment-action.json").read_text())
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    desk = ControlDesk(Gate.from_bundle(ROOT / "bundles" / "finance.tar.gz"))
+    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER))
+    desk = ControlDesk(gate)
 
     record = desk.open(action, now=now)
     d = record.decision
@@ -51,6 +55,7 @@ def main() -> int:
     console.print(f"{d.decision.value} / {d.authorization_status.value}, risk {d.risk_level.value}")
     console.print(f"action_hash {d.action_hash}")
     console.print(f"missing: {', '.join(d.missing_controls)}")
+    console.print(f"[dim]written to {LEDGER} (standard_audit_logging is the ledger's)[/dim]")
 
     console.rule("[bold]2. controls")
     (by_agent,) = evidence_for(
@@ -65,7 +70,7 @@ def main() -> int:
         desk.record_control_result(record, by_agent, action=action)
     except EvidenceRejectedError as exc:
         console.print(f"[red]refused[/] the agent approving itself: {exc.code}")
-    for control, actor_type, actor in SIX:
+    for control, actor_type, actor in SIX[1:]:  # the ledger satisfies standard_audit_logging itself
         (item,) = evidence_for(
             record, [control], actor_type=actor_type, actor_id=actor, completed_at=stamp, reference=f"ev:{control}"
         )
@@ -75,7 +80,7 @@ def main() -> int:
 
     console.rule("[bold]3. receipt")
     signer = generate_ed25519("treasury-ed25519-1")
-    receipt = issue_receipt(record.to_dict(), action, signer, now=now)
+    receipt = desk.issue(record, signer, now=now)
     console.print(f"{receipt['receipt_id']} {receipt['signature']['alg']} kid={receipt['signature']['kid']}")
     console.print(f"valid {receipt['issued_at']} .. {receipt['expires_at']}, nonce {receipt['nonce']}")
 
@@ -85,6 +90,7 @@ def main() -> int:
             keyring=Keyring({signer.kid: signer}).public(),
             policy_versions={record.decision.policy_version},
             store=SQLiteStore(Path(tmp) / "executor.db"),
+            audit=gate.audit,
         )
         result = executor.execute_authorized_action(action, receipt, lambda a: {"payment_ref": "PAY-0001"})
         console.print(f"[green]executed[/] {result.idempotency_key}: {result.outcome}")

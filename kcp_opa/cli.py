@@ -17,9 +17,11 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.table import Table
 
 from kcp_opa import render
 from kcp_opa.action import action_hash, parse_action
+from kcp_opa.auditor import export_decision, query, replay
 from kcp_opa.bundle import read_bundle, write_atomically
 from kcp_opa.compiler import compile_bundle, default_output
 from kcp_opa.diagnostics import Report
@@ -35,11 +37,13 @@ from kcp_opa.errors import (
     ValidationFailedError,
 )
 from kcp_opa.gate import Gate, decision_time
+from kcp_opa.ledger import AuditLedger, verify_ledger
 from kcp_opa.logsetup import configure
 from kcp_opa.manifest import load_manifest, validate_manifest
 from kcp_opa.matrix import validate_matrix
 from kcp_opa.query import evaluate_query
 from kcp_opa.receipts import issue_receipt, verify_receipt
+from kcp_opa.ropa import build_ropa, to_markdown
 from kcp_opa.signing import Keyring, generate_ed25519, hmac_key_from_env, load_keyring
 from kcp_opa.store import SQLiteStore
 from kcp_opa.yamlsource import DEFAULT_MAX_BYTES
@@ -276,7 +280,14 @@ def _read_text(path: str, what: str) -> str:
     help="Print {input, decision}: the exact input evaluated, ready for `eval`/`opa eval`.",
 )
 @click.option("--enforce", is_flag=True, help="Exit 4 when the decision does not allow execution.")
-def decide(bundle: Path, input_path: str, now: str | None, with_input: bool, enforce: bool) -> None:
+@click.option(
+    "--ledger",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Append the decision to this audit ledger (JSON Lines; fsynced before printing).",
+)
+def decide(
+    bundle: Path, input_path: str, now: str | None, with_input: bool, enforce: bool, ledger: Path | None
+) -> None:
     """Decide one action with the bundle's policy and print the decision JSON.
 
     \b
@@ -289,9 +300,9 @@ def decide(bundle: Path, input_path: str, now: str | None, with_input: bool, enf
     An engine failure is not an exit code: it is a DENY with reason `engine_error`.
     """
     action = parse_action(_read_text(input_path, "action"))
-    gate = Gate.from_bundle(bundle)
+    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger) if ledger is not None else None)
     prepared = gate.prepare(action, now=now)
-    decision, _ = gate.evaluate(prepared)
+    decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
     render.print_json({"input": prepared.document, "decision": document} if with_input else document)
     if enforce and not decision.execution_allowed:
@@ -528,6 +539,160 @@ def receipt_keygen(kid: str, keyring_path: Path, public_path: Path | None, retir
     if public_path is not None:
         write_atomically(public_path, json.dumps(ring.public().to_file_dict(include_private=False), indent=2).encode())
     render.print_json({"ok": True, "signing_kid": kid, "kids": sorted(keys), "retired": sorted(retire)})
+
+
+@cli.command()
+@click.argument("manifests", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here instead of stdout.")
+@MAX_BYTES
+def ropa(manifests: Sequence[Path], fmt: str, output: Path | None, max_bytes: int) -> None:
+    """GDPR Article 30 records of processing from KCP manifests (one record per personal-data unit).
+
+    Units missing a field get "not declared" and a warning on stderr, never a silent gap.
+    """
+    loaded = [load_manifest(path, max_bytes=max_bytes) for path in manifests]
+    records = build_ropa(loaded)
+    text = to_markdown(records) if fmt == "markdown" else json.dumps(records, indent=2, ensure_ascii=False) + "\n"
+    for warning in records["warnings"]:
+        click.echo(f"kcp-opa: warning: {warning}", err=True)
+    if output is not None:
+        write_atomically(output, text.encode("utf-8"))
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.group()
+def audit() -> None:
+    """The auditor's tools over a ledger written by the gate (verify, export, replay, query)."""
+
+
+@audit.command(name="verify")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@FORMAT
+def audit_verify(ledger: Path, fmt: str | None) -> None:
+    """Check the hash chain and every line; report the first break with its line number (exit 1)."""
+    report = verify_ledger(ledger)
+    document = {
+        "ledger": str(ledger),
+        "ok": report.ok,
+        "entries": report.entries,
+        "torn_tail": report.torn_tail,
+        "problems": [{"line": p.line, "message": p.message} for p in report.problems],
+    }
+    if _as_json(fmt):
+        render.print_json(document)
+    else:
+        console = Console()
+        if report.ok:
+            console.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact")
+        for problem in report.problems:
+            verified = f"{report.entries} entries verified before it"
+            console.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
+    if not report.ok:
+        sys.exit(EXIT_INVALID)
+
+
+@audit.command(name="export")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--decision-id", required=True, help="The decision to export.")
+@click.option(
+    "--bundles",
+    "bundles_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("bundles"),
+    show_default=True,
+    help="Where to find the bundle revision the decision names.",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory for input.json, result.json, the bundle and a README.",
+)
+def audit_export(ledger: Path, decision_id: str, bundles_dir: Path, output: Path) -> None:
+    """Export one decision so it can be re-run with `opa eval -b <bundle> -i input.json`."""
+    out = export_decision(ledger, decision_id, bundles_dir, output)
+    render.print_json({"ok": True, "output": str(out), "files": sorted(p.name for p in out.iterdir())})
+
+
+@audit.command(name="replay")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--bundles",
+    "bundles_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("bundles"),
+    show_default=True,
+    help="Directory of bundles; each decision is replayed with the revision it names.",
+)
+@click.option("--no-opa", is_flag=True, help="Replay on regopy only (default: also on the OPA reference if installed).")
+@FORMAT
+def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None) -> None:
+    """Re-evaluate every archived decision and report any that does not reproduce (exit 1)."""
+    report = replay(ledger, bundles_dir, with_opa=not no_opa)
+    if _as_json(fmt):
+        render.print_json(report.to_dict())
+    else:
+        console = Console()
+        counts = ", ".join(f"{engine} {count}" for engine, count in sorted(report.reproduced.items()))
+        console.print(f"{report.decisions} decisions; reproduced: {counts or 'none'}")
+        for item in report.mismatches:
+            console.print(f"[red]differs[/] line {item['line']} {item['decision_id']} on {item['engine']}")
+        for revision, count in report.missing_bundles.items():
+            console.print(f"[red]missing bundle[/] revision {revision} ({count} decisions)")
+        for erased in report.erased_unverifiable:
+            console.print(f"[yellow]erased[/] {erased}: content erased under no-logging; not reproducible")
+    if not report.ok:
+        sys.exit(EXIT_INVALID)
+
+
+@audit.command(name="query")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--unit", help="project/unit or unit id.")
+@click.option("--agent", help="agent_id.")
+@click.option("--model", help="runtime model id.")
+@click.option("--decision", help="Routing state, e.g. DENY.")
+@click.option("--type", "event_type", type=click.Choice(["decision", "control", "receipt", "execution", "failure"]))
+@click.option("--since", metavar="RFC3339", help="From this time (UTC, e.g. 2026-11-29T00:00:00Z).")
+@click.option("--until", metavar="RFC3339", help="Up to this time.")
+@FORMAT
+def audit_query(
+    ledger: Path,
+    unit: str | None,
+    agent: str | None,
+    model: str | None,
+    decision: str | None,
+    event_type: str | None,
+    since: str | None,
+    until: str | None,
+    fmt: str | None,
+) -> None:
+    """Entries matching every filter: "every action by model X on unit Y" is one command."""
+    entries = query(
+        ledger, unit=unit, agent=agent, model=model, decision=decision, event_type=event_type, since=since, until=until
+    )
+    if _as_json(fmt):
+        render.print_json(entries)
+        return
+    table = Table(title=f"{len(entries)} entries in {ledger}")
+    for column in ("seq", "time", "type", "agent", "unit", "model", "decision", "reasons / detail"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        detail = ", ".join(entry.get("reason_codes") or []) or str(entry.get("code") or entry.get("receipt_id") or "")
+        table.add_row(
+            str(entry.get("seq")),
+            str(entry.get("timestamp", ""))[:19],
+            str(entry.get("type")),
+            str(entry.get("agent_id") or ""),
+            str(entry.get("kcp_unit_applied") or ""),
+            str(entry.get("model") or ""),
+            str(entry.get("decision") or entry.get("authorization_status") or ""),
+            detail,
+        )
+    console = Console()
+    (console if console.is_terminal else Console(width=160)).print(table)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -131,8 +131,23 @@ class ControlDesk:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
         frozen = copy.deepcopy(dict(action))
         prepared = self.gate.prepare(frozen, now=now)
-        decision, _ = self.gate.evaluate(prepared)
-        return GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,))
+        decision, entry = self.gate.decide_recorded(prepared)
+        evidence: tuple[ControlEvidence, ...] = ()
+        if entry is not None:
+            # The ledger entry is the evidence for the system's own control.
+            evidence = (
+                ControlEvidence(
+                    control="standard_audit_logging",
+                    status=EvidenceStatus.PASSED,
+                    actor_type=ActorType.SYSTEM,
+                    actor_id="kcp-opa-ledger",
+                    evidence_reference=f"ledger:{entry['entry_hash']}",
+                    completed_at=str(entry["timestamp"]),
+                    decision_id=decision.decision_id,
+                    action_hash=decision.action_hash,
+                ),
+            )
+        return GateDecision(frozen, prepared, decision, evidence, self.receipt_ttl_seconds, (prepared.document,))
 
     def record_control_result(
         self, record: GateDecision, evidence: ControlEvidence | Mapping[str, Any], *, action: Mapping[str, Any]
@@ -167,18 +182,56 @@ class ControlDesk:
         if verdict.error is not None or value.get("accepted") is not True:
             code = str(value.get("code", "evidence_unreadable"))
             message = str(value.get("message", verdict.error or "the evidence could not be judged"))
+            if self.gate.audit is not None:
+                self.gate.audit.event(
+                    "failure", record.action, record.decision, code=code, message=message, evidence=item.to_dict()
+                )
             raise EvidenceRejectedError(f"{item.control}: {message}", code)
-        return self._rederive(replace(record, evidence=(*record.evidence, item)))
+        updated = self._rederive(replace(record, evidence=(*record.evidence, item)))
+        if self.gate.audit is not None:
+            self.gate.audit.event(
+                "control",
+                updated.action,
+                updated.decision,
+                decision_id=updated.decision.decision_id,
+                action_hash=updated.decision.action_hash,
+                evidence=item.to_dict(),
+                authorization_status=updated.decision.authorization_status.value,
+                missing_controls=list(updated.decision.missing_controls),
+            )
+        return updated
+
+    def issue(
+        self, record: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
+    ) -> dict[str, Any]:
+        """Issue a receipt for ``record`` (see receipts.issue_receipt) and audit it."""
+        from kcp_opa.receipts import issue_receipt
+
+        receipt = issue_receipt(record.to_dict(), record.action, key, ttl_seconds=ttl_seconds, now=now)
+        if self.gate.audit is not None:
+            self.gate.audit.event(
+                "receipt",
+                record.action,
+                record.decision,
+                decision_id=receipt["decision_id"],
+                action_hash=receipt["action_hash"],
+                receipt_id=receipt["receipt_id"],
+                signature={"alg": receipt["signature"]["alg"], "kid": receipt["signature"]["kid"]},
+                issued_at=receipt["issued_at"],
+                expires_at=receipt["expires_at"],
+                approver_ids=receipt["approver_ids"],
+            )
+        return receipt
 
     def _rederive(self, record: GateDecision) -> GateDecision:
         prepared = build_input(
             record.action,
             now=record.decision.evaluated_at,
-            satisfied_controls=sorted(record.passed_controls),
+            satisfied_controls=sorted(record.passed_controls | set(self.gate.system_controls)),
             bundle_revision=self.gate.bundle_revision,
             decision_id=record.decision.decision_id,
         )
-        decision, _ = self.gate.evaluate(prepared)
+        decision = self.gate.decide_prepared(prepared)
         # The trace id is the decision's, not a new one generated for the re-evaluation.
         decision = replace(decision, trace_id=record.decision.trace_id)
         return replace(record, prepared=prepared, decision=decision, inputs=(*record.inputs, prepared.document))

@@ -291,3 +291,29 @@ def _violation(raw: Any) -> Violation:
     if not isinstance(raw, Mapping):
         raise TypeError("a violation must be an object")
     return Violation(evaluator_id=_str(raw, "evaluator_id"), code=_str(raw, "code"), fields=_strings(raw, "fields"))
+
+
+AUDIT_UNAVAILABLE_VERDICT = PolicyVerdict(
+    decision=RoutingState.DENY,
+    outcome=Outcome.DENY,
+    authorization_status=AuthorizationStatus.DENIED,
+    execution_allowed=False,
+    risk_level=RiskLevel.CRITICAL,
+    required_controls=("standard_audit_logging",),
+    satisfied_controls=(),
+    missing_controls=("standard_audit_logging",),
+    reasons=(
+        Reason(
+            code="audit_unavailable",
+            rule="kcp_opa.audit",
+            evaluator_id="kcp_opa_audit",
+            evaluator_version="1.0.0",
+            message="the decision could not be written to the audit ledger; failing closed",
+        ),
+    ),
+    reason_codes=("audit_unavailable",),
+    violations=(),
+    obligations=("audit",),
+    approver_roles=(),
+)
+"""The fail-closed verdict when the audit ledger cannot record a decision (contract §1.3)."""

@@ -107,3 +107,7 @@ class StoreError(CodedError):
     """The executor's SQLite store failed; nothing was consumed or executed (fail closed)."""
 
     code = "store_unavailable"
+
+
+class LedgerError(KcpOpaError):
+    """The audit ledger cannot be written or read; a decision that needed it fails closed."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcp_opa.action import action_hash, check_action
+from kcp_opa.audit import AuditTrail
 from kcp_opa.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.receipts import verify_receipt
 from kcp_opa.signing import Keyring
@@ -34,10 +35,22 @@ class ExecutionResult:
 class Executor:
     """Verify-and-consume, then execute at most once per idempotency key."""
 
-    def __init__(self, *, keyring: Keyring, policy_versions: Collection[str], store: SQLiteStore) -> None:
+    def __init__(
+        self,
+        *,
+        keyring: Keyring,
+        policy_versions: Collection[str],
+        store: SQLiteStore,
+        audit: AuditTrail | None = None,
+    ) -> None:
         self.keyring = keyring
         self.policy_versions = frozenset(policy_versions)
         self.store = store
+        self.audit = audit
+
+    def _emit(self, kind: str, action: Mapping[str, Any], **fields: Any) -> None:
+        if self.audit is not None:
+            self.audit.event(kind, action, None, **fields)
 
     def execute_authorized_action(
         self,
@@ -64,6 +77,7 @@ class Executor:
             self.store.record_refusal(
                 exc.code, str(exc), receipt_id=str(receipt_id) if receipt_id else None, action_hash=digest
             )
+            self._emit("failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest)
             raise
         key = str(action["idempotency_key"])
         existing = self.store.claim_execution(key, digest, str(receipt_id))
@@ -74,11 +88,18 @@ class Executor:
                 raise ExecutionError(f"{key} is being executed under receipt {existing.receipt_id}", "in_progress")
             if existing.state == "failed":
                 raise ExecutionError(f"{key} already failed: {existing.error}", "already_failed")
+            self._emit(
+                "execution", action, idempotency_key=key, receipt_id=receipt_id, action_hash=digest, replayed=True
+            )
             return ExecutionResult(key, existing.receipt_id, existing.outcome, replayed=True)
         try:
             outcome = handler(action)
         except Exception as exc:
             self.store.finish_execution(key, error=f"{type(exc).__name__}: {exc}")
+            self._emit(
+                "failure", action, code="handler_failed", message=str(exc), receipt_id=receipt_id, action_hash=digest
+            )
             raise ExecutionError(f"the handler failed for {key}: {exc}", "handler_failed") from exc
         self.store.finish_execution(key, outcome=outcome)
+        self._emit("execution", action, idempotency_key=key, receipt_id=receipt_id, action_hash=digest, replayed=False)
         return ExecutionResult(key, str(receipt_id), outcome, replayed=False)

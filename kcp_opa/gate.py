@@ -12,17 +12,25 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from kcp_opa.action import action_hash, check_action, trace_id_of
+from kcp_opa.audit import AuditTrail
 from kcp_opa.bundle import LoadedBundle, read_bundle
-from kcp_opa.decision import ENGINE_ERROR_VERDICT, Decision, MalformedDecisionError, PolicyVerdict
+from kcp_opa.decision import (
+    AUDIT_UNAVAILABLE_VERDICT,
+    ENGINE_ERROR_VERDICT,
+    Decision,
+    MalformedDecisionError,
+    PolicyVerdict,
+)
 from kcp_opa.engine import DECISION_ENTRYPOINT, RegopyEngine
-from kcp_opa.errors import ActionRejectedError
+from kcp_opa.errors import ActionRejectedError, LedgerError
+from kcp_opa.ledger import AuditLedger
 
 _log = structlog.get_logger("kcp_opa.gate")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -92,25 +100,40 @@ def build_input(
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)
 
 
-class Gate:
-    """Decisions from one compiled bundle. Thread-safe; build once, call ``decide`` per action."""
+#: Controls the gate satisfies itself when its audit ledger is on: the decision is durably
+#: written before it is returned, or it becomes a DENY ``audit_unavailable``.
+SYSTEM_CONTROLS = ("standard_audit_logging",)
 
-    def __init__(self, bundle: LoadedBundle, *, preflight: bool = True) -> None:
+
+class Gate:
+    """Decisions from one compiled bundle. Thread-safe; build once, call ``decide`` per action.
+
+    With a ``ledger``, every decision is written to it (durably) before ``decide`` returns, and
+    ``standard_audit_logging`` counts as satisfied; without one, that control stays missing and
+    no decision allows execution.
+    """
+
+    def __init__(self, bundle: LoadedBundle, *, preflight: bool = True, ledger: AuditLedger | None = None) -> None:
         self.bundle = bundle
         self.engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight)
         metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
         self.policy_version = str(metadata.get("policy_version", ""))
         self.bundle_revision = bundle.revision
+        self.audit = AuditTrail(ledger, bundle) if ledger is not None else None
 
     @classmethod
-    def from_bundle(cls, path: str | Path, *, preflight: bool = True) -> Gate:
+    def from_bundle(cls, path: str | Path, *, preflight: bool = True, ledger: AuditLedger | None = None) -> Gate:
         """Load a bundle written by ``kcp-opa compile``.
 
         ``preflight`` first plans the bundle in a child process, so a policy that would abort
         rego-cpp fails here with :class:`EngineLoadError` instead of killing this process.
         Turn it off only for bundles this process has already checked.
         """
-        return cls(read_bundle(path), preflight=preflight)
+        return cls(read_bundle(path), preflight=preflight, ledger=ledger)
+
+    @property
+    def system_controls(self) -> tuple[str, ...]:
+        return SYSTEM_CONTROLS if self.audit is not None else ()
 
     def prepare(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> DecisionInput:
         """The input ``decide`` would evaluate (for archiving before the decision, or replay).
@@ -118,7 +141,9 @@ class Gate:
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
-        return build_input(action, now=now, bundle_revision=self.bundle_revision)
+        return build_input(
+            action, now=now, satisfied_controls=self.system_controls, bundle_revision=self.bundle_revision
+        )
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
@@ -149,7 +174,24 @@ class Gate:
 
     def decide(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> Decision:
         """Decide one action. Raises :class:`ActionRejectedError` for an action that may not be evaluated."""
-        return self.evaluate(self.prepare(action, now=now))[0]
+        return self.decide_prepared(self.prepare(action, now=now))
+
+    def decide_prepared(self, prepared: DecisionInput) -> Decision:
+        """Evaluate and, with a ledger, record durably; a failed write turns it into a DENY."""
+        return self.decide_recorded(prepared)[0]
+
+    def decide_recorded(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
+        """Like ``decide_prepared``, also returning the ledger entry that recorded the decision."""
+        decision, result = self.evaluate(prepared)
+        if self.audit is None:
+            return decision, None
+        action = prepared.document["action"]
+        try:
+            entry = self.audit.decision(prepared.document, action, decision, result)
+        except LedgerError as exc:
+            _log.error("audit_unavailable", decision_id=prepared.decision_id, error=str(exc))
+            return replace(decision, verdict=AUDIT_UNAVAILABLE_VERDICT, engine_error=f"audit: {exc}"), None
+        return decision, entry
 
     def decide_many(
         self,
@@ -170,6 +212,6 @@ class Gate:
             except ActionRejectedError as exc:
                 raise ActionRejectedError(f"[{index}]{exc.path}", exc.reason) from None
         if workers <= 1:
-            return [self.evaluate(item)[0] for item in prepared]
+            return [self.decide_prepared(item) for item in prepared]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kcp-opa-gate") as pool:
-            return [decision for decision, _ in pool.map(self.evaluate, prepared)]
+            return list(pool.map(self.decide_prepared, prepared))

@@ -1,0 +1,86 @@
+"""Benchmark: decisions per second with the audit ledger off, fsync per entry, group commit.
+
+Not a test. Same bundle (support-desk) and input for every mode, single-threaded and with 4
+threads (group commit only helps when decisions overlap). Writes bench/results-ledger.json.
+
+    .venv/bin/python bench/bench_ledger.py [--count 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kcp_opa.cases import load_cases
+from kcp_opa.compiler import compile_bundle
+from kcp_opa.gate import Gate
+from kcp_opa.ledger import AuditLedger, verify_ledger
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _rate(gate: Gate, action: dict[str, Any], count: int, threads: int) -> float:
+    start = time.perf_counter()
+    if threads == 1:
+        for _ in range(count):
+            gate.decide(action, now="2026-11-29T10:00:00Z")
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(lambda _: gate.decide(action, now="2026-11-29T10:00:00Z"), range(count)))
+    return count / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=600)
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-ledger.json")
+    args = parser.parse_args()
+    case = next(
+        c for c in load_cases(REPO / "fixtures" / "cases" / "support-desk.yaml") if c.case_id == "sd-read-clean"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kcp-opa-bench-ledger-") as tmp:
+        base = REPO / "fixtures" / "deployments" / "support-desk"
+        bundle = Path(tmp) / "support-desk.tar.gz"
+        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
+        for threads in (1, 4):
+            row: dict[str, Any] = {"threads": threads}
+            for mode in ("off", "fsync", "group"):
+                ledger = None if mode == "off" else AuditLedger(Path(tmp) / f"{mode}-{threads}.jsonl", durability=mode)
+                gate = Gate.from_bundle(bundle, preflight=False, ledger=ledger)
+                row[mode] = _rate(gate, dict(case.action), args.count, threads)
+                if ledger is not None:
+                    assert verify_ledger(ledger.path).ok
+            row["fsync_over_off"] = row["fsync"] / row["off"]
+            row["group_over_off"] = row["group"] / row["off"]
+            rows.append(row)
+    table = Table(title=f"decisions/s, support-desk read, {args.count} decisions per cell")
+    for column in ("threads", "ledger off", "fsync per entry", "group commit", "fsync / off", "group / off"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            str(row["threads"]),
+            f"{row['off']:.0f}",
+            f"{row['fsync']:.0f}",
+            f"{row['group']:.0f}",
+            f"{row['fsync_over_off']:.2f}",
+            f"{row['group_over_off']:.2f}",
+        )
+    Console(width=140).print(table)
+    args.output.write_text(json.dumps({"machine": platform.platform(), "results": rows}, indent=2) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
