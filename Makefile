@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 
-.PHONY: help install demo test lint typecheck bundle bench clean
+.PHONY: help install demo test policy-test lint typecheck bundle bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -43,11 +43,17 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
 	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
 
-test: $(STAMP) ## lint, type-check and run the test suite (what CI runs)
+test: $(STAMP) ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy
+	$(BIN)/kcp-opa check policies --strict --format text
+	$(BIN)/kcp-opa test policies --coverage --threshold 90 --junit reports/kcp-opa-test.xml --format text
 	$(BIN)/pytest
+
+policy-test: $(STAMP) ## kcp-opa check + test on policies/ (Rego tests on both engines, decision cases, coverage)
+	$(BIN)/kcp-opa check policies --strict --format text
+	$(BIN)/kcp-opa test policies --coverage --threshold 90 --junit reports/kcp-opa-test.xml --format text
 
 lint: $(STAMP) ## ruff only
 	$(BIN)/ruff check kcp_opa tests bench examples
@@ -63,4 +69,4 @@ bench: $(STAMP) ## compile and decide benchmarks, regopy vs the OPA reference (n
 	$(BIN)/python bench/bench_ledger.py
 
 clean: ## remove the venv, build output and caches
-	rm -rf $(VENV) bundles/*.tar.gz audit .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bundles/*.tar.gz audit reports .pytest_cache .mypy_cache .ruff_cache

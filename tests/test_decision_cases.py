@@ -94,3 +94,24 @@ def test_every_finding_has_the_one_shape(deployment: str, deployments: _Deployme
             assert declared.get(finding["evaluator_id"]) == finding["evaluator_version"], (case.case_id, finding)
             assert isinstance(finding["details"], dict) and finding["message"], (case.case_id, finding)
     assert seen > 10
+
+
+#: Reason codes no case can reach through Gate, each with the reason; Rego unit tests cover them.
+UNREACHABLE_THROUGH_GATE = {
+    "action_incomplete": "Gate refuses an incomplete action before evaluation (schema)",
+    "decision_time_missing": "Gate always puts the decision time into input",
+    "policy_undefined": "the fail-closed default decision; only a broken policy reaches it",
+}
+
+
+def test_every_decision_reason_code_has_a_case() -> None:
+    import re
+
+    emitted: set[str] = set()
+    for path in (POLICIES / "kcp").rglob("*.rego"):
+        if path.name.endswith("_test.rego") or path.parent.name == "controls":
+            continue
+        emitted |= set(re.findall(r'"code":\s*"(\w+)"', path.read_text()))
+    expected = {code for case in CASES for code in case.expect.reason_codes or ()}
+    emitted |= {"matrix_confirm", "matrix_approve", "matrix_forbidden"}  # built as "matrix_" + level
+    assert emitted - expected == set(UNREACHABLE_THROUGH_GATE)

@@ -29,6 +29,9 @@ stale if {
 
 stale if {
 	is_object(_policy)
+	# Guarded: `null + n` is an error under regopy's strict builtin errors (the gate's mode)
+	# and would turn a never-validated unit into an engine_error instead of "stale".
+	is_number(facts.unit.validated_epoch_day)
 	_today >= facts.unit.validated_epoch_day + _policy.max_age_days
 }
 

@@ -1,0 +1,369 @@
+"""Run Rego unit tests the way ``opa test`` does, on regopy and on the OPA reference engine.
+
+Discovery: every ``test_*`` rule in a ``*_test.rego`` file is a test, every ``todo_*`` rule is
+reported as skipped. regopy runs in child processes, because some policies abort rego-cpp
+(engine-notes.md hazard 4): all tests are planned in one child; if that child dies, each file
+and then each test of a dying file gets a child of its own, so the one test that aborts the
+engine is an ERROR with the construct named, and every other test still runs. A test file
+whose first line is ``# kcp-opa: engines=opa`` runs on OPA only (regopy: SKIP, with the reason
+the file gives on the next lines).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OPA_ONLY = "# kcp-opa: engines=opa"
+_PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
+_RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)
+CHILD_TIMEOUT_S = 300
+ABORT_HINT = (
+    "regopy aborted while planning this test. The known trigger is `x in coll` inside a rule "
+    "evaluated under `with input as {...}` or `with input.<coll> as [...]` (engine-notes.md "
+    "hazard 4, engine-findings item 17): mock a different field, or write the rule as "
+    "`some y in coll; y == x` / `coll[_] == x`"
+)
+
+
+class Outcome(enum.StrEnum):
+    PASS = "PASS"  # noqa: S105 (an outcome, not a password)
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    SKIP = "SKIP"
+
+
+@dataclass(frozen=True)
+class RegoTest:
+    file: str
+    package: str
+    rule: str
+    line: int
+    opa_only: bool
+
+    @property
+    def name(self) -> str:
+        return f"data.{self.package}.{self.rule}"
+
+    @property
+    def entrypoint(self) -> str:
+        return f"{self.package.replace('.', '/')}/{self.rule}"
+
+    @property
+    def todo(self) -> bool:
+        return self.rule.startswith("todo_")
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    outcome: Outcome
+    detail: str = ""
+
+
+@dataclass
+class TestResult:
+    test: RegoTest
+    engines: dict[str, EngineResult] = field(default_factory=dict)
+
+    @property
+    def divergent(self) -> bool:
+        ran = [r.outcome for r in self.engines.values() if r.outcome is not Outcome.SKIP]
+        return len(set(ran)) > 1
+
+    @property
+    def outcome(self) -> Outcome:
+        outcomes = [r.outcome for r in self.engines.values()]
+        if Outcome.ERROR in outcomes:
+            return Outcome.ERROR
+        if self.divergent:
+            return Outcome.FAIL
+        for worst in (Outcome.FAIL, Outcome.PASS):
+            if worst in outcomes:
+                return worst
+        return Outcome.SKIP
+
+
+def load_modules(paths: Sequence[str | Path]) -> dict[str, str]:
+    """Every ``.rego`` file under ``paths``, keyed by its path inside the directory given (as in
+    a compiled bundle, so test and bundle coverage name files alike)."""
+    modules: dict[str, str] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file or directory")
+        files = sorted(path.rglob("*.rego")) if path.is_dir() else [path]
+        for file in files:
+            name = file.relative_to(path).as_posix() if path.is_dir() else file.name
+            modules[name] = file.read_text(encoding="utf-8")
+    return modules
+
+
+def discover(modules: Mapping[str, str], run: str | None = None) -> list[RegoTest]:
+    pattern = re.compile(run) if run else None
+    tests = []
+    for name, source in sorted(modules.items()):
+        if not name.endswith("_test.rego"):
+            continue
+        package = _PACKAGE.search(source)
+        if package is None:
+            continue
+        seen: set[str] = set()
+        for match in _RULE.finditer(source):
+            rule = match.group(1)
+            if rule in seen:
+                continue
+            seen.add(rule)
+            test = RegoTest(name, package.group(1), rule, source.count("\n", 0, match.start()) + 1, _opa_only(source))
+            if pattern is None or pattern.search(test.name):
+                tests.append(test)
+    return tests
+
+
+def _opa_only(source: str) -> bool:
+    return source.startswith(OPA_ONLY)
+
+
+def _skip_reason(source: str) -> str:
+    lines = [line.lstrip("# ").strip() for line in source.splitlines()[1:4] if line.startswith("#")]
+    return " ".join(lines) or "marked engines=opa"
+
+
+_CHILD = """
+import json, sys
+from regopy import Interpreter
+modules, entrypoints = json.load(sys.stdin)
+interp = Interpreter()
+interp.strict_built_in_errors = True
+interp.add_data_json("{}")
+for name, source in modules.items():
+    interp.add_module(name, source)
+bundle = interp.build(None, entrypoints)
+if not bundle.ok():
+    print(json.dumps({"__build_error__": str(bundle.node())[:2000]}))
+    sys.exit(0)
+out = {}
+for entrypoint in entrypoints:
+    try:
+        output = interp.query_bundle_entrypoint(bundle, entrypoint)
+    except Exception as exc:
+        out[entrypoint] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        continue
+    if not output.ok():
+        out[entrypoint] = {"error": " ".join(str(output).split())[:500]}
+        continue
+    results = output.results
+    value = results[0].expressions[0] if results and results[0].expressions else None
+    out[entrypoint] = {"value": value}
+print(json.dumps(out))
+"""
+
+
+def regopy_child(
+    modules: Mapping[str, str], entrypoints: Sequence[str], timeout_s: float = CHILD_TIMEOUT_S
+) -> dict[str, Any] | None:
+    """Results by entrypoint; None if the child died (an engine abort); ``{"__timeout__": s}`` if
+    planning did not finish in time (docs/engine-findings.md item 12)."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD],
+            input=json.dumps([dict(modules), list(entrypoints)]),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"__timeout__": timeout_s}
+    if proc.returncode != 0:
+        return None
+    try:
+        parsed: dict[str, Any] = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return None
+    return parsed
+
+
+def only_test(source: str, keep: str) -> str:
+    """``source`` without the test/todo rules other than ``keep`` (rules start at column 0)."""
+    lines = source.splitlines(keepends=True)
+    out, dropping = [], False
+    for line in lines:
+        starts_rule = bool(line[:1].strip()) and not line.startswith(("}", ")", "]", "#"))
+        if starts_rule:
+            match = _RULE.match(line)
+            dropping = match is not None and match.group(1) != keep
+        if not dropping:
+            out.append(line)
+    return "".join(out)
+
+
+def _judge(raw: Any) -> EngineResult:
+    if raw is None:
+        return EngineResult(Outcome.ERROR, "no result")
+    if "error" in raw:
+        text = str(raw["error"])
+        if text.strip() == "<error>":
+            text = "evaluation error (regopy gives no detail: e.g. conflicting rule values or a builtin error)"
+        return EngineResult(Outcome.ERROR, text)
+    value = raw.get("value")
+    if value is True:
+        return EngineResult(Outcome.PASS)
+    return EngineResult(Outcome.FAIL, "undefined" if value is None else f"evaluated to {json.dumps(value)[:200]}")
+
+
+def run_regopy(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> dict[str, EngineResult]:
+    """regopy outcome per test name, surviving engine aborts by narrowing the child's work."""
+    runnable = [t for t in tests if not t.opa_only and not t.todo]
+    results: dict[str, EngineResult] = {}
+    for test in tests:
+        if test.todo:
+            results[test.name] = EngineResult(Outcome.SKIP, "todo")
+        elif test.opa_only:
+            results[test.name] = EngineResult(Outcome.SKIP, _skip_reason(modules[test.file]))
+    loadable = {name: source for name, source in modules.items() if not _opa_only(source)}
+    _run_group(loadable, runnable, results, split=True)
+    return results
+
+
+def _run_group(
+    modules: Mapping[str, str], tests: Sequence[RegoTest], results: dict[str, EngineResult], *, split: bool
+) -> None:
+    if not tests:
+        return
+    out = regopy_child(modules, [t.entrypoint for t in tests])
+    if out is not None and "__timeout__" in out:
+        for test in tests:
+            results[test.name] = EngineResult(
+                Outcome.ERROR,
+                f"regopy did not finish planning in {out['__timeout__']:g} s (engine-findings item 12); "
+                "mark the file `# kcp-opa: engines=opa` with the reason, or test the rule over a compiled bundle",
+            )
+        return
+    if out is not None and "__build_error__" not in out:
+        for test in tests:
+            results[test.name] = _judge(out.get(test.entrypoint))
+        return
+    if len(tests) == 1:
+        # regopy plans every rule of every module, not only the entrypoint: run the test with
+        # the other test rules of its file removed, so one aborting test does not take its
+        # neighbours down with it.
+        test = tests[0]
+        alone = {**modules, test.file: only_test(modules[test.file], test.rule)}
+        solo = regopy_child(alone, [test.entrypoint]) if alone != modules else out
+        if solo is not None and "__build_error__" not in solo and "__timeout__" not in solo:
+            results[test.name] = _judge(solo.get(test.entrypoint))
+            return
+        if solo is None:
+            detail = ABORT_HINT
+        elif "__timeout__" in solo:
+            detail = f"regopy did not finish planning in {solo['__timeout__']:g} s"
+        else:
+            detail = f"regopy cannot compile it: {solo['__build_error__'][:400]}"
+        results[test.name] = EngineResult(Outcome.ERROR, detail)
+        return
+    by_file: dict[str, list[RegoTest]] = {}
+    for test in tests:
+        by_file.setdefault(test.file, []).append(test)
+    if split and len(by_file) > 1:
+        for group in by_file.values():
+            _run_group(modules, group, results, split=False)
+    else:
+        for test in tests:
+            _run_group(modules, [test], results, split=False)
+
+
+def run_opa(
+    modules: Mapping[str, str], tests: Sequence[RegoTest], *, coverage: bool = False
+) -> tuple[dict[str, EngineResult], dict[str, Any] | None]:
+    """OPA outcome per test name (None if OPA is not installed), with merged coverage."""
+    try:
+        from opa_bindings import OpaEngine
+    except ImportError:
+        return {}, None
+    engine = OpaEngine()
+    results: dict[str, EngineResult] = {}
+    try:
+        for name, source in sorted(modules.items()):
+            engine.add_policy(name, source)
+    except Exception as exc:  # a module OPA cannot compile fails every test
+        detail = " ".join(str(exc).split())[:500]
+        engine.close()
+        return {t.name: EngineResult(Outcome.ERROR, f"OPA cannot compile: {detail}") for t in tests}, None
+    merged = CoverageMerger() if coverage else None
+    for test in tests:
+        if test.todo:
+            results[test.name] = EngineResult(Outcome.SKIP, "todo")
+            continue
+        try:
+            bindings = engine.eval_query(f"x := {test.name}", {}, coverage=coverage)
+        except Exception as exc:
+            results[test.name] = EngineResult(Outcome.ERROR, " ".join(str(exc).split())[:500])
+            continue
+        if merged is not None and engine.last_coverage:
+            merged.add(engine.last_coverage)
+        results[test.name] = _judge({"value": bindings[0].get("x") if bindings else None})
+    engine.close()
+    return results, merged.report() if merged is not None else None
+
+
+class CoverageMerger:
+    """Union of covered lines across evaluations (a line covered once is covered)."""
+
+    def __init__(self) -> None:
+        self.covered: dict[str, set[int]] = {}
+        self.seen: dict[str, set[int]] = {}
+
+    def add(self, report: Mapping[str, Any]) -> None:
+        for file, spans in (report.get("files") or {}).items():
+            covered = self.covered.setdefault(file, set())
+            seen = self.seen.setdefault(file, set())
+            for span in spans.get("covered") or []:
+                rows = range(span["start"]["row"], span["end"]["row"] + 1)
+                covered.update(rows)
+                seen.update(rows)
+            for span in spans.get("not_covered") or []:
+                seen.update(range(span["start"]["row"], span["end"]["row"] + 1))
+
+    def report(self) -> dict[str, Any]:
+        files = {}
+        total_covered = total_seen = 0
+        for file in sorted(self.seen):
+            covered = self.covered.get(file, set())
+            missed = sorted(self.seen[file] - covered)
+            files[file] = {
+                "covered": sorted(covered),
+                "covered_lines": len(covered),
+                "not_covered_lines": len(missed),
+                "coverage": 100.0 * len(covered) / len(self.seen[file]) if self.seen[file] else 100.0,
+                "not_covered": missed,
+            }
+            total_covered += len(covered)
+            total_seen += len(self.seen[file])
+        return {"files": files, "coverage": 100.0 * total_covered / total_seen if total_seen else 100.0}
+
+
+def run_tests(
+    modules: Mapping[str, str],
+    tests: Sequence[RegoTest],
+    engines: Iterable[str] = ("regopy", "opa"),
+    *,
+    coverage: bool = False,
+) -> tuple[list[TestResult], dict[str, Any] | None]:
+    wanted = set(engines)
+    combined = {t.name: TestResult(t) for t in tests}
+    coverage_report = None
+    if "regopy" in wanted:
+        for name, result in run_regopy(modules, tests).items():
+            combined[name].engines["regopy"] = result
+    if "opa" in wanted:
+        opa_results, coverage_report = run_opa(modules, tests, coverage=coverage)
+        for name, result in opa_results.items():
+            combined[name].engines["opa"] = result
+    return list(combined.values()), coverage_report
