@@ -123,7 +123,7 @@ class ControlDesk:
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
-        self.engine = RegopyEngine(gate.bundle, EVIDENCE_ENTRYPOINT, preflight=False)
+        self.engine = RegopyEngine(gate.bundle, EVIDENCE_ENTRYPOINT, preflight=False, plan_cache=gate.plan_cache)
         ttl = gate.bundle.data.get("kcp_data", {}).get("matrix", {}).get("parameters", {}).get("receipt_ttl_seconds")
         self.receipt_ttl_seconds = ttl if isinstance(ttl, int) else DEFAULT_RECEIPT_TTL_SECONDS
 

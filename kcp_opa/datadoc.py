@@ -72,7 +72,9 @@ def build_index(entries: Iterable[tuple[Sequence[str], Any]]) -> dict[str, Any]:
 def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[str, Any]:
     """Mount path (``kcp_data/units``...) -> document. Callers check project names are unique."""
     unit_entries = [
-        ((unit.project, unit.unit_id), unit.to_data()) for manifest in manifests for unit in effective_units(manifest)
+        ((unit.project, unit.unit_id), unit.to_policy_data())
+        for manifest in manifests
+        for unit in effective_units(manifest)
     ]
     rows: dict[str, dict[str, dict[str, str]]] = {}
     for c in matrix.cells():

@@ -30,6 +30,27 @@ class Sourced:
     source: str
 
 
+#: The unit fields the shipped policies (policies/kcp) and the audit entries read.
+POLICY_FIELDS = (
+    "sensitivity",
+    "validated",
+    "validated_epoch_day",
+    "compliance.data_categories",
+    "compliance.data_residency",
+    "compliance.declared_fields",
+    "compliance.restrictions",
+    "compliance.legal_basis",
+    "delegation.max_depth",
+    "delegation.require_capability_attenuation",
+    "delegation.audit_chain",
+    "delegation.human_in_the_loop.required",
+    "delegation.human_in_the_loop.approval_mechanism",
+    "trust.agent_must_log",
+    "trust.require_trace_context",
+    "freshness",
+)
+
+
 @dataclass(frozen=True)
 class EffectiveUnit:
     project: str
@@ -39,8 +60,29 @@ class EffectiveUnit:
     def __getitem__(self, name: str) -> Any:
         return self.fields[name].value
 
+    def to_policy_data(self) -> dict[str, Any]:
+        """What the compiled bundle carries per unit: only the fields policies and the audit read.
+
+        Intent, path, audience, provenance and the like stay in the manifest (``explain``,
+        ROPA): at ~1 KB a unit they tripled the data document, and regopy's load time and
+        memory grow with it (docs/performance.md).
+        """
+        full = self.to_data()
+        out: dict[str, Any] = {"id": self.unit_id}
+        for dotted in POLICY_FIELDS:
+            *parents, leaf = dotted.split(".")
+            source: Any = full
+            for parent in parents:
+                source = source.get(parent) if isinstance(source, dict) else None
+            if isinstance(source, dict) and leaf in source:
+                target = out
+                for parent in parents:
+                    target = target.setdefault(parent, {})
+                target[leaf] = source[leaf]
+        return out
+
     def to_data(self) -> dict[str, Any]:
-        """The unit as the policies see it: nested plain values, provenance dropped."""
+        """The whole effective unit: nested plain values, provenance dropped."""
         out: dict[str, Any] = {"project": self.project, "id": self.unit_id}
         for dotted, sourced in self.fields.items():
             target = out

@@ -10,6 +10,8 @@ gate turns it into a DENY with reason ``engine_error``.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import threading
 from collections.abc import Mapping
@@ -17,9 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from kcp_opa.bundle import LoadedBundle, canonical_json
 from kcp_opa.errors import EngineLoadError
 from kcp_opa.regoinput import rego_input
+
+_log = structlog.get_logger("kcp_opa.engine")
 
 DECISION_ENTRYPOINT = "kcp/gate/decision"
 
@@ -82,14 +88,62 @@ class EngineResult:
 class RegopyEngine:
     """One bundle's entrypoint, built once, evaluated from any thread."""
 
-    def __init__(self, bundle: LoadedBundle, entrypoint: str = DECISION_ENTRYPOINT, *, preflight: bool = True) -> None:
+    def __init__(
+        self,
+        bundle: LoadedBundle,
+        entrypoint: str = DECISION_ENTRYPOINT,
+        *,
+        preflight: bool = True,
+        plan_cache: Path | None = None,
+    ) -> None:
         self.bundle = bundle
         self.entrypoint = entrypoint
         self._check_manifest()
+        self._local = threading.local()
+        cached = self._cache_path(plan_cache)
+        if cached is not None and cached.is_file():
+            # A plan this process family built and saved after a successful preflight and build.
+            self._built = self._load_plan(cached)
+            return
         if preflight:
             self._preflight()
-        self._local = threading.local()
         self._built = self._build()
+        if cached is not None:
+            self._save_plan(cached)
+
+    def _cache_path(self, plan_cache: Path | None) -> Path | None:
+        """rego-cpp's own binary plan for this bundle: keyed by bundle sha256, entrypoint, engine."""
+        if plan_cache is None:
+            return None
+        from regopy import rego_version
+
+        version = rego_version() if callable(rego_version) else str(rego_version)
+        key = hashlib.sha256(f"{self.bundle.sha256}|{self.entrypoint}|{version}".encode()).hexdigest()
+        return Path(plan_cache) / f"{key}.rbb"
+
+    def _load_plan(self, path: Path) -> Any:
+        from regopy import BundleFormat
+
+        interpreter = self._new_interpreter()
+        try:
+            built = interpreter.load_bundle(str(path), BundleFormat.Binary)
+        except Exception as exc:
+            raise EngineLoadError(f"{path}: cannot load the cached plan: {_one_line(exc)}") from None
+        if not built.ok():
+            raise EngineLoadError(f"{path}: the cached plan is not usable; delete it to rebuild")
+        self._local.interpreter = interpreter
+        return built
+
+    def _save_plan(self, path: Path) -> None:
+        from regopy import BundleFormat
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            self._interpreter().save_bundle(str(temporary), self._built, BundleFormat.Binary)
+            temporary.replace(path)
+        except Exception as exc:  # a cache that cannot be written only costs the next start time
+            _log.warning("plan_cache_not_written", path=str(path), error=_one_line(exc))
 
     def _check_manifest(self) -> None:
         source = self.bundle.source

@@ -163,8 +163,8 @@ def test_every_unit_and_cell_is_found_by_the_rego_index_in_both_engines(tmp_path
     for unit in effective_units(manifest):
         query = "data.kcp.lib.index.unit(input.project, input.unit)"
         doc = {"project": unit.project, "unit": unit.unit_id}
-        assert regopy_query(bundle, query, doc) == unit.to_data()
-        assert opa_query(bundle, query, doc) == unit.to_data()
+        assert regopy_query(bundle, query, doc) == unit.to_policy_data()
+        assert opa_query(bundle, query, doc) == unit.to_policy_data()
     missing = {"project": manifest.project, "unit": "no-such-unit"}
     assert regopy_query(bundle, "data.kcp.lib.index.unit(input.project, input.unit)", missing) is UNDEFINED
     assert opa_query(bundle, "data.kcp.lib.index.unit(input.project, input.unit)", missing) is UNDEFINED

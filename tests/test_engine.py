@@ -228,3 +228,25 @@ def test_engine_result_for_direct_use() -> None:
     engine = RegopyEngine(read_bundle(_finance()), preflight=False)
     assert engine.evaluate({"action": KYA, "context": {"decision_epoch_day": 20786}}).value is not None
     assert engine.evaluate({"action": 1.5}).error  # a float is refused by the input builder, not a crash
+
+
+def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> None:
+    """rego-cpp's binary plan (Gate plan_cache) must give the same result as a fresh build on
+    every decision case; a string formatting difference between the two once broke the JSON
+    output (docs/engine-findings.md item 19)."""
+    from kcp_opa.cases import case_files, load_cases
+    from kcp_opa.gate import build_input
+
+    cases = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
+    for name in ("customer-onboarding", "support-desk", "finance"):
+        base = DEPLOYMENTS / name
+        bundle = tmp_path / f"{name}.tar.gz"
+        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle)
+        fresh = Gate.from_bundle(bundle, plan_cache=tmp_path / "plans")  # builds and saves
+        assert list((tmp_path / "plans").glob("*.rbb"))
+        cached = Gate.from_bundle(bundle, plan_cache=tmp_path / "plans")  # loads the saved plan
+        for case in (c for c in cases if c.deployment == name):
+            document = build_input(case.action, now=case.now, bundle_revision=fresh.bundle_revision).document
+            built, loaded = fresh.engine.evaluate(document), cached.engine.evaluate(document)
+            assert built.error is None and loaded.error is None, (case.case_id, loaded.error)
+            assert built.value == loaded.value, case.case_id

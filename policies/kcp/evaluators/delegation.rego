@@ -55,7 +55,7 @@ findings contains {
 } if {
 	is_number(_max_depth)
 	count(_chain) > _max_depth
-	text1 := sprintf("delegation chain of depth %d exceeds max_depth %d", [count(_chain), _max_depth])
+	text1 := concat("", ["delegation chain of depth ", format_int(count(_chain), 10), " exceeds max_depth ", format_int(_max_depth, 10)])
 }
 
 findings contains {

@@ -100,7 +100,7 @@ findings contains {
 	"details": {},
 } if {
 	high_value
-	text1 := sprintf("%v %v is at or above the high-value threshold", [_action.amount.value_minor, _action.amount.currency])
+	text1 := concat(" ", [_amount_label, _currency_label, "is at or above the high-value threshold"])
 }
 
 findings contains {
@@ -149,7 +149,7 @@ findings contains {
 } if {
 	value_transfer
 	not _action.requested_action in object.get(_action, ["authorization_context", "agent_scope"], [])
-	text1 := sprintf("requested_action %v is not in the agent's scope", [_action.requested_action])
+	text1 := concat("", ["requested_action ", _requested_label, " is not in the agent's scope"])
 }
 
 findings contains {
@@ -196,3 +196,25 @@ findings contains {
 	some name in ["screening_uncertain", "provider_conflict", "audit_failure"]
 	_flag(name)
 }
+
+# Message parts are total (a default when the value is missing): a message built from an
+# undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
+# use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
+
+_amount_label := format_int(_action.amount.value_minor, 10) if is_number(_action.amount.value_minor)
+
+_amount_label := "(no amount)" if not _amount_label_given
+
+_amount_label_given if is_number(_action.amount.value_minor)
+
+_currency_label := _action.amount.currency if is_string(_action.amount.currency)
+
+_currency_label := "(no currency)" if not _currency_label_given
+
+_currency_label_given if is_string(_action.amount.currency)
+
+_requested_label := _action.requested_action if is_string(_action.requested_action)
+
+_requested_label := "(no requested_action)" if not _requested_label_given
+
+_requested_label_given if is_string(_action.requested_action)

@@ -53,7 +53,7 @@ findings contains {
 } if {
 	_clock_given
 	stale
-	text1 := sprintf("unit last validated %v is older than %d days (on_stale: %v)", [facts.unit.validated, _policy.max_age_days, _policy.on_stale])
+	text1 := concat("", ["unit last validated ", _validated_label, " is older than ", format_int(_policy.max_age_days, 10), " days (on_stale: ", _policy.on_stale, ")"])
 }
 
 findings contains {
@@ -69,3 +69,13 @@ findings contains {
 	is_object(_policy)
 	not _clock_given
 }
+
+# Message parts are total (a default when the value is missing): a message built from an
+# undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
+# use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
+
+_validated_label := facts.unit.validated if is_string(facts.unit.validated)
+
+_validated_label := "never" if not _validated_label_given
+
+_validated_label_given if is_string(facts.unit.validated)

@@ -85,10 +85,10 @@ findings contains {
 	"state": "DENY",
 	"controls": [],
 	"message": text1,
-	"details": {"task_type": _task},
+	"details": {"task_type": _task_label},
 } if {
 	not _task_listed
-	text1 := sprintf("task type %v is not in the delegation matrix", [_task])
+	text1 := concat("", ["task type ", _task_label, " is not in the delegation matrix"])
 }
 
 findings contains {
@@ -99,12 +99,12 @@ findings contains {
 	"state": "DENY",
 	"controls": [],
 	"message": text1,
-	"details": {"task_type": _task, "dimension": cell[0], "value": cell[1]},
+	"details": {"task_type": _task_label, "dimension": cell[0], "value": cell[1]},
 } if {
 	_task_listed
 	some cell in needed
 	not cell in _covered
-	text1 := sprintf("the delegation matrix has no level for %v on %v=%v", [_task, cell[0], cell[1]])
+	text1 := concat("", ["the delegation matrix has no level for ", _task_label, " on ", cell[0], "=", cell[1]])
 }
 
 findings contains {
@@ -115,10 +115,20 @@ findings contains {
 	"state": _route[l.level].state,
 	"controls": _route[l.level].controls,
 	"message": text2,
-	"details": {"task_type": _task, "dimension": l.dimension, "value": l.value, "level": l.level},
+	"details": {"task_type": _task_label, "dimension": l.dimension, "value": l.value, "level": l.level},
 } if {
 	some l in levels
 	l.level != "autonomous"
 	text1 := concat("_", ["matrix", l.level])
-	text2 := sprintf("the delegation matrix sets %v for %v on %v=%v", [l.level, _task, l.dimension, l.value])
+	text2 := concat("", ["the delegation matrix sets ", l.level, " for ", _task_label, " on ", l.dimension, "=", l.value])
 }
+
+# Message parts are total (a default when the value is missing): a message built from an
+# undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
+# use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
+
+_task_label := _task if is_string(_task)
+
+_task_label := "(no action_type)" if not _task_label_given
+
+_task_label_given if is_string(_task)

@@ -40,7 +40,7 @@ findings contains {
 	is_array(_regions)
 	is_string(input.action.runtime.deployment_region)
 	not admitted(input.action.runtime.deployment_region, _regions)
-	text1 := sprintf("deployment region %v is outside data_residency %v", [input.action.runtime.deployment_region, _regions])
+	text1 := concat("", ["deployment region ", input.action.runtime.deployment_region, " is outside data_residency [", concat(", ", _regions), "]"])
 }
 
 findings contains {
@@ -73,9 +73,22 @@ findings contains {
 	facts.restricted("no-cross-border")
 	is_array(_regions)
 	not admitted(_target_place, _regions)
-	text1 := sprintf("no-cross-border: target %v is outside data_residency %v", [_target_place, _regions])
+	text1 := concat("", ["no-cross-border: target ", _target_place, " is outside data_residency [", concat(", ", _regions), "]"])
 }
 
 _target_place := input.action.target.country
 
-_target_place := input.action.target.region if not input.action.target.country
+_target_place := input.action.target.region if {
+	not input.action.target.country
+	is_string(input.action.target.region)
+}
+
+# no-cross-border needs to know where the data goes: an action that does not say is denied.
+_target_place := "(not stated)" if {
+	not input.action.target.country
+	not input.action.target.region
+}
+
+# Message parts are total (a default when the value is missing): a message built from an
+# undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
+# use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).

@@ -14,6 +14,7 @@ test_region_outside_residency_is_denied if {
 	units := _units
 	codes := {f.code | some f in residency.findings} with input.action.knowledge as {"project": "p", "unit": "eea"}
 		with input.action.runtime as {"deployment_region": "US"}
+		with input.action.target.country as "EU"
 		with data.kcp_data.units as units
 	codes == {"residency_violation"}
 }
@@ -29,8 +30,19 @@ test_eu_inside_eea if {
 test_missing_region_is_denied if {
 	units := _units
 	codes := {f.code | some f in residency.findings} with input.action.knowledge as {"project": "p", "unit": "eea"}
+		with input.action.target.country as "EU"
 		with data.kcp_data.units as units
 	codes == {"residency_unverifiable"}
+}
+
+test_no_cross_border_without_a_target_location_is_denied if {
+	units := _units
+	found := residency.findings with input.action.knowledge as {"project": "p", "unit": "eea"}
+		with input.action.runtime as {"deployment_region": "EEA"}
+		with data.kcp_data.units as units
+	some f in found
+	f.code == "cross_border_transfer"
+	f.details.target == "(not stated)"
 }
 
 test_cross_border_target_is_denied if {

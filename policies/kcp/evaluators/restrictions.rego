@@ -33,7 +33,7 @@ findings contains {
 } if {
 	facts.restricted("no-external-llm")
 	_hosting == "external"
-	text1 := sprintf("no-external-llm: model %v is externally hosted", [input.action.runtime.model.id])
+	text1 := concat("", ["no-external-llm: model ", _model_label, " is externally hosted"])
 }
 
 findings contains {
@@ -80,3 +80,13 @@ findings contains {
 _human_required if facts.restricted("human-approval-required")
 
 _human_required if facts.unit.delegation.human_in_the_loop.required == true
+
+# Message parts are total (a default when the value is missing): a message built from an
+# undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
+# use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
+
+_model_label := input.action.runtime.model.id if is_string(input.action.runtime.model.id)
+
+_model_label := "(no model id)" if not _model_label_given
+
+_model_label_given if is_string(input.action.runtime.model.id)

@@ -54,3 +54,13 @@ test_unrestricted_unit_has_no_findings if {
 	count(restrictions.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "open"}
 		with data.kcp_data.units as units
 }
+
+test_external_model_without_id_is_still_denied if {
+	unit := {"id": "u", "compliance": {"restrictions": ["no-external-llm"]}}
+	units := {"depth": 0, "count": 1, "slots": {"p": {"u": unit}}}
+	found := restrictions.findings with input.action.knowledge as {"project": "p", "unit": "u"}
+		with input.action.runtime.model as {"hosting": "external"}
+		with data.kcp_data.units as units
+	some f in found
+	f.code == "external_llm_forbidden"
+}

@@ -39,11 +39,11 @@ findings contains {
 	"state": "DENY",
 	"controls": [],
 	"message": text1,
-	"details": {"actor_tenant": _action.tenant_id, "resource_tenant": _action.target.tenant_id},
+	"details": {"actor_tenant": _actor_tenant_label, "resource_tenant": _action.target.tenant_id},
 } if {
 	is_string(_action.target.tenant_id)
-	_action.target.tenant_id != _action.tenant_id
-	text1 := sprintf("actor tenant %v may not act on resource tenant %v", [_action.tenant_id, _action.target.tenant_id])
+	_action.target.tenant_id != _actor_tenant_label
+	text1 := concat("", ["actor tenant ", _actor_tenant_label, " may not act on resource tenant ", _action.target.tenant_id])
 }
 
 findings contains {
@@ -151,3 +151,13 @@ findings contains {
 	_action.action_type == "remember"
 	not _low_risk
 }
+
+# Message parts are total (a default when the value is missing): a message built from an
+# undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
+# use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
+
+_actor_tenant_label := _action.tenant_id if is_string(_action.tenant_id)
+
+_actor_tenant_label := "(no tenant)" if not _actor_tenant_label_given
+
+_actor_tenant_label_given if is_string(_action.tenant_id)

@@ -52,3 +52,10 @@ test_only_support_agents_send if {
 		with data.kcp_data.matrix as m
 	{f.code | some f in runtime.findings} == {"role_cannot_send"} with input.action as {"action_type": "send"} with data.kcp_data.matrix as m
 }
+
+test_cross_tenant_without_actor_tenant_is_still_denied if {
+	found := runtime.findings with input.action as {"action_type": "read", "target": {"tenant_id": "tenant_b"}}
+	some f in found
+	f.code == "tenant_boundary"
+	f.details.actor_tenant == "(no tenant)"
+}

@@ -27,5 +27,21 @@ findings contains {
 } if {
 	facts.knowledge_bound
 	not facts.unit_known
-	text1 := sprintf("unit %v/%v is not declared by the deployment", [input.action.knowledge.project, input.action.knowledge.unit])
+	text1 := concat("", ["unit ", _project_label, "/", _unit_label, " is not declared by the deployment"])
 }
+
+# Message parts are total (a default when the value is missing): a message built from an
+# undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
+# use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
+
+_project_label := input.action.knowledge.project if is_string(input.action.knowledge.project)
+
+_project_label := "(no project)" if not _project_label_given
+
+_project_label_given if is_string(input.action.knowledge.project)
+
+_unit_label := input.action.knowledge.unit if is_string(input.action.knowledge.unit)
+
+_unit_label := "(not a string)" if not _unit_label_given
+
+_unit_label_given if is_string(input.action.knowledge.unit)
