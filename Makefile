@@ -62,11 +62,8 @@ lint: $(STAMP) ## ruff only
 typecheck: $(STAMP) ## mypy --strict only
 	$(BIN)/mypy
 
-bench: $(STAMP) ## compile and decide benchmarks, regopy vs the OPA reference (not part of test)
-	$(BIN)/python bench/bench_compile.py
-	$(BIN)/python bench/bench_decide.py
-	$(BIN)/python bench/bench_receipts.py
-	$(BIN)/python bench/bench_ledger.py
+bench: $(STAMP) ## the benchmark suite -> bench/results.json (not part of test; ~5 min)
+	$(BIN)/python bench/suite.py
 
 clean: ## remove the venv, build output and caches
 	rm -rf $(VENV) bundles/*.tar.gz audit reports .pytest_cache .mypy_cache .ruff_cache

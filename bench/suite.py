@@ -1,0 +1,183 @@
+"""The whole benchmark suite in one run: `make bench` -> bench/results.json and a table.
+
+Not a test. For generated deployments of 10 / 1,000 / 100,000 units (and 10 / 1,000 matrix
+cells at 1,000 units) it measures validate and compile time, cold start (regopy build, a
+cached plan loaded in a fresh process, the OPA reference), `Gate.decide()` p50/p99 single-
+threaded and decisions/s with 2 threads, the engine step beside OPA on the same inputs,
+`decide_many` batches of 1 / 100 / 1,000 (2 workers) against single calls; then receipts and the ledger
+(bench_receipts.py, bench_ledger.py). Ratios, not absolute times, are what to compare.
+
+    .venv/bin/python bench/suite.py [--sizes 10,1000,100000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decide import _opa_engine, _summary, _synthetic_action, _synthetic_matrix, _timed
+from synthetic import manifest_text, matrix_text
+
+from kcp_opa.compiler import compile_bundle
+from kcp_opa.gate import Gate
+from kcp_opa.manifest import validate_manifest
+
+REPO = Path(__file__).resolve().parent.parent
+NOW = "2026-11-29T10:00:00Z"
+_CACHED_LOAD = """
+import sys, time
+from kcp_opa.gate import Gate
+start = time.perf_counter()
+Gate.from_bundle(sys.argv[1], preflight=False, plan_cache=sys.argv[2])
+print(time.perf_counter() - start)
+"""
+
+
+def _matrix(cells: int) -> str:
+    return (
+        _synthetic_matrix()
+        if cells >= 200
+        else matrix_text(cells).replace(
+            "task_types:\n",
+            "task_types:\n  read:\n    data_categories: {personal: autonomous, contact: autonomous, financial: confirm,"
+            " health: approve, location: autonomous}\n    sensitivity: {public: autonomous, internal: autonomous,"
+            " confidential: confirm, restricted: approve}\n",
+            1,
+        )
+    )
+
+
+def deployment(tmp: Path, units: int, cells: int, rounds: int, batches: bool) -> dict[str, Any]:
+    directory = tmp / f"d{units}-{cells}"
+    directory.mkdir()
+    (directory / "knowledge.yaml").write_text(manifest_text(units), encoding="utf-8")
+    (directory / "matrix.yaml").write_text(_matrix(cells), encoding="utf-8")
+    row: dict[str, Any] = {"units": units, "cells": cells}
+    start = time.perf_counter()
+    validate_manifest(directory / "knowledge.yaml")
+    row["validate_s"] = time.perf_counter() - start
+    bundle = directory / "bundle.tar.gz"
+    start = time.perf_counter()
+    compile_bundle([directory / "knowledge.yaml"], directory / "matrix.yaml", REPO / "policies", bundle)
+    row["compile_s"] = time.perf_counter() - start
+    plans = directory / "plans"
+    start = time.perf_counter()
+    gate = Gate.from_bundle(bundle, preflight=False, plan_cache=plans)
+    row["cold_start_build_s"] = time.perf_counter() - start
+    cached = subprocess.run(
+        [sys.executable, "-c", _CACHED_LOAD, str(bundle), str(plans)], capture_output=True, text=True, check=True
+    )
+    row["cold_start_cached_s"] = float(cached.stdout.strip().splitlines()[-1])
+    opa, row["cold_start_opa_s"] = _opa_engine(gate)
+    actions = [_synthetic_action(i) for i in sorted({0, units // 2, units - 1})]
+    prepared = [gate.prepare(a, now=NOW) for a in actions]
+    row["divergences"] = sum(
+        gate.engine.evaluate(p.document).value != opa.eval_document("kcp.gate.decision", dict(p.document))
+        for p in prepared
+    )
+    samples: dict[str, list[float]] = {"decide": [], "regopy": [], "opa": []}
+    for index in range(rounds):
+        action, item = actions[index % len(actions)], prepared[index % len(prepared)]
+        _timed(lambda a=action: gate.decide(a, now=NOW), 50, samples["decide"])
+        _timed(lambda i=item: gate.engine.evaluate(i.document), 50, samples["regopy"])
+        _timed(lambda d=dict(item.document): opa.eval_document("kcp.gate.decision", d), 50, samples["opa"])
+    opa.close()
+    for key, values in samples.items():
+        row[key] = _summary(values)
+    row["engine_ratio"] = row["regopy"]["p50_us"] / row["opa"]["p50_us"]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda i: gate.decide(actions[i % len(actions)], now=NOW), range(400)))
+    row["two_threads_per_s"] = 400 / (time.perf_counter() - start)
+    if batches:
+        row["batches"] = {}
+        for size in (1, 100, 1000):
+            batch = [actions[i % len(actions)] for i in range(size)]
+            start = time.perf_counter()
+            gate.decide_many(batch, now=NOW, workers=2)
+            batch_s = time.perf_counter() - start
+            start = time.perf_counter()
+            for action in batch:
+                gate.decide(action, now=NOW)
+            single_s = time.perf_counter() - start
+            row["batches"][str(size)] = {"batch_per_s": size / batch_s, "single_per_s": size / single_s}
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,1000,100000")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--quick", action="store_true", help="10 and 1,000 units only, fewer rounds.")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results.json")
+    args = parser.parse_args()
+    sizes = [10, 1000] if args.quick else [int(s) for s in args.sizes.split(",")]
+    rounds = 4 if args.quick else args.rounds
+    console = Console(stderr=True)
+    started = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kcp-opa-suite-") as tmp:
+        plan = [(units, 1000, units == 1000) for units in sizes] + [(1000, 10, False)]
+        for units, cells, batches in plan:
+            console.print(f"[bold]{units:,} units, {cells:,} cells[/] ...")
+            rows.append(deployment(Path(tmp), units, cells, rounds, batches))
+    console.print("[bold]receipts and ledger[/] ...")
+    receipts = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_receipts.py"), "--count", "500",
+         "--output", str(REPO / "bench" / "results-receipts.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    ledger = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_ledger.py"), "--count", "300",
+         "--output", str(REPO / "bench" / "results-ledger.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    results = {
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "elapsed_s": time.perf_counter() - started,
+        "deployments": rows,
+        "receipts": json.loads((REPO / "bench" / "results-receipts.json").read_text())["results"],
+        "ledger": json.loads((REPO / "bench" / "results-ledger.json").read_text())["results"],
+    }
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    table = Table(title="kcp-opa benchmark suite (us unless stated; regopy and OPA on the same bundle and inputs)")
+    for column in (
+        "units", "cells", "validate s", "compile s", "start: build s", "cached s", "OPA s",
+        "decide p50", "p99", "/s", "2 threads /s", "regopy p50", "OPA p50", "regopy/OPA", "diverge",
+    ):  # fmt: skip
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            f"{row['units']:,}", f"{row['cells']:,}", f"{row['validate_s']:.2f}", f"{row['compile_s']:.2f}",
+            f"{row['cold_start_build_s']:.2f}", f"{row['cold_start_cached_s']:.2f}", f"{row['cold_start_opa_s']:.2f}",
+            f"{row['decide']['p50_us']:.0f}", f"{row['decide']['p99_us']:.0f}", f"{row['decide']['per_s']:.0f}",
+            f"{row['two_threads_per_s']:.0f}", f"{row['regopy']['p50_us']:.0f}", f"{row['opa']['p50_us']:.0f}",
+            f"{row['engine_ratio']:.2f}", str(row["divergences"]),
+        )  # fmt: skip
+    out = Console(width=240)
+    out.print(table)
+    for row in rows:
+        for size, item in (row.get("batches") or {}).items():
+            ratio = item["batch_per_s"] / item["single_per_s"]
+            batch_rate, single_rate = item["batch_per_s"], item["single_per_s"]
+            out.print(f"decide_many batch of {size}: {batch_rate:.0f}/s vs {single_rate:.0f}/s single ({ratio:.2f}x)")
+    print(receipts.stdout.strip().splitlines()[-1] if receipts.stdout else "")
+    print(ledger.stdout.strip().splitlines()[-1] if ledger.stdout else "")
+    out.print(f"wrote {args.output} in {results['elapsed_s']:.0f} s")
+    return 1 if any(row["divergences"] for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
