@@ -25,7 +25,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import write_deployment
 
-from kcp_opa.bundle import canonical_json, read_bundle
+from kcp_opa.bundle import read_bundle
+from kcp_opa.canonical import canonical_json
 from kcp_opa.compiler import compile_bundle
 from kcp_opa.manifest import validate_manifest
 

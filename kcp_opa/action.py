@@ -8,7 +8,6 @@ receipt and execution to these exact bytes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import Any
 import fastjsonschema
 from jsonschema import Draft202012Validator
 
+from kcp_opa.canonical import canonical_hash
 from kcp_opa.errors import ActionRejectedError
 
 MAX_ACTION_BYTES = 1024 * 1024
@@ -131,16 +131,9 @@ def _fast_validator() -> Any:
     return fastjsonschema.compile(action_schema())
 
 
-def canonical_action_bytes(action: Mapping[str, Any]) -> bytes:
-    """KYA-CJ-1: sorted keys, compact separators, UTF-8 (no \\u escapes), no NaN."""
-    return json.dumps(action, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
-
-
 def action_hash(action: Mapping[str, Any]) -> str:
     """The KYA-CJ-1 hash of the whole action: ``sha256:<hex>``."""
-    return "sha256:" + hashlib.sha256(canonical_action_bytes(action)).hexdigest()
+    return canonical_hash(action)
 
 
 def trace_id_of(action: Mapping[str, Any]) -> str | None:

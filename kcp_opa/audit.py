@@ -12,6 +12,7 @@ the archived input and listed in ``erased`` as JSON pointers; the access itself 
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -65,8 +66,6 @@ def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutabl
 
 def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A deep copy of the input without the content values; the JSON pointers removed."""
-    import copy
-
     erased_doc: dict[str, Any] = copy.deepcopy(dict(document))
     erased = []
     for pointer in CONTENT_POINTERS:

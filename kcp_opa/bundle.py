@@ -53,11 +53,6 @@ class LoadedBundle:
         return list(self.manifest.get("roots", [""]))
 
 
-def canonical_json(value: Any) -> bytes:
-    """The one JSON encoding used for bundle files: sorted, compact, UTF-8, no NaN."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
-
-
 def content_revision(files: Sequence[BundleFile]) -> str:
     """A revision that names the content: sha256 over each member's path and sha256."""
     digest = hashlib.sha256()

@@ -385,6 +385,24 @@ def _keyring_for(keyring_path: Path | None, secret_env: str, kid: str) -> Keyrin
     return Keyring({kid: hmac_key_from_env(kid, secret_env)}, kid)
 
 
+def _key_options(*, keyring_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The key flags `receipt issue` and `receipt verify` share (the KYA script's, plus --keyring)."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        fn = click.option(
+            "--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help=keyring_help
+        )(fn)
+        fn = click.option("--kid", default="default", show_default=True, help="Key id of the HMAC secret.")(fn)
+        return click.option(
+            "--secret-env",
+            default="KYA_RECEIPT_SECRET",
+            show_default=True,
+            help="Environment variable holding the HMAC secret (>= 32 bytes); never the secret itself.",
+        )(fn)
+
+    return decorate
+
+
 @cli.group()
 def receipt() -> None:
     """Signed one-time delegation receipts (the KYA reference script's verbs and flags).
@@ -416,19 +434,7 @@ def receipt_hash(action_path: str) -> None:
     metavar="DECISION.json",
     help="A KYA gate decision document (with control_evidence), from this or another gate.",
 )
-@click.option(
-    "--secret-env",
-    default="KYA_RECEIPT_SECRET",
-    show_default=True,
-    help="Environment variable holding the HMAC secret (>= 32 bytes).",
-)
-@click.option("--kid", default="default", show_default=True, help="Key id for the HMAC secret.")
-@click.option(
-    "--keyring",
-    "keyring_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Sign with the keyring's signing key instead (Ed25519 or HMAC).",
-)
+@_key_options(keyring_help="Sign with the keyring's signing key instead (Ed25519 or HMAC).")
 @click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900 [default: the decision's, else 300].")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
 @click.option("--now", metavar="RFC3339", help="Issue time [default: now].")
@@ -465,19 +471,7 @@ def receipt_issue(
     multiple=True,
     help="An active policy version (repeat for several during a rollout).",
 )
-@click.option(
-    "--secret-env",
-    default="KYA_RECEIPT_SECRET",
-    show_default=True,
-    help="Environment variable holding the HMAC secret.",
-)
-@click.option("--kid", default="default", show_default=True, help="Key id the HMAC secret is trusted under.")
-@click.option(
-    "--keyring",
-    "keyring_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Trust the keys in this keyring (e.g. Ed25519 public keys) instead.",
-)
+@_key_options(keyring_help="Trust the keys in this keyring (e.g. Ed25519 public keys) instead.")
 @click.option(
     "--nonce-db",
     type=click.Path(path_type=Path, dir_okay=False),

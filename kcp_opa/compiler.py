@@ -14,11 +14,11 @@ import structlog
 from kcp_opa import __version__
 from kcp_opa.bundle import (
     BundleFile,
-    canonical_json,
     content_revision,
     tarball_bytes,
     write_atomically,
 )
+from kcp_opa.canonical import canonical_json
 from kcp_opa.datadoc import DATA_ROOT, build_data
 from kcp_opa.diagnostics import Diagnostic
 from kcp_opa.errors import CompileError, ValidationFailedError

@@ -212,30 +212,35 @@ class Decision:
         return out
 
 
-ENGINE_ERROR_VERDICT = PolicyVerdict(
-    decision=RoutingState.DENY,
-    outcome=Outcome.DENY,
-    authorization_status=AuthorizationStatus.DENIED,
-    execution_allowed=False,
-    risk_level=RiskLevel.CRITICAL,
-    required_controls=("standard_audit_logging",),
-    satisfied_controls=(),
-    missing_controls=("standard_audit_logging",),
-    reasons=(
-        Reason(
-            code="engine_error",
-            rule="kcp_opa.engine",
-            evaluator_id="kcp_opa_engine",
-            evaluator_version="1.0.0",
-            message="the policy engine did not produce a decision; failing closed",
-        ),
-    ),
-    reason_codes=("engine_error",),
-    violations=(),
-    obligations=("audit",),
-    approver_roles=(),
+def fail_closed_verdict(code: str, rule: str, evaluator_id: str, message: str) -> PolicyVerdict:
+    """A DENY for when there is no policy answer to trust (contract principle 3): not policy,
+    the absence of one. Only ``standard_audit_logging`` is required, and it is missing."""
+    return PolicyVerdict(
+        decision=RoutingState.DENY,
+        outcome=Outcome.DENY,
+        authorization_status=AuthorizationStatus.DENIED,
+        execution_allowed=False,
+        risk_level=RiskLevel.CRITICAL,
+        required_controls=("standard_audit_logging",),
+        satisfied_controls=(),
+        missing_controls=("standard_audit_logging",),
+        reasons=(Reason(code, rule, evaluator_id, "1.0.0", message),),
+        reason_codes=(code,),
+        violations=(),
+        obligations=("audit",),
+        approver_roles=(),
+    )
+
+
+ENGINE_ERROR_VERDICT = fail_closed_verdict(
+    "engine_error", "kcp_opa.engine", "kcp_opa_engine", "the policy engine did not produce a decision; failing closed"
 )
-"""The fail-closed verdict for an engine error (contract principle 3): not policy, the absence of one."""
+AUDIT_UNAVAILABLE_VERDICT = fail_closed_verdict(
+    "audit_unavailable",
+    "kcp_opa.audit",
+    "kcp_opa_audit",
+    "the decision could not be written to the audit ledger; failing closed",
+)
 
 
 def _str(raw: Mapping[str, Any], key: str) -> str:
@@ -291,29 +296,3 @@ def _violation(raw: Any) -> Violation:
     if not isinstance(raw, Mapping):
         raise TypeError("a violation must be an object")
     return Violation(evaluator_id=_str(raw, "evaluator_id"), code=_str(raw, "code"), fields=_strings(raw, "fields"))
-
-
-AUDIT_UNAVAILABLE_VERDICT = PolicyVerdict(
-    decision=RoutingState.DENY,
-    outcome=Outcome.DENY,
-    authorization_status=AuthorizationStatus.DENIED,
-    execution_allowed=False,
-    risk_level=RiskLevel.CRITICAL,
-    required_controls=("standard_audit_logging",),
-    satisfied_controls=(),
-    missing_controls=("standard_audit_logging",),
-    reasons=(
-        Reason(
-            code="audit_unavailable",
-            rule="kcp_opa.audit",
-            evaluator_id="kcp_opa_audit",
-            evaluator_version="1.0.0",
-            message="the decision could not be written to the audit ledger; failing closed",
-        ),
-    ),
-    reason_codes=("audit_unavailable",),
-    violations=(),
-    obligations=("audit",),
-    approver_roles=(),
-)
-"""The fail-closed verdict when the audit ledger cannot record a decision (contract §1.3)."""

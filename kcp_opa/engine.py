@@ -21,7 +21,8 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.bundle import LoadedBundle, canonical_json
+from kcp_opa.bundle import LoadedBundle
+from kcp_opa.canonical import canonical_json
 from kcp_opa.errors import EngineLoadError
 from kcp_opa.regoinput import rego_input
 

@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kcp_opa.bundle import canonical_json, read_bundle
+from kcp_opa.bundle import read_bundle
+from kcp_opa.canonical import canonical_json
 from kcp_opa.errors import CompileError
 
 PROBE_TIMEOUT_S = 600

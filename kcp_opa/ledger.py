@@ -13,7 +13,6 @@ and the next writer cuts it off before appending (it was never acknowledged).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import queue
@@ -24,19 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.canonical import canonical_hash, canonical_json
 from kcp_opa.errors import LedgerError
 
 GENESIS = "sha256:" + "0" * 64
 _TAIL_CHUNK = 64 * 1024
 
 
-def canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
 def entry_hash(entry: Mapping[str, Any]) -> str:
-    body = {k: v for k, v in entry.items() if k != "entry_hash"}
-    return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
+    return canonical_hash({k: v for k, v in entry.items() if k != "entry_hash"})
 
 
 class AuditLedger:
@@ -103,7 +98,7 @@ class AuditLedger:
                 seq += 1
                 chained = {**entry, "seq": seq, "previous_hash": previous}
                 chained["entry_hash"] = previous = entry_hash(chained)
-                lines.append(canonical(chained) + b"\n")
+                lines.append(canonical_json(chained) + b"\n")
                 written.append(chained)
             data = b"".join(lines)
             view = memoryview(data)
@@ -204,7 +199,7 @@ def _verify_lines(handle: Iterator[bytes] | Any) -> VerifyReport:
                 entry = None
             if not isinstance(entry, dict) or not isinstance(entry.get("entry_hash"), str):
                 problem = "not a ledger entry (not JSON, or no entry_hash)"
-            elif raw != canonical(entry) + b"\n":
+            elif raw != canonical_json(entry) + b"\n":
                 problem = "not in canonical form (the line was edited)"
             elif entry_hash(entry) != entry["entry_hash"]:
                 problem = "entry_hash does not match the entry (content changed)"

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.bundle import LoadedBundle, canonical_json
+from kcp_opa.bundle import LoadedBundle
+from kcp_opa.canonical import canonical_json
 from kcp_opa.engine import forbidden_builtin_calls
 from kcp_opa.errors import QueryError
 from kcp_opa.regoinput import rego_input

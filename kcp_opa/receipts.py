@@ -9,7 +9,6 @@ with its own code; the last step consumes the nonce atomically in a :class:`Nonc
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 import secrets
 import uuid
@@ -17,7 +16,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kcp_opa.action import action_hash, canonical_action_bytes
+from kcp_opa.action import action_hash
+from kcp_opa.canonical import canonical_hash, canonical_json
 from kcp_opa.errors import ReceiptIssueError, ReceiptVerificationError
 from kcp_opa.signing import ALGORITHMS, Keyring, ReceiptKey
 
@@ -56,18 +56,13 @@ RECEIPT_FIELDS = (
 )
 
 
-def canonical_hash(value: Any) -> str:
-    """``sha256:`` + hex of the KYA-CJ-1 canonical JSON of ``value``."""
-    return "sha256:" + hashlib.sha256(canonical_action_bytes(value)).hexdigest()
-
-
 def signing_bytes(receipt: Mapping[str, Any]) -> bytes:
     """The bytes a signature covers: the receipt with only ``signature.value`` removed."""
     body = dict(receipt)
     signature = body.get("signature")
     if isinstance(signature, Mapping):
         body["signature"] = {k: v for k, v in signature.items() if k != "value"}
-    return canonical_action_bytes(body)
+    return canonical_json(body)
 
 
 def _utc(moment: dt.datetime | None) -> dt.datetime:

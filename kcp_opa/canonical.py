@@ -1,0 +1,20 @@
+"""The one canonical JSON encoding (KYA-CJ-1) and the ``sha256:`` references built on it.
+
+Bundle files, action hashes, receipt signatures and ledger entries all hash these bytes:
+sorted keys, compact separators, UTF-8 without \\u escapes (regopy keeps escapes raw), no NaN.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def canonical_hash(value: Any) -> str:
+    """``sha256:`` + hex digest of the canonical JSON of ``value``."""
+    return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
