@@ -98,14 +98,19 @@ class AuditTrail:
         if not isinstance(knowledge, Mapping):
             return None
         project, unit_id = knowledge.get("project"), knowledge.get("unit")
-        index = self.bundle.data.get("kcp_data", {}).get("units", {})
+        compiled = self.bundle.data.get("kcp_data", {})
+        index, profiles = compiled.get("units", {}), compiled.get("profiles", [])
         if not isinstance(project, str) or not isinstance(unit_id, str) or not index:
             return None
         node: Any = index.get("slots")
         for digit in leaf_path([project, unit_id], int(index.get("depth", 0))):
             node = node[digit]
         found = node.get(project, {}).get(unit_id)
-        return found if isinstance(found, Mapping) else None
+        if not isinstance(found, Mapping):
+            return None
+        position = found.get("profile")
+        profile = profiles[position] if isinstance(position, int) and 0 <= position < len(profiles) else {}
+        return {**profile, **found}
 
     def _kcp_fields(self, action: Mapping[str, Any], decision: Decision | None) -> dict[str, Any]:
         unit = self._unit(action) or {}

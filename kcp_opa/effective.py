@@ -50,6 +50,10 @@ POLICY_FIELDS = (
     "freshness",
 )
 
+#: The policy fields that differ unit by unit. The rest form the unit's *profile*, which the
+#: bundle stores once for every unit that shares it (docs/data-layout.md).
+UNIT_FIELDS = ("validated", "validated_epoch_day")
+
 
 @dataclass(frozen=True)
 class EffectiveUnit:
@@ -65,10 +69,11 @@ class EffectiveUnit:
 
         Intent, path, audience, provenance and the like stay in the manifest (``explain``,
         ROPA): at ~1 KB a unit they tripled the data document, and regopy's load time and
-        memory grow with it (docs/performance.md).
+        memory grow with it (docs/performance.md). The bundle keeps the ``UNIT_FIELDS`` in the
+        unit's index entry and the rest once per distinct profile (``kcp_opa.datadoc``).
         """
         full = self.to_data()
-        out: dict[str, Any] = {"id": self.unit_id}
+        out: dict[str, Any] = {}
         for dotted in POLICY_FIELDS:
             *parents, leaf = dotted.split(".")
             source: Any = full

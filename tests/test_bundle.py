@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kcp_opa.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compiler import compile_bundle
 from kcp_opa.datadoc import build_index, index_depth, leaf_path
-from kcp_opa.effective import effective_units
+from kcp_opa.effective import UNIT_FIELDS, effective_units
 from kcp_opa.errors import BundleError, CompileError, ValidationFailedError
 from kcp_opa.manifest import load_manifest
 from kcp_opa.matrix import load_matrix
@@ -160,11 +160,17 @@ def test_every_unit_and_cell_is_found_by_the_rego_index_in_both_engines(tmp_path
     base = DEPLOYMENTS / name
     bundle = read_bundle(_compile(name, tmp_path / "b.tar.gz").output)
     manifest = load_manifest(base / "knowledge.yaml")
+    query = (
+        "[data.kcp.lib.index.unit(input.project, input.unit),"
+        " data.kcp.lib.index.unit_profile(input.project, input.unit)]"
+    )
     for unit in effective_units(manifest):
-        query = "data.kcp.lib.index.unit(input.project, input.unit)"
         doc = {"project": unit.project, "unit": unit.unit_id}
-        assert regopy_query(bundle, query, doc) == unit.to_policy_data()
-        assert opa_query(bundle, query, doc) == unit.to_policy_data()
+        for engine_query in (regopy_query, opa_query):
+            entry, profile = engine_query(bundle, query, doc)
+            own = {key: entry[key] for key in UNIT_FIELDS}
+            assert set(entry) == {"profile", *UNIT_FIELDS}
+            assert {**profile, **own} == unit.to_policy_data()
     missing = {"project": manifest.project, "unit": "no-such-unit"}
     assert regopy_query(bundle, "data.kcp.lib.index.unit(input.project, input.unit)", missing) is UNDEFINED
     assert opa_query(bundle, "data.kcp.lib.index.unit(input.project, input.unit)", missing) is UNDEFINED

@@ -18,7 +18,7 @@ evaluator := {"id": "delegation_check", "version": "1.0.0"}
 
 _chain := input.action.delegation_chain
 
-_max_depth := facts.unit.delegation.max_depth
+_max_depth := facts.profile.delegation.max_depth
 
 # METADATA
 # title: Capability covered
@@ -68,6 +68,6 @@ findings contains {
 	"message": "a delegation hop widens the capabilities it was given",
 	"details": {"hops": sort([w | some w in widened])},
 } if {
-	facts.unit.delegation.require_capability_attenuation == true
+	facts.profile.delegation.require_capability_attenuation == true
 	count(widened) > 0
 }

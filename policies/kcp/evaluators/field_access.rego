@@ -15,7 +15,7 @@ import data.kcp.lib.facts
 
 evaluator := {"id": "field_access_check", "version": "1.0.0"}
 
-_declared := facts.unit.compliance.declared_fields
+_declared := facts.profile.compliance.declared_fields
 
 # METADATA
 # title: Fields read outside the declaration

@@ -5,14 +5,20 @@ import rego.v1
 import data.kcp.evaluators.field_access
 
 _units := {"depth": 0, "count": 2, "slots": {"p": {
-	"min": {"id": "min", "compliance": {"declared_fields": ["email", "name"]}},
-	"open": {"id": "open", "compliance": {"declared_fields": null}},
+	"min": {"profile": 0},
+	"open": {"profile": 1},
 }}}
+
+_profiles := [
+	{"compliance": {"declared_fields": ["email", "name"]}},
+	{"compliance": {"declared_fields": null}},
+]
 
 test_reading_phone_is_denied_with_the_violation if {
 	units := _units
+	profiles := _profiles
 	knowledge := {"project": "p", "unit": "min", "fields_read": ["email", "name", "phone"]}
-	some f in field_access.findings with input.action.knowledge as knowledge with data.kcp_data.units as units
+	some f in field_access.findings with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	f.code == "field_access_violation"
 	f.state == "DENY"
 	f.details.fields == ["phone"]
@@ -21,19 +27,22 @@ test_reading_phone_is_denied_with_the_violation if {
 
 test_declared_fields_only_is_fine if {
 	units := _units
+	profiles := _profiles
 	knowledge := {"project": "p", "unit": "min", "fields_read": ["name", "email", "email"]}
-	count(field_access.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units
+	count(field_access.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 
 test_missing_fields_read_is_denied if {
 	units := _units
+	profiles := _profiles
 	knowledge := {"project": "p", "unit": "min"}
-	some f in field_access.findings with input.action.knowledge as knowledge with data.kcp_data.units as units
+	some f in field_access.findings with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	f.code == "fields_read_missing"
 }
 
 test_unit_without_declaration_has_no_finding if {
 	units := _units
+	profiles := _profiles
 	knowledge := {"project": "p", "unit": "open", "fields_read": ["anything"]}
-	count(field_access.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units
+	count(field_access.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }

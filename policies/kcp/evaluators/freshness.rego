@@ -16,7 +16,7 @@ import data.kcp.lib.facts
 
 evaluator := {"id": "freshness_check", "version": "1.0.0"}
 
-_policy := facts.unit.freshness
+_policy := facts.profile.freshness
 
 _today := input.context.decision_epoch_day
 

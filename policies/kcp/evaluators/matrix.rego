@@ -29,7 +29,7 @@ _route := {
 # title: Cells the action needs
 # description: One per data category of the unit, and one for its sensitivity.
 needed contains ["data_categories", category] if {
-	some category in facts.unit.compliance.data_categories
+	some category in facts.profile.compliance.data_categories
 }
 
 needed contains ["sensitivity", sensitivity] if {
@@ -37,11 +37,11 @@ needed contains ["sensitivity", sensitivity] if {
 	sensitivity := _sensitivity
 }
 
-_sensitivity := facts.unit.sensitivity if is_string(facts.unit.sensitivity)
+_sensitivity := facts.profile.sensitivity if is_string(facts.profile.sensitivity)
 
 _sensitivity := "undeclared" if {
 	facts.unit
-	not is_string(facts.unit.sensitivity)
+	not is_string(facts.profile.sensitivity)
 }
 
 _task_hash := crypto.sha256(_task)

@@ -5,9 +5,14 @@ import rego.v1
 import data.kcp.evaluators.matrix
 
 _units := {"depth": 0, "count": 2, "slots": {"p": {
-	"crm": {"id": "crm", "sensitivity": "confidential", "compliance": {"data_categories": ["personal", "financial"]}},
-	"bare": {"id": "bare", "sensitivity": null, "compliance": {"data_categories": []}},
+	"crm": {"profile": 0},
+	"bare": {"profile": 1},
 }}}
+
+_profiles := [
+	{"sensitivity": "confidential", "compliance": {"data_categories": ["personal", "financial"]}},
+	{"sensitivity": null, "compliance": {"data_categories": []}},
+]
 
 _cells := {"depth": 0, "count": 4, "slots": {
 	"read": {"data_categories": {"personal": "autonomous", "financial": "confirm"}, "sensitivity": {"confidential": "autonomous"}},
@@ -18,11 +23,12 @@ _matrix := {"task_types": ["read", "write"]}
 
 test_strictest_cells_all_reported if {
 	units := _units
+	profiles := _profiles
 	cells := _cells
 	m := _matrix
 	states := {f.code: f.state | some f in matrix.findings} with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "write"
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 	states == {"matrix_approve": "HUMAN_APPROVAL", "matrix_forbidden": "DENY", "matrix_confirm": "USER_CONFIRMATION"}
@@ -30,33 +36,36 @@ test_strictest_cells_all_reported if {
 
 test_autonomous_except_confirm if {
 	units := _units
+	profiles := _profiles
 	cells := _cells
 	m := _matrix
 	{f.code | some f in matrix.findings} == {"matrix_confirm"} with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "read"
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 }
 
 test_unknown_task_type_denied if {
 	units := _units
+	profiles := _profiles
 	cells := _cells
 	m := _matrix
 	{f.code | some f in matrix.findings} == {"task_type_not_in_matrix"} with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "delete"
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 }
 
 test_undeclared_sensitivity_is_not_covered if {
 	units := _units
+	profiles := _profiles
 	cells := _cells
 	m := _matrix
 	some f in matrix.findings with input.action.knowledge as {"project": "p", "unit": "bare"}
 		with input.action.action_type as "read"
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 	f.code == "matrix_not_covered"

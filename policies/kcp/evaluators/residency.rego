@@ -15,7 +15,7 @@ import data.kcp.lib.facts
 
 evaluator := {"id": "residency_check", "version": "1.0.0"}
 
-_regions := facts.unit.compliance.data_residency
+_regions := facts.profile.compliance.data_residency
 
 # METADATA
 # title: Region admitted by a residency list

@@ -72,14 +72,14 @@ findings contains {
 	"state": "HUMAN_APPROVAL",
 	"controls": ["independent_human_approval"],
 	"message": "a human approves before this unit is used",
-	"details": {"approval_mechanism": facts.unit.delegation.human_in_the_loop.approval_mechanism},
+	"details": {"approval_mechanism": facts.profile.delegation.human_in_the_loop.approval_mechanism},
 } if {
 	_human_required
 }
 
 _human_required if facts.restricted("human-approval-required")
 
-_human_required if facts.unit.delegation.human_in_the_loop.required == true
+_human_required if facts.profile.delegation.human_in_the_loop.required == true
 
 # Message parts are total (a default when the value is missing): a message built from an
 # undefined value would make the whole finding undefined and drop a DENY (fail open). Messages

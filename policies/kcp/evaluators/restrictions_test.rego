@@ -5,45 +5,56 @@ import rego.v1
 import data.kcp.evaluators.restrictions
 
 _units := {"depth": 0, "count": 3, "slots": {"p": {
-	"llm": {"id": "llm", "compliance": {"restrictions": ["no-external-llm", "no-ai-training"]}, "delegation": {"human_in_the_loop": {"required": false}}},
-	"hitl": {"id": "hitl", "compliance": {"restrictions": []}, "delegation": {"human_in_the_loop": {"required": true, "approval_mechanism": "oauth_consent"}}},
-	"open": {"id": "open", "compliance": {"restrictions": []}, "delegation": {"human_in_the_loop": {"required": false}}},
+	"llm": {"profile": 0},
+	"hitl": {"profile": 1},
+	"open": {"profile": 2},
 }}}
+
+_profiles := [
+	{"compliance": {"restrictions": ["no-external-llm", "no-ai-training"]}, "delegation": {"human_in_the_loop": {"required": false}}},
+	{"compliance": {"restrictions": []}, "delegation": {"human_in_the_loop": {"required": true, "approval_mechanism": "oauth_consent"}}},
+	{"compliance": {"restrictions": []}, "delegation": {"human_in_the_loop": {"required": false}}},
+]
 
 test_external_model_denied if {
 	units := _units
+	profiles := _profiles
 	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm"}
 		with input.action.runtime as {"model": {"id": "gpt", "hosting": "external"}}
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"external_llm_forbidden"}
 }
 
 test_self_hosted_model_passes if {
 	units := _units
+	profiles := _profiles
 	count(restrictions.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "llm"}
 		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 
 test_unknown_hosting_denied if {
 	units := _units
+	profiles := _profiles
 	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm"}
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"model_hosting_unknown"}
 }
 
 test_training_purpose_denied if {
 	units := _units
+	profiles := _profiles
 	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "Training"}
 		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"ai_training_forbidden"}
 }
 
 test_human_in_the_loop_requires_independent_approval if {
 	units := _units
+	profiles := _profiles
 	some f in restrictions.findings with input.action.knowledge as {"project": "p", "unit": "hitl"}
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	f.state == "HUMAN_APPROVAL"
 	f.controls == ["independent_human_approval"]
 	f.details.approval_mechanism == "oauth_consent"
@@ -51,16 +62,17 @@ test_human_in_the_loop_requires_independent_approval if {
 
 test_unrestricted_unit_has_no_findings if {
 	units := _units
+	profiles := _profiles
 	count(restrictions.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "open"}
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 
 test_external_model_without_id_is_still_denied if {
-	unit := {"id": "u", "compliance": {"restrictions": ["no-external-llm"]}}
-	units := {"depth": 0, "count": 1, "slots": {"p": {"u": unit}}}
+	profiles := [{"compliance": {"restrictions": ["no-external-llm"]}}]
+	units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0}}}}
 	found := restrictions.findings with input.action.knowledge as {"project": "p", "unit": "u"}
 		with input.action.runtime.model as {"hosting": "external"}
-		with data.kcp_data.units as units
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	some f in found
 	f.code == "external_llm_forbidden"
 }

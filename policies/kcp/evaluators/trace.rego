@@ -17,9 +17,9 @@ evaluator := {"id": "trace_context_check", "version": "1.0.0"}
 
 # METADATA
 # title: Trace context required
-required if facts.unit.trust.require_trace_context == true
+required if facts.profile.trust.require_trace_context == true
 
-required if facts.unit.delegation.audit_chain == true
+required if facts.profile.delegation.audit_chain == true
 
 # METADATA
 # title: Valid traceparent

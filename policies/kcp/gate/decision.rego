@@ -126,7 +126,7 @@ obligations := sort({o | some o in _obligations})
 
 _obligations contains "audit" if facts.restricted("audit-required")
 
-_obligations contains "audit" if facts.unit.trust.agent_must_log == true
+_obligations contains "audit" if facts.profile.trust.agent_must_log == true
 
 _obligations contains "redact_content" if facts.restricted("no-logging")
 

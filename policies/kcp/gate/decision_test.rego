@@ -8,13 +8,15 @@ import rego.v1
 
 import data.kcp.gate
 
-_units := {"depth": 0, "count": 1, "slots": {"p": {"u": {
-	"id": "u", "sensitivity": "internal", "validated_epoch_day": 100,
+_units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0, "validated": "1970-04-11", "validated_epoch_day": 100}}}}
+
+_profiles := [{
+	"sensitivity": "internal",
 	"compliance": {"data_residency": null, "restrictions": ["audit-required"], "declared_fields": ["email"], "data_categories": []},
 	"delegation": {"max_depth": null, "require_capability_attenuation": false, "audit_chain": false, "human_in_the_loop": {"required": false}},
 	"trust": {"agent_must_log": false, "require_trace_context": false},
 	"freshness": null,
-}}}}
+}]
 
 _cells := {"depth": 0, "count": 2, "slots": {"read": {"sensitivity": {"internal": "autonomous"}}, "send": {"sensitivity": {"internal": "confirm"}}}}
 
@@ -24,7 +26,7 @@ _matrix := {"task_types": ["read", "send", "refund"], "parameters": {
 	"sender_roles": ["support_agent"],
 }}
 
-_data := {"units": _units, "tasks": _cells, "matrix": _matrix}
+_data := {"units": _units, "profiles": _profiles, "tasks": _cells, "matrix": _matrix}
 
 _read := {
 	"tenant_id": "t", "subject_id": "s", "agent_id": "a", "action_type": "read", "requested_action": "crm.read",

@@ -25,7 +25,7 @@ _unit_id := input.action.knowledge.unit
 _hash := crypto.sha256(concat("/", [_project, _unit_id]))
 
 # METADATA
-# title: The effective unit the action touches
+# title: The index entry of the unit the action touches
 # description: |
 #   Undefined when the action names no unit or an unknown one. index.unit() written as
 #   rules over input: regopy evaluates this in about half the time (docs/performance.md),
@@ -49,11 +49,23 @@ unit := entry if {
 }
 
 # METADATA
+# title: The unit's policy profile
+# description: |
+#   Sensitivity, compliance, delegation, trust and freshness of the unit the action touches.
+#   Units share them through inheritance, so the bundle stores each distinct profile once and
+#   the unit's entry names its position (docs/data-layout.md); the entry itself (`unit`) keeps
+#   only what differs unit by unit (validated, validated_epoch_day).
+profile := data.kcp_data.profiles[unit.profile]
+
+# METADATA
 # title: Known unit
-# description: True when the action names a unit the deployment declares.
-unit_known if unit
+# description: |
+#   True when the action names a unit the deployment declares and its profile resolves: an
+#   entry whose profile is missing (a hand-edited bundle) is no unit to decide on, and the
+#   unit evaluator denies it as unknown rather than letting every rule read nothing.
+unit_known if profile
 
 # METADATA
 # title: Restriction declared
 # description: True when the effective unit declares restriction `name`.
-restricted(name) if name in unit.compliance.restrictions
+restricted(name) if name in profile.compliance.restrictions
