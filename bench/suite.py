@@ -5,7 +5,9 @@ cells at 1,000 units) it measures validate and compile time, cold start (regopy 
 cached plan loaded in a fresh process, the OPA reference), `Gate.decide()` p50/p99 single-
 threaded and decisions/s with 2 threads, the engine step beside OPA on the same inputs,
 `decide_many` batches of 1 / 100 / 1,000 (2 workers) against single calls; then receipts and the ledger
-(bench_receipts.py, bench_ledger.py). Ratios, not absolute times, are what to compare.
+(bench_receipts.py, bench_ledger.py), and one decide() by step plus the engine's growth with the
+delegation chain and the fields read (bench_growth.py). Ratios, not absolute times, are what to
+compare.
 
     .venv/bin/python bench/suite.py [--sizes 10,1000,100000] [--quick]
 """
@@ -144,12 +146,19 @@ def main() -> int:
          "--output", str(REPO / "bench" / "results-ledger.json")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    console.print("[bold]decide() by step, growth with chain length and fields read[/] ...")
+    growth = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_growth.py"), "--rounds", "3" if args.quick else "5",
+         "--output", str(REPO / "bench" / "results-growth.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     results = {
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "elapsed_s": time.perf_counter() - started,
         "deployments": rows,
         "receipts": json.loads((REPO / "bench" / "results-receipts.json").read_text())["results"],
         "ledger": json.loads((REPO / "bench" / "results-ledger.json").read_text())["results"],
+        **json.loads((REPO / "bench" / "results-growth.json").read_text()),
     }
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     table = Table(title="kcp-opa benchmark suite (us unless stated; regopy and OPA on the same bundle and inputs)")
@@ -175,6 +184,7 @@ def main() -> int:
             out.print(f"decide_many batch of {size}: {batch_rate:.0f}/s vs {single_rate:.0f}/s single ({ratio:.2f}x)")
     print(receipts.stdout.strip().splitlines()[-1] if receipts.stdout else "")
     print(ledger.stdout.strip().splitlines()[-1] if ledger.stdout else "")
+    print(growth.stdout.rstrip())
     out.print(f"wrote {args.output} in {results['elapsed_s']:.0f} s")
     return 1 if any(row["divergences"] for row in rows) else 0
 

@@ -1,0 +1,165 @@
+"""Benchmark: where one decide() spends its time, and how the engine step grows with the action.
+
+Not a test. Two parts, both written to bench/results-growth.json:
+
+- ``stages``: one ``Gate.decide()`` of the KYA supplier payment (finance deployment), split
+  into the steps the gate takes: action checks (refusal walk + schema), the KYA-CJ-1 action
+  hash, the whole input build (checks, hash, ids, time), the engine step (input term,
+  evaluation, output), typing the policy's result, and the audit write (fsync per entry).
+- ``growth``: a 1,000-unit synthetic deployment read with a growing delegation chain
+  (0 / 4 / 16 / 64 hops) and a growing list of fields read (2 / 16 / 128 / 1,024); regopy and
+  the OPA reference on the same bundle and inputs, so the ratio shows what grows in which engine.
+
+    .venv/bin/python bench/bench_growth.py [--rounds 5] [--per-round 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decide import _opa_engine, _synthetic_action, _synthetic_matrix
+from synthetic import manifest_text
+
+from kcp_opa.action import action_hash, check_action
+from kcp_opa.audit import AuditTrail
+from kcp_opa.compiler import compile_bundle
+from kcp_opa.decision import PolicyVerdict
+from kcp_opa.gate import Gate
+from kcp_opa.ledger import AuditLedger
+
+REPO = Path(__file__).resolve().parent.parent
+NOW = "2026-11-29T10:00:00Z"
+CHAIN_LENGTHS = (0, 4, 16, 64)
+FIELDS_READ = (2, 16, 128, 1024)
+
+
+def _p50(fn: Callable[[], Any], rounds: int, per_round: int) -> float:
+    """Median of per-round medians, in microseconds: one noisy round cannot move it."""
+    medians = []
+    for _ in range(rounds):
+        samples = []
+        for _ in range(per_round):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+        samples.sort()
+        medians.append(samples[len(samples) // 2])
+    medians.sort()
+    return medians[len(medians) // 2] * 1e6
+
+
+def stages(tmp: Path, rounds: int, per_round: int) -> dict[str, float]:
+    base = REPO / "fixtures" / "deployments" / "finance"
+    bundle = tmp / "finance.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
+    gate = Gate.from_bundle(bundle, preflight=False)
+    action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+    prepared = gate.prepare(action, now=NOW)
+    raw = gate.engine.evaluate(prepared.document).value
+    assert raw is not None
+    decision = gate.decide(action, now=NOW)
+    trail = AuditTrail(AuditLedger(tmp / "stages.jsonl", durability="fsync"), gate.bundle)
+    return {
+        "decide_us": _p50(lambda: gate.decide(action, now=NOW), rounds, per_round),
+        "check_action_us": _p50(lambda: check_action(action), rounds, per_round),
+        "action_hash_us": _p50(lambda: action_hash(action), rounds, per_round),
+        "build_input_us": _p50(lambda: gate.prepare(action, now=NOW), rounds, per_round),
+        "engine_us": _p50(lambda: gate.engine.evaluate(prepared.document), rounds, per_round),
+        "typing_us": _p50(lambda: PolicyVerdict.from_policy(raw), rounds, per_round),
+        "audit_fsync_us": _p50(lambda: trail.decision(prepared.document, action, decision, raw), rounds, per_round),
+    }
+
+
+def _with_chain(action: dict[str, Any], hops: int) -> dict[str, Any]:
+    out = copy.deepcopy(action)
+    if hops:
+        out["delegation_chain"] = [
+            {"agent_id": f"agent-{i}", "capabilities": ["kb.read", f"kb.read:scope-{i}"]} for i in range(hops)
+        ]
+    return out
+
+
+def _with_fields(action: dict[str, Any], fields: int) -> dict[str, Any]:
+    out = copy.deepcopy(action)
+    out["knowledge"]["fields_read"] = ["name", "email", *(f"field_{i:04d}" for i in range(fields - 2))]
+    return out
+
+
+def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
+    directory = tmp / "synthetic-1000"
+    directory.mkdir()
+    (directory / "knowledge.yaml").write_text(manifest_text(1000), encoding="utf-8")
+    (directory / "matrix.yaml").write_text(_synthetic_matrix(), encoding="utf-8")
+    bundle = directory / "bundle.tar.gz"
+    compile_bundle([directory / "knowledge.yaml"], directory / "matrix.yaml", REPO / "policies", bundle)
+    gate = Gate.from_bundle(bundle, preflight=False)
+    opa, _ = _opa_engine(gate)
+    base = _synthetic_action(500)
+    points = [("delegation chain hops", n, _with_chain(base, n)) for n in CHAIN_LENGTHS]
+    points += [("fields read", n, _with_fields(base, n)) for n in FIELDS_READ]
+    rows = []
+    for dimension, size, action in points:
+        document = gate.prepare(action, now=NOW).document
+        on_regopy = gate.engine.evaluate(document).value
+        on_opa = opa.eval_document("kcp.gate.decision", dict(document))
+        rows.append(
+            {
+                "dimension": dimension,
+                "size": size,
+                "decision": on_opa["decision"],
+                "reason_codes": on_opa["reason_codes"],
+                "diverged": on_regopy != on_opa,
+                "decide_us": _p50(lambda a=action: gate.decide(a, now=NOW), rounds, per_round),
+                "regopy_us": _p50(lambda d=document: gate.engine.evaluate(d), rounds, per_round),
+                "opa_us": _p50(lambda d=document: opa.eval_document("kcp.gate.decision", dict(d)), rounds, per_round),
+            }
+        )
+    opa.close()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--per-round", type=int, default=40)
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-growth.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kcp-opa-growth-") as tmp:
+        stage = stages(Path(tmp), args.rounds, args.per_round)
+        rows = growth(Path(tmp), args.rounds, args.per_round)
+    args.output.write_text(json.dumps({"stages": stage, "growth": rows}, indent=2) + "\n")
+    out = Console(width=200)
+    table = Table(title="One decide() of the KYA supplier payment, by step (p50, us)")
+    table.add_column("step")
+    table.add_column("p50 us", justify="right")
+    for key, value in stage.items():
+        table.add_row(key.removesuffix("_us"), f"{value:,.0f}")
+    out.print(table)
+    table = Table(title="Growth at 1,000 units (p50, us; regopy and OPA on the same inputs)")
+    for column in ("dimension", "size", "decision", "decide", "regopy", "OPA", "regopy/OPA", "diverged"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            row["dimension"], f"{row['size']:,}", row["decision"], f"{row['decide_us']:,.0f}",
+            f"{row['regopy_us']:,.0f}", f"{row['opa_us']:,.0f}", f"{row['regopy_us'] / row['opa_us']:.2f}",
+            str(row["diverged"]),
+        )  # fmt: skip
+    out.print(table)
+    print(f"wrote {args.output}")
+    return 1 if any(row["diverged"] for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
