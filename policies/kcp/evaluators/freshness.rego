@@ -22,6 +22,8 @@ _today := input.context.decision_epoch_day
 
 # METADATA
 # title: Stale
+default stale := false
+
 stale if {
 	is_object(_policy)
 	not is_number(facts.unit.validated_epoch_day)
@@ -36,6 +38,8 @@ stale if {
 }
 
 _state := {"warn": "ALLOW", "degrade": "ESCALATE", "block": "DENY"}
+
+default _clock_given := false
 
 _clock_given if is_number(input.context.decision_epoch_day)
 

@@ -40,7 +40,7 @@ needed contains ["sensitivity", sensitivity] if {
 _sensitivity := facts.profile.sensitivity if is_string(facts.profile.sensitivity)
 
 _sensitivity := "undeclared" if {
-	facts.unit
+	facts.unit_known
 	not is_string(facts.profile.sensitivity)
 }
 
@@ -63,6 +63,8 @@ _row := entry if {
 	data.kcp_data.tasks.depth == 4
 	entry := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][index.digit(_task_hash, 3)][_task]
 }
+
+default _task_listed := false
 
 _task_listed if _row
 

@@ -77,6 +77,8 @@ findings contains {
 	_human_required
 }
 
+default _human_required := false
+
 _human_required if facts.restricted("human-approval-required")
 
 _human_required if facts.profile.delegation.human_in_the_loop.required == true

@@ -27,6 +27,8 @@ approver_role(task) := _parameters.approver_roles.by_task_type[task]
 
 approver_role(task) := _parameters.approver_roles.default if not _parameters.approver_roles.by_task_type[task]
 
+default _low_risk := false
+
 _low_risk if _runtime.risk_level == "low"
 
 # METADATA

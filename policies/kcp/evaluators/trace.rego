@@ -17,6 +17,8 @@ evaluator := {"id": "trace_context_check", "version": "1.0.0"}
 
 # METADATA
 # title: Trace context required
+default required := false
+
 required if facts.profile.trust.require_trace_context == true
 
 required if facts.profile.delegation.audit_chain == true
@@ -31,6 +33,8 @@ valid_traceparent(value) if {
 	parts[1] != "00000000000000000000000000000000"
 	parts[2] != "0000000000000000"
 }
+
+default _valid := false
 
 _valid if valid_traceparent(input.action.trace.traceparent)
 

@@ -28,20 +28,24 @@ import data.kcp.lib.routing
 # title: Every finding of every evaluator
 findings := (((((((((action.findings | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
 
+# Ranks of the states the findings ask for (a state the routing table does not know has no
+# rank: if no finding has a known state, `state` is undefined and the decision fails closed).
+_ranks := {routing.properties[f.state].rank | some f in findings}
+
 # METADATA
 # title: Routing state
 # description: The strongest state any finding asks for; ALLOW when none does.
-state := routing.strongest({f.state | some f in findings})
+state := routing.states[min(_ranks)] if count(_ranks) > 0
+
+state := "ALLOW" if count(findings) == 0
 
 # Control sets are computed with set operations: regopy evaluates `not c in xs` per element
 # several times slower (docs/performance.md).
 _required := {c | some f in findings; some c in f.controls} | {"standard_audit_logging"}
 
-_claimed := {c | some c in input.context.satisfied_controls} if is_array(input.context.satisfied_controls)
-
-_claimed := set() if not _controls_given
-
-_controls_given if is_array(input.context.satisfied_controls)
+_claimed := {c | some c in input.context.satisfied_controls} if {
+	is_array(input.context.satisfied_controls)
+} else := set()
 
 _satisfied := _required & _claimed
 
@@ -62,19 +66,17 @@ missing_controls := sort(_missing)
 
 # METADATA
 # title: Authorization status
-authorization_status := "DENIED" if state == "DENY"
-
-authorization_status := "PENDING_CONTROLS" if {
-	state != "DENY"
+authorization_status := "DENIED" if {
+	state == "DENY"
+} else := "PENDING_CONTROLS" if {
 	_pending
+} else := "APPROVED" if {
+	state
 }
 
-authorization_status := "APPROVED" if {
-	state != "DENY"
-	not _pending
-}
+default _pending := false
 
-_pending if routing.hold(state)
+_pending if routing.properties[state].hold
 
 _pending if count(_missing) > 0
 
@@ -122,7 +124,7 @@ violations := sort({{"evaluator_id": f.evaluator_id, "code": f.code, "fields": f
 # METADATA
 # title: Obligations
 # description: What the caller must do even on allow.
-obligations := sort({o | some o in _obligations})
+obligations := sort(_obligations)
 
 _obligations contains "audit" if facts.restricted("audit-required")
 
@@ -140,15 +142,21 @@ approver_roles := sort({r | some f in findings; r := f.details.approver_role})
 
 _runtime_risk := upper(input.action.runtime.risk_level)
 
+default _critical := false
+
 _critical if "compliance_review" in _required
 
 _critical if _runtime_risk == "CRITICAL"
+
+default _high := false
 
 _high if financial.high_value
 
 _high if state == "DENY"
 
 _high if _runtime_risk == "HIGH"
+
+default _medium := false
 
 _medium if financial.value_transfer
 
@@ -192,7 +200,7 @@ default decision := {
 
 decision := {
 	"decision": state,
-	"outcome": routing.outcome(state),
+	"outcome": routing.properties[state].outcome,
 	"authorization_status": authorization_status,
 	"execution_allowed": authorization_status == "APPROVED",
 	"risk_level": risk_level,

@@ -16,6 +16,8 @@ action := input.action
 # METADATA
 # title: Knowledge-bound
 # description: True when the action names a KCP unit it touches.
+default knowledge_bound := false
+
 knowledge_bound if input.action.knowledge.unit
 
 _project := input.action.knowledge.project
@@ -27,26 +29,29 @@ _hash := crypto.sha256(concat("/", [_project, _unit_id]))
 # METADATA
 # title: The index entry of the unit the action touches
 # description: |
-#   Undefined when the action names no unit or an unknown one. index.unit() written as
+#   null when the action names no unit or an unknown one: never undefined, because regopy
+#   re-evaluates a rule whose value is undefined at every reference (~50 us each here), while a
+#   defined value is computed once per query (docs/engine-findings.md). index.unit() written as
 #   rules over input: regopy evaluates this in about half the time (docs/performance.md),
 #   and kcp.lib.facts_test checks the two agree. Every body spells out the static path
 #   data.kcp_data.units...: an alias rule (`u := data.kcp_data.units`) makes OPA copy the
 #   whole index on each query (21 ms at 1,000 units).
-unit := data.kcp_data.units.slots[_project][_unit_id] if data.kcp_data.units.depth == 0
-
-unit := data.kcp_data.units.slots[index.digit(_hash, 0)][_project][_unit_id] if data.kcp_data.units.depth == 1
-
-unit := data.kcp_data.units.slots[index.digit(_hash, 0)][index.digit(_hash, 1)][_project][_unit_id] if data.kcp_data.units.depth == 2
-
 unit := entry if {
+	data.kcp_data.units.depth == 0
+	entry := data.kcp_data.units.slots[_project][_unit_id]
+} else := entry if {
+	data.kcp_data.units.depth == 1
+	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][_project][_unit_id]
+} else := entry if {
+	data.kcp_data.units.depth == 2
+	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][index.digit(_hash, 1)][_project][_unit_id]
+} else := entry if {
 	data.kcp_data.units.depth == 3
 	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][index.digit(_hash, 1)][index.digit(_hash, 2)][_project][_unit_id]
-}
-
-unit := entry if {
+} else := entry if {
 	data.kcp_data.units.depth == 4
 	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][index.digit(_hash, 1)][index.digit(_hash, 2)][index.digit(_hash, 3)][_project][_unit_id]
-}
+} else := null
 
 # METADATA
 # title: The unit's policy profile
@@ -55,7 +60,9 @@ unit := entry if {
 #   Units share them through inheritance, so the bundle stores each distinct profile once and
 #   the unit's entry names its position (docs/data-layout.md); the entry itself (`unit`) keeps
 #   only what differs unit by unit (validated, validated_epoch_day).
-profile := data.kcp_data.profiles[unit.profile]
+profile := entry if {
+	entry := data.kcp_data.profiles[unit.profile]
+} else := null
 
 # METADATA
 # title: Known unit
@@ -63,7 +70,9 @@ profile := data.kcp_data.profiles[unit.profile]
 #   True when the action names a unit the deployment declares and its profile resolves: an
 #   entry whose profile is missing (a hand-edited bundle) is no unit to decide on, and the
 #   unit evaluator denies it as unknown rather than letting every rule read nothing.
-unit_known if profile
+default unit_known := false
+
+unit_known if is_object(profile)
 
 # METADATA
 # title: Restriction declared

@@ -24,13 +24,13 @@ test_profile_is_the_one_the_unit_names if {
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 
-test_missing_profile_is_undefined if {
+test_missing_profile_is_null_and_the_unit_unknown if {
 	# A unit whose profile is not in the bundle is not a known unit (the unit evaluator denies
 	# it); the bundle compiler never writes one.
 	units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 7}}}}
 	profiles := _profiles
 	knowledge := {"project": "p", "unit": "u"}
-	not facts.profile with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	facts.profile == null with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	not facts.unit_known with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 
@@ -46,6 +46,9 @@ test_restricted if {
 
 test_not_knowledge_bound_without_unit if {
 	not facts.knowledge_bound with input.action as {"action_type": "payment"}
+	facts.unit == null with input.action as {"action_type": "payment"}
+	facts.profile == null with input.action as {"action_type": "payment"}
+	not facts.unit_known with input.action as {"action_type": "payment"}
 }
 
 test_rule_lookup_agrees_with_index_unit_at_depth_one if {

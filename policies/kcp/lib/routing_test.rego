@@ -41,3 +41,15 @@ test_holds if {
 	not routing.hold("HUMAN_APPROVAL")
 	not routing.hold("ALLOW")
 }
+
+test_properties_agree_with_the_order if {
+	count(routing.properties) == count(routing.states)
+	every i, state in routing.states {
+		routing.properties[state].rank == i
+	}
+}
+
+test_unknown_state_has_no_outcome if {
+	not routing.outcome("MAYBE")
+	not routing.hold("MAYBE")
+}
