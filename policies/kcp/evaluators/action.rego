@@ -31,18 +31,19 @@ _target_given if is_string(input.action.target.type)
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "action_incomplete",
-	"rule": "kcp.action.complete",
-	"evaluator_id": "action_complete_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"fields": sort(missing)},
-} if {
+findings contains finding if {
 	count(missing) > 0
 	# concat, not sprintf("%v", [concat(..)]): regopy quotes a computed string inside
 	# sprintf output without escaping it (docs/engine-findings.md item 13).
 	text1 := concat("", ["the action lacks ", concat(", ", sort(missing)), "; nothing can be decided without them"])
+	finding := {
+		"code": "action_incomplete",
+		"rule": "kcp.action.complete",
+		"evaluator_id": "action_complete_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"fields": sort(missing)},
+	}
 }

@@ -34,40 +34,43 @@ _within(capability, parent_capabilities) if {
 
 # METADATA
 # title: Hops that widen capabilities
-widened contains {"hop": i + 1, "agent_id": hop.agent_id, "capability": capability} if {
+widened contains hop_widened if {
 	some i, hop in _chain
 	i > 0
 	some capability in hop.capabilities
 	not _within(capability, _chain[i - 1].capabilities)
+	hop_widened := {"hop": i + 1, "agent_id": hop.agent_id, "capability": capability}
 }
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "delegation_too_deep",
-	"rule": "kcp.delegation.max_depth",
-	"evaluator_id": "delegation_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"depth": count(_chain), "max_depth": _max_depth},
-} if {
+findings contains finding if {
 	is_number(_max_depth)
 	count(_chain) > _max_depth
 	text1 := concat("", ["delegation chain of depth ", format_int(count(_chain), 10), " exceeds max_depth ", format_int(_max_depth, 10)])
+	finding := {
+		"code": "delegation_too_deep",
+		"rule": "kcp.delegation.max_depth",
+		"evaluator_id": "delegation_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"depth": count(_chain), "max_depth": _max_depth},
+	}
 }
 
-findings contains {
-	"code": "capability_widened",
-	"rule": "kcp.delegation.require_capability_attenuation",
-	"evaluator_id": "delegation_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "a delegation hop widens the capabilities it was given",
-	"details": {"hops": sort([w | some w in widened])},
-} if {
+findings contains finding if {
 	facts.profile.delegation.require_capability_attenuation == true
 	count(widened) > 0
+	finding := {
+		"code": "capability_widened",
+		"rule": "kcp.delegation.require_capability_attenuation",
+		"evaluator_id": "delegation_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "a delegation hop widens the capabilities it was given",
+		"details": {"hops": sort([w | some w in widened])},
+	}
 }

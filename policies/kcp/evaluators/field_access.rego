@@ -23,33 +23,35 @@ outside_declaration := sort([f | some f in {f | some f in input.action.knowledge
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "field_access_violation",
-	"rule": "kcp.compliance.declared_fields",
-	"evaluator_id": "field_access_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": message,
-	"details": {"fields": outside_declaration, "fields_declared": _declared},
-} if {
+findings contains finding if {
 	_declared != null
 	count(outside_declaration) > 0
 	message := concat("", ["fields read outside declared_fields: ", concat(", ", outside_declaration)])
+	finding := {
+		"code": "field_access_violation",
+		"rule": "kcp.compliance.declared_fields",
+		"evaluator_id": "field_access_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": message,
+		"details": {"fields": outside_declaration, "fields_declared": _declared},
+	}
 }
 
-findings contains {
-	"code": "fields_read_missing",
-	"rule": "kcp.compliance.declared_fields",
-	"evaluator_id": "field_access_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "the unit declares its fields but the action does not list knowledge.fields_read",
-	"details": {"fields_declared": _declared},
-} if {
+findings contains finding if {
 	_declared != null
 	not _fields_read_listed
+	finding := {
+		"code": "fields_read_missing",
+		"rule": "kcp.compliance.declared_fields",
+		"evaluator_id": "field_access_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "the unit declares its fields but the action does not list knowledge.fields_read",
+		"details": {"fields_declared": _declared},
+	}
 }
 
 # `not is_array(undefined)` is true in regopy and undefined in OPA: test a named rule instead.

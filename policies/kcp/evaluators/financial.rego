@@ -61,85 +61,91 @@ high_value if {
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "amount_missing",
-	"rule": "kya.amount_missing",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "a money-moving action must state amount.value_minor",
-	"details": {},
-} if {
+findings contains finding if {
 	_action.action_type in _money_moving
 	not _amount_given
+	finding := {
+		"code": "amount_missing",
+		"rule": "kya.amount_missing",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "a money-moving action must state amount.value_minor",
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "value_transfer",
-	"rule": "kya.value_transfer",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "USER_CONFIRMATION",
-	"controls": ["user_confirmation"],
-	"message": "value transfer: the user confirms",
-	"details": {},
-} if {
+findings contains finding if {
 	value_transfer
+	finding := {
+		"code": "value_transfer",
+		"rule": "kya.value_transfer",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "USER_CONFIRMATION",
+		"controls": ["user_confirmation"],
+		"message": "value transfer: the user confirms",
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "irreversible_consequence",
-	"rule": "kya.irreversible_consequence",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "USER_CONFIRMATION",
-	"controls": ["user_confirmation"],
-	"message": "irreversible for the user: the user confirms",
-	"details": {},
-} if {
+findings contains finding if {
 	"irreversible" in _raised
+	finding := {
+		"code": "irreversible_consequence",
+		"rule": "kya.irreversible_consequence",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "USER_CONFIRMATION",
+		"controls": ["user_confirmation"],
+		"message": "irreversible for the user: the user confirms",
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "high_value",
-	"rule": "kya.high_value",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
-	"message": text1,
-	"details": {},
-} if {
+findings contains finding if {
 	high_value
 	text1 := concat(" ", [_amount_label, _currency_label, "is at or above the high-value threshold"])
+	finding := {
+		"code": "high_value",
+		"rule": "kya.high_value",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
+		"message": text1,
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "step_up_required",
-	"rule": "kya.step_up_required",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "STEP_UP_AUTHENTICATION",
-	"controls": ["step_up_authentication"],
-	"message": "new device, geo anomaly, stale session or sensitive access",
-	"details": {},
-} if {
+findings contains finding if {
 	some name in _raised
 	name in {"new_device", "geo_anomaly", "stale_session", "sensitive_access"}
+	finding := {
+		"code": "step_up_required",
+		"rule": "kya.step_up_required",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "STEP_UP_AUTHENTICATION",
+		"controls": ["step_up_authentication"],
+		"message": "new device, geo anomaly, stale session or sensitive access",
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "identity_verification_required",
-	"rule": "kya.identity_verification_required",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "IDENTITY_VERIFICATION",
-	"controls": ["identity_verification"],
-	"message": "stale KYC, identity anomaly, withdrawal, off-ramp or account-control change",
-	"details": {},
-} if {
+findings contains finding if {
 	_identity_trigger
+	finding := {
+		"code": "identity_verification_required",
+		"rule": "kya.identity_verification_required",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "IDENTITY_VERIFICATION",
+		"controls": ["identity_verification"],
+		"message": "stale KYC, identity anomaly, withdrawal, off-ramp or account-control change",
+		"details": {},
+	}
 }
 
 _identity_trigger if _action.action_type == "withdrawal"
@@ -149,64 +155,68 @@ _identity_trigger if {
 	name in {"stale_kyc", "identity_anomaly", "off_ramp", "account_control_change"}
 }
 
-findings contains {
-	"code": "scope_does_not_cover_action",
-	"rule": "kya.scope_does_not_cover_action",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["authority_verification"],
-	"message": text1,
-	"details": {},
-} if {
+findings contains finding if {
 	value_transfer
 	not _action.requested_action in object.get(_action, ["authorization_context", "agent_scope"], [])
 	text1 := concat("", ["requested_action ", _requested_label, " is not in the agent's scope"])
+	finding := {
+		"code": "scope_does_not_cover_action",
+		"rule": "kya.scope_does_not_cover_action",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["authority_verification"],
+		"message": text1,
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "new_beneficiary",
-	"rule": "kya.new_beneficiary",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["beneficiary_verification", "independent_human_approval"],
-	"message": "new or modified payout target",
-	"details": {},
-} if {
+findings contains finding if {
 	some name in _raised
 	name in {"new_beneficiary", "modified_beneficiary"}
+	finding := {
+		"code": "new_beneficiary",
+		"rule": "kya.new_beneficiary",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["beneficiary_verification", "independent_human_approval"],
+		"message": "new or modified payout target",
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "independent_approval_required",
-	"rule": "kya.independent_approval_required",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["independent_human_approval"],
-	"message": "lending or a material irreversible action",
-	"details": {},
-} if {
+findings contains finding if {
 	_independent_trigger
+	finding := {
+		"code": "independent_approval_required",
+		"rule": "kya.independent_approval_required",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["independent_human_approval"],
+		"message": "lending or a material irreversible action",
+		"details": {},
+	}
 }
 
 _independent_trigger if _action.action_type == "lending"
 
 _independent_trigger if "material_irreversible" in _raised
 
-findings contains {
-	"code": "compliance_review_required",
-	"rule": "kya.compliance_review_required",
-	"evaluator_id": "kya_controls",
-	"evaluator_version": "1.0.0",
-	"state": "COMPLIANCE_REVIEW",
-	"controls": ["compliance_review", "safe_stop"],
-	"message": "screening uncertainty, provider conflict or audit failure",
-	"details": {},
-} if {
+findings contains finding if {
 	some name in _raised
 	name in {"screening_uncertain", "provider_conflict", "audit_failure"}
+	finding := {
+		"code": "compliance_review_required",
+		"rule": "kya.compliance_review_required",
+		"evaluator_id": "kya_controls",
+		"evaluator_version": "1.0.0",
+		"state": "COMPLIANCE_REVIEW",
+		"controls": ["compliance_review", "safe_stop"],
+		"message": "screening uncertainty, provider conflict or audit failure",
+		"details": {},
+	}
 }
 
 # Message parts are total (a default when the value is missing): a message built from an

@@ -45,33 +45,35 @@ _clock_given if is_number(input.context.decision_epoch_day)
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "unit_stale",
-	"rule": "kcp.freshness_policy",
-	"evaluator_id": "freshness_check",
-	"evaluator_version": "1.0.0",
-	"state": _state[_policy.on_stale],
-	"controls": [],
-	"message": text1,
-	"details": {"on_stale": _policy.on_stale, "review_contact": _policy.review_contact},
-} if {
+findings contains finding if {
 	_clock_given
 	stale
 	text1 := concat("", ["unit last validated ", _validated_label, " is older than ", format_int(_policy.max_age_days, 10), " days (on_stale: ", _policy.on_stale, ")"])
+	finding := {
+		"code": "unit_stale",
+		"rule": "kcp.freshness_policy",
+		"evaluator_id": "freshness_check",
+		"evaluator_version": "1.0.0",
+		"state": _state[_policy.on_stale],
+		"controls": [],
+		"message": text1,
+		"details": {"on_stale": _policy.on_stale, "review_contact": _policy.review_contact},
+	}
 }
 
-findings contains {
-	"code": "decision_time_missing",
-	"rule": "kcp.freshness_policy",
-	"evaluator_id": "freshness_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "the unit has a freshness policy but input.context.decision_epoch_day is missing",
-	"details": {},
-} if {
+findings contains finding if {
 	is_object(_policy)
 	not _clock_given
+	finding := {
+		"code": "decision_time_missing",
+		"rule": "kcp.freshness_policy",
+		"evaluator_id": "freshness_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "the unit has a freshness policy but input.context.decision_epoch_day is missing",
+		"details": {},
+	}
 }
 
 # Message parts are total (a default when the value is missing): a message built from an

@@ -70,59 +70,63 @@ _task_listed if _row
 
 # METADATA
 # title: Agreed levels for the needed cells
-levels contains {"dimension": cell[0], "value": cell[1], "level": level} if {
+levels contains agreed if {
 	some cell in needed
 	level := _row[cell[0]][cell[1]]
+	agreed := {"dimension": cell[0], "value": cell[1], "level": level}
 }
 
 _covered contains [l.dimension, l.value] if some l in levels
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "task_type_not_in_matrix",
-	"rule": "kcp.matrix.task_type",
-	"evaluator_id": "delegation_matrix_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"task_type": _task_label},
-} if {
+findings contains finding if {
 	not _task_listed
 	text1 := concat("", ["task type ", _task_label, " is not in the delegation matrix"])
+	finding := {
+		"code": "task_type_not_in_matrix",
+		"rule": "kcp.matrix.task_type",
+		"evaluator_id": "delegation_matrix_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"task_type": _task_label},
+	}
 }
 
-findings contains {
-	"code": "matrix_not_covered",
-	"rule": "kcp.matrix.cell",
-	"evaluator_id": "delegation_matrix_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"task_type": _task_label, "dimension": cell[0], "value": cell[1]},
-} if {
+findings contains finding if {
 	_task_listed
 	some cell in needed
 	not cell in _covered
 	text1 := concat("", ["the delegation matrix has no level for ", _task_label, " on ", cell[0], "=", cell[1]])
+	finding := {
+		"code": "matrix_not_covered",
+		"rule": "kcp.matrix.cell",
+		"evaluator_id": "delegation_matrix_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"task_type": _task_label, "dimension": cell[0], "value": cell[1]},
+	}
 }
 
-findings contains {
-	"code": text1,
-	"rule": "kcp.matrix.cell",
-	"evaluator_id": "delegation_matrix_check",
-	"evaluator_version": "1.0.0",
-	"state": _route[l.level].state,
-	"controls": _route[l.level].controls,
-	"message": text2,
-	"details": {"task_type": _task_label, "dimension": l.dimension, "value": l.value, "level": l.level},
-} if {
+findings contains finding if {
 	some l in levels
 	l.level != "autonomous"
 	text1 := concat("_", ["matrix", l.level])
 	text2 := concat("", ["the delegation matrix sets ", l.level, " for ", _task_label, " on ", l.dimension, "=", l.value])
+	finding := {
+		"code": text1,
+		"rule": "kcp.matrix.cell",
+		"evaluator_id": "delegation_matrix_check",
+		"evaluator_version": "1.0.0",
+		"state": _route[l.level].state,
+		"controls": _route[l.level].controls,
+		"message": text2,
+		"details": {"task_type": _task_label, "dimension": l.dimension, "value": l.value, "level": l.level},
+	}
 }
 
 # Message parts are total (a default when the value is missing): a message built from an

@@ -27,53 +27,56 @@ admitted("EU", regions) if "EEA" in regions
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "residency_violation",
-	"rule": "kcp.compliance.data_residency",
-	"evaluator_id": "residency_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"region": input.action.runtime.deployment_region, "data_residency": _regions},
-} if {
+findings contains finding if {
 	is_array(_regions)
 	is_string(input.action.runtime.deployment_region)
 	not admitted(input.action.runtime.deployment_region, _regions)
 	text1 := concat("", ["deployment region ", input.action.runtime.deployment_region, " is outside data_residency [", concat(", ", _regions), "]"])
+	finding := {
+		"code": "residency_violation",
+		"rule": "kcp.compliance.data_residency",
+		"evaluator_id": "residency_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"region": input.action.runtime.deployment_region, "data_residency": _regions},
+	}
 }
 
-findings contains {
-	"code": "residency_unverifiable",
-	"rule": "kcp.compliance.data_residency",
-	"evaluator_id": "residency_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "the unit declares data_residency but the action gives no runtime.deployment_region",
-	"details": {"data_residency": _regions},
-} if {
+findings contains finding if {
 	is_array(_regions)
 	not _region_given
+	finding := {
+		"code": "residency_unverifiable",
+		"rule": "kcp.compliance.data_residency",
+		"evaluator_id": "residency_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "the unit declares data_residency but the action gives no runtime.deployment_region",
+		"details": {"data_residency": _regions},
+	}
 }
 
 # `not is_string(undefined)` differs between the engines: test a named rule instead.
 _region_given if is_string(input.action.runtime.deployment_region)
 
-findings contains {
-	"code": "cross_border_transfer",
-	"rule": "kcp.restrictions.no-cross-border",
-	"evaluator_id": "residency_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"target": _target_place, "data_residency": _regions},
-} if {
+findings contains finding if {
 	facts.restricted("no-cross-border")
 	is_array(_regions)
 	not admitted(_target_place, _regions)
 	text1 := concat("", ["no-cross-border: target ", _target_place, " is outside data_residency [", concat(", ", _regions), "]"])
+	finding := {
+		"code": "cross_border_transfer",
+		"rule": "kcp.restrictions.no-cross-border",
+		"evaluator_id": "residency_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"target": _target_place, "data_residency": _regions},
+	}
 }
 
 _target_place := input.action.target.country

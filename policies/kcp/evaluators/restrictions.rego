@@ -21,60 +21,64 @@ _hosting_given if is_string(input.action.runtime.model.hosting)
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "external_llm_forbidden",
-	"rule": "kcp.restrictions.no-external-llm",
-	"evaluator_id": "restriction_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"model": input.action.runtime.model},
-} if {
+findings contains finding if {
 	facts.restricted("no-external-llm")
 	_hosting == "external"
 	text1 := concat("", ["no-external-llm: model ", _model_label, " is externally hosted"])
+	finding := {
+		"code": "external_llm_forbidden",
+		"rule": "kcp.restrictions.no-external-llm",
+		"evaluator_id": "restriction_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"model": input.action.runtime.model},
+	}
 }
 
-findings contains {
-	"code": "model_hosting_unknown",
-	"rule": "kcp.restrictions.no-external-llm",
-	"evaluator_id": "restriction_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "no-external-llm: the action does not say where its model is hosted (runtime.model.hosting)",
-	"details": {},
-} if {
+findings contains finding if {
 	facts.restricted("no-external-llm")
 	not _hosting_given
+	finding := {
+		"code": "model_hosting_unknown",
+		"rule": "kcp.restrictions.no-external-llm",
+		"evaluator_id": "restriction_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "no-external-llm: the action does not say where its model is hosted (runtime.model.hosting)",
+		"details": {},
+	}
 }
 
-findings contains {
-	"code": "ai_training_forbidden",
-	"rule": "kcp.restrictions.no-ai-training",
-	"evaluator_id": "restriction_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "no-ai-training: the unit may not be used for training",
-	"details": {"purpose": input.action.knowledge.purpose},
-} if {
+findings contains finding if {
 	facts.restricted("no-ai-training")
 	lower(input.action.knowledge.purpose) in {"training", "ai_training", "model_training"}
+	finding := {
+		"code": "ai_training_forbidden",
+		"rule": "kcp.restrictions.no-ai-training",
+		"evaluator_id": "restriction_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "no-ai-training: the unit may not be used for training",
+		"details": {"purpose": input.action.knowledge.purpose},
+	}
 }
 
-findings contains {
-	"code": "human_approval_required",
-	"rule": "kcp.restrictions.human-approval-required",
-	"evaluator_id": "restriction_check",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["independent_human_approval"],
-	"message": "a human approves before this unit is used",
-	"details": {"approval_mechanism": facts.profile.delegation.human_in_the_loop.approval_mechanism},
-} if {
+findings contains finding if {
 	_human_required
+	finding := {
+		"code": "human_approval_required",
+		"rule": "kcp.restrictions.human-approval-required",
+		"evaluator_id": "restriction_check",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["independent_human_approval"],
+		"message": "a human approves before this unit is used",
+		"details": {"approval_mechanism": facts.profile.delegation.human_in_the_loop.approval_mechanism},
+	}
 }
 
 default _human_required := false

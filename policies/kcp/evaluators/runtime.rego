@@ -33,46 +33,49 @@ _low_risk if _runtime.risk_level == "low"
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "tenant_boundary",
-	"rule": "runtime.tenant_boundary",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"actor_tenant": _actor_tenant_label, "resource_tenant": _action.target.tenant_id},
-} if {
+findings contains finding if {
 	is_string(_action.target.tenant_id)
 	_action.target.tenant_id != _actor_tenant_label
 	text1 := concat("", ["actor tenant ", _actor_tenant_label, " may not act on resource tenant ", _action.target.tenant_id])
+	finding := {
+		"code": "tenant_boundary",
+		"rule": "runtime.tenant_boundary",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"actor_tenant": _actor_tenant_label, "resource_tenant": _action.target.tenant_id},
+	}
 }
 
-findings contains {
-	"code": "evidence_forbidden",
-	"rule": "runtime.evidence_status",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "the evidence for this action is forbidden",
-	"details": {"evidence_status": "forbidden"},
-} if {
+findings contains finding if {
 	_runtime.evidence_status == "forbidden"
+	finding := {
+		"code": "evidence_forbidden",
+		"rule": "runtime.evidence_status",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "the evidence for this action is forbidden",
+		"details": {"evidence_status": "forbidden"},
+	}
 }
 
-findings contains {
-	"code": "required_evidence_not_current",
-	"rule": "runtime.evidence_status",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "ESCALATE",
-	"controls": [],
-	"message": text1,
-	"details": {"evidence_status": _evidence_status},
-} if {
+findings contains finding if {
 	_evidence_status in {"missing", "stale", "not stated"}
 	text1 := concat(" ", ["required evidence is", _evidence_status])
+	finding := {
+		"code": "required_evidence_not_current",
+		"rule": "runtime.evidence_status",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "ESCALATE",
+		"controls": [],
+		"message": text1,
+		"details": {"evidence_status": _evidence_status},
+	}
 }
 
 _evidence_status := _runtime.evidence_status
@@ -82,76 +85,81 @@ _evidence_status := "not stated" if {
 	not _runtime.evidence_status
 }
 
-findings contains {
-	"code": "budget_exhausted",
-	"rule": "runtime.budget_state",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "ESCALATE",
-	"controls": [],
-	"message": "the agent's budget is exhausted",
-	"details": {"budget_state": "exhausted"},
-} if {
+findings contains finding if {
 	_runtime.budget_state == "exhausted"
+	finding := {
+		"code": "budget_exhausted",
+		"rule": "runtime.budget_state",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "ESCALATE",
+		"controls": [],
+		"message": "the agent's budget is exhausted",
+		"details": {"budget_state": "exhausted"},
+	}
 }
 
-findings contains {
-	"code": "budget_approval_required",
-	"rule": "runtime.budget_state",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["independent_human_approval"],
-	"message": "the action crosses the budget's approval threshold",
-	"details": {"budget_state": "approval_threshold", "approver_role": approver_role(_action.action_type)},
-} if {
+findings contains finding if {
 	_runtime.budget_state == "approval_threshold"
+	finding := {
+		"code": "budget_approval_required",
+		"rule": "runtime.budget_state",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["independent_human_approval"],
+		"message": "the action crosses the budget's approval threshold",
+		"details": {"budget_state": "approval_threshold", "approver_role": approver_role(_action.action_type)},
+	}
 }
 
-findings contains {
-	"code": "refund_requires_review",
-	"rule": "runtime.refund",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["independent_human_approval"],
-	"message": "a refund that is not low risk needs a reviewer",
-	"details": {"approver_role": approver_role("refund")},
-} if {
+findings contains finding if {
 	_action.action_type == "refund"
 	not _low_risk
+	finding := {
+		"code": "refund_requires_review",
+		"rule": "runtime.refund",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["independent_human_approval"],
+		"message": "a refund that is not low risk needs a reviewer",
+		"details": {"approver_role": approver_role("refund")},
+	}
 }
 
-findings contains {
-	"code": "role_cannot_send",
-	"rule": "runtime.send",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {"role": _role, "sender_roles": _parameters.sender_roles},
-} if {
+findings contains finding if {
 	_action.action_type == "send"
 	not _role in _parameters.sender_roles
 	# concat, not sprintf: _role may be a computed string (docs/engine-findings.md item 13).
 	text1 := concat(" ", ["role", _role, "may not send"])
+	finding := {
+		"code": "role_cannot_send",
+		"rule": "runtime.send",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {"role": _role, "sender_roles": _parameters.sender_roles},
+	}
 }
 
 _role := object.get(_action, ["authorization_context", "actor_role"], "not stated")
 
-findings contains {
-	"code": "memory_write_requires_review",
-	"rule": "runtime.remember",
-	"evaluator_id": "runtime_rules",
-	"evaluator_version": "1.0.0",
-	"state": "HUMAN_APPROVAL",
-	"controls": ["independent_human_approval"],
-	"message": "a memory write that is not low risk needs a reviewer",
-	"details": {"approver_role": approver_role("remember")},
-} if {
+findings contains finding if {
 	_action.action_type == "remember"
 	not _low_risk
+	finding := {
+		"code": "memory_write_requires_review",
+		"rule": "runtime.remember",
+		"evaluator_id": "runtime_rules",
+		"evaluator_version": "1.0.0",
+		"state": "HUMAN_APPROVAL",
+		"controls": ["independent_human_approval"],
+		"message": "a memory write that is not low risk needs a reviewer",
+		"details": {"approver_role": approver_role("remember")},
+	}
 }
 
 # Message parts are total (a default when the value is missing): a message built from an

@@ -40,16 +40,17 @@ _valid if valid_traceparent(input.action.trace.traceparent)
 
 # METADATA
 # title: Findings
-findings contains {
-	"code": "trace_context_invalid",
-	"rule": "kcp.trust.require_trace_context",
-	"evaluator_id": "trace_context_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": "trace context is required but trace.traceparent is missing or not a valid W3C traceparent",
-	"details": {},
-} if {
+findings contains finding if {
 	required
 	not _valid
+	finding := {
+		"code": "trace_context_invalid",
+		"rule": "kcp.trust.require_trace_context",
+		"evaluator_id": "trace_context_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "trace context is required but trace.traceparent is missing or not a valid W3C traceparent",
+		"details": {},
+	}
 }

@@ -15,19 +15,20 @@ evaluator := {"id": "unit_known_check", "version": "1.0.0"}
 # METADATA
 # title: Findings
 # description: DENY unknown_unit when the named unit is not in the compiled deployment.
-findings contains {
-	"code": "unknown_unit",
-	"rule": "kcp.unit.known",
-	"evaluator_id": "unit_known_check",
-	"evaluator_version": "1.0.0",
-	"state": "DENY",
-	"controls": [],
-	"message": text1,
-	"details": {},
-} if {
+findings contains finding if {
 	facts.knowledge_bound
 	not facts.unit_known
 	text1 := concat("", ["unit ", _project_label, "/", _unit_label, " is not declared by the deployment"])
+	finding := {
+		"code": "unknown_unit",
+		"rule": "kcp.unit.known",
+		"evaluator_id": "unit_known_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
+		"details": {},
+	}
 }
 
 # Message parts are total (a default when the value is missing): a message built from an
