@@ -69,14 +69,11 @@ default _task_listed := false
 _task_listed if _row
 
 # METADATA
-# title: Agreed levels for the needed cells
-levels contains agreed if {
-	some cell in needed
-	level := _row[cell[0]][cell[1]]
-	agreed := {"dimension": cell[0], "value": cell[1], "level": level}
-}
-
-_covered contains [l.dimension, l.value] if some l in levels
+# title: Agreed level for a needed cell
+# description: |
+#   Looked up in the action's row where a finding needs it; no set of cell objects is built
+#   (regopy charges ~70 us an object put in a set; docs/engine-findings.md item 22).
+level(cell) := _row[cell[0]][cell[1]]
 
 # METADATA
 # title: Findings
@@ -98,7 +95,7 @@ findings contains finding if {
 findings contains finding if {
 	_task_listed
 	some cell in needed
-	not cell in _covered
+	not level(cell)
 	text1 := concat("", ["the delegation matrix has no level for ", _task_label, " on ", cell[0], "=", cell[1]])
 	finding := {
 		"code": "matrix_not_covered",
@@ -113,19 +110,20 @@ findings contains finding if {
 }
 
 findings contains finding if {
-	some l in levels
-	l.level != "autonomous"
-	text1 := concat("_", ["matrix", l.level])
-	text2 := concat("", ["the delegation matrix sets ", l.level, " for ", _task_label, " on ", l.dimension, "=", l.value])
+	some cell in needed
+	agreed := level(cell)
+	agreed != "autonomous"
+	text1 := concat("_", ["matrix", agreed])
+	text2 := concat("", ["the delegation matrix sets ", agreed, " for ", _task_label, " on ", cell[0], "=", cell[1]])
 	finding := {
 		"code": text1,
 		"rule": "kcp.matrix.cell",
 		"evaluator_id": "delegation_matrix_check",
 		"evaluator_version": "1.0.0",
-		"state": _route[l.level].state,
-		"controls": _route[l.level].controls,
+		"state": _route[agreed].state,
+		"controls": _route[agreed].controls,
 		"message": text2,
-		"details": {"task_type": _task_label, "dimension": l.dimension, "value": l.value, "level": l.level},
+		"details": {"task_type": _task_label, "dimension": cell[0], "value": cell[1], "level": agreed},
 	}
 }
 
