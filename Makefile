@@ -62,7 +62,7 @@ lint: $(STAMP) ## ruff only
 typecheck: $(STAMP) ## mypy --strict only
 	$(BIN)/mypy
 
-bench: $(STAMP) ## the benchmark suite -> bench/results.json (not part of test; ~5 min)
+bench: $(STAMP) ## the benchmark suite -> bench/results.json (not part of test; ~2 min)
 	$(BIN)/python bench/suite.py
 
 clean: ## remove the venv, build output and caches

@@ -182,9 +182,9 @@ def main() -> int:
             ratio = item["batch_per_s"] / item["single_per_s"]
             batch_rate, single_rate = item["batch_per_s"], item["single_per_s"]
             out.print(f"decide_many batch of {size}: {batch_rate:.0f}/s vs {single_rate:.0f}/s single ({ratio:.2f}x)")
-    print(receipts.stdout.strip().splitlines()[-1] if receipts.stdout else "")
-    print(ledger.stdout.strip().splitlines()[-1] if ledger.stdout else "")
-    print(growth.stdout.rstrip())
+    for part in (receipts, ledger, growth):
+        # Their tables, without the structlog lines of the bundles they compile.
+        print("\n".join(line for line in part.stdout.splitlines() if "[info" not in line).rstrip())
     out.print(f"wrote {args.output} in {results['elapsed_s']:.0f} s")
     return 1 if any(row["divergences"] for row in rows) else 0
 
