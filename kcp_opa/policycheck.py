@@ -34,6 +34,7 @@ _CALL = re.compile(r"(?<![\w.])([a-z_]\w*(?:\.[a-z_]\w*)+)\s*\(")
 _RULE_NAME = re.compile(r"^(?:default\s+)?([a-z_]\w*)", re.MULTILINE)
 _V0_RULE = re.compile(r"^[a-z_]\w*(\[[^\]]*\])?\s*\{\s*$")
 _HELPER_FUNCTION = re.compile(r"^(_\w+)\(", re.MULTILINE)
+_OBJECT_HEAD_SET_RULE = re.compile(r"^[a-z_]\w*\s+contains\s+\{")
 _KEYWORDS = {"package", "import", "default", "not", "some", "every", "with", "else"}
 
 
@@ -161,6 +162,18 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
             if _V0_RULE.match(code):
                 findings.append(
                     CheckFinding(name, number, "warning", "v0_syntax", "v0 rule body (no `if`): OPA 1.x rejects it")
+                )
+            if not name.endswith("_test.rego") and _OBJECT_HEAD_SET_RULE.match(code):
+                findings.append(
+                    CheckFinding(
+                        name,
+                        number,
+                        "warning",
+                        "object_in_rule_head",
+                        "regopy builds an object in a rule head even when the body fails (~20 us a rule; "
+                        "docs/engine-findings.md item 22): bind it as the body's last statement "
+                        "(`findings contains finding if { ...; finding := {...} }`)",
+                    )
                 )
             if name.endswith("_test.rego") and re.search(r"\bwith\s+input\s+as\b", code):
                 findings.append(

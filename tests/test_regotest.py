@@ -107,6 +107,7 @@ def test_check_flags_the_constructs_engine_notes_list() -> None:
     assert ("lint.rego", "silent_builtin") in codes
     assert ("lint.rego", "duplicate_helper") in codes and ("other.rego", "duplicate_helper") in codes
     assert ("lint_test.rego", "with_input_as") in codes
+    assert ("lint.rego", "object_in_rule_head") in codes
 
 
 def test_check_passes_on_the_shipped_policies() -> None:
