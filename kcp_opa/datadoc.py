@@ -37,7 +37,8 @@ from kcp_opa.manifest import Manifest
 from kcp_opa.matrix import DelegationMatrix
 
 DATA_ROOT = "kcp_data"
-DATA_FORMAT = 1
+#: 2: unit entries name a shared profile (kcp_data/profiles) instead of carrying it.
+DATA_FORMAT = 2
 #: Aim for at most about this many entries per leaf: small enough that the linear scan inside
 #: a leaf is negligible, large enough that small deployments do not ship empty arrays.
 ENTRIES_PER_LEAF = 2
