@@ -45,19 +45,23 @@ CHAIN_LENGTHS = (0, 4, 16, 64)
 FIELDS_READ = (2, 16, 128, 1024)
 
 
-def _p50(fn: Callable[[], Any], rounds: int, per_round: int) -> float:
-    """Median of per-round medians, in microseconds: one noisy round cannot move it."""
-    medians = []
-    for _ in range(rounds):
-        samples = []
-        for _ in range(per_round):
-            start = time.perf_counter()
+def _interleaved_p50(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int) -> dict[str, float]:
+    """Median of per-round medians (us) for each function, measured in interleaved rounds so a
+    noisy moment hits every function alike; each is called a few times untimed first."""
+    for fn in fns.values():
+        for _ in range(5):
             fn()
-            samples.append(time.perf_counter() - start)
-        samples.sort()
-        medians.append(samples[len(samples) // 2])
-    medians.sort()
-    return medians[len(medians) // 2] * 1e6
+    medians: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples = []
+            for _ in range(per_round):
+                start = time.perf_counter()
+                fn()
+                samples.append(time.perf_counter() - start)
+            samples.sort()
+            medians[name].append(samples[len(samples) // 2])
+    return {name: sorted(values)[len(values) // 2] * 1e6 for name, values in medians.items()}
 
 
 def stages(tmp: Path, rounds: int, per_round: int) -> dict[str, float]:
@@ -71,15 +75,16 @@ def stages(tmp: Path, rounds: int, per_round: int) -> dict[str, float]:
     assert raw is not None
     decision = gate.decide(action, now=NOW)
     trail = AuditTrail(AuditLedger(tmp / "stages.jsonl", durability="fsync"), gate.bundle)
-    return {
-        "decide_us": _p50(lambda: gate.decide(action, now=NOW), rounds, per_round),
-        "check_action_us": _p50(lambda: check_action(action), rounds, per_round),
-        "action_hash_us": _p50(lambda: action_hash(action), rounds, per_round),
-        "build_input_us": _p50(lambda: gate.prepare(action, now=NOW), rounds, per_round),
-        "engine_us": _p50(lambda: gate.engine.evaluate(prepared.document), rounds, per_round),
-        "typing_us": _p50(lambda: PolicyVerdict.from_policy(raw), rounds, per_round),
-        "audit_fsync_us": _p50(lambda: trail.decision(prepared.document, action, decision, raw), rounds, per_round),
+    steps: dict[str, Callable[[], Any]] = {
+        "decide_us": lambda: gate.decide(action, now=NOW),
+        "check_action_us": lambda: check_action(action),
+        "action_hash_us": lambda: action_hash(action),
+        "build_input_us": lambda: gate.prepare(action, now=NOW),
+        "engine_us": lambda: gate.engine.evaluate(prepared.document),
+        "typing_us": lambda: PolicyVerdict.from_policy(raw),
+        "audit_fsync_us": lambda: trail.decision(prepared.document, action, decision, raw),
     }
+    return _interleaved_p50(steps, rounds, per_round)
 
 
 def _with_chain(action: dict[str, Any], hops: int) -> dict[str, Any]:
@@ -110,7 +115,8 @@ def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
     points = [("delegation chain hops", n, _with_chain(base, n)) for n in CHAIN_LENGTHS]
     points += [("fields read", n, _with_fields(base, n)) for n in FIELDS_READ]
     rows = []
-    for dimension, size, action in points:
+    timed: dict[str, Callable[[], Any]] = {}
+    for index, (dimension, size, action) in enumerate(points):
         document = gate.prepare(action, now=NOW).document
         on_regopy = gate.engine.evaluate(document).value
         on_opa = opa.eval_document("kcp.gate.decision", dict(document))
@@ -121,11 +127,14 @@ def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
                 "decision": on_opa["decision"],
                 "reason_codes": on_opa["reason_codes"],
                 "diverged": on_regopy != on_opa,
-                "decide_us": _p50(lambda a=action: gate.decide(a, now=NOW), rounds, per_round),
-                "regopy_us": _p50(lambda d=document: gate.engine.evaluate(d), rounds, per_round),
-                "opa_us": _p50(lambda d=document: opa.eval_document("kcp.gate.decision", dict(d)), rounds, per_round),
             }
         )
+        timed[f"{index}/decide_us"] = lambda a=action: gate.decide(a, now=NOW)
+        timed[f"{index}/regopy_us"] = lambda d=document: gate.engine.evaluate(d)
+        timed[f"{index}/opa_us"] = lambda d=document: opa.eval_document("kcp.gate.decision", dict(d))
+    for key, value in _interleaved_p50(timed, rounds, per_round).items():
+        index, name = key.split("/")
+        rows[int(index)][name] = value
     opa.close()
     return rows
 
@@ -133,7 +142,7 @@ def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--per-round", type=int, default=40)
+    parser.add_argument("--per-round", type=int, default=30)
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-growth.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kcp-opa-growth-") as tmp:

@@ -137,7 +137,7 @@ def main() -> int:
             rows.append(deployment(Path(tmp), units, cells, rounds, batches))
     console.print("[bold]receipts and ledger[/] ...")
     receipts = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_receipts.py"), "--count", "500",
+        [sys.executable, str(REPO / "bench" / "bench_receipts.py"), "--count", "1000",
          "--output", str(REPO / "bench" / "results-receipts.json")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
