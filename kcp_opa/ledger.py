@@ -15,16 +15,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import queue
 import threading
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kcp_opa.canonical import canonical_hash, canonical_json
 from kcp_opa.errors import LedgerError
+from kcp_opa.groupcommit import GroupCommit
 
 GENESIS = "sha256:" + "0" * 64
 _TAIL_CHUNK = 64 * 1024
@@ -43,7 +42,7 @@ class AuditLedger:
         self.path = Path(path)
         self.durability = durability
         self._lock = threading.Lock()
-        self._writer: tuple[int, queue.SimpleQueue[tuple[dict[str, Any], Future[dict[str, Any]]]]] | None = None
+        self._group = GroupCommit(self._write_batch, max_batch=512)
 
     def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
         """Chain and durably write one entry; returns it with seq, previous_hash and entry_hash.
@@ -53,35 +52,7 @@ class AuditLedger:
         if self.durability == "fsync":
             with self._lock:
                 return self._write_batch([dict(entry)])[0]
-        done: Future[dict[str, Any]] = Future()
-        self._queue().put((dict(entry), done))
-        return done.result()
-
-    def _queue(self) -> queue.SimpleQueue[tuple[dict[str, Any], Future[dict[str, Any]]]]:
-        pid = os.getpid()
-        with self._lock:
-            if self._writer is None or self._writer[0] != pid:
-                waiting: queue.SimpleQueue[tuple[dict[str, Any], Future[dict[str, Any]]]] = queue.SimpleQueue()
-                threading.Thread(target=self._group_writer, args=(waiting,), daemon=True).start()
-                self._writer = (pid, waiting)
-            return self._writer[1]
-
-    def _group_writer(self, waiting: queue.SimpleQueue[tuple[dict[str, Any], Future[dict[str, Any]]]]) -> None:
-        while True:
-            batch = [waiting.get()]
-            while len(batch) < 512:
-                try:
-                    batch.append(waiting.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                written = self._write_batch([entry for entry, _ in batch])
-            except LedgerError as exc:
-                for _, done in batch:
-                    done.set_exception(exc)
-                continue
-            for (_, done), entry in zip(batch, written, strict=True):
-                done.set_result(entry)
+        return self._group.submit(dict(entry))
 
     def _write_batch(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         try:

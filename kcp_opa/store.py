@@ -13,15 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import queue
 import sqlite3
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kcp_opa.errors import StoreError
+from kcp_opa.groupcommit import GroupCommit
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS consumed_receipts (
@@ -82,9 +81,9 @@ class SQLiteStore:
         self.busy_timeout_s = busy_timeout_s
         self.group_commit = group_commit
         self._local = threading.local()
-        self._writer_lock = threading.Lock()
+        self._inflight_lock = threading.Lock()
         self._inflight = 0
-        self._writer: tuple[int, queue.SimpleQueue[tuple[tuple[str, str, str], Future[bool]]]] | None = None
+        self._group = GroupCommit(self._consume_batch, max_batch=256)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as connection:
             connection.executescript(_SCHEMA)
@@ -106,7 +105,7 @@ class SQLiteStore:
 
     def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
         """Atomically and durably remember a receipt; False if its nonce or receipt id was seen before."""
-        with self._writer_lock:
+        with self._inflight_lock:
             alone = self._inflight == 0
             self._inflight += 1
         try:
@@ -117,53 +116,32 @@ class SQLiteStore:
                 except sqlite3.IntegrityError:
                     return False
                 return True
-            done: Future[bool] = Future()
-            self._queue().put(((nonce, receipt_id, expires_at), done))
-            return done.result()
+            return self._group.submit((nonce, receipt_id, expires_at))
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot record the receipt as consumed: {exc}") from None
         finally:
-            with self._writer_lock:
+            with self._inflight_lock:
                 self._inflight -= 1
 
-    def _queue(self) -> queue.SimpleQueue[tuple[tuple[str, str, str], Future[bool]]]:
-        pid = os.getpid()
-        with self._writer_lock:
-            if self._writer is None or self._writer[0] != pid:  # none yet, or inherited across fork
-                waiting: queue.SimpleQueue[tuple[tuple[str, str, str], Future[bool]]] = queue.SimpleQueue()
-                thread = threading.Thread(target=self._write_batches, args=(waiting,), daemon=True)
-                thread.start()
-                self._writer = (pid, waiting)
-            return self._writer[1]
-
-    def _write_batches(self, waiting: queue.SimpleQueue[tuple[tuple[str, str, str], Future[bool]]]) -> None:
-        connection = self._connect()
-        while True:
-            batch = [waiting.get()]
-            while len(batch) < 256:
+    def _consume_batch(self, batch: list[tuple[str, str, str]]) -> list[bool]:
+        """One transaction for the waiting consumes (runs on the group-commit writer thread)."""
+        connection = self._connection()
+        results: list[bool] = []
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            stamp = _now()
+            for nonce, receipt_id, expires_at in batch:
                 try:
-                    batch.append(waiting.get_nowait())
-                except queue.Empty:
-                    break
-            results: list[bool] = []
-            try:
-                connection.execute("BEGIN IMMEDIATE")
-                stamp = _now()
-                for (nonce, receipt_id, expires_at), _ in batch:
-                    try:
-                        connection.execute(_CONSUME, (nonce, receipt_id, expires_at, stamp))
-                        results.append(True)
-                    except sqlite3.IntegrityError:
-                        results.append(False)
-                connection.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                for _, done in batch:
-                    done.set_exception(exc)  # nothing in this batch was consumed: fail closed
-                continue
-            for (_, done), consumed in zip(batch, results, strict=True):
-                done.set_result(consumed)
+                    connection.execute(_CONSUME, (nonce, receipt_id, expires_at, stamp))
+                    results.append(True)
+                except sqlite3.IntegrityError:
+                    results.append(False)
+            connection.execute("COMMIT")
+        except sqlite3.Error:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise  # nothing in this batch was consumed: every caller fails closed
+        return results
 
     def claim_execution(self, idempotency_key: str, action_hash: str, receipt_id: str) -> ExecutionRecord | None:
         """Claim the key for a new execution; the existing record if it was claimed before."""
