@@ -109,35 +109,22 @@ def measure(
     )
     actions = [{**action, "idempotency_key": f"idem_bench_{i:08d}", "action_id": f"a{i}"} for i in range(count)]
 
-    def verify(i: int) -> None:
-        verify_receipt(
-            receipts[i],
-            action,
-            keyring=ring,
-            policy_versions={document["policy_version"]},
-            nonce_store=None,
-            now=CHECKED,
-        )
+    def verifying_with(store: SQLiteStore | ReferencePatternStore | None) -> Callable[[int], None]:
+        """Verify receipt i; consume it in ``store`` (None: verify only)."""
 
-    def consume_ours(i: int) -> None:
-        verify_receipt(
-            receipts[i],
-            action,
-            keyring=ring,
-            policy_versions={document["policy_version"]},
-            nonce_store=ours,
-            now=CHECKED,
-        )
+        def run(i: int) -> None:
+            verify_receipt(
+                receipts[i],
+                action,
+                keyring=ring,
+                policy_versions={document["policy_version"]},
+                nonce_store=store,
+                now=CHECKED,
+            )
 
-    def consume_reference(i: int) -> None:
-        verify_receipt(
-            receipts[i],
-            action,
-            keyring=ring,
-            policy_versions={document["policy_version"]},
-            nonce_store=reference,
-            now=CHECKED,
-        )
+        return run
+
+    verify, consume_ours, consume_reference = verifying_with(None), verifying_with(ours), verifying_with(reference)
 
     # Steady state for both stores: a fresh WAL grows with every commit, and an fsync that also
     # extends the file costs about twice one that overwrites (measured here: 167 vs 88 us). Once
