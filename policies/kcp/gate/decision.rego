@@ -28,16 +28,10 @@ import data.kcp.lib.routing
 # title: Every finding of every evaluator
 findings := (((((((((action.findings | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
 
-# Ranks of the states the findings ask for (a state the routing table does not know has no
-# rank: if no finding has a known state, `state` is undefined and the decision fails closed).
-_ranks := {routing.properties[f.state].rank | some f in findings}
-
 # METADATA
 # title: Routing state
 # description: The strongest state any finding asks for; ALLOW when none does.
-state := routing.states[min(_ranks)] if count(_ranks) > 0
-
-state := "ALLOW" if count(findings) == 0
+state := routing.strongest({f.state | some f in findings})
 
 # Control sets are computed with set operations: regopy evaluates `not c in xs` per element
 # several times slower (docs/performance.md).

@@ -24,15 +24,16 @@ states := [
 # METADATA
 # title: Strength of a state
 # description: 7 for DENY down to 0 for ALLOW; undefined for an unknown state.
-strength(state) := 7 - position if states[position] == state
+strength(state) := 7 - properties[state].rank
 
 # METADATA
 # title: Strongest state
-# description: The strongest of a set of states; ALLOW for the empty set.
-strongest(found) := states[best] if {
-	positions := {position | state := states[position]; state in found}
-	count(positions) > 0
-	best := min(positions)
+# description: |
+#   The strongest of a set of states; ALLOW for the empty set. States the table does not know
+#   are ignored; if only such states are given, the result is undefined (the gate fails closed).
+strongest(found) := states[min(ranks)] if {
+	ranks := {properties[state].rank | some state in found}
+	count(ranks) > 0
 }
 
 strongest(found) := "ALLOW" if count(found) == 0
