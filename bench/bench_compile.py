@@ -25,10 +25,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import write_deployment
 
-from kcp_opa.bundle import read_bundle
-from kcp_opa.canonical import canonical_json
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.manifest import validate_manifest
+from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.canonical import canonical_json
+from kcp_opa.declare.manifest import validate_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 LOOKUP = "data.kcp.lib.index.unit(input.project, input.unit)"

@@ -33,9 +33,9 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import manifest_text, matrix_text
 
-from kcp_opa.cases import load_cases
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.gate import Gate, build_input
+from kcp_opa.authoring.cases import load_cases
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.gate import Gate, build_input
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"

@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decide import _opa_engine, _synthetic_action, _synthetic_matrix
 from synthetic import manifest_text
 
-from kcp_opa.action import action_hash, check_action
-from kcp_opa.audit import AuditTrail
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.decision import PolicyVerdict
-from kcp_opa.gate import Gate
-from kcp_opa.ledger import AuditLedger
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.action import action_hash, check_action
+from kcp_opa.decide.gate import Gate
+from kcp_opa.models.decision import PolicyVerdict
+from kcp_opa.trail.entries import AuditTrail
+from kcp_opa.trail.ledger import AuditLedger
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"

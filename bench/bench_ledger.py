@@ -21,10 +21,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kcp_opa.cases import load_cases
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.gate import Gate
-from kcp_opa.ledger import AuditLedger, verify_ledger
+from kcp_opa.authoring.cases import load_cases
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.gate import Gate
+from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 REPO = Path(__file__).resolve().parent.parent
 

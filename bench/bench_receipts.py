@@ -25,13 +25,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.controls import ControlDesk, evidence_for
-from kcp_opa.executor import Executor
-from kcp_opa.gate import Gate
-from kcp_opa.receipts import issue_receipt, verify_receipt
-from kcp_opa.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key
-from kcp_opa.store import SQLiteStore
+from kcp_opa.authorize.controls import ControlDesk, evidence_for
+from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.decide.gate import Gate
+from kcp_opa.execute.executor import Executor
 
 REPO = Path(__file__).resolve().parent.parent
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
@@ -180,7 +180,7 @@ def _concurrent(
 
 
 def _hash(action: dict[str, Any]) -> str:
-    from kcp_opa.action import action_hash
+    from kcp_opa.decide.action import action_hash
 
     return action_hash(action)
 

@@ -32,15 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decide import _opa_engine, _summary, _synthetic_action, _synthetic_matrix, _timed
 from synthetic import manifest_text, matrix_text
 
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.gate import Gate
-from kcp_opa.manifest import validate_manifest
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.gate import Gate
+from kcp_opa.declare.manifest import validate_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"
 _CACHED_LOAD = """
 import sys, time
-from kcp_opa.gate import Gate
+from kcp_opa.decide.gate import Gate
 start = time.perf_counter()
 Gate.from_bundle(sys.argv[1], preflight=False, plan_cache=sys.argv[2])
 print(time.perf_counter() - start)

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kcp_opa import Gate, load_cases
-from kcp_opa.ledger import AuditLedger
+from kcp_opa.trail.ledger import AuditLedger
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))

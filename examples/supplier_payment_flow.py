@@ -19,12 +19,12 @@ from pathlib import Path
 from rich.console import Console
 
 from kcp_opa import Gate
-from kcp_opa.controls import ControlDesk, evidence_for
-from kcp_opa.errors import EvidenceRejectedError, ReceiptVerificationError
-from kcp_opa.executor import Executor
-from kcp_opa.ledger import AuditLedger
-from kcp_opa.signing import Keyring, generate_ed25519
-from kcp_opa.store import SQLiteStore
+from kcp_opa.authorize.controls import ControlDesk, evidence_for
+from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.core.errors import EvidenceRejectedError, ReceiptVerificationError
+from kcp_opa.core.signing import Keyring, generate_ed25519
+from kcp_opa.execute.executor import Executor
+from kcp_opa.trail.ledger import AuditLedger
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))

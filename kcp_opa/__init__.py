@@ -1,35 +1,26 @@
 """kcp-opa: KCP compliance declarations compiled into OPA bundles, decided in Rego.
 
-The pipeline, one module each: manifest (validate) -> effective (merge) -> matrix -> datadoc
-(Rego data) -> bundle (deterministic OPA bundle) -> action (check, hash) -> engine (regopy) ->
-gate (decide) -> decision (typed) -> controls (evidence) -> receipts (sign, verify) ->
-executor (consume, execute once) -> ledger/audit (hash-chained record) -> auditor, ropa.
+The pipeline, one package per stage, imports pointing down it (docs/architecture.md):
+``declare`` (manifests, matrix) -> ``compile`` (Rego data, bundle) -> ``decide`` (action, engine,
+gate) -> ``authorize`` (controls, receipts, stores) -> ``execute`` (run once) -> ``audit``
+(verify, replay, export, ROPA). ``trail`` (the hash-chained ledger) sits below decide so every
+stage can write to it; ``models`` holds the typed decision; ``core`` the shared leaves;
+``authoring`` the policy test tools; ``cli`` the command on top. This module is the public API.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from kcp_opa.action import action_hash, check_action, parse_action
-from kcp_opa.auditor import export_decision, query, replay
-from kcp_opa.bundle import LoadedBundle, read_bundle
-from kcp_opa.cases import DecisionCase, check_case, load_cases
-from kcp_opa.compiler import CompileResult, compile_bundle
-from kcp_opa.controls import ControlDesk, ControlEvidence, GateDecision
-from kcp_opa.datadoc import build_data, leaf_path
-from kcp_opa.decision import (
-    AuthorizationStatus,
-    Decision,
-    Outcome,
-    PolicyVerdict,
-    Reason,
-    RiskLevel,
-    RoutingState,
-    Violation,
-)
-from kcp_opa.diagnostics import Diagnostic, Report, Severity
-from kcp_opa.effective import EffectiveUnit, Sourced, effective_unit, effective_units
-from kcp_opa.errors import (
+from kcp_opa import _moved
+from kcp_opa.audit.auditor import export_decision, query, replay
+from kcp_opa.audit.ropa import build_ropa
+from kcp_opa.authoring.cases import DecisionCase, check_case, load_cases
+from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
+from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.compile.bundle import LoadedBundle, read_bundle
+from kcp_opa.compile.compiler import CompileResult, compile_bundle
+from kcp_opa.compile.datadoc import build_data, leaf_path
+from kcp_opa.core.errors import (
     ActionRejectedError,
     BundleError,
     CompileError,
@@ -47,15 +38,28 @@ from kcp_opa.errors import (
     UnitNotFoundError,
     ValidationFailedError,
 )
-from kcp_opa.executor import ExecutionResult, Executor
-from kcp_opa.gate import DecisionInput, Gate, build_input
-from kcp_opa.ledger import AuditLedger, verify_ledger
-from kcp_opa.manifest import Manifest, load_manifest, validate_manifest
-from kcp_opa.matrix import DelegationMatrix, load_matrix, validate_matrix
-from kcp_opa.receipts import issue_receipt, verify_receipt
-from kcp_opa.ropa import build_ropa
-from kcp_opa.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
-from kcp_opa.store import SQLiteStore
+from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.core.version import __version__
+from kcp_opa.decide.action import action_hash, check_action, parse_action
+from kcp_opa.decide.gate import DecisionInput, Gate, build_input
+from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
+from kcp_opa.declare.effective import EffectiveUnit, Sourced, effective_unit, effective_units
+from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
+from kcp_opa.declare.matrix import DelegationMatrix, load_matrix, validate_matrix
+from kcp_opa.execute.executor import ExecutionResult, Executor
+from kcp_opa.models.decision import (
+    AuthorizationStatus,
+    Decision,
+    Outcome,
+    PolicyVerdict,
+    Reason,
+    RiskLevel,
+    RoutingState,
+    Violation,
+)
+from kcp_opa.trail.ledger import AuditLedger, verify_ledger
+
+_moved.install()
 
 __all__ = [
     "ActionRejectedError",

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
-from kcp_opa.cases import load_cases
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.decision import RoutingState
-from kcp_opa.errors import LedgerError
-from kcp_opa.gate import Gate
-from kcp_opa.ledger import GENESIS, AuditLedger, verify_ledger
+from kcp_opa.authoring.cases import load_cases
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.errors import LedgerError
+from kcp_opa.decide.gate import Gate
+from kcp_opa.models.decision import RoutingState
+from kcp_opa.trail.ledger import GENESIS, AuditLedger, verify_ledger
 
 CASES = {
     case.case_id: case
@@ -106,7 +106,7 @@ def test_cli_verify_reports_the_first_break_with_its_line(tmp_path: Path) -> Non
 
 _APPENDER = """
 import sys
-from kcp_opa.ledger import AuditLedger
+from kcp_opa.trail.ledger import AuditLedger
 ledger = AuditLedger(sys.argv[1], durability=sys.argv[3])
 for index in range(int(sys.argv[2])):
     entry = ledger.append({"type": "decision", "writer": sys.argv[4], "n": index, "pad": "x" * 2000})
@@ -268,7 +268,7 @@ def test_replay_reports_a_decision_that_does_not_reproduce(demo_ledger: tuple[Pa
 def test_export_evaluates_to_the_archived_result_in_opa(demo_ledger: tuple[Path, Path], tmp_path: Path) -> None:
     from opa_bindings import OpaEngine
 
-    from kcp_opa.bundle import read_bundle
+    from kcp_opa.compile.bundle import read_bundle
 
     ledger, bundles = demo_ledger
     entry = json.loads(ledger.read_text().splitlines()[0])

@@ -17,13 +17,13 @@ from conftest import DEPLOYMENTS, POLICIES, UNDEFINED, opa_query, regopy_query, 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcp_opa.bundle import BundleFile, read_bundle, tarball_bytes
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.datadoc import build_index, index_depth, leaf_path
-from kcp_opa.effective import UNIT_FIELDS, effective_units
-from kcp_opa.errors import BundleError, CompileError, ValidationFailedError
-from kcp_opa.manifest import load_manifest
-from kcp_opa.matrix import load_matrix
+from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.datadoc import build_index, index_depth, leaf_path
+from kcp_opa.core.errors import BundleError, CompileError, ValidationFailedError
+from kcp_opa.declare.effective import UNIT_FIELDS, effective_units
+from kcp_opa.declare.manifest import load_manifest
+from kcp_opa.declare.matrix import load_matrix
 
 ALL = sorted(p.name for p in DEPLOYMENTS.iterdir() if p.is_dir())
 

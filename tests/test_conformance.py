@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from conftest import CONFORMANCE
 
-from kcp_opa.diagnostics import Report
-from kcp_opa.manifest import validate_manifest
-from kcp_opa.matrix import validate_matrix
+from kcp_opa.declare.diagnostics import Report
+from kcp_opa.declare.manifest import validate_manifest
+from kcp_opa.declare.matrix import validate_matrix
 
 _EXPECT = re.compile(r"^# expect-(error|warning): (\S+) @ (\S+)(?: line (\d+))?\s*$")
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 
-from kcp_opa.cases import SYSTEM_CONTROLS, DecisionCase, case_files, check_case, decision_trace, load_cases
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.gate import Gate, build_input
+from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, case_files, check_case, decision_trace, load_cases
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.gate import Gate, build_input
 
 CASES = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
 

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 
-from kcp_opa.bundle import BundleFile, read_bundle, tarball_bytes
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.decision import RoutingState
-from kcp_opa.engine import RegopyEngine, forbidden_builtin_calls
-from kcp_opa.errors import EngineLoadError
-from kcp_opa.gate import Gate
+from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.errors import EngineLoadError
+from kcp_opa.decide.engine import RegopyEngine, forbidden_builtin_calls
+from kcp_opa.decide.gate import Gate
+from kcp_opa.models.decision import RoutingState
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 NOW = "2026-11-29T10:00:00Z"
@@ -189,7 +189,7 @@ def test_an_engine_in_a_fresh_process_survives_thousands_of_decisions() -> None:
     """No leak or crash over many evaluations (a child process, so a crash fails the test)."""
     code = (
         "import json, resource, sys\n"
-        "from kcp_opa.gate import Gate\n"
+        "from kcp_opa.decide.gate import Gate\n"
         "gate = Gate.from_bundle(sys.argv[1], preflight=False)\n"
         "action = json.loads(open(sys.argv[2]).read())\n"
         "for i in range(3000):\n"
@@ -234,8 +234,8 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
     """rego-cpp's binary plan (Gate plan_cache) must give the same result as a fresh build on
     every decision case; a string formatting difference between the two once broke the JSON
     output (docs/engine-findings.md item 19)."""
-    from kcp_opa.cases import case_files, load_cases
-    from kcp_opa.gate import build_input
+    from kcp_opa.authoring.cases import case_files, load_cases
+    from kcp_opa.decide.gate import build_input
 
     cases = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
     for name in ("customer-onboarding", "support-desk", "finance"):

@@ -12,9 +12,9 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
 from kcp_opa import ActionRejectedError, Gate
-from kcp_opa.action import action_hash, parse_action, trace_id_of
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.decision import AuthorizationStatus, Outcome, RiskLevel, RoutingState
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.action import action_hash, parse_action, trace_id_of
+from kcp_opa.models.decision import AuthorizationStatus, Outcome, RiskLevel, RoutingState
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 KYA = json.loads(KYA_PATH.read_text())
@@ -216,7 +216,7 @@ def test_cli_decide_usage_errors(tmp_path: Path, finance: Path) -> None:
 def test_cli_eval_replays_an_archived_input_like_opa(tmp_path: Path, finance: Path) -> None:
     from opa_bindings import OpaEngine
 
-    from kcp_opa.bundle import read_bundle
+    from kcp_opa.compile.bundle import read_bundle
 
     decided = run_cli("decide", "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW, "--with-input")
     archived = json.loads(decided.stdout)

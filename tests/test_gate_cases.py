@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, SHARED, opa_query, regopy_query
 
-from kcp_opa.bundle import LoadedBundle, read_bundle
-from kcp_opa.compiler import compile_bundle
+from kcp_opa.compile.bundle import LoadedBundle, read_bundle
+from kcp_opa.compile.compiler import compile_bundle
 
 KYA_ACTION = REPO / "fixtures" / "kya-supplier-payment-action.json"
 TODAY = (dt.date(2026, 11, 29) - dt.date(1970, 1, 1)).days

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kcp_opa.errors import LedgerError
-from kcp_opa.groupcommit import GroupCommit
-from kcp_opa.ledger import AuditLedger, verify_ledger
-from kcp_opa.store import SQLiteStore
+from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.groupcommit import GroupCommit
+from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 
 def test_each_caller_gets_its_own_result_and_batches_form_under_load() -> None:

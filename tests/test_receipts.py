@@ -25,20 +25,20 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcp_opa.compiler import compile_bundle
-from kcp_opa.controls import ControlDesk, GateDecision, evidence_for
-from kcp_opa.errors import (
+from kcp_opa.authorize.controls import ControlDesk, GateDecision, evidence_for
+from kcp_opa.authorize.receipts import issue_receipt, signing_bytes, verify_receipt
+from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.errors import (
     EvidenceRejectedError,
     ExecutionError,
     KeyringError,
     ReceiptIssueError,
     ReceiptVerificationError,
 )
-from kcp_opa.executor import Executor
-from kcp_opa.gate import Gate
-from kcp_opa.receipts import issue_receipt, signing_bytes, verify_receipt
-from kcp_opa.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key
-from kcp_opa.store import SQLiteStore
+from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.decide.gate import Gate
+from kcp_opa.execute.executor import Executor
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 KYA = json.loads(KYA_PATH.read_text())

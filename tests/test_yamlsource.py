@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcp_opa.errors import SourceError, SourceUnreadableError
-from kcp_opa.yamlsource import MAX_DEPTH, load_yaml, parse_yaml
+from kcp_opa.core.errors import SourceError, SourceUnreadableError
+from kcp_opa.declare.yamlsource import MAX_DEPTH, load_yaml, parse_yaml
 
 
 def test_yaml_12_scalars_norway_dates_and_booleans() -> None:

@@ -1,0 +1,215 @@
+"""The auditor's tools over a ledger: export one decision, replay them all, query.
+
+Replay takes each archived decision's ``input`` and the bundle revision it names, evaluates
+``data.kcp.gate.decision`` again on regopy and (when installed) on the OPA reference engine,
+and compares with the archived ``result``. Entries whose content was erased under no-logging
+are replayed from what remains and reported apart if that is not enough to reproduce them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kcp_opa.compile.bundle import LoadedBundle, read_bundle
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
+from kcp_opa.core.errors import BundleError, LedgerError
+from kcp_opa.trail.ledger import read_entries
+
+_README = """# Decision {decision_id}
+
+Archived by kcp-opa on {timestamp}: {decision} ({authorization_status}), reasons {reasons}.
+The bundle that decided it is `{bundle}` (revision `{revision}`, policy version {policy_version}).
+
+Reproduce with the OPA reference (`opa eval`):
+
+    opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
+
+or without OPA:
+
+    kcp-opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
+
+The value must equal `result.json` exactly.{erased_note}
+"""
+
+
+def bundles_by_revision(directory: str | Path) -> dict[str, Path]:
+    """Every readable bundle in ``directory``, by its .manifest revision."""
+    found: dict[str, Path] = {}
+    for path in sorted(Path(directory).glob("*.tar.gz")):
+        try:
+            found.setdefault(read_bundle(path).revision, path)
+        except BundleError:
+            continue
+    return found
+
+
+def decision_entries(ledger: str | Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    return ((line, entry) for line, entry in read_entries(ledger) if entry.get("type") == "decision")
+
+
+def _revision(entry: Mapping[str, Any]) -> str:
+    bundles = entry.get("bundles")
+    if isinstance(bundles, Mapping):
+        for value in bundles.values():
+            if isinstance(value, Mapping) and isinstance(value.get("revision"), str):
+                return str(value["revision"])
+    return ""
+
+
+def export_decision(ledger: str | Path, decision_id: str, bundles: str | Path, output: str | Path) -> Path:
+    """Write input.json, result.json, the deciding bundle and a README into ``output``."""
+    matches = [entry for _, entry in decision_entries(ledger) if entry.get("decision_id") == decision_id]
+    if not matches:
+        raise LedgerError(f"{ledger}: no decision {decision_id}")
+    entry = matches[-1]
+    revision = _revision(entry)
+    available = bundles_by_revision(bundles)
+    if revision not in available:
+        raise BundleError(f"no bundle with revision {revision} in {bundles}; the decision names it")
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    bundle_name = f"bundle-{revision[:12]}.tar.gz"
+    shutil.copyfile(available[revision], out / bundle_name)
+    (out / "input.json").write_text(json.dumps(entry["input"], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "result.json").write_text(json.dumps(entry["result"], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    erased = entry.get("erased") or []
+    note = (
+        f"\n\nUnder no-logging these input values were erased before archiving: {', '.join(erased)}."
+        " The decision reproduces only if it did not depend on them."
+        if erased
+        else ""
+    )
+    (out / "README.md").write_text(
+        _README.format(
+            decision_id=decision_id,
+            timestamp=entry.get("timestamp"),
+            decision=entry.get("decision"),
+            authorization_status=entry.get("authorization_status"),
+            reasons=", ".join(entry.get("reason_codes") or []),
+            bundle=bundle_name,
+            revision=revision,
+            policy_version=(entry.get("labels") or {}).get("policy_version"),
+            erased_note=note,
+        ),
+        encoding="utf-8",
+    )
+    return out
+
+
+@dataclass
+class ReplayReport:
+    decisions: int = 0
+    reproduced: dict[str, int] = field(default_factory=dict)
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    erased_unverifiable: list[str] = field(default_factory=list)
+    missing_bundles: dict[str, int] = field(default_factory=dict)
+    engines: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches and not self.missing_bundles
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "decisions": self.decisions,
+            "engines": list(self.engines),
+            "reproduced": self.reproduced,
+            "mismatches": self.mismatches,
+            "erased_unverifiable": self.erased_unverifiable,
+            "missing_bundles": self.missing_bundles,
+        }
+
+
+class _Engines:
+    def __init__(self, bundle: LoadedBundle, with_opa: bool) -> None:
+        self.regopy = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=True)
+        self.opa: Any = None
+        if with_opa:
+            try:
+                from opa_bindings import OpaEngine
+            except ImportError:
+                return
+            self.opa = OpaEngine()
+            for name, source in sorted(bundle.modules.items()):
+                self.opa.add_policy(name, source)
+            self.opa.add_data(dict(bundle.data))
+
+    def evaluate(self, input_doc: Mapping[str, Any]) -> dict[str, Any]:
+        results: dict[str, Any] = {}
+        outcome = self.regopy.evaluate(input_doc)
+        results["regopy"] = outcome.value if outcome.error is None else {"engine_error": outcome.error}
+        if self.opa is not None:
+            results["opa"] = self.opa.eval_document("kcp.gate.decision", dict(input_doc))
+        return results
+
+
+def replay(ledger: str | Path, bundles: str | Path, *, with_opa: bool = True) -> ReplayReport:
+    """Re-evaluate every archived decision with the bundle revision it names, on both engines."""
+    available = bundles_by_revision(bundles)
+    engines: dict[str, _Engines] = {}
+    report = ReplayReport()
+    for line, entry in decision_entries(ledger):
+        report.decisions += 1
+        revision = _revision(entry)
+        if revision not in available:
+            report.missing_bundles[revision] = report.missing_bundles.get(revision, 0) + 1
+            continue
+        if revision not in engines:
+            engines[revision] = _Engines(read_bundle(available[revision]), with_opa)
+        if entry.get("result") is None:  # an engine error or a failed write: nothing to reproduce
+            report.reproduced["not_evaluated"] = report.reproduced.get("not_evaluated", 0) + 1
+            continue
+        for engine, value in engines[revision].evaluate(entry["input"]).items():
+            if value == entry["result"]:
+                report.reproduced[engine] = report.reproduced.get(engine, 0) + 1
+            elif entry.get("erased"):
+                report.erased_unverifiable.append(f"line {line} {entry.get('decision_id')} ({engine})")
+            else:
+                report.mismatches.append(
+                    {"line": line, "decision_id": entry.get("decision_id"), "engine": engine, "got": value}
+                )
+    report.engines = tuple(sorted({name for counts in [report.reproduced] for name in counts} - {"not_evaluated"}))
+    return report
+
+
+def query(
+    ledger: str | Path,
+    *,
+    unit: str | None = None,
+    agent: str | None = None,
+    model: str | None = None,
+    decision: str | None = None,
+    event_type: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> list[dict[str, Any]]:
+    """Entries matching every given filter (timestamps compare as RFC 3339 strings in UTC)."""
+    selected = []
+    for _, entry in read_entries(ledger):
+        if (
+            unit is not None
+            and entry.get("kcp_unit_applied") not in {unit}
+            and not str(entry.get("kcp_unit_applied") or "").endswith(f"/{unit}")
+        ):
+            continue
+        if agent is not None and entry.get("agent_id") != agent:
+            continue
+        if model is not None and entry.get("model") != model:
+            continue
+        if decision is not None and entry.get("decision") != decision:
+            continue
+        if event_type is not None and entry.get("type") != event_type:
+            continue
+        stamp = str(entry.get("timestamp") or "")
+        if since is not None and stamp < since:
+            continue
+        if until is not None and stamp > until:
+            continue
+        selected.append(entry)
+    return selected

@@ -1,0 +1,156 @@
+"""GDPR Article 30 records of processing, built from KCP manifests.
+
+One record per unit that declares personal-data categories (or declares none at all: such a
+unit gets "not declared" values and a warning, never a silent gap). Purpose from ``intent``,
+legal basis with its Article 6 (or 9) label, recipients from ``access`` and ``audience``,
+residency and whether it implies a transfer outside the EU/EEA, risk from sensitivity and
+special categories, security measures from restrictions, trust and delegation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kcp_opa.declare.effective import effective_units
+from kcp_opa.declare.manifest import Manifest
+
+NOT_DECLARED = "not declared"
+PERSONAL_CATEGORIES = frozenset(
+    {"personal", "contact", "financial", "health", "biometric", "genetic", "location", "special_category", "children"}
+)
+SPECIAL_CATEGORIES = frozenset({"health", "biometric", "genetic", "special_category"})
+#: Regions inside the EU/EEA; anything else (a country outside it, "global") is a third-country transfer.
+EEA = frozenset(
+    {
+        "EU", "EEA", "AT", "BE", "BG", "HR", "CY", "CZ", "DK", "EE", "FI", "FR", "DE", "GR", "HU", "IE", "IT", "LV",
+        "LT", "LU", "MT", "NL", "PL", "PT", "RO", "SK", "SI", "ES", "SE", "IS", "LI", "NO",
+    }
+)  # fmt: skip
+ARTICLE_6 = {
+    "consent": "Art. 6(1)(a) consent",
+    "explicit_consent": "Art. 9(2)(a) explicit consent",
+    "contract": "Art. 6(1)(b) performance of a contract",
+    "legal_obligation": "Art. 6(1)(c) legal obligation",
+    "vital_interests": "Art. 6(1)(d) vital interests",
+    "public_task": "Art. 6(1)(e) public task",
+    "legitimate_interests": "Art. 6(1)(f) legitimate interests",
+}
+RISK_BY_SENSITIVITY = {"public": "low", "internal": "low", "confidential": "medium", "restricted": "high"}
+
+
+def _recipients(unit: Mapping[str, Any]) -> list[str]:
+    access = unit.get("access")
+    who = {
+        "public": "anyone (public access)",
+        "authenticated": "authenticated users",
+        "restricted": f"restricted ({unit.get('auth_scope') or 'scope not declared'})",
+    }.get(str(access), NOT_DECLARED)
+    audience = unit.get("audience") or []
+    return [who, *(f"audience: {a}" for a in audience)]
+
+
+def _measures(unit: Mapping[str, Any]) -> list[str]:
+    compliance, trust = unit.get("compliance") or {}, unit.get("trust") or {}
+    delegation = unit.get("delegation") or {}
+    measures = [f"restriction: {r}" for r in compliance.get("restrictions") or []]
+    if trust.get("agent_must_log"):
+        measures.append("every agent access is logged (trust.audit.agent_must_log)")
+    if trust.get("require_trace_context"):
+        measures.append("W3C trace context required on every access")
+    if (delegation.get("human_in_the_loop") or {}).get("required"):
+        measures.append("human approval before use (delegation.human_in_the_loop)")
+    if isinstance(delegation.get("max_depth"), int):
+        measures.append(f"agent delegation limited to depth {delegation['max_depth']}")
+    if compliance.get("declared_fields"):
+        measures.append("field-level minimisation (declared_fields enforced by the gate)")
+    return measures or [NOT_DECLARED]
+
+
+def build_ropa(manifests: Sequence[Manifest]) -> dict[str, Any]:
+    """The records, a summary and the warnings for every unit that lacks what a record needs."""
+    records, warnings, without_personal = [], [], []
+    for manifest in manifests:
+        for effective in effective_units(manifest):
+            unit = effective.to_data()
+            compliance = unit.get("compliance") or {}
+            categories = compliance.get("data_categories")
+            where = f"{manifest.project}/{unit['id']}"
+            if not categories:
+                warnings.append(f"{where}: no data_categories declared; recorded as '{NOT_DECLARED}'")
+                personal: list[str] | str = NOT_DECLARED
+            else:
+                personal = sorted(set(categories) & PERSONAL_CATEGORIES)
+                if not personal:
+                    without_personal.append(where)
+                    continue
+            basis = compliance.get("legal_basis")
+            if not basis:
+                warnings.append(f"{where}: no legal_basis declared")
+            residency = compliance.get("data_residency")
+            if residency is None:
+                warnings.append(f"{where}: no data_residency declared; third-country transfer unknown")
+            transfer: bool | str = NOT_DECLARED if residency is None else any(r not in EEA for r in residency)
+            special = isinstance(personal, list) and bool(set(personal) & SPECIAL_CATEGORIES)
+            risk = "high" if special else RISK_BY_SENSITIVITY.get(str(unit.get("sensitivity")), NOT_DECLARED)
+            records.append(
+                {
+                    "activity": where,
+                    "controller": ((unit.get("trust") or {}).get("provenance") or {}).get("publisher") or NOT_DECLARED,
+                    "purpose": unit.get("intent") or NOT_DECLARED,
+                    "personal_data_categories": personal,
+                    "special_categories": special,
+                    "legal_basis": basis or NOT_DECLARED,
+                    "legal_basis_article": ARTICLE_6.get(str(basis), NOT_DECLARED),
+                    "recipients": _recipients(unit),
+                    "data_residency": residency if residency is not None else NOT_DECLARED,
+                    "third_country_transfer": transfer,
+                    "risk": risk,
+                    "security_measures": _measures(unit),
+                    "regulations": compliance.get("regulations") or [],
+                    "audit_logged": bool((unit.get("trust") or {}).get("agent_must_log"))
+                    or "audit-required" in (compliance.get("restrictions") or []),
+                    "source": {"manifest": manifest.file, "path": unit.get("path"), "validated": unit.get("validated")},
+                }
+            )
+    summary = {
+        "activities": len(records),
+        "high_risk": sum(1 for r in records if r["risk"] == "high"),
+        "third_country_transfers": sum(1 for r in records if r["third_country_transfer"] is True),
+        "audit_logged": sum(1 for r in records if r["audit_logged"]),
+        "not_declared": sum(1 for r in records if NOT_DECLARED in (r["personal_data_categories"], r["legal_basis"])),
+        "units_without_personal_data": without_personal,
+    }
+    return {"records": records, "summary": summary, "warnings": warnings}
+
+
+def to_markdown(ropa: Mapping[str, Any]) -> str:
+    summary = ropa["summary"]
+    lines = [
+        "# Records of processing activities (GDPR Art. 30)",
+        "",
+        f"{summary['activities']} activities; {summary['high_risk']} high risk; "
+        f"{summary['third_country_transfers']} with third-country transfers; {summary['audit_logged']} audit-logged.",
+        "",
+    ]
+    for warning in ropa["warnings"]:
+        lines.append(f"> warning: {warning}")
+    for record in ropa["records"]:
+        categories = record["personal_data_categories"]
+        lines += [
+            "",
+            f"## {record['activity']}",
+            "",
+            "| field | value |",
+            "|---|---|",
+            f"| controller | {record['controller']} |",
+            f"| purpose | {record['purpose']} |",
+            f"| personal data | {', '.join(categories) if isinstance(categories, list) else categories} |",
+            f"| legal basis | {record['legal_basis']} ({record['legal_basis_article']}) |",
+            f"| recipients | {'; '.join(record['recipients'])} |",
+            f"| residency | {', '.join(record['data_residency']) if isinstance(record['data_residency'], list) else record['data_residency']} |",  # noqa: E501
+            f"| third-country transfer | {record['third_country_transfer']} |",
+            f"| risk | {record['risk']} |",
+            f"| security measures | {'; '.join(record['security_measures'])} |",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,163 @@
+"""Run decision cases against bundles compiled from the policies under test; score them.
+
+Each case's deployment (``DEPLOYMENTS/<name>/{knowledge,matrix}.yaml``) is compiled with the
+policies being tested; every case is decided on regopy (through ``Gate``, with the audit
+ledger's system control satisfied) and, when installed, evaluated on the OPA reference with
+the exact same input. The metrics are the contract's section 7: decision accuracy, the
+false-allow rate (the most dangerous; target zero), the false-denial rate and approval-routing
+accuracy, plus engine divergences.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, check_case, decision_trace
+from kcp_opa.authoring.regotest import CoverageMerger
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.gate import Gate, build_input
+from kcp_opa.models.decision import Decision
+
+APPROVAL_STATES = frozenset({"USER_CONFIRMATION", "STEP_UP_AUTHENTICATION", "IDENTITY_VERIFICATION", "HUMAN_APPROVAL"})
+
+
+@dataclass
+class CaseResult:
+    case: DecisionCase
+    decision: Decision | None
+    problems: list[str]
+    divergent: bool = False
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and not self.divergent and self.error is None
+
+    @property
+    def false_allow(self) -> bool:
+        return self.decision is not None and self.case.expect.must_not_execute and self.decision.execution_allowed
+
+    @property
+    def false_denial(self) -> bool:
+        return (
+            self.decision is not None and self.case.expect.decision != "DENY" and self.decision.decision.value == "DENY"
+        )
+
+    @property
+    def routing_relevant(self) -> bool:
+        expect = self.case.expect
+        return expect.decision in APPROVAL_STATES or bool(expect.required_controls) or bool(expect.approver_roles)
+
+    @property
+    def routed_right(self) -> bool:
+        if self.decision is None:
+            return False
+        expect, got = self.case.expect, self.decision
+        if got.decision.value != expect.decision:
+            return False
+        if expect.required_controls is not None and set(got.required_controls) != expect.required_controls:
+            return False
+        return expect.approver_roles is None or set(got.verdict.approver_roles) == expect.approver_roles
+
+
+@dataclass
+class CaseRun:
+    results: list[CaseResult] = field(default_factory=list)
+    coverage: dict[str, Any] | None = None
+    engines: tuple[str, ...] = ()
+
+    def metrics(self) -> dict[str, Any]:
+        total = len(self.results)
+        must_not = [r for r in self.results if r.case.expect.must_not_execute]
+        not_deny = [r for r in self.results if r.case.expect.decision != "DENY"]
+        routing = [r for r in self.results if r.routing_relevant]
+
+        def rate(part: int, whole: int) -> float:
+            return part / whole if whole else 0.0
+
+        return {
+            "cases": total,
+            "passed": sum(r.passed for r in self.results),
+            "decision_accuracy": rate(
+                sum(1 for r in self.results if r.decision and r.decision.decision.value == r.case.expect.decision),
+                total,
+            ),
+            "false_allows": [r.case.case_id for r in self.results if r.false_allow],
+            "false_allow_rate": rate(sum(r.false_allow for r in must_not), len(must_not)),
+            "false_denials": [r.case.case_id for r in self.results if r.false_denial],
+            "false_denial_rate": rate(sum(r.false_denial for r in not_deny), len(not_deny)),
+            "approval_routing_accuracy": rate(sum(r.routed_right for r in routing), len(routing)),
+            "approval_routing_cases": len(routing),
+            "divergences": [r.case.case_id for r in self.results if r.divergent],
+            "errors": [r.case.case_id for r in self.results if r.error],
+        }
+
+
+def run_cases(
+    cases: Sequence[DecisionCase],
+    policies: Path,
+    deployments: Path,
+    engines: Iterable[str] = ("regopy", "opa"),
+    *,
+    coverage: bool = False,
+) -> CaseRun:
+    wanted = set(engines)
+    run = CaseRun(engines=tuple(sorted(wanted)))
+    merger = CoverageMerger() if coverage else None
+    opa_available = "opa" in wanted and _opa_installed()
+    with tempfile.TemporaryDirectory(prefix="kcp-opa-cases-") as tmp:
+        gates: dict[str, Gate] = {}
+        opa: dict[str, Any] = {}
+        for case in cases:
+            try:
+                if case.deployment not in gates:
+                    base = deployments / case.deployment
+                    out = Path(tmp) / f"{case.deployment}.tar.gz"
+                    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out)
+                    gates[case.deployment] = Gate.from_bundle(out)
+                    if opa_available:
+                        opa[case.deployment] = _opa_engine(gates[case.deployment])
+                gate = gates[case.deployment]
+                prepared = build_input(
+                    case.action, now=case.now, satisfied_controls=SYSTEM_CONTROLS, bundle_revision=gate.bundle_revision
+                )
+                decision, raw = gate.evaluate(prepared)
+                divergent = False
+                if case.deployment in opa:
+                    engine = opa[case.deployment]
+                    on_opa = engine.eval_document("kcp.gate.decision", dict(prepared.document), coverage=coverage)
+                    if merger is not None and engine.last_coverage:
+                        merger.add(engine.last_coverage)
+                    divergent = "regopy" in wanted and on_opa != raw
+                problems = check_case(case, decision, decision_trace(case.action, decision))
+                if decision.engine_error:
+                    problems.append(f"engine error: {decision.engine_error}")
+                run.results.append(CaseResult(case, decision, problems, divergent))
+            except Exception as exc:  # a case that cannot run is an error, never a crash
+                run.results.append(CaseResult(case, None, [], error=f"{type(exc).__name__}: {exc}"))
+        for engine in opa.values():
+            engine.close()
+    run.coverage = merger.report() if merger is not None else None
+    return run
+
+
+def _opa_installed() -> bool:
+    try:
+        import opa_bindings  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _opa_engine(gate: Gate) -> Any:
+    from opa_bindings import OpaEngine
+
+    engine = OpaEngine()
+    for name, source in sorted(gate.bundle.modules.items()):
+        engine.add_policy(name, source)
+    engine.add_data(dict(gate.bundle.data))
+    return engine

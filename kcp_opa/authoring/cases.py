@@ -1,0 +1,175 @@
+"""Decision cases: an action and the decision it must get, kept as YAML beside the deployment.
+
+A case file names its deployment and decision time, a ``base_action`` and cases whose
+``action`` is deep-merged over it (mappings merge, lists replace, ``null`` deletes the key), so
+each case shows only what makes it different. ``check_case`` compares a decision with the
+expectation and says every difference; it decides nothing itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from kcp_opa.core.errors import ValidationFailedError
+from kcp_opa.declare.yamlsource import YamlSource, load_yaml
+from kcp_opa.models.decision import Decision
+
+#: Controls a gate satisfies itself when its audit ledger is on: the decision is written to
+#: the ledger before it is returned, or it becomes a DENY (contract §1.3).
+SYSTEM_CONTROLS = ("standard_audit_logging",)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a case requires of its decision; None means "not checked"."""
+
+    decision: str
+    outcome: str | None = None
+    reason_codes: frozenset[str] | None = None
+    required_controls: frozenset[str] | None = None
+    approver_roles: frozenset[str] | None = None
+    risk_level: str | None = None
+    obligations: frozenset[str] | None = None
+    violations: tuple[Mapping[str, Any], ...] = ()
+    execution_allowed: bool | None = None
+    must_not_execute: bool = True
+    required_trace_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecisionCase:
+    case_id: str
+    description: str
+    deployment: str
+    now: str
+    action: Mapping[str, Any]
+    expect: Expectation
+    file: str
+    line: int | None
+
+
+def merge(base: Any, patch: Any) -> Any:
+    """Deep-merge ``patch`` over ``base``: mappings merge, anything else replaces, None deletes."""
+    if not isinstance(base, Mapping) or not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    merged = {key: copy.deepcopy(value) for key, value in base.items()}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge(merged.get(key), value)
+    return merged
+
+
+@cache
+def _validator() -> Draft202012Validator:
+    text = resources.files("kcp_opa.schemas").joinpath("decision-cases.schema.json").read_text("utf-8")
+    return Draft202012Validator(json.loads(text))
+
+
+def load_cases(path: str | Path) -> list[DecisionCase]:
+    """Read and check one case file; a malformed file raises :class:`ValidationFailedError`."""
+    source: YamlSource = load_yaml(Path(path))
+    document = source.data
+    errors = [
+        f"{path}:{source.line_of(list(error.absolute_path)) or 1}: "
+        f"{'/'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
+        for error in sorted(_validator().iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if errors:
+        raise ValidationFailedError(str(path), errors)
+    seen: set[str] = set()
+    cases = []
+    for index, raw in enumerate(document["cases"]):
+        if raw["case_id"] in seen:
+            line = source.line_of(["cases", index, "case_id"])
+            raise ValidationFailedError(str(path), [f"{path}:{line}: duplicate case_id {raw['case_id']}"])
+        seen.add(raw["case_id"])
+        cases.append(
+            DecisionCase(
+                case_id=raw["case_id"],
+                description=raw.get("description", ""),
+                deployment=document["deployment"],
+                now=raw.get("now", document["now"]),
+                action=merge(document.get("base_action", {}), raw.get("action", {})),
+                expect=_expectation(raw["expect"]),
+                file=str(path),
+                line=source.line_of(["cases", index]),
+            )
+        )
+    return cases
+
+
+def _expectation(raw: Mapping[str, Any]) -> Expectation:
+    def as_set(key: str) -> frozenset[str] | None:
+        return frozenset(raw[key]) if key in raw else None
+
+    return Expectation(
+        decision=raw["decision"],
+        outcome=raw.get("outcome"),
+        reason_codes=as_set("reason_codes"),
+        required_controls=as_set("required_controls"),
+        approver_roles=as_set("approver_roles"),
+        risk_level=raw.get("risk_level"),
+        obligations=as_set("obligations"),
+        violations=tuple(raw.get("violations", ())),
+        execution_allowed=raw.get("execution_allowed"),
+        must_not_execute=raw.get("must_not_execute", raw["decision"] != "ALLOW"),
+        required_trace_fields=tuple(raw.get("required_trace_fields", ())),
+    )
+
+
+def check_case(case: DecisionCase, decision: Decision, trace: Mapping[str, Any]) -> list[str]:
+    """Every way ``decision`` differs from the case's expectation (empty when it matches)."""
+    expect, got = case.expect, decision.to_dict()
+    problems = []
+    if got["decision"] != expect.decision:
+        problems.append(f"decision {got['decision']}, expected {expect.decision}")
+    for key in ("outcome", "risk_level", "execution_allowed"):
+        wanted = getattr(expect, key)
+        if wanted is not None and got[key] != wanted:
+            problems.append(f"{key} {got[key]!r}, expected {wanted!r}")
+    for key in ("reason_codes", "required_controls", "approver_roles", "obligations"):
+        wanted_set = getattr(expect, key)
+        if wanted_set is not None and set(got[key]) != wanted_set:
+            problems.append(f"{key} {sorted(got[key])}, expected {sorted(wanted_set)}")
+    for wanted_violation in expect.violations:
+        if not any(_contains(actual, wanted_violation) for actual in got["violations"]):
+            problems.append(f"no violation like {dict(wanted_violation)} in {got['violations']}")
+    if expect.must_not_execute and decision.execution_allowed:
+        problems.append("FALSE ALLOW: execution_allowed although the case must not execute")
+    for name in expect.required_trace_fields:
+        if trace.get(name) in (None, "", {}, []):
+            problems.append(f"trace lacks {name}")
+    return problems
+
+
+def _contains(actual: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return all(actual.get(key) == value for key, value in wanted.items())
+
+
+def decision_trace(action: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    """Who acted on what, under which policy: the trace an auditor follows for one decision."""
+    target = action.get("target", {})
+    return {
+        "actor": {key: action[key] for key in ("tenant_id", "subject_id", "agent_id") if key in action},
+        "resource": {key: target[key] for key in ("type", "reference", "tenant_id") if key in target},
+        "decision_id": decision.decision_id,
+        "action_hash": decision.action_hash,
+        "policy_version": decision.policy_version,
+        "bundle_revision": decision.bundle_revision,
+        "trace_id": decision.trace_id,
+    }
+
+
+def case_files(directory: Path) -> Sequence[Path]:
+    return sorted(directory.glob("*.yaml"))

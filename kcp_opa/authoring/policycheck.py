@@ -1,0 +1,241 @@
+"""`kcp-opa check`: compile every module on both engines and flag the constructs that bite.
+
+Errors: a module OPA (1.x) or regopy cannot compile, or one that aborts regopy's planner.
+Warnings, each with file and line: v0 syntax (regopy accepts it, OPA 1.x does not),
+builtins regopy lacks or leaves silently undefined, builtins that break replay, packages that
+data would shadow, `with input as` in tests (the regopy abort), helper functions defined
+under the same name in two packages (a regopy segfault seen here).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kcp_opa.authoring.regotest import OPA_ONLY, regopy_child
+from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
+
+CHECK_TIMEOUT_S = 120
+
+#: Builtins regopy 1.5.2 leaves undefined without an error (engine-notes.md hazard 5).
+SILENT_IN_REGOPY = (
+    "http.send",
+    "json.match_schema",
+    "json.verify_schema",
+    "rego.metadata.rule",
+    "rego.metadata.chain",
+    "strings.render_template",
+)
+_PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
+_IMPORT = re.compile(r"^import\s+(?:data|input)\.([\w.]+)(?:\s+as\s+(\w+))?", re.MULTILINE)
+_CALL = re.compile(r"(?<![\w.])([a-z_]\w*(?:\.[a-z_]\w*)+)\s*\(")
+_RULE_NAME = re.compile(r"^(?:default\s+)?([a-z_]\w*)", re.MULTILINE)
+_V0_RULE = re.compile(r"^[a-z_]\w*(\[[^\]]*\])?\s*\{\s*$")
+_HELPER_FUNCTION = re.compile(r"^(_\w+)\(", re.MULTILINE)
+_OBJECT_HEAD_SET_RULE = re.compile(r"^[a-z_]\w*\s+contains\s+\{")
+_KEYWORDS = {"package", "import", "default", "not", "some", "every", "with", "else"}
+
+
+@dataclass(frozen=True)
+class CheckFinding:
+    file: str
+    line: int
+    severity: str
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+        }
+
+
+def _line_of(source: str, offset: int) -> int:
+    return source.count("\n", 0, offset) + 1
+
+
+def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None = None) -> list[CheckFinding]:
+    findings: list[CheckFinding] = []
+    findings += _opa_compile(modules)
+    findings += _regopy_compile(modules)
+    findings += _lint(modules, data or {})
+    return sorted(findings, key=lambda f: (f.file, f.line, f.code))
+
+
+def _opa_compile(modules: Mapping[str, str]) -> list[CheckFinding]:
+    try:
+        from opa_bindings import OpaEngine
+    except ImportError:
+        return [
+            CheckFinding(
+                "", 0, "warning", "opa_missing", "the OPA reference engine is not installed; OPA compile skipped"
+            )
+        ]
+    findings = []
+    for name, source in sorted(modules.items()):
+        engine = OpaEngine()
+        try:
+            engine.add_policy(name, source)
+        except Exception as exc:
+            text = " ".join(str(exc).split())
+            match = re.search(re.escape(name) + r":(\d+)", text)
+            findings.append(CheckFinding(name, int(match.group(1)) if match else 1, "error", "opa_compile", text[:400]))
+        finally:
+            engine.close()
+    return findings
+
+
+def _regopy_compile(all_modules: Mapping[str, str]) -> list[CheckFinding]:
+    # Files marked `# kcp-opa: engines=opa` say why regopy cannot run them; they are not planned.
+    modules = {name: source for name, source in all_modules.items() if not source.startswith(OPA_ONLY)}
+    entrypoints = []
+    for source in modules.values():
+        package = _PACKAGE.search(source)
+        if package is None:
+            continue
+        prefix = package.group(1).replace(".", "/")
+        for match in _RULE_NAME.finditer(source):
+            if match.group(1) not in _KEYWORDS and "(" not in source[match.end() : match.end() + 1]:
+                entrypoints.append(f"{prefix}/{match.group(1)}")
+    entrypoints = sorted(set(entrypoints))
+    if not entrypoints:
+        return []
+    out = regopy_child(modules, entrypoints, timeout_s=CHECK_TIMEOUT_S)
+    if out is not None and "__timeout__" in out:
+        return [
+            CheckFinding(
+                "(bundle)", 1, "error", "regopy_timeout",
+                f"regopy did not finish planning the modules in {CHECK_TIMEOUT_S} s (engine-findings item 12)",
+            )
+        ]  # fmt: skip
+    if out is None:
+        culprits = []
+        for name in sorted(modules):
+            alone = {k: v for k, v in modules.items() if not k.endswith("_test.rego") or k == name}
+            if (
+                name.endswith("_test.rego")
+                and regopy_child(alone, entrypoints_of(modules[name]), CHECK_TIMEOUT_S) is None
+            ):
+                culprits.append(name)
+        targets = culprits or ["(bundle)"]
+        return [
+            CheckFinding(
+                target,
+                1,
+                "error",
+                "regopy_abort",
+                "regopy aborts planning this module; the known trigger is `x in coll` under `with input as` / "
+                "`with input.<coll> as` (engine-notes.md hazard 4)",
+            )
+            for target in targets
+        ]
+    if "__build_error__" in out:
+        return [CheckFinding("(bundle)", 1, "error", "regopy_compile", str(out["__build_error__"])[:400])]
+    return []
+
+
+def entrypoints_of(source: str) -> list[str]:
+    package = _PACKAGE.search(source)
+    if package is None:
+        return []
+    prefix = package.group(1).replace(".", "/")
+    return sorted({f"{prefix}/{m.group(1)}" for m in _RULE_NAME.finditer(source) if m.group(1) not in _KEYWORDS})
+
+
+def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFinding]:
+    from regopy import Interpreter
+
+    probe = Interpreter()
+    findings: list[CheckFinding] = []
+    helpers: dict[str, list[tuple[str, int, str]]] = {}
+    for name, source in sorted(modules.items()):
+        aliases = {m.group(2) or m.group(1).split(".")[-1] for m in _IMPORT.finditer(source)}
+        package = _PACKAGE.search(source)
+        for number, line in enumerate(source.splitlines(), start=1):
+            code = line.split("#", 1)[0]
+            if _V0_RULE.match(code):
+                findings.append(
+                    CheckFinding(name, number, "warning", "v0_syntax", "v0 rule body (no `if`): OPA 1.x rejects it")
+                )
+            if not name.endswith("_test.rego") and _OBJECT_HEAD_SET_RULE.match(code):
+                findings.append(
+                    CheckFinding(
+                        name,
+                        number,
+                        "warning",
+                        "object_in_rule_head",
+                        "regopy builds an object in a rule head even when the body fails (~20 us a rule; "
+                        "docs/engine-findings.md item 22): bind it as the body's last statement "
+                        "(`findings contains finding if { ...; finding := {...} }`)",
+                    )
+                )
+            if name.endswith("_test.rego") and re.search(r"\bwith\s+input\s+as\b", code):
+                findings.append(
+                    CheckFinding(
+                        name,
+                        number,
+                        "warning",
+                        "with_input_as",
+                        "`with input as {...}` aborts regopy when the rule under test uses `x in coll` "
+                        "(engine-notes.md hazard 4); mock `input.<field>` instead",
+                    )
+                )
+            for match in _CALL.finditer(code):
+                called = match.group(1)
+                if called.split(".")[0] in aliases:
+                    continue
+                if called in SILENT_IN_REGOPY or called.startswith("net."):
+                    findings.append(
+                        CheckFinding(
+                            name,
+                            number,
+                            "warning",
+                            "silent_builtin",
+                            f"{called} is undefined in regopy without an error (engine-notes.md hazard 5)",
+                        )
+                    )
+                elif not probe.is_builtin(called):
+                    findings.append(
+                        CheckFinding(name, number, "warning", "missing_builtin", f"regopy has no builtin {called}")
+                    )  # fmt: skip
+        for item in forbidden_builtin_calls({name: source}):
+            _, line_number, builtin = item.rsplit(":", 2)
+            findings.append(
+                CheckFinding(
+                    name, int(line_number), "warning", "nondeterministic_builtin",
+                    f"{builtin.strip()} breaks replay (or leaks the environment) in a decision path",
+                )
+            )  # fmt: skip
+        if package is not None:
+            for match in _HELPER_FUNCTION.finditer(source):
+                helpers.setdefault(match.group(1), []).append((name, _line_of(source, match.start()), package.group(1)))
+    for shadowed in shadowed_packages(modules, data):
+        findings.append(
+            CheckFinding("(data)", 1, "warning", "shadowed_by_data", f"data at data.{shadowed} shadows rules")
+        )
+    for name, module_source in sorted(modules.items()):
+        package = _PACKAGE.search(module_source)
+        if package is not None and package.group(1).split(".")[0] == "kcp_data":
+            findings.append(
+                CheckFinding(
+                    name, 1, "warning", "shadowed_by_data", "package under kcp_data, where compiled data lives"
+                )
+            )
+    for helper, places in helpers.items():
+        packages = {p for _, _, p in places}
+        if len(packages) > 1:
+            for file, where, _ in places:
+                findings.append(
+                    CheckFinding(
+                        file, where, "warning", "duplicate_helper",
+                        f"helper {helper} is defined in {len(packages)} packages; two same-named helpers once "
+                        "segfaulted regopy's planner (docs/engine-findings.md item 10)",
+                    )
+                )  # fmt: skip
+    return findings

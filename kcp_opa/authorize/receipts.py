@@ -1,0 +1,247 @@
+"""Signed one-time delegation receipts: issue only for an approved decision, verify in order.
+
+Field for field the KYA v2.0 receipt: the signature is over the canonical JSON (KYA-CJ-1) of
+the receipt with only ``signature.value`` removed, so ``alg`` and ``kid`` are signed too.
+Verification runs the contract's checks in its order and stops at the first failure, each
+with its own code; the last step consumes the nonce atomically in a :class:`NonceStore`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import secrets
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kcp_opa.core.canonical import canonical_hash, canonical_json
+from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
+from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.decide.action import action_hash
+
+SCHEMA_VERSION = "2.0"
+MIN_TTL_SECONDS, MAX_TTL_SECONDS, DEFAULT_TTL_SECONDS = 30, 900, 300
+CLOCK_SKEW_SECONDS = 60
+HOLDS = frozenset({"DENY", "COMPLIANCE_REVIEW", "ESCALATE"})
+BOUND_FIELDS = (
+    "action_id",
+    "idempotency_key",
+    "tenant_id",
+    "subject_id",
+    "agent_id",
+    "action_type",
+    "requested_action",
+)
+_NONCE = re.compile(r"^[0-9a-f]{32,}$")
+_TIME = "%Y-%m-%dT%H:%M:%SZ"
+RECEIPT_FIELDS = (
+    "schema_version",
+    "receipt_id",
+    "decision_id",
+    "decision_hash",
+    "action_hash",
+    *BOUND_FIELDS,
+    "policy_version",
+    "required_controls",
+    "satisfied_controls",
+    "control_evidence_hash",
+    "approver_ids",
+    "issued_at",
+    "expires_at",
+    "nonce",
+    "one_time_use",
+    "signature",
+)
+
+
+def signing_bytes(receipt: Mapping[str, Any]) -> bytes:
+    """The bytes a signature covers: the receipt with only ``signature.value`` removed."""
+    body = dict(receipt)
+    signature = body.get("signature")
+    if isinstance(signature, Mapping):
+        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
+    return canonical_json(body)
+
+
+def _utc(moment: dt.datetime | None) -> dt.datetime:
+    moment = moment or dt.datetime.now(dt.UTC)
+    if moment.tzinfo is None:
+        raise ValueError("times must carry a timezone")
+    return moment.astimezone(dt.UTC).replace(microsecond=0)
+
+
+def issue_receipt(
+    decision: Mapping[str, Any],
+    action: Mapping[str, Any],
+    key: ReceiptKey,
+    *,
+    ttl_seconds: int | None = None,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """Sign a receipt for ``action`` under a KYA gate decision document (ours or another gate's).
+
+    Refused (:class:`ReceiptIssueError`) unless the decision is APPROVED, no DENY,
+    COMPLIANCE_REVIEW or ESCALATE stands, nothing is blocked, and every required control has
+    PASSED evidence bound to this decision and action.
+    """
+    digest = action_hash(action)
+    if decision.get("action_hash") != digest:
+        raise ReceiptIssueError("the decision is for another action (action hash differs)", "action_mismatch")
+    if decision.get("decision") in HOLDS:
+        raise ReceiptIssueError(f"a {decision.get('decision')} stands; no receipt can be issued", "hold_stands")
+    if decision.get("authorization_status") != "APPROVED":
+        raise ReceiptIssueError(
+            f"authorization_status is {decision.get('authorization_status')}, not APPROVED", "not_approved"
+        )
+    if decision.get("blocked_actions"):
+        raise ReceiptIssueError(f"blocked actions: {decision.get('blocked_actions')}", "blocked")
+    required = sorted(set(_strings(decision.get("required_controls"))))
+    evidence = [e for e in decision.get("control_evidence") or [] if isinstance(e, Mapping)]
+    passed = {
+        e.get("control")
+        for e in evidence
+        if e.get("status") == "PASSED"
+        and e.get("action_hash") == digest
+        and e.get("decision_id") in (None, decision.get("decision_id"))
+    }
+    missing = [c for c in required if c not in passed]
+    if missing:
+        raise ReceiptIssueError(f"no PASSED evidence for {', '.join(missing)}", "controls_missing")
+    ttl = DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds
+    if isinstance(decision.get("receipt_ttl_seconds"), int) and ttl_seconds is None:
+        ttl = decision["receipt_ttl_seconds"]
+    if not MIN_TTL_SECONDS <= ttl <= MAX_TTL_SECONDS:
+        raise ReceiptIssueError(f"ttl {ttl} s is outside {MIN_TTL_SECONDS}..{MAX_TTL_SECONDS}", "ttl_out_of_range")
+    issued = _utc(now)
+    approvers = sorted(
+        {
+            str(e.get("actor_id"))
+            for e in evidence
+            if e.get("control") == "independent_human_approval" and e.get("status") == "PASSED"
+        }
+    )
+    receipt: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "receipt_id": f"rcpt_{uuid.uuid4().hex}",
+        "decision_id": decision.get("decision_id"),
+        "decision_hash": canonical_hash(decision),
+        "action_hash": digest,
+        **{name: action.get(name) for name in BOUND_FIELDS},
+        "policy_version": decision.get("policy_version"),
+        "required_controls": required,
+        "satisfied_controls": sorted(set(required) & passed),
+        "control_evidence_hash": canonical_hash(evidence),
+        "approver_ids": approvers,
+        "issued_at": issued.strftime(_TIME),
+        "expires_at": (issued + dt.timedelta(seconds=ttl)).strftime(_TIME),
+        "nonce": secrets.token_hex(16),
+        "one_time_use": True,
+        "signature": {"alg": key.alg, "kid": key.kid},
+    }
+    receipt["signature"]["value"] = key.sign(signing_bytes(receipt))
+    return receipt
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+class NonceStore(Protocol):
+    """Where consumed receipts are remembered; ``consume`` must be atomic across processes."""
+
+    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        """Record the nonce and receipt id; False when either was consumed before."""
+        ...
+
+
+@dataclass(frozen=True)
+class VerifiedReceipt:
+    receipt: Mapping[str, Any]
+    consumed: bool
+
+
+def verify_receipt(
+    receipt: Any,
+    action: Mapping[str, Any],
+    *,
+    keyring: Keyring,
+    policy_versions: Collection[str],
+    nonce_store: NonceStore | None,
+    now: dt.datetime | None = None,
+) -> VerifiedReceipt:
+    """Verify in the contract's order; the first failure raises with its code.
+
+    algorithm -> kid trusted -> signature -> schema and one-time flag -> policy version ->
+    action hash -> bound fields (tenant first) -> required controls covered -> time ->
+    nonce format -> atomic consume (skipped when ``nonce_store`` is None: verify only).
+    """
+    if not isinstance(receipt, Mapping):
+        raise ReceiptVerificationError("a receipt is a JSON object", "malformed_receipt")
+    signature = receipt.get("signature")
+    signature = signature if isinstance(signature, Mapping) else {}
+    alg, kid, value = signature.get("alg"), signature.get("kid"), signature.get("value")
+    if alg not in ALGORITHMS:
+        raise ReceiptVerificationError(f"unsupported signature algorithm {alg!r}", "unsupported_algorithm")
+    key = keyring.verifier(kid) if isinstance(kid, str) else None
+    if key is None or key.alg != alg:
+        raise ReceiptVerificationError(f"signer {kid!r} is not trusted for {alg}", "signer_mismatch")
+    if not isinstance(value, str) or not key.verify(signing_bytes(receipt), value):
+        raise ReceiptVerificationError("signature does not verify", "bad_signature")
+    _check_schema(receipt)
+    if receipt["policy_version"] not in policy_versions:
+        raise ReceiptVerificationError(
+            f"policy version {receipt['policy_version']} is not active ({', '.join(sorted(policy_versions))})",
+            "policy_mismatch",
+        )
+    if receipt["action_hash"] != action_hash(action):
+        raise ReceiptVerificationError("the action was changed after approval (hash differs)", "action_mismatch")
+    if receipt["tenant_id"] != action.get("tenant_id"):
+        raise ReceiptVerificationError("the receipt is for another tenant", "tenant_mismatch")
+    for name in BOUND_FIELDS:
+        if receipt[name] != action.get(name):
+            raise ReceiptVerificationError(f"{name} differs between receipt and action", "bound_field_mismatch")
+    if not set(receipt["required_controls"]) <= set(receipt["satisfied_controls"]):
+        raise ReceiptVerificationError("not every required control is satisfied", "controls_not_covered")
+    moment = _utc(now)
+    issued, expires = _parse_time(receipt["issued_at"]), _parse_time(receipt["expires_at"])
+    if issued > moment + dt.timedelta(seconds=CLOCK_SKEW_SECONDS):
+        raise ReceiptVerificationError("issued_at is in the future", "not_yet_valid")
+    if expires <= issued:
+        raise ReceiptVerificationError("expires_at is not after issued_at", "invalid_validity")
+    if moment >= expires:
+        raise ReceiptVerificationError("the receipt has expired", "expired")
+    if not _NONCE.match(receipt["nonce"]):
+        raise ReceiptVerificationError("nonce must be at least 32 lowercase hex characters", "bad_nonce")
+    if nonce_store is None:
+        return VerifiedReceipt(receipt, consumed=False)
+    if not nonce_store.consume(receipt["nonce"], receipt["receipt_id"], receipt["expires_at"]):
+        raise ReceiptVerificationError("this receipt (nonce or receipt_id) was used before", "replay")
+    return VerifiedReceipt(receipt, consumed=True)
+
+
+def _check_schema(receipt: Mapping[str, Any]) -> None:
+    missing = [name for name in RECEIPT_FIELDS if name not in receipt]
+    if missing:
+        raise ReceiptVerificationError(f"receipt lacks {', '.join(missing)}", "malformed_receipt")
+    if receipt["schema_version"] != SCHEMA_VERSION:
+        raise ReceiptVerificationError("schema_version must be 2.0", "malformed_receipt")
+    if receipt["one_time_use"] is not True:
+        raise ReceiptVerificationError("one_time_use must be true", "malformed_receipt")
+    strings = ("receipt_id", "decision_id", "action_hash", "policy_version", "issued_at", "expires_at", "nonce")
+    if not all(isinstance(receipt[name], str) for name in strings):
+        raise ReceiptVerificationError("receipt fields have the wrong type", "malformed_receipt")
+    for name in ("required_controls", "satisfied_controls", "approver_ids"):
+        items = receipt[name]
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ReceiptVerificationError(f"{name} must be a list of strings", "malformed_receipt")
+    if receipt["satisfied_controls"] != sorted(set(receipt["satisfied_controls"])):
+        raise ReceiptVerificationError("satisfied_controls must be sorted and unique", "malformed_receipt")
+
+
+def _parse_time(text: str) -> dt.datetime:
+    try:
+        return dt.datetime.strptime(text, _TIME).replace(tzinfo=dt.UTC)
+    except ValueError:
+        raise ReceiptVerificationError(f"{text!r} is not YYYY-MM-DDTHH:MM:SSZ", "malformed_receipt") from None

@@ -1,0 +1,174 @@
+"""The auditor's commands: the audit group (verify, export, replay, query) and ropa."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kcp_opa.audit.auditor import export_decision, query, replay
+from kcp_opa.audit.ropa import build_ropa, to_markdown
+from kcp_opa.cli import render
+from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json
+from kcp_opa.compile.bundle import write_atomically
+from kcp_opa.declare.manifest import load_manifest
+from kcp_opa.trail.ledger import verify_ledger
+
+
+@click.command()
+@click.argument("manifests", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here instead of stdout.")
+@MAX_BYTES
+def ropa(manifests: Sequence[Path], fmt: str, output: Path | None, max_bytes: int) -> None:
+    """GDPR Article 30 records of processing from KCP manifests (one record per personal-data unit).
+
+    Units missing a field get "not declared" and a warning on stderr, never a silent gap.
+    """
+    loaded = [load_manifest(path, max_bytes=max_bytes) for path in manifests]
+    records = build_ropa(loaded)
+    text = to_markdown(records) if fmt == "markdown" else json.dumps(records, indent=2, ensure_ascii=False) + "\n"
+    for warning in records["warnings"]:
+        click.echo(f"kcp-opa: warning: {warning}", err=True)
+    if output is not None:
+        write_atomically(output, text.encode("utf-8"))
+    else:
+        click.echo(text, nl=False)
+
+
+@click.group()
+def audit() -> None:
+    """The auditor's tools over a ledger written by the gate (verify, export, replay, query)."""
+
+
+@audit.command(name="verify")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@FORMAT
+def audit_verify(ledger: Path, fmt: str | None) -> None:
+    """Check the hash chain and every line; report the first break with its line number (exit 1)."""
+    report = verify_ledger(ledger)
+    document = {
+        "ledger": str(ledger),
+        "ok": report.ok,
+        "entries": report.entries,
+        "torn_tail": report.torn_tail,
+        "problems": [{"line": p.line, "message": p.message} for p in report.problems],
+    }
+    if as_json(fmt):
+        render.print_json(document)
+    else:
+        console = Console()
+        if report.ok:
+            console.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact")
+        for problem in report.problems:
+            verified = f"{report.entries} entries verified before it"
+            console.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
+    if not report.ok:
+        sys.exit(EXIT_INVALID)
+
+
+@audit.command(name="export")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--decision-id", required=True, help="The decision to export.")
+@click.option(
+    "--bundles",
+    "bundles_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("bundles"),
+    show_default=True,
+    help="Where to find the bundle revision the decision names.",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory for input.json, result.json, the bundle and a README.",
+)
+def audit_export(ledger: Path, decision_id: str, bundles_dir: Path, output: Path) -> None:
+    """Export one decision so it can be re-run with `opa eval -b <bundle> -i input.json`."""
+    out = export_decision(ledger, decision_id, bundles_dir, output)
+    render.print_json({"ok": True, "output": str(out), "files": sorted(p.name for p in out.iterdir())})
+
+
+@audit.command(name="replay")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--bundles",
+    "bundles_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("bundles"),
+    show_default=True,
+    help="Directory of bundles; each decision is replayed with the revision it names.",
+)
+@click.option("--no-opa", is_flag=True, help="Replay on regopy only (default: also on the OPA reference if installed).")
+@FORMAT
+def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None) -> None:
+    """Re-evaluate every archived decision and report any that does not reproduce (exit 1)."""
+    report = replay(ledger, bundles_dir, with_opa=not no_opa)
+    if as_json(fmt):
+        render.print_json(report.to_dict())
+    else:
+        console = Console()
+        counts = ", ".join(f"{engine} {count}" for engine, count in sorted(report.reproduced.items()))
+        console.print(f"{report.decisions} decisions; reproduced: {counts or 'none'}")
+        for item in report.mismatches:
+            console.print(f"[red]differs[/] line {item['line']} {item['decision_id']} on {item['engine']}")
+        for revision, count in report.missing_bundles.items():
+            console.print(f"[red]missing bundle[/] revision {revision} ({count} decisions)")
+        for erased in report.erased_unverifiable:
+            console.print(f"[yellow]erased[/] {erased}: content erased under no-logging; not reproducible")
+    if not report.ok:
+        sys.exit(EXIT_INVALID)
+
+
+@audit.command(name="query")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--unit", help="project/unit or unit id.")
+@click.option("--agent", help="agent_id.")
+@click.option("--model", help="runtime model id.")
+@click.option("--decision", help="Routing state, e.g. DENY.")
+@click.option("--type", "event_type", type=click.Choice(["decision", "control", "receipt", "execution", "failure"]))
+@click.option("--since", metavar="RFC3339", help="From this time (UTC, e.g. 2026-11-29T00:00:00Z).")
+@click.option("--until", metavar="RFC3339", help="Up to this time.")
+@FORMAT
+def audit_query(
+    ledger: Path,
+    unit: str | None,
+    agent: str | None,
+    model: str | None,
+    decision: str | None,
+    event_type: str | None,
+    since: str | None,
+    until: str | None,
+    fmt: str | None,
+) -> None:
+    """Entries matching every filter: "every action by model X on unit Y" is one command."""
+    entries = query(
+        ledger, unit=unit, agent=agent, model=model, decision=decision, event_type=event_type, since=since, until=until
+    )
+    if as_json(fmt):
+        render.print_json(entries)
+        return
+    table = Table(title=f"{len(entries)} entries in {ledger}")
+    for column in ("seq", "time", "type", "agent", "unit", "model", "decision", "reasons / detail"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        detail = ", ".join(entry.get("reason_codes") or []) or str(entry.get("code") or entry.get("receipt_id") or "")
+        table.add_row(
+            str(entry.get("seq")),
+            str(entry.get("timestamp", ""))[:19],
+            str(entry.get("type")),
+            str(entry.get("agent_id") or ""),
+            str(entry.get("kcp_unit_applied") or ""),
+            str(entry.get("model") or ""),
+            str(entry.get("decision") or entry.get("authorization_status") or ""),
+            detail,
+        )
+    console = Console()
+    (console if console.is_terminal else Console(width=160)).print(table)

@@ -1,0 +1,109 @@
+"""Commands that evaluate: decide (one gate decision) and eval (any query, like opa eval)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from kcp_opa.cli import render
+from kcp_opa.cli.output import EXIT_NOT_ALLOWED, read_text
+from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.decide.action import parse_action
+from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.query import evaluate_query
+from kcp_opa.trail.ledger import AuditLedger
+
+
+@click.command()
+@click.option(
+    "-b",
+    "--bundle",
+    "bundle",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Bundle written by `kcp-opa compile`.",
+)
+@click.option(
+    "-i",
+    "--input",
+    "input_path",
+    required=True,
+    metavar="ACTION.json",
+    help="The action intent (JSON); '-' reads stdin.",
+)
+@click.option("--now", metavar="RFC3339", help="Decision time [default: the current time, UTC].")
+@click.option(
+    "--with-input",
+    is_flag=True,
+    help="Print {input, decision}: the exact input evaluated, ready for `eval`/`opa eval`.",
+)
+@click.option("--enforce", is_flag=True, help="Exit 4 when the decision does not allow execution.")
+@click.option(
+    "--ledger",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Append the decision to this audit ledger (JSON Lines; fsynced before printing).",
+)
+def decide(
+    bundle: Path, input_path: str, now: str | None, with_input: bool, enforce: bool, ledger: Path | None
+) -> None:
+    """Decide one action with the bundle's policy and print the decision JSON.
+
+    \b
+    Exit codes:
+      0  a decision was made (read `decision` and `execution_allowed`)
+      1  the action was refused before evaluation (float, secret key, bad shape...)
+      2  usage error, unreadable file or unusable bundle
+      3  internal error
+      4  with --enforce: the decision does not allow execution
+    An engine failure is not an exit code: it is a DENY with reason `engine_error`.
+    """
+    action = parse_action(read_text(input_path, "action"))
+    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger) if ledger is not None else None)
+    prepared = gate.prepare(action, now=now)
+    decision = gate.decide_prepared(prepared)
+    document = decision.to_dict()
+    render.print_json({"input": prepared.document, "decision": document} if with_input else document)
+    if enforce and not decision.execution_allowed:
+        sys.exit(EXIT_NOT_ALLOWED)
+
+
+@click.command(name="eval")
+@click.option(
+    "-b",
+    "--bundle",
+    "bundle",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Bundle (e.g. the revision an archived decision names).",
+)
+@click.option("-i", "--input", "input_path", metavar="INPUT.json", help="The input document; '-' reads stdin.")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "values"]),
+    default="json",
+    show_default=True,
+    help="json: opa eval's result document; values: the expression values only.",
+)
+@click.argument("query")
+def eval_command(bundle: Path, input_path: str | None, fmt: str, query: str) -> None:
+    """Evaluate QUERY over a bundle with regopy, answering as `opa eval -b BUNDLE -i INPUT QUERY` does.
+
+    For auditors without OPA: replay an archived input against the bundle revision it names,
+    e.g. `kcp-opa eval -b bundle.tar.gz -i input.json data.kcp.gate.decision`.
+    An undefined query prints {} (as opa eval does); an evaluation error exits 2.
+    """
+    loaded = read_bundle(bundle)
+    input_doc = None
+    if input_path is not None:
+        text = read_text(input_path, "input")
+        try:
+            input_doc = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ActionRejectedError("", f"input {input_path} is not valid JSON: {exc}") from None
+    render.print_json(evaluate_query(loaded, query, input_doc, values_only=fmt == "values"))

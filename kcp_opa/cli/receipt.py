@@ -1,0 +1,210 @@
+"""The receipt command group: hash, issue, verify, keygen (the KYA reference verbs and flags)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.cli import render
+from kcp_opa.cli.output import EXIT_USAGE, read_text
+from kcp_opa.compile.bundle import write_atomically
+from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError, ReceiptIssueError
+from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key_from_env, load_keyring
+from kcp_opa.decide.action import action_hash, parse_action
+from kcp_opa.decide.gate import decision_time
+
+
+def _receipt_errors(fn: Callable[..., None]) -> Callable[..., None]:
+    """Receipt commands answer like the KYA reference script: JSON errors on stderr, exit 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except CodedError as exc:
+            click.echo(json.dumps({"ok": False, "error": str(exc), "code": exc.code}), err=True)
+            sys.exit(EXIT_USAGE)
+        except KcpOpaError as exc:
+            click.echo(json.dumps({"ok": False, "error": str(exc), "code": "invalid_input"}), err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+def _load_json(path: str, what: str) -> Any:
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ReceiptIssueError(f"{what} {path} is not valid JSON: {exc}", "invalid_json") from None
+
+
+def _keyring_for(keyring_path: Path | None, secret_env: str, kid: str) -> Keyring:
+    if keyring_path is not None:
+        return load_keyring(keyring_path)
+    return Keyring({kid: hmac_key_from_env(kid, secret_env)}, kid)
+
+
+def _key_options(*, keyring_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The key flags `receipt issue` and `receipt verify` share (the KYA script's, plus --keyring)."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        fn = click.option(
+            "--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help=keyring_help
+        )(fn)
+        fn = click.option("--kid", default="default", show_default=True, help="Key id of the HMAC secret.")(fn)
+        return click.option(
+            "--secret-env",
+            default="KYA_RECEIPT_SECRET",
+            show_default=True,
+            help="Environment variable holding the HMAC secret (>= 32 bytes); never the secret itself.",
+        )(fn)
+
+    return decorate
+
+
+@click.group()
+def receipt() -> None:
+    """Signed one-time delegation receipts (the KYA reference script's verbs and flags).
+
+    \b
+    HMAC-SHA256 (KYA-compatible): the secret comes from an environment variable
+    (--secret-env, default KYA_RECEIPT_SECRET), never from the command line.
+    Ed25519: --keyring FILE (see `kcp-opa receipt keygen`); an executor given the
+    public keyring can verify but not issue. Errors: {"ok": false, "error", "code"}
+    on stderr, exit 2.
+    """
+
+
+@receipt.command(name="hash")
+@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action intent.")
+@_receipt_errors
+def receipt_hash(action_path: str) -> None:
+    """Print the action's KYA-CJ-1 hash."""
+    action = parse_action(read_text(action_path, "action"))
+    render.print_json({"ok": True, "action_hash": action_hash(action)})
+
+
+@receipt.command(name="issue")
+@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action intent.")
+@click.option(
+    "--decision",
+    "decision_path",
+    required=True,
+    metavar="DECISION.json",
+    help="A KYA gate decision document (with control_evidence), from this or another gate.",
+)
+@_key_options(keyring_help="Sign with the keyring's signing key instead (Ed25519 or HMAC).")
+@click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900 [default: the decision's, else 300].")
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
+@click.option("--now", metavar="RFC3339", help="Issue time [default: now].")
+@_receipt_errors
+def receipt_issue(
+    action_path: str,
+    decision_path: str,
+    secret_env: str,
+    kid: str,
+    keyring_path: Path | None,
+    ttl_seconds: int | None,
+    output: Path | None,
+    now: str | None,
+) -> None:
+    """Issue a receipt: only for an APPROVED decision whose required controls all PASSED."""
+    action = parse_action(read_text(action_path, "action"))
+    decision = _load_json(decision_path, "decision")
+    if not isinstance(decision, dict):
+        raise ReceiptIssueError("a decision document is a JSON object", "invalid_json")
+    key = _keyring_for(keyring_path, secret_env, kid).signer()
+    issued = issue_receipt(decision, action, key, ttl_seconds=ttl_seconds, now=decision_time(now) if now else None)
+    if output is not None:
+        write_atomically(output, json.dumps(issued, indent=2).encode("utf-8") + b"\n")
+    render.print_json(issued)
+
+
+@receipt.command(name="verify")
+@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The final action intent.")
+@click.option("--receipt", "receipt_path", required=True, metavar="RECEIPT.json", help="The receipt.")
+@click.option(
+    "--policy-version",
+    "policy_versions",
+    required=True,
+    multiple=True,
+    help="An active policy version (repeat for several during a rollout).",
+)
+@_key_options(keyring_help="Trust the keys in this keyring (e.g. Ed25519 public keys) instead.")
+@click.option(
+    "--nonce-db",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Consume the receipt in this SQLite store (without it: verify only, nothing consumed).",
+)
+@click.option("--now", metavar="RFC3339", help="Verification time [default: now].")
+@_receipt_errors
+def receipt_verify(
+    action_path: str,
+    receipt_path: str,
+    policy_versions: tuple[str, ...],
+    secret_env: str,
+    kid: str,
+    keyring_path: Path | None,
+    nonce_db: Path | None,
+    now: str | None,
+) -> None:
+    """Verify a receipt in the contract's order; with --nonce-db, consume it atomically."""
+    action = parse_action(read_text(action_path, "action"))
+    candidate = _load_json(receipt_path, "receipt")
+    keyring = _keyring_for(keyring_path, secret_env, kid)
+    store = SQLiteStore(nonce_db) if nonce_db is not None else None
+    verified = verify_receipt(
+        candidate,
+        action,
+        keyring=keyring,
+        policy_versions=set(policy_versions),
+        nonce_store=store,
+        now=decision_time(now) if now else None,
+    )
+    render.print_json({"ok": True, "receipt_id": verified.receipt["receipt_id"], "consumed": verified.consumed})
+
+
+@receipt.command(name="keygen")
+@click.option("--kid", required=True, help="Key id for the new Ed25519 key.")
+@click.option(
+    "--keyring",
+    "keyring_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Private keyring file (created, or extended: the new key becomes the signer).",
+)
+@click.option(
+    "--public",
+    "public_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the public keyring here, for executors.",
+)
+@click.option("--retire", multiple=True, metavar="KID", help="Retire this kid (it stops verifying).")
+@_receipt_errors
+def receipt_keygen(kid: str, keyring_path: Path, public_path: Path | None, retire: tuple[str, ...]) -> None:
+    """Add an Ed25519 key and make it the signer; rotate by adding, then retiring the old kid."""
+    existing = load_keyring(keyring_path) if keyring_path.exists() else Keyring({}, None)
+    if kid in existing.keys:
+        raise KeyringError(f"kid {kid} is already in {keyring_path}", "duplicate_kid")
+    keys = dict(existing.keys)
+    keys[kid] = generate_ed25519(kid)
+    for old in retire:
+        if old not in keys:
+            raise KeyringError(f"cannot retire {old}: not in the keyring", "unknown_kid")
+        keys[old] = dataclasses.replace(keys[old], retired=True)
+    ring = Keyring(keys, kid)
+    write_atomically(keyring_path, json.dumps(ring.to_file_dict(include_private=True), indent=2).encode() + b"\n")
+    keyring_path.chmod(0o600)
+    if public_path is not None:
+        write_atomically(public_path, json.dumps(ring.public().to_file_dict(include_private=False), indent=2).encode())
+    render.print_json({"ok": True, "signing_kid": kid, "kids": sorted(keys), "retired": sorted(retire)})

@@ -1,0 +1,189 @@
+"""OPA bundles on disk: a deterministic writer and a careful reader.
+
+The writer makes ``opa eval -b`` loadable ``.tar.gz`` files whose bytes depend only on their
+contents (sorted members, zero mtimes and owners, a gzip header without name or time), and it
+never leaves a partial file behind. The reader is the one both engine adapters use: regopy
+reads neither tarballs nor per-directory ``data.json`` files (engine-notes.md), so the data is
+merged here once, exactly as OPA mounts it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import posixpath
+import tarfile
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kcp_opa.core.errors import BundleError
+
+MANIFEST_NAME = ".manifest"
+MAX_BUNDLE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    path: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class LoadedBundle:
+    """A bundle read back: its .manifest, merged data document and Rego modules."""
+
+    source: str
+    manifest: Mapping[str, Any]
+    data: Mapping[str, Any]
+    modules: Mapping[str, str]
+    sha256: str
+
+    @property
+    def revision(self) -> str:
+        return str(self.manifest.get("revision", ""))
+
+    @property
+    def roots(self) -> list[str]:
+        return list(self.manifest.get("roots", [""]))
+
+
+def content_revision(files: Sequence[BundleFile]) -> str:
+    """A revision that names the content: sha256 over each member's path and sha256."""
+    digest = hashlib.sha256()
+    for member in sorted(files, key=lambda f: f.path):
+        digest.update(member.path.encode("utf-8") + b"\0" + hashlib.sha256(member.content).digest())
+    return digest.hexdigest()
+
+
+def tarball_bytes(files: Sequence[BundleFile]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for member in sorted(files, key=lambda f: f.path):
+            info = tarfile.TarInfo(member.path)
+            info.size = len(member.content)
+            info.mtime = 0
+            info.mode = 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(member.content))
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=9) as gz:
+        gz.write(raw.getvalue())
+    return packed.getvalue()
+
+
+def write_atomically(path: Path, content: bytes, verify: Callable[[Path], None] | None = None) -> None:
+    """Write to a temporary file beside ``path``, fsync, ``verify`` it, then rename: all or nothing.
+
+    A bundle that fails ``verify`` never replaces the one already at ``path``.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot write the bundle: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if verify is not None:
+            verify(Path(tmp))
+        Path(tmp).replace(path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise BundleError(f"{path}: cannot write the bundle: {exc.strerror or exc}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_bundle(path: str | Path) -> LoadedBundle:
+    """Read and check a bundle tarball; any defect is a :class:`BundleError`."""
+    source = str(path)
+    try:
+        packed = Path(path).read_bytes()
+    except OSError as exc:
+        raise BundleError(f"{source}: cannot read bundle: {exc.strerror or exc}") from None
+    if len(packed) > MAX_BUNDLE_BYTES:
+        raise BundleError(f"{source}: bundle larger than {MAX_BUNDLE_BYTES >> 20} MiB")
+    members = _members(packed, source)
+    if MANIFEST_NAME not in members:
+        raise BundleError(f"{source}: no .manifest: not a kcp-opa bundle")
+    manifest = _json(members.pop(MANIFEST_NAME), source, MANIFEST_NAME)
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{source}: .manifest is not a JSON object")
+    roots = manifest.get("roots", [""])
+    data: dict[str, Any] = {}
+    modules: dict[str, str] = {}
+    for name, content in sorted(members.items()):
+        if posixpath.basename(name) == "data.json":
+            mount = posixpath.dirname(name)
+            _check_in_roots(mount, roots, source, name)
+            _mount(data, mount, _json(content, source, name), source, name)
+        elif name.endswith(".rego"):
+            try:
+                modules[name] = content.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BundleError(f"{source}: {name} is not UTF-8") from None
+    return LoadedBundle(source, manifest, data, modules, hashlib.sha256(packed).hexdigest())
+
+
+def _members(packed: bytes, source: str) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
+            for info in tar:
+                name = info.name.removeprefix("./")
+                if info.isdir():
+                    continue
+                if not info.isfile():
+                    raise BundleError(f"{source}: member {info.name!r} is not a regular file")
+                if name.startswith("/") or ".." in name.split("/"):
+                    raise BundleError(f"{source}: member {info.name!r} escapes the bundle")
+                extracted = tar.extractfile(info)
+                if extracted is None:  # pragma: no cover - isfile() guarantees content
+                    raise BundleError(f"{source}: member {info.name!r} has no content")
+                out[name] = extracted.read()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BundleError(f"{source}: not a gzipped tar bundle ({exc})") from None
+    return out
+
+
+def _json(content: bytes, source: str, name: str) -> Any:
+    try:
+        return json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{source}: {name} is not valid JSON ({exc})") from None
+
+
+def _check_in_roots(mount: str, roots: Any, source: str, name: str) -> None:
+    if not isinstance(roots, list):
+        raise BundleError(f"{source}: .manifest roots must be a list")
+    if not any(r == "" or mount == r or mount.startswith(f"{r}/") for r in roots):
+        raise BundleError(f"{source}: {name} lies outside the bundle roots {roots}")
+
+
+def _mount(data: dict[str, Any], mount: str, value: Any, source: str, name: str) -> None:
+    parts = [p for p in mount.split("/") if p]
+    if not parts:
+        if not isinstance(value, dict):
+            raise BundleError(f"{source}: root data.json must be an object")
+        for key, item in value.items():
+            _mount(data, key, item, source, name)
+        return
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise BundleError(f"{source}: {name} overlaps data already at {mount}")
+        node = child
+    if parts[-1] in node:
+        raise BundleError(f"{source}: {name} overlaps data already at {mount}")
+    node[parts[-1]] = value

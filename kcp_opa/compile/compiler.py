@@ -1,0 +1,201 @@
+"""``kcp-opa compile``: validated declarations + Rego modules -> one deterministic OPA bundle."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kcp_opa.compile.bundle import (
+    BundleFile,
+    content_revision,
+    tarball_bytes,
+    write_atomically,
+)
+from kcp_opa.compile.datadoc import DATA_ROOT, build_data
+from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
+from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.errors import CompileError, ValidationFailedError
+from kcp_opa.core.version import __version__
+from kcp_opa.declare.diagnostics import Diagnostic
+from kcp_opa.declare.manifest import Manifest, validate_manifest
+from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
+from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
+
+log = structlog.get_logger(__name__)
+
+BUNDLE_FORMAT = 1
+ROOTS = (POLICY_ROOT, DATA_ROOT)
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    output: Path
+    revision: str
+    sha256: str
+    size: int
+    unit_count: int
+    cell_count: int
+    module_count: int
+    policy_version: str
+    manifest: dict[str, Any]
+    warnings: tuple[Diagnostic, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output": str(self.output),
+            "revision": self.revision,
+            "sha256": self.sha256,
+            "size": self.size,
+            "unit_count": self.unit_count,
+            "cell_count": self.cell_count,
+            "module_count": self.module_count,
+            "policy_version": self.policy_version,
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+
+def default_output(manifest_paths: Sequence[Path], bundles_dir: Path = Path("bundles")) -> Path:
+    stem = manifest_paths[0].parent.name if len(manifest_paths) == 1 else "deployment"
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "bundle"
+    return bundles_dir / f"{safe}.tar.gz"
+
+
+def _engine_check(candidate: Path) -> None:
+    from kcp_opa.compile.enginecheck import check_bundle_in_child
+
+    check_bundle_in_child(candidate)
+
+
+def compile_bundle(
+    manifest_paths: Sequence[Path],
+    matrix_path: Path,
+    policies_dir: Path,
+    output: Path,
+    *,
+    revision: str | None = None,
+    policy_version_override: str | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    engine_check: bool = False,
+) -> CompileResult:
+    """Validate everything, build the data document and write the bundle atomically."""
+    if not manifest_paths:
+        raise CompileError("no manifests given")
+    manifests, warnings = _load_manifests(manifest_paths, max_bytes)
+    matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
+    warnings.extend(matrix_warnings)
+    modules = collect_policies(policies_dir)
+    version = policy_version(policies_dir, policy_version_override)
+    data = build_data(manifests, matrix)
+    files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]
+    files += [BundleFile(m.path, m.source.encode("utf-8")) for m in modules]
+    metadata = _metadata(manifests, matrix, modules, version, sorted(data))
+    rev = revision or content_revision([*files, BundleFile(".metadata", canonical_json(metadata))])
+    manifest = {
+        "revision": rev,
+        "roots": list(ROOTS),
+        "rego_version": 1,
+        "metadata": {"kcp_opa": metadata},
+    }
+    packed = tarball_bytes([BundleFile(".manifest", canonical_json(manifest)), *files])
+    write_atomically(output, packed, verify=_engine_check if engine_check else None)
+    result = CompileResult(
+        output=output,
+        revision=rev,
+        sha256=hashlib.sha256(packed).hexdigest(),
+        size=len(packed),
+        unit_count=sum(len(m.units) for m in manifests),
+        cell_count=metadata["matrix"]["cell_count"],
+        module_count=len(modules),
+        policy_version=version,
+        manifest=manifest,
+        warnings=tuple(warnings),
+    )
+    log.info(
+        "bundle.compiled",
+        output=str(output),
+        revision=rev,
+        units=result.unit_count,
+        bytes=result.size,
+    )
+    return result
+
+
+def _load_manifests(paths: Sequence[Path], max_bytes: int) -> tuple[list[Manifest], list[Diagnostic]]:
+    manifests: list[Manifest] = []
+    warnings: list[Diagnostic] = []
+    owners: dict[str, str] = {}
+    for path in paths:
+        report = validate_manifest(path, max_bytes=max_bytes)
+        warnings.extend(report.warnings)
+        if report.document is None:
+            raise ValidationFailedError(report.file, [str(d) for d in report.errors])
+        manifest = report.document
+        if manifest.project in owners:
+            raise CompileError(
+                f"project {manifest.project!r} is declared by both {owners[manifest.project]} and {report.file}; "
+                "units are addressed by (project, unit id), so each project may appear once"
+            )
+        owners[manifest.project] = report.file
+        manifests.append(manifest)
+    return manifests, warnings
+
+
+def _load_matrix(path: Path, max_bytes: int) -> tuple[DelegationMatrix, list[Diagnostic]]:
+    report = validate_matrix(path, max_bytes=max_bytes)
+    if report.document is None:
+        raise ValidationFailedError(report.file, [str(d) for d in report.errors])
+    return report.document, list(report.warnings)
+
+
+def _metadata(
+    manifests: Sequence[Manifest],
+    matrix: DelegationMatrix,
+    modules: Sequence[PolicyModule],
+    version: str,
+    data_paths: Sequence[str],
+) -> dict[str, Any]:
+    evaluators: dict[str, str] = {}
+    for module in modules:
+        for ev_id, ev_version in module.evaluators.items():
+            if evaluators.get(ev_id, ev_version) != ev_version:
+                raise CompileError(
+                    f"{module.path}: evaluator {ev_id!r} version {ev_version} conflicts with {evaluators[ev_id]}"
+                )
+            evaluators[ev_id] = ev_version
+    sources = {f"manifests/{Path(m.file).name}": m.sha256 for m in manifests}
+    sources[f"matrix/{Path(matrix.file).name}"] = matrix.sha256
+    sources.update({f"policies/{m.path}": m.sha256 for m in modules})
+    return {
+        "bundle_format": BUNDLE_FORMAT,
+        "compiler": f"kcp-opa {__version__}",
+        "policy_version": version,
+        "manifests": [
+            {
+                "project": m.project,
+                "version": m.version,
+                "kcp_version": m.kcp_version,
+                "file": Path(m.file).name,
+                "sha256": m.sha256,
+                "unit_count": len(m.units),
+            }
+            for m in manifests
+        ],
+        "matrix": {
+            "name": matrix.name,
+            "version": matrix.version,
+            "file": Path(matrix.file).name,
+            "sha256": matrix.sha256,
+            "cell_count": sum(1 for _ in matrix.cells()),
+        },
+        "evaluators": dict(sorted(evaluators.items())),
+        "entrypoints": sorted(e for m in modules for e in m.entrypoints),
+        "packages": sorted({m.package for m in modules}),
+        "data_paths": list(data_paths),
+        "sources": dict(sorted(sources.items())),
+    }

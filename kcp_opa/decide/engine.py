@@ -1,0 +1,234 @@
+"""regopy, hosted so that no policy and no input can take the agent's process down.
+
+The bundle is checked in a child process first (rego-cpp aborts on some plans; engine-notes.md
+hazards 2 and 4), then its data is mounted once, the modules added and the entrypoint built
+once. Each thread gets its own ``Interpreter`` over the shared compiled bundle (calls release
+the GIL). Every failure of an evaluation (not ok, an exception, undefined, output that is not
+one object) comes back as an :class:`EngineResult` with ``error`` set, never as a raise: the
+gate turns it into a DENY with reason ``engine_error``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.errors import EngineLoadError
+from kcp_opa.decide.regoinput import rego_input
+
+_log = structlog.get_logger("kcp_opa.engine")
+
+DECISION_ENTRYPOINT = "kcp/gate/decision"
+
+#: Builtins a decision policy must not call: they read the clock, the network, randomness or the
+#: host environment, so a decision would no longer replay from its archived input (contract
+#: principle 5), and ``opa.runtime()`` hands the process environment, secrets included, to policy
+#: code (engine-notes.md hazard 9).
+NONDETERMINISTIC_BUILTINS = (
+    "time.now_ns",
+    "http.send",
+    "opa.runtime",
+    "rand.intn",
+    "uuid.rfc4122",
+    "net.lookup_ip_addr",
+    "crypto.x509.parse_and_verify_certificates",
+)
+_BUILTIN_CALL = re.compile(r"(?<![\w.])(" + "|".join(re.escape(b) for b in NONDETERMINISTIC_BUILTINS) + r")\s*\(")
+
+
+def forbidden_builtin_calls(modules: Mapping[str, str]) -> list[str]:
+    """``file:line: builtin`` for every call of a builtin that would break replay."""
+    found: list[str] = []
+    for name, source in sorted(modules.items()):
+        for number, line in enumerate(source.splitlines(), start=1):
+            code = line.split("#", 1)[0]
+            found.extend(f"{name}:{number}: {match.group(1)}" for match in _BUILTIN_CALL.finditer(code))
+    return found
+
+
+_PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
+
+
+def shadowed_packages(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[str]:
+    """Package paths that the data document also defines (or defines a prefix of)."""
+    found: list[str] = []
+    for source in modules.values():
+        match = _PACKAGE.search(source)
+        if match is None:
+            continue
+        node: Any = data
+        parts = match.group(1).split(".")
+        for depth, part in enumerate(parts, start=1):
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node = node[part]
+            if depth == len(parts) or not isinstance(node, Mapping):
+                found.append(".".join(parts[:depth]))
+                break
+    return sorted(set(found))
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One evaluation: ``value`` when the policy answered, ``error`` (one line) when it did not."""
+
+    value: Mapping[str, Any] | None
+    error: str | None = None
+
+
+class RegopyEngine:
+    """One bundle's entrypoint, built once, evaluated from any thread."""
+
+    def __init__(
+        self,
+        bundle: LoadedBundle,
+        entrypoint: str = DECISION_ENTRYPOINT,
+        *,
+        preflight: bool = True,
+        plan_cache: Path | None = None,
+    ) -> None:
+        self.bundle = bundle
+        self.entrypoint = entrypoint
+        self._check_manifest()
+        self._local = threading.local()
+        cached = self._cache_path(plan_cache)
+        if cached is not None and cached.is_file():
+            # A plan this process family built and saved after a successful preflight and build.
+            self._built = self._load_plan(cached)
+            return
+        if preflight:
+            self._preflight()
+        self._built = self._build()
+        if cached is not None:
+            self._save_plan(cached)
+
+    def _cache_path(self, plan_cache: Path | None) -> Path | None:
+        """rego-cpp's own binary plan for this bundle: keyed by bundle sha256, entrypoint, engine."""
+        if plan_cache is None:
+            return None
+        from regopy import rego_version
+
+        version = rego_version() if callable(rego_version) else str(rego_version)
+        key = hashlib.sha256(f"{self.bundle.sha256}|{self.entrypoint}|{version}".encode()).hexdigest()
+        return Path(plan_cache) / f"{key}.rbb"
+
+    def _load_plan(self, path: Path) -> Any:
+        from regopy import BundleFormat
+
+        interpreter = self._new_interpreter()
+        try:
+            built = interpreter.load_bundle(str(path), BundleFormat.Binary)
+        except Exception as exc:
+            raise EngineLoadError(f"{path}: cannot load the cached plan: {_one_line(exc)}") from None
+        if not built.ok():
+            raise EngineLoadError(f"{path}: the cached plan is not usable; delete it to rebuild")
+        self._local.interpreter = interpreter
+        return built
+
+    def _save_plan(self, path: Path) -> None:
+        from regopy import BundleFormat
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            self._interpreter().save_bundle(str(temporary), self._built, BundleFormat.Binary)
+            temporary.replace(path)
+        except Exception as exc:  # a cache that cannot be written only costs the next start time
+            _log.warning("plan_cache_not_written", path=str(path), error=_one_line(exc))
+
+    def _check_manifest(self) -> None:
+        source = self.bundle.source
+        metadata = self.bundle.manifest.get("metadata", {}).get("kcp_opa")
+        if not isinstance(metadata, Mapping):
+            raise EngineLoadError(f"{source}: .manifest has no kcp_opa metadata; compile it with `kcp-opa compile`")
+        if self.entrypoint not in metadata.get("entrypoints", []):
+            raise EngineLoadError(
+                f"{source}: {self.entrypoint} is not an entrypoint of this bundle "
+                f"(it declares {', '.join(metadata.get('entrypoints', [])) or 'none'})"
+            )
+        if not self.bundle.revision:
+            raise EngineLoadError(f"{source}: .manifest has no revision; decisions could not name what decided")
+        shadowed = shadowed_packages(self.bundle.modules, self.bundle.data)
+        if shadowed:
+            raise EngineLoadError(
+                f"{source}: data at data.{shadowed[0]} would shadow the policy there "
+                "(regopy silently prefers data; engine-notes.md hazard 7); keep data and policy roots apart"
+            )
+        calls = forbidden_builtin_calls(self.bundle.modules)
+        if calls:
+            raise EngineLoadError(f"{source}: policy calls a builtin that breaks replay or leaks secrets: {calls[0]}")
+
+    def _preflight(self) -> None:
+        from kcp_opa.compile.enginecheck import check_bundle_in_child
+        from kcp_opa.core.errors import CompileError
+
+        try:
+            check_bundle_in_child(Path(self.bundle.source), evaluate=False)
+        except CompileError as exc:
+            raise EngineLoadError(str(exc)) from None
+
+    def _new_interpreter(self) -> Any:
+        from regopy import Interpreter
+
+        interpreter = Interpreter()
+        # Undefined builtins (net.*, http.send...) become errors, not a silent undefined that a
+        # `not` could flip into an allow (engine-notes.md hazard 5).
+        interpreter.strict_built_in_errors = True
+        return interpreter
+
+    def _build(self) -> Any:
+        interpreter = self._new_interpreter()
+        try:
+            # UTF-8, never \\u escapes: regopy keeps escapes raw inside strings (engine-findings 2).
+            interpreter.add_data_json(canonical_json(self.bundle.data).decode("utf-8"))
+            for name, source in sorted(self.bundle.modules.items()):
+                interpreter.add_module(name, source)
+            built = interpreter.build(None, [self.entrypoint])
+        except Exception as exc:  # regopy raises RegoError, ValueError...: all mean "cannot load"
+            raise EngineLoadError(f"{self.bundle.source}: regopy cannot load the bundle: {_one_line(exc)}") from None
+        if not built.ok():
+            raise EngineLoadError(
+                f"{self.bundle.source}: regopy cannot plan {self.entrypoint}: {_one_line(built.node())}"
+            )
+        self._local.interpreter = interpreter
+        return built
+
+    def _interpreter(self) -> Any:
+        interpreter = getattr(self._local, "interpreter", None)
+        if interpreter is None:
+            interpreter = self._local.interpreter = self._new_interpreter()
+        return interpreter
+
+    def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult:
+        """The entrypoint's value for ``input_doc``; never raises for anything the engine does."""
+        try:
+            interpreter = self._interpreter()
+            interpreter.set_input(rego_input(input_doc))
+            output = interpreter.query_bundle_entrypoint(self._built, self.entrypoint)
+            if not output.ok():
+                return EngineResult(None, f"evaluation failed: {_one_line(output)}")
+            # Never .expressions() on the Output (engine-notes.md hazards 1 and 2): parsed results only.
+            results = output.results
+        except Exception as exc:  # hazard 3: error text that is not JSON raises in Output()
+            return EngineResult(None, f"evaluation raised {type(exc).__name__}: {_one_line(exc)}")
+        if not results or not results[0].expressions:
+            return EngineResult(None, f"{self.entrypoint} is undefined for this input")
+        value = results[0].expressions[0]
+        if len(results) != 1 or len(results[0].expressions) != 1 or not isinstance(value, dict):
+            return EngineResult(None, f"{self.entrypoint} did not produce exactly one object")
+        return EngineResult(value)
+
+
+def _one_line(value: Any, limit: int = 300) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

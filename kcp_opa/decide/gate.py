@@ -1,0 +1,235 @@
+"""The gate agents call: check and hash the action, build the input, evaluate, type the answer.
+
+Everything the policy reads is in ``input`` (the action and the decision time), so an archived
+input and the bundle revision reproduce the decision on regopy and on ``opa eval`` alike.
+Python decides nothing here: a malformed or missing policy answer becomes the fail-closed
+``engine_error`` verdict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kcp_opa.compile.bundle import LoadedBundle, read_bundle
+from kcp_opa.core.errors import ActionRejectedError, LedgerError
+from kcp_opa.decide.action import action_hash, check_action, trace_id_of
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
+from kcp_opa.models.decision import (
+    AUDIT_UNAVAILABLE_VERDICT,
+    ENGINE_ERROR_VERDICT,
+    Decision,
+    MalformedDecisionError,
+    PolicyVerdict,
+)
+from kcp_opa.trail.entries import AuditTrail
+from kcp_opa.trail.ledger import AuditLedger
+
+_log = structlog.get_logger("kcp_opa.gate")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """The exact ``input`` document evaluated, kept so it can be archived and replayed."""
+
+    document: Mapping[str, Any]
+    decision_id: str
+    action_hash: str
+    trace_id: str
+    trace_id_generated: bool
+    evaluated_at: str
+
+
+def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:
+    """The decision time as an aware UTC datetime at whole seconds (what receipts and logs use)."""
+    if now is None:
+        moment = dt.datetime.now(dt.UTC)
+    elif isinstance(now, str):
+        try:
+            moment = dt.datetime.fromisoformat(now.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ActionRejectedError(
+                "", f"decision time {now!r} is not RFC 3339 (e.g. 2026-11-29T10:00:00Z)"
+            ) from None
+    else:
+        moment = now
+    if moment.tzinfo is None:
+        raise ActionRejectedError("", "the decision time must carry a timezone (e.g. 2026-11-29T10:00:00Z)")
+    return moment.astimezone(dt.UTC).replace(microsecond=0)
+
+
+def build_input(
+    action: Mapping[str, Any],
+    *,
+    now: dt.datetime | str | None = None,
+    satisfied_controls: Sequence[str] = (),
+    bundle_revision: str = "",
+    decision_id: str | None = None,
+) -> DecisionInput:
+    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`."""
+    check_action(action)
+    moment = decision_time(now)
+    evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    seconds = int((moment - _EPOCH).total_seconds())
+    the_id = decision_id or f"dec_{uuid.uuid4().hex}"
+    digest = action_hash(action)
+    given_trace = trace_id_of(action)
+    trace_id = given_trace or uuid.uuid4().hex
+    document = {
+        "action": action,
+        "context": {
+            "decision_id": the_id,
+            "action_hash": digest,
+            "bundle_revision": bundle_revision,
+            "evaluated_at": evaluated_at,
+            "trace_id": trace_id,
+            "trace_id_generated": given_trace is None,
+            "decision_epoch_seconds": seconds,
+            "decision_epoch_day": seconds // 86400,
+            "satisfied_controls": sorted(set(satisfied_controls)),
+        },
+    }
+    return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)
+
+
+#: Controls the gate satisfies itself when its audit ledger is on: the decision is durably
+#: written before it is returned, or it becomes a DENY ``audit_unavailable``.
+SYSTEM_CONTROLS = ("standard_audit_logging",)
+
+
+class Gate:
+    """Decisions from one compiled bundle. Thread-safe; build once, call ``decide`` per action.
+
+    With a ``ledger``, every decision is written to it (durably) before ``decide`` returns, and
+    ``standard_audit_logging`` counts as satisfied; without one, that control stays missing and
+    no decision allows execution.
+    """
+
+    def __init__(
+        self,
+        bundle: LoadedBundle,
+        *,
+        preflight: bool = True,
+        ledger: AuditLedger | None = None,
+        plan_cache: Path | None = None,
+    ) -> None:
+        self.bundle = bundle
+        self.plan_cache = plan_cache
+        self.engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight, plan_cache=plan_cache)
+        metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
+        self.policy_version = str(metadata.get("policy_version", ""))
+        self.bundle_revision = bundle.revision
+        self.audit = AuditTrail(ledger, bundle) if ledger is not None else None
+
+    @classmethod
+    def from_bundle(
+        cls,
+        path: str | Path,
+        *,
+        preflight: bool = True,
+        ledger: AuditLedger | None = None,
+        plan_cache: str | Path | None = None,
+    ) -> Gate:
+        """Load a bundle written by ``kcp-opa compile``.
+
+        ``preflight`` first plans the bundle in a child process, so a policy that would abort
+        rego-cpp fails here with :class:`EngineLoadError` instead of killing this process.
+        Turn it off only for bundles this process has already checked. ``plan_cache`` (a
+        directory) keeps rego-cpp's binary plan per bundle sha256: the first start builds and
+        saves it, later starts load it (3.7x faster at 10,000 units; docs/performance.md).
+        """
+        cache = Path(plan_cache) if plan_cache is not None else None
+        return cls(read_bundle(path), preflight=preflight, ledger=ledger, plan_cache=cache)
+
+    @property
+    def system_controls(self) -> tuple[str, ...]:
+        return SYSTEM_CONTROLS if self.audit is not None else ()
+
+    def prepare(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> DecisionInput:
+        """The input ``decide`` would evaluate (for archiving before the decision, or replay).
+
+        No control counts as satisfied here: controls are satisfied only by recorded evidence,
+        never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
+        """
+        return build_input(
+            action, now=now, satisfied_controls=self.system_controls, bundle_revision=self.bundle_revision
+        )
+
+    def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
+        """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
+        result = self.engine.evaluate(prepared.document)
+        error = result.error
+        verdict = ENGINE_ERROR_VERDICT
+        if result.value is not None:
+            try:
+                verdict = PolicyVerdict.from_policy(result.value)
+            except MalformedDecisionError as exc:
+                error = str(exc)
+        if error is not None:
+            _log.error("engine_error", decision_id=prepared.decision_id, error=error)
+        # A generated trace id stands in only where the deployment does not require the caller's.
+        required = "trace_context" in verdict.obligations
+        trace_id = None if prepared.trace_id_generated and required else prepared.trace_id
+        decision = Decision(
+            decision_id=prepared.decision_id,
+            action_hash=prepared.action_hash,
+            verdict=verdict,
+            policy_version=self.policy_version,
+            bundle_revision=self.bundle_revision,
+            trace_id=trace_id,
+            evaluated_at=prepared.evaluated_at,
+            engine_error=error,
+        )
+        return decision, (result.value if error is None else None)
+
+    def decide(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> Decision:
+        """Decide one action. Raises :class:`ActionRejectedError` for an action that may not be evaluated."""
+        return self.decide_prepared(self.prepare(action, now=now))
+
+    def decide_prepared(self, prepared: DecisionInput) -> Decision:
+        """Evaluate and, with a ledger, record durably; a failed write turns it into a DENY."""
+        return self.decide_recorded(prepared)[0]
+
+    def decide_recorded(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
+        """Like ``decide_prepared``, also returning the ledger entry that recorded the decision."""
+        decision, result = self.evaluate(prepared)
+        if self.audit is None:
+            return decision, None
+        action = prepared.document["action"]
+        try:
+            entry = self.audit.decision(prepared.document, action, decision, result)
+        except LedgerError as exc:
+            _log.error("audit_unavailable", decision_id=prepared.decision_id, error=str(exc))
+            return replace(decision, verdict=AUDIT_UNAVAILABLE_VERDICT, engine_error=f"audit: {exc}"), None
+        return decision, entry
+
+    def decide_many(
+        self,
+        actions: Iterable[Mapping[str, Any]],
+        *,
+        now: dt.datetime | str | None = None,
+        workers: int = 1,
+    ) -> list[Decision]:
+        """Decide a batch, in order. Every action is checked before any is evaluated.
+
+        An invalid action raises :class:`ActionRejectedError` naming its index, and nothing is
+        decided. ``workers`` > 1 evaluates on that many threads (regopy releases the GIL).
+        """
+        prepared = []
+        for index, action in enumerate(actions):
+            try:
+                prepared.append(self.prepare(action, now=now))
+            except ActionRejectedError as exc:
+                raise ActionRejectedError(f"[{index}]{exc.path}", exc.reason) from None
+        if workers <= 1:
+            return [self.decide_prepared(item) for item in prepared]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kcp-opa-gate") as pool:
+            return list(pool.map(self.decide_prepared, prepared))

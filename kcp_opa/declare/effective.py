@@ -1,0 +1,254 @@
+"""The effective view of a unit: what actually applies once root defaults, unit overrides and
+kcp-opa's defaults are merged, and where each value came from.
+
+Nobody else computes this (kcp-manifest.md); the policies only ever see the merged result, and
+``kcp-opa explain`` shows the provenance so a compliance officer can see why a rule fired.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kcp_opa.core.errors import UnitNotFoundError
+from kcp_opa.declare import vocabulary as vocab
+from kcp_opa.declare.manifest import Manifest
+
+ROOT = "root"
+UNIT = "unit"
+DEFAULT = "default"
+_EPOCH = dt.date(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A value and where it came from: ``root``, ``unit``, ``default`` or a note."""
+
+    value: Any
+    source: str
+
+
+#: The unit fields the shipped policies (policies/kcp) and the audit entries read.
+POLICY_FIELDS = (
+    "sensitivity",
+    "validated",
+    "validated_epoch_day",
+    "compliance.data_categories",
+    "compliance.data_residency",
+    "compliance.declared_fields",
+    "compliance.restrictions",
+    "compliance.legal_basis",
+    "delegation.max_depth",
+    "delegation.require_capability_attenuation",
+    "delegation.audit_chain",
+    "delegation.human_in_the_loop.required",
+    "delegation.human_in_the_loop.approval_mechanism",
+    "trust.agent_must_log",
+    "trust.require_trace_context",
+    "freshness",
+)
+
+#: The policy fields that differ unit by unit. The rest form the unit's *profile*, which the
+#: bundle stores once for every unit that shares it (docs/data-layout.md).
+UNIT_FIELDS = ("validated", "validated_epoch_day")
+
+
+@dataclass(frozen=True)
+class EffectiveUnit:
+    project: str
+    unit_id: str
+    fields: Mapping[str, Sourced]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name].value
+
+    def to_policy_data(self) -> dict[str, Any]:
+        """What the compiled bundle carries per unit: only the fields policies and the audit read.
+
+        Intent, path, audience, provenance and the like stay in the manifest (``explain``,
+        ROPA): at ~1 KB a unit they tripled the data document, and regopy's load time and
+        memory grow with it (docs/performance.md). The bundle keeps the ``UNIT_FIELDS`` in the
+        unit's index entry and the rest once per distinct profile (``kcp_opa.datadoc``).
+        """
+        full = self.to_data()
+        out: dict[str, Any] = {}
+        for dotted in POLICY_FIELDS:
+            *parents, leaf = dotted.split(".")
+            source: Any = full
+            for parent in parents:
+                source = source.get(parent) if isinstance(source, dict) else None
+            if isinstance(source, dict) and leaf in source:
+                target = out
+                for parent in parents:
+                    target = target.setdefault(parent, {})
+                target[leaf] = source[leaf]
+        return out
+
+    def to_data(self) -> dict[str, Any]:
+        """The whole effective unit: nested plain values, provenance dropped."""
+        out: dict[str, Any] = {"project": self.project, "id": self.unit_id}
+        for dotted, sourced in self.fields.items():
+            target = out
+            *parents, leaf = dotted.split(".")
+            for parent in parents:
+                target = target.setdefault(parent, {})
+            target[leaf] = sourced.value
+        return out
+
+
+def effective_units(manifest: Manifest) -> Iterator[EffectiveUnit]:
+    for unit in manifest.units:
+        yield resolve_unit(manifest, unit)
+
+
+def effective_unit(manifest: Manifest, unit_id: str) -> EffectiveUnit:
+    unit = manifest.unit(unit_id)
+    if unit is None:
+        known = ", ".join(sorted(str(u.get("id")) for u in manifest.units)[:10])
+        raise UnitNotFoundError(f"{manifest.file}: no unit {unit_id!r} (units: {known})")
+    return resolve_unit(manifest, unit)
+
+
+def resolve_unit(manifest: Manifest, unit: Mapping[str, Any]) -> EffectiveUnit:
+    root = manifest.data
+    fields: dict[str, Sourced] = {}
+    fields["manifest_version"] = Sourced(manifest.version, ROOT)
+    for key in ("path", "intent", "scope", "audience"):
+        fields[key] = Sourced(unit[key], UNIT)
+    fields["kind"] = _own(unit, "kind", "knowledge")
+    fields["access"] = _own(unit, "access", "public")
+    fields["auth_scope"] = _own(unit, "auth_scope", None)
+    fields["deprecated"] = _own(unit, "deprecated", False)
+    fields["depends_on"] = Sourced(sorted(set(unit.get("depends_on") or [])), UNIT if "depends_on" in unit else DEFAULT)
+    validated = unit.get("validated")
+    fields["validated"] = _own(unit, "validated", None)
+    fields["validated_epoch_day"] = Sourced(
+        (dt.date.fromisoformat(validated) - _EPOCH).days if isinstance(validated, str) else None,
+        UNIT if validated else DEFAULT,
+    )
+    fields["sensitivity"] = _sensitivity(root, unit)
+    fields["sensitivity_rank"] = Sourced(
+        vocab.sensitivity_rank(fields["sensitivity"].value), fields["sensitivity"].source
+    )
+    fields.update(_compliance(_block(root, "compliance"), _block(unit, "compliance")))
+    fields.update(_delegation(_block(root, "delegation"), _block(unit, "delegation")))
+    fields.update(_trust(_block(root, "trust")))
+    fields["freshness"] = _freshness(root, unit)
+    return EffectiveUnit(manifest.project, str(unit["id"]), fields)
+
+
+def _own(unit: Mapping[str, Any], key: str, default: Any) -> Sourced:
+    return Sourced(unit[key], UNIT) if key in unit else Sourced(default, DEFAULT)
+
+
+def _block(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _inherit(root: Mapping[str, Any], unit: Mapping[str, Any], key: str, default: Any) -> Sourced:
+    if key in unit:
+        return Sourced(unit[key], UNIT)
+    if key in root:
+        return Sourced(root[key], ROOT)
+    return Sourced(default, DEFAULT)
+
+
+def _sensitivity(root: Mapping[str, Any], unit: Mapping[str, Any]) -> Sourced:
+    declared = [
+        Sourced(value, source)
+        for value, source in (
+            (unit.get("sensitivity"), "unit"),
+            (_block(unit, "compliance").get("sensitivity"), "unit.compliance"),
+        )
+        if isinstance(value, str)
+    ]
+    if declared:
+        return max(declared, key=lambda s: vocab.sensitivity_rank(s.value))
+    root_value = _block(root, "compliance").get("sensitivity")
+    if isinstance(root_value, str):
+        return Sourced(root_value, ROOT)
+    return Sourced(None, "not declared (unknown, not public)")
+
+
+def _compliance(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, Sourced]:
+    out: dict[str, Sourced] = {}
+    residency = _inherit(root, unit, "data_residency", None)
+    value = residency.value
+    if isinstance(value, Mapping):
+        regions = sorted(set(value.get("regions", [])))
+        hard = Sourced(
+            bool(value.get("hard_requirement", True)),
+            residency.source if "hard_requirement" in value else DEFAULT,
+        )
+    else:
+        regions = sorted(set(value)) if isinstance(value, list) else None  # type: ignore[assignment]
+        hard = Sourced(True, DEFAULT)
+    out["compliance.data_residency"] = Sourced(regions, residency.source)
+    out["compliance.residency_hard_requirement"] = hard
+    for key in ("regulations", "restrictions", "data_categories"):
+        sourced = _inherit(root, unit, key, [])
+        out[f"compliance.{key}"] = Sourced(sorted(set(sourced.value)), sourced.source)
+    fields = _inherit(root, unit, "declared_fields", None)
+    out["compliance.declared_fields"] = Sourced(
+        None if fields.value is None else sorted(set(fields.value)), fields.source
+    )
+    out["compliance.legal_basis"] = _inherit(root, unit, "legal_basis", None)
+    return out
+
+
+def _delegation(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, Sourced]:
+    """Merged field by field, and never looser than the root even if validation was bypassed."""
+    out: dict[str, Sourced] = {}
+    depths = [Sourced(block["max_depth"], name) for name, block in ((UNIT, unit), (ROOT, root)) if "max_depth" in block]
+    out["delegation.max_depth"] = min(depths, key=lambda s: s.value) if depths else Sourced(None, "default (unlimited)")
+    for flag in ("require_capability_attenuation", "audit_chain"):
+        out[f"delegation.{flag}"] = _strictest_flag(root.get(flag), unit.get(flag))
+    root_hitl, unit_hitl = _block(root, "human_in_the_loop"), _block(unit, "human_in_the_loop")
+    out["delegation.human_in_the_loop.required"] = _strictest_flag(root_hitl.get("required"), unit_hitl.get("required"))
+    out["delegation.human_in_the_loop.approval_mechanism"] = _inherit(root_hitl, unit_hitl, "approval_mechanism", None)
+    out["delegation.human_in_the_loop.docs_url"] = _inherit(root_hitl, unit_hitl, "docs_url", None)
+    return out
+
+
+def _strictest_flag(root_value: Any, unit_value: Any) -> Sourced:
+    if unit_value is True:
+        return Sourced(True, UNIT)
+    if root_value is True:
+        return Sourced(True, ROOT)
+    if unit_value is False:
+        return Sourced(False, UNIT)
+    if root_value is False:
+        return Sourced(False, ROOT)
+    return Sourced(False, DEFAULT)
+
+
+def _trust(root: Mapping[str, Any]) -> dict[str, Sourced]:
+    audit = _block(root, "audit")
+    provenance = _block(root, "provenance")
+    out: dict[str, Sourced] = {}
+    for key in ("agent_must_log", "require_trace_context"):
+        out[f"trust.{key}"] = Sourced(audit[key], ROOT) if key in audit else Sourced(False, DEFAULT)
+    for key in ("publisher", "publisher_url", "contact"):
+        out[f"trust.provenance.{key}"] = Sourced(provenance[key], ROOT) if key in provenance else Sourced(None, DEFAULT)
+    return out
+
+
+def _freshness(root: Mapping[str, Any], unit: Mapping[str, Any]) -> Sourced:
+    """A unit's freshness_policy replaces the root's wholesale (kcp-manifest.md)."""
+    if isinstance(unit.get("freshness_policy"), Mapping):
+        block, source = unit["freshness_policy"], UNIT
+    elif isinstance(root.get("freshness_policy"), Mapping):
+        block, source = root["freshness_policy"], ROOT
+    else:
+        return Sourced(None, DEFAULT)
+    return Sourced(
+        {
+            "max_age_days": block["max_age_days"],
+            "on_stale": block.get("on_stale", "warn"),
+            "review_contact": block.get("review_contact"),
+        },
+        source,
+    )

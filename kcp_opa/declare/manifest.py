@@ -1,0 +1,372 @@
+"""Load and validate KCP manifests (kcp-manifest.md): schema for structure and closed
+vocabularies, code for what a schema cannot say (duplicates, paths, tighten-only delegation,
+federation, warnings for open vocabularies and dangling references)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import posixpath
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kcp_opa import schemas
+from kcp_opa.declare import vocabulary as vocab
+from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
+from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
+from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest that passed validation; ``data`` is the document as written."""
+
+    file: str
+    sha256: str
+    data: Mapping[str, Any]
+
+    @property
+    def project(self) -> str:
+        return str(self.data["project"])
+
+    @property
+    def version(self) -> str | None:
+        value = self.data.get("version")
+        return None if value is None else str(value)
+
+    @property
+    def kcp_version(self) -> str | None:
+        value = self.data.get("kcp_version")
+        return None if value is None else str(value)
+
+    @property
+    def units(self) -> Sequence[Mapping[str, Any]]:
+        units: Sequence[Mapping[str, Any]] = self.data["units"]
+        return units
+
+    def unit(self, unit_id: str) -> Mapping[str, Any] | None:
+        return next((u for u in self.units if u.get("id") == unit_id), None)
+
+
+ManifestReport = Report[Manifest]
+
+
+def _counts(data: Mapping[str, Any]) -> dict[str, int]:
+    units, relationships = data.get("units"), data.get("relationships")
+    return {
+        "unit_count": len(units) if isinstance(units, list) else 0,
+        "relationship_count": len(relationships) if isinstance(relationships, list) else 0,
+    }
+
+
+def validate_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ManifestReport:
+    """Validate one manifest file (see :func:`kcp_opa.validation.validate_file`)."""
+    return validate_file(MANIFEST_KIND, path, max_bytes)
+
+
+def load_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Manifest:
+    """Load a manifest or raise :class:`ValidationFailedError` listing every error."""
+    return load_file(MANIFEST_KIND, path, max_bytes)
+
+
+# -- checks a schema cannot express -----------------------------------------------------------
+
+
+def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
+    _check_kcp_version(doc, findings)
+    project = doc.get("project")
+    if isinstance(project, str) and _unhashable(project):
+        findings.error("project_characters", f"project {project!r} {_UNHASHABLE_WHY}", ("project",))
+    units = [u for u in _items(doc.get("units")) if isinstance(u[1], dict)]
+    ids = _check_unit_ids(units, findings)
+    root_compliance = _mapping(doc.get("compliance"))
+    if root_compliance is not None:
+        _check_compliance_vocab(root_compliance, ("compliance",), findings)
+    root_delegation = _mapping(doc.get("delegation")) or {}
+    _check_custom_mechanism(root_delegation, None, ("delegation",), findings)
+    root_freshness = _mapping(doc.get("freshness_policy"))
+    _check_freshness(root_freshness, ("freshness_policy",), findings)
+    for index, unit in units:
+        here: tuple[PathPart, ...] = ("units", index)
+        _check_unit_path(unit, here, findings)
+        _check_unit_vocab(unit, here, findings)
+        compliance = _mapping(unit.get("compliance"))
+        if compliance is not None:
+            _check_compliance_vocab(compliance, (*here, "compliance"), findings)
+            _check_sensitivity_conflict(unit, compliance, here, findings)
+        delegation = _mapping(unit.get("delegation"))
+        if delegation is not None:
+            _check_tighten_only(root_delegation, delegation, (*here, "delegation"), findings)
+            _check_custom_mechanism(delegation, root_delegation, (*here, "delegation"), findings)
+        freshness = _mapping(unit.get("freshness_policy"))
+        _check_freshness(freshness, (*here, "freshness_policy"), findings)
+        if (freshness or root_freshness) and "validated" not in unit:
+            findings.warn(
+                "never_validated",
+                "unit has a freshness_policy but no validated date: the gate treats it as stale",
+                here,
+            )
+        if "trust" in unit:
+            findings.warn("unit_trust_ignored", "trust is a root-only block; ignored here", (*here, "trust"))
+        for dep_index, dep in _items(unit.get("depends_on")):
+            if isinstance(dep, str) and dep not in ids:
+                findings.warn(
+                    "dangling_depends_on",
+                    f"depends_on {dep!r}: no unit with that id{did_you_mean(dep, ids)}",
+                    (*here, "depends_on", dep_index),
+                )
+    _check_relationships(doc, ids, findings)
+    _check_federation(doc, findings)
+
+
+_UNHASHABLE_WHY = (
+    "contains a quote, backslash or control character; kcp-opa rule: such ids are refused because "
+    "regopy hashes JSON-escaped strings differently from OPA (docs/engine-findings.md)"
+)
+
+
+def _unhashable(value: str) -> bool:
+    return any(ch in '"\\' or ord(ch) < 32 or ord(ch) == 127 for ch in value)
+
+
+def _check_kcp_version(doc: dict[str, Any], findings: Findings) -> None:
+    version = doc.get("kcp_version")
+    if version is None:
+        findings.warn("kcp_version_missing", "kcp_version is not set; assuming the current spec")
+    elif str(version) not in vocab.KNOWN_KCP_VERSIONS:
+        findings.warn(
+            "kcp_version_unknown",
+            f"kcp_version {str(version)!r} is not a version kcp-opa knows (0.1-0.20); reading it as the current spec",
+            ("kcp_version",),
+        )
+
+
+def _check_unit_ids(units: list[tuple[int, dict[str, Any]]], findings: Findings) -> set[str]:
+    first_seen: dict[str, int] = {}
+    for index, unit in units:
+        unit_id = unit.get("id")
+        if not isinstance(unit_id, str) or not unit_id:
+            continue
+        if unit_id in first_seen:
+            findings.error(
+                "duplicate_unit_id",
+                f"unit id {unit_id!r} is already used by units[{first_seen[unit_id]}]",
+                ("units", index, "id"),
+            )
+            continue
+        first_seen[unit_id] = index
+        if _unhashable(unit_id):
+            findings.error("unit_id_characters", f"unit id {unit_id!r} {_UNHASHABLE_WHY}", ("units", index, "id"))
+        elif not vocab.UNIT_ID_PATTERN.match(unit_id):
+            findings.warn(
+                "unit_id_pattern",
+                f"unit id {unit_id!r} is outside the spec pattern ^[a-z0-9.\\-]+$ (accepted)",
+                ("units", index, "id"),
+            )
+    return set(first_seen)
+
+
+def _check_unit_path(unit: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+    path = unit.get("path")
+    if not isinstance(path, str) or not path:
+        return
+    unified = path.replace("\\", "/")
+    if unified.startswith("/") or (len(unified) > 1 and unified[1] == ":"):
+        findings.error(
+            "absolute_path",
+            f"path {path!r} is absolute; unit paths are relative to the manifest",
+            (*here, "path"),
+        )
+        return
+    depth = 0
+    for part in unified.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                findings.error(
+                    "path_escapes_root",
+                    f"path {path!r} escapes the manifest root with '..'",
+                    (*here, "path"),
+                )
+                return
+        elif part not in ("", "."):
+            depth += 1
+    if posixpath.normpath(unified) in (".", ""):
+        findings.error("path_escapes_root", f"path {path!r} names the root itself, not a file", (*here, "path"))
+
+
+def _check_unit_vocab(unit: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+    for key, choices in (("kind", vocab.KINDS), ("access", vocab.ACCESS_LEVELS)):
+        value = unit.get(key)
+        if isinstance(value, str) and value not in choices:
+            findings.warn(
+                f"unknown_{key}",
+                f"{key} {value!r} is not one of {', '.join(choices)}{did_you_mean(value, choices)}",
+                (*here, key),
+            )
+    validated = unit.get("validated")
+    if isinstance(validated, str) and _DATE_SHAPE.match(validated):
+        _check_calendar_date(validated, (*here, "validated"), findings)
+
+
+def _check_calendar_date(value: str, path: tuple[PathPart, ...], findings: Findings) -> None:
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        findings.error("bad_date", f"{value!r} is not a calendar date (YYYY-MM-DD)", path)
+
+
+def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+    vocabularies: tuple[tuple[str, Sequence[str]], ...] = (
+        ("regulations", vocab.REGULATIONS),
+        ("restrictions", vocab.RESTRICTIONS),
+        ("data_categories", vocab.DATA_CATEGORIES),
+    )
+    for key, known in vocabularies:
+        for index, value in _items(block.get(key)):
+            if isinstance(value, str) and value not in known:
+                findings.warn(
+                    f"unknown_{key.rstrip('s')}",
+                    f"{key} value {value!r} is not known to kcp-opa and is ignored by the "
+                    f"policies{did_you_mean(value, known)}",
+                    (*here, key, index),
+                )
+    residency = block.get("data_residency")
+    regions = residency.get("regions") if isinstance(residency, dict) else residency
+    region_path = (*here, "data_residency", "regions") if isinstance(residency, dict) else (*here, "data_residency")
+    for index, region in _items(regions):
+        if isinstance(region, str) and region not in vocab.REGIONS and not vocab.ISO_ALPHA2.match(region):
+            findings.warn(
+                "unknown_region",
+                f"data_residency region {region!r} is neither a known region nor an ISO 3166-1 "
+                f"alpha-2 code{did_you_mean(region, vocab.REGIONS)}",
+                (*region_path, index),
+            )
+
+
+def _check_sensitivity_conflict(
+    unit: dict[str, Any], compliance: dict[str, Any], here: tuple[PathPart, ...], findings: Findings
+) -> None:
+    outer, inner = unit.get("sensitivity"), compliance.get("sensitivity")
+    if isinstance(outer, str) and isinstance(inner, str) and outer != inner:
+        stricter = max(outer, inner, key=vocab.sensitivity_rank)
+        findings.warn(
+            "sensitivity_conflict",
+            f"unit sensitivity {outer!r} and compliance.sensitivity {inner!r} disagree; "
+            f"the stricter {stricter!r} applies",
+            (*here, "sensitivity"),
+        )
+
+
+_DATE_SHAPE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_TIGHTEN_FLAGS = ("require_capability_attenuation", "audit_chain")
+
+
+def _check_tighten_only(
+    root: Mapping[str, Any], unit: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings
+) -> None:
+    root_depth, unit_depth = root.get("max_depth"), unit.get("max_depth")
+    if isinstance(unit_depth, int) and isinstance(root_depth, int) and unit_depth > root_depth:
+        findings.error(
+            "delegation_relaxed",
+            f"max_depth {unit_depth} relaxes the root's max_depth {root_depth}; a unit may only tighten delegation",
+            (*here, "max_depth"),
+        )
+    for flag in _TIGHTEN_FLAGS:
+        if root.get(flag) is True and unit.get(flag) is False:
+            findings.error(
+                "delegation_relaxed",
+                f"{flag} false relaxes the root's {flag} true; a unit may only tighten delegation",
+                (*here, flag),
+            )
+    root_hitl = _mapping(root.get("human_in_the_loop")) or {}
+    unit_hitl = _mapping(unit.get("human_in_the_loop")) or {}
+    if root_hitl.get("required") is True and unit_hitl.get("required") is False:
+        findings.error(
+            "delegation_relaxed",
+            "human_in_the_loop.required false relaxes the root's true; a unit may only tighten delegation",
+            (*here, "human_in_the_loop", "required"),
+        )
+
+
+def _check_custom_mechanism(
+    block: Mapping[str, Any],
+    inherited: Mapping[str, Any] | None,
+    here: tuple[PathPart, ...],
+    findings: Findings,
+) -> None:
+    hitl = _mapping(block.get("human_in_the_loop"))
+    if not hitl or hitl.get("approval_mechanism") != "custom":
+        return
+    inherited_hitl = _mapping((inherited or {}).get("human_in_the_loop")) or {}
+    if not hitl.get("docs_url") and not inherited_hitl.get("docs_url"):
+        findings.error(
+            "custom_mechanism_without_docs",
+            "approval_mechanism 'custom' needs a docs_url that explains the mechanism",
+            (*here, "human_in_the_loop", "approval_mechanism"),
+        )
+
+
+def _check_freshness(block: Mapping[str, Any] | None, here: tuple[PathPart, ...], findings: Findings) -> None:
+    if block is not None and "on_stale" not in block:
+        findings.warn(
+            "on_stale_default",
+            "on_stale is not set; stale units only raise a warning ('warn')",
+            here,
+        )
+
+
+def _check_relationships(doc: dict[str, Any], ids: set[str], findings: Findings) -> None:
+    for index, rel in _items(doc.get("relationships")):
+        if not isinstance(rel, dict):
+            continue
+        rel_type = rel.get("type")
+        if isinstance(rel_type, str) and rel_type not in vocab.RELATIONSHIP_TYPES:
+            findings.warn(
+                "unknown_relationship_type",
+                f"relationship type {rel_type!r} is not one of {', '.join(vocab.RELATIONSHIP_TYPES)}"
+                f"{did_you_mean(rel_type, vocab.RELATIONSHIP_TYPES)}",
+                ("relationships", index, "type"),
+            )
+        for end in ("from", "to"):
+            ref = rel.get(end)
+            if isinstance(ref, str) and ids and ref not in ids:
+                findings.warn(
+                    "dangling_relationship",
+                    f"relationship {end} {ref!r}: no unit with that id{did_you_mean(ref, ids)}",
+                    ("relationships", index, end),
+                )
+
+
+def _check_federation(doc: dict[str, Any], findings: Findings) -> None:
+    seen: dict[str, int] = {}
+    for index, ref in _items(doc.get("manifests")):
+        if not isinstance(ref, dict) or not isinstance(ref.get("id"), str):
+            continue
+        fed_id = ref["id"]
+        if fed_id in seen:
+            findings.error(
+                "duplicate_federation_id",
+                f"federation id {fed_id!r} is already used by manifests[{seen[fed_id]}]",
+                ("manifests", index, "id"),
+            )
+        seen.setdefault(fed_id, index)
+
+
+def _items(value: Any) -> Iterator[tuple[int, Any]]:
+    return enumerate(value) if isinstance(value, list) else iter(())
+
+
+def _mapping(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+MANIFEST_KIND: DocumentKind[Manifest] = DocumentKind(
+    noun="manifest",
+    schema=schemas.MANIFEST,
+    check=_check_semantics,
+    counts=_counts,
+    build=lambda source: Manifest(source.file, source.sha256, source.data),
+)

@@ -1,0 +1,152 @@
+"""The delegation matrix: the autonomy level the CTO and the compliance officer agreed per task
+type x data category / sensitivity, and the parameters the policies read (thresholds, approver
+roles, receipt TTL). Anything the matrix does not list is forbidden by the policies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kcp_opa import schemas
+from kcp_opa.declare import vocabulary as vocab
+from kcp_opa.declare.diagnostics import Findings, Report, did_you_mean
+from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
+from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
+
+DIMENSIONS = ("data_categories", "sensitivity")
+REQUIRED_SIGNATORIES = ("cto", "compliance_officer")
+DEFAULT_PARAMETERS: dict[str, Any] = {
+    "money": {"high_value_minor": {}, "confirmation_minor": {}},
+    "approver_roles": {"default": "compliance_officer", "by_task_type": {}},
+    "sender_roles": ["support_agent"],
+    "receipt_ttl_seconds": 300,
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    task_type: str
+    dimension: str
+    value: str
+    level: str
+
+
+@dataclass(frozen=True)
+class DelegationMatrix:
+    file: str
+    sha256: str
+    data: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.data["name"])
+
+    @property
+    def version(self) -> str:
+        return str(self.data["version"])
+
+    def cells(self) -> Iterator[Cell]:
+        for task_type in sorted(self.data["task_types"]):
+            entry = self.data["task_types"][task_type]
+            for dimension in DIMENSIONS:
+                for value, level in sorted((entry.get(dimension) or {}).items()):
+                    yield Cell(task_type, dimension, value, level)
+
+    def parameters(self) -> dict[str, Any]:
+        """Parameters with defaults filled in, so the policies never meet a missing key."""
+        given = self.data.get("parameters") or {}
+        money = {**DEFAULT_PARAMETERS["money"], **(given.get("money") or {})}
+        roles = {**DEFAULT_PARAMETERS["approver_roles"], **(given.get("approver_roles") or {})}
+        return {
+            "money": money,
+            "approver_roles": roles,
+            "sender_roles": sorted(set(given.get("sender_roles", DEFAULT_PARAMETERS["sender_roles"]))),
+            "receipt_ttl_seconds": given.get("receipt_ttl_seconds", DEFAULT_PARAMETERS["receipt_ttl_seconds"]),
+        }
+
+
+MatrixReport = Report[DelegationMatrix]
+
+
+def _counts(data: Mapping[str, Any]) -> dict[str, int]:
+    declared = data.get("task_types")
+    task_types: dict[str, Any] = declared if isinstance(declared, dict) else {}
+    cell_count = 0
+    for entry in task_types.values():
+        for dim in DIMENSIONS:
+            cells = entry.get(dim) if isinstance(entry, dict) else None
+            cell_count += len(cells) if isinstance(cells, dict) else 0
+    return {"task_type_count": len(task_types), "cell_count": cell_count}
+
+
+def validate_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> MatrixReport:
+    return validate_file(MATRIX_KIND, path, max_bytes)
+
+
+def load_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> DelegationMatrix:
+    return load_file(MATRIX_KIND, path, max_bytes)
+
+
+def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
+    roles = {a.get("role") for a in doc.get("agreed_by") or [] if isinstance(a, dict)}
+    for role in REQUIRED_SIGNATORIES:
+        if role not in roles:
+            findings.warn(
+                "unsigned",
+                f"agreed_by has no {role!r}: the matrix is meant to be agreed by both",
+                ("agreed_by",),
+            )
+    task_types = doc.get("task_types")
+    if not isinstance(task_types, dict):
+        return
+    for task_type, entry in task_types.items():
+        here = ("task_types", task_type)
+        hint = did_you_mean(task_type, vocab.TASK_TYPES) if task_type not in vocab.TASK_TYPES else ""
+        if hint:
+            findings.warn(
+                "unknown_task_type",
+                f"task type {task_type!r} is not a known action_type{hint}",
+                here,
+            )
+        if not isinstance(entry, dict):
+            continue
+        if not any(entry.get(dim) for dim in DIMENSIONS):
+            findings.error(
+                "task_type_without_cells",
+                "declares no data_categories or sensitivity cells: every action of this type would be denied; "
+                "list its cells or remove it",
+                here,
+            )
+        categories = entry.get("data_categories")
+        if isinstance(categories, dict):
+            for category in categories:
+                if category not in vocab.DATA_CATEGORIES:
+                    findings.warn(
+                        "unknown_data_category",
+                        f"data category {category!r} is not known to kcp-opa"
+                        f"{did_you_mean(category, vocab.DATA_CATEGORIES)}",
+                        (*here, "data_categories", category),
+                    )
+    params = doc.get("parameters")
+    by_task = (
+        (((params or {}).get("approver_roles") or {}).get("by_task_type") or {}) if isinstance(params, dict) else {}
+    )
+    if isinstance(by_task, dict):
+        for task_type in by_task:
+            if task_type not in task_types:
+                findings.warn(
+                    "approver_for_unknown_task",
+                    f"approver role for {task_type!r}, which the matrix does not list",
+                    ("parameters", "approver_roles", "by_task_type", task_type),
+                )
+
+
+MATRIX_KIND: DocumentKind[DelegationMatrix] = DocumentKind(
+    noun="delegation matrix",
+    schema=schemas.MATRIX,
+    check=_check_semantics,
+    counts=_counts,
+    build=lambda source: DelegationMatrix(source.file, source.sha256, source.data),
+)

@@ -1,0 +1,59 @@
+"""Turn JSON Schema errors into findings a manifest author can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from kcp_opa.declare.diagnostics import Findings, did_you_mean
+
+
+def check_schema(validator: Draft202012Validator, data: Any, findings: Findings) -> None:
+    errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    for error in errors:
+        findings.error("schema", _message(error), tuple(error.absolute_path))
+
+
+def _message(error: ValidationError) -> str:
+    value = error.instance
+    if error.validator == "enum":
+        choices: Any = error.validator_value
+        allowed = [str(v) for v in choices]
+        hint = did_you_mean(str(value), allowed) if isinstance(value, str) else ""
+        return f"{value!r} is not one of {', '.join(allowed)}{hint}"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required")
+    if error.validator == "type":
+        expected = error.validator_value
+        names = [str(n) for n in expected] if isinstance(expected, list) else [str(expected)]
+        return f"expected {' or '.join(names)}, got {_kind(value)} {_short(value)}"
+    if error.validator == "minItems" and error.validator_value == 1:
+        return "must not be empty"
+    if error.validator in ("minLength", "pattern") and value == "":
+        return "must not be empty"
+    if error.validator == "pattern":
+        return f"{_short(value)} does not match {error.validator_value}"
+    if error.validator == "oneOf" and list(error.absolute_path)[-1:] == ["data_residency"]:
+        return "data_residency must be a list of regions or {regions: [...], hard_requirement: bool}"
+    if error.validator == "const":
+        return f"must be {error.validator_value!r}, got {_short(value)}"
+    return error.message
+
+
+def _kind(value: Any) -> str:
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

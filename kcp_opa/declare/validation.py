@@ -1,0 +1,59 @@
+"""The one validation pipeline that manifests and matrices share: read YAML, check the schema,
+run the kind's own checks, attach lines, and build the typed document only when valid."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from kcp_opa import schemas
+from kcp_opa.core.errors import SourceError, SourceUnreadableError, ValidationFailedError
+from kcp_opa.declare.diagnostics import Findings, Report, locate, unreadable_report
+from kcp_opa.declare.schema_findings import check_schema
+from kcp_opa.declare.yamlsource import YamlSource, load_yaml
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DocumentKind(Generic[T]):
+    noun: str
+    schema: str
+    check: Callable[[dict[str, Any], Findings], None]
+    counts: Callable[[Mapping[str, Any]], dict[str, int]]
+    build: Callable[[YamlSource], T]
+
+
+def validate_file(kind: DocumentKind[T], path: str | Path, max_bytes: int) -> Report[T]:
+    """I/O failures raise :class:`SourceUnreadableError`; content that is not readable YAML
+    comes back as an invalid report with one error, like any other finding."""
+    try:
+        source = load_yaml(path, max_bytes=max_bytes)
+    except SourceUnreadableError:
+        raise
+    except SourceError as exc:
+        return unreadable_report(str(path), exc.reason, exc.line, kind.counts({}))
+    return validate_yaml(kind, source)
+
+
+def validate_yaml(kind: DocumentKind[T], source: YamlSource) -> Report[T]:
+    findings = Findings()
+    data = source.data
+    if isinstance(data, dict):
+        check_schema(schemas.validator(kind.schema), data, findings)
+        kind.check(data, findings)
+    else:
+        findings.error("not_a_mapping", f"a {kind.noun} is a mapping of keys, got {type(data).__name__}")
+        data = {}
+    document = None if findings.errors else kind.build(source)
+    return Report(source.file, locate(findings, source.file, source.line_of), kind.counts(data), document)
+
+
+def load_file(kind: DocumentKind[T], path: str | Path, max_bytes: int) -> T:
+    """The typed document, or :class:`ValidationFailedError` listing every error."""
+    report = validate_file(kind, path, max_bytes)
+    if report.document is None:
+        raise ValidationFailedError(report.file, [str(d) for d in report.errors])
+    return report.document

@@ -1,0 +1,164 @@
+"""Audit events: what an auditor needs to reproduce each decision, written to the ledger.
+
+Every entry carries the KCP evaluator log fields (action_id, agent_id, timestamp,
+kcp_unit_applied, evaluator_id, evaluator_version, fields_accessed, fields_declared, passed,
+trace_id, model, legal_basis) and, for decisions, OPA decision-log fields (decision_id, path,
+input, result, bundles, labels, erased). Emission goes through structlog, whose final logger
+is the hash-chained ledger: an exception there reaches the caller, which fails closed.
+
+Content of a unit under ``no-logging`` never reaches the ledger: those values are removed from
+the archived input and listed in ``erased`` as JSON pointers; the access itself is recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import structlog
+
+from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.compile.datadoc import leaf_path
+from kcp_opa.models.decision import Decision
+from kcp_opa.trail.ledger import AuditLedger
+
+DECISION_PATH = "kcp/gate/decision"
+BUNDLE_NAME = "kcp-opa"
+#: Action values that are content (free text, references, facts about the data) rather than the
+#: shape of the access; erased from the archived input when the unit is under no-logging.
+CONTENT_POINTERS = (
+    "/action/attributes",
+    "/action/evidence_references",
+    "/action/target/reference",
+    "/action/target/account_fingerprint",
+    "/action/knowledge/purpose",
+    "/action/authorization_context/session_id",
+)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+class _LedgerLogger:
+    """structlog's final logger: every method appends the event dict to the ledger."""
+
+    def __init__(self, ledger: AuditLedger) -> None:
+        self.ledger = ledger
+
+    def msg(self, **event: Any) -> dict[str, Any]:
+        return self.ledger.append(event)
+
+    info = error = warning = msg
+
+
+def _timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    event.setdefault("timestamp", dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return event
+
+
+def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    event["type"] = event.pop("event")
+    return event
+
+
+def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A deep copy of the input without the content values; the JSON pointers removed."""
+    erased_doc: dict[str, Any] = copy.deepcopy(dict(document))
+    erased = []
+    for pointer in CONTENT_POINTERS:
+        parts = pointer.strip("/").split("/")
+        node: Any = erased_doc
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and parts[-1] in node:
+            del node[parts[-1]]
+            erased.append("/input" + pointer)
+    return erased_doc, erased
+
+
+class AuditTrail:
+    """Builds and emits the audit entries for one bundle's gate."""
+
+    def __init__(self, ledger: AuditLedger, bundle: LoadedBundle) -> None:
+        self.ledger = ledger
+        self.bundle = bundle
+        self.policy_version = str(bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("policy_version", ""))
+        self._log = structlog.wrap_logger(
+            _LedgerLogger(ledger),
+            processors=[_timestamp, _type_from_event],
+            wrapper_class=structlog.BoundLogger,  # never a level-filtering one: audit is not optional
+            cache_logger_on_first_use=False,
+        )
+
+    def _unit(self, action: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        knowledge = action.get("knowledge")
+        if not isinstance(knowledge, Mapping):
+            return None
+        project, unit_id = knowledge.get("project"), knowledge.get("unit")
+        compiled = self.bundle.data.get("kcp_data", {})
+        index, profiles = compiled.get("units", {}), compiled.get("profiles", [])
+        if not isinstance(project, str) or not isinstance(unit_id, str) or not index:
+            return None
+        node: Any = index.get("slots")
+        for digit in leaf_path([project, unit_id], int(index.get("depth", 0))):
+            node = node[digit]
+        found = node.get(project, {}).get(unit_id)
+        if not isinstance(found, Mapping):
+            return None
+        position = found.get("profile")
+        profile = profiles[position] if isinstance(position, int) and 0 <= position < len(profiles) else {}
+        return {**profile, **found}
+
+    def _kcp_fields(self, action: Mapping[str, Any], decision: Decision | None) -> dict[str, Any]:
+        unit = self._unit(action) or {}
+        compliance = _mapping(unit.get("compliance"))
+        knowledge = _mapping(action.get("knowledge"))
+        model = _mapping(_mapping(action.get("runtime")).get("model"))
+        unit_ref = f"{knowledge['project']}/{knowledge['unit']}" if knowledge.get("unit") else None
+        return {
+            "action_id": action.get("action_id"),
+            "agent_id": action.get("agent_id"),
+            "kcp_unit_applied": unit_ref,
+            "evaluator_id": "kcp_gate",
+            "evaluator_version": self.policy_version,
+            "fields_accessed": list(knowledge.get("fields_read") or []),
+            "fields_declared": compliance.get("declared_fields"),
+            "passed": None if decision is None else decision.decision.value != "DENY",
+            "trace_id": None if decision is None else decision.trace_id,
+            "model": model.get("id"),
+            "legal_basis": compliance.get("legal_basis"),
+        }
+
+    def decision(
+        self, document: Mapping[str, Any], action: Mapping[str, Any], decision: Decision, result: Any
+    ) -> dict[str, Any]:
+        """The decision-log entry: the exact input (content erased under no-logging) and result."""
+        archived, erased = (
+            erase_content(document) if "redact_content" in decision.verdict.obligations else (dict(document), [])
+        )
+        entry: dict[str, Any] = self._log.msg(
+            "decision",
+            **self._kcp_fields(action, decision),
+            decision_id=decision.decision_id,
+            action_hash=decision.action_hash,
+            decision=decision.decision.value,
+            authorization_status=decision.authorization_status.value,
+            reason_codes=list(decision.reason_codes),
+            evaluators=sorted({f"{r.evaluator_id}@{r.evaluator_version}" for r in decision.verdict.reasons}),
+            path=DECISION_PATH,
+            input=archived,
+            result=result,
+            engine_error=decision.engine_error,
+            bundles={BUNDLE_NAME: {"revision": decision.bundle_revision}},
+            labels={"app": "kcp-opa", "policy_version": decision.policy_version},
+            erased=erased,
+        )
+        return entry
+
+    def event(self, kind: str, action: Mapping[str, Any] | None, decision: Decision | None, **fields: Any) -> None:
+        """A control, receipt, execution or failure event, with the KCP fields of its action."""
+        base = self._kcp_fields(action or {}, decision)
+        self._log.msg(kind, **base, **fields)
