@@ -1,0 +1,141 @@
+"""The package layout shows the pipeline, and imports only point down it.
+
+Each stage package has a rank; a module may import its own package and any package of a lower
+rank, never a higher one. The check reads every import statement (function-level ones included)
+from the source, so it holds without importing anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+PACKAGE = REPO / "kcp_opa"
+
+#: Lowest first: the shared leaves, the contract's models, then the pipeline, then what sits on top.
+LAYERS: tuple[str, ...] = (
+    "core",
+    "schemas",
+    "models",
+    "declare",
+    "compile",
+    "trail",
+    "decide",
+    "authorize",
+    "execute",
+    "audit",
+    "authoring",
+    "cli",
+)
+TOP = len(LAYERS)  # kcp_opa/__init__.py, __main__.py, _moved.py: the public API sits above all
+MAX_LINES = 400
+
+
+def _rank(module: str) -> int:
+    """kcp_opa.decide.gate -> rank of 'decide'; the package root and its top modules rank TOP."""
+    parts = module.split(".")
+    if parts[0] != "kcp_opa":
+        raise ValueError(module)
+    if len(parts) == 1 or parts[1] not in LAYERS:
+        return TOP
+    return LAYERS.index(parts[1])
+
+
+def _module_name(path: Path) -> str:
+    relative = path.relative_to(REPO).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imported(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) for every kcp_opa import; `from kcp_opa import x` names kcp_opa.x."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "kcp_opa"]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "kcp_opa":
+                found += [(node.lineno, f"kcp_opa.{a.name}") for a in node.names]
+            elif node.module.split(".")[0] == "kcp_opa":
+                found.append((node.lineno, node.module))
+    return found
+
+
+def upward_imports(module: str, source: str) -> list[str]:
+    """Every import in SOURCE (the text of MODULE) that points up the pipeline."""
+    own = _rank(module)
+    problems = []
+    for line, target in _imported(ast.parse(source)):
+        if target == "kcp_opa.__version__":
+            problems.append(f"{module}:{line} imports the package root for its version (use kcp_opa.core.version)")
+            continue
+        rank = _rank(target)
+        if rank > own:
+            where = LAYERS[own] if own < TOP else "the API"
+            problems.append(f"{module}:{line} ({where}) imports {target}, a later stage")
+    return problems
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_no_module_imports_a_later_stage() -> None:
+    problems = [p for path in _modules() for p in upward_imports(_module_name(path), path.read_text("utf-8"))]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "bad"),
+    [
+        ("kcp_opa.trail.entries", "from kcp_opa.decide.gate import Gate\n", True),
+        ("kcp_opa.core.errors", "def f():\n    import kcp_opa.declare.manifest\n", True),
+        ("kcp_opa.compile.compiler", "from kcp_opa import __version__\n", True),
+        ("kcp_opa.declare.manifest", "from kcp_opa import schemas\n", False),
+        ("kcp_opa.decide.gate", "from kcp_opa.trail.ledger import AuditLedger\n", False),
+        ("kcp_opa.cli.decide", "from kcp_opa.decide.gate import Gate\n", False),
+    ],
+)
+def test_the_check_catches_an_upward_import(module: str, source: str, bad: bool) -> None:
+    assert bool(upward_imports(module, source)) is bad
+
+
+def test_every_package_is_a_known_stage_with_a_docstring() -> None:
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert packages == sorted(LAYERS)
+    for name in packages:
+        assert ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text("utf-8"))), name
+
+
+def test_no_module_is_a_pile() -> None:
+    long = {
+        str(p.relative_to(REPO)): n for p in _modules() if (n := len(p.read_text("utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_old_module_paths_still_import_with_a_warning() -> None:
+    import kcp_opa.decide.gate as moved
+
+    with pytest.warns(DeprecationWarning, match=r"kcp_opa\.gate moved to kcp_opa\.decide\.gate"):
+        import kcp_opa.gate as old  # type: ignore[import-not-found]
+    assert old is moved
+
+
+def test_every_old_path_resolves_to_its_new_module() -> None:
+    import importlib
+    import sys
+
+    from kcp_opa._moved import MOVED
+
+    for old, new in MOVED.items():
+        sys.modules.pop(f"kcp_opa.{old}", None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            assert importlib.import_module(f"kcp_opa.{old}") is importlib.import_module(new), old
