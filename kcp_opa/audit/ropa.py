@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kcp_opa.declare.effective import effective_units
+from kcp_opa.declare.effective import DEFAULT, EffectiveUnit, effective_units
 from kcp_opa.declare.manifest import Manifest
 
 NOT_DECLARED = "not declared"
@@ -37,17 +37,31 @@ ARTICLE_6 = {
     "legitimate_interests": "Art. 6(1)(f) legitimate interests",
 }
 RISK_BY_SENSITIVITY = {"public": "low", "internal": "low", "confidential": "medium", "restricted": "high"}
+#: The Article 9(2) condition a legal basis carries; special categories need one on top of Art. 6.
+ARTICLE_9 = {"explicit_consent": "Art. 9(2)(a) explicit consent"}
+NOT_APPLICABLE = "not applicable (no special categories)"
 
 
-def _recipients(unit: Mapping[str, Any]) -> list[str]:
+def _recipients(effective: EffectiveUnit) -> list[str]:
+    """Who may receive the data, from ``access``; an access left to KCP's default is not declared.
+
+    KCP defaults ``access`` to public, but a record of processing that says "anyone" for a unit
+    whose author never said so would misstate it: the default is reported as such.
+    """
+    unit = effective.to_data()
+    if effective.fields["access"].source == DEFAULT:
+        return [f"{NOT_DECLARED} (access left to the KCP default, public)", *_audience(unit)]
     access = unit.get("access")
     who = {
         "public": "anyone (public access)",
         "authenticated": "authenticated users",
         "restricted": f"restricted ({unit.get('auth_scope') or 'scope not declared'})",
     }.get(str(access), NOT_DECLARED)
-    audience = unit.get("audience") or []
-    return [who, *(f"audience: {a}" for a in audience)]
+    return [who, *_audience(unit)]
+
+
+def _audience(unit: Mapping[str, Any]) -> list[str]:
+    return [f"audience: {a}" for a in unit.get("audience") or []]
 
 
 def _measures(unit: Mapping[str, Any]) -> list[str]:
@@ -93,6 +107,14 @@ def build_ropa(manifests: Sequence[Manifest]) -> dict[str, Any]:
             transfer: bool | str = NOT_DECLARED if residency is None else any(r not in EEA for r in residency)
             special = isinstance(personal, list) and bool(set(personal) & SPECIAL_CATEGORIES)
             risk = "high" if special else RISK_BY_SENSITIVITY.get(str(unit.get("sensitivity")), NOT_DECLARED)
+            article_9 = ARTICLE_9.get(str(basis), NOT_DECLARED) if special else NOT_APPLICABLE
+            if article_9 == NOT_DECLARED:
+                warnings.append(
+                    f"{where}: special categories ({', '.join(sorted(set(personal) & SPECIAL_CATEGORIES))}) under "
+                    f"legal basis {basis or NOT_DECLARED!r} with no Article 9(2) condition (e.g. explicit_consent)"
+                )
+            if effective.fields["access"].source == DEFAULT:
+                warnings.append(f"{where}: access not declared; recipients recorded as '{NOT_DECLARED}'")
             records.append(
                 {
                     "activity": where,
@@ -102,7 +124,8 @@ def build_ropa(manifests: Sequence[Manifest]) -> dict[str, Any]:
                     "special_categories": special,
                     "legal_basis": basis or NOT_DECLARED,
                     "legal_basis_article": ARTICLE_6.get(str(basis), NOT_DECLARED),
-                    "recipients": _recipients(unit),
+                    "article_9_condition": article_9,
+                    "recipients": _recipients(effective),
                     "data_residency": residency if residency is not None else NOT_DECLARED,
                     "third_country_transfer": transfer,
                     "risk": risk,
@@ -147,10 +170,31 @@ def to_markdown(ropa: Mapping[str, Any]) -> str:
             f"| purpose | {record['purpose']} |",
             f"| personal data | {', '.join(categories) if isinstance(categories, list) else categories} |",
             f"| legal basis | {record['legal_basis']} ({record['legal_basis_article']}) |",
+            f"| Article 9 condition | {record['article_9_condition']} |",
             f"| recipients | {'; '.join(record['recipients'])} |",
             f"| residency | {', '.join(record['data_residency']) if isinstance(record['data_residency'], list) else record['data_residency']} |",  # noqa: E501
             f"| third-country transfer | {record['third_country_transfer']} |",
             f"| risk | {record['risk']} |",
             f"| security measures | {'; '.join(record['security_measures'])} |",
         ]
+    return "\n".join(lines) + "\n"
+
+
+def to_text(ropa: Mapping[str, Any]) -> str:
+    """Plain text for a terminal or a ticket: one block per record, every value whole (never cut)."""
+    summary = ropa["summary"]
+    lines = [
+        f"Records of processing activities (GDPR Art. 30): {summary['activities']} activities, "
+        f"{summary['high_risk']} high risk, {summary['third_country_transfers']} with third-country transfers, "
+        f"{summary['audit_logged']} audit-logged"
+    ]
+    lines += [f"warning: {warning}" for warning in ropa["warnings"]]
+    for record in ropa["records"]:
+        lines += ["", record["activity"]]
+        for key, value in record.items():
+            if key in ("activity", "source"):
+                continue
+            shown = "; ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            lines.append(f"  {key.replace('_', ' '):<26} {shown}")
+        lines.append(f"  {'source':<26} {record['source']['manifest']}: {record['source']['path']}")
     return "\n".join(lines) + "\n"

@@ -8,13 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from kcp_opa.audit.auditor import export_decision, query, replay
-from kcp_opa.audit.ropa import build_ropa, to_markdown
+from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json
+from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.ledger import verify_ledger
@@ -22,7 +21,14 @@ from kcp_opa.trail.ledger import verify_ledger
 
 @click.command()
 @click.argument("manifests", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "markdown", "text"]),
+    default="json",
+    show_default=True,
+    help="json for tools, markdown for a wiki or a ticket, text for a terminal (values never cut).",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here instead of stdout.")
 @MAX_BYTES
 def ropa(manifests: Sequence[Path], fmt: str, output: Path | None, max_bytes: int) -> None:
@@ -32,7 +38,8 @@ def ropa(manifests: Sequence[Path], fmt: str, output: Path | None, max_bytes: in
     """
     loaded = [load_manifest(path, max_bytes=max_bytes) for path in manifests]
     records = build_ropa(loaded)
-    text = to_markdown(records) if fmt == "markdown" else json.dumps(records, indent=2, ensure_ascii=False) + "\n"
+    renderers = {"markdown": to_markdown, "text": to_text}
+    text = renderers[fmt](records) if fmt in renderers else json.dumps(records, indent=2, ensure_ascii=False) + "\n"
     for warning in records["warnings"]:
         click.echo(f"kcp-opa: warning: {warning}", err=True)
     if output is not None:
@@ -62,12 +69,12 @@ def audit_verify(ledger: Path, fmt: str | None) -> None:
     if as_json(fmt):
         render.print_json(document)
     else:
-        console = Console()
+        out = console()
         if report.ok:
-            console.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact")
+            out.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact")
         for problem in report.problems:
             verified = f"{report.entries} entries verified before it"
-            console.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
+            out.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
     if not report.ok:
         sys.exit(EXIT_INVALID)
 
@@ -114,15 +121,15 @@ def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None)
     if as_json(fmt):
         render.print_json(report.to_dict())
     else:
-        console = Console()
+        out = console()
         counts = ", ".join(f"{engine} {count}" for engine, count in sorted(report.reproduced.items()))
-        console.print(f"{report.decisions} decisions; reproduced: {counts or 'none'}")
+        out.print(f"{report.decisions} decisions; reproduced: {counts or 'none'}")
         for item in report.mismatches:
-            console.print(f"[red]differs[/] line {item['line']} {item['decision_id']} on {item['engine']}")
+            out.print(f"[red]differs[/] line {item['line']} {item['decision_id']} on {item['engine']}")
         for revision, count in report.missing_bundles.items():
-            console.print(f"[red]missing bundle[/] revision {revision} ({count} decisions)")
+            out.print(f"[red]missing bundle[/] revision {revision} ({count} decisions)")
         for erased in report.erased_unverifiable:
-            console.print(f"[yellow]erased[/] {erased}: content erased under no-logging; not reproducible")
+            out.print(f"[yellow]erased[/] {erased}: content erased under no-logging; not reproducible")
     if not report.ok:
         sys.exit(EXIT_INVALID)
 
@@ -170,5 +177,5 @@ def audit_query(
             str(entry.get("decision") or entry.get("authorization_status") or ""),
             detail,
         )
-    console = Console()
-    (console if console.is_terminal else Console(width=160)).print(table)
+    out = console()
+    out.print(table)

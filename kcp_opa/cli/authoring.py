@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from kcp_opa.authoring.caserun import run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
@@ -16,7 +15,7 @@ from kcp_opa.authoring.policycheck import check_modules
 from kcp_opa.authoring.regotest import Outcome, discover, load_modules, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console
 from kcp_opa.compile.bundle import read_bundle, write_atomically
 from kcp_opa.core.errors import SourceUnreadableError
 
@@ -108,7 +107,7 @@ def test_command(
     if as_json(fmt):
         render.print_json(to_dict(results, case_run, covered))
     else:
-        print_report(Console(), results, case_run, covered, verbose=verbose)
+        print_report(console(), results, case_run, covered, verbose=verbose)
     failed = any(r.outcome in {Outcome.FAIL, Outcome.ERROR} for r in results)
     if case_run is not None:
         metrics = case_run.metrics()
@@ -147,13 +146,13 @@ def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | N
     if as_json(fmt):
         render.print_json({"modules": len(modules), "findings": [f.to_dict() for f in findings]})
     else:
-        console = Console()
+        out = console()
         for finding in findings:
             style = "bold red" if finding.severity == "error" else "yellow"
-            console.print(
+            out.print(
                 f"[{style}]{finding.severity}[/] {finding.file}:{finding.line}: {finding.message} ({finding.code})",
                 highlight=False,
             )
-        console.print(f"{len(modules)} modules: {len(errors)} errors, {len(findings) - len(errors)} warnings")
+        out.print(f"{len(modules)} modules: {len(errors)} errors, {len(findings) - len(errors)} warnings")
     if errors or (strict and findings):
         sys.exit(EXIT_INVALID)

@@ -9,9 +9,10 @@ from pathlib import Path
 import click
 
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_NOT_ALLOWED, read_text
+from kcp_opa.cli.native import first_native_error, native_stdout_captured
+from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.core.errors import ActionRejectedError, QueryError
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.query import evaluate_query
@@ -30,12 +31,13 @@ from kcp_opa.trail.ledger import AuditLedger
 @click.option(
     "-i",
     "--input",
+    "--action",
     "input_path",
     required=True,
     metavar="ACTION.json",
-    help="The action intent (JSON); '-' reads stdin.",
+    help="The action intent (JSON); '-' reads stdin. --action is the same flag (as in `receipt`).",
 )
-@click.option("--now", metavar="RFC3339", help="Decision time [default: the current time, UTC].")
+@now_option("Decision time [default: the current time, UTC].")
 @click.option(
     "--with-input",
     is_flag=True,
@@ -47,10 +49,17 @@ from kcp_opa.trail.ledger import AuditLedger
     type=click.Path(path_type=Path, dir_okay=False),
     help="Append the decision to this audit ledger (JSON Lines; fsynced before printing).",
 )
+@FORMAT
 def decide(
-    bundle: Path, input_path: str, now: str | None, with_input: bool, enforce: bool, ledger: Path | None
+    bundle: Path,
+    input_path: str,
+    now: str | None,
+    with_input: bool,
+    enforce: bool,
+    ledger: Path | None,
+    fmt: str | None,
 ) -> None:
-    """Decide one action with the bundle's policy and print the decision JSON.
+    """Decide one action with the bundle's policy and print the decision (JSON when piped).
 
     \b
     Exit codes:
@@ -66,7 +75,12 @@ def decide(
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
-    render.print_json({"input": prepared.document, "decision": document} if with_input else document)
+    if with_input:
+        render.print_json({"input": prepared.document, "decision": document})
+    elif as_json(fmt):
+        render.print_json(document)
+    else:
+        render.decision(console(), document)
     if enforce and not decision.execution_allowed:
         sys.exit(EXIT_NOT_ALLOWED)
 
@@ -106,4 +120,11 @@ def eval_command(bundle: Path, input_path: str | None, fmt: str, query: str) -> 
             input_doc = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise ActionRejectedError("", f"input {input_path} is not valid JSON: {exc}") from None
-    render.print_json(evaluate_query(loaded, query, input_doc, values_only=fmt == "values"))
+    with native_stdout_captured() as native:
+        try:
+            answer = evaluate_query(loaded, query, input_doc, values_only=fmt == "values")
+        except QueryError as exc:
+            detail = first_native_error(native())
+            summary = str(exc).removesuffix(": <error>")
+            raise QueryError(f"{summary}: {detail}" if detail else summary) from None
+    render.print_json(answer)

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.core.errors import KcpOpaError
@@ -45,7 +44,7 @@ def validate(files: Sequence[Path], fmt: str | None, max_bytes: int, strict: boo
         payload = [r.to_dict() for r in reports]
         render.print_json(payload[0] if len(files) == 1 and payload else payload)
     else:
-        render.reports(Console(), reports)
+        render.reports(console(), reports)
     for message in unreadable:
         click.echo(f"kcp-opa: error: {message}", err=True)
     if unreadable:
@@ -89,7 +88,7 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
             }
         )
     else:
-        render.effective(Console(), resolved)
+        render.effective(console(), resolved)
 
 
 @click.command(name="compile")
@@ -155,7 +154,7 @@ def compile_command(
     if as_json(fmt):
         render.print_json(result.to_dict())
     else:
-        render.compiled(Console(), result)
+        render.compiled(console(), result)
 
 
 @click.command()
@@ -167,4 +166,4 @@ def inspect(bundle: Path, fmt: str | None) -> None:
     if as_json(fmt):
         render.print_json({"file": str(bundle), "sha256": loaded.sha256, "manifest": loaded.manifest})
     else:
-        render.bundle_summary(Console(), loaded.manifest, loaded.sha256, str(bundle))
+        render.bundle_summary(console(), loaded.manifest, loaded.sha256, str(bundle))

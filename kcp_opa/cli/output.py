@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
+from rich.console import Console
 
 from kcp_opa.core.errors import ActionRejectedError, SourceUnreadableError
+from kcp_opa.decide.gate import decision_time
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
 EXIT_INVALID = 1
@@ -32,8 +37,31 @@ MAX_BYTES = click.option(
 )
 
 
+def _rfc3339(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--now is a usage matter: a time that does not parse is exit 2 before anything runs."""
+    if value is not None:
+        try:
+            decision_time(value)
+        except ActionRejectedError as exc:
+            raise click.BadParameter(str(exc).removeprefix("action: ")) from None
+    return value
+
+
+def now_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The --now flag every time-dependent command shares, checked at parse time."""
+    return click.option("--now", metavar="RFC3339", callback=_rfc3339, help=help_text)
+
+
 def as_json(fmt: str | None) -> bool:
     return fmt == "json" or (fmt is None and not sys.stdout.isatty())
+
+
+def console() -> Console:
+    """rich output for text formats. Piped text is never wrapped: a log, grep or CI job gets one
+    finding per line and every hash whole (tables take $COLUMNS, else 200 columns)."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(soft_wrap=True, width=int(os.environ.get("COLUMNS", "0") or 0) or 200)
 
 
 def fail(message: str, code: int) -> None:

@@ -14,7 +14,7 @@ import click
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_USAGE, read_text
+from kcp_opa.cli.output import EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key_from_env, load_keyring
@@ -106,7 +106,7 @@ def receipt_hash(action_path: str) -> None:
 @_key_options(keyring_help="Sign with the keyring's signing key instead (Ed25519 or HMAC).")
 @click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900 [default: the decision's, else 300].")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
-@click.option("--now", metavar="RFC3339", help="Issue time [default: now].")
+@now_option("Issue time [default: now].")
 @_receipt_errors
 def receipt_issue(
     action_path: str,
@@ -146,7 +146,7 @@ def receipt_issue(
     type=click.Path(path_type=Path, dir_okay=False),
     help="Consume the receipt in this SQLite store (without it: verify only, nothing consumed).",
 )
-@click.option("--now", metavar="RFC3339", help="Verification time [default: now].")
+@now_option("Verification time [default: now].")
 @_receipt_errors
 def receipt_verify(
     action_path: str,

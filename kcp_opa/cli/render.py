@@ -43,7 +43,7 @@ def reports(console: Console, items: Sequence[Report[Any]]) -> None:
 def effective(console: Console, unit: EffectiveUnit) -> None:
     table = Table(title=f"{unit.project} / {unit.unit_id}: effective unit", title_justify="left")
     table.add_column("field", style="bold", overflow="fold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")
     table.add_column("from", style="cyan")
     for name, sourced in unit.fields.items():
         value = sourced.value
@@ -57,7 +57,7 @@ def compiled(console: Console, result: CompileResult) -> None:
         console.print(_diagnostic_line(d), highlight=False)
     table = Table(title=f"bundle {result.output}", title_justify="left", show_header=False)
     table.add_column("key", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")
     rows = {
         "revision": result.revision,
         "sha256": result.sha256,
@@ -76,7 +76,7 @@ def bundle_summary(console: Console, manifest: Mapping[str, Any], sha256: str, s
     meta = manifest.get("metadata", {}).get("kcp_opa", {})
     table = Table(title=f"{source}", title_justify="left", show_header=False)
     table.add_column("key", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")
     table.add_row("revision", str(manifest.get("revision")))
     table.add_row("sha256", sha256)
     table.add_row("roots", ", ".join(manifest.get("roots", [])))
@@ -93,3 +93,23 @@ def bundle_summary(console: Console, manifest: Mapping[str, Any], sha256: str, s
     table.add_row("evaluators", ", ".join(f"{k}@{v}" for k, v in evaluators.items()) or "—")
     table.add_row("packages", ", ".join(meta.get("packages", [])))
     console.print(table)
+
+
+def decision(console: Console, document: Mapping[str, Any]) -> None:
+    """One decision for a person: the verdict first, then why, then what is still needed."""
+    allowed = document.get("execution_allowed") is True
+    style = "green" if allowed else "red" if document.get("decision") == "DENY" else "yellow"
+    console.print(
+        f"[bold {style}]{document.get('decision')}[/] risk {document.get('risk_level')}, "
+        f"{document.get('authorization_status')}, execution {'allowed' if allowed else 'not allowed'}",
+        highlight=False,
+    )
+    for reason in document.get("reasons") or []:
+        console.print(f"  {escape(str(reason.get('code')))}: {escape(str(reason.get('message')))}", highlight=False)
+    for key in ("missing_controls", "satisfied_controls", "approver_roles", "obligations"):
+        values = document.get(key) or []
+        if values:
+            shown = ", ".join(escape(v if isinstance(v, str) else json.dumps(v)) for v in values)
+            console.print(f"  {key.replace('_', ' ')}: {shown}", highlight=False)
+    for key in ("decision_id", "action_hash", "bundle_revision", "policy_version"):
+        console.print(f"  {key}: {document.get(key)}", highlight=False)

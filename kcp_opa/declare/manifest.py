@@ -108,6 +108,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
                 "unit has a freshness_policy but no validated date: the gate treats it as stale",
                 here,
             )
+        _check_access_declared(doc, unit, here, findings)
         if "trust" in unit:
             findings.warn("unit_trust_ignored", "trust is a root-only block; ignored here", (*here, "trust"))
         for dep_index, dep in _items(unit.get("depends_on")):
@@ -209,6 +210,30 @@ def _check_unit_vocab(unit: dict[str, Any], here: tuple[PathPart, ...], findings
     validated = unit.get("validated")
     if isinstance(validated, str) and _DATE_SHAPE.match(validated):
         _check_calendar_date(validated, (*here, "validated"), findings)
+
+
+def _check_access_declared(
+    doc: dict[str, Any], unit: dict[str, Any], here: tuple[PathPart, ...], findings: Findings
+) -> None:
+    """A confidential or restricted unit that leaves ``access`` to KCP's default (public) is a slip.
+
+    The gate does not open the unit to the public either way (sensitivity rules apply), but the
+    ROPA and every KCP reader would take the unit for public: say what access it has.
+    """
+    if "access" in unit:
+        return
+    own = [unit.get("sensitivity"), (_mapping(unit.get("compliance")) or {}).get("sensitivity")]
+    levels: list[Any] = [v for v in own if isinstance(v, str)] or [
+        (_mapping(doc.get("compliance")) or {}).get("sensitivity")
+    ]
+    strictest = max((v for v in levels if isinstance(v, str)), key=vocab.sensitivity_rank, default=None)
+    if vocab.sensitivity_rank(strictest) >= vocab.sensitivity_rank("confidential"):
+        findings.warn(
+            "access_not_declared",
+            f"{strictest} unit with no access declared, so KCP readers take it for public; declare "
+            "access: restricted (with auth_scope) or authenticated",
+            here,
+        )
 
 
 def _check_calendar_date(value: str, path: tuple[PathPart, ...], findings: Findings) -> None:
