@@ -28,7 +28,10 @@ def _message(error: ValidationError) -> str:
     if error.validator == "type":
         expected = error.validator_value
         names = [str(n) for n in expected] if isinstance(expected, list) else [str(expected)]
-        return f"expected {' or '.join(names)}, got {_kind(value)} {_short(value)}"
+        hint = ""
+        if "integer" in names and isinstance(value, float) and value.is_integer():
+            hint = " (a float: write an integer; money is in minor units, e.g. 4500.00 EUR is 450000)"
+        return f"expected {' or '.join(names)}, got {_kind(value)} {_short(value)}{hint}"
     if error.validator == "minItems" and error.validator_value == 1:
         return "must not be empty"
     if error.validator in ("minLength", "pattern") and value == "":

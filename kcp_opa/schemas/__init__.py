@@ -7,7 +7,17 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
+
+#: JSON Schema counts 5000.0 as an integer; kcp-opa does not. Money is integer minor units and
+#: depths and counts are whole numbers: a float there is a slip (5e5, 5000.00) that must not
+#: compile as 5000.0. Booleans are not integers either.
+StrictValidator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, instance: isinstance(instance, int) and not isinstance(instance, bool)
+    ),
+)
 
 MANIFEST = "kcp-manifest.schema.json"
 MATRIX = "delegation-matrix.schema.json"
@@ -25,7 +35,8 @@ def validator(name: str) -> Draft202012Validator:
     """A validator over the schema with local ``$ref``s inlined: reference resolution was half
     of jsonschema's time on large manifests, and these schemas are not recursive."""
     document = schema(name)
-    return Draft202012Validator(_inline(document, document.get("$defs", {})))
+    strict: Draft202012Validator = StrictValidator(_inline(document, document.get("$defs", {})))
+    return strict
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
