@@ -244,6 +244,8 @@ def _freshness(root: Mapping[str, Any], unit: Mapping[str, Any]) -> Sourced:
         block, source = root["freshness_policy"], ROOT
     else:
         return Sourced(None, DEFAULT)
+    if not isinstance(block.get("max_age_days"), int):
+        return Sourced(None, f"{source} (no max_age_days: no age limit)")
     return Sourced(
         {
             "max_age_days": block["max_age_days"],

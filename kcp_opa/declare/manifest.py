@@ -15,6 +15,7 @@ from typing import Any
 from kcp_opa import schemas
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
+from kcp_opa.declare.spec_rules import check_spec_rules
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
@@ -102,13 +103,12 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
             _check_custom_mechanism(delegation, root_delegation, (*here, "delegation"), findings)
         freshness = _mapping(unit.get("freshness_policy"))
         _check_freshness(freshness, (*here, "freshness_policy"), findings)
-        if (freshness or root_freshness) and "validated" not in unit:
+        if "max_age_days" in ((freshness or root_freshness) or {}) and "validated" not in unit:
             findings.warn(
                 "never_validated",
                 "unit has a freshness_policy but no validated date: the gate treats it as stale",
                 here,
             )
-        _check_access_declared(doc, unit, here, findings)
         if "trust" in unit:
             findings.warn("unit_trust_ignored", "trust is a root-only block; ignored here", (*here, "trust"))
         for dep_index, dep in _items(unit.get("depends_on")):
@@ -120,6 +120,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
                 )
     _check_relationships(doc, ids, findings)
     _check_federation(doc, findings)
+    check_spec_rules(doc, units, ids, findings)
 
 
 _UNHASHABLE_WHY = (
@@ -210,30 +211,6 @@ def _check_unit_vocab(unit: dict[str, Any], here: tuple[PathPart, ...], findings
     validated = unit.get("validated")
     if isinstance(validated, str) and _DATE_SHAPE.match(validated):
         _check_calendar_date(validated, (*here, "validated"), findings)
-
-
-def _check_access_declared(
-    doc: dict[str, Any], unit: dict[str, Any], here: tuple[PathPart, ...], findings: Findings
-) -> None:
-    """A confidential or restricted unit that leaves ``access`` to KCP's default (public) is a slip.
-
-    The gate does not open the unit to the public either way (sensitivity rules apply), but the
-    ROPA and every KCP reader would take the unit for public: say what access it has.
-    """
-    if "access" in unit:
-        return
-    own = [unit.get("sensitivity"), (_mapping(unit.get("compliance")) or {}).get("sensitivity")]
-    levels: list[Any] = [v for v in own if isinstance(v, str)] or [
-        (_mapping(doc.get("compliance")) or {}).get("sensitivity")
-    ]
-    strictest = max((v for v in levels if isinstance(v, str)), key=vocab.sensitivity_rank, default=None)
-    if vocab.sensitivity_rank(strictest) >= vocab.sensitivity_rank("confidential"):
-        findings.warn(
-            "access_not_declared",
-            f"{strictest} unit with no access declared, so KCP readers take it for public; declare "
-            "access: restricted (with auth_scope) or authenticated",
-            here,
-        )
 
 
 def _check_calendar_date(value: str, path: tuple[PathPart, ...], findings: Findings) -> None:

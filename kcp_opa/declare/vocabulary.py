@@ -21,19 +21,27 @@ KNOWN_KCP_VERSIONS = frozenset(
         "0.12",
         "0.13",
         "0.14",
-        "0.15",
         "0.16",
         "0.17",
         "0.18",
         "0.19",
         "0.20",
+        "0.21",
+        "0.22",
+        "0.23",
+        "0.24",
+        "0.25",
+        "0.26",
+        "0.27",
+        "0.28",
+        "0.29",
+        "0.30",
     }
-)
+)  # 0.15 was never published (the KCP changelog skips it)
 
 # Closed vocabularies (a bad value is an error; the schemas carry the same lists).
 SENSITIVITY_ORDER = ("public", "internal", "confidential", "restricted")
 SCOPES = ("global", "project", "module")
-AUDIENCES = ("human", "agent", "developer", "architect", "operator", "devops")
 APPROVAL_MECHANISMS = ("oauth_consent", "uma", "custom")
 ON_STALE = ("warn", "degrade", "block")
 LEGAL_BASES = (
@@ -81,7 +89,12 @@ RESTRICTIONS = (
 )
 REGIONS = ("EEA", "EU", "US", "UK", "NO", "CH", "AU", "global")
 KINDS = ("knowledge", "schema", "service", "policy", "executable")
+AUDIENCES = ("human", "agent", "developer", "architect", "operator", "devops")
 ACCESS_LEVELS = ("public", "authenticated", "restricted")
+# Open vocabularies the spec says to ignore when unknown (a warning, never an error).
+AUTH_METHOD_TYPES = ("none", "oauth2", "api_key", "bearer_token", "spiffe", "did", "http_signature")
+MANIFEST_RELATIONSHIPS = ("child", "foundation", "governs", "peer", "archive")
+ON_FAILURE = ("skip", "warn", "degrade")
 RELATIONSHIP_TYPES = ("enables", "context", "supersedes", "contradicts", "depends_on", "governs")
 FEDERATION_RELATIONSHIPS = ("child", "foundation", "governs", "peer", "archive")
 DATA_CATEGORIES = (

@@ -34,7 +34,8 @@ stale if {
 	# Guarded: `null + n` is an error under regopy's strict builtin errors (the gate's mode)
 	# and would turn a never-validated unit into an engine_error instead of "stale".
 	is_number(facts.unit.validated_epoch_day)
-	_today >= facts.unit.validated_epoch_day + _policy.max_age_days
+	# KCP §15.7: stale once (today - validated) > max_age_days; the last allowed day is fresh.
+	_today > facts.unit.validated_epoch_day + _policy.max_age_days
 }
 
 _state := {"warn": "ALLOW", "degrade": "ESCALATE", "block": "DENY"}
