@@ -114,3 +114,15 @@ def test_check_passes_on_the_shipped_policies() -> None:
     proc = run_cli("check", "policies", "--strict", "--format", "json")
     assert proc.returncode == 0, proc.stdout
     assert json.loads(proc.stdout)["findings"] == []
+
+
+def test_an_aborting_test_file_does_not_take_other_files_down() -> None:
+    """One `with input as` in a new file used to turn every other file's tests into ERRORs."""
+    code, report = _test(str(FIXTURES / "rego" / "neighbours"), "--no-cases")
+    assert code == 2
+    outcomes = _outcomes(report)
+    assert outcomes.pop("test_aborts_regopy") == "ERROR"
+    assert set(outcomes.values()) == {"PASS"} and len(outcomes) == 6
+    assert [t["name"] for t in report["tests"] if t["divergent"]] == ["data.crash_test.test_aborts_regopy"]
+    aborted = next(t for t in report["tests"] if t["name"].endswith("test_aborts_regopy"))
+    assert aborted["engines"]["regopy"]["detail"].startswith("crash_test.rego:9: ")

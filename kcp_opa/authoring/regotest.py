@@ -2,9 +2,11 @@
 
 Discovery: every ``test_*`` rule in a ``*_test.rego`` file is a test, every ``todo_*`` rule is
 reported as skipped. regopy runs in child processes, because some policies abort rego-cpp
-(engine-notes.md hazard 4): all tests are planned in one child; if that child dies, each file
-and then each test of a dying file gets a child of its own, so the one test that aborts the
-engine is an ERROR with the construct named, and every other test still runs. A test file
+(docs/engine-findings.md): all tests are planned in one child; if that child dies, each test
+file gets a child of its own that loads the policies and that file only (regopy plans every
+module it is given, so a neighbour's aborting file must not be loaded), then each test of a
+dying file; the test that aborts the engine is an ERROR naming the line of the construct, and
+every other test still runs. A test file
 whose first line is ``# kcp-opa: engines=opa`` runs on OPA only (regopy: SKIP, with the reason
 the file gives on the next lines).
 """
@@ -261,7 +263,7 @@ def _run_group(
             results[test.name] = _judge(solo.get(test.entrypoint))
             return
         if solo is None:
-            detail = ABORT_HINT
+            detail = _abort_detail(modules[test.file], test)
         elif "__timeout__" in solo:
             detail = f"regopy did not finish planning in {solo['__timeout__']:g} s"
         else:
@@ -271,12 +273,29 @@ def _run_group(
     by_file: dict[str, list[RegoTest]] = {}
     for test in tests:
         by_file.setdefault(test.file, []).append(test)
-    if split and len(by_file) > 1:
-        for group in by_file.values():
-            _run_group(modules, group, results, split=False)
+    if split:
+        for file, group in by_file.items():
+            _run_group(_with_one_test_file(modules, file), group, results, split=False)
     else:
         for test in tests:
             _run_group(modules, [test], results, split=False)
+
+
+def _with_one_test_file(modules: Mapping[str, str], keep: str) -> dict[str, str]:
+    """The policy modules and one test file: another test file that aborts regopy stays out."""
+    return {name: source for name, source in modules.items() if name == keep or not name.endswith("_test.rego")}
+
+
+def _abort_detail(source: str, test: RegoTest) -> str:
+    """ABORT_HINT, pointing at the first `with input` line of the test rule when there is one."""
+    lines = source.splitlines()
+    for number in range(test.line, len(lines) + 1):
+        text = lines[number - 1]
+        if number > test.line and text[:1].strip() and not text.startswith(("}", "#")):
+            break  # the next rule starts: the test has no `with input`
+        if "with input" in text:
+            return f"{test.file}:{number}: {ABORT_HINT}"
+    return ABORT_HINT
 
 
 def run_opa(
