@@ -126,3 +126,13 @@ def test_an_aborting_test_file_does_not_take_other_files_down() -> None:
     assert [t["name"] for t in report["tests"] if t["divergent"]] == ["data.crash_test.test_aborts_regopy"]
     aborted = next(t for t in report["tests"] if t["name"].endswith("test_aborts_regopy"))
     assert aborted["engines"]["regopy"]["detail"].startswith("crash_test.rego:9: ")
+
+
+def test_a_sub_path_of_the_policies_runs_its_tests_against_the_whole_tree() -> None:
+    """`kcp-opa test policies/kcp/lib/` used to fail every case with `VERSION: missing`."""
+    code, report = _test(str(REPO / "policies" / "kcp" / "lib"))
+    assert code == 0, report
+    files = {t["file"] for t in report["tests"]}
+    assert files and all(f.startswith("kcp/lib/") and f.endswith("_test.rego") for f in files)
+    assert {t["outcome"] for t in report["tests"]} == {"PASS"}
+    assert report["cases"] is None  # cases decide whole deployments: only for the root or --cases

@@ -12,7 +12,7 @@ import click
 from kcp_opa.authoring.caserun import run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.authoring.policycheck import check_modules
-from kcp_opa.authoring.regotest import Outcome, discover, load_modules, run_tests
+from kcp_opa.authoring.regotest import Outcome, discover, load_modules, load_selection, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console
@@ -88,7 +88,7 @@ def test_command(
     if unknown or not wanted:
         raise click.BadParameter(f"unknown engine(s) {', '.join(sorted(unknown)) or '(none)'}", param_hint="--engines")
     try:
-        modules = load_modules(targets)
+        modules, root = load_selection(targets)
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceUnreadableError(str(targets[0]), f"cannot read policies: {exc}") from None
     tests = discover(modules, run_regex)
@@ -96,6 +96,9 @@ def test_command(
     case_run = None
     directory = cases_dir or (Path("fixtures/cases") if Path("fixtures/cases").is_dir() else None)
     policy_dirs = [t for t in targets if t.is_dir()]
+    if root is not None:
+        # Cases decide whole deployments: they run for the policies root, or a sub-path with --cases.
+        policy_dirs = [root] if cases_dir is not None or any(t.resolve() == root for t in targets) else []
     if not no_cases and directory is not None and policy_dirs:
         cases = [case for path in case_files(directory) for case in load_cases(path)]
         if run_regex:
