@@ -136,3 +136,50 @@ def test_a_sub_path_of_the_policies_runs_its_tests_against_the_whole_tree() -> N
     assert files and all(f.startswith("kcp/lib/") and f.endswith("_test.rego") for f in files)
     assert {t["outcome"] for t in report["tests"]} == {"PASS"}
     assert report["cases"] is None  # cases decide whole deployments: only for the root or --cases
+
+
+def test_watch_runs_again_when_a_test_file_changes(tmp_path: Path) -> None:
+    """`--watch` repeats the run on every save, in a real process, until it is interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "VERSION").write_text("1.0.0\n")
+    (tmp_path / "p.rego").write_text("package p\n\nimport rego.v1\n\nanswer := 42\n")
+    test_file = tmp_path / "p_test.rego"
+    test_file.write_text("package p_test\n\nimport rego.v1\n\nimport data.p\n\ntest_answer if p.answer == 42\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kcp_opa", "test", str(tmp_path), "--no-cases", "--engines", "opa", "--watch"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+
+    def next_run() -> str:
+        out = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            if "watching for changes" in line:
+                break
+            assert line, "the watcher exited"
+        else:
+            raise AssertionError("no run within 120 s")
+        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        out.append(proc.stdout.read() or "")  # type: ignore[union-attr]
+        os.set_blocking(proc.stdout.fileno(), True)  # type: ignore[union-attr]
+        return "".join(out)
+
+    try:
+        first = json.loads(next_run())
+        assert _outcomes(first) == {"test_answer": "PASS"}
+        time.sleep(1.1)  # a new mtime on coarse clocks
+        test_file.write_text(test_file.read_text().replace("== 42", "== 41"))
+        second = json.loads(next_run())
+        assert _outcomes(second) == {"test_answer": "FAIL"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    assert proc.returncode == 130

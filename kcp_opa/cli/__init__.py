@@ -72,8 +72,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             click.echo(f"Try '{exc.ctx.command_path} --help'.", err=True)
         sys.exit(EXIT_USAGE)
-    except click.Abort:
-        fail("aborted", EXIT_USAGE)
+    except click.Abort:  # click's form of Ctrl-C (KeyboardInterrupt) inside a command
+        click.echo("kcp-opa: interrupted", err=True)
+        sys.exit(130)
     except ValidationFailedError as exc:
         lines = exc.errors
         click.echo(f"kcp-opa: error: {exc.file} is invalid:", err=True)

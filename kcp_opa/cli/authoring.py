@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
-from kcp_opa.authoring.caserun import run_cases
+from kcp_opa.authoring.caserun import CaseRun, run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.authoring.policycheck import check_modules
-from kcp_opa.authoring.regotest import Outcome, discover, load_modules, load_selection, run_tests
+from kcp_opa.authoring.regotest import Outcome, TestResult, discover, load_modules, load_selection, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, status
 from kcp_opa.compile.bundle import read_bundle, write_atomically
 from kcp_opa.core.errors import SourceUnreadableError
+
+#: Files whose change re-runs `kcp-opa test --watch`, and how often to look.
+WATCHED = frozenset({".rego", ".yaml", ".yml", ".json"})
+WATCH_INTERVAL_S = 1.0
 
 
 @click.command(name="test")
@@ -56,6 +63,7 @@ from kcp_opa.core.errors import SourceUnreadableError
     help="Output format. Default: text on a terminal, json when piped.",
 )
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
+@click.option("--watch", is_flag=True, help="Run again whenever a .rego, case or deployment file changes.")
 def test_command(
     paths: Sequence[Path],
     run_regex: str | None,
@@ -69,6 +77,7 @@ def test_command(
     fail_on_false_allow: bool,
     fmt: str | None,
     junit: Path | None,
+    watch: bool,
 ) -> None:
     """Run Rego tests (`test_*` in *_test.rego) on regopy and OPA, then the decision cases.
 
@@ -81,30 +90,82 @@ def test_command(
       kcp-opa test policies/                        # tests + fixtures/cases + metrics
       kcp-opa test policies/ --coverage --threshold 90 --junit report.xml
       kcp-opa test policies/ --run residency -v
+      kcp-opa test policies/kcp/evaluators/ --watch   # one folder's tests, again on every save
     """
     targets = list(paths) or [Path("policies")]
     wanted = tuple(e.strip() for e in engines.split(",") if e.strip())
     unknown = set(wanted) - {"regopy", "opa"}
     if unknown or not wanted:
         raise click.BadParameter(f"unknown engine(s) {', '.join(sorted(unknown)) or '(none)'}", param_hint="--engines")
-    try:
-        modules, root = load_selection(targets)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SourceUnreadableError(str(targets[0]), f"cannot read policies: {exc}") from None
-    tests = discover(modules, run_regex)
-    results, test_coverage = run_tests(modules, tests, wanted, coverage=coverage)
-    case_run = None
     directory = cases_dir or (Path("fixtures/cases") if Path("fixtures/cases").is_dir() else None)
-    policy_dirs = [t for t in targets if t.is_dir()]
-    if root is not None:
-        # Cases decide whole deployments: they run for the policies root, or a sub-path with --cases.
-        policy_dirs = [root] if cases_dir is not None or any(t.resolve() == root for t in targets) else []
-    if not no_cases and directory is not None and policy_dirs:
-        cases = [case for path in case_files(directory) for case in load_cases(path)]
-        if run_regex:
-            cases = [c for c in cases if re.search(run_regex, c.case_id)]
-        case_run = run_cases(cases, policy_dirs[0], deployments_dir, wanted, coverage=coverage)
-    covered = policy_coverage(test_coverage, case_run.coverage if case_run else None) if coverage else None
+    run = TestRun(targets, wanted, run_regex, directory, cases_dir is not None, deployments_dir, no_cases, coverage)
+
+    def once() -> bool:
+        # --threshold applies with --coverage only, as it always has.
+        return _report(run.execute(), verbose, threshold if coverage else None, fail_on_false_allow, fmt, junit)
+
+    if not watch:
+        if once():
+            sys.exit(EXIT_USAGE)
+        return
+    watched = [*targets, *([directory] if directory else []), deployments_dir]
+    seen: tuple[tuple[str, int], ...] | None = None
+    while True:  # Ctrl-C ends it (exit 130)
+        now = _snapshot(watched)
+        if now != seen:
+            seen = now
+            once()
+            click.echo("kcp-opa: watching for changes to .rego, case and deployment files (Ctrl-C stops)", err=True)
+        time.sleep(WATCH_INTERVAL_S)
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One `kcp-opa test` run's inputs, so --watch can repeat it."""
+
+    targets: Sequence[Path]
+    engines: tuple[str, ...]
+    run_regex: str | None
+    cases_dir: Path | None
+    cases_asked: bool
+    deployments_dir: Path
+    no_cases: bool
+    coverage: bool
+
+    def execute(self) -> tuple[list[TestResult], CaseRun | None, dict[str, Any] | None]:
+        try:
+            modules, root = load_selection(self.targets)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SourceUnreadableError(str(self.targets[0]), f"cannot read policies: {exc}") from None
+        tests = discover(modules, self.run_regex)
+        with status(f"{len(tests)} Rego tests on {' and '.join(self.engines)}"):
+            results, test_coverage = run_tests(modules, tests, self.engines, coverage=self.coverage)
+        case_run = None
+        policy_dirs = [t for t in self.targets if t.is_dir()]
+        if root is not None:
+            # Cases decide whole deployments: they run for the policies root, or a sub-path with --cases.
+            policy_dirs = [root] if self.cases_asked or any(t.resolve() == root for t in self.targets) else []
+        if not self.no_cases and self.cases_dir is not None and policy_dirs:
+            cases = [case for path in case_files(self.cases_dir) for case in load_cases(path)]
+            if self.run_regex:
+                cases = [c for c in cases if re.search(self.run_regex, c.case_id)]
+            with status(f"{len(cases)} decision cases on {' and '.join(self.engines)}"):
+                case_run = run_cases(cases, policy_dirs[0], self.deployments_dir, self.engines, coverage=self.coverage)
+        coverage = case_run.coverage if case_run else None
+        covered = policy_coverage(test_coverage, coverage) if self.coverage else None
+        return results, case_run, covered
+
+
+def _report(
+    outcome: tuple[list[TestResult], CaseRun | None, dict[str, Any] | None],
+    verbose: bool,
+    threshold: float | None,
+    fail_on_false_allow: bool,
+    fmt: str | None,
+    junit: Path | None,
+) -> bool:
+    """Print one run; True when it failed (a test, a case, a false allow, coverage below threshold)."""
+    results, case_run, covered = outcome
     if junit is not None:
         write_atomically(junit, junit_xml(results, case_run))
     if as_json(fmt):
@@ -116,12 +177,20 @@ def test_command(
         metrics = case_run.metrics()
         failed = failed or metrics["passed"] != metrics["cases"]
         failed = failed or (fail_on_false_allow and bool(metrics["false_allows"]))
-    if coverage and threshold is not None and (covered is None or covered["coverage"] < threshold):
+    if threshold is not None and (covered is None or covered["coverage"] < threshold):
         shown = "no coverage" if covered is None else f"{covered['coverage']:.1f}%"
         click.echo(f"kcp-opa: coverage {shown} is below the threshold {threshold:g}%", err=True)
         failed = True
-    if failed:
-        sys.exit(EXIT_USAGE)
+    return failed
+
+
+def _snapshot(paths: Sequence[Path]) -> tuple[tuple[str, int], ...]:
+    """(path, mtime) of every watched file: a change, an addition or a removal changes it."""
+    files = []
+    for path in paths:
+        candidates = path.rglob("*") if path.is_dir() else [path]
+        files += [(str(f), f.stat().st_mtime_ns) for f in candidates if f.suffix in WATCHED and f.is_file()]
+    return tuple(sorted(files))
 
 
 @click.command()
@@ -144,7 +213,8 @@ def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | N
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceUnreadableError(str(targets[0]), f"cannot read policies: {exc}") from None
     data = read_bundle(bundle).data if bundle is not None else None
-    findings = check_modules(modules, data=data)
+    with status(f"checking {len(modules)} modules on OPA and regopy"):
+        findings = check_modules(modules, data=data)
     errors = [f for f in findings if f.severity == "error"]
     if as_json(fmt):
         render.print_json({"modules": len(modules), "findings": [f.to_dict() for f in findings]})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -62,6 +63,12 @@ def console() -> Console:
     if sys.stdout.isatty():
         return Console()
     return Console(soft_wrap=True, width=int(os.environ.get("COLUMNS", "0") or 0) or 200)
+
+
+def status(message: str) -> contextlib.AbstractContextManager[Any]:
+    """A spinner on stderr while long work runs, only when a person watches a terminal."""
+    err = Console(stderr=True)
+    return err.status(message) if err.is_terminal else contextlib.nullcontext()
 
 
 def fail(message: str, code: int) -> None:
