@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
-from hostile import hostile_text  # noqa: E402
+from hostile import hostile_text
 
-from kcp_opa.core.errors import ActionRejectedError  # noqa: E402
-from kcp_opa.decide.action import check_action  # noqa: E402
-from kcp_opa.decide.engine import query_entrypoint  # noqa: E402
+from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.decide.action import check_action
+from kcp_opa.decide.engine import query_entrypoint
 
 REPO = Path(__file__).resolve().parent.parent
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -128,7 +127,7 @@ def test_contract_refuses_with_path_and_character(path: str, value: Any, char: s
     [
         ("/scenario", 'free "text" with \\ and tabs\tand\nlines\r\n, İ ß Σ \u200b \u202e é'),
         ("/knowledge/purpose", "TRAİNING"),
-        ("/attributes/note", "quotes \" and } braces {"),
+        ("/attributes/note", 'quotes " and } braces {'),
         ("/tenant_id", "tenant_a:eu/1@x+y~z=w#v-u.t"),
     ],
 )

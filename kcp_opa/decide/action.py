@@ -135,9 +135,7 @@ IDENTIFIER_PATHS = (
     "/delegation_chain/*/agent_id",
     "/delegation_chain/*/capabilities/*",
 )
-_IDENTIFIER_PATH = re.compile(
-    "^(?:" + "|".join(re.escape(p).replace(r"\*", "[0-9]+") for p in IDENTIFIER_PATHS) + ")$"
-)
+_IDENTIFIER_PATH = re.compile("^(?:" + "|".join(re.escape(p).replace(r"\*", "[0-9]+") for p in IDENTIFIER_PATHS) + ")$")
 
 
 def check_strings(root: Mapping[str, Any]) -> None:
@@ -169,7 +167,7 @@ def check_strings(root: Mapping[str, Any]) -> None:
 def _check_text(text: str, path: str, *, key: bool = False) -> None:
     if len(text) > 1 and text[0] == text[-1] == '"':
         raise ActionRejectedError(
-            path, 'a string may not both start and end with U+0022 \'"\': regopy reads it as the string inside the quotes'
+            path, 'a string may not both start and end with U+0022 """: regopy reads it as the string inside the quotes'
         )
     match = _FORBIDDEN_TEXT.search(text)
     if match is not None:

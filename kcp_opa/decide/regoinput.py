@@ -52,7 +52,7 @@ def rego_input(value: Any) -> Any:
         if b"\x00" in raw:
             raise ValueError("a string holding NUL cannot reach rego-cpp intact (its C API stops at NUL)")
         if len(raw) > 1 and raw[0] == raw[-1] == 0x22:
-            raise ValueError('a string wrapped in double quotes reads as the string inside them in rego-cpp')
+            raise ValueError("a string wrapped in double quotes reads as the string inside them in rego-cpp")
         return raw
 
     def push(item: Any) -> None:

@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 #: closing quote (space and "!").
 HOSTILE_CHARS = (
     '"\\/{}[]:,\t\n\r !#'
-    "İıßΣσςǅKÅſﬁ"  # Turkish dotted/dotless i, sharp s, sigma forms, titlecase, Kelvin, Angstrom, long s, ligature
+    "İıßΣσςǅKÅſﬁ"  # noqa: RUF001 - Turkish dotted/dotless i, sharp s, sigma forms, titlecase, Kelvin, Angstrom, long s, ligature
     "\u200b\u200c\u200d\u2060\ufeff"  # zero-width
     "\u202a\u202b\u202e\u2066\u2069\u200e\u200f"  # bidi
     "\u0301\u0307\u0338"  # combining marks
     "é\u00a0\u2028\u2029😀"
     "aAzZ09_-."
 )
+
 
 def _contract(text: str) -> str:
     """The action contract refuses a string wrapped in double quotes; keep the rest of it."""
