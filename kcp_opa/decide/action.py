@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -182,6 +183,41 @@ def _char_name(char: str) -> str:
     """``U+0000 "\\x00"``: the code point and its escaped form, safe to print and log."""
     escaped = char.encode("unicode_escape", "backslashreplace").decode("ascii")
     return f'U+{ord(char):04X} "{escaped}"'
+
+
+#: Free-text strings the policies compare regardless of case, folded into ``input.context.folded``.
+FOLDED_PATHS = (("knowledge", "purpose"),)
+_DROPPED_IN_FOLD = frozenset({"Mn", "Me", "Cf"})
+
+
+def fold_text(text: str) -> str:
+    """The case- and mark-insensitive form policies compare (docs/input-contract.md).
+
+    NFKD, casefold, then combining marks and format characters (zero-width, bidi) dropped, then
+    NFC: ``TRAİNING``, ``Trai\u0307ning`` and ``train\u200bing`` all fold to ``training``.
+    Computed here once, archived in the input: regopy's ``lower`` is ASCII-only.
+    """
+    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", text).casefold())
+    kept = "".join(char for char in decomposed if unicodedata.category(char) not in _DROPPED_IN_FOLD)
+    return unicodedata.normalize("NFC", kept)
+
+
+def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
+    """``{"purpose": fold}`` for each :data:`FOLDED_PATHS` string the action holds."""
+    folded: dict[str, str] = {}
+    for *parents, name in FOLDED_PATHS:
+        node: Any = action
+        for part in parents:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        value = node.get(name) if isinstance(node, Mapping) else None
+        if isinstance(value, str):
+            folded[name] = _contract_safe(fold_text(value))
+    return folded
+
+
+def _contract_safe(text: str) -> str:
+    # A fold can only shrink what the contract let in, but it must never end up quote-wrapped.
+    return text.strip('"') if len(text) > 1 and text[0] == text[-1] == '"' else text
 
 
 def _schema_message(message: str, validator: Any) -> str:

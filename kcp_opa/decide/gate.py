@@ -20,7 +20,7 @@ import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.core.errors import ActionRejectedError, LedgerError
-from kcp_opa.decide.action import action_hash, check_action, trace_id_of
+from kcp_opa.decide.action import action_hash, check_action, folded_strings, trace_id_of
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
@@ -95,6 +95,7 @@ def build_input(
             "decision_epoch_seconds": seconds,
             "decision_epoch_day": seconds // 86400,
             "satisfied_controls": sorted(set(satisfied_controls)),
+            "folded": folded_strings(action),
         },
     }
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)

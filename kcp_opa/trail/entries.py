@@ -35,6 +35,7 @@ CONTENT_POINTERS = (
     "/action/target/account_fingerprint",
     "/action/knowledge/purpose",
     "/action/authorization_context/session_id",
+    "/context/folded/purpose",
 )
 
 
