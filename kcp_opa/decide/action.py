@@ -107,10 +107,10 @@ def _check_values(root: Mapping[str, Any]) -> None:
 #: messages, logs and replays ambiguous. Free text (messages, purposes) may keep TAB/LF/CR.
 _FORBIDDEN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 
-#: Identifiers: ASCII letters, digits and ``_ . : / @ + ~ = # -``. Every one is above ``"``
+#: Identifiers: ASCII letters, digits and ``_ . : / @ + ~ = # * -``. Every one is above ``"``
 #: (0x22), so the engines sort identifiers alike (regopy compares a string with its closing
 #: quote; engine-findings item 25), and none needs a JSON escape.
-IDENTIFIER = re.compile(r"[A-Za-z0-9_.:/@+~=#-]+")
+IDENTIFIER = re.compile(r"[A-Za-z0-9_.:/@+~=#*-]+")
 
 #: Where the action holds identifiers (``*`` is any array index): what policies match, index,
 #: hash, sort or put in messages.
@@ -125,6 +125,7 @@ IDENTIFIER_PATHS = (
     "/target/type",
     "/target/tenant_id",
     "/target/country",
+    "/target/region",
     "/authorization_context/requested_by",
     "/authorization_context/agent_scope/*",
     "/authorization_context/actor_role",
@@ -154,7 +155,7 @@ def check_strings(root: Mapping[str, Any]) -> None:
                 bad = next((c for c in value if not IDENTIFIER.fullmatch(c)), None)
                 what = f"character {_char_name(bad)}" if bad is not None else "an empty string"
                 raise ActionRejectedError(
-                    path, f"{what} is not allowed in an identifier (letters, digits and _ . : / @ + ~ = # - only)"
+                    path, f"{what} is not allowed in an identifier (letters, digits and _ . : / @ + ~ = # * - only)"
                 )
         elif isinstance(value, Mapping):
             for key, item in value.items():
@@ -180,9 +181,13 @@ def _check_text(text: str, path: str, *, key: bool = False) -> None:
 
 
 def _char_name(char: str) -> str:
-    """``U+0000 "\\x00"``: the code point and its escaped form, safe to print and log."""
-    escaped = char.encode("unicode_escape", "backslashreplace").decode("ascii")
-    return f'U+{ord(char):04X} "{escaped}"'
+    """``U+0000 "\\x00"``: the code point and an ASCII-only escaped form, safe to print and log."""
+    code = ord(char)
+    if 0x21 <= code <= 0x7E and char not in '"\\':
+        shown = char
+    else:
+        shown = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return f'U+{code:04X} "{shown}"'
 
 
 #: Free-text strings the policies compare regardless of case, folded into ``input.context.folded``.
