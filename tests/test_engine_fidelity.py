@@ -141,3 +141,16 @@ def test_rego_input_refuses_nul_itself() -> None:
 
     with pytest.raises(ValueError, match="NUL"):
         rego_input({"s": "a\x00b"})
+
+
+def test_kcp_opa_eval_replays_strings_byte_for_byte() -> None:
+    """The auditors' regopy replay (`kcp-opa eval`) reads the same node tree as the gate."""
+    from kcp_opa.compile.bundle import LoadedBundle
+    from kcp_opa.decide.query import evaluate_query
+
+    bundle = LoadedBundle("<test>", {}, {}, {"echo.rego": _ECHO}, "")
+    text = 'quote " backslash \\ newline \n tab \t İ'
+    answer = evaluate_query(bundle, "x := input.s", {"s": text})
+    assert isinstance(answer, dict)
+    assert answer["result"][0]["bindings"] == {"x": text}
+    assert evaluate_query(bundle, "input.nope", {"s": text}) == {}

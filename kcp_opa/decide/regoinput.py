@@ -28,7 +28,7 @@ _OK = 0
 # rego-cpp node kinds (regopy.rego_shared.NodeKind), read through the C API directly.
 _TERM, _SCALAR, _ARRAY, _SET, _OBJECT, _ITEM = 1002, 1003, 1004, 1005, 1006, 1007
 _INT, _FLOAT, _STRING, _TRUE, _FALSE, _NULL = 1008, 1009, 1010, 1011, 1012, 1013
-_TERMS, _RESULTS = 1015, 1017
+_UNDEFINED, _TERMS, _RESULTS = 1014, 1015, 1017
 
 
 def rego_input(value: Any) -> Any:
@@ -122,16 +122,31 @@ def _lib() -> _Native:
 
 def read_results(node: int) -> list[list[Any]]:
     """The expressions of each result of an output node (``Results`` > ``Result`` > ``Terms``)."""
+    return [expressions for expressions, _ in read_query_results(node)]
+
+
+def read_query_results(node: int) -> list[tuple[list[Any], dict[str, Any]]]:
+    """Each result's expressions and bindings; ``[]`` when the output is undefined."""
     lib = _lib()
-    if lib.kind(node) != _RESULTS:
-        raise ValueError(f"rego-cpp output of kind {lib.kind(node)} where results were expected")
+    kind = lib.kind(node)
+    if kind == _UNDEFINED:
+        return []
+    if kind != _RESULTS:
+        raise ValueError(f"rego-cpp output of kind {kind} where results were expected")
     found = []
     for index in range(lib.size(node)):
         result = lib.get(node, index)
         terms = lib.get(result, 0) if lib.size(result) else None
         if terms is None or lib.kind(terms) != _TERMS:
             raise ValueError("a rego-cpp result without its terms")
-        found.append([read_value(lib.get(terms, position)) for position in range(lib.size(terms))])
+        expressions = [read_value(lib.get(terms, position)) for position in range(lib.size(terms))]
+        bindings: dict[str, Any] = {}
+        if lib.size(result) > 1:
+            for position in range(lib.size(bound := lib.get(result, 1))):
+                binding = lib.get(bound, position)
+                name = _bytes_of(lib, lib.get(binding, 0)).decode("utf-8")
+                bindings[name] = read_value(lib.get(binding, 1))
+        found.append((expressions, bindings))
     return found
 
 
