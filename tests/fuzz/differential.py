@@ -90,9 +90,11 @@ def load_world(directory: Path | None = None) -> dict[str, Deployment]:
     """Compile the three reference deployments and gather what the mutations draw from."""
     out = directory or Path(tempfile.mkdtemp(prefix="kcp-opa-fuzz-"))
     world: dict[str, Deployment] = {}
-    for path in case_files(REPO / "fixtures" / "cases"):
-        cases = load_cases(path)
-        name = cases[0].deployment
+    by_deployment: dict[str, list[Any]] = {}
+    for path in case_files(REPO / "fixtures" / "cases"):  # pinned fuzz cases sit in files of their own
+        for case in load_cases(path):
+            by_deployment.setdefault(case.deployment, []).append(case)
+    for name, cases in sorted(by_deployment.items()):
         base = REPO / "fixtures" / "deployments" / name
         bundle = out / f"{name}.tar.gz"
         compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle, engine_check=False)

@@ -97,6 +97,9 @@ def main() -> int:
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.with_suffix(".json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     args.report.with_suffix(".md").write_text(markdown(report))
+    with args.report.with_name(args.report.name + "-divergences.jsonl").open("w", encoding="utf-8") as out:
+        for item in total.divergences + total.crashes:  # every one, to pin as a decision case
+            out.write(json.dumps(item, ensure_ascii=False, sort_keys=True) + "\n")
     print(markdown(report))
     failed = report["divergences"] or report["crashes"] or report["states_missing"]
     if report["states_missing"]:
