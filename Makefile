@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 
-.PHONY: help install demo test policy-test lint typecheck bundle bench clean
+.PHONY: help install demo test policy-test lint typecheck bundle bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -64,6 +64,9 @@ typecheck: $(STAMP) ## mypy --strict only
 
 bench: $(STAMP) ## the benchmark suite -> bench/results.json (not part of test; ~2 min)
 	$(BIN)/python bench/suite.py
+
+fuzz: $(STAMP) ## differential fuzzer, regopy vs OPA: >= 20,000 decisions over fixed seeds -> reports/fuzz-report.{json,md}
+	$(BIN)/python tests/fuzz/run.py --decisions 20000 --report reports/fuzz-report
 
 clean: ## remove the venv, build output and caches
 	rm -rf $(VENV) bundles/*.tar.gz audit reports .pytest_cache .mypy_cache .ruff_cache

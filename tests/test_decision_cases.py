@@ -101,6 +101,7 @@ UNREACHABLE_THROUGH_GATE = {
     "action_incomplete": "Gate refuses an incomplete action before evaluation (schema)",
     "decision_time_missing": "Gate always puts the decision time into input",
     "policy_undefined": "the fail-closed default decision; only a broken policy reaches it",
+    "purpose_not_folded": "Gate always folds the purpose into input.context.folded (docs/input-contract.md)",
 }
 
 

@@ -59,7 +59,8 @@ def _assert_engine_error(gate: Gate) -> None:
 
 def test_hazard_1_and_2_the_node_api_is_never_used() -> None:
     """Hazards 1 and 2 (.expressions() on a temporary / on undefined) crash the process: the
-    package never calls the Node API at all, only ``Output.results``."""
+    package never calls regopy's Node wrappers; ``kcp_opa.decide.regoinput`` reads the node
+    tree of an output it owns through the C API, then frees it (engine-findings item 23)."""
     for path in (REPO / "kcp_opa").rglob("*.py"):
         tree = ast.parse(path.read_text())
         calls = [

@@ -3,7 +3,10 @@
 Replay takes each archived decision's ``input`` and the bundle revision it names, evaluates
 ``data.kcp.gate.decision`` again on regopy and (when installed) on the OPA reference engine,
 and compares with the archived ``result``. Entries whose content was erased under no-logging
-are replayed from what remains and reported apart if that is not enough to reproduce them.
+are replayed from what remains and reported apart if that is not enough to reproduce them. An
+archived decision without a result (an engine error, a cross-check divergence) or with one that
+is not a decision object is a failure, never "not evaluated": there is nothing to reproduce it
+against, and that is what an auditor must look at.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.core.errors import BundleError, LedgerError
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.trail.ledger import read_entries
 
 _README = """# Decision {decision_id}
@@ -162,8 +165,9 @@ def replay(ledger: str | Path, bundles: str | Path, *, with_opa: bool = True) ->
             continue
         if revision not in engines:
             engines[revision] = _Engines(read_bundle(available[revision]), with_opa)
-        if entry.get("result") is None:  # an engine error or a failed write: nothing to reproduce
-            report.reproduced["not_evaluated"] = report.reproduced.get("not_evaluated", 0) + 1
+        unusable = _unusable_result(entry)
+        if unusable is not None:
+            report.mismatches.append({"line": line, "decision_id": entry.get("decision_id"), **unusable})
             continue
         for engine, value in engines[revision].evaluate(entry["input"]).items():
             if value == entry["result"]:
@@ -174,8 +178,20 @@ def replay(ledger: str | Path, bundles: str | Path, *, with_opa: bool = True) ->
                 report.mismatches.append(
                     {"line": line, "decision_id": entry.get("decision_id"), "engine": engine, "got": value}
                 )
-    report.engines = tuple(sorted({name for counts in [report.reproduced] for name in counts} - {"not_evaluated"}))
+    report.engines = tuple(sorted(report.reproduced))
     return report
+
+
+def _unusable_result(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Why an archived result cannot be replayed against (None when it can)."""
+    result = entry.get("result")
+    if isinstance(result, Mapping) and isinstance(result.get("decision"), str):
+        return None
+    if "engine_results" in entry:
+        return {"engine": "cross_check", "reason": "engine_divergence", "got": entry.get("engine_results")}
+    if result is None:
+        return {"engine": "archive", "reason": "result_missing", "got": {"engine_error": entry.get("engine_error")}}
+    return {"engine": "archive", "reason": "result_unparsable", "got": result}
 
 
 def query(

@@ -4,7 +4,8 @@ Errors: a module OPA (1.x) or regopy cannot compile, or one that aborts regopy's
 Warnings, each with file and line: v0 syntax (regopy accepts it, OPA 1.x does not),
 builtins regopy lacks or leaves silently undefined, builtins that break replay, packages that
 data would shadow, `with input as` in tests (the regopy abort), helper functions defined
-under the same name in two packages (a regopy segfault seen here).
+under the same name in two packages (a regopy segfault seen here), and engine-divergent
+constructs (docs/engine-findings.md items 23-26), each with the rewrite that does not diverge.
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ _V0_RULE = re.compile(r"^[a-z_]\w*(\[[^\]]*\])?\s*\{\s*$")
 _HELPER_FUNCTION = re.compile(r"^(_\w+)\(", re.MULTILINE)
 _OBJECT_HEAD_SET_RULE = re.compile(r"^[a-z_]\w*\s+contains\s+\{")
 _KEYWORDS = {"package", "import", "default", "not", "some", "every", "with", "else"}
+
+#: A line may say why its sort is engine-independent: ``# kcp-opa: sorted identifiers``.
+SORTED_IDENTIFIERS = "kcp-opa: sorted identifiers"
+_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+#: Constructs whose result differs between regopy and OPA, and the rewrite that does not.
+DIVERGENT_CALLS = {
+    "lower": 'regopy\'s lower() is ASCII-only (lower("TRAİNING") keeps the İ; engine-findings item 26): compare '
+    "input.context.folded.<name>, folded in Python (kcp_opa.decide.action.FOLDED_PATHS), or look a closed "
+    'vocabulary up in an object ({"low": "LOW", ...}[x])',
+    "upper": "regopy's upper() is ASCII-only (engine-findings item 26): look a closed vocabulary up in an object "
+    '({"low": "LOW", ...}[x]) or fold in Python into input.context.folded',
+    "json.marshal": "regopy does not escape strings inside json.marshal's result (engine-findings item 23): "
+    "build the value as an object and let the caller serialise it",
+    "sprintf": "regopy embeds a computed string quoted and unescaped in sprintf output (engine-findings items 13, "
+    "19): build strings with concat (numbers via format_int)",
+}
 
 
 @dataclass(frozen=True)
@@ -186,6 +204,8 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
                         "(engine-notes.md hazard 4); mock `input.<field>` instead",
                     )
                 )
+            if not name.endswith("_test.rego"):
+                findings += _divergent(name, number, code, line, source.splitlines()[number - 2] if number > 1 else "")
             for match in _CALL.finditer(code):
                 called = match.group(1)
                 if called.split(".")[0] in aliases:
@@ -239,3 +259,34 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
                     )
                 )  # fmt: skip
     return findings
+
+
+_ANY_CALL = re.compile(r"(?<![\w.])(lower|upper|json\.marshal|sprintf|sort)\s*\(")
+
+
+def _divergent(name: str, number: int, code: str, line: str, previous: str) -> list[CheckFinding]:
+    """Engine-divergent constructs on one policy line (tests may use them on purpose)."""
+    found: list[CheckFinding] = []
+    if "\\" in "".join(_STRING_LITERAL.findall(code)):
+        found.append(
+            CheckFinding(
+                name, number, "warning", "escaped_literal",
+                "regopy keeps a string literal's escape text (\"a\\\"b\" is 4 characters there; engine-findings "
+                "item 2): write the character itself, or move the value to data",
+            )
+        )  # fmt: skip
+    for match in _ANY_CALL.finditer(code):
+        called = match.group(1)
+        if called != "sort":
+            message = f"{called}: {DIVERGENT_CALLS[called]}"
+            found.append(CheckFinding(name, number, "warning", "divergent_builtin", message))
+        elif "input." in code and SORTED_IDENTIFIERS not in line and SORTED_IDENTIFIERS not in previous:
+            found.append(
+                CheckFinding(
+                    name, number, "warning", "divergent_sort",
+                    "sort over input strings: regopy compares strings with their closing quote (\"phone \" < "
+                    "\"phone\"; engine-findings item 25). Sort only identifiers (docs/input-contract.md) and mark "
+                    f"the line `# {SORTED_IDENTIFIERS}`, or do not let the order decide or be archived",
+                )
+            )  # fmt: skip
+    return found

@@ -125,7 +125,8 @@ def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None)
         counts = ", ".join(f"{engine} {count}" for engine, count in sorted(report.reproduced.items()))
         out.print(f"{report.decisions} decisions; reproduced: {counts or 'none'}")
         for item in report.mismatches:
-            out.print(f"[red]differs[/] line {item['line']} {item['decision_id']} on {item['engine']}")
+            why = f" ({item['reason']})" if item.get("reason") else ""
+            out.print(f"[red]differs[/] line {item['line']} {item['decision_id']} on {item['engine']}{why}")
         for revision, count in report.missing_bundles.items():
             out.print(f"[red]missing bundle[/] revision {revision} ({count} decisions)")
         for erased in report.erased_unverifiable:

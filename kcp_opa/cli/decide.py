@@ -49,6 +49,11 @@ from kcp_opa.trail.ledger import AuditLedger
     type=click.Path(path_type=Path, dir_okay=False),
     help="Append the decision to this audit ledger (JSON Lines; fsynced before printing).",
 )
+@click.option(
+    "--cross-check",
+    is_flag=True,
+    help="Also evaluate on the OPA reference engine; any difference is a DENY engine_divergence.",
+)
 @FORMAT
 def decide(
     bundle: Path,
@@ -57,6 +62,7 @@ def decide(
     with_input: bool,
     enforce: bool,
     ledger: Path | None,
+    cross_check: bool,
     fmt: str | None,
 ) -> None:
     """Decide one action with the bundle's policy and print the decision (JSON when piped).
@@ -71,7 +77,9 @@ def decide(
     An engine failure is not an exit code: it is a DENY with reason `engine_error`.
     """
     action = parse_action(read_text(input_path, "action"))
-    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger) if ledger is not None else None)
+    gate = Gate.from_bundle(
+        bundle, ledger=AuditLedger(ledger) if ledger is not None else None, cross_check="opa" if cross_check else None
+    )
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()

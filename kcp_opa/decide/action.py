@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -57,6 +58,7 @@ def check_action(value: Any) -> None:
     if not isinstance(value, Mapping):
         raise ActionRejectedError("", f"must be a JSON object, not {_json_type(value)}")
     _check_values(value)
+    check_strings(value)
     try:
         _fast_validator()(value)
     except fastjsonschema.JsonSchemaValueException as fast:
@@ -97,6 +99,130 @@ def _check_values(root: Mapping[str, Any]) -> None:
                 raise ActionRejectedError(path, f"{value} does not fit in a signed 64-bit integer")
         else:
             raise ActionRejectedError(path, f"{type(value).__name__} is not a JSON value")
+
+
+#: Characters no action string may hold (keys included): C0 controls but TAB, LF and CR, DEL,
+#: C1 controls and lone surrogates. NUL is cut off by rego-cpp's C input API (a false ALLOW on
+#: regopy, engine-findings item 23); the others reach no policy on purpose and only make
+#: messages, logs and replays ambiguous. Free text (messages, purposes) may keep TAB/LF/CR.
+_FORBIDDEN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+#: Identifiers: ASCII letters, digits and ``_ . : / @ + ~ = # * -``. Every one is above ``"``
+#: (0x22), so the engines sort identifiers alike (regopy compares a string with its closing
+#: quote; engine-findings item 25), and none needs a JSON escape.
+IDENTIFIER = re.compile(r"[A-Za-z0-9_.:/@+~=#*-]+")
+
+#: Where the action holds identifiers (``*`` is any array index): what policies match, index,
+#: hash, sort or put in messages.
+IDENTIFIER_PATHS = (
+    "/action_id",
+    "/idempotency_key",
+    "/tenant_id",
+    "/subject_id",
+    "/agent_id",
+    "/action_type",
+    "/requested_action",
+    "/target/type",
+    "/target/tenant_id",
+    "/target/country",
+    "/target/region",
+    "/authorization_context/requested_by",
+    "/authorization_context/agent_scope/*",
+    "/authorization_context/actor_role",
+    "/knowledge/project",
+    "/knowledge/unit",
+    "/knowledge/fields_read/*",
+    "/runtime/deployment_region",
+    "/runtime/model/id",
+    "/delegation_chain/*/agent_id",
+    "/delegation_chain/*/capabilities/*",
+)
+_IDENTIFIER_PATH = re.compile("^(?:" + "|".join(re.escape(p).replace(r"\*", "[0-9]+") for p in IDENTIFIER_PATHS) + ")$")
+
+
+def check_strings(root: Mapping[str, Any]) -> None:
+    """The string contract (docs/input-contract.md): raise :class:`ActionRejectedError` naming path and character.
+
+    Every string and key: none of :data:`_FORBIDDEN_TEXT`. Strings at :data:`IDENTIFIER_PATHS`:
+    :data:`IDENTIFIER` only. Kept apart from the shape checks: this is the engine-fidelity rule.
+    """
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            _check_text(value, path)
+            if _IDENTIFIER_PATH.match(path) and not IDENTIFIER.fullmatch(value):
+                bad = next((c for c in value if not IDENTIFIER.fullmatch(c)), None)
+                what = f"character {_char_name(bad)}" if bad is not None else "an empty string"
+                raise ActionRejectedError(
+                    path, f"{what} is not allowed in an identifier (letters, digits and _ . : / @ + ~ = # * - only)"
+                )
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str):
+                    _check_text(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
+                stack.append((item, f"{path}/{key}"))
+        elif isinstance(value, list | tuple):
+            stack.extend((item, f"{path}/{index}") for index, item in enumerate(value))
+
+
+def _check_text(text: str, path: str, *, key: bool = False) -> None:
+    if len(text) > 1 and text[0] == text[-1] == '"':
+        raise ActionRejectedError(
+            path, 'a string may not both start and end with U+0022 """: regopy reads it as the string inside the quotes'
+        )
+    match = _FORBIDDEN_TEXT.search(text)
+    if match is not None:
+        where = "an object key" if key else "a string"
+        raise ActionRejectedError(
+            path, f"character {_char_name(match.group())} is not allowed in {where} of an action (control characters "
+            "other than TAB, LF and CR, and lone surrogates, are refused)",
+        )  # fmt: skip
+
+
+def _char_name(char: str) -> str:
+    """``U+0000 "\\x00"``: the code point and an ASCII-only escaped form, safe to print and log."""
+    code = ord(char)
+    if 0x21 <= code <= 0x7E and char not in '"\\':
+        shown = char
+    else:
+        shown = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return f'U+{code:04X} "{shown}"'
+
+
+#: Free-text strings the policies compare regardless of case, folded into ``input.context.folded``.
+FOLDED_PATHS = (("knowledge", "purpose"),)
+_DROPPED_IN_FOLD = frozenset({"Mn", "Me", "Cf"})
+
+
+def fold_text(text: str) -> str:
+    """The case- and mark-insensitive form policies compare (docs/input-contract.md).
+
+    NFKD, casefold, then combining marks and format characters (zero-width, bidi) dropped, then
+    NFC: ``TRAİNING``, ``Trai\u0307ning`` and ``train\u200bing`` all fold to ``training``.
+    Computed here once, archived in the input: regopy's ``lower`` is ASCII-only.
+    """
+    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", text).casefold())
+    kept = "".join(char for char in decomposed if unicodedata.category(char) not in _DROPPED_IN_FOLD)
+    return unicodedata.normalize("NFC", kept)
+
+
+def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
+    """``{"purpose": fold}`` for each :data:`FOLDED_PATHS` string the action holds."""
+    folded: dict[str, str] = {}
+    for *parents, name in FOLDED_PATHS:
+        node: Any = action
+        for part in parents:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        value = node.get(name) if isinstance(node, Mapping) else None
+        if isinstance(value, str):
+            folded[name] = _contract_safe(fold_text(value))
+    return folded
+
+
+def _contract_safe(text: str) -> str:
+    # A fold can only shrink what the contract let in, but it must never end up quote-wrapped.
+    return text.strip('"') if len(text) > 1 and text[0] == text[-1] == '"' else text
 
 
 def _schema_message(message: str, validator: Any) -> str:

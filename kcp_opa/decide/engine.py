@@ -24,7 +24,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EngineLoadError
-from kcp_opa.decide.regoinput import rego_input
+from kcp_opa.decide.regoinput import read_results, rego_input
 
 _log = structlog.get_logger("kcp_opa.engine")
 
@@ -213,20 +213,53 @@ class RegopyEngine:
         """The entrypoint's value for ``input_doc``; never raises for anything the engine does."""
         try:
             interpreter = self._interpreter()
-            interpreter.set_input(rego_input(input_doc))
-            output = interpreter.query_bundle_entrypoint(self._built, self.entrypoint)
-            if not output.ok():
-                return EngineResult(None, f"evaluation failed: {_one_line(output)}")
-            # Never .expressions() on the Output (engine-notes.md hazards 1 and 2): parsed results only.
-            results = output.results
-        except Exception as exc:  # hazard 3: error text that is not JSON raises in Output()
+        except Exception as exc:
             return EngineResult(None, f"evaluation raised {type(exc).__name__}: {_one_line(exc)}")
-        if not results or not results[0].expressions:
-            return EngineResult(None, f"{self.entrypoint} is undefined for this input")
-        value = results[0].expressions[0]
-        if len(results) != 1 or len(results[0].expressions) != 1 or not isinstance(value, dict):
-            return EngineResult(None, f"{self.entrypoint} did not produce exactly one object")
-        return EngineResult(value)
+        return query_entrypoint(interpreter, self._built, self.entrypoint, input_doc)
+
+
+def query_entrypoint(interpreter: Any, built: Any, entrypoint: str, input_doc: Mapping[str, Any]) -> EngineResult:
+    """Evaluate a built entrypoint over ``input_doc``, strings byte for byte in and out.
+
+    Never through ``regopy.Output``: it ``json.loads`` rego-cpp's output text, where strings are
+    not escaped (engine-findings item 23; hazards 1-3). The node tree is read value by value.
+    """
+    from regopy import rego_shared as native
+
+    try:
+        interpreter.set_input(rego_input(input_doc))
+        output = native.rego_bundle_query_entrypoint(interpreter._impl, built._impl, entrypoint)
+    except Exception as exc:
+        return EngineResult(None, f"evaluation raised {type(exc).__name__}: {_one_line(exc)}")
+    try:
+        if not native.rego_output_ok(output):
+            return EngineResult(None, f"evaluation failed: {_one_line(_output_text(output))}")
+        results = read_results(native.rego_output_node(output))
+    except Exception as exc:
+        return EngineResult(None, f"reading the result raised {type(exc).__name__}: {_one_line(exc)}")
+    finally:
+        native.rego_free_output(output)
+    return _single_object(results, entrypoint)
+
+
+def _output_text(output: Any) -> str:
+    from regopy import rego_shared as native
+
+    try:
+        return str(native.rego_output_string(output))
+    except Exception as exc:  # error text that is not UTF-8 still becomes one line
+        return f"(unreadable error text: {type(exc).__name__})"
+
+
+def _single_object(results: list[list[Any]], entrypoint: str) -> EngineResult:
+    """The one object an entrypoint must produce, from the read ``Results`` node."""
+    expressions = results[0] if results else None
+    if not expressions:
+        return EngineResult(None, f"{entrypoint} is undefined for this input")
+    value = expressions[0]
+    if len(results) != 1 or len(expressions) != 1 or not isinstance(value, dict):
+        return EngineResult(None, f"{entrypoint} did not produce exactly one object")
+    return EngineResult(value)
 
 
 def _one_line(value: Any, limit: int = 300) -> str:

@@ -19,11 +19,12 @@ from typing import Any
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-from kcp_opa.core.errors import ActionRejectedError, LedgerError
-from kcp_opa.decide.action import action_hash, check_action, trace_id_of
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
+from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError
+from kcp_opa.decide.action import action_hash, check_action, folded_strings, trace_id_of
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
+    ENGINE_DIVERGENCE_VERDICT,
     ENGINE_ERROR_VERDICT,
     Decision,
     MalformedDecisionError,
@@ -95,6 +96,7 @@ def build_input(
             "decision_epoch_seconds": seconds,
             "decision_epoch_day": seconds // 86400,
             "satisfied_controls": sorted(set(satisfied_controls)),
+            "folded": folded_strings(action),
         },
     }
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)
@@ -120,10 +122,19 @@ class Gate:
         preflight: bool = True,
         ledger: AuditLedger | None = None,
         plan_cache: Path | None = None,
+        cross_check: str | None = None,
     ) -> None:
         self.bundle = bundle
         self.plan_cache = plan_cache
         self.engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight, plan_cache=plan_cache)
+        self.cross_check = cross_check
+        self.reference: Any = None
+        if cross_check is not None:
+            from kcp_opa.decide.crosscheck import CROSS_CHECK_ENGINES, OpaReference
+
+            if cross_check not in CROSS_CHECK_ENGINES:
+                raise EngineLoadError(f"cross_check={cross_check!r}: the engines are {', '.join(CROSS_CHECK_ENGINES)}")
+            self.reference = OpaReference(bundle, DECISION_ENTRYPOINT)
         metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
         self.policy_version = str(metadata.get("policy_version", ""))
         self.bundle_revision = bundle.revision
@@ -137,6 +148,7 @@ class Gate:
         preflight: bool = True,
         ledger: AuditLedger | None = None,
         plan_cache: str | Path | None = None,
+        cross_check: str | None = None,
     ) -> Gate:
         """Load a bundle written by ``kcp-opa compile``.
 
@@ -145,9 +157,11 @@ class Gate:
         Turn it off only for bundles this process has already checked. ``plan_cache`` (a
         directory) keeps rego-cpp's binary plan per bundle sha256: the first start builds and
         saves it, later starts load it (3.7x faster at 10,000 units; docs/performance.md).
+        ``cross_check="opa"`` also evaluates every decision on the OPA reference engine; any
+        difference is a DENY ``engine_divergence`` with both results in the ledger.
         """
         cache = Path(plan_cache) if plan_cache is not None else None
-        return cls(read_bundle(path), preflight=preflight, ledger=ledger, plan_cache=cache)
+        return cls(read_bundle(path), preflight=preflight, ledger=ledger, plan_cache=cache, cross_check=cross_check)
 
     @property
     def system_controls(self) -> tuple[str, ...]:
@@ -165,15 +179,39 @@ class Gate:
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
+        decision, result, _ = self._evaluate(prepared)
+        return decision, result
+
+    def _cross_checked(self, prepared: DecisionInput) -> tuple[EngineResult, dict[str, Any] | None]:
+        """regopy's result, or a divergence error with both engines' answers (cross_check only)."""
         result = self.engine.evaluate(prepared.document)
+        if self.reference is None:
+            return result, None
+        from kcp_opa.decide.crosscheck import first_difference
+
+        other = self.reference.evaluate(prepared.document)
+        if result.error is not None and other.error is not None:
+            return result, None  # no decision on either engine: an engine error, not a divergence
+        where = first_difference(result.value, other.value) if result.error is None and other.error is None else "/"
+        if where is None:
+            return result, None
+        answers = {
+            "regopy": result.value if result.error is None else {"engine_error": result.error},
+            "opa": other.value if other.error is None else {"engine_error": other.error},
+        }
+        _log.error("engine_divergence", decision_id=prepared.decision_id, at=where)
+        return EngineResult(None, f"engine_divergence: regopy and OPA differ at {where}"), answers
+
+    def _evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None, dict[str, Any] | None]:
+        result, answers = self._cross_checked(prepared)
         error = result.error
-        verdict = ENGINE_ERROR_VERDICT
+        verdict = ENGINE_ERROR_VERDICT if answers is None else ENGINE_DIVERGENCE_VERDICT
         if result.value is not None:
             try:
                 verdict = PolicyVerdict.from_policy(result.value)
             except MalformedDecisionError as exc:
                 error = str(exc)
-        if error is not None:
+        if error is not None and answers is None:
             _log.error("engine_error", decision_id=prepared.decision_id, error=error)
         # A generated trace id stands in only where the deployment does not require the caller's.
         required = "trace_context" in verdict.obligations
@@ -188,7 +226,7 @@ class Gate:
             evaluated_at=prepared.evaluated_at,
             engine_error=error,
         )
-        return decision, (result.value if error is None else None)
+        return decision, (result.value if error is None else None), answers
 
     def decide(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> Decision:
         """Decide one action. Raises :class:`ActionRejectedError` for an action that may not be evaluated."""
@@ -200,12 +238,12 @@ class Gate:
 
     def decide_recorded(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Like ``decide_prepared``, also returning the ledger entry that recorded the decision."""
-        decision, result = self.evaluate(prepared)
+        decision, result, answers = self._evaluate(prepared)
         if self.audit is None:
             return decision, None
         action = prepared.document["action"]
         try:
-            entry = self.audit.decision(prepared.document, action, decision, result)
+            entry = self.audit.decision(prepared.document, action, decision, result, engine_results=answers)
         except LedgerError as exc:
             _log.error("audit_unavailable", decision_id=prepared.decision_id, error=str(exc))
             return replace(decision, verdict=AUDIT_UNAVAILABLE_VERDICT, engine_error=f"audit: {exc}"), None

@@ -8,13 +8,13 @@ undefined). Errors raise :class:`QueryError`; nothing here is a decision.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import QueryError
 from kcp_opa.decide.engine import forbidden_builtin_calls
-from kcp_opa.decide.regoinput import rego_input
+from kcp_opa.decide.regoinput import read_query_results, rego_input
 
 
 def evaluate_query(
@@ -22,6 +22,7 @@ def evaluate_query(
 ) -> Mapping[str, Any] | list[Any]:
     """Evaluate ``query`` with regopy over ``bundle`` (and ``input_doc``)."""
     from regopy import Interpreter
+    from regopy import rego_shared as native
 
     calls = forbidden_builtin_calls({"<query>": query, **bundle.modules})
     if calls:
@@ -34,17 +35,23 @@ def evaluate_query(
             interpreter.add_module(name, source)
         if input_doc is not None:
             interpreter.set_input(rego_input(input_doc))
-        output = interpreter.query(query)
-        ok = output.ok()
-        results = output.results if ok else []  # never .expressions(): engine-notes.md hazard 1
+        # Read byte for byte from the node tree, never regopy.Output's json.loads of unescaped
+        # text (docs/engine-findings.md item 23), so replayed strings are the archived ones.
+        output = native.rego_query(interpreter._impl, query)
     except (TypeError, ValueError) as exc:
         raise QueryError(f"cannot evaluate: {exc}") from None
     except Exception as exc:  # RegoError and friends from the C side
         raise QueryError(f"regopy failed: {type(exc).__name__}: {exc}") from None
-    if not ok:
-        detail = " ".join(str(output).split())
-        raise QueryError(f"query failed: {detail[:500]}")
-    answered = [result for result in results if result.expressions or result.bindings]
+    try:
+        if not native.rego_output_ok(output):
+            detail = " ".join(str(native.rego_output_string(output)).split())
+            raise QueryError(f"query failed: {detail[:500]}")
+        results = read_query_results(native.rego_output_node(output))
+    except ValueError as exc:
+        raise QueryError(f"cannot read the result: {exc}") from None
+    finally:
+        native.rego_free_output(output)
+    answered = [_Result(expressions, bindings) for expressions, bindings in results if expressions or bindings]
     if values_only:
         return [value for result in answered for value in result.expressions]
     if not answered:
@@ -70,6 +77,11 @@ def evaluate_query(
             entry["bindings"] = dict(result.bindings)
         rendered.append(entry)
     return {"result": rendered}
+
+
+class _Result(NamedTuple):
+    expressions: list[Any]
+    bindings: dict[str, Any]
 
 
 def _expression_texts(query: str) -> list[str]:

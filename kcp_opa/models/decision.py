@@ -235,6 +235,12 @@ def fail_closed_verdict(code: str, rule: str, evaluator_id: str, message: str) -
 ENGINE_ERROR_VERDICT = fail_closed_verdict(
     "engine_error", "kcp_opa.engine", "kcp_opa_engine", "the policy engine did not produce a decision; failing closed"
 )
+ENGINE_DIVERGENCE_VERDICT = fail_closed_verdict(
+    "engine_divergence",
+    "kcp_opa.cross_check",
+    "kcp_opa_engine",
+    "regopy and the OPA reference engine decided differently; failing closed",
+)
 AUDIT_UNAVAILABLE_VERDICT = fail_closed_verdict(
     "audit_unavailable",
     "kcp_opa.audit",

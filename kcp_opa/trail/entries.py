@@ -35,6 +35,7 @@ CONTENT_POINTERS = (
     "/action/target/account_fingerprint",
     "/action/knowledge/purpose",
     "/action/authorization_context/session_id",
+    "/context/folded/purpose",
 )
 
 
@@ -133,9 +134,18 @@ class AuditTrail:
         }
 
     def decision(
-        self, document: Mapping[str, Any], action: Mapping[str, Any], decision: Decision, result: Any
+        self,
+        document: Mapping[str, Any],
+        action: Mapping[str, Any],
+        decision: Decision,
+        result: Any,
+        engine_results: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The decision-log entry: the exact input (content erased under no-logging) and result."""
+        """The decision-log entry: the exact input (content erased under no-logging) and result.
+
+        ``engine_results`` (a cross-checked gate's divergence) keeps each engine's answer.
+        """
+        extra = {} if engine_results is None else {"engine_results": dict(engine_results)}
         archived, erased = (
             erase_content(document) if "redact_content" in decision.verdict.obligations else (dict(document), [])
         )
@@ -155,6 +165,7 @@ class AuditTrail:
             bundles={BUNDLE_NAME: {"revision": decision.bundle_revision}},
             labels={"app": "kcp-opa", "policy_version": decision.policy_version},
             erased=erased,
+            **extra,
         )
         return entry
 

@@ -22,7 +22,7 @@ _declared := facts.profile.compliance.declared_fields
 
 # METADATA
 # title: Fields read outside the declaration
-outside_declaration := sort([f | some f in ({r | some r in input.action.knowledge.fields_read} - {d | some d in _declared})])
+outside_declaration := sort([f | some f in ({r | some r in input.action.knowledge.fields_read} - {d | some d in _declared})]) # kcp-opa: sorted identifiers (fields_read, docs/input-contract.md)
 
 # METADATA
 # title: Findings

@@ -52,9 +52,16 @@ findings contains finding if {
 	}
 }
 
+# The purpose is compared through its fold, built in Python (NFKD, casefold, marks and format
+# characters dropped, NFC) and archived in input.context.folded: regopy's lower() is ASCII-only,
+# so lower("TRAİNING") passed on regopy and failed on OPA (docs/engine-findings.md item 26).
+_purpose_given if is_string(input.action.knowledge.purpose)
+
+_fold_given if is_string(input.context.folded.purpose)
+
 findings contains finding if {
 	facts.restricted("no-ai-training")
-	lower(input.action.knowledge.purpose) in {"training", "ai_training", "model_training"}
+	input.context.folded.purpose in {"training", "ai_training", "model_training"}
 	finding := {
 		"code": "ai_training_forbidden",
 		"rule": "kcp.restrictions.no-ai-training",
@@ -64,6 +71,22 @@ findings contains finding if {
 		"controls": [],
 		"message": "no-ai-training: the unit may not be used for training",
 		"details": {"purpose": input.action.knowledge.purpose},
+	}
+}
+
+findings contains finding if {
+	facts.restricted("no-ai-training")
+	_purpose_given
+	not _fold_given
+	finding := {
+		"code": "purpose_not_folded",
+		"rule": "kcp.restrictions.no-ai-training",
+		"evaluator_id": "restriction_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "no-ai-training: the purpose cannot be checked without its folded form in input.context.folded, which the gate builds",
+		"details": {},
 	}
 }
 

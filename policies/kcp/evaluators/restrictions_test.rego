@@ -44,10 +44,31 @@ test_unknown_hosting_denied if {
 test_training_purpose_denied if {
 	units := _units
 	profiles := _profiles
-	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "Training"}
+	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "TRAİNING"}
+		with input.context.folded as {"purpose": "training"}
 		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"ai_training_forbidden"}
+}
+
+# Never lower() on the raw purpose: only the fold decides (regopy's lower is ASCII-only).
+test_raw_purpose_case_is_not_compared if {
+	units := _units
+	profiles := _profiles
+	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "support"}
+		with input.context.folded as {"purpose": "support"}
+		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	codes == set()
+}
+
+test_purpose_without_fold_denied if {
+	units := _units
+	profiles := _profiles
+	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "Training"}
+		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	codes == {"purpose_not_folded"}
 }
 
 test_human_in_the_loop_requires_independent_approval if {

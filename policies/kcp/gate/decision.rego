@@ -134,7 +134,8 @@ _obligations contains "review_stale_unit" if freshness.stale
 # title: Approver roles
 approver_roles := sort({r | some f in findings; r := f.details.approver_role})
 
-_runtime_risk := upper(input.action.runtime.risk_level)
+# A lookup, not upper(): regopy's case builtins are ASCII-only (docs/engine-findings.md item 26).
+_runtime_risk := {"low": "LOW", "medium": "MEDIUM", "high": "HIGH", "critical": "CRITICAL"}[input.action.runtime.risk_level]
 
 default _critical := false
 

@@ -1,0 +1,75 @@
+"""The cross-checked gate's second engine: OPA, the auditors' reference, in this process.
+
+``Gate.from_bundle(path, cross_check="opa")`` evaluates every decision on regopy and on OPA
+(the Go ``rego`` package through ``opa-golib-python-bindings``, mounted as ``opa eval -b``
+mounts a bundle) from the one prepared input, and any difference is a DENY with reason
+``engine_divergence``. Off by default: OPA is a test and audit extra, imported only here and
+only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.errors import EngineLoadError
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult
+
+CROSS_CHECK_ENGINES = ("opa",)
+
+
+class OpaReference:
+    """One bundle on the OPA reference engine; ``evaluate`` never raises (as ``RegopyEngine``)."""
+
+    def __init__(self, bundle: LoadedBundle, entrypoint: str = DECISION_ENTRYPOINT) -> None:
+        try:
+            from opa_bindings import OpaEngine
+        except ImportError:
+            raise EngineLoadError(
+                "cross_check='opa' needs the OPA reference engine (pip install opa-golib-python-bindings)"
+            ) from None
+        self.path = entrypoint.replace("/", ".")
+        self._engine: Any = OpaEngine()
+        try:
+            for name, source in sorted(bundle.modules.items()):
+                self._engine.add_policy(name, source)
+            self._engine.add_data(dict(bundle.data))
+        except Exception as exc:
+            raise EngineLoadError(f"{bundle.source}: OPA cannot load the bundle: {_one_line(exc)}") from None
+
+    def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult:
+        """The entrypoint's value on OPA (its engine serialises evaluations across threads)."""
+        try:
+            value = self._engine.eval_document(self.path, dict(input_doc))
+        except Exception as exc:  # OpaUndefinedError, OpaError: no decision to compare
+            return EngineResult(None, f"OPA: {type(exc).__name__}: {_one_line(exc)}")
+        if not isinstance(value, dict):
+            return EngineResult(None, f"OPA: {self.path} did not produce one object")
+        return EngineResult(value)
+
+
+def first_difference(left: Any, right: Any, path: str = "") -> str | None:
+    """The JSON pointer of the first place two JSON values differ (None when equal)."""
+    if type(left) is not type(right):
+        return path or "/"
+    if isinstance(left, dict):
+        for key in sorted(set(left) | set(right)):
+            if key not in left or key not in right:
+                return f"{path}/{key}"
+            found = first_difference(left[key], right[key], f"{path}/{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(left, list):
+        for index, (a, b) in enumerate(zip(left, right, strict=False)):
+            found = first_difference(a, b, f"{path}/{index}")
+            if found is not None:
+                return found
+        return None if len(left) == len(right) else f"{path}/{min(len(left), len(right))}"
+    return None if left == right else (path or "/")
+
+
+def _one_line(value: Any, limit: int = 300) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,47 @@
+"""The bounded, derandomized slice of the differential fuzzer that `make test` runs (issue 13).
+
+A few hundred mutated decision cases per run across the three reference deployments, on regopy
+and OPA, compared as whole decision documents; `make fuzz` runs >= 20,000 over fixed seeds.
+A divergence fails here with hypothesis's shrunk example: pin it as a decision case.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from differential import Deployment, Tally, compare, load_world, mutated_actions
+from hypothesis import HealthCheck, Phase, given, settings
+
+EXAMPLES = 100
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Deployment]:
+    loaded = load_world(Path(tmp_path_factory.mktemp("fuzz")))
+    for deployment in loaded.values():
+        deployment.engines()
+    return loaded
+
+
+@pytest.mark.parametrize("name", ["customer-onboarding", "finance", "support-desk"])
+def test_engines_agree_on_mutated_cases(world: dict[str, Deployment], name: str) -> None:
+    deployment = world[name]
+    tally = Tally()
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(drawn=mutated_actions(deployment))
+    def agree(drawn: tuple[str, dict[str, Any], str, list[str]]) -> None:
+        problem = compare(deployment, *drawn, tally)
+        assert problem is None, f"{problem}: {tally.divergences[-1] if tally.divergences else tally.crashes[-1]}"
+
+    agree()
+    assert tally.decisions > EXAMPLES // 2, "most mutated actions must pass the contract and be decided"

@@ -1,0 +1,60 @@
+"""`kcp-opa check` warns on each engine-divergent construct, with the rewrite (issue 13)."""
+
+from __future__ import annotations
+
+from kcp_opa.authoring.policycheck import _divergent, check_modules
+
+_POLICY = """package kcp.demo
+
+import rego.v1
+
+purpose_low := lower(input.action.knowledge.purpose)
+
+risk := upper(input.action.runtime.risk_level)
+
+names := sort([x | some x in input.action.attributes.names])
+
+fields := sort([f | some f in input.action.knowledge.fields_read]) # kcp-opa: sorted identifiers
+
+quoted := json.marshal(input.action.target)
+
+msg := sprintf("%v", [input.action.scenario])
+
+escaped := "a\\\\"b"
+
+constants := sort(["b", "a"])
+"""
+
+
+def _codes(source: str) -> list[tuple[int, str]]:
+    return [
+        (number, finding.code)
+        for number, line in enumerate(source.splitlines(), start=1)
+        for finding in _divergent("demo.rego", number, line.split("#", 1)[0], line, "")
+    ]
+
+
+def test_each_divergent_construct_is_flagged_with_its_rewrite() -> None:
+    assert _codes(_POLICY) == [
+        (5, "divergent_builtin"),
+        (7, "divergent_builtin"),
+        (9, "divergent_sort"),
+        (13, "divergent_builtin"),
+        (15, "divergent_builtin"),
+        (17, "escaped_literal"),
+    ]
+    messages = {f.message for n, line in enumerate(_POLICY.splitlines(), 1) for f in _divergent("d", n, line, line, "")}
+    assert any("input.context.folded" in m for m in messages)
+    assert any("sorted identifiers" in m for m in messages)
+    assert any("concat" in m for m in messages)
+
+
+def test_check_reports_them() -> None:
+    findings = check_modules({"demo.rego": _POLICY})
+    codes = {f.code for f in findings if f.file == "demo.rego"}
+    assert {"divergent_builtin", "divergent_sort", "escaped_literal"} <= codes
+
+
+def test_tests_may_use_them() -> None:
+    findings = check_modules({"demo_test.rego": _POLICY.replace("package kcp.demo", "package kcp.demo_test")})
+    assert not {f.code for f in findings} & {"divergent_builtin", "divergent_sort", "escaped_literal"}
