@@ -16,7 +16,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
 from kcp_opa.authoring.cases import load_cases
-from kcp_opa.compile.bundle import BundleLimits, read_bundle
+from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import BundleError
 from kcp_opa.decide.gate import Gate
@@ -80,6 +80,8 @@ def test_bundle_tar_bomb_is_refused_before_it_inflates(tmp_path: Path) -> None:
     assert bomb.stat().st_size < 3 * 1024 * 1024
     with pytest.raises(BundleError, match="inflates to more than"):
         read_bundle(bomb)
+    from kcp_opa.compile.bundle import BundleLimits
+
     with pytest.raises(BundleError, match="inflates to more than 1024 bytes"):
         read_bundle(
             _tarball(tmp_path / "small.tar.gz", [(".manifest", MANIFEST + b" " * 2048)]), limits=BundleLimits(1024)

@@ -19,7 +19,6 @@ from conftest import run_cli
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, generate_ed25519
-from kcp_opa.trail.checkpoint import load_checkpoints
 from kcp_opa.trail.ledger import AuditLedger, entry_hash, verify_ledger
 
 
@@ -108,6 +107,8 @@ def test_ledger_checkpoint_signed_by_another_key_is_refused(tmp_path: Path) -> N
 
 
 def test_ledger_writes_signed_checkpoints_every_n_entries_and_on_close(tmp_path: Path) -> None:
+    from kcp_opa.trail.checkpoint import load_checkpoints
+
     key = generate_ed25519("ckpt-1")
     path = tmp_path / "audit.jsonl"
     ledger = AuditLedger(path, checkpoint_key=key, checkpoint_every=3)
