@@ -17,10 +17,10 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import RoutingState
-from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.trail.ledger import GENESIS, AuditLedger, verify_ledger
 
 CASES = {

@@ -216,7 +216,7 @@ def _prepare(fd: int, path: Path) -> tuple[int, str | None, str, int, bytes]:
         return 0, str(parsed["ledger_id"]), canonical_hash(parsed), 0, header
     first = os.pread(fd, _TAIL_CHUNK, 0)
     end = first.find(b"\n")
-    head = _parse(first[:end]) if end >= 0 else None
+    head: Any = _parse(first[:end]) if end >= 0 else None
     headed = is_header(head)
     legacy = isinstance(head, dict) and head.get("seq") == 1 and head.get("previous_hash") == GENESIS
     if end < 0 and first.startswith(b'{"' + HEADER_KEY.encode()) and size < _TAIL_CHUNK:
