@@ -207,3 +207,26 @@ def test_ledger_full_disk_in_group_mode_leaves_no_phantom_entry(tmp_path: Path, 
     on_disk = {json.loads(line)["entry_hash"] for line in path.read_bytes().splitlines()[1:] if line.endswith(b"}")}
     assert on_disk - acknowledged == set(), f"{len(on_disk - acknowledged)} phantom entries"
     assert verify_ledger(path).ok and os.path.getsize(path) <= limit
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+def test_ledger_real_full_tmpfs_in_group_mode_leaves_no_phantom_entry(tmp_path: Path) -> None:
+    """The same with a real ENOSPC: a 192 KiB tmpfs filled by 16 writer threads."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)], check=True)
+    try:
+        path = mount / "audit.jsonl"
+        proc = subprocess.run(
+            [sys.executable, "-c", _DISK_FULL, str(path), str(1 << 40)], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        acknowledged = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ACK")}
+        assert any(line.startswith("FAIL") for line in proc.stdout.splitlines())
+        on_disk = {json.loads(line)["entry_hash"] for line in path.read_bytes().splitlines()[1:] if line.endswith(b"}")}
+        assert on_disk - acknowledged == set(), f"{len(on_disk - acknowledged)} phantom entries"
+        assert verify_ledger(path).ok
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
