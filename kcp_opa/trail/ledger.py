@@ -219,7 +219,7 @@ def _prepare(fd: int, path: Path) -> tuple[int, str | None, str, int, bytes]:
     head: Any = _parse(first[:end]) if end >= 0 else None
     headed = is_header(head)
     legacy = isinstance(head, dict) and head.get("seq") == 1 and head.get("previous_hash") == GENESIS
-    if end < 0 and first.startswith(b'{"' + HEADER_KEY.encode()) and size < _TAIL_CHUNK:
+    if end < 0 and size < 160 and _header_line().startswith(first[:15]) and first.startswith(b'{"created_at":"'):
         os.ftruncate(fd, 0)  # only a torn header: the first batch never completed
         os.fsync(fd)
         return _prepare(fd, path)

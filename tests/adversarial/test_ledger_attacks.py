@@ -230,3 +230,11 @@ def test_ledger_real_full_tmpfs_in_group_mode_leaves_no_phantom_entry(tmp_path: 
         assert verify_ledger(path).ok
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_ledger_torn_header_from_a_killed_first_writer_is_repaired(tmp_path: Path) -> None:
+    path = _ledger(tmp_path / "audit.jsonl", 1)
+    path.write_bytes(path.read_bytes()[:40])  # the first batch died mid-header: nothing acknowledged
+    AuditLedger(path).append({"type": "decision", "n": "after"})
+    report = verify_ledger(path)
+    assert report.ok and report.entries == 1 and report.headed
