@@ -10,6 +10,7 @@ ledger gets an entry when ``--ledger`` is given.
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -33,7 +34,11 @@ STORE = click.option(
 def _open(store_path: Path) -> SQLiteStore:
     if not store_path.is_file():
         fail(f"{store_path}: no such executor store", EXIT_USAGE)
-    return SQLiteStore(store_path)
+    try:
+        return SQLiteStore(store_path)
+    except sqlite3.Error as exc:
+        fail(f"{store_path}: not an executor store ({exc})", EXIT_USAGE)
+        raise  # unreachable: fail exits
 
 
 @click.group()
@@ -46,7 +51,11 @@ def executions() -> None:
 @FORMAT
 def executions_list(store_path: Path, fmt: str | None) -> None:
     """Claims whose lease expired without an outcome (exit 1 when there is any)."""
-    records = _open(store_path).ambiguous_executions()
+    try:
+        records = _open(store_path).ambiguous_executions()
+    except sqlite3.Error as exc:
+        fail(f"{store_path}: cannot read the executor store ({exc})", EXIT_USAGE)
+        raise
     rows = [
         {"idempotency_key": r.idempotency_key, "receipt_id": r.receipt_id, "claimed_at": r.started_at, "state": r.state}
         for r in records
@@ -81,6 +90,10 @@ def executions_reconcile(key: str, outcome: str, evidence: str, store_path: Path
         record = store.reconcile(key, outcome, evidence)
     except StoreError as exc:
         fail(f"{exc} ({exc.code})", EXIT_INVALID)
+        raise
+    except sqlite3.Error as exc:
+        fail(f"{store_path}: cannot update the executor store ({exc})", EXIT_USAGE)
+        raise
     if ledger is not None:
         AuditLedger(ledger).append(
             {
