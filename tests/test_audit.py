@@ -17,6 +17,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import RoutingState
@@ -51,8 +52,10 @@ def _small_ledger(path: Path, count: int = 3) -> Path:
 def test_a_fresh_chain_verifies(tmp_path: Path) -> None:
     report = verify_ledger(_small_ledger(tmp_path / "l.jsonl", 5))
     assert report.ok and report.entries == 5
-    first = json.loads((tmp_path / "l.jsonl").read_text().splitlines()[0])
-    assert first["previous_hash"] == GENESIS and first["seq"] == 1
+    first = json.loads((tmp_path / "l.jsonl").read_text().splitlines()[1])  # line 1 is the header
+    header = json.loads((tmp_path / "l.jsonl").read_text().splitlines()[0])
+    assert header["kcp_opa_ledger"] == 1 and GENESIS != first["previous_hash"] == canonical_hash(header)
+    assert first["seq"] == 1
 
 
 def test_changing_any_byte_of_any_entry_is_detected(tmp_path: Path) -> None:
@@ -75,7 +78,8 @@ def test_deleting_reordering_or_inserting_lines_is_detected(tmp_path: Path) -> N
     path = _small_ledger(tmp_path / "l.jsonl", 4)
     lines = path.read_bytes().splitlines(keepends=True)
     variants = {
-        "delete first": lines[1:],
+        "delete header": lines[1:],
+        "delete first": [lines[0], *lines[2:]],
         "delete middle": [lines[0], lines[2], lines[3]],
         "swap": [lines[0], lines[2], lines[1], lines[3]],
         "duplicate": [*lines, lines[3]],
@@ -86,19 +90,19 @@ def test_deleting_reordering_or_inserting_lines_is_detected(tmp_path: Path) -> N
         assert not report.ok, name
     # Deleting the last line cannot be seen from the file alone; the entry count and the last
     # hash (published elsewhere, e.g. in an export) are what catch truncation.
-    path.write_bytes(b"".join(lines[:3]))
+    path.write_bytes(b"".join(lines[:4]))  # header + 3 entries; a signed checkpoint catches this
     assert verify_ledger(path).entries == 3
 
 
 def test_cli_verify_reports_the_first_break_with_its_line(tmp_path: Path) -> None:
     path = _small_ledger(tmp_path / "l.jsonl", 4)
     lines = path.read_text().splitlines(keepends=True)
-    lines[2] = lines[2].replace("entry 2", "entry X")
+    lines[3] = lines[3].replace("entry 2", "entry X")  # line 1 is the header
     path.write_text("".join(lines))
     proc = run_cli("audit", "verify", str(path), "--format", "json")
     assert proc.returncode == 1
     report = json.loads(proc.stdout)
-    assert report["problems"] == [{"line": 3, "message": "entry_hash does not match the entry (content changed)"}]
+    assert report["problems"] == [{"line": 4, "message": "entry_hash does not match the entry (content changed)"}]
     assert report["entries"] == 2
 
 
@@ -134,7 +138,7 @@ def test_kill_9_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> None:
     AuditLedger(path).append({"type": "decision", "after": "crash"})  # the next writer repairs
     repaired = verify_ledger(path)
     assert repaired.ok, repaired.problems
-    hashes = {json.loads(line)["entry_hash"] for line in path.read_text().splitlines()}
+    hashes = {json.loads(line)["entry_hash"] for line in path.read_text().splitlines()[1:]}
     assert set(acknowledged) <= hashes
 
 
@@ -152,7 +156,7 @@ def test_processes_append_to_one_chain(tmp_path: Path, durability: str) -> None:
         assert writer.returncode == 0
     report = verify_ledger(path)
     assert report.ok and report.entries == 400
-    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     assert [e["seq"] for e in entries] == list(range(1, 401))
     assert {e["writer"] for e in entries} == {"w0", "w1", "w2", "w3"}
 
@@ -179,7 +183,7 @@ def test_with_the_ledger_on_a_clean_read_may_execute_and_is_recorded(bundles: Pa
     case = CASES["sd-read-clean"]
     decision = gate.decide(case.action, now=case.now)
     assert decision.execution_allowed and decision.authorization_status.value == "APPROVED"
-    (entry,) = [json.loads(line) for line in path.read_text().splitlines()]
+    (entry,) = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     for name in (
         "action_id", "agent_id", "timestamp", "kcp_unit_applied", "evaluator_id", "evaluator_version",
         "fields_accessed", "fields_declared", "passed", "trace_id", "model", "legal_basis",
@@ -207,7 +211,7 @@ def test_no_logging_content_never_reaches_the_ledger(bundles: Path, tmp_path: Pa
     raw = path.read_bytes()
     for secret in (b"SECRET-CONTENT-7731", b"SECRET-REF-4410", b"SECRET-TARGET-5521"):
         assert secret not in raw
-    entry = json.loads(raw)
+    entry = json.loads(raw.splitlines()[1])  # line 1 is the ledger header
     assert set(entry["erased"]) >= {
         "/input/action/attributes",
         "/input/action/evidence_references",
@@ -220,7 +224,7 @@ def test_no_logging_content_never_reaches_the_ledger(bundles: Path, tmp_path: Pa
     Gate.from_bundle(bundles / "support-desk.tar.gz", ledger=AuditLedger(other)).decide(
         {**CASES["sd-read-clean"].action, "attributes": {"note": "KEPT-9"}}, now="2026-11-29T10:00:00Z"
     )
-    assert b"KEPT-9" in other.read_bytes() and json.loads(other.read_bytes())["erased"] == []
+    assert b"KEPT-9" in other.read_bytes() and json.loads(other.read_bytes().splitlines()[1])["erased"] == []
 
 
 # --- the auditor's commands --------------------------------------------------------------------------------
@@ -249,13 +253,13 @@ def test_replay_reproduces_every_demo_decision_on_both_engines(demo_ledger: tupl
     assert report["reproduced"]["regopy"] == report["decisions"]
     assert report["reproduced"]["opa"] == report["decisions"]
     assert report["mismatches"] == [] and report["missing_bundles"] == {}
-    types = {json.loads(line)["type"] for line in ledger.read_text().splitlines()}
+    types = {json.loads(line)["type"] for line in ledger.read_text().splitlines()[1:]}
     assert types == {"decision", "control", "receipt", "execution", "failure"}
 
 
 def test_replay_reports_a_decision_that_does_not_reproduce(demo_ledger: tuple[Path, Path], tmp_path: Path) -> None:
     ledger, bundles = demo_ledger
-    lines = ledger.read_text().splitlines()
+    lines = ledger.read_text().splitlines()[1:]
     forged = json.loads(lines[0])
     forged["result"]["decision"] = "FORGED"
     copy = tmp_path / "forged.jsonl"
@@ -271,7 +275,7 @@ def test_export_evaluates_to_the_archived_result_in_opa(demo_ledger: tuple[Path,
     from kcp_opa.compile.bundle import read_bundle
 
     ledger, bundles = demo_ledger
-    entry = json.loads(ledger.read_text().splitlines()[0])
+    entry = json.loads(ledger.read_text().splitlines()[1])
     out = tmp_path / "export"
     proc = run_cli(
         "audit", "export", str(ledger), "--decision-id", entry["decision_id"], "--bundles", str(bundles), "-o", str(out)

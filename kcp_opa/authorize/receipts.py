@@ -179,6 +179,7 @@ def verify_receipt(
     """
     if not isinstance(receipt, Mapping):
         raise ReceiptVerificationError("a receipt is a JSON object", "malformed_receipt")
+    _check_well_formed(receipt)
     signature = receipt.get("signature")
     signature = signature if isinstance(signature, Mapping) else {}
     alg, kid, value = signature.get("alg"), signature.get("kid"), signature.get("value")
@@ -219,6 +220,48 @@ def verify_receipt(
     if not nonce_store.consume(receipt["nonce"], receipt["receipt_id"], receipt["expires_at"]):
         raise ReceiptVerificationError("this receipt (nonce or receipt_id) was used before", "replay")
     return VerifiedReceipt(receipt, consumed=True)
+
+
+MAX_RECEIPT_DEPTH = 8
+MAX_RECEIPT_NODES = 10_000
+_MAX_INT = 2**63
+
+
+def _check_well_formed(receipt: Mapping[str, Any]) -> None:
+    """Plain JSON that canonicalises, before anything else looks at it: string keys, finite
+    numbers, 64-bit integers, valid UTF-8 strings, bounded depth and size. Anything else is a
+    ``malformed_receipt`` refusal, never a raw exception out of hashing or signing."""
+    stack: list[tuple[Any, int]] = [(receipt, 1)]
+    nodes = 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_RECEIPT_DEPTH or nodes > MAX_RECEIPT_NODES:
+            raise ReceiptVerificationError("receipt is nested too deeply or too large", "malformed_receipt")
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ReceiptVerificationError("receipt keys must be strings", "malformed_receipt")
+                stack.extend(((key, depth + 1), (item, depth + 1)))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ReceiptVerificationError(
+                    "receipt holds a string that is not UTF-8", "malformed_receipt"
+                ) from None
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int):
+            if not -_MAX_INT <= value < _MAX_INT:
+                raise ReceiptVerificationError("receipt holds an integer out of range", "malformed_receipt")
+        elif isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ReceiptVerificationError("receipt holds a non-finite number", "malformed_receipt")
+        else:
+            raise ReceiptVerificationError(f"receipt holds a {type(value).__name__}, not JSON", "malformed_receipt")
 
 
 def _check_schema(receipt: Mapping[str, Any]) -> None:

@@ -6,6 +6,11 @@ journal, which is the KYA reference's pattern). One connection per thread and pr
 open, so a consume is one short write transaction, not a connection set-up each time.
 Uniqueness is the database's job (primary keys), so two processes can never both consume one
 nonce or both claim one idempotency key.
+
+A claim carries a lease (``lease_expires_at``). A claim still ``running`` after its lease is
+reported as ``ambiguous``: its process died (or hung) between the claim and the outcome, so
+nobody can tell whether the side effect happened. Only :meth:`SQLiteStore.reconcile` (an
+operator, with evidence) resolves it; a retry never runs the handler again.
 """
 
 from __future__ import annotations
@@ -39,6 +44,15 @@ CREATE TABLE IF NOT EXISTS executions (
     started_at TEXT NOT NULL,
     finished_at TEXT
 );
+CREATE TABLE IF NOT EXISTS reconciliations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    receipt_id TEXT NOT NULL,
+    claimed_at TEXT NOT NULL,
+    at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS refusals (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     at TEXT NOT NULL,
@@ -57,14 +71,26 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_LEASE_COLUMNS = {"lease_expires_at": "TEXT"}
+AMBIGUOUS = "ambiguous"
+
+
+def _stamp(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @dataclass(frozen=True)
 class ExecutionRecord:
+    """``state``: running, succeeded, failed, or ambiguous (running past its lease)."""
+
     idempotency_key: str
     action_hash: str
     receipt_id: str
     state: str
     outcome: Any
     error: str | None
+    started_at: str = ""
+    lease_expires_at: str | None = None
 
 
 class SQLiteStore:
@@ -87,6 +113,10 @@ class SQLiteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as connection:
             connection.executescript(_SCHEMA)
+            present = {row[1] for row in connection.execute("PRAGMA table_info(executions)")}
+            for column, kind in _LEASE_COLUMNS.items():
+                if column not in present:  # a store created before leases: add the column in place
+                    connection.execute(f"ALTER TABLE executions ADD COLUMN {column} {kind}")
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
@@ -143,39 +173,98 @@ class SQLiteStore:
             raise  # nothing in this batch was consumed: every caller fails closed
         return results
 
-    def claim_execution(self, idempotency_key: str, action_hash: str, receipt_id: str) -> ExecutionRecord | None:
-        """Claim the key for a new execution; the existing record if it was claimed before."""
+    def claim_execution(
+        self, idempotency_key: str, action_hash: str, receipt_id: str, *, lease_seconds: float = 300.0
+    ) -> ExecutionRecord | None:
+        """Claim the key for a new execution under a lease; the existing record if it was claimed before."""
+        moment = dt.datetime.now(dt.UTC)
         connection = self._connection()
         try:
             connection.execute(
-                "INSERT INTO executions (idempotency_key, action_hash, receipt_id, state, started_at)"
-                " VALUES (?, ?, ?, 'running', ?)",
-                (idempotency_key, action_hash, receipt_id, _now()),
+                "INSERT INTO executions (idempotency_key, action_hash, receipt_id, state, started_at, lease_expires_at)"
+                " VALUES (?, ?, ?, 'running', ?, ?)",
+                (
+                    idempotency_key,
+                    action_hash,
+                    receipt_id,
+                    _stamp(moment),
+                    _stamp(moment + dt.timedelta(seconds=lease_seconds)),
+                ),
             )
         except sqlite3.IntegrityError:
             return self.execution(idempotency_key)
         return None
 
-    def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> None:
+    def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
+        """Record the outcome of a running claim; False if it was no longer running (reconciled)."""
         state = "failed" if error is not None else "succeeded"
-        self._connection().execute(
-            "UPDATE executions SET state = ?, outcome = ?, error = ?, finished_at = ? WHERE idempotency_key = ?",
-            (state, json.dumps(outcome, sort_keys=True), error, _now(), idempotency_key),
+        cursor = self._connection().execute(
+            "UPDATE executions SET state = ?, outcome = ?, error = ?, finished_at = ?"
+            " WHERE idempotency_key = ? AND state = 'running'",
+            (state, json.dumps(outcome, sort_keys=True, allow_nan=False), error, _now(), idempotency_key),
         )
+        return cursor.rowcount == 1
 
     def execution(self, idempotency_key: str) -> ExecutionRecord | None:
-        row = (
-            self._connection()
-            .execute(
-                "SELECT idempotency_key, action_hash, receipt_id, state, outcome, error FROM executions"
-                " WHERE idempotency_key = ?",
-                (idempotency_key,),
+        rows = self._executions("WHERE idempotency_key = ?", (idempotency_key,))
+        return rows[0] if rows else None
+
+    def ambiguous_executions(self) -> list[ExecutionRecord]:
+        """Every claim whose lease expired without an outcome (what `executions list` shows)."""
+        return [r for r in self._executions("WHERE state = 'running'", ()) if r.state == AMBIGUOUS]
+
+    def _executions(self, where: str, args: tuple[Any, ...]) -> list[ExecutionRecord]:
+        columns = "idempotency_key, action_hash, receipt_id, state, outcome, error, started_at, lease_expires_at"
+        query = f"SELECT {columns} FROM executions {where} ORDER BY started_at"  # noqa: S608 - constant where
+        now = _now()
+        out = []
+        for row in self._connection().execute(query, args).fetchall():
+            state = row[3]
+            if state == "running" and (row[7] is None or row[7] <= now):
+                state = AMBIGUOUS  # no lease (a pre-lease claim) or an expired one: nobody holds it
+            out.append(ExecutionRecord(row[0], row[1], row[2], state, json.loads(row[4]) if row[4] else None, *row[5:]))
+        return out
+
+    def reconcile(self, idempotency_key: str, outcome: str, evidence: str) -> ExecutionRecord:
+        """Resolve an ambiguous claim as succeeded or failed, on an operator's evidence (recorded)."""
+        if outcome not in {"succeeded", "failed"}:
+            raise StoreError(f"outcome is succeeded or failed, not {outcome!r}", "bad_outcome")
+        if not evidence.strip():
+            raise StoreError("reconciling needs an evidence reference (what shows the outcome)", "no_evidence")
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            record = self.execution(idempotency_key)
+            if record is None:
+                raise StoreError(f"no execution claimed {idempotency_key}", "unknown_key")
+            if record.state != AMBIGUOUS:
+                raise StoreError(
+                    f"{idempotency_key} is {record.state}, not ambiguous; only an expired claim is reconciled",
+                    "not_ambiguous",
+                )
+            note = {"reconciled": outcome, "evidence": evidence}
+            connection.execute(
+                "UPDATE executions SET state = ?, outcome = ?, error = ?, finished_at = ? WHERE idempotency_key = ?",
+                (
+                    outcome,
+                    json.dumps(note, sort_keys=True) if outcome == "succeeded" else None,
+                    f"reconciled as failed (evidence: {evidence})" if outcome == "failed" else None,
+                    _now(),
+                    idempotency_key,
+                ),
             )
-            .fetchone()
-        )
-        if row is None:
-            return None
-        return ExecutionRecord(row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None, row[5])
+            connection.execute(
+                "INSERT INTO reconciliations (idempotency_key, outcome, evidence, receipt_id, claimed_at, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (idempotency_key, outcome, evidence, record.receipt_id, record.started_at, _now()),
+            )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        resolved = self.execution(idempotency_key)
+        assert resolved is not None
+        return resolved
 
     def record_refusal(self, code: str, message: str, *, receipt_id: str | None, action_hash: str | None) -> None:
         self._connection().execute(
@@ -184,6 +273,6 @@ class SQLiteStore:
         )
 
     def count(self, table: str) -> int:
-        if table not in {"consumed_receipts", "executions", "refusals"}:
+        if table not in {"consumed_receipts", "executions", "refusals", "reconciliations"}:
             raise ValueError(table)
         return int(self._connection().execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608

@@ -18,6 +18,7 @@ from kcp_opa.cli.audit import audit, ropa
 from kcp_opa.cli.authoring import check, test_command
 from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
+from kcp_opa.cli.executions import executions
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.core.errors import ActionRejectedError, KcpOpaError, SourceError, ValidationFailedError
@@ -51,6 +52,7 @@ COMMANDS = (
     decide,
     eval_command,
     receipt,
+    executions,
     test_command,
     check,
     ropa,

@@ -1,8 +1,9 @@
-"""The auditor's commands: the audit group (verify, export, replay, query) and ropa."""
+"""The auditor's commands: the audit group (verify, checkpoint, export, replay, query) and ropa."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,9 +14,12 @@ from rich.table import Table
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console
+from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
+from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.signing import load_keyring
 from kcp_opa.declare.manifest import load_manifest
+from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
 from kcp_opa.trail.ledger import verify_ledger
 
 
@@ -53,16 +57,56 @@ def audit() -> None:
     """The auditor's tools over a ledger written by the gate (verify, export, replay, query)."""
 
 
+def _expect_head(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, str] | None:
+    """--expect-head SEQ:HASH, checked at parse time (a malformed anchor is a usage error)."""
+    if value is None:
+        return None
+    seq, _, digest = value.partition(":")
+    if not seq.isdigit() or int(seq) < 1 or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise click.BadParameter("expected SEQ:sha256:<64 hex>, as `audit verify` prints the head")
+    return int(seq), digest
+
+
 @audit.command(name="verify")
 @click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--checkpoint",
+    "checkpoints",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Signed checkpoint file(s) (kept off-box); the chain must contain each one's head. Needs --keyring.",
+)
+@click.option("--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help="Checkpoint keys.")
+@click.option("--expect-head", callback=_expect_head, metavar="SEQ:HASH", help="The chain must contain this entry.")
 @FORMAT
-def audit_verify(ledger: Path, fmt: str | None) -> None:
-    """Check the hash chain and every line; report the first break with its line number (exit 1)."""
-    report = verify_ledger(ledger)
+def audit_verify(
+    ledger: Path,
+    checkpoints: Sequence[Path],
+    keyring_path: Path | None,
+    expect_head: tuple[int, str] | None,
+    fmt: str | None,
+) -> None:
+    """Check the hash chain and every line; report the first break with its line number (exit 1).
+
+    Prints the head it verified (SEQ:HASH): keep it, or a signed `audit checkpoint`, off-box;
+    with --checkpoint/--expect-head a later cut, re-chained tail or regenerated file is caught.
+    An empty ledger is not ok.
+    """
+    anchors, ledger_id = _anchors(checkpoints, keyring_path)
+    if expect_head is not None:
+        anchors.append(expect_head)
+    conflicting = {seq for seq, digest in anchors if dict(anchors)[seq] != digest}
+    if conflicting:
+        fail(f"the anchors disagree about seq {min(conflicting)}", EXIT_INVALID)
+    report = verify_ledger(ledger, anchors=anchors, ledger_id=ledger_id)
     document = {
         "ledger": str(ledger),
         "ok": report.ok,
         "entries": report.entries,
+        "head": report.head,
+        "ledger_id": report.ledger_id,
+        "header": report.headed,
+        "anchors": [f"{seq}:{digest}" for seq, digest in report.anchors],
         "torn_tail": report.torn_tail,
         "problems": [{"line": p.line, "message": p.message} for p in report.problems],
     }
@@ -71,12 +115,63 @@ def audit_verify(ledger: Path, fmt: str | None) -> None:
     else:
         out = console()
         if report.ok:
-            out.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact")
+            anchored = f", {len(report.anchors)} anchor(s) hold" if report.anchors else ""
+            out.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact{anchored}, head {report.head}")
         for problem in report.problems:
             verified = f"{report.entries} entries verified before it"
             out.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
     if not report.ok:
         sys.exit(EXIT_INVALID)
+
+
+def _anchors(checkpoints: Sequence[Path], keyring_path: Path | None) -> tuple[list[tuple[int, str]], str | None]:
+    """(seq, hash) of every checkpoint after its signature verified; the ledger_id they name."""
+    if not checkpoints:
+        return [], None
+    if keyring_path is None:
+        raise click.UsageError("--checkpoint needs --keyring (the key that signed it)")
+    keyring = load_keyring(keyring_path)
+    anchors: list[tuple[int, str]] = []
+    ids: set[str | None] = set()
+    for path in checkpoints:
+        for checkpoint in load_checkpoints(path):
+            try:
+                verify_checkpoint(checkpoint, keyring)
+            except LedgerError as exc:
+                fail(f"{path}: {exc}", EXIT_INVALID)
+            anchors.append((checkpoint["seq"], checkpoint["entry_hash"]))
+            ids.add(checkpoint.get("ledger_id"))
+    if len(ids) > 1:
+        fail("the checkpoints name different ledgers", EXIT_INVALID)
+    return anchors, ids.pop()
+
+
+@audit.command(name="checkpoint")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--keyring",
+    "keyring_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Keyring whose signing key (Ed25519 or HMAC via secret_env) signs the checkpoint.",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not stdout.")
+def audit_checkpoint(ledger: Path, keyring_path: Path, output: Path | None) -> None:
+    """Sign the head of a verified ledger (ledger_id, seq, entry_hash, time) for off-box keeping.
+
+    Refused (exit 1) when the ledger does not verify: a broken chain is never vouched for.
+    """
+    key = load_keyring(keyring_path).signer()
+    report = verify_ledger(ledger)
+    if not report.ok:
+        problem = report.problems[0]
+        fail(f"{ledger}:{problem.line}: {problem.message}; not signing a broken ledger", EXIT_INVALID)
+    checkpoint = make_checkpoint(report.ledger_id, report.head_seq, report.head_hash, key)
+    text = json.dumps(checkpoint, indent=2, sort_keys=True) + "\n"
+    if output is not None:
+        write_atomically(output, text.encode("utf-8"))
+    else:
+        click.echo(text, nl=False)
 
 
 @audit.command(name="export")

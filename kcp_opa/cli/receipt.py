@@ -44,7 +44,7 @@ def _load_json(path: str, what: str) -> Any:
     text = read_text(path, what)
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also a 5,000-digit integer
         raise ReceiptIssueError(f"{what} {path} is not valid JSON: {exc}", "invalid_json") from None
 
 

@@ -17,6 +17,7 @@ import os
 import posixpath
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from kcp_opa.core.errors import BundleError
 
 MANIFEST_NAME = ".manifest"
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
+DEFAULT_MAX_DECOMPRESSED = 512 * 1024 * 1024
+DEFAULT_MAX_MEMBERS = 10_000
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,41 @@ def write_atomically(path: Path, content: bytes, verify: Callable[[Path], None] 
         raise
 
 
-def read_bundle(path: str | Path) -> LoadedBundle:
-    """Read and check a bundle tarball; any defect is a :class:`BundleError`."""
+@dataclass(frozen=True)
+class BundleLimits:
+    """What a bundle may inflate to before it is refused (a tar bomb costs at most this much).
+
+    Defaults: 512 MiB decompressed, 10,000 members; ``KCP_OPA_BUNDLE_MAX_BYTES`` and
+    ``KCP_OPA_BUNDLE_MAX_MEMBERS`` override them for a process.
+    """
+
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED
+    max_members: int = DEFAULT_MAX_MEMBERS
+
+    @classmethod
+    def from_env(cls) -> BundleLimits:
+        def number(variable: str, default: int) -> int:
+            text = os.environ.get(variable, "").strip()
+            if not text:
+                return default
+            if not text.isdigit() or int(text) < 1:
+                raise BundleError(f"{variable}={text!r}: expected a positive integer")
+            return int(text)
+
+        return cls(
+            number("KCP_OPA_BUNDLE_MAX_BYTES", DEFAULT_MAX_DECOMPRESSED),
+            number("KCP_OPA_BUNDLE_MAX_MEMBERS", DEFAULT_MAX_MEMBERS),
+        )
+
+
+def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> LoadedBundle:
+    """Read and check a bundle tarball; any defect is a :class:`BundleError`.
+
+    Beyond the format: the inflated size and member count are capped (``limits``), a member
+    may appear once, roots may not overlap, and every file's sha256 recorded in the
+    ``.manifest`` metadata (``files``, and ``sources`` for the policies) must match its bytes,
+    so an edited module under an unchanged ``.manifest`` is refused.
+    """
     source = str(path)
     try:
         packed = Path(path).read_bytes()
@@ -113,13 +149,15 @@ def read_bundle(path: str | Path) -> LoadedBundle:
         raise BundleError(f"{source}: cannot read bundle: {exc.strerror or exc}") from None
     if len(packed) > MAX_BUNDLE_BYTES:
         raise BundleError(f"{source}: bundle larger than {MAX_BUNDLE_BYTES >> 20} MiB")
-    members = _members(packed, source)
+    members = _members(packed, source, limits or BundleLimits.from_env())
     if MANIFEST_NAME not in members:
         raise BundleError(f"{source}: no .manifest: not a kcp-opa bundle")
     manifest = _json(members.pop(MANIFEST_NAME), source, MANIFEST_NAME)
     if not isinstance(manifest, dict):
         raise BundleError(f"{source}: .manifest is not a JSON object")
     roots = manifest.get("roots", [""])
+    _check_roots(roots, source)
+    _check_hashes(manifest, members, source)
     data: dict[str, Any] = {}
     modules: dict[str, str] = {}
     for name, content in sorted(members.items()):
@@ -135,18 +173,35 @@ def read_bundle(path: str | Path) -> LoadedBundle:
     return LoadedBundle(source, manifest, data, modules, hashlib.sha256(packed).hexdigest())
 
 
-def _members(packed: bytes, source: str) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
+def _inflate(packed: bytes, source: str, limit: int) -> bytes:
+    """gunzip at most ``limit`` bytes: a bomb is refused before it is in memory."""
     try:
-        with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
-            for info in tar:
-                name = info.name.removeprefix("./")
+        with gzip.GzipFile(fileobj=io.BytesIO(packed), mode="rb") as gz:
+            raw = gz.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise BundleError(f"{source}: not a gzipped tar bundle ({exc})") from None
+    if len(raw) > limit:
+        raise BundleError(f"{source}: inflates to more than {limit} bytes (KCP_OPA_BUNDLE_MAX_BYTES)")
+    return raw
+
+
+def _members(packed: bytes, source: str, limits: BundleLimits) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    raw = _inflate(packed, source, limits.max_decompressed_bytes)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+            for count, info in enumerate(tar, start=1):
+                if count > limits.max_members:
+                    raise BundleError(f"{source}: more than {limits.max_members} members (KCP_OPA_BUNDLE_MAX_MEMBERS)")
+                name = posixpath.normpath(info.name.removeprefix("./"))
                 if info.isdir():
                     continue
                 if not info.isfile():
                     raise BundleError(f"{source}: member {info.name!r} is not a regular file")
-                if name.startswith("/") or ".." in name.split("/"):
+                if name.startswith("/") or ".." in name.split("/") or name == ".":
                     raise BundleError(f"{source}: member {info.name!r} escapes the bundle")
+                if name in out:
+                    raise BundleError(f"{source}: member {name!r} appears twice (which one would count?)")
                 extracted = tar.extractfile(info)
                 if extracted is None:  # pragma: no cover - isfile() guarantees content
                     raise BundleError(f"{source}: member {info.name!r} has no content")
@@ -154,6 +209,41 @@ def _members(packed: bytes, source: str) -> dict[str, bytes]:
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BundleError(f"{source}: not a gzipped tar bundle ({exc})") from None
     return out
+
+
+def _check_roots(roots: Any, source: str) -> None:
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise BundleError(f"{source}: .manifest roots must be a list of strings")
+    for index, first in enumerate(roots):
+        for second in roots[index + 1 :]:
+            a, b = sorted((first.strip("/"), second.strip("/")), key=len)
+            if a == b or a == "" or b.startswith(f"{a}/"):
+                raise BundleError(f"{source}: .manifest roots {first!r} and {second!r} overlap")
+
+
+def _check_hashes(manifest: Mapping[str, Any], members: Mapping[str, bytes], source: str) -> None:
+    """Every sha256 the metadata records must match the member it names, and name every module."""
+    metadata = manifest.get("metadata")
+    kcp = metadata.get("kcp_opa") if isinstance(metadata, Mapping) else None
+    if not isinstance(kcp, Mapping):
+        return  # not a kcp-opa bundle: nothing recorded to check (the engine refuses it anyway)
+    expected: dict[str, Any] = {}
+    sources = kcp.get("sources")
+    if isinstance(sources, Mapping):
+        expected.update({k.removeprefix("policies/"): v for k, v in sources.items() if k.startswith("policies/")})
+    files = kcp.get("files")
+    if isinstance(files, Mapping):
+        expected.update(files)
+        unlisted = sorted(set(members) - set(files) - set(expected))
+    else:
+        unlisted = sorted(name for name in members if name.endswith(".rego") and name not in expected)
+    if unlisted:
+        raise BundleError(f"{source}: {unlisted[0]} is not recorded in the .manifest metadata (added after compile)")
+    for name, digest in sorted(expected.items()):
+        if name not in members:
+            raise BundleError(f"{source}: {name} is recorded in the .manifest metadata but missing")
+        if hashlib.sha256(members[name]).hexdigest() != digest:
+            raise BundleError(f"{source}: {name} does not match its sha256 in the .manifest (edited after compile)")
 
 
 def _json(content: bytes, source: str, name: str) -> Any:

@@ -95,6 +95,7 @@ def compile_bundle(
     files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]
     files += [BundleFile(m.path, m.source.encode("utf-8")) for m in modules]
     metadata = _metadata(manifests, matrix, modules, version, sorted(data))
+    metadata["files"] = {f.path: hashlib.sha256(f.content).hexdigest() for f in sorted(files, key=lambda f: f.path)}
     rev = revision or content_revision([*files, BundleFile(".metadata", canonical_json(metadata))])
     manifest = {
         "revision": rev,

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,9 @@ HMAC_SHA256 = "HMAC-SHA256"
 ED25519 = "Ed25519"
 ALGORITHMS = (HMAC_SHA256, ED25519)
 MIN_SECRET_BYTES = 32
+ED25519_SIGNATURE_BYTES = 64
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -55,18 +59,34 @@ class ReceiptKey:
         """Constant-time for HMAC; Ed25519 verification is constant-time in the library."""
         if self.alg == HMAC_SHA256 and self.secret is not None:
             expected = hmac.new(self.secret, message, hashlib.sha256).hexdigest()
-            return hmac.compare_digest(expected.encode("ascii"), value.encode("utf-8", "replace"))
+            if not _HEX64.fullmatch(value):  # lowercase hex of 32 bytes, nothing else
+                return False
+            return hmac.compare_digest(expected.encode("ascii"), value.encode("ascii"))
         if self.alg == ED25519:
             public = self.public_key or (self.private_key.public_key() if self.private_key else None)
             if public is None:
                 return False
+            raw = strict_b64url(value)
+            if raw is None or len(raw) != ED25519_SIGNATURE_BYTES:
+                return False
             try:
-                padded = value + "=" * (-len(value) % 4)
-                public.verify(base64.urlsafe_b64decode(padded.encode("ascii")), message)
-            except (InvalidSignature, ValueError, UnicodeEncodeError):
+                public.verify(raw, message)
+            except InvalidSignature:
                 return False
             return True
         return False
+
+
+def strict_b64url(value: str) -> bytes | None:
+    """Unpadded base64url, accepted only in its one canonical spelling (the one ``sign`` writes).
+
+    No padding, no whitespace, no other alphabet, no trailing garbage, no non-zero spare bits:
+    a signature has exactly one accepted encoding, so it cannot be varied while still verifying.
+    """
+    if not _B64URL.fullmatch(value):
+        return None
+    raw = base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_", validate=True)
+    return raw if base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=") == value else None
 
 
 def hmac_key(kid: str, secret: bytes) -> ReceiptKey:

@@ -24,6 +24,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EngineLoadError
+from kcp_opa.decide import plancache
 from kcp_opa.decide.regoinput import read_results, rego_input
 
 _log = structlog.get_logger("kcp_opa.engine")
@@ -102,9 +103,13 @@ class RegopyEngine:
         self._check_manifest()
         self._local = threading.local()
         cached = self._cache_path(plan_cache)
-        if cached is not None and cached.is_file():
-            # A plan this process family built and saved after a successful preflight and build.
-            self._built = self._load_plan(cached)
+        copy = None if cached is None else plancache.verified_copy(cached, bundle.sha256, entrypoint)
+        if copy is not None:
+            # A plan built and saved for this very bundle (sha256-bound) after a preflight and build.
+            try:
+                self._built = self._load_plan(copy)
+            finally:
+                copy.unlink(missing_ok=True)
             return
         if preflight:
             self._preflight()
@@ -143,6 +148,7 @@ class RegopyEngine:
             temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             self._interpreter().save_bundle(str(temporary), self._built, BundleFormat.Binary)
             temporary.replace(path)
+            plancache.bind(path, self.bundle.sha256, self.entrypoint)
         except Exception as exc:  # a cache that cannot be written only costs the next start time
             _log.warning("plan_cache_not_written", path=str(path), error=_one_line(exc))
 

@@ -4,23 +4,42 @@ It accepts nothing but a receipt bound to the final action hash as authority (no
 id, a chat confirmation or an approval id). One side effect per ``idempotency_key``: the key is
 claimed in the store before the handler runs, so two verified receipts for the same action
 racing in two processes give one execution; the loser gets the recorded outcome.
+
+Execution is at most once. A claim holds a lease (``lease_seconds``, longer than any handler
+may run); if its process dies between the claim and the outcome, later calls get
+``ExecutionError(code="ambiguous")`` (and a ledger entry) instead of running the side effect
+again: the caller must find out from the target system whether it happened and record that
+with ``kcp-opa executions reconcile``. A handler result that is not JSON is recorded as a
+failure with its repr (the side effect ran; the key is never left ``running``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kcp_opa.authorize.receipts import verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.authorize.store import AMBIGUOUS, SQLiteStore
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.trail.entries import AuditTrail
 
 Handler = Callable[[Mapping[str, Any]], Any]
+
+
+def _loggable(value: Any) -> bool:
+    """A receipt id we may write to the store and ledger as is (a short, valid UTF-8 string)."""
+    if not isinstance(value, str) or len(value) > 200:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -42,7 +61,11 @@ class Executor:
         policy_versions: Collection[str],
         store: SQLiteStore,
         audit: AuditTrail | None = None,
+        lease_seconds: float = 300.0,
     ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        self.lease_seconds = lease_seconds
         self.keyring = keyring
         self.policy_versions = frozenset(policy_versions)
         self.store = store
@@ -63,7 +86,8 @@ class Executor:
         """Run ``handler(action)`` under ``receipt``; raises ReceiptVerificationError or ExecutionError."""
         check_action(action)
         digest = action_hash(action)
-        receipt_id = receipt.get("receipt_id") if isinstance(receipt, Mapping) else None
+        raw_id = receipt.get("receipt_id") if isinstance(receipt, Mapping) else None
+        receipt_id = raw_id if _loggable(raw_id) else None
         try:
             verify_receipt(
                 receipt,
@@ -80,10 +104,26 @@ class Executor:
             self._emit("failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest)
             raise
         key = str(action["idempotency_key"])
-        existing = self.store.claim_execution(key, digest, str(receipt_id))
+        existing = self.store.claim_execution(key, digest, str(receipt_id), lease_seconds=self.lease_seconds)
         if existing is not None:
             if existing.action_hash != digest:
                 raise ExecutionError(f"idempotency key {key} was used for a different action", "idempotency_key_reused")
+            if existing.state == AMBIGUOUS:
+                message = (
+                    f"{key} was claimed under receipt {existing.receipt_id} at {existing.started_at} and its lease "
+                    "expired without an outcome: it may or may not have run; check the target system, then "
+                    f"`kcp-opa executions reconcile {key} --outcome succeeded|failed --evidence REF`"
+                )
+                self._emit(
+                    "failure",
+                    action,
+                    code="execution_ambiguous",
+                    message=message,
+                    receipt_id=receipt_id,
+                    action_hash=digest,
+                    idempotency_key=key,
+                )
+                raise ExecutionError(message, "ambiguous")
             if existing.state == "running":
                 raise ExecutionError(f"{key} is being executed under receipt {existing.receipt_id}", "in_progress")
             if existing.state == "failed":
@@ -100,6 +140,22 @@ class Executor:
                 "failure", action, code="handler_failed", message=str(exc), receipt_id=receipt_id, action_hash=digest
             )
             raise ExecutionError(f"the handler failed for {key}: {exc}", "handler_failed") from exc
-        self.store.finish_execution(key, outcome=outcome)
+        try:
+            json.dumps(outcome, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            detail = f"the handler's result is not JSON ({exc}): {repr(outcome)[:500]}"
+            self.store.finish_execution(key, error=detail)
+            self._emit(
+                "failure", action, code="result_not_json", message=detail, receipt_id=receipt_id, action_hash=digest
+            )
+            raise ExecutionError(
+                f"{key}: {detail}; recorded as failed (the side effect ran)", "result_not_json"
+            ) from None
+        if not self.store.finish_execution(key, outcome=outcome):
+            message = f"{key} finished after its lease expired and was reconciled meanwhile; outcome {outcome!r}"
+            self._emit(
+                "failure", action, code="late_outcome", message=message, receipt_id=receipt_id, action_hash=digest
+            )
+            raise ExecutionError(message, "late_outcome")
         self._emit("execution", action, idempotency_key=key, receipt_id=receipt_id, action_hash=digest, replayed=False)
         return ExecutionResult(key, str(receipt_id), outcome, replayed=False)

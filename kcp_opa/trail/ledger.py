@@ -1,46 +1,88 @@
 """The append-only, hash-chained audit ledger (JSON Lines), safe across processes and crashes.
 
-Each line is one entry; ``entry_hash`` is the sha256 of the entry's canonical JSON without
-``entry_hash``, and ``previous_hash`` is the entry_hash of the line before it (the first entry
-points at ``GENESIS``). Appends take an exclusive ``flock`` on the file, so several processes
-extend one chain without interleaving or forking it. An entry is flushed and fsynced before
-``append`` returns (``durability="fsync"``), or committed together with the other entries
-waiting in this process (``"group"``: one fsync per batch, every caller still waits for it).
-A crash mid-write leaves at most a torn last line without its newline: ``verify`` reports it,
-and the next writer cuts it off before appending (it was never acknowledged).
+Line 1 is a header (``{"kcp_opa_ledger": 1, "ledger_id": ..., "created_at": ...}``) that marks
+the file as a ledger; every further line is one entry. ``entry_hash`` is the sha256 of the
+entry's canonical JSON without ``entry_hash``, and ``previous_hash`` is the entry_hash of the
+entry before it (the first entry points at the header's canonical hash, so the header is
+chained too; in a headerless ledger from before headers existed, at ``GENESIS``). Appends take an exclusive ``flock`` on
+the file, so several processes extend one chain without interleaving or forking it. An entry is
+flushed and fsynced before ``append`` returns (``durability="fsync"``), or committed together
+with the other entries waiting in this process (``"group"``: one fsync per batch, every caller
+still waits for it). A batch whose write or fsync fails is cut back to the offset it started
+at, so no entry that a caller saw fail stays behind. A crash mid-write leaves at most a torn
+last line: ``verify`` reports it, and the next writer cuts it off before appending.
+
+The writer never follows a symlink (``O_NOFOLLOW``) and writes only to an empty file, a file
+with the header, or a headerless ledger written before headers existed (its first line is a
+genesis entry). It repairs (cuts) a torn tail only in a file with the header: it never
+truncates a file it cannot prove is a ledger. Signed checkpoints of the head anchor the chain
+against truncation and regeneration (``kcp_opa.trail.checkpoint``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import json
 import os
+import stat
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
+from kcp_opa.core.signing import ReceiptKey
+from kcp_opa.trail.checkpoint import append_checkpoint, make_checkpoint
+from kcp_opa.trail.verify import (
+    GENESIS,
+    HEADER_KEY,
+    LedgerProblem,
+    VerifyReport,
+    entry_hash,
+    is_header,
+    verify_ledger,
+)
 
-GENESIS = "sha256:" + "0" * 64
+__all__ = ["GENESIS", "AuditLedger", "LedgerProblem", "VerifyReport", "entry_hash", "read_entries", "verify_ledger"]
+
 _TAIL_CHUNK = 64 * 1024
+_log = structlog.get_logger(__name__)
 
 
-def entry_hash(entry: Mapping[str, Any]) -> str:
-    return canonical_hash({k: v for k, v in entry.items() if k != "entry_hash"})
+def checkpoint_path(path: Path) -> Path:
+    """Where a ledger's own signed checkpoints go (export them off-box to anchor the chain)."""
+    return path.with_name(path.name + ".checkpoints")
 
 
 class AuditLedger:
-    """Append entries to one JSON Lines file; ``durability`` is "fsync" (default) or "group"."""
+    """Append entries to one JSON Lines file; ``durability`` is "fsync" (default) or "group".
 
-    def __init__(self, path: str | Path, *, durability: str = "fsync") -> None:
+    With ``checkpoint_key``, a signed checkpoint of the head is appended to
+    ``<ledger>.checkpoints`` every ``checkpoint_every`` entries and on :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        durability: str = "fsync",
+        checkpoint_key: ReceiptKey | None = None,
+        checkpoint_every: int = 1000,
+    ) -> None:
         if durability not in {"fsync", "group"}:
             raise ValueError("durability is 'fsync' or 'group'")
+        if checkpoint_every < 1:
+            raise ValueError("checkpoint_every is at least 1")
         self.path = Path(path)
         self.durability = durability
+        self.checkpoint_key = checkpoint_key
+        self.checkpoint_every = checkpoint_every
         self._lock = threading.Lock()
         self._group = GroupCommit(self._write_batch, max_batch=512)
 
@@ -54,16 +96,42 @@ class AuditLedger:
                 return self._write_batch([dict(entry)])[0]
         return self._group.submit(dict(entry))
 
-    def _write_batch(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o640)
-        except OSError as exc:
-            raise LedgerError(f"{self.path}: cannot open the audit ledger: {exc.strerror or exc}") from None
+    def close(self) -> dict[str, Any] | None:
+        """Write a signed checkpoint of the current head (if a key is set); returns it."""
+        if self.checkpoint_key is None:
+            return None
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            previous, seq = _repair_and_tail(fd, self.path)
-            lines = []
+            _, ledger_id, previous, seq, _ = _prepare(fd, self.path)
+            if seq == 0:
+                return None
+            checkpoint = make_checkpoint(ledger_id, seq, previous, self.checkpoint_key)
+            append_checkpoint(checkpoint_path(self.path), checkpoint)
+            return checkpoint
+        finally:
+            os.close(fd)
+
+    def _open(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, flags, 0o640)
+        except OSError as exc:
+            reason = "it is a symlink (never followed)" if self.path.is_symlink() else (exc.strerror or str(exc))
+            raise LedgerError(f"{self.path}: cannot open the audit ledger: {reason}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise LedgerError(f"{self.path}: the audit ledger is not a regular file")
+        return fd
+
+    def _write_batch(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        fd = self._open()
+        start = -1
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            start, ledger_id, previous, seq, header = _prepare(fd, self.path)
+            lines = [header] if header else []
             written = []
             for entry in entries:
                 seq += 1
@@ -71,17 +139,50 @@ class AuditLedger:
                 chained["entry_hash"] = previous = entry_hash(chained)
                 lines.append(canonical_json(chained) + b"\n")
                 written.append(chained)
-            data = b"".join(lines)
-            view = memoryview(data)
+            view = memoryview(b"".join(lines))
             while view:
                 count = os.write(fd, view)
                 view = view[count:]
             os.fsync(fd)
-            return written
         except OSError as exc:
+            _rollback(fd, start)
             raise LedgerError(f"{self.path}: audit write failed: {exc.strerror or exc}") from None
+        except BaseException:
+            _rollback(fd, start)
+            raise
         finally:
             os.close(fd)  # closing releases the flock
+        self._maybe_checkpoint(ledger_id, written)
+        return written
+
+    def _maybe_checkpoint(self, ledger_id: str | None, written: list[dict[str, Any]]) -> None:
+        if self.checkpoint_key is None or not written:
+            return
+        first, last = written[0]["seq"], written[-1]["seq"]
+        if (first - 1) // self.checkpoint_every == last // self.checkpoint_every:
+            return
+        try:
+            checkpoint = make_checkpoint(ledger_id, last, written[-1]["entry_hash"], self.checkpoint_key)
+            append_checkpoint(checkpoint_path(self.path), checkpoint)
+        except (OSError, LedgerError) as exc:  # the entries are durable: report, never un-acknowledge them
+            _log.warning("ledger_checkpoint_not_written", path=str(self.path), error=str(exc))
+
+
+def _rollback(fd: int, start: int) -> None:
+    """Cut a failed batch back to where it started: no entry its callers saw fail survives."""
+    if start < 0:
+        return
+    try:
+        if os.fstat(fd).st_size > start:
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+    except OSError as exc:  # pragma: no cover - the file is then torn; verify and the next writer see it
+        _log.error("ledger_rollback_failed", error=str(exc))
+
+
+def _header_line() -> bytes:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return canonical_json({HEADER_KEY: 1, "ledger_id": uuid.uuid4().hex, "created_at": stamp}) + b"\n"
 
 
 def _last_newline(fd: int, end: int) -> int:
@@ -96,90 +197,60 @@ def _last_newline(fd: int, end: int) -> int:
     return -1
 
 
-def _repair_and_tail(fd: int, path: Path) -> tuple[str, int]:
-    """The last complete entry's hash and seq; a torn last line (no newline) is cut off first."""
+def _parse(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _prepare(fd: int, path: Path) -> tuple[int, str | None, str, int, bytes]:
+    """Check the file is a ledger, cut a torn tail (headed files only) and read the head.
+
+    Returns (offset the batch starts at, ledger_id, last entry hash, last seq, header to write).
+    """
     size = os.fstat(fd).st_size
+    if size == 0:
+        header = _header_line()
+        parsed = json.loads(header)
+        return 0, str(parsed["ledger_id"]), canonical_hash(parsed), 0, header
+    first = os.pread(fd, _TAIL_CHUNK, 0)
+    end = first.find(b"\n")
+    head: Any = _parse(first[:end]) if end >= 0 else None
+    headed = is_header(head)
+    legacy = isinstance(head, dict) and head.get("seq") == 1 and head.get("previous_hash") == GENESIS
+    if end < 0 and size < 160 and _header_line().startswith(first[:15]) and first.startswith(b'{"created_at":"'):
+        os.ftruncate(fd, 0)  # only a torn header: the first batch never completed
+        os.fsync(fd)
+        return _prepare(fd, path)
+    if not headed and not legacy:
+        raise LedgerError(f"{path}: not a kcp-opa audit ledger (no ledger header); refusing to write to it")
     last = _last_newline(fd, size)
     if last != size - 1:
+        if not headed:
+            raise LedgerError(f"{path}: torn last line in a headerless ledger; repair it by hand after `audit verify`")
         os.ftruncate(fd, last + 1)  # never acknowledged: its writer died before the fsync returned
         os.fsync(fd)
         size = last + 1
-    if size == 0:
-        return GENESIS, 0
+    ledger_id = str(head["ledger_id"]) if headed else None
+    if headed and size == end + 1:
+        return size, ledger_id, canonical_hash(head), 0, b""
     begin = _last_newline(fd, size - 1) + 1
-    line = os.pread(fd, size - 1 - begin, begin)
+    entry = _parse(os.pread(fd, size - 1 - begin, begin))
     try:
-        entry = json.loads(line)
-        return str(entry["entry_hash"]), int(entry["seq"])
-    except (ValueError, KeyError, TypeError):
+        return size, ledger_id, str(entry["entry_hash"]), int(entry["seq"]), b""
+    except (KeyError, TypeError, ValueError):
         raise LedgerError(f"{path}: the last entry is not a ledger entry; run `kcp-opa audit verify`") from None
 
 
-@dataclass(frozen=True)
-class LedgerProblem:
-    line: int
-    message: str
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    entries: int
-    problems: tuple[LedgerProblem, ...]
-    torn_tail: bool
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
 def read_entries(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, entry) for every well-formed line; raises LedgerError on unreadable files."""
+    """(line number, entry) for every well-formed entry line (the header is skipped)."""
     try:
         with Path(path).open("rb") as handle:
             for number, raw in enumerate(handle, start=1):
                 if raw.endswith(b"\n"):
-                    try:
-                        yield number, json.loads(raw)
-                    except ValueError:
-                        continue
+                    entry = _parse(raw)
+                    if isinstance(entry, dict) and not (number == 1 and is_header(entry)):
+                        yield number, entry
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
-
-
-def verify_ledger(path: str | Path) -> VerifyReport:
-    """Check every line: well-formed, its own hash, its link to the line before, its sequence."""
-    try:
-        with Path(path).open("rb") as handle:
-            return _verify_lines(handle)
-    except OSError as exc:
-        raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
-
-
-def _verify_lines(handle: Iterator[bytes] | Any) -> VerifyReport:
-    problems: list[LedgerProblem] = []
-    previous, expected_seq, entries, torn = GENESIS, 1, 0, False
-    for number, raw in enumerate(handle, start=1):
-        problem = None
-        if not raw.endswith(b"\n"):
-            torn = True
-            problem = "torn last line (a writer died mid-append; never acknowledged)"
-        else:
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                entry = None
-            if not isinstance(entry, dict) or not isinstance(entry.get("entry_hash"), str):
-                problem = "not a ledger entry (not JSON, or no entry_hash)"
-            elif raw != canonical_json(entry) + b"\n":
-                problem = "not in canonical form (the line was edited)"
-            elif entry_hash(entry) != entry["entry_hash"]:
-                problem = "entry_hash does not match the entry (content changed)"
-            elif entry.get("previous_hash") != previous:
-                problem = "previous_hash breaks the chain (a line was removed, added or moved)"
-            elif entry.get("seq") != expected_seq:
-                problem = f"seq {entry.get('seq')} where {expected_seq} was expected"
-        if problem is not None:
-            problems.append(LedgerProblem(number, problem))
-            break
-        previous, expected_seq, entries = entry["entry_hash"], expected_seq + 1, entries + 1
-    return VerifyReport(entries, tuple(problems), torn)
