@@ -6,13 +6,14 @@ trace_id, model, legal_basis) and, for decisions, OPA decision-log fields (decis
 input, result, bundles, labels, erased). Emission goes through structlog, whose final logger
 is the hash-chained ledger: an exception there reaches the caller, which fails closed.
 
-Content of a unit under ``no-logging`` never reaches the ledger: those values are removed from
-the archived input and listed in ``erased`` as JSON pointers; the access itself is recorded.
+Content of a unit under ``no-logging`` never reaches the ledger: only the allow-listed,
+non-content fields of ``trail.redaction`` are archived, in decision and in control, receipt,
+execution and failure events alike; everything else is erased and listed in ``erased`` as JSON
+pointers. The access itself is recorded.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -23,19 +24,10 @@ from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
 from kcp_opa.models.decision import Decision
 from kcp_opa.trail.ledger import AuditLedger
+from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact
 
 DECISION_PATH = "kcp/gate/decision"
 BUNDLE_NAME = "kcp-opa"
-#: Action values that are content (free text, references, facts about the data) rather than the
-#: shape of the access; erased from the archived input when the unit is under no-logging.
-CONTENT_POINTERS = (
-    "/action/attributes",
-    "/action/evidence_references",
-    "/action/target/reference",
-    "/action/target/account_fingerprint",
-    "/action/knowledge/purpose",
-    "/action/authorization_context/session_id",
-)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -65,18 +57,8 @@ def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutabl
 
 
 def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A deep copy of the input without the content values; the JSON pointers removed."""
-    erased_doc: dict[str, Any] = copy.deepcopy(dict(document))
-    erased = []
-    for pointer in CONTENT_POINTERS:
-        parts = pointer.strip("/").split("/")
-        node: Any = erased_doc
-        for part in parts[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and parts[-1] in node:
-            del node[parts[-1]]
-            erased.append("/input" + pointer)
-    return erased_doc, erased
+    """The decision input reduced to its allow-listed fields; the JSON pointers erased."""
+    return redact(document, INPUT_FIELDS, "/input")
 
 
 class AuditTrail:
@@ -136,9 +118,8 @@ class AuditTrail:
         self, document: Mapping[str, Any], action: Mapping[str, Any], decision: Decision, result: Any
     ) -> dict[str, Any]:
         """The decision-log entry: the exact input (content erased under no-logging) and result."""
-        archived, erased = (
-            erase_content(document) if "redact_content" in decision.verdict.obligations else (dict(document), [])
-        )
+        no_logging = "redact_content" in decision.verdict.obligations or self.no_logging(action)
+        archived, erased = erase_content(document) if no_logging else (dict(document), [])
         entry: dict[str, Any] = self._log.msg(
             "decision",
             **self._kcp_fields(action, decision),
@@ -161,4 +142,13 @@ class AuditTrail:
     def event(self, kind: str, action: Mapping[str, Any] | None, decision: Decision | None, **fields: Any) -> None:
         """A control, receipt, execution or failure event, with the KCP fields of its action."""
         base = self._kcp_fields(action or {}, decision)
-        self._log.msg(kind, **base, **fields)
+        if action is not None and self.no_logging(action):
+            kept, erased = redact(fields, EVENT_FIELDS)
+            self._log.msg(kind, **base, **kept, erased=erased)
+        else:
+            self._log.msg(kind, **base, **fields)
+
+    def no_logging(self, action: Mapping[str, Any]) -> bool:
+        """True when the unit the action names is under the ``no-logging`` restriction."""
+        restrictions = _mapping((self._unit(action) or {}).get("compliance")).get("restrictions")
+        return isinstance(restrictions, list) and "no-logging" in restrictions

@@ -27,7 +27,11 @@ READ: dict[str, Any] = {
     "action_type": "read",
     "requested_action": "crm.get_customer",
     "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
-    "authorization_context": {"requested_by": "user_1", "agent_scope": ["crm.get_customer"], "actor_role": "support_agent"},
+    "authorization_context": {
+        "requested_by": "user_1",
+        "agent_scope": ["crm.get_customer"],
+        "actor_role": "support_agent",
+    },
     "knowledge": {"project": "support-desk", "unit": "customer-records", "fields_read": ["name", "email"]},
     "runtime": {
         "deployment_region": "EU",
