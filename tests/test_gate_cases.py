@@ -34,7 +34,10 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedBundle]
 
 
 def _decide(bundle: LoadedBundle, action: dict[str, Any]) -> dict[str, Any]:
-    doc = {"action": action, "context": {"decision_epoch_day": TODAY}}
+    # The clock the gate puts in input (decision time, and the action created a minute before).
+    now = TODAY * 86400 + 36000
+    clock = {"decision_epoch_day": TODAY, "decision_epoch_seconds": now, "action_created_epoch_seconds": now - 60}
+    doc = {"action": action, "context": clock}
     on_regopy = regopy_query(bundle, "data.kcp.gate.decision", doc)
     on_opa = opa_query(bundle, "data.kcp.gate.decision", doc)
     assert on_regopy == on_opa, f"engines diverge:\nregopy {on_regopy}\nopa    {on_opa}"

@@ -170,10 +170,12 @@ def replay(ledger: str | Path, bundles: str | Path, *, with_opa: bool = True) ->
             report.mismatches.append({"line": line, "decision_id": entry.get("decision_id"), **unusable})
             continue
         for engine, value in engines[revision].evaluate(entry["input"]).items():
-            if value == entry["result"]:
-                report.reproduced[engine] = report.reproduced.get(engine, 0) + 1
-            elif entry.get("erased"):
+            if entry.get("erased"):
+                # The archived input is partial (no-logging): even an equal result would only show
+                # that the kept facts suffice, not that the decided input was this one.
                 report.erased_unverifiable.append(f"line {line} {entry.get('decision_id')} ({engine})")
+            elif value == entry["result"]:
+                report.reproduced[engine] = report.reproduced.get(engine, 0) + 1
             else:
                 report.mismatches.append(
                     {"line": line, "decision_id": entry.get("decision_id"), "engine": engine, "got": value}

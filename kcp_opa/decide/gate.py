@@ -67,6 +67,19 @@ def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(microsecond=0)
 
 
+def created_epoch_seconds(action: Mapping[str, Any]) -> int:
+    """``created_at`` as epoch seconds: the policy cannot parse RFC 3339 the same way on both
+    engines (docs/engine-findings.md), so the freshness rules read this integer from input."""
+    text = action.get("created_at")
+    try:
+        moment = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ActionRejectedError("/created_at", f"{text!r} is not an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise ActionRejectedError("/created_at", "must carry a timezone")
+    return int((moment - _EPOCH).total_seconds() // 1)
+
+
 def build_input(
     action: Mapping[str, Any],
     *,
@@ -95,6 +108,7 @@ def build_input(
             "trace_id_generated": given_trace is None,
             "decision_epoch_seconds": seconds,
             "decision_epoch_day": seconds // 86400,
+            "action_created_epoch_seconds": created_epoch_seconds(action),
             "satisfied_controls": sorted(set(satisfied_controls)),
             "folded": folded_strings(action),
         },

@@ -22,6 +22,10 @@ DEFAULT_PARAMETERS: dict[str, Any] = {
     "approver_roles": {"default": "compliance_officer", "by_task_type": {}},
     "sender_roles": ["support_agent"],
     "receipt_ttl_seconds": 300,
+    # Missing context and action freshness (docs/fail-closed.md): every task type is
+    # knowledge-bound unless the matrix lists the ones that are; an action created more than a
+    # day before the decision is action_stale, more than 15 minutes after it clock_skew.
+    "context": {"knowledge_bound_task_types": "all", "max_action_age_seconds": 86400, "max_future_skew_seconds": 900},
 }
 
 
@@ -59,11 +63,15 @@ class DelegationMatrix:
         given = self.data.get("parameters") or {}
         money = {**DEFAULT_PARAMETERS["money"], **(given.get("money") or {})}
         roles = {**DEFAULT_PARAMETERS["approver_roles"], **(given.get("approver_roles") or {})}
+        context = {**DEFAULT_PARAMETERS["context"], **(given.get("context") or {})}
+        if isinstance(context["knowledge_bound_task_types"], list):
+            context["knowledge_bound_task_types"] = sorted(set(context["knowledge_bound_task_types"]))
         return {
             "money": money,
             "approver_roles": roles,
             "sender_roles": sorted(set(given.get("sender_roles", DEFAULT_PARAMETERS["sender_roles"]))),
             "receipt_ttl_seconds": given.get("receipt_ttl_seconds", DEFAULT_PARAMETERS["receipt_ttl_seconds"]),
+            "context": context,
         }
 
 

@@ -6,13 +6,14 @@ trace_id, model, legal_basis) and, for decisions, OPA decision-log fields (decis
 input, result, bundles, labels, erased). Emission goes through structlog, whose final logger
 is the hash-chained ledger: an exception there reaches the caller, which fails closed.
 
-Content of a unit under ``no-logging`` never reaches the ledger: those values are removed from
-the archived input and listed in ``erased`` as JSON pointers; the access itself is recorded.
+Content of a unit under ``no-logging`` never reaches the ledger: only the allow-listed,
+non-content fields of ``trail.redaction`` are archived, in decision and in control, receipt,
+execution and failure events alike; everything else is erased and listed in ``erased`` as JSON
+pointers. The access itself is recorded.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -23,20 +24,17 @@ from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
 from kcp_opa.models.decision import Decision
 from kcp_opa.trail.ledger import AuditLedger
+from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact
 
 DECISION_PATH = "kcp/gate/decision"
 BUNDLE_NAME = "kcp-opa"
-#: Action values that are content (free text, references, facts about the data) rather than the
-#: shape of the access; erased from the archived input when the unit is under no-logging.
-CONTENT_POINTERS = (
-    "/action/attributes",
-    "/action/evidence_references",
-    "/action/target/reference",
-    "/action/target/account_fingerprint",
-    "/action/knowledge/purpose",
-    "/action/authorization_context/session_id",
-    "/context/folded/purpose",
-)
+
+
+def _shape_of(result: Any) -> Any:
+    """An engine's decision without its wording: the state and the reason codes."""
+    if not isinstance(result, Mapping):
+        return None
+    return {key: result.get(key) for key in ("decision", "authorization_status", "reason_codes")}
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -66,18 +64,8 @@ def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutabl
 
 
 def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A deep copy of the input without the content values; the JSON pointers removed."""
-    erased_doc: dict[str, Any] = copy.deepcopy(dict(document))
-    erased = []
-    for pointer in CONTENT_POINTERS:
-        parts = pointer.strip("/").split("/")
-        node: Any = erased_doc
-        for part in parts[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and parts[-1] in node:
-            del node[parts[-1]]
-            erased.append("/input" + pointer)
-    return erased_doc, erased
+    """The decision input reduced to its allow-listed fields; the JSON pointers erased."""
+    return redact(document, INPUT_FIELDS, "/input")
 
 
 class AuditTrail:
@@ -145,10 +133,13 @@ class AuditTrail:
 
         ``engine_results`` (a cross-checked gate's divergence) keeps each engine's answer.
         """
+        no_logging = "redact_content" in decision.verdict.obligations or self.no_logging(action)
+        archived, erased = erase_content(document) if no_logging else (dict(document), [])
         extra = {} if engine_results is None else {"engine_results": dict(engine_results)}
-        archived, erased = (
-            erase_content(document) if "redact_content" in decision.verdict.obligations else (dict(document), [])
-        )
+        if engine_results is not None and no_logging:
+            # Each engine's messages may quote content: keep what each decided, erase the rest.
+            extra["engine_results"] = {name: _shape_of(value) for name, value in engine_results.items()}
+            erased = [*erased, "/engine_results"]
         entry: dict[str, Any] = self._log.msg(
             "decision",
             **self._kcp_fields(action, decision),
@@ -172,4 +163,13 @@ class AuditTrail:
     def event(self, kind: str, action: Mapping[str, Any] | None, decision: Decision | None, **fields: Any) -> None:
         """A control, receipt, execution or failure event, with the KCP fields of its action."""
         base = self._kcp_fields(action or {}, decision)
-        self._log.msg(kind, **base, **fields)
+        if action is not None and self.no_logging(action):
+            kept, erased = redact(fields, EVENT_FIELDS)
+            self._log.msg(kind, **base, **kept, erased=erased)
+        else:
+            self._log.msg(kind, **base, **fields)
+
+    def no_logging(self, action: Mapping[str, Any]) -> bool:
+        """True when the unit the action names is under the ``no-logging`` restriction."""
+        restrictions = _mapping((self._unit(action) or {}).get("compliance")).get("restrictions")
+        return isinstance(restrictions, list) and "no-logging" in restrictions

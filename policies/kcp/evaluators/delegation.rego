@@ -44,6 +44,9 @@ widened contains hop_widened if {
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "no delegation_chain: no delegation"
 findings contains finding if {
 	is_number(_max_depth)
 	count(_chain) > _max_depth
@@ -60,6 +63,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "no delegation_chain: no delegation"
 findings contains finding if {
 	facts.profile.delegation.require_capability_attenuation == true
 	count(widened) > 0

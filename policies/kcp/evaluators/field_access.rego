@@ -26,6 +26,9 @@ outside_declaration := sort([f | some f in ({r | some r in input.action.knowledg
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit, input.action.knowledge.fields_read]
+#   absent: "fields_read absent: fields_read_missing"
 findings contains finding if {
 	_declared != null
 	count(outside_declaration) > 0
@@ -42,6 +45,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "fields_read_missing (this rule)"
 findings contains finding if {
 	_declared != null
 	not _fields_read_listed

@@ -61,6 +61,9 @@ high_value if {
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "amount_missing (this rule)"
 findings contains finding if {
 	_action.action_type in _money_moving
 	not _amount_given
@@ -76,6 +79,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "amount absent: value transfer by action type"
 findings contains finding if {
 	value_transfer
 	finding := {
@@ -90,6 +97,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: []
+#   absent: "attributes absent: no trigger raised"
 findings contains finding if {
 	"irreversible" in _raised
 	finding := {
@@ -104,6 +115,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "amount or threshold absent: high value"
 findings contains finding if {
 	high_value
 	text1 := concat(" ", [_amount_label, _currency_label, "is at or above the high-value threshold"])
@@ -119,6 +134,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: []
+#   absent: "attributes absent: no trigger raised"
 findings contains finding if {
 	some name in _raised
 	name in {"new_device", "geo_anomaly", "stale_session", "sensitive_access"}
@@ -134,6 +153,9 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
 findings contains finding if {
 	_identity_trigger
 	finding := {
@@ -155,6 +177,10 @@ _identity_trigger if {
 	name in {"stale_kyc", "identity_anomaly", "off_ramp", "account_control_change"}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type, input.action.requested_action]
+#   absent: "agent_scope absent: empty scope"
 findings contains finding if {
 	value_transfer
 	not _action.requested_action in object.get(_action, ["authorization_context", "agent_scope"], [])
@@ -171,6 +197,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: []
+#   absent: "attributes absent: no trigger raised"
 findings contains finding if {
 	some name in _raised
 	name in {"new_beneficiary", "modified_beneficiary"}
@@ -186,6 +216,9 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
 findings contains finding if {
 	_independent_trigger
 	finding := {
@@ -204,6 +237,10 @@ _independent_trigger if _action.action_type == "lending"
 
 _independent_trigger if "material_irreversible" in _raised
 
+# METADATA
+# custom:
+#   requires: []
+#   absent: "attributes absent: no trigger raised"
 findings contains finding if {
 	some name in _raised
 	name in {"screening_uncertain", "provider_conflict", "audit_failure"}

@@ -46,6 +46,8 @@ _clock_given if is_number(input.context.decision_epoch_day)
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit, input.context.decision_epoch_day]
 findings contains finding if {
 	_clock_given
 	stale
@@ -62,6 +64,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "clock absent: DENY (this rule)"
 findings contains finding if {
 	is_object(_policy)
 	not _clock_given

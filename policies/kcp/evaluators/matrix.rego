@@ -77,6 +77,9 @@ level(cell) := _row[cell[0]][cell[1]]
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "task_type_not_in_matrix (this rule)"
 findings contains finding if {
 	not _task_listed
 	text1 := concat("", ["task type ", _task_label, " is not in the delegation matrix"])
@@ -92,6 +95,9 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type, input.action.knowledge.unit]
 findings contains finding if {
 	_task_listed
 	some cell in needed
@@ -109,6 +115,9 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type, input.action.knowledge.unit]
 findings contains finding if {
 	some cell in needed
 	agreed := level(cell)

@@ -27,6 +27,9 @@ admitted("EU", regions) if "EEA" in regions
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "region absent: residency_unverifiable"
 findings contains finding if {
 	is_array(_regions)
 	is_string(input.action.runtime.deployment_region)
@@ -44,6 +47,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "residency_unverifiable (this rule)"
 findings contains finding if {
 	is_array(_regions)
 	not _region_given
@@ -62,6 +69,10 @@ findings contains finding if {
 # `not is_string(undefined)` differs between the engines: test a named rule instead.
 _region_given if is_string(input.action.runtime.deployment_region)
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "target place absent: the literal (no target location), never admitted"
 findings contains finding if {
 	facts.restricted("no-cross-border")
 	is_array(_regions)

@@ -21,6 +21,9 @@ _hosting_given if is_string(input.action.runtime.model.hosting)
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "hosting absent: model_hosting_unknown"
 findings contains finding if {
 	facts.restricted("no-external-llm")
 	_hosting == "external"
@@ -37,6 +40,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "model_hosting_unknown (this rule)"
 findings contains finding if {
 	facts.restricted("no-external-llm")
 	not _hosting_given
@@ -59,6 +66,10 @@ _purpose_given if is_string(input.action.knowledge.purpose)
 
 _fold_given if is_string(input.context.folded.purpose)
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "purpose absent: not a training use"
 findings contains finding if {
 	facts.restricted("no-ai-training")
 	input.context.folded.purpose in {"training", "ai_training", "model_training"}
@@ -74,6 +85,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "purpose absent: nothing to fold"
 findings contains finding if {
 	facts.restricted("no-ai-training")
 	_purpose_given
@@ -90,6 +105,9 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
 findings contains finding if {
 	_human_required
 	finding := {

@@ -33,6 +33,8 @@ _low_risk if _runtime.risk_level == "low"
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.tenant_id, input.action.target.tenant_id]
 findings contains finding if {
 	is_string(_action.target.tenant_id)
 	_action.target.tenant_id != _actor_tenant_label
@@ -49,6 +51,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.runtime.evidence_status]
+#   absent: "evidence absent: required_evidence_not_current"
 findings contains finding if {
 	_runtime.evidence_status == "forbidden"
 	finding := {
@@ -63,6 +69,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.runtime.evidence_status]
+#   absent: "not stated counts as missing (this rule)"
 findings contains finding if {
 	_evidence_status in {"missing", "stale", "not stated"}
 	text1 := concat(" ", ["required evidence is", _evidence_status])
@@ -85,6 +95,9 @@ _evidence_status := "not stated" if {
 	not _runtime.evidence_status
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.runtime.budget_state]
 findings contains finding if {
 	_runtime.budget_state == "exhausted"
 	finding := {
@@ -99,6 +112,9 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.runtime.budget_state]
 findings contains finding if {
 	_runtime.budget_state == "approval_threshold"
 	finding := {
@@ -113,6 +129,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "risk_level absent: not low"
 findings contains finding if {
 	_action.action_type == "refund"
 	not _low_risk
@@ -128,6 +148,10 @@ findings contains finding if {
 	}
 }
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "actor_role absent: not stated, may not send"
 findings contains finding if {
 	_action.action_type == "send"
 	not _role in _parameters.sender_roles
@@ -147,6 +171,10 @@ findings contains finding if {
 
 _role := object.get(_action, ["authorization_context", "actor_role"], "not stated")
 
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "risk_level absent: not low"
 findings contains finding if {
 	_action.action_type == "remember"
 	not _low_risk

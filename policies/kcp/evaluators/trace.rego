@@ -40,6 +40,9 @@ _valid if valid_traceparent(input.action.trace.traceparent)
 
 # METADATA
 # title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "trace_context_missing (this rule)"
 findings contains finding if {
 	required
 	not _valid

@@ -15,6 +15,8 @@ evaluator := {"id": "unit_known_check", "version": "1.0.0"}
 # METADATA
 # title: Findings
 # description: DENY unknown_unit when the named unit is not in the compiled deployment.
+# custom:
+#   requires: [input.action.knowledge.project, input.action.knowledge.unit]
 findings contains finding if {
 	facts.knowledge_bound
 	not facts.unit_known

@@ -11,6 +11,7 @@ package kcp.gate
 import rego.v1
 
 import data.kcp.evaluators.action
+import data.kcp.evaluators.context
 import data.kcp.evaluators.delegation
 import data.kcp.evaluators.field_access
 import data.kcp.evaluators.financial
@@ -26,7 +27,7 @@ import data.kcp.lib.routing
 
 # METADATA
 # title: Every finding of every evaluator
-findings := (((((((((action.findings | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
+findings := ((((((((((action.findings | context.findings) | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
 
 # METADATA
 # title: Routing state

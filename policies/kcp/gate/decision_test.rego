@@ -35,10 +35,14 @@ _read := {
 	"runtime": {"risk_level": "low", "evidence_status": "present", "budget_state": "within_budget"},
 }
 
+# The decision time and the action's creation time (five minutes earlier), as the gate builds them.
+_clock := {"decision_epoch_seconds": 1764410400, "decision_epoch_day": 20421, "action_created_epoch_seconds": 1764410100}
+
 test_clean_read_is_allowed_pending_audit_logging if {
+	c := _clock
 	kd := _data
 	action := _read
-	d := gate.decision with input.action as action with data.kcp_data as kd
+	d := gate.decision with input.action as action with input.context as c with data.kcp_data as kd
 	d.decision == "ALLOW"
 	d.outcome == "allow"
 	d.reason_codes == ["policy_passed"]
@@ -48,10 +52,11 @@ test_clean_read_is_allowed_pending_audit_logging if {
 }
 
 test_satisfied_audit_logging_approves if {
+	c := _clock
 	kd := _data
 	action := _read
-	d := gate.decision with input.action as action with input.context.satisfied_controls as ["standard_audit_logging", "user_confirmation"]
-		with data.kcp_data as kd
+	ctx := object.union(_clock, {"satisfied_controls": ["standard_audit_logging", "user_confirmation"]})
+	d := gate.decision with input.action as action with input.context as ctx with data.kcp_data as kd
 	d.authorization_status == "APPROVED"
 	d.execution_allowed == true
 	d.satisfied_controls == ["standard_audit_logging"]
@@ -75,11 +80,30 @@ test_deny_is_terminal_and_lists_every_reason if {
 }
 
 test_controls_accumulate if {
+	c := _clock
 	kd := _data
 	action := json.patch(_read, [{"op": "replace", "path": "/action_type", "value": "send"}, {"op": "add", "path": "/authorization_context", "value": {"actor_role": "support_agent"}}])
-	d := gate.decision with input.action as action with data.kcp_data as kd
+	d := gate.decision with input.action as action with input.context as c with data.kcp_data as kd
 	d.decision == "USER_CONFIRMATION"
 	d.required_controls == ["standard_audit_logging", "user_confirmation"]
+}
+
+test_missing_resource_tenant_escalates_never_allows if {
+	c := _clock
+	kd := _data
+	action := json.remove(_read, ["/target/tenant_id"])
+	d := gate.decision with input.action as action with input.context as c with data.kcp_data as kd
+	d.decision == "ESCALATE"
+	d.reason_codes == ["context_missing"]
+	d.violations == [{"evaluator_id": "context_check", "code": "context_missing", "fields": ["input.action.target.tenant_id"]}]
+}
+
+test_missing_clock_escalates if {
+	kd := _data
+	action := _read
+	d := gate.decision with input.action as action with data.kcp_data as kd
+	d.decision == "ESCALATE"
+	{v.fields[0] | some v in d.violations} == {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds"}
 }
 
 test_undefined_policy_fails_closed if {

@@ -1,0 +1,153 @@
+# METADATA
+# title: Missing context and action freshness
+# description: |
+#   Principle 3 of the gate contract: missing context a rule needs is never an allow. Every
+#   evaluator's findings rules state the facts they need (METADATA custom.requires); this
+#   evaluator checks the ones whose absence would make a rule silently not fire, and answers
+#   ESCALATE `context_missing` naming each absent path. An action is knowledge-bound when it
+#   names a unit or when the deployment binds its task type to knowledge (matrix
+#   parameters.context.knowledge_bound_task_types, default "all"): such an action needs its
+#   knowledge block, the resource tenant and the budget state. Freshness: an action created
+#   more than max_action_age_seconds before the decision is `action_stale`, more than
+#   max_future_skew_seconds after it `clock_skew` (both ESCALATE). Times are integers in input
+#   (Python builds them; the engines parse RFC 3339 differently, docs/engine-findings.md).
+# custom:
+#   evaluator_id: context_check
+#   evaluator_version: "1.0.0"
+package kcp.evaluators.context
+
+import rego.v1
+
+import data.kcp.lib.facts
+
+evaluator := {"id": "context_check", "version": "1.0.0"}
+
+_settings := object.get(data.kcp_data.matrix, ["parameters", "context"], {})
+
+_bound_types := object.get(_settings, "knowledge_bound_task_types", "all")
+
+_max_age := object.get(_settings, "max_action_age_seconds", 86400)
+
+_max_skew := object.get(_settings, "max_future_skew_seconds", 900)
+
+# METADATA
+# title: Knowledge-bound
+# description: The action names a unit, or the deployment binds its task type to knowledge.
+default bound := false
+
+bound if facts.knowledge_bound
+
+bound if _bound_types == "all"
+
+bound if {
+	is_array(_bound_types)
+	some task in _bound_types
+	task == input.action.action_type
+}
+
+# METADATA
+# title: Facts every decision needs
+# description: The decision time (seconds and day) and the action's creation time.
+always := {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds"}
+
+# METADATA
+# title: Facts a knowledge-bound action needs
+# description: Its unit (every knowledge rule), the resource tenant (tenant_boundary) and the budget state.
+when_bound := {"input.action.knowledge.project", "input.action.knowledge.unit", "input.action.target.tenant_id", "input.action.runtime.budget_state"}
+
+# METADATA
+# title: Every path this evaluator can require
+required_paths := always | when_bound
+
+# METADATA
+# title: Facts this action needs
+required := always | when_bound if bound
+
+required := always if not bound
+
+# Present facts, collected positively and subtracted as a set (`not is_string(undefined)`
+# differs between the engines, docs/engine-findings.md item 11).
+_present contains "input.context.decision_epoch_seconds" if is_number(input.context.decision_epoch_seconds)
+
+_present contains "input.context.decision_epoch_day" if is_number(input.context.decision_epoch_day)
+
+_present contains "input.context.action_created_epoch_seconds" if is_number(input.context.action_created_epoch_seconds)
+
+_present contains "input.action.knowledge.project" if is_string(input.action.knowledge.project)
+
+_present contains "input.action.knowledge.unit" if is_string(input.action.knowledge.unit)
+
+_present contains "input.action.target.tenant_id" if is_string(input.action.target.tenant_id)
+
+_present contains "input.action.runtime.budget_state" if is_string(input.action.runtime.budget_state)
+
+# METADATA
+# title: Missing facts
+missing := required - _present
+
+_now := input.context.decision_epoch_seconds
+
+_created := input.context.action_created_epoch_seconds
+
+# METADATA
+# title: Findings
+# description: ESCALATE context_missing, one per absent fact, naming its path.
+# custom:
+#   requires: []
+findings contains finding if {
+	some path in missing
+	finding := {
+		"code": "context_missing",
+		"rule": "kcp.context.required",
+		"evaluator_id": "context_check",
+		"evaluator_version": "1.0.0",
+		"state": "ESCALATE",
+		"controls": [],
+		"message": concat("", ["a rule needs ", path, " and the input lacks it; nothing is allowed without it"]),
+		"details": {"fields": [path]},
+	}
+}
+
+# METADATA
+# title: Action stale
+# description: ESCALATE action_stale when the action was created too long before the decision.
+# custom:
+#   requires: [input.context.decision_epoch_seconds, input.context.action_created_epoch_seconds]
+findings contains finding if {
+	is_number(_now)
+	is_number(_created)
+	_now - _created > _max_age
+	text1 := concat("", ["the action was created ", format_int(_now - _created, 10), " s before the decision; the limit is ", format_int(_max_age, 10), " s"])
+	finding := {
+		"code": "action_stale",
+		"rule": "kcp.context.freshness",
+		"evaluator_id": "context_check",
+		"evaluator_version": "1.0.0",
+		"state": "ESCALATE",
+		"controls": [],
+		"message": text1,
+		"details": {"age_seconds": _now - _created, "max_action_age_seconds": _max_age},
+	}
+}
+
+# METADATA
+# title: Clock skew
+# description: ESCALATE clock_skew when the action claims to be created after the decision, beyond the allowed skew.
+# custom:
+#   requires: [input.context.decision_epoch_seconds, input.context.action_created_epoch_seconds]
+findings contains finding if {
+	is_number(_now)
+	is_number(_created)
+	_created - _now > _max_skew
+	text1 := concat("", ["the action is dated ", format_int(_created - _now, 10), " s after the decision; the allowed skew is ", format_int(_max_skew, 10), " s"])
+	finding := {
+		"code": "clock_skew",
+		"rule": "kcp.context.freshness",
+		"evaluator_id": "context_check",
+		"evaluator_version": "1.0.0",
+		"state": "ESCALATE",
+		"controls": [],
+		"message": text1,
+		"details": {"ahead_seconds": _created - _now, "max_future_skew_seconds": _max_skew},
+	}
+}
