@@ -7,7 +7,6 @@ compiled here, and the OPA reference engine where the answer is compared.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,8 +36,8 @@ def _unit(i: int) -> str:
     # Odd units need human approval: a lookup that lands on the wrong entry shows.
     restrictions = "[human-approval-required]" if i % 2 else "[]"
     return (
-        f"  - id: unit-{i:05d}\n    path: u/{i}.md\n    intent: \"What unit {i} says.\"\n    scope: project\n"
-        f"    audience: [agent]\n    validated: \"2026-11-01\"\n    compliance:\n"
+        f'  - id: unit-{i:05d}\n    path: u/{i}.md\n    intent: "What unit {i} says."\n    scope: project\n'
+        f'    audience: [agent]\n    validated: "2026-11-01"\n    compliance:\n'
         f"      declared_fields: [name, email]\n      data_categories: [contact]\n      restrictions: {restrictions}\n"
     )
 

@@ -78,13 +78,23 @@ def test_the_requester_who_is_not_the_subject_cannot_approve(desk: ControlDesk) 
     assert action["subject_id"] != "user_777"
     record = desk.open(action, now=DECIDED)
     (item,) = evidence_for(
-        record, ["independent_human_approval"], actor_type="human", actor_id="user_777", completed_at=DONE, reference="r"
+        record,
+        ["independent_human_approval"],
+        actor_type="human",
+        actor_id="user_777",
+        completed_at=DONE,
+        reference="r",
     )
     with pytest.raises(EvidenceRejectedError) as caught:
         desk.record_control_result(record, item, action=action)
     assert caught.value.code == "self_approval"
     (other,) = evidence_for(
-        record, ["independent_human_approval"], actor_type="human", actor_id="approver_9", completed_at=DONE, reference="r"
+        record,
+        ["independent_human_approval"],
+        actor_type="human",
+        actor_id="approver_9",
+        completed_at=DONE,
+        reference="r",
     )
     accepted = desk.record_control_result(record, other, action=action)
     assert "independent_human_approval" not in accepted.decision.missing_controls

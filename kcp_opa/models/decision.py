@@ -159,7 +159,8 @@ class PolicyVerdict:
             self.missing_controls or self.decision in _HOLDS
         ):
             problems.append("PENDING_CONTROLS with nothing missing")
-        required, missing, satisfied = map(set, (self.required_controls, self.missing_controls, self.satisfied_controls))
+        required, missing = set(self.required_controls), set(self.missing_controls)
+        satisfied = set(self.satisfied_controls)
         if missing & satisfied or missing | satisfied != required:
             problems.append("satisfied and missing controls do not partition the required controls")
         if problems:
