@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 
-.PHONY: help install demo test policy-test lint typecheck bundle bench fuzz clean
+.PHONY: help install demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,7 @@ test: $(STAMP) ## lint, type-check, the policy suite and the test suite (what CI
 	$(BIN)/mypy
 	$(BIN)/kcp-opa check policies --strict --format text
 	$(BIN)/kcp-opa test policies --coverage --threshold 90 --junit reports/kcp-opa-test.xml --format text
+	@$(MAKE) --no-print-directory mutate-slice
 	$(BIN)/pytest
 
 policy-test: $(STAMP) ## kcp-opa check + test on policies/ (Rego tests on both engines, decision cases, coverage)
@@ -62,6 +63,20 @@ lint: $(STAMP) ## ruff only
 typecheck: $(STAMP) ## mypy --strict only
 	$(BIN)/mypy
 
+mutate-slice: $(STAMP) ## the CI slice of policy mutation testing: a fixed sample of 40 mutants (~1 min)
+	$(BIN)/kcp-opa mutate policies --sample 40 --threshold 85 --junit reports/mutate-slice.xml --format text
+
+mutate-policies: $(STAMP) ## every policy mutant (kcp-opa mutate; ~15 min on 2 cores); score >= 90%
+	$(BIN)/kcp-opa mutate policies --threshold 90 --junit reports/mutate-policies.xml --format text
+
+mutate-python: $(STAMP) ## mutmut on the security-critical Python modules (setup.cfg [mutmut]; long)
+	$(BIN)/pip install --quiet 'mutmut==3.8.1'
+	rm -rf mutants
+	$(BIN)/mutmut run
+	$(BIN)/mutmut results
+
+mutate: mutate-policies mutate-python ## both mutation runs (not part of test)
+
 bench: $(STAMP) ## the benchmark suite -> bench/results.json (not part of test; ~2 min)
 	$(BIN)/python bench/suite.py
 
@@ -69,4 +84,4 @@ fuzz: $(STAMP) ## differential fuzzer, regopy vs OPA: >= 20,000 decisions over f
 	$(BIN)/python tests/fuzz/run.py --decisions 20000 --report reports/fuzz-report
 
 clean: ## remove the venv, build output and caches
-	rm -rf $(VENV) bundles/*.tar.gz audit reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bundles/*.tar.gz audit reports mutants .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,7 @@ accuracy, plus engine divergences.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from kcp_opa.authoring.regotest import CoverageMerger
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate, build_input
 from kcp_opa.models.decision import Decision
+from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 APPROVAL_STATES = frozenset({"USER_CONFIRMATION", "STEP_UP_AUTHENTICATION", "IDENTITY_VERIFICATION", "HUMAN_APPROVAL"})
 
@@ -111,6 +112,7 @@ def run_cases(
     opa_available = "opa" in wanted and _opa_installed()
     with tempfile.TemporaryDirectory(prefix="kcp-opa-cases-") as tmp:
         gates: dict[str, Gate] = {}
+        ledgers: dict[str, Gate] = {}
         opa: dict[str, Any] = {}
         for case in cases:
             try:
@@ -122,18 +124,26 @@ def run_cases(
                     if opa_available:
                         opa[case.deployment] = _opa_engine(gates[case.deployment])
                 gate = gates[case.deployment]
-                prepared = build_input(
-                    case.action, now=case.now, satisfied_controls=SYSTEM_CONTROLS, bundle_revision=gate.bundle_revision
-                )
-                decision, raw = gate.evaluate(prepared)
+                problems: list[str] = []
+                if case.ledger:
+                    decision, raw, document = _through_ledger(case, gate, Path(tmp), ledgers, problems)
+                else:
+                    prepared = build_input(
+                        case.action,
+                        now=case.now,
+                        satisfied_controls=SYSTEM_CONTROLS,
+                        bundle_revision=gate.bundle_revision,
+                    )
+                    decision, raw = gate.evaluate(prepared)
+                    document = prepared.document
                 divergent = False
                 if case.deployment in opa:
                     engine = opa[case.deployment]
-                    on_opa = engine.eval_document("kcp.gate.decision", dict(prepared.document), coverage=coverage)
+                    on_opa = engine.eval_document("kcp.gate.decision", dict(document), coverage=coverage)
                     if merger is not None and engine.last_coverage:
                         merger.add(engine.last_coverage)
                     divergent = "regopy" in wanted and on_opa != raw
-                problems = check_case(case, decision, decision_trace(case.action, decision))
+                problems += check_case(case, decision, decision_trace(case.action, decision))
                 if decision.engine_error:
                     problems.append(f"engine error: {decision.engine_error}")
                 run.results.append(CaseResult(case, decision, problems, divergent))
@@ -141,8 +151,33 @@ def run_cases(
                 run.results.append(CaseResult(case, None, [], error=f"{type(exc).__name__}: {exc}"))
         for engine in opa.values():
             engine.close()
+        for name, ledger_gate in ledgers.items():
+            report = verify_ledger(ledger_gate.audit.ledger.path) if ledger_gate.audit is not None else None
+            if report is None or not report.ok:
+                for result in run.results:
+                    if result.case.ledger and result.case.deployment == name:
+                        result.problems.append(f"the {name} ledger does not verify: {report}")
     run.coverage = merger.report() if merger is not None else None
     return run
+
+
+def _through_ledger(
+    case: DecisionCase, gate: Gate, tmp: Path, ledgers: dict[str, Gate], problems: list[str]
+) -> tuple[Decision, Any, Mapping[str, Any]]:
+    """Decide as a deployed gate does: the entry is written (fsynced) to a real ledger first,
+    and only that satisfies ``standard_audit_logging``; the entry must record this decision."""
+    if case.deployment not in ledgers:
+        ledger = AuditLedger(tmp / f"{case.deployment}.jsonl")
+        ledgers[case.deployment] = Gate(gate.bundle, preflight=False, ledger=ledger)
+    ledger_gate = ledgers[case.deployment]
+    prepared = ledger_gate.prepare(case.action, now=case.now)
+    decision, entry = ledger_gate.decide_recorded(prepared)
+    if entry is None:
+        problems.append("the decision was not written to the ledger")
+        return decision, None, prepared.document
+    if entry.get("decision_id") != decision.decision_id or entry.get("decision") != decision.decision.value:
+        problems.append("the ledger entry does not record this decision")
+    return decision, entry.get("result"), prepared.document
 
 
 def _opa_installed() -> bool:

@@ -34,8 +34,11 @@ class Expectation:
 
     decision: str
     outcome: str | None = None
+    authorization_status: str | None = None
     reason_codes: frozenset[str] | None = None
     required_controls: frozenset[str] | None = None
+    satisfied_controls: frozenset[str] | None = None
+    missing_controls: frozenset[str] | None = None
     approver_roles: frozenset[str] | None = None
     risk_level: str | None = None
     obligations: frozenset[str] | None = None
@@ -55,6 +58,7 @@ class DecisionCase:
     expect: Expectation
     file: str
     line: int | None
+    ledger: bool = False
 
 
 def merge(base: Any, patch: Any) -> Any:
@@ -104,6 +108,7 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
                 expect=_expectation(raw["expect"]),
                 file=str(path),
                 line=source.line_of(["cases", index]),
+                ledger=bool(document.get("ledger", False)),
             )
         )
     return cases
@@ -116,8 +121,11 @@ def _expectation(raw: Mapping[str, Any]) -> Expectation:
     return Expectation(
         decision=raw["decision"],
         outcome=raw.get("outcome"),
+        authorization_status=raw.get("authorization_status"),
         reason_codes=as_set("reason_codes"),
         required_controls=as_set("required_controls"),
+        satisfied_controls=as_set("satisfied_controls"),
+        missing_controls=as_set("missing_controls"),
         approver_roles=as_set("approver_roles"),
         risk_level=raw.get("risk_level"),
         obligations=as_set("obligations"),
@@ -134,11 +142,18 @@ def check_case(case: DecisionCase, decision: Decision, trace: Mapping[str, Any])
     problems = []
     if got["decision"] != expect.decision:
         problems.append(f"decision {got['decision']}, expected {expect.decision}")
-    for key in ("outcome", "risk_level", "execution_allowed"):
+    for key in ("outcome", "authorization_status", "risk_level", "execution_allowed"):
         wanted = getattr(expect, key)
         if wanted is not None and got[key] != wanted:
             problems.append(f"{key} {got[key]!r}, expected {wanted!r}")
-    for key in ("reason_codes", "required_controls", "approver_roles", "obligations"):
+    for key in (
+        "reason_codes",
+        "required_controls",
+        "satisfied_controls",
+        "missing_controls",
+        "approver_roles",
+        "obligations",
+    ):
         wanted_set = getattr(expect, key)
         if wanted_set is not None and set(got[key]) != wanted_set:
             problems.append(f"{key} {sorted(got[key])}, expected {sorted(wanted_set)}")

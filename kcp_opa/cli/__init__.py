@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from kcp_opa.cli.audit import audit, ropa
-from kcp_opa.cli.authoring import check, test_command
+from kcp_opa.cli.authoring import check, mutate_command, test_command
 from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
 from kcp_opa.cli.executions import executions
@@ -54,6 +54,7 @@ COMMANDS = (
     receipt,
     executions,
     test_command,
+    mutate_command,
     check,
     ropa,
     audit,

@@ -229,3 +229,112 @@ def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | N
         out.print(f"{len(modules)} modules: {len(errors)} errors, {len(findings) - len(errors)} warnings")
     if errors or (strict and findings):
         sys.exit(EXIT_INVALID)
+
+
+@click.command(name="mutate")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--cases",
+    "cases_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Decision-case YAML files each mutant must still pass [default: fixtures/cases if it exists].",
+)
+@click.option(
+    "--deployments",
+    "deployments_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("fixtures/deployments"),
+    show_default=True,
+    help="Where each case's deployment (knowledge.yaml, matrix.yaml) lives.",
+)
+@click.option("--threshold", type=click.FloatRange(0, 100), help="Exit 2 when the mutation score is below this.")
+@click.option("--sample", type=click.IntRange(1), help="Only a fixed, seeded sample of this many mutants (CI slice).")
+@click.option("--seed", type=int, default=18, show_default=True, help="The sample's seed.")
+@click.option("--only", "only_regex", metavar="REGEX", help="Only mutate policy files whose path matches REGEX.")
+@click.option("--jobs", type=click.IntRange(1), help="Worker processes [default: one per core].")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=120.0, show_default=True, help="Per mutant.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Output format. Default: text on a terminal, json when piped.",
+)
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
+def mutate_command(
+    paths: Sequence[Path],
+    cases_dir: Path | None,
+    deployments_dir: Path,
+    threshold: float | None,
+    sample: int | None,
+    seed: int,
+    only_regex: str | None,
+    jobs: int | None,
+    timeout_s: float,
+    fmt: str | None,
+    junit: Path | None,
+) -> None:
+    """Mutation testing: change the policies one point at a time; the tests must notice.
+
+    \b
+    Each mutant (a flipped comparison, a shifted boundary, a negation, a dropped body
+    expression or rule, a swapped routing state, control or reason code, a swapped set
+    operation, a changed default) runs the Rego tests and the decision cases on OPA. A
+    mutant nobody notices *survives*: the report names its file:line, the change, and the
+    tests and cases that reach the line. Excuse an equivalent mutant on its line with
+    `# mutate: equivalent <reason>`. Exit 2 when the score is below --threshold or the
+    unmutated suite does not pass.
+    \b
+    Examples:
+      kcp-opa mutate policies --threshold 90
+      kcp-opa mutate policies --sample 40 --threshold 80      # the CI slice
+      kcp-opa mutate policies --only residency --format json
+    """
+    import os
+    import time
+
+    from kcp_opa.authoring.mutate import build_suite, mutants_of, run_cases_batched, run_mutants, run_tests_batched
+    from kcp_opa.authoring.mutate_report import attach_reached_by, print_report, summary
+    from kcp_opa.authoring.mutate_report import junit_xml as mutate_junit
+    from kcp_opa.authoring.mutate_report import to_dict as mutate_dict
+
+    targets = list(paths) or [Path("policies")]
+    policy_dirs = [t for t in targets if t.is_dir()]
+    if not policy_dirs:
+        raise click.BadParameter("give the policy directory (e.g. policies)", param_hint="PATHS")
+    try:
+        modules = load_modules(policy_dirs[:1])
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceUnreadableError(str(targets[0]), f"cannot read policies: {exc}") from None
+    directory = cases_dir or (Path("fixtures/cases") if Path("fixtures/cases").is_dir() else None)
+    cases = [case for path in case_files(directory) for case in load_cases(path)] if directory else []
+    began = time.monotonic()
+    suite = build_suite(modules, discover(modules), cases, policy_dirs[0], deployments_dir)
+    baseline = run_tests_batched(suite.modules, suite.tests) or run_cases_batched(suite, suite.modules)
+    if baseline is not None:
+        click.echo(f"kcp-opa: the unmutated suite does not pass ({baseline}); fix it first", err=True)
+        sys.exit(EXIT_USAGE)
+    mutants = mutants_of(modules, sample, seed, only_regex)
+    workers = jobs or os.cpu_count() or 1
+    if sys.stderr.isatty() and not as_json(fmt):
+        from rich.progress import Progress
+
+        with Progress(console=console()) as bar:
+            task = bar.add_task(f"{len(mutants)} mutants, {workers} workers", total=len(mutants))
+            results = run_mutants(
+                suite, mutants, jobs=workers, timeout_s=timeout_s, progress=lambda _: bar.advance(task)
+            )
+    else:
+        results = run_mutants(suite, mutants, jobs=workers, timeout_s=timeout_s)
+    attach_reached_by(suite, [r for r in results if r.status.value == "survived"])
+    seconds = time.monotonic() - began
+    if junit is not None:
+        write_atomically(junit, mutate_junit(results))
+    if as_json(fmt):
+        render.print_json(mutate_dict(results, seconds, threshold))
+    else:
+        print_report(console(), results, seconds)
+    score = summary(results)["score"]
+    if threshold is not None and score < threshold:
+        click.echo(f"kcp-opa: mutation score {score:.1f}% is below the threshold {threshold:g}%", err=True)
+        sys.exit(EXIT_USAGE)

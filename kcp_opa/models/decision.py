@@ -50,6 +50,19 @@ class RiskLevel(enum.StrEnum):
     CRITICAL = "CRITICAL"
 
 
+_HOLDS = frozenset({RoutingState.DENY, RoutingState.COMPLIANCE_REVIEW, RoutingState.ESCALATE})
+_OUTCOME_OF = {
+    RoutingState.DENY: Outcome.DENY,
+    RoutingState.COMPLIANCE_REVIEW: Outcome.ESCALATE,
+    RoutingState.ESCALATE: Outcome.ESCALATE,
+    RoutingState.HUMAN_APPROVAL: Outcome.REQUIRE_APPROVAL,
+    RoutingState.IDENTITY_VERIFICATION: Outcome.REQUIRE_APPROVAL,
+    RoutingState.STEP_UP_AUTHENTICATION: Outcome.REQUIRE_APPROVAL,
+    RoutingState.USER_CONFIRMATION: Outcome.REQUIRE_APPROVAL,
+    RoutingState.ALLOW: Outcome.ALLOW,
+}
+
+
 class MalformedDecisionError(ValueError):
     """The policy answered, but not with the contract's decision document."""
 
@@ -124,9 +137,35 @@ class PolicyVerdict:
                 violations=tuple(_violation(item) for item in _list(raw, "violations")),
                 obligations=_strings(raw, "obligations"),
                 approver_roles=_strings(raw, "approver_roles"),
-            )
+            )._consistent()
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedDecisionError(f"policy output is not a decision document: {exc}") from None
+
+    def _consistent(self) -> PolicyVerdict:
+        """Refuse a document whose fields contradict each other (the contract's shape, not policy):
+        a policy bug that says ``execution_allowed: true`` beside a DENY, a hold or a missing
+        control must become an engine error, never an allow."""
+        problems = []
+        if self.outcome is not _OUTCOME_OF[self.decision]:
+            problems.append(f"outcome {self.outcome.value} does not belong to {self.decision.value}")
+        if (self.decision is RoutingState.DENY) != (self.authorization_status is AuthorizationStatus.DENIED):
+            problems.append(f"authorization_status {self.authorization_status.value} with {self.decision.value}")
+        approved = self.authorization_status is AuthorizationStatus.APPROVED
+        if self.execution_allowed != approved:
+            problems.append(f"execution_allowed {self.execution_allowed} with {self.authorization_status.value}")
+        if approved and (self.missing_controls or self.decision in _HOLDS):
+            problems.append(f"APPROVED with {self.decision.value} and missing {list(self.missing_controls)}")
+        if self.authorization_status is AuthorizationStatus.PENDING_CONTROLS and not (
+            self.missing_controls or self.decision in _HOLDS
+        ):
+            problems.append("PENDING_CONTROLS with nothing missing")
+        required, missing = set(self.required_controls), set(self.missing_controls)
+        satisfied = set(self.satisfied_controls)
+        if missing & satisfied or missing | satisfied != required:
+            problems.append("satisfied and missing controls do not partition the required controls")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """The policy's own JSON, field for field (what ``opa eval`` prints for the entrypoint)."""

@@ -1,0 +1,194 @@
+"""Behaviour tests written to kill mutants that survived the suite (issue 18, "Why").
+
+Each test names the mutant it kills. They go through the real gate (regopy) over bundles
+compiled here, and the OPA reference engine where the answer is compared.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+from conftest import DEPLOYMENTS, POLICIES
+
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.datadoc import index_depth
+from kcp_opa.decide.gate import Gate
+from kcp_opa.models.decision import MalformedDecisionError, PolicyVerdict
+
+NOW = "2026-11-29T10:00:00Z"
+HEADER = """kcp_version: "0.14"
+project: synthetic
+version: "1.0.0"
+updated: "2026-11-20"
+compliance:
+  data_residency: [EU]
+  regulations: [GDPR]
+  sensitivity: internal
+  restrictions: []
+  legal_basis: contract
+units:
+"""
+
+
+def _unit(i: int) -> str:
+    # Odd units need human approval: a lookup that lands on the wrong entry shows.
+    restrictions = "[human-approval-required]" if i % 2 else "[]"
+    return (
+        f'  - id: unit-{i:05d}\n    path: u/{i}.md\n    intent: "What unit {i} says."\n    scope: project\n'
+        f'    audience: [agent]\n    validated: "2026-11-01"\n    compliance:\n'
+        f"      declared_fields: [name, email]\n      data_categories: [contact]\n      restrictions: {restrictions}\n"
+    )
+
+
+def _action(unit: str) -> dict[str, Any]:
+    return {
+        "schema_version": "2.0",
+        "action_id": "act_depth_1",
+        "idempotency_key": "idem_depth_0000000001",
+        "tenant_id": "tenant_a",
+        "subject_id": "user_1",
+        "agent_id": "support-agent/v1",
+        "action_type": "read",
+        "requested_action": "crm.get_customer",
+        "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
+        "authorization_context": {"requested_by": "user_1", "agent_scope": ["crm.get_customer"]},
+        "knowledge": {"project": "synthetic", "unit": unit, "fields_read": ["name"]},
+        "runtime": {
+            "deployment_region": "EU",
+            "model": {"id": "m", "hosting": "self_hosted"},
+            "risk_level": "low",
+            "evidence_status": "present",
+            "budget_state": "within_budget",
+        },
+        "created_at": "2026-11-29T09:59:00Z",
+    }
+
+
+#: Unit counts that put the unit index at every depth, 0 to 4 (compile.datadoc.index_depth).
+SIZES = {0: 2, 1: 20, 2: 300, 3: 600, 4: 8200}
+
+
+@pytest.fixture(scope="module", params=sorted(SIZES))
+def sized_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Gate, int]:
+    depth = request.param
+    count = SIZES[depth]
+    assert index_depth(count) == depth
+    tmp = tmp_path_factory.mktemp(f"depth{depth}")
+    knowledge = tmp / "knowledge.yaml"
+    knowledge.write_text(HEADER + "".join(_unit(i) for i in range(count)))
+    out = tmp / "bundle.tar.gz"
+    compile_bundle([knowledge], DEPLOYMENTS / "support-desk" / "matrix.yaml", POLICIES, out)
+    gate = Gate.from_bundle(out)
+    assert gate.bundle.data["kcp_data"]["units"]["depth"] == depth
+    return gate, count
+
+
+def test_every_unit_is_found_at_every_index_depth(sized_gate: tuple[Gate, int]) -> None:
+    """Kills: the unit lookup at index depth 2 reading the wrong hex digit (no deployment was
+    big enough to reach depth 2, so the gate's own lookup, kcp.lib.facts.unit, went untested
+    there). Every unit must resolve to its own profile; an unknown one must not."""
+    gate, count = sized_gate
+    step = max(1, count // 40)
+    for i in range(0, count, step):
+        decision = gate.decide(_action(f"unit-{i:05d}"), now=NOW)
+        expected = "HUMAN_APPROVAL" if i % 2 else "ALLOW"
+        assert decision.decision.value == expected, (i, decision.reason_codes)
+        assert "unknown_unit" not in decision.reason_codes
+    missing = gate.decide(_action("unit-99999"), now=NOW)
+    assert missing.decision.value == "DENY"
+
+
+# --- the typed layer: a self-contradicting decision document is an engine error ---------------
+
+#: The policy's fail-closed default decision (policies/kcp/gate/decision.rego), verbatim.
+DEFAULT_DECISION: dict[str, Any] = {
+    "decision": "DENY",
+    "outcome": "deny",
+    "authorization_status": "DENIED",
+    "execution_allowed": False,
+    "risk_level": "CRITICAL",
+    "required_controls": ["standard_audit_logging"],
+    "satisfied_controls": [],
+    "missing_controls": ["standard_audit_logging"],
+    "reasons": [
+        {
+            "code": "policy_undefined",
+            "rule": "kcp.gate.default",
+            "evaluator_id": "kcp_gate",
+            "evaluator_version": "1.0.0",
+            "message": "the policy produced no decision; failing closed",
+        }
+    ],
+    "reason_codes": ["policy_undefined"],
+    "violations": [],
+    "obligations": ["audit"],
+    "approver_roles": [],
+}
+APPROVED_ALLOW = DEFAULT_DECISION | {
+    "decision": "ALLOW",
+    "outcome": "allow",
+    "authorization_status": "APPROVED",
+    "execution_allowed": True,
+    "risk_level": "LOW",
+    "satisfied_controls": ["standard_audit_logging"],
+    "missing_controls": [],
+}
+
+
+def test_consistent_documents_parse() -> None:
+    assert PolicyVerdict.from_policy(DEFAULT_DECISION).execution_allowed is False
+    assert PolicyVerdict.from_policy(APPROVED_ALLOW).execution_allowed is True
+    # A routing state that asks for approval is APPROVED once nothing is missing (contract §5).
+    approved_hold = APPROVED_ALLOW | {"decision": "HUMAN_APPROVAL", "outcome": "require_approval"}
+    assert PolicyVerdict.from_policy(approved_hold).execution_allowed is True
+
+
+@pytest.mark.parametrize(
+    ("name", "changes"),
+    [
+        ("default decision says execution_allowed", {"execution_allowed": True}),
+        ("DENY but APPROVED", {"authorization_status": "APPROVED", "execution_allowed": True, "missing_controls": []}),
+        ("allowed with a control missing", {"missing_controls": ["standard_audit_logging"], "satisfied_controls": []}),
+        ("allowed while PENDING_CONTROLS", {"authorization_status": "PENDING_CONTROLS"}),
+        ("APPROVED but not allowed", {"execution_allowed": False}),
+        ("ESCALATE approved", {"decision": "ESCALATE", "outcome": "escalate"}),
+        ("outcome of another state", {"outcome": "deny"}),
+        ("ALLOW but DENIED", {"authorization_status": "DENIED", "execution_allowed": False}),
+        ("pending with nothing missing", {"authorization_status": "PENDING_CONTROLS", "execution_allowed": False}),
+        ("a control both satisfied and missing", {"missing_controls": ["standard_audit_logging"]}),
+        ("a missing control that is not required", {"missing_controls": ["safe_stop"]}),
+    ],
+)
+def test_contradicting_documents_are_malformed(name: str, changes: dict[str, Any]) -> None:
+    """Kills: the default decision with ``execution_allowed: true`` (the typed layer used to trust
+    the flag without checking it against the state, the status and the missing controls)."""
+    base = DEFAULT_DECISION if name.startswith(("default", "DENY")) else APPROVED_ALLOW
+    with pytest.raises(MalformedDecisionError):
+        PolicyVerdict.from_policy(base | changes)
+
+
+@pytest.fixture(scope="module")
+def lying_gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
+    """A gate over a broken policy that says ``execution_allowed: true`` whatever it decides."""
+    tmp = tmp_path_factory.mktemp("lying")
+    shutil.copytree(POLICIES, tmp / "policies")
+    decision_rego = tmp / "policies" / "kcp" / "gate" / "decision.rego"
+    source = decision_rego.read_text()
+    honest = '"execution_allowed": authorization_status == "APPROVED",'
+    assert honest in source
+    decision_rego.write_text(source.replace(honest, '"execution_allowed": true,'))
+    base = DEPLOYMENTS / "support-desk"
+    out = tmp / "lying.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", tmp / "policies", out)
+    return Gate.from_bundle(out)
+
+
+def test_a_policy_that_lies_about_execution_is_an_engine_error(lying_gate: Gate) -> None:
+    action = _action("x") | {"knowledge": {"project": "support-desk", "unit": "customer-records"}}
+    action["target"] = {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_b"}
+    decision = lying_gate.decide(action, now=NOW)
+    assert decision.engine_error is not None and "execution_allowed" in decision.engine_error
+    assert decision.decision.value == "DENY" and decision.execution_allowed is False
+    assert decision.reason_codes == ("engine_error",)
