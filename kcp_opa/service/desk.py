@@ -319,7 +319,7 @@ class GateService:
             raise CodedError(f"detail is {size} bytes; at most {MAX_AUDIT_DETAIL_BYTES}", "detail_too_large")
         if self.gate.audit is None:
             raise LedgerError("this service has no audit ledger")
-        self.gate.audit.event("note", None, None, event=event, detail=dict(detail), principal=principal.to_dict())
+        self.gate.audit.event("note", None, None, note=event, detail=dict(detail), principal=principal.to_dict())
         return {"written": True, "event": event, "principal": principal.id}
 
     # -- health ------------------------------------------------------------------------------------

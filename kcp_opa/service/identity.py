@@ -54,6 +54,7 @@ class Scope(enum.StrEnum):
 ROLE_SCOPES: Mapping[str, frozenset[Scope]] = {
     "agent": frozenset({Scope.EVALUATE, Scope.HASH, Scope.OPEN_CHALLENGE, Scope.WRITE_AUDIT}),
     "approver": frozenset({Scope.EVALUATE, Scope.HASH, Scope.RECORD_RESULT, Scope.READ, Scope.WRITE_AUDIT}),
+    "subject": frozenset({Scope.HASH, Scope.RECORD_RESULT}),  # confirms its own action when asked
     "provider": frozenset({Scope.HASH, Scope.RECORD_RESULT, Scope.WRITE_AUDIT}),
     "issuer": frozenset({Scope.HASH, Scope.ISSUE_RECEIPT, Scope.READ, Scope.WRITE_AUDIT}),
     "executor": frozenset({Scope.HASH, Scope.VERIFY_RECEIPT, Scope.EXECUTE, Scope.READ, Scope.WRITE_AUDIT}),
