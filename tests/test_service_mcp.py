@@ -175,10 +175,18 @@ def test_the_local_agent_may_evaluate_hash_and_open_challenges_and_nothing_else(
         error, opened = await call(LOCAL_AGENT, "create_control_challenge", {"decision_id": decision["decision_id"]})
         ids = _challenges(opened)
         refused = [
-            ("record_control_result", {"challenge_id": ids["independent_human_approval"], "status": "PASSED",
-                                       "evidence_reference": "chat:looks-fine"}),
-            ("record_control_result", {"challenge_id": ids["identity_verification"], "status": "PASSED",
-                                       "evidence_reference": "x"}),
+            (
+                "record_control_result",
+                {
+                    "challenge_id": ids["independent_human_approval"],
+                    "status": "PASSED",
+                    "evidence_reference": "chat:looks-fine",
+                },
+            ),
+            (
+                "record_control_result",
+                {"challenge_id": ids["identity_verification"], "status": "PASSED", "evidence_reference": "x"},
+            ),
             ("issue_delegation_receipt", {"decision_id": decision["decision_id"]}),
             ("verify_and_consume_receipt", {"receipt": {}, "action": KYA}),
             ("execute_authorized_action", {"receipt": {}, "action": KYA, "handler": "pay"}),
@@ -241,7 +249,12 @@ def test_challenges_answer_only_their_addressees_once_and_in_time(service: GateS
 
     run(service, scenario)
     codes = [e["code"] for e in refusals(service)]
-    assert codes == ["not_authorized"] * 3 + ["self_approval", "challenge_used", "challenge_expired", "unknown_challenge"]
+    assert codes == ["not_authorized"] * 3 + [
+        "self_approval",
+        "challenge_used",
+        "challenge_expired",
+        "unknown_challenge",
+    ]
 
 
 def test_an_unauthenticated_connection_is_refused_and_audited(service: GateService) -> None:

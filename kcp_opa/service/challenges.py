@@ -63,17 +63,17 @@ def major_units(value_minor: int, currency: str) -> str:
 
 def action_summary(action: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, Any]:
     """What a person answering a challenge must see of the frozen action, nothing more."""
-    amount = action.get("amount") if isinstance(action.get("amount"), Mapping) else None
-    target = action.get("target") if isinstance(action.get("target"), Mapping) else {}
-    attributes = action.get("attributes") if isinstance(action.get("attributes"), Mapping) else {}
+    amount = _mapping(action.get("amount"))
+    target = _mapping(action.get("target"))
+    attributes = _mapping(action.get("attributes"))
     money = None
-    if amount is not None:
+    if amount:
         money = {
             "value_minor": amount["value_minor"],
             "currency": amount["currency"],
             "major": major_units(int(amount["value_minor"]), str(amount["currency"])),
         }
-    fees = attributes.get("fees") if attributes else None
+    fees = attributes.get("fees")
     what = f"{action.get('requested_action')} ({action.get('action_type')})"
     if money is not None:
         what += f": {money['major']} {money['currency']} to {target.get('reference', 'an unnamed target')}"
@@ -92,6 +92,10 @@ def action_summary(action: Mapping[str, Any], decision: Mapping[str, Any]) -> di
         "risk_level": decision.get("risk_level"),
         "reasons": [r.get("message") for r in decision.get("reasons", []) if isinstance(r, Mapping)],
     }
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -225,11 +229,13 @@ class ChallengeStore:
         """Atomically mark an open, unexpired challenge answered; refuse anything else with its code."""
         moment = _stamp(now or dt.datetime.now(dt.UTC))
         changed = self._run(
-            lambda c: c.execute(
-                "UPDATE control_challenges SET state = 'consumed', consumed_by = ?, consumed_at = ?"
-                " WHERE challenge_id = ? AND state = 'open' AND expires_at > ?",
-                (principal_id, moment, challenge_id, moment),
-            ).rowcount
+            lambda c: (
+                c.execute(
+                    "UPDATE control_challenges SET state = 'consumed', consumed_by = ?, consumed_at = ?"
+                    " WHERE challenge_id = ? AND state = 'open' AND expires_at > ?",
+                    (principal_id, moment, challenge_id, moment),
+                ).rowcount
+            )
         )
         challenge = self.get(challenge_id)
         if changed != 1:

@@ -84,9 +84,7 @@ class GateService:
         self.handlers = dict(handlers or {})
         self.metrics = metrics or Metrics()
         self.ledger_path = ledger_path
-        self.executor = Executor(
-            keyring=keyring, policy_versions={gate.policy_version}, store=store, audit=gate.audit
-        )
+        self.executor = Executor(keyring=keyring, policy_versions={gate.policy_version}, store=store, audit=gate.audit)
         self._records: OrderedDict[str, GateDecision] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -139,7 +137,9 @@ class GateService:
         except LedgerError as failure:
             _log.error("refusal_not_audited", tool=tool, code=code, error=str(failure))
 
-    def call(self, principal: Principal | None, tool: str, work: Callable[[Principal], dict[str, Any]]) -> dict[str, Any]:
+    def call(
+        self, principal: Principal | None, tool: str, work: Callable[[Principal], dict[str, Any]]
+    ) -> dict[str, Any]:
         """Run one tool's work for an authenticated principal; refusals are counted and audited."""
         self.metrics.tool_calls.labels(tool=tool).inc()
         try:
@@ -214,7 +214,9 @@ class GateService:
         missing = [c for c in decision.missing_controls if c not in self.gate.system_controls]
         wanted = missing if controls is None else [c for c in controls if c in missing]
         if controls is not None and len(wanted) != len(controls):
-            raise ChallengeError(f"only missing controls can be challenged: {', '.join(missing)}", "control_not_missing")
+            raise ChallengeError(
+                f"only missing controls can be challenged: {', '.join(missing)}", "control_not_missing"
+            )
         summary = action_summary(record.action, decision.to_dict())
         opened = [
             self.challenges.open(
@@ -235,7 +237,11 @@ class GateService:
         if control in SUBJECT_CONTROLS:
             return {"principals": [str(record.action.get("subject_id", ""))], "kinds": ["human"], "roles": []}
         if control in APPROVER_CONTROLS:
-            return {"principals": [], "kinds": ["human"], "roles": list(record.decision.verdict.approver_roles) or ["approver"]}
+            return {
+                "principals": [],
+                "kinds": ["human"],
+                "roles": list(record.decision.verdict.approver_roles) or ["approver"],
+            }
         return {"principals": [], "kinds": ["provider"], "roles": []}
 
     def record_result(
@@ -292,8 +298,13 @@ class GateService:
         )
         if self.gate.audit is not None:
             self.gate.audit.event(
-                "receipt", action, None, consumed_by=principal.id, receipt_id=verified.receipt["receipt_id"],
-                action_hash=verified.receipt["action_hash"], verified=True,
+                "receipt",
+                action,
+                None,
+                consumed_by=principal.id,
+                receipt_id=verified.receipt["receipt_id"],
+                action_hash=verified.receipt["action_hash"],
+                verified=True,
             )
         return {"verified": True, "consumed": verified.consumed, "receipt_id": verified.receipt["receipt_id"]}
 

@@ -88,7 +88,9 @@ def tracing_enabled() -> bool:
 _NOOP = contextlib.nullcontext(None)
 
 
-def span(name: str, attributes: Mapping[str, Any], traceparent: str | None = None) -> contextlib.AbstractContextManager[Any]:
+def span(
+    name: str, attributes: Mapping[str, Any], traceparent: str | None = None
+) -> contextlib.AbstractContextManager[Any]:
     """A span when tracing is on (its parent from a W3C ``traceparent`` if given), else a no-op."""
     if _tracer is None:
         return _NOOP

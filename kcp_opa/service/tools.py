@@ -104,8 +104,10 @@ def tool_specs() -> list[types.Tool]:
                 {"decision_id": _STR, "controls": _STRS, "ttl_seconds": {"type": "integer", "minimum": 30}},
                 ["decision_id"],
             ),
-            _object({"decision_id": _STR, "action_hash": _STR, "challenges": {"type": "array", "items": _CHALLENGE}},
-                    ["decision_id", "action_hash", "challenges"]),
+            _object(
+                {"decision_id": _STR, "action_hash": _STR, "challenges": {"type": "array", "items": _CHALLENGE}},
+                ["decision_id", "action_hash", "challenges"],
+            ),
         ),
         "record_control_result": (
             "Answer a challenge addressed to the caller (PASSED or FAILED); the policy re-derives the decision.",
@@ -113,35 +115,46 @@ def tool_specs() -> list[types.Tool]:
                 {"challenge_id": _STR, "status": {"enum": ["PASSED", "FAILED"]}, "evidence_reference": _STR},
                 ["challenge_id", "status", "evidence_reference"],
             ),
-            _object({"challenge_id": _STR, "control": _STR, "decision": _DECISION},
-                    ["challenge_id", "control", "decision"]),
+            _object(
+                {"challenge_id": _STR, "control": _STR, "decision": _DECISION}, ["challenge_id", "control", "decision"]
+            ),
         ),
         "issue_delegation_receipt": (
             "Sign a one-time receipt for an APPROVED decision, bound to the frozen action's hash.",
-            _object({"decision_id": _STR, "ttl_seconds": {"type": "integer", "minimum": 30, "maximum": 900}},
-                    ["decision_id"]),
+            _object(
+                {"decision_id": _STR, "ttl_seconds": {"type": "integer", "minimum": 30, "maximum": 900}},
+                ["decision_id"],
+            ),
             _object({"receipt": _RECEIPT, "action": {"type": "object"}}, ["receipt", "action"]),
         ),
         "verify_and_consume_receipt": (
             "Verify a receipt against the final action and consume it (for a side effect run elsewhere).",
             _object({"receipt": _RECEIPT, "action": action}, ["receipt", "action"]),
-            _object({"verified": {"type": "boolean"}, "consumed": {"type": "boolean"}, "receipt_id": _STR},
-                    ["verified", "consumed", "receipt_id"]),
+            _object(
+                {"verified": {"type": "boolean"}, "consumed": {"type": "boolean"}, "receipt_id": _STR},
+                ["verified", "consumed", "receipt_id"],
+            ),
         ),
         "execute_authorized_action": (
             "Verify and consume the receipt, then run a registered handler once per idempotency key.",
             _object({"action": action, "receipt": _RECEIPT, "handler": _STR}, ["action", "receipt", "handler"]),
             _object(
-                {"idempotency_key": _STR, "receipt_id": _STR, "outcome": {}, "replayed": {"type": "boolean"},
-                 "executed_by": _STR},
+                {
+                    "idempotency_key": _STR,
+                    "receipt_id": _STR,
+                    "outcome": {},
+                    "replayed": {"type": "boolean"},
+                    "executed_by": _STR,
+                },
                 ["idempotency_key", "receipt_id", "replayed"],
             ),
         ),
         "write_audit_event": (
             "Append an event to the hash-chained audit ledger, attributed to the authenticated caller.",
             _object({"event": _STR, "detail": {"type": "object"}}, ["event"]),
-            _object({"written": {"type": "boolean"}, "event": _STR, "principal": _STR},
-                    ["written", "event", "principal"]),
+            _object(
+                {"written": {"type": "boolean"}, "event": _STR, "principal": _STR}, ["written", "event", "principal"]
+            ),
         ),
         "evaluate_action": (
             "Decide any action type with the same gate; the decision is kept for its controls.",
@@ -203,7 +216,9 @@ def build_server(service: GateService, resolve: Resolver) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         if params.name not in known:
             return _error({"error": f"unknown tool {params.name!r}", "code": "unknown_tool"})
         principal = resolve(ctx)
