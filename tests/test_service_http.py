@@ -163,3 +163,25 @@ def test_json_api_opa_compatible_status_and_metrics(server: tuple[str, Path]) ->
     assert 'kcp_opa_refusals_total{code="not_authorized"}' in text
     assert "kcp_opa_decision_seconds_bucket" in text and "kcp_opa_ledger_write_seconds_count" in text
     assert verify_ledger(ledger).ok
+
+
+def test_the_serve_demo_runs_the_trust_sequence_with_six_authenticated_clients(tmp_path: Path) -> None:
+    """`make serve-demo`: real HTTP, one bearer token per principal, the payment executed once."""
+    bundles = tmp_path / "bundles"
+    base = DEPLOYMENTS / "finance"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundles / "finance.tar.gz")
+    ledger = tmp_path / "demo.jsonl"
+    env = {**os.environ, "KCP_OPA_LEDGER": str(ledger), "KCP_OPA_BUNDLES": str(bundles)}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "serve_demo.py")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refused the agent approving: not_authorized" in proc.stdout
+    assert "executed idem_supplier_8000_001: PAY-0001" in proc.stdout
+    assert "refused the same receipt again: replay" in proc.stdout
+    assert "HTTP 401 unauthenticated" in proc.stdout
+    entries = [e for _, e in read_entries(ledger)]
+    controls = {e["evidence"]["actor_id"] for e in entries if e["type"] == "control"}
+    assert controls == {"user_001", "kyc-provider", "treasury_approver_anna"}
+    assert [e["replayed"] for e in entries if e["type"] == "execution"] == [False]
+    assert verify_ledger(ledger).ok
