@@ -74,3 +74,17 @@ def test_http_without_a_token_refuses_to_start(workdir: Path) -> None:
 def test_a_missing_bundle_is_one_line_and_exit_2(workdir: Path) -> None:
     proc = run_cli("serve", "--bundle", "bundles/nope.tar.gz", cwd=workdir)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope.tar.gz" in proc.stderr
+
+
+def test_handlers_name_importable_callables_or_serve_refuses_to_start(workdir: Path) -> None:
+    from kcp_opa.core.errors import CodedError
+    from kcp_opa.service.desk import load_handlers
+
+    assert load_handlers({"dumps": "json:dumps"}) == {"dumps": json.dumps}
+    for bad in ("json", "json:nope", "no_such_module_kcp:run", "json:__doc__"):
+        with pytest.raises(CodedError) as refused:
+            load_handlers({"x": bad})
+        assert refused.value.code == "bad_handler"
+    (workdir / "handlers.json").write_text(json.dumps({"handlers": {"pay": "no_such_module_kcp:pay"}}))
+    proc = run_cli("serve", "--bundle", "bundles/finance.tar.gz", "--handlers", "handlers.json", cwd=workdir)
+    assert proc.returncode == 2 and "handler pay: cannot import no_such_module_kcp:pay" in proc.stderr

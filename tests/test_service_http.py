@@ -149,6 +149,10 @@ def test_json_api_opa_compatible_status_and_metrics(server: tuple[str, Path]) ->
     decided = httpx2.post(f"{url}/v1/decisions", json={"action": KYA}, headers=auth()).json()
     opened = httpx2.post(f"{url}/v1/decisions/{decided['decision_id']}/challenges", json={}, headers=auth())
     assert opened.status_code == 200 and len(opened.json()["challenges"]) == 5
+    # The agent cannot read a challenge addressed to an approver (nor answer it).
+    challenge_id = opened.json()["challenges"][0]["challenge_id"]
+    peek = httpx2.get(f"{url}/v1/challenges/{challenge_id}", headers=auth())
+    assert peek.status_code == 403 and peek.json()["code"] == "not_authorized"
     refused = httpx2.post(f"{url}/v1/receipts", json={"decision_id": decided["decision_id"]}, headers=auth())
     assert refused.status_code == 403 and refused.json()["code"] == "not_authorized"
     bad = httpx2.post(f"{url}/v1/decisions", json={"action": {**KYA, "password": "x"}}, headers=auth())

@@ -29,7 +29,7 @@ from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
 from kcp_opa.decide.action import action_hash, check_action, trace_id_of
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor, Handler
-from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary
+from kcp_opa.service.challenges import Challenge, ChallengeError, ChallengeStore, action_summary
 from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, Scope, canonical_id
 from kcp_opa.service.observe import Metrics, TimedLedger, set_attributes, span
 
@@ -250,12 +250,7 @@ class GateService:
         principal.require(Scope.RECORD_RESULT, "record control results")
         challenge = self.challenges.get(challenge_id)
         self.challenges.check_open(challenge)
-        address = challenge.addressed_to
-        kinds, roles, named = address.get("kinds", []), address.get("roles", []), address.get("principals", [])
-        if principal.kind.value not in kinds or (named and principal.id not in {canonical_id(n) for n in named}):
-            raise AccessDeniedError(f"challenge {challenge_id} is not addressed to {principal.id}")
-        if roles and not principal.roles & set(roles):
-            raise AccessDeniedError(f"challenge {challenge_id} needs one of the roles {', '.join(roles)}")
+        _check_addressed(principal, challenge)
         actor_type = {PrincipalKind.HUMAN: ActorType.HUMAN, PrincipalKind.PROVIDER: ActorType.PROVIDER}.get(
             principal.kind, ActorType.AI_AGENT
         )
@@ -281,6 +276,13 @@ class GateService:
             updated = self.desk.record_control_result(record, evidence, action=record.action)
             self._records[consumed.decision_id] = updated
         return {"challenge_id": challenge_id, "control": consumed.control, "decision": updated.to_dict()}
+
+    def read_challenge(self, principal: Principal, challenge_id: str) -> dict[str, Any]:
+        """A challenge, for its addressees and for principals that may read (auditors, approvers)."""
+        challenge = self.challenges.get(challenge_id)
+        if Scope.READ not in principal.scopes:
+            _check_addressed(principal, challenge)
+        return challenge.to_dict()
 
     # -- receipts and execution -----------------------------------------------------------------
 
@@ -347,6 +349,16 @@ class GateService:
             "decisions_held": len(self._records),
             "handlers": sorted(self.handlers),
         }
+
+
+def _check_addressed(principal: Principal, challenge: Challenge) -> None:
+    """Refuse a principal the challenge is not addressed to (kind, named principals, roles)."""
+    address = challenge.addressed_to
+    kinds, roles, named = address.get("kinds", []), address.get("roles", []), address.get("principals", [])
+    if principal.kind.value not in kinds or (named and principal.id not in {canonical_id(n) for n in named}):
+        raise AccessDeniedError(f"challenge {challenge.challenge_id} is not addressed to {principal.id}")
+    if roles and not principal.roles & set(roles):
+        raise AccessDeniedError(f"challenge {challenge.challenge_id} needs one of the roles {', '.join(roles)}")
 
 
 def _writable(path: Path) -> bool:

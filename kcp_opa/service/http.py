@@ -185,11 +185,12 @@ def build_app(service: GateService, authenticator: Authenticator, *, host: str =
         return JSONResponse(await anyio.to_thread.run_sync(service.status))
 
     async def challenge(request: Request) -> Response:
+        args = {"challenge_id": request.path_params["challenge_id"]}
         try:
-            found = await anyio.to_thread.run_sync(service.challenges.get, request.path_params["challenge_id"])
+            found = await anyio.to_thread.run_sync(dispatch, service, principal_of(request), "read_challenge", args)
         except KcpOpaError as exc:
             return _refused(exc)
-        return JSONResponse(found.to_dict())
+        return JSONResponse(found)
 
     def param(request: Request, name: str) -> str:
         return str(request.path_params[name])

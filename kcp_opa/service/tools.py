@@ -180,6 +180,7 @@ def dispatch(service: GateService, principal: Principal | None, name: str, args:
         "evaluate_action": lambda p: service.evaluate(p, args.get("action")),
         "hash_action": lambda p: service.hash_action(p, args.get("action")),
         "opa_decision": lambda p: service.decide_only(p, args.get("action")),
+        "read_challenge": lambda p: service.read_challenge(p, str(args.get("challenge_id", ""))),
         "create_control_challenge": lambda p: service.create_challenges(
             p, str(args.get("decision_id", "")), args.get("controls"), int(args.get("ttl_seconds", 900))
         ),
