@@ -189,3 +189,56 @@ def test_the_serve_demo_runs_the_trust_sequence_with_six_authenticated_clients(t
     assert controls == {"user_001", "kyc-provider", "treasury_approver_anna"}
     assert [e["replayed"] for e in entries if e["type"] == "execution"] == [False]
     assert verify_ledger(ledger).ok
+
+
+def test_a_session_opened_with_one_token_is_not_usable_with_another(tmp_path: Path) -> None:
+    """Per-principal bearer tokens in-process (the authenticator seam), and the SDK's session binding."""
+    import threading
+
+    import uvicorn
+
+    from kcp_opa.service.desk import GateService
+    from kcp_opa.service.http import build_app
+    from kcp_opa.service.identity import LOCAL_AGENT, Principal, StaticAuthenticator
+
+    base = DEPLOYMENTS / "finance"
+    bundle = tmp_path / "finance.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle)
+    service = GateService.open(bundle, store=tmp_path / "s.db", ledger=tmp_path / "l.jsonl")
+    approver = Principal.of("anna", "human", {"approver"})
+    agent_token, approver_token = "a" * 40, "b" * 40
+    app = build_app(service, StaticAuthenticator({agent_token: LOCAL_AGENT, approver_token: approver}))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/mcp"
+        accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        opened = httpx2.post(url, json=init, headers={**accept, **auth(agent_token)})
+        assert opened.status_code == 200
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        stolen = httpx2.post(url, json=listing, headers={**accept, **session, **auth(approver_token)})
+        assert stolen.status_code == 404
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        httpx2.post(url, json=initialized, headers={**accept, **session, **auth(agent_token)})
+        own = httpx2.post(url, json=listing, headers={**accept, **session, **auth(agent_token)})
+        assert own.status_code == 200 and len(own.json()["result"]["tools"]) == 9
+        status = httpx2.get(f"http://127.0.0.1:{port}/v1/status", headers=auth(approver_token))
+        assert status.status_code == 200  # the approver's own token works; only the session is bound
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
