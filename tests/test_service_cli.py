@@ -78,7 +78,7 @@ def test_a_missing_bundle_is_one_line_and_exit_2(workdir: Path) -> None:
 
 def test_handlers_name_importable_callables_or_serve_refuses_to_start(workdir: Path) -> None:
     from kcp_opa.core.errors import CodedError
-    from kcp_opa.service.desk import load_handlers
+    from kcp_opa.service.handlers import load_handlers
 
     assert load_handlers({"dumps": "json:dumps"}) == {"dumps": json.dumps}
     for bad in ("json", "json:nope", "no_such_module_kcp:run", "json:__doc__"):

@@ -281,3 +281,30 @@ def test_bad_actions_and_unknown_records_are_tool_errors_with_codes(service: Gat
         assert error and answer["code"] == "not_financial"
 
     run(service, scenario)
+
+
+def test_a_malformed_answer_does_not_spend_the_challenge_and_secrets_never_reach_the_ledger(
+    service: GateService,
+) -> None:
+    async def scenario(call: Call) -> None:
+        _, decision = await call(LOCAL_AGENT, "evaluate_financial_action", {"action": KYA})
+        _, opened = await call(LOCAL_AGENT, "create_control_challenge", {"decision_id": decision["decision_id"]})
+        challenge = _challenges(opened)["independent_human_approval"]
+        error, answer = await call(
+            APPROVER, "record_control_result", {"challenge_id": challenge, "status": "OK", "evidence_reference": "a"}
+        )
+        assert error and answer["code"] == "malformed_evidence"
+        error, answer = await call(
+            APPROVER,
+            "record_control_result",
+            {"challenge_id": challenge, "status": "PASSED", "evidence_reference": "a"},
+        )
+        assert not error, answer
+        error, answer = await call(
+            LOCAL_AGENT, "write_audit_event", {"event": "login", "detail": {"user": {"access_token": "eyJ..."}}}
+        )
+        assert error and answer["code"] == "secret"
+
+    run(service, scenario)
+    assert service.ledger_path is not None
+    assert "eyJ" not in service.ledger_path.read_text()

@@ -23,7 +23,7 @@ class ServeConfigError(KcpOpaError):
 
 
 def _handlers(path: Path | None) -> dict[str, Any]:
-    from kcp_opa.service.desk import load_handlers
+    from kcp_opa.service.handlers import load_handlers
 
     if path is None:
         return {}

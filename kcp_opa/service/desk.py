@@ -9,7 +9,6 @@ caller sends names who the caller is.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 import os
 import threading
@@ -26,7 +25,7 @@ from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
-from kcp_opa.decide.action import action_hash, check_action, trace_id_of
+from kcp_opa.decide.action import FORBIDDEN_KEYS, action_hash, check_action, trace_id_of
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.service.challenges import Challenge, ChallengeError, ChallengeStore, action_summary
@@ -43,23 +42,6 @@ APPROVER_CONTROLS = frozenset({"independent_human_approval", "compliance_review"
 
 class UnknownRecordError(CodedError):
     code = "unknown_decision"
-
-
-def load_handlers(spec: Mapping[str, str]) -> dict[str, Handler]:
-    """``{"name": "package.module:function"}`` -> the callables (an importable, callable target each)."""
-    handlers: dict[str, Handler] = {}
-    for name, target in spec.items():
-        module_name, _, attribute = str(target).partition(":")
-        if not module_name or not attribute:
-            raise CodedError(f"handler {name}: {target!r} is not 'module:function'", "bad_handler")
-        try:
-            found = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise CodedError(f"handler {name}: cannot import {target}: {exc}", "bad_handler") from None
-        if not callable(found):
-            raise CodedError(f"handler {name}: {target} is not callable", "bad_handler")
-        handlers[str(name)] = found
-    return handlers
 
 
 class GateService:
@@ -248,6 +230,9 @@ class GateService:
         self, principal: Principal, challenge_id: str, status: str, evidence_reference: str
     ) -> dict[str, Any]:
         principal.require(Scope.RECORD_RESULT, "record control results")
+        if status not in {s.value for s in EvidenceStatus} or not evidence_reference:
+            # Checked before the challenge is consumed: a malformed answer does not spend it.
+            raise CodedError("status is PASSED or FAILED, with a non-empty evidence_reference", "malformed_evidence")
         challenge = self.challenges.get(challenge_id)
         self.challenges.check_open(challenge)
         _check_addressed(principal, challenge)
@@ -327,6 +312,13 @@ class GateService:
 
     def write_audit_event(self, principal: Principal, event: str, detail: Mapping[str, Any]) -> dict[str, Any]:
         principal.require(Scope.WRITE_AUDIT, "write audit events")
+        if not isinstance(detail, Mapping):
+            raise CodedError("detail is a JSON object", "bad_arguments")
+        secret = _secret_key(detail)
+        if secret is not None:
+            raise CodedError(
+                f"detail carries a secret-bearing key {secret!r}; secrets never reach the ledger", "secret"
+            )
         size = len(json.dumps(detail, sort_keys=True, default=str))
         if size > MAX_AUDIT_DETAIL_BYTES:
             raise CodedError(f"detail is {size} bytes; at most {MAX_AUDIT_DETAIL_BYTES}", "detail_too_large")
@@ -359,6 +351,25 @@ def _check_addressed(principal: Principal, challenge: Challenge) -> None:
         raise AccessDeniedError(f"challenge {challenge.challenge_id} is not addressed to {principal.id}")
     if roles and not principal.roles & set(roles):
         raise AccessDeniedError(f"challenge {challenge.challenge_id} needs one of the roles {', '.join(roles)}")
+
+
+def _secret_key(value: Any, depth: int = 0) -> str | None:
+    """The first secret-bearing key (as the gate refuses in actions) anywhere in ``value``."""
+    if depth > 32:
+        return "<nested too deep>"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if str(key).lower() in FORBIDDEN_KEYS:
+                return str(key)
+            found = _secret_key(item, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _secret_key(item, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _writable(path: Path) -> bool:
