@@ -108,6 +108,8 @@ async def flow(url: str, tokens: dict[str, str], console: Console) -> None:
     _, issued = await call("issuer", "issue_delegation_receipt", {"decision_id": decision["decision_id"]})
     receipt = issued["receipt"]
     console.print(f"{receipt['receipt_id']} {receipt['signature']['alg']}, expires {receipt['expires_at']}")
+    _, verified = await call("executor", "verify_and_consume_receipt", {"receipt": receipt, "action": action})
+    console.print(f"verified and consumed by the executor: {verified['receipt_id']}")
     run = {"action": action, "receipt": receipt, "handler": "pay"}
     _, done = await call("executor", "execute_authorized_action", run)
     console.print(f"[green]executed[/] {done['idempotency_key']}: {done['outcome']['payment_ref']}")

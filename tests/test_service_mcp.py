@@ -41,6 +41,7 @@ CLERK = Principal.of("clerk_bob", "human", {"clerk"})
 KYC = Principal.of("kyc-provider", "provider", {"provider"})
 ISSUER = Principal.of("approval-app", "provider", {"issuer"})
 EXECUTOR = Principal.of("payments-executor", "executor", {"executor"})
+OTHER_EXECUTOR = Principal.of("batch-executor", "executor", {"executor"})
 
 
 @pytest.fixture(scope="module")
@@ -149,13 +150,21 @@ def test_the_whole_trust_sequence_over_mcp(service: GateService) -> None:
         assert not error, issued
         receipt = issued["receipt"]
         assert receipt["approver_ids"] == ["treasury_approver_anna"]
+        # The seed's order: verify and consume, then execute; the hand-off is the verifier's alone.
+        error, verified = await call(EXECUTOR, "verify_and_consume_receipt", {"receipt": receipt, "action": KYA})
+        assert not error and verified == {"verified": True, "consumed": True, "receipt_id": receipt["receipt_id"]}
         args = {"action": KYA, "receipt": receipt, "handler": "pay"}
+        error, other = await call(OTHER_EXECUTOR, "execute_authorized_action", args)
+        assert error and other["code"] == "replay"
         error, done = await call(EXECUTOR, "execute_authorized_action", args)
         assert not error and done["outcome"] == {"payment_ref": "PAY-0001"} and not done["replayed"]
         error, again = await call(EXECUTOR, "execute_authorized_action", args)
         assert error and again["code"] == "replay"
         error, again = await call(EXECUTOR, "verify_and_consume_receipt", {"receipt": receipt, "action": KYA})
         assert error and again["code"] == "replay"
+        changed = {**KYA, "amount": {"value_minor": 8_000_000, "currency": "USD"}}
+        error, mutated = await call(EXECUTOR, "execute_authorized_action", {**args, "action": changed})
+        assert error and mutated["code"] == "action_mismatch"
         error, noted = await call(LOCAL_AGENT, "write_audit_event", {"event": "payment_reported", "detail": {"n": 1}})
         assert not error and noted["principal"] == "local-agent", noted
 

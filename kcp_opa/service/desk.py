@@ -22,13 +22,13 @@ import structlog
 
 from kcp_opa.authorize.controls import ActorType, ControlDesk, ControlEvidence, EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
 from kcp_opa.decide.action import FORBIDDEN_KEYS, action_hash, check_action, trace_id_of
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.service.challenges import Challenge, ChallengeError, ChallengeStore, action_summary
+from kcp_opa.service.handoff import HandoffStore, executing_as
 from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, Scope, canonical_id
 from kcp_opa.service.observe import Metrics, TimedLedger, set_attributes, span
 
@@ -51,7 +51,7 @@ class GateService:
         self,
         gate: Gate,
         *,
-        store: SQLiteStore,
+        store: HandoffStore,
         challenges: ChallengeStore,
         keyring: Keyring,
         handlers: Mapping[str, Handler] | None = None,
@@ -90,7 +90,7 @@ class GateService:
             keyring = Keyring({signer.kid: signer}, signer.kid)
         return cls(
             gate,
-            store=SQLiteStore(store),
+            store=HandoffStore(store),
             challenges=ChallengeStore(store),
             keyring=keyring,
             handlers=handlers,
@@ -283,6 +283,7 @@ class GateService:
         verified = verify_receipt(
             receipt, action, keyring=self.keyring, policy_versions={self.gate.policy_version}, nonce_store=self.store
         )
+        self.store.hand_off(verified.receipt["nonce"], verified.receipt["receipt_id"], principal.id)
         if self.gate.audit is not None:
             self.gate.audit.event(
                 "receipt",
@@ -301,7 +302,11 @@ class GateService:
         if function is None:
             known = ", ".join(sorted(self.handlers)) or "none registered"
             raise CodedError(f"no handler {handler!r} ({known})", "unknown_handler")
-        result = self.executor.execute_authorized_action(action, receipt, function)
+        token = executing_as.set(principal.id)  # a receipt this principal verified may be executed once
+        try:
+            result = self.executor.execute_authorized_action(action, receipt, function)
+        finally:
+            executing_as.reset(token)
         return {
             "idempotency_key": result.idempotency_key,
             "receipt_id": result.receipt_id,
