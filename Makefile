@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 
-.PHONY: help install demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
+.PHONY: help install demo serve-demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,12 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
 	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
 	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
+
+serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six authenticated clients
+	@$(MAKE) --no-print-directory bundle >/dev/null
+	@rm -f audit/serve-demo.jsonl
+	$(BIN)/python examples/serve_demo.py
+	$(BIN)/kcp-opa audit verify --format text audit/serve-demo.jsonl
 
 test: $(STAMP) ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples

@@ -29,6 +29,7 @@ LAYERS: tuple[str, ...] = (
     "execute",
     "audit",
     "authoring",
+    "service",
     "cli",
 )
 TOP = len(LAYERS)  # kcp_opa/__init__.py, __main__.py, _moved.py: the public API sits above all

@@ -21,6 +21,7 @@ from kcp_opa.cli.declare import compile_command, explain, inspect, validate
 from kcp_opa.cli.executions import executions
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
+from kcp_opa.cli.serve import serve
 from kcp_opa.core.errors import ActionRejectedError, KcpOpaError, SourceError, ValidationFailedError
 from kcp_opa.core.logsetup import configure
 
@@ -58,6 +59,7 @@ COMMANDS = (
     check,
     ropa,
     audit,
+    serve,
 )
 for _command in COMMANDS:
     cli.add_command(_command)

@@ -1,0 +1,173 @@
+"""Benchmark: one gate decision over MCP (streamable HTTP) and over the HTTP JSON API, beside decide().
+
+Not a test: it measures, prints a table and writes bench/results-service.json.
+
+The server is `kcp-opa serve --transport http` as a real process on a loopback port (ledger on,
+group commit, as served). For each path it times the KYA supplier payment:
+- ``decide()``: in-process ``Gate.decide()``, without a ledger and with the served ledger setting;
+- ``MCP``: ``tools/call evaluate_action`` through the SDK's streamable HTTP client, one session per client;
+- ``JSON API``: ``POST /v1/data/kcp/gate/decision`` (the OPA-compatible endpoint), one HTTP client each;
+with 1 and 8 concurrent clients: p50 / p99 latency per decision and decisions per second.
+
+    .venv/bin/python bench/bench_service.py [--calls 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from rich.console import Console
+from rich.table import Table
+
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.decide.gate import Gate
+from kcp_opa.trail.ledger import AuditLedger
+
+REPO = Path(__file__).resolve().parent.parent
+ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+TOKEN = "bench-token-" + "b" * 32
+
+
+def summary(latencies: list[float], elapsed: float) -> dict[str, float]:
+    ordered = sorted(latencies)
+    return {
+        "calls": len(ordered),
+        "p50_ms": statistics.median(ordered) * 1000,
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        "per_s": len(ordered) / elapsed,
+    }
+
+
+def in_process(gate: Gate, calls: int, clients: int) -> dict[str, float]:
+    for _ in range(20):
+        gate.decide(ACTION)
+
+    def worker(count: int) -> list[float]:
+        out = []
+        for _ in range(count):
+            started = time.perf_counter()
+            gate.decide(ACTION)
+            out.append(time.perf_counter() - started)
+        return out
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        latencies = [t for part in pool.map(worker, [calls // clients] * clients) for t in part]
+    return summary(latencies, time.perf_counter() - started)
+
+
+async def concurrent(clients: int, calls: int, one: Callable[[int, list[float]], Awaitable[None]]) -> dict[str, float]:
+    latencies: list[float] = []
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for _ in range(clients):
+            group.start_soon(one, calls // clients, latencies)
+    return summary(latencies, time.perf_counter() - started)
+
+
+def over_mcp(url: str, calls: int, clients: int) -> dict[str, float]:
+    async def one(count: int, latencies: list[float]) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+        ):
+            await client.call_tool("evaluate_action", {"action": ACTION})  # warm the session
+            for _ in range(count):
+                started = time.perf_counter()
+                result = await client.call_tool("evaluate_action", {"action": ACTION})
+                latencies.append(time.perf_counter() - started)
+                assert not result.is_error
+
+    return anyio.run(concurrent, clients, calls, one)
+
+
+def over_json_api(url: str, calls: int, clients: int) -> dict[str, float]:
+    async def one(count: int, latencies: list[float]) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
+            await http.post(f"{url}/v1/data/kcp/gate/decision", json={"input": ACTION})
+            for _ in range(count):
+                started = time.perf_counter()
+                answer = await http.post(f"{url}/v1/data/kcp/gate/decision", json={"input": ACTION})
+                latencies.append(time.perf_counter() - started)
+                assert answer.status_code == 200
+
+    return anyio.run(concurrent, clients, calls, one)
+
+
+def start_server(bundle: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--bundle", str(bundle)]
+    command += ["--port", str(port), "--store", str(work / "service.db"), "--ledger", str(work / "service.jsonl")]
+    process = subprocess.Popen(command, env={**os.environ, "KCP_OPA_SERVE_TOKEN": TOKEN})
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx2.TransportError:
+            time.sleep(0.1)
+    process.terminate()
+    raise SystemExit("the server did not start")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=400, help="decisions per measurement")
+    args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        base = REPO / "fixtures" / "deployments" / "finance"
+        bundle = work / "finance.tar.gz"
+        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
+        bare = Gate.from_bundle(bundle)
+        ledgered = Gate.from_bundle(bundle, ledger=AuditLedger(work / "inproc.jsonl", durability="group"))
+        process, url = start_server(bundle, work)
+        try:
+            for clients in (1, 8):
+                measured = {
+                    "decide() in-process, no ledger": in_process(bare, args.calls, clients),
+                    "decide() in-process, ledger (group commit)": in_process(ledgered, args.calls, clients),
+                    "MCP tools/call over streamable HTTP": over_mcp(url, args.calls, clients),
+                    "HTTP JSON API (OPA-compatible)": over_json_api(url, args.calls, clients),
+                }
+                rows += [{"path": path, "clients": clients, **numbers} for path, numbers in measured.items()]
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    table = Table(title=f"one supplier-payment decision, {args.calls} per row ({platform.processor() or 'cpu'})")
+    for column in ("path", "clients", "p50 ms", "p99 ms", "decisions/s"):
+        table.add_column(column, justify="left" if column == "path" else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            row["path"], str(row["clients"]), f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", f"{row['per_s']:.0f}"
+        )
+    Console(width=140).print(table)
+    meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "calls": args.calls}
+    (REPO / "bench" / "results-service.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

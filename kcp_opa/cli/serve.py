@@ -1,0 +1,154 @@
+"""``kcp-opa serve``: the gate as an MCP server (stdio or streamable HTTP) with an HTTP JSON API."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.signing import load_keyring
+
+TRUST_PENDING = (
+    "--trust (the trust registry) is not available in this version yet; without it the server knows "
+    "one local agent principal (evaluate, hash, open challenges). Leave --trust out for now."
+)
+
+
+class ServeConfigError(KcpOpaError):
+    """A serve option or file that cannot be used (exit 2)."""
+
+
+def _handlers(path: Path | None) -> dict[str, Any]:
+    from kcp_opa.service.handlers import load_handlers
+
+    if path is None:
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ServeConfigError(f"{path}: cannot read the handlers file: {exc}") from None
+    spec = raw.get("handlers") if isinstance(raw, dict) else None
+    if not isinstance(spec, dict):
+        raise ServeConfigError(f'{path}: expected {{"handlers": {{"name": "module:function"}}}}')
+    return load_handlers(spec)
+
+
+@click.command()
+@click.option(
+    "--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="MCP transport."
+)
+@click.option(
+    "-b", "--bundle", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Bundle to decide with."
+)
+@click.option(
+    "--store",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("audit/service.db"),
+    show_default=True,
+    help="SQLite file: challenges, consumed receipts, executions.",
+)
+@click.option(
+    "--ledger",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("audit/service.jsonl"),
+    show_default=True,
+    help="The hash-chained audit ledger every decision and refusal is written to.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP listen address.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="HTTP port.")
+@click.option("--trust", type=click.Path(path_type=Path), help="Trust registry (not available yet; refused).")
+@click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Receipt signing keyring.")
+@click.option(
+    "--handlers",
+    "handlers_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help='JSON file {"handlers": {"name": "module:function"}} that execute_authorized_action may run.',
+)
+@click.option(
+    "--token-env",
+    default="KCP_OPA_SERVE_TOKEN",
+    show_default=True,
+    help="HTTP without --trust: the environment variable holding the local agent's bearer token.",
+)
+@click.option("--plan-cache", type=click.Path(path_type=Path, file_okay=False), help="rego-cpp plan cache directory.")
+@click.option("--otel", is_flag=True, help="Emit OpenTelemetry spans (needs the [otel] extra and a configured SDK).")
+def serve(
+    transport: str,
+    bundle: Path,
+    store: Path,
+    ledger: Path,
+    host: str,
+    port: int,
+    trust: Path | None,
+    keyring: Path | None,
+    handlers_path: Path | None,
+    token_env: str,
+    plan_cache: Path | None,
+    otel: bool,
+) -> None:
+    """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
+
+    \b
+    stdio: the caller is one local agent principal (it may evaluate, hash, open challenges).
+    http:  MCP at /mcp and the JSON API at /v1/... on one port, bearer tokens per principal;
+           without --trust the local agent's token comes from $KCP_OPA_SERVE_TOKEN (never argv).
+    """
+    from kcp_opa.service.desk import GateService
+    from kcp_opa.service.identity import LOCAL_AGENT, StaticAuthenticator
+    from kcp_opa.service.observe import enable_tracing
+
+    if trust is not None:
+        raise click.UsageError(TRUST_PENDING)
+    tokens: dict[str, Any] = {}
+    if transport == "http":
+        token = os.environ.get(token_env, "")
+        if len(token) < 32:
+            raise click.UsageError(
+                f"--transport http without --trust needs the local agent's bearer token (>= 32 characters) "
+                f"in ${token_env}"
+            )
+        tokens[token] = LOCAL_AGENT
+    if otel and not enable_tracing():
+        raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
+    service = GateService.open(
+        bundle,
+        store=store,
+        ledger=ledger,
+        keyring=load_keyring(keyring) if keyring is not None else None,
+        handlers=_handlers(handlers_path),
+        plan_cache=plan_cache,
+    )
+    authenticator = StaticAuthenticator(tokens)
+    if transport == "stdio":
+        _serve_stdio(service, authenticator)
+    else:
+        _serve_http(service, authenticator, host, port)
+
+
+def _serve_stdio(service: Any, authenticator: Any) -> None:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from kcp_opa.service.tools import build_server
+
+    principal = authenticator.fixed()
+    server = build_server(service, lambda ctx: principal)
+
+    async def run() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(run)
+
+
+def _serve_http(service: Any, authenticator: Any, host: str, port: int) -> None:
+    import uvicorn
+
+    from kcp_opa.service.http import build_app
+
+    click.echo(f"kcp-opa: serving MCP at http://{host}:{port}/mcp and the JSON API at /v1", err=True)
+    uvicorn.run(build_app(service, authenticator, host=host), host=host, port=port, log_level="warning")

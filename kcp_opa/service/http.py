@@ -1,0 +1,229 @@
+"""The HTTP side: MCP over streamable HTTP and a JSON API on one port, bearer-authenticated.
+
+One Starlette app: ``/mcp`` is the SDK's streamable HTTP transport; ``/v1/...`` is a JSON API
+over the same tool dispatch (so the two can never disagree); ``POST /v1/data/kcp/gate/decision``
+answers existing OPA clients (``{"input": <action>}`` -> ``{"result": <decision>}``);
+``/health`` and ``/metrics`` are open. Every other route needs ``Authorization: Bearer``: the
+token is resolved by the :class:`~kcp_opa.service.identity.Authenticator`, and an
+unauthenticated call is refused with 401 and audited like every refusal. The SDK binds each MCP
+session to the credential that opened it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio.to_thread
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
+from kcp_opa.service.desk import GateService
+from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, token_hash
+from kcp_opa.service.observe import METRICS_CONTENT_TYPE, span
+from kcp_opa.service.tools import build_server, dispatch, error_payload
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class PrincipalUser(AuthenticatedUser):
+    """The SDK's authenticated user, carrying the resolved principal (the token is kept hashed)."""
+
+    def __init__(self, principal: Principal, hashed: str) -> None:
+        scopes = sorted(scope.value for scope in principal.scopes)
+        super().__init__(AccessToken(token=hashed, client_id=principal.id, scopes=scopes))
+        self.principal = principal
+
+
+class BearerBackend(AuthenticationBackend):
+    """``Authorization: Bearer <token>`` -> the principal the authenticator maps it to."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self.authenticator = authenticator
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, PrincipalUser] | None:
+        header = conn.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            return None
+        token = header[7:].strip()
+        principal = self.authenticator.bearer(token) if token else None
+        if principal is None:
+            return None
+        user = PrincipalUser(principal, token_hash(token))
+        return AuthCredentials(list(user.scopes)), user
+
+
+def principal_of(request: Any) -> Principal | None:
+    """The principal the bearer middleware put on a request (None: unauthenticated)."""
+    scope = getattr(request, "scope", None)
+    user = scope.get("user") if isinstance(scope, Mapping) else None
+    return user.principal if isinstance(user, PrincipalUser) else None
+
+
+class RequireAuth:
+    """Refuse unauthenticated requests with 401, auditing each refusal, before the app sees them."""
+
+    def __init__(self, app: ASGIApp, service: GateService, what: str) -> None:
+        self.app, self.service, self.what = app, service, what
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if principal_of(HTTPConnection(scope)) is None:
+            refusal = AccessDeniedError("authentication required (Authorization: Bearer <token>)", "unauthenticated")
+            await anyio.to_thread.run_sync(self.service.refuse, None, self.what, refusal)
+            response = JSONResponse(
+                {"error": str(refusal), "code": refusal.code}, 401, headers={"WWW-Authenticate": "Bearer"}
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+_STATUS = {
+    "unauthenticated": 401,
+    "not_authorized": 403,
+    "unknown_decision": 404,
+    "unknown_challenge": 404,
+    "unknown_handler": 404,
+    "challenge_used": 409,
+    "replay": 409,
+    "action_rejected": 400,
+    "bad_request": 400,
+}
+
+
+def _refused(exc: KcpOpaError) -> JSONResponse:
+    payload = error_payload(exc)
+    return JSONResponse(payload, _STATUS.get(payload["code"], 422))
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise CodedError(f"body is over {MAX_BODY_BYTES} bytes", "bad_request")
+    try:
+        value = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        raise CodedError("body is not JSON", "bad_request") from None
+    if not isinstance(value, dict):
+        raise CodedError("body must be a JSON object", "bad_request")
+    return value
+
+
+Handler = Callable[[Request, dict[str, Any]], tuple[str, dict[str, Any]]]
+
+
+def _tool_route(service: GateService, path: str, build: Handler, *, opa: bool = False) -> Route:
+    """A JSON API route that runs one tool through the same dispatch as MCP."""
+
+    async def endpoint(request: Request) -> Response:
+        principal = principal_of(request)
+        try:
+            body = await _body(request)
+            tool, args = build(request, body)
+        except KcpOpaError as exc:
+            await anyio.to_thread.run_sync(service.refuse, principal, path, exc)
+            return _refused(exc)
+        with span(f"kcp_opa.http {path}", {"http.route": path}, request.headers.get("traceparent")):
+            try:
+                result = await anyio.to_thread.run_sync(dispatch, service, principal, tool, args)
+            except KcpOpaError as exc:
+                return _refused(exc)
+            except (ValueError, TypeError) as exc:
+                return JSONResponse({"error": f"bad arguments: {exc}", "code": "bad_arguments"}, 400)
+        return JSONResponse({"result": result, "decision_id": result.get("decision_id")} if opa else result)
+
+    return Route(path, RequireAuth(endpoint_app(endpoint), service, path), methods=["POST"])
+
+
+def endpoint_app(endpoint: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        response = await endpoint(Request(scope, receive))
+        await response(scope, receive, send)
+
+    return app
+
+
+def _opa_input(request: Request, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    if "input" not in body:
+        raise ActionRejectedError("", 'an OPA request is {"input": <action intent>}')
+    return "opa_decision", {"action": body["input"]}
+
+
+def build_app(service: GateService, authenticator: Authenticator, *, host: str = "127.0.0.1") -> Starlette:
+    """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests)."""
+    server = build_server(service, lambda ctx: principal_of(ctx.request))
+    security = None
+    if host in LOOPBACK:  # the SDK's DNS-rebinding protection for a loopback listener
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    manager = StreamableHTTPSessionManager(app=server, json_response=True, security_settings=security)
+    mcp_app = RequireAuth(StreamableHTTPASGIApp(manager), service, "mcp")
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def metrics(request: Request) -> Response:
+        return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+
+    async def status(request: Request) -> Response:
+        return JSONResponse(await anyio.to_thread.run_sync(service.status))
+
+    async def challenge(request: Request) -> Response:
+        args = {"challenge_id": request.path_params["challenge_id"]}
+        try:
+            found = await anyio.to_thread.run_sync(dispatch, service, principal_of(request), "read_challenge", args)
+        except KcpOpaError as exc:
+            return _refused(exc)
+        return JSONResponse(found)
+
+    def param(request: Request, name: str) -> str:
+        return str(request.path_params[name])
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/mcp", mcp_app),
+        Route("/v1/status", RequireAuth(endpoint_app(status), service, "/v1/status"), methods=["GET"]),
+        Route(
+            "/v1/challenges/{challenge_id}",
+            RequireAuth(endpoint_app(challenge), service, "/v1/challenges"),
+            methods=["GET"],
+        ),
+        _tool_route(service, "/v1/data/kcp/gate/decision", _opa_input, opa=True),
+        _tool_route(service, "/v1/decisions", lambda r, b: ("evaluate_action", b)),
+        _tool_route(
+            service,
+            "/v1/decisions/{decision_id}/challenges",
+            lambda r, b: ("create_control_challenge", {**b, "decision_id": param(r, "decision_id")}),
+        ),
+        _tool_route(
+            service,
+            "/v1/challenges/{challenge_id}/result",
+            lambda r, b: ("record_control_result", {**b, "challenge_id": param(r, "challenge_id")}),
+        ),
+        _tool_route(service, "/v1/receipts", lambda r, b: ("issue_delegation_receipt", b)),
+        _tool_route(service, "/v1/receipts/verify", lambda r, b: ("verify_and_consume_receipt", b)),
+        _tool_route(service, "/v1/executions", lambda r, b: ("execute_authorized_action", b)),
+        _tool_route(service, "/v1/audit-events", lambda r, b: ("write_audit_event", b)),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(AuthenticationMiddleware, backend=BearerBackend(authenticator))],
+        lifespan=lambda app: manager.run(),
+    )

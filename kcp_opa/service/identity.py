@@ -1,0 +1,150 @@
+"""Who is calling: principals, the scopes their roles grant, and the authenticator seam.
+
+The service never takes a caller's identity from a request body. An :class:`Authenticator`
+resolves it per request: over stdio the principal is fixed when the server starts; over HTTP a
+bearer token is hashed (sha256) and looked up among the stored hashes in constant time. The
+trust registry (``--trust``) will be one more :class:`Authenticator`; until it lands, a server
+knows one local agent principal and nothing that needs a registered human, issuer or executor.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kcp_opa.core.errors import CodedError
+
+
+class AccessDeniedError(CodedError):
+    """The caller is not authenticated, or its roles do not grant this operation."""
+
+    code = "not_authorized"
+
+
+class PrincipalKind(enum.StrEnum):
+    AGENT = "agent"
+    HUMAN = "human"
+    EXECUTOR = "executor"
+    AUDITOR = "auditor"
+    PROVIDER = "provider"
+
+
+class Scope(enum.StrEnum):
+    """What a tool call needs; a role grants a set of these."""
+
+    EVALUATE = "evaluate"
+    HASH = "hash"
+    OPEN_CHALLENGE = "open_challenge"
+    RECORD_RESULT = "record_result"
+    ISSUE_RECEIPT = "issue_receipt"
+    VERIFY_RECEIPT = "verify_receipt"
+    EXECUTE = "execute"
+    WRITE_AUDIT = "write_audit"
+    READ = "read"
+
+
+#: Scopes by role (the issue's agent / approver / executor / auditor, plus provider and issuer).
+#: An agent evaluates and opens challenges, never records a control or issues a receipt; an
+#: approver or provider records results only through a challenge addressed to them.
+ROLE_SCOPES: Mapping[str, frozenset[Scope]] = {
+    "agent": frozenset({Scope.EVALUATE, Scope.HASH, Scope.OPEN_CHALLENGE, Scope.WRITE_AUDIT}),
+    "approver": frozenset({Scope.EVALUATE, Scope.HASH, Scope.RECORD_RESULT, Scope.READ, Scope.WRITE_AUDIT}),
+    "subject": frozenset({Scope.HASH, Scope.RECORD_RESULT}),  # confirms its own action when asked
+    "provider": frozenset({Scope.HASH, Scope.RECORD_RESULT, Scope.WRITE_AUDIT}),
+    "issuer": frozenset({Scope.HASH, Scope.ISSUE_RECEIPT, Scope.READ, Scope.WRITE_AUDIT}),
+    "executor": frozenset({Scope.HASH, Scope.VERIFY_RECEIPT, Scope.EXECUTE, Scope.READ, Scope.WRITE_AUDIT}),
+    "auditor": frozenset({Scope.HASH, Scope.READ}),
+}
+
+
+def canonical_id(raw: str) -> str:
+    """NFKC, casefolded, trimmed: the one form every comparison of principal ids uses."""
+    return unicodedata.normalize("NFKC", raw).casefold().strip()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: canonical id, kind and roles (from the registry, never the request)."""
+
+    id: str
+    kind: PrincipalKind
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def of(cls, raw_id: str, kind: PrincipalKind | str, roles: Iterable[str] = ()) -> Principal:
+        canonical = canonical_id(raw_id)
+        if not canonical:
+            raise ValueError("a principal id cannot be empty")
+        return cls(canonical, PrincipalKind(kind), frozenset(roles))
+
+    @property
+    def scopes(self) -> frozenset[Scope]:
+        granted: set[Scope] = set()
+        for role in self.roles:
+            granted |= ROLE_SCOPES.get(role, frozenset())
+        return frozenset(granted)
+
+    def require(self, scope: Scope, what: str) -> None:
+        """Raise :class:`AccessDeniedError` unless one of the caller's roles grants ``scope``."""
+        if scope not in self.scopes:
+            roles = ", ".join(sorted(self.roles)) or "no roles"
+            raise AccessDeniedError(f"{self.kind.value} {self.id} ({roles}) may not {what}")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "kind": self.kind.value, "roles": sorted(self.roles)}
+
+
+#: The caller of a server started without a trust registry.
+LOCAL_AGENT = Principal("local-agent", PrincipalKind.AGENT, frozenset({"agent"}))
+
+
+class Authenticator(Protocol):
+    """Resolves the caller of one request. The trust registry implements this when it lands."""
+
+    def fixed(self) -> Principal | None:
+        """The principal of a connection without credentials (stdio), or None when none is allowed."""
+        ...
+
+    def bearer(self, token: str) -> Principal | None:
+        """The principal a bearer token belongs to, or None (unknown tokens are not errors)."""
+        ...
+
+
+def token_hash(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class StaticAuthenticator:
+    """Principals with hashed bearer tokens, held in memory (tests, and the seam's reference).
+
+    Only sha256 hashes are kept; a lookup hashes the presented token and compares it with every
+    stored hash using :func:`hmac.compare_digest`, so timing says nothing about which matched.
+    """
+
+    def __init__(self, tokens: Mapping[str, Principal] | None = None, *, stdio: Principal | None = LOCAL_AGENT) -> None:
+        self._stdio = stdio
+        self._hashed: tuple[tuple[bytes, Principal], ...] = ()
+        for token, principal in (tokens or {}).items():
+            self.add_token_hash(token_hash(token), principal)
+
+    def add_token_hash(self, hashed: str, principal: Principal) -> None:
+        """Register a principal by the sha256 of its token (``sha256:<hex>``), never the token itself."""
+        if not hashed.startswith("sha256:") or len(hashed) != 71:
+            raise ValueError("a token hash is 'sha256:' and 64 hex digits")
+        self._hashed = (*self._hashed, (hashed.encode("ascii"), principal))
+
+    def fixed(self) -> Principal | None:
+        return self._stdio
+
+    def bearer(self, token: str) -> Principal | None:
+        presented = token_hash(token).encode("ascii")
+        found: Principal | None = None
+        for stored, principal in self._hashed:  # no early exit: every hash is compared
+            if hmac.compare_digest(stored, presented):
+                found = principal
+        return found

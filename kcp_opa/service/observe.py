@@ -1,0 +1,115 @@
+"""What the service tells operators: Prometheus metrics and optional OpenTelemetry spans.
+
+Metrics live in a registry of the service's own (two services in one process never share
+counters). Tracing is off unless :func:`enable_tracing` is called and ``opentelemetry`` is
+installed (the ``[otel]`` extra): when off, :func:`span` is a shared no-op context manager, so
+a decision pays one attribute check for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kcp_opa.trail.ledger import AuditLedger
+
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    """Decisions by routing state, decision latency, refusals by code, ledger write latency."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.decisions = Counter(
+            "kcp_opa_decisions", "Gate decisions by routing state.", ["state"], registry=self.registry
+        )
+        self.decision_seconds = Histogram(
+            "kcp_opa_decision_seconds", "Time to decide one action.", buckets=_LATENCY_BUCKETS, registry=self.registry
+        )
+        self.refusals = Counter("kcp_opa_refusals", "Refused calls by error code.", ["code"], registry=self.registry)
+        self.ledger_write_seconds = Histogram(
+            "kcp_opa_ledger_write_seconds",
+            "Time to append one entry to the audit ledger (durable).",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.tool_calls = Counter("kcp_opa_tool_calls", "Tool calls by tool.", ["tool"], registry=self.registry)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class TimedLedger(AuditLedger):
+    """The audit ledger, with each durable append timed into the service's metrics."""
+
+    def __init__(self, path: Any, metrics: Metrics, *, durability: str = "fsync") -> None:
+        super().__init__(path, durability=durability)
+        self.metrics = metrics
+
+    def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            return super().append(entry)
+        finally:
+            self.metrics.ledger_write_seconds.observe(time.perf_counter() - started)
+
+
+_tracer: Any = None
+
+
+def enable_tracing(tracer_provider: Any = None) -> bool:
+    """Turn spans on (True) when opentelemetry is installed; the provider defaults to the global one."""
+    global _tracer
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return False
+    provider = tracer_provider or trace.get_tracer_provider()
+    _tracer = provider.get_tracer("kcp_opa.service")
+    return True
+
+
+def disable_tracing() -> None:
+    global _tracer
+    _tracer = None
+
+
+def tracing_enabled() -> bool:
+    return _tracer is not None
+
+
+_NOOP = contextlib.nullcontext(None)
+
+
+def span(
+    name: str, attributes: Mapping[str, Any], traceparent: str | None = None
+) -> contextlib.AbstractContextManager[Any]:
+    """A span when tracing is on (its parent from a W3C ``traceparent`` if given), else a no-op."""
+    if _tracer is None:
+        return _NOOP
+    return _real_span(name, attributes, traceparent)
+
+
+@contextlib.contextmanager
+def _real_span(name: str, attributes: Mapping[str, Any], traceparent: str | None) -> Iterator[Any]:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    context = TraceContextTextMapPropagator().extract({"traceparent": traceparent}) if traceparent else None
+    clean = {k: v for k, v in attributes.items() if isinstance(v, str | bool | int | float)}
+    with _tracer.start_as_current_span(name, context=context, attributes=clean) as current:
+        yield current
+
+
+def set_attributes(current: Any, attributes: Mapping[str, Any]) -> None:
+    """Add attributes to a span from :func:`span` (nothing when tracing is off)."""
+    if current is not None:
+        for key, value in attributes.items():
+            if isinstance(value, str | bool | int | float):
+                current.set_attribute(key, value)
