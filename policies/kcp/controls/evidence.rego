@@ -85,12 +85,32 @@ _already_failed if {
 
 _wanted_roles := control_roles[_control] if control_roles[_control]
 
-_wanted_roles := {r | some r in input.approver_roles} if not control_roles[_control]
+_wanted_roles := {r | some r in input.approver_roles} if {
+	not control_roles[_control]
+	count(input.approver_roles) > 0
+}
+
+# A decision that names no approver role still gets the matrix's approver for the task type:
+# an approval is never open to any registered human.
+_wanted_roles := {_matrix_role} if {
+	not control_roles[_control]
+	count(input.approver_roles) == 0
+}
+
+_approver_params := data.kcp_data.matrix.parameters.approver_roles
+
+_matrix_role := _approver_params.by_task_type[input.action.action_type]
+
+_matrix_role := _approver_params.default if not _approver_params.by_task_type[input.action.action_type]
 
 _role_missing if {
 	_control in sod_controls
-	count(_wanted_roles) > 0
 	count(_wanted_roles & {r | some r in _principal.roles}) == 0
+}
+
+_role_missing if {
+	_control in sod_controls
+	not _wanted_roles
 }
 
 _rejection := {"code": "no_trust_registry", "message": "the bundle has no trust registry (compile with --trust)"} if {
