@@ -85,7 +85,7 @@ class GateDecision:
 
     @property
     def passed_controls(self) -> frozenset[str]:
-        return frozenset(self.decision.satisfied_controls)
+        return frozenset(self.decision.verdict.satisfied_controls)
 
     def to_dict(self) -> dict[str, Any]:
         """The contract's decision document plus ``control_evidence`` and ``blocked_actions``."""

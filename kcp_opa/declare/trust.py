@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,14 @@ class TrustRegistry:
     def name(self) -> str:
         return str(self.data["name"])
 
-    @property
+    @cached_property
     def principals(self) -> dict[str, Principal]:
         return {
             canonical_id(p["id"]): Principal(canonical_id(p["id"]), p["type"], tuple(sorted(set(p.get("roles") or []))))
             for p in self.data["principals"]
         }
 
-    @property
+    @cached_property
     def issuers(self) -> dict[str, Issuer]:
         return {
             canonical_id(i["id"]): Issuer(
