@@ -297,8 +297,10 @@ def test_the_registry_compiles_into_data_without_keys(bundle: Path) -> None:
 
 
 def test_validate_reports_registry_errors_with_lines(tmp_path: Path) -> None:
-    bad = REGISTRY.read_text().replace("{id: orchestrator,", "{id: \"User_001 \",").replace(
-        "type: otp_service", "type: sms_gateway"
+    bad = (
+        REGISTRY.read_text()
+        .replace("{id: orchestrator,", '{id: "User_001 ",')
+        .replace("type: otp_service", "type: sms_gateway")
     )
     path = tmp_path / "registry.yaml"
     path.write_text(bad)

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import REPO, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trustkit import compile_with_trust, make_desk, signed
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt, signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
-from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import (
     EvidenceRejectedError,
     ExecutionError,
@@ -39,7 +39,6 @@ from kcp_opa.core.errors import (
 from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
-from trustkit import compile_with_trust, make_desk, signed
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 KYA = json.loads(KYA_PATH.read_text())
@@ -152,7 +151,11 @@ def test_evidence_for_another_action_or_decision(desk: ControlDesk) -> None:
     record = desk.open(KYA, now=DECIDED)
     other = desk.open({**KYA, "action_id": "act_other"}, now=DECIDED)
     with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(record, signed(other, "user_confirmation", "user_001") | {"decision_id": record.decision.decision_id}, action=KYA)
+        desk.record_control_result(
+            record,
+            signed(other, "user_confirmation", "user_001") | {"decision_id": record.decision.decision_id},
+            action=KYA,
+        )
     assert caught.value.code == "bad_signature"  # a re-bound attestation no longer verifies
     with pytest.raises(EvidenceRejectedError) as caught:
         desk.record_control_result(record, signed(other, "user_confirmation", "user_001"), action=KYA)

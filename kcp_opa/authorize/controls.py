@@ -157,7 +157,9 @@ class ControlDesk:
         frozen = copy.deepcopy(dict(action))
         prepared = self.gate.prepare(frozen, now=now)
         decision, entry = self.gate.decide_recorded(prepared)
-        record = self._sealed(GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,)))
+        record = self._sealed(
+            GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,))
+        )
         if entry is not None and self.gate_key is not None and "standard_audit_logging" in decision.required_controls:
             # The ledger entry is the evidence for the gate's own control, signed as the gate.
             fields = {
@@ -192,7 +194,9 @@ class ControlDesk:
         except EvidenceRejectedError as exc:
             if self.gate.audit is not None:
                 body = dict(evidence) if isinstance(evidence, Mapping) else {"evidence": repr(evidence)[:200]}
-                self.gate.audit.event("failure", record.action, record.decision, code=exc.code, message=str(exc), evidence=body)
+                self.gate.audit.event(
+                    "failure", record.action, record.decision, code=exc.code, message=str(exc), evidence=body
+                )
             raise
         updated = self._rederive(replace(record, evidence=(*record.evidence, item)), satisfied)
         if self.gate.audit is not None:
@@ -242,7 +246,9 @@ class ControlDesk:
         try:
             status = EvidenceStatus(attested.status)
         except ValueError:
-            raise EvidenceRejectedError(f"status {attested.status!r} is not PASSED or FAILED", "malformed_evidence") from None
+            raise EvidenceRejectedError(
+                f"status {attested.status!r} is not PASSED or FAILED", "malformed_evidence"
+            ) from None
         item = ControlEvidence(
             control=attested.control,
             status=status,
@@ -308,7 +314,9 @@ class ControlDesk:
         decision = self.gate.decide_prepared(prepared)
         # The trace id is the decision's, not a new one generated for the re-evaluation.
         decision = replace(decision, trace_id=record.decision.trace_id)
-        return self._sealed(replace(record, prepared=prepared, decision=decision, inputs=(*record.inputs, prepared.document)))
+        return self._sealed(
+            replace(record, prepared=prepared, decision=decision, inputs=(*record.inputs, prepared.document))
+        )
 
 
 def _canonical_or_empty(value: Any) -> str:

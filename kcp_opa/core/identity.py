@@ -39,7 +39,7 @@ def canonical_id(value: str) -> str:
     """The canonical form of a principal id; raises :class:`IdentityError` when there is none.
 
     NFKC folds compatibility forms (full-width digits become ASCII), casefold folds case, and
-    surrounding whitespace goes. Anything outside ASCII that survives (Cyrillic ``а`` for Latin
+    surrounding whitespace goes. Anything outside ASCII that survives (Cyrillic ``U+0430`` for Latin
     ``a``, zero-width joiners, bidi overrides) is refused: a registry id is an identifier, not
     prose, so refusing is safer than mapping look-alikes.
     """

@@ -98,7 +98,9 @@ class TrustRegistry:
             "version": str(self.data["version"]),
             "sha256": self.sha256,
             "principals": {pid: {"type": p.type, "roles": list(p.roles)} for pid, p in sorted(self.principals.items())},
-            "issuers": {iid: {"type": i.type, "controls": sorted(i.controls)} for iid, i in sorted(self.issuers.items())},
+            "issuers": {
+                iid: {"type": i.type, "controls": sorted(i.controls)} for iid, i in sorted(self.issuers.items())
+            },
             "separation_of_duties": sorted(set(BASE_SOD_CONTROLS) | set(self.data.get("separation_of_duties") or [])),
         }
 
