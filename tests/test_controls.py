@@ -327,3 +327,90 @@ def test_attestation_verify_cost(desk: ControlDesk) -> None:
     per = (time.perf_counter() - started) / 200
     print(f"attestation verify: {per * 1e6:.0f} us")
     assert per < 0.05
+
+
+# --- KYA interop -----------------------------------------------------------------------------------
+
+KYA_ITEM_FIELDS = ("control", "status", "actor_type", "actor_id", "evidence_reference", "completed_at")
+
+
+def _kya_document(record: GateDecision) -> dict[str, Any]:
+    """The decision as the KYA reference gate writes it: evidence items without binding fields."""
+    document = record.to_dict()
+    document["control_evidence"] = [{k: e[k] for k in KYA_ITEM_FIELDS} for e in document["control_evidence"]]
+    return document
+
+
+def _kya_mac(receipt: dict[str, Any]) -> str:
+    import hashlib
+    import hmac as hmac_module
+
+    body = copy.deepcopy(receipt)
+    body["signature"].pop("value", None)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hmac_module.new(SECRET, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def test_kya_decision_from_a_trusted_gate_issues_a_kya_verifiable_receipt(
+    desk: ControlDesk, bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KYA_RECEIPT_SECRET", SECRET.decode())
+    document = _kya_document(_approve(desk))
+    (tmp_path / "decision.json").write_text(json.dumps(document))
+    action = REPO / "fixtures" / "kya-supplier-payment-action.json"
+    base = [
+        "receipt",
+        "issue",
+        "--action",
+        str(action),
+        "--decision",
+        str(tmp_path / "decision.json"),
+        "--kid",
+        "kya-1",
+    ]
+    refused = run_cli(*base, "--now", "2026-11-29T10:02:00Z")
+    assert refused.returncode == 2
+    error = json.loads(refused.stderr)
+    assert error["code"] == "controls_missing"
+    assert "evidence item 1 (standard_audit_logging) lacks decision_id binding" in error["error"]
+    trusted = [*base, "--trust", str(REGISTRY), "--bundle", str(bundle), "--now", "2026-11-29T10:02:00Z"]
+    untrusted = run_cli(*trusted, "--issuer", "rogue-gate")
+    assert untrusted.returncode == 2 and json.loads(untrusted.stderr)["code"] == "untrusted_gate"
+    assert "'rogue-gate' is not a registered gate issuer" in json.loads(untrusted.stderr)["error"]
+    not_a_gate = run_cli(*trusted, "--issuer", "approval-app")
+    assert json.loads(not_a_gate.stderr)["code"] == "untrusted_gate"
+    issued = run_cli(*trusted, "--issuer", "kya-reference-gate", "--output", str(tmp_path / "receipt.json"))
+    assert issued.returncode == 0, issued.stderr
+    receipt = json.loads((tmp_path / "receipt.json").read_text())
+    assert receipt["decision_id"] == document["decision_id"] and receipt["approver_ids"] == ["treasury_approver_anna"]
+    assert receipt["signature"]["value"] == _kya_mac(receipt)  # the KYA reference algorithm verifies it
+    verified = run_cli(
+        "receipt", "verify", "--action", str(action), "--receipt", str(tmp_path / "receipt.json"), "--kid", "kya-1",
+        "--policy-version", receipt["policy_version"], "--now", "2026-11-29T10:02:30Z",
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "code", "message"),
+    [
+        (lambda items: items[5].update(actor_id="agent_payments_001"), "agent_cannot_satisfy_human_control", "item 6"),
+        (lambda items: items[5].update(actor_id="user_001"), "self_approval", "item 6"),
+        (lambda items: items[5].update(actor_type="ai_agent"), "actor_type_mismatch", "item 6"),
+        (lambda items: items[2].update(decision_id="dec_other"), "evidence_decision_id", "item 3"),
+        (lambda items: items.append({**items[5], "status": "FAILED"}), "controls_missing", "FAILED"),
+    ],
+)
+def test_a_trusted_gate_s_evidence_is_still_judged(
+    desk: ControlDesk, bundle: Path, edit: Any, code: str, message: str
+) -> None:
+    from kcp_opa.authorize.interop import issue_for_foreign_decision
+
+    document = _kya_document(_approve(desk))
+    edit(document["control_evidence"])
+    with pytest.raises(ReceiptIssueError) as caught:
+        issue_for_foreign_decision(
+            document, KYA, hmac_key("kya-1", SECRET), gate="kya-reference-gate", registry=registry(),
+            bundle=read_bundle(bundle),
+        )  # fmt: skip
+    assert caught.value.code == code and message in str(caught.value)
