@@ -5,6 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
+TRUST  := fixtures/trust/registry.yaml
 
 .PHONY: help install demo serve-demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
 
@@ -25,13 +26,13 @@ install: $(STAMP) ## create .venv with kcp-opa, dev tools and the OPA reference 
 bundle: $(STAMP) ## validate and compile the reference deployments into bundles/
 	@for d in $(DEPLOY)/*/; do \
 	  name=$$(basename $$d); \
-	  $(BIN)/kcp-opa compile $$d/knowledge*.yaml --matrix $$d/matrix.yaml \
+	  $(BIN)/kcp-opa compile $$d/knowledge*.yaml --matrix $$d/matrix.yaml --trust $(TRUST) \
 	    --policies policies --output bundles/$$name.tar.gz --format text || exit $$?; \
 	done
 
 demo: $(STAMP) ## the main job on the reference deployments: validate, compile, decide, audit
 	@rm -f audit/demo.jsonl
-	$(BIN)/kcp-opa validate --format text $(DEPLOY)/*/*.yaml
+	$(BIN)/kcp-opa validate --format text $(DEPLOY)/*/*.yaml $(TRUST)
 	$(BIN)/kcp-opa explain --format text $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
 	@$(MAKE) --no-print-directory bundle
 	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz

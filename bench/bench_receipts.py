@@ -29,20 +29,22 @@ from kcp_opa.authorize.controls import ControlDesk, evidence_for
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.decide.gate import Gate
+from kcp_opa.declare.trust import load_trust
 from kcp_opa.execute.executor import Executor
 
 REPO = Path(__file__).resolve().parent.parent
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
 CHECKED = ISSUED + dt.timedelta(seconds=10)
-SIX = [
-    ("standard_audit_logging", "system", "ledger"),
-    ("user_confirmation", "user", "user_001"),
-    ("identity_verification", "provider", "kyc"),
-    ("authority_verification", "system", "scopes"),
-    ("beneficiary_verification", "provider", "registry"),
-    ("independent_human_approval", "human", "approver_9"),
+TRUST = REPO / "fixtures" / "trust"
+SIX = [  # control, issuer, principal (the reference registry; TEST-ONLY issuer keys)
+    ("standard_audit_logging", "kcp-opa-gate", "kcp-opa-ledger"),
+    ("user_confirmation", "bank-idp", "user_001"),
+    ("identity_verification", "bank-idp", "kyc-provider"),
+    ("authority_verification", "kcp-opa-gate", "scope-service"),
+    ("beneficiary_verification", "bank-registry", "bank-registry"),
+    ("independent_human_approval", "approval-app", "treasury_approver_anna"),
 ]
 
 THREADS = 8
@@ -72,13 +74,22 @@ class ReferencePatternStore:
 
 def _approved_document(tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     base = REPO / "fixtures" / "deployments" / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", tmp / "finance.tar.gz")
-    desk = ControlDesk(Gate.from_bundle(tmp / "finance.tar.gz", preflight=False))
+    registry = TRUST / "registry.yaml"
+    out = tmp / "finance.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out, trust_path=registry)
+    desk = ControlDesk(Gate.from_bundle(out, preflight=False), load_trust(registry))
+    keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
     action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
     record = desk.open(action, now="2026-11-29T10:00:00Z")
-    for control, actor_type, actor in SIX:
+    for control, issuer, actor in SIX:
         (item,) = evidence_for(
-            record, [control], actor_type=actor_type, actor_id=actor, completed_at="2026-11-29T10:01:00Z", reference="r"
+            record,
+            [control],
+            issuer=issuer,
+            key=keys[f"{issuer}-ed25519-test"],
+            actor_id=actor,
+            completed_at="2026-11-29T10:01:00Z",
+            reference="r",
         )
         record = desk.record_control_result(record, item, action=action)
     return record.to_dict(), action

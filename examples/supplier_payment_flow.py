@@ -2,9 +2,14 @@
 
     make demo     # runs this after the decision table
 
-decide -> record the six controls (a human approver among them; an AI agent trying to approve
-is refused) -> issue an Ed25519 receipt -> the executor, holding only the public key,
-verifies and consumes it -> the payment runs once -> the same receipt again is refused.
+decide -> record the six controls as attestations signed by the issuers of the trust registry
+(fixtures/trust/registry.yaml: an identity provider, the approval app, the beneficiary
+registry, the gate itself; an AI agent trying to approve, or declaring itself human, and an
+unsigned approval are refused) -> issue an Ed25519 receipt -> the executor, holding only the
+public key, verifies and consumes it -> the payment runs once -> the same receipt is refused.
+
+The issuer keys are TEST-ONLY (fixtures/trust/TEST-ONLY-issuer-keys.json): their private
+halves are published in this repository, so never register them in a deployment.
 """
 
 from __future__ import annotations
@@ -19,23 +24,26 @@ from pathlib import Path
 from rich.console import Console
 
 from kcp_opa import Gate
+from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import ControlDesk, evidence_for
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptVerificationError
-from kcp_opa.core.signing import Keyring, generate_ed25519
+from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, load_keyring
+from kcp_opa.declare.trust import load_trust
 from kcp_opa.execute.executor import Executor
 from kcp_opa.trail.ledger import AuditLedger
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
-SIX = [
-    ("standard_audit_logging", "system", "kcp-opa-ledger"),
-    ("user_confirmation", "user", "user_001"),
-    ("identity_verification", "provider", "kyc-provider"),
-    ("authority_verification", "system", "scope-service"),
-    ("beneficiary_verification", "provider", "bank-registry"),
-    ("independent_human_approval", "human", "treasury_approver_anna"),
+TRUST = ROOT / "fixtures" / "trust"
+SIX = [  # control, issuer that attests it, principal who acted
+    ("standard_audit_logging", "kcp-opa-gate", "kcp-opa-ledger"),
+    ("user_confirmation", "bank-idp", "user_001"),
+    ("identity_verification", "bank-idp", "kyc-provider"),
+    ("authority_verification", "kcp-opa-gate", "scope-service"),
+    ("beneficiary_verification", "bank-registry", "bank-registry"),
+    ("independent_human_approval", "approval-app", "treasury_approver_anna"),
 ]
 
 
@@ -47,7 +55,12 @@ def main() -> int:
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER))
-    desk = ControlDesk(gate)
+    issuer_keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
+
+    def key_of(issuer: str) -> ReceiptKey:
+        return issuer_keys[f"{issuer}-ed25519-test"]
+
+    desk = ControlDesk(gate, load_trust(TRUST / "registry.yaml"), gate_key=key_of("kcp-opa-gate"))
 
     record = desk.open(action, now=now)
     d = record.decision
@@ -58,25 +71,44 @@ def main() -> int:
     console.print(f"[dim]written to {LEDGER} (standard_audit_logging is the ledger's)[/dim]")
 
     console.rule("[bold]2. controls")
+    approval = ["independent_human_approval"]
+    console.print(f"[green]PASSED[/] {'standard_audit_logging':28s} by the gate's ledger (signed as kcp-opa-gate)")
     (by_agent,) = evidence_for(
         record,
-        ["independent_human_approval"],
-        actor_type="ai_agent",
+        approval,
+        issuer="approval-app",
+        key=key_of("approval-app"),
         actor_id="agent_payments_001",
         completed_at=stamp,
         reference="chat:looks-fine",
     )
-    try:
-        desk.record_control_result(record, by_agent, action=action)
-    except EvidenceRejectedError as exc:
-        console.print(f"[red]refused[/] the agent approving itself: {exc.code}")
-    for control, actor_type, actor in SIX[1:]:  # the ledger satisfies standard_audit_logging itself
+    claimed = {k: v for k, v in by_agent.items() if k != "signature"} | {"actor_type": "human"}
+    claimed["signature"] = {"alg": "Ed25519", "kid": key_of("approval-app").kid}
+    claimed["signature"]["value"] = key_of("approval-app").sign(attestation_bytes(claimed))
+    unsigned = {k: v for k, v in by_agent.items() if k != "signature"} | {"actor_id": "treasury_approver_anna"}
+    attempts = [
+        ("the agent approving its own payment", by_agent),
+        ("the agent declaring itself human", claimed),
+        ("an unsigned approval", unsigned),
+    ]
+    for label, attempt in attempts:
+        try:
+            desk.record_control_result(record, attempt, action=action)
+        except EvidenceRejectedError as exc:
+            console.print(f"[red]refused[/] {label}: {exc.code}")
+    for control, issuer, actor in SIX[1:]:  # the ledger satisfies standard_audit_logging itself
         (item,) = evidence_for(
-            record, [control], actor_type=actor_type, actor_id=actor, completed_at=stamp, reference=f"ev:{control}"
+            record,
+            [control],
+            issuer=issuer,
+            key=key_of(issuer),
+            actor_id=actor,
+            completed_at=stamp,
+            reference=f"ev:{control}",
         )
         record = desk.record_control_result(record, item, action=action)
         status = record.decision.authorization_status.value
-        console.print(f"[green]PASSED[/] {control:28s} by {actor_type + ':' + actor:34s} -> {status}")
+        console.print(f"[green]PASSED[/] {control:28s} by {actor:24s} signed by {issuer:14s} -> {status}")
 
     console.rule("[bold]3. receipt")
     signer = generate_ed25519("treasury-ed25519-1")

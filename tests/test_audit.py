@@ -35,7 +35,10 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("audit-bundles")
     for name in ("customer-onboarding", "support-desk", "finance"):
         base = DEPLOYMENTS / name
-        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out / f"{name}.tar.gz")
+        trust = REPO / "fixtures" / "trust" / "registry.yaml"  # the demo's control desk needs it
+        compile_bundle(
+            [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out / f"{name}.tar.gz", trust_path=trust
+        )
     return out
 
 

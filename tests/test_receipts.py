@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import REPO, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trustkit import compile_with_trust, make_desk, signed
 
-from kcp_opa.authorize.controls import ControlDesk, GateDecision, evidence_for
+from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt, signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
-from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import (
     EvidenceRejectedError,
     ExecutionError,
@@ -54,26 +54,21 @@ SIX = [
     ("identity_verification", "provider", "kyc-provider"),
     ("authority_verification", "system", "scope-service"),
     ("beneficiary_verification", "provider", "bank-registry"),
-    ("independent_human_approval", "human", "approver_9"),
+    ("independent_human_approval", "human", "treasury_approver_anna"),
 ]
 
 
 @pytest.fixture(scope="module")
 def desk(tmp_path_factory: pytest.TempPathFactory) -> ControlDesk:
-    out = tmp_path_factory.mktemp("receipts") / "finance.tar.gz"
-    base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out)
-    return ControlDesk(Gate.from_bundle(out))
+    out = compile_with_trust(tmp_path_factory.mktemp("receipts") / "finance.tar.gz")
+    return make_desk(Gate.from_bundle(out))
 
 
 def _approve(desk: ControlDesk, action: dict[str, Any], skip: str | None = None) -> GateDecision:
     record = desk.open(action, now=DECIDED)
-    for control, actor_type, actor in SIX:
+    for control, _actor_type, actor in SIX:
         if control != skip:
-            (item,) = evidence_for(
-                record, [control], actor_type=actor_type, actor_id=actor, completed_at=DONE, reference=f"ev:{control}"
-            )
-            record = desk.record_control_result(record, item, action=action)
+            record = desk.record_control_result(record, signed(record, control, actor), action=action)
     return record
 
 
@@ -132,21 +127,21 @@ def test_six_controls_approve_the_kya_payment(approved: GateDecision) -> None:
 
 
 @pytest.mark.parametrize(
-    ("control", "actor_type", "actor", "code"),
+    ("control", "actor", "issuer", "code"),
     [
-        ("independent_human_approval", "ai_agent", "agent_payments_001", "agent_cannot_satisfy_human_control"),
-        ("user_confirmation", "ai_agent", "agent_payments_001", "agent_cannot_satisfy_human_control"),
-        ("independent_human_approval", "human", "user_001", "self_approval"),
-        ("independent_human_approval", "human", "agent_payments_001", "self_approval"),
-        ("identity_verification", "user", "user_001", "actor_type_not_allowed"),
-        ("standard_audit_logging", "human", "someone", "actor_type_not_allowed"),
-        ("wire_approval", "human", "approver_9", "unknown_control"),
-        ("compliance_review", "human", "approver_9", "control_not_required"),
+        ("independent_human_approval", "agent_payments_001", None, "agent_cannot_satisfy_human_control"),
+        ("user_confirmation", "agent_payments_001", None, "agent_cannot_satisfy_human_control"),
+        ("independent_human_approval", "user_001", None, "self_approval"),
+        ("user_confirmation", "treasury_approver_anna", None, "actor_type_not_allowed"),
+        ("standard_audit_logging", "treasury_approver_anna", None, "actor_type_not_allowed"),
+        ("independent_human_approval", "support_sam", None, "approver_role_mismatch"),
+        ("independent_human_approval", "mallory", None, "unknown_principal"),
+        ("compliance_review", "compliance_officer_omar", None, "control_not_required"),
     ],
 )
-def test_evidence_refusals(desk: ControlDesk, control: str, actor_type: str, actor: str, code: str) -> None:
+def test_evidence_refusals(desk: ControlDesk, control: str, actor: str, issuer: str | None, code: str) -> None:
     record = desk.open(KYA, now=DECIDED)
-    (item,) = evidence_for(record, [control], actor_type=actor_type, actor_id=actor, completed_at=DONE, reference="r")
+    item = signed(record, control, actor, issuer=issuer, reference="r")
     with pytest.raises(EvidenceRejectedError) as caught:
         desk.record_control_result(record, item, action=KYA)
     assert caught.value.code == code
@@ -154,26 +149,22 @@ def test_evidence_refusals(desk: ControlDesk, control: str, actor_type: str, act
 
 def test_evidence_for_another_action_or_decision(desk: ControlDesk) -> None:
     record = desk.open(KYA, now=DECIDED)
-    (item,) = evidence_for(
-        record, ["user_confirmation"], actor_type="user", actor_id="user_001", completed_at=DONE, reference="r"
-    )
-    other = item.to_dict() | {"action_hash": "sha256:" + "0" * 64}
+    other = desk.open({**KYA, "action_id": "act_other"}, now=DECIDED)
     with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(record, other, action=KYA)
+        desk.record_control_result(
+            record,
+            signed(other, "user_confirmation", "user_001") | {"decision_id": record.decision.decision_id},
+            action=KYA,
+        )
+    assert caught.value.code == "bad_signature"  # a re-bound attestation no longer verifies
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(record, signed(other, "user_confirmation", "user_001"), action=KYA)
     assert caught.value.code == "evidence_for_another_action"
-    with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(record, item.to_dict() | {"decision_id": "dec_other"}, action=KYA)
-    assert caught.value.code == "evidence_for_another_decision"
-    with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(record, item.to_dict() | {"status": "MAYBE"}, action=KYA)
-    assert caught.value.code == "malformed_evidence"
 
 
 def test_a_changed_action_never_inherits_evidence(desk: ControlDesk, approved: GateDecision) -> None:
     changed = {**KYA, "amount": {"value_minor": 900000, "currency": "USD"}}
-    (item,) = evidence_for(
-        approved, ["user_confirmation"], actor_type="user", actor_id="user_001", completed_at=DONE, reference="r"
-    )
+    item = signed(approved, "user_confirmation", "user_001")
     with pytest.raises(EvidenceRejectedError) as caught:
         desk.record_control_result(approved, item, action=changed)
     assert caught.value.code == "action_changed"
@@ -184,15 +175,7 @@ def test_a_changed_action_never_inherits_evidence(desk: ControlDesk, approved: G
 
 def test_failed_result_never_counts_as_passed(desk: ControlDesk) -> None:
     record = _approve(desk, KYA, skip="independent_human_approval")
-    (failed,) = evidence_for(
-        record,
-        ["independent_human_approval"],
-        actor_type="human",
-        actor_id="approver_9",
-        completed_at=DONE,
-        reference="r",
-        status="FAILED",
-    )
+    failed = signed(record, "independent_human_approval", "treasury_approver_anna", status="FAILED")
     record = desk.record_control_result(record, failed, action=KYA)
     assert record.decision.authorization_status.value == "PENDING_CONTROLS"
     assert record.decision.missing_controls == ("independent_human_approval",)
@@ -228,7 +211,7 @@ def test_receipt_fields_are_the_kya_ones(approved: GateDecision, key: ReceiptKey
     assert receipt["action_hash"] == KYA_HASH and receipt["one_time_use"] is True
     assert receipt["satisfied_controls"] == sorted(set(receipt["satisfied_controls"]))
     assert set(receipt["required_controls"]) == {c for c, _, _ in SIX}
-    assert receipt["approver_ids"] == ["approver_9"]
+    assert receipt["approver_ids"] == ["treasury_approver_anna"]
     assert receipt["expires_at"] == "2026-11-29T10:07:00Z" and receipt["issued_at"] == "2026-11-29T10:02:00Z"
     assert len(receipt["nonce"]) >= 32 and receipt["signature"]["alg"] == key.alg
     assert _verify(receipt, key).receipt["receipt_id"] == receipt["receipt_id"]

@@ -1,30 +1,38 @@
-"""Control evidence: who passed which control for which frozen action, and what it changes.
+"""Control evidence: signed attestations from registered issuers, judged by the policy.
 
-A result is bound to one decision id and one action hash. Whether an actor may satisfy a
-control (an AI agent never satisfies a human control; nobody approves their own action) is
-decided by the bundle's Rego (``data.kcp.controls.verdict``); this module checks the binding,
-asks the policy, and re-evaluates the gate with the accepted PASSED controls, so the
-authorization status is always re-derived by the policy, never edited here.
+A result counts only when a registered issuer allowed for that control signed it (see
+attestations.py), it is bound to this decision id and action hash, and the bundle's Rego
+(``data.kcp.controls.verdict``) accepts it for the principal the trust registry names:
+separation of duties, roles, FAILED-is-final are policy, not Python. The desk seals every
+record it hands out (HMAC with its own key), so an edited record is refused, and it re-derives
+the verdict from the verified evidence before a receipt is signed.
 """
 
 from __future__ import annotations
 
 import copy
 import enum
-import re
+import hashlib
+import hmac
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kcp_opa.core.errors import EvidenceRejectedError
+from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
+from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
+from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.signing import Keyring, ReceiptKey
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input
+from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.models.decision import Decision
 
 EVIDENCE_ENTRYPOINT = "kcp/controls/verdict"
 DEFAULT_RECEIPT_TTL_SECONDS = 300
-_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+LEDGER_PRINCIPAL = "kcp-opa-ledger"
 
 
 class EvidenceStatus(enum.StrEnum):
@@ -32,70 +40,40 @@ class EvidenceStatus(enum.StrEnum):
     FAILED = "FAILED"
 
 
-class ActorType(enum.StrEnum):
-    SYSTEM = "system"
-    USER = "user"
-    PROVIDER = "provider"
-    HUMAN = "human"
-    AI_AGENT = "ai_agent"
-
-
 @dataclass(frozen=True)
 class ControlEvidence:
-    """One control result, bound to the decision and the action hash it was given for."""
+    """One accepted control result: the signed attestation and the actor type the policy derived."""
 
     control: str
     status: EvidenceStatus
-    actor_type: ActorType
+    actor_type: str
     actor_id: str
     evidence_reference: str
     completed_at: str
     decision_id: str
     action_hash: str
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> ControlEvidence:
-        """Parse evidence JSON; anything malformed is an ``EvidenceRejectedError``."""
-        try:
-            evidence = cls(
-                control=_text(raw, "control"),
-                status=EvidenceStatus(raw["status"]),
-                actor_type=ActorType(raw["actor_type"]),
-                actor_id=_text(raw, "actor_id"),
-                evidence_reference=_text(raw, "evidence_reference"),
-                completed_at=_text(raw, "completed_at"),
-                decision_id=_text(raw, "decision_id"),
-                action_hash=_text(raw, "action_hash"),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise EvidenceRejectedError(f"malformed control evidence: {exc}", "malformed_evidence") from None
-        if not _TIMESTAMP.match(evidence.completed_at):
-            raise EvidenceRejectedError("completed_at must be RFC 3339 with a timezone", "malformed_evidence")
-        return evidence
+    issuer: str
+    attestation: Mapping[str, Any] = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """The KYA evidence item (with the registry's actor type) plus issuer and signature."""
         return {
             "control": self.control,
             "status": self.status.value,
-            "actor_type": self.actor_type.value,
+            "actor_type": self.actor_type,
             "actor_id": self.actor_id,
             "evidence_reference": self.evidence_reference,
             "completed_at": self.completed_at,
             "decision_id": self.decision_id,
             "action_hash": self.action_hash,
+            "issuer": self.issuer,
+            "signature": dict(self.attestation["signature"]),
         }
-
-
-def _text(raw: Mapping[str, Any], key: str) -> str:
-    value = raw[key]
-    if not isinstance(value, str) or not value:
-        raise TypeError(f"{key} must be a non-empty string")
-    return value
 
 
 @dataclass(frozen=True)
 class GateDecision:
-    """A decision with the control evidence recorded for it: the KYA gate decision document."""
+    """A decision with the control evidence recorded for it, sealed by the desk that made it."""
 
     action: Mapping[str, Any]
     prepared: DecisionInput
@@ -103,10 +81,11 @@ class GateDecision:
     evidence: tuple[ControlEvidence, ...] = ()
     receipt_ttl_seconds: int = DEFAULT_RECEIPT_TTL_SECONDS
     inputs: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    seal: str = field(default="", repr=False)
 
     @property
     def passed_controls(self) -> frozenset[str]:
-        return frozenset(e.control for e in self.evidence if e.status is EvidenceStatus.PASSED)
+        return frozenset(self.decision.verdict.satisfied_controls)
 
     def to_dict(self) -> dict[str, Any]:
         """The contract's decision document plus ``control_evidence`` and ``blocked_actions``."""
@@ -117,77 +96,109 @@ class GateDecision:
         document["receipt_ttl_seconds"] = self.receipt_ttl_seconds
         return document
 
+    def sealed_content(self) -> bytes:
+        """What the seal covers: the action, the sealed input, the decision and every attestation."""
+        return canonical_json(
+            {
+                "action": self.action,
+                "prepared": self.prepared.document,
+                "decision": self.decision.to_dict(),
+                "trace_id": self.decision.trace_id,
+                "attestations": [e.attestation for e in self.evidence],
+                "actor_types": [e.actor_type for e in self.evidence],
+                "receipt_ttl_seconds": self.receipt_ttl_seconds,
+            }
+        )
+
 
 class ControlDesk:
-    """Records control results against gate decisions for one bundle."""
+    """Records signed control results against gate decisions for one bundle and trust registry.
 
-    def __init__(self, gate: Gate) -> None:
-        self.gate = gate
+    ``keyring`` holds the HMAC secrets of issuers registered by keyring kid; ``gate_key`` signs
+    the gate's own ``standard_audit_logging`` attestation as issuer ``gate_issuer``; ``seal_key``
+    (default: random per desk) seals records, so a record edited by its holder is refused.
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        registry: TrustRegistry,
+        *,
+        keyring: Keyring | None = None,
+        gate_issuer: str = "kcp-opa-gate",
+        gate_key: ReceiptKey | None = None,
+        seal_key: bytes | None = None,
+    ) -> None:
+        compiled = gate.bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
+        if compiled.get("sha256") != registry.sha256:
+            raise EvidenceRejectedError(
+                f"the bundle was compiled with trust registry {compiled.get('sha256')}, not {registry.file}"
+                f" ({registry.sha256}): compile with --trust {registry.file}",
+                "registry_mismatch",
+            )
+        self.gate, self.registry, self.keyring = gate, registry, keyring
+        self.gate_issuer, self.gate_key = gate_issuer, gate_key
+        self._seal_key = seal_key or secrets.token_bytes(32)
         self.engine = RegopyEngine(gate.bundle, EVIDENCE_ENTRYPOINT, preflight=False, plan_cache=gate.plan_cache)
         ttl = gate.bundle.data.get("kcp_data", {}).get("matrix", {}).get("parameters", {}).get("receipt_ttl_seconds")
         self.receipt_ttl_seconds = ttl if isinstance(ttl, int) else DEFAULT_RECEIPT_TTL_SECONDS
+
+    def _sealed(self, record: GateDecision) -> GateDecision:
+        return replace(record, seal=hmac.new(self._seal_key, record.sealed_content(), hashlib.sha256).hexdigest())
+
+    def check_seal(self, record: GateDecision) -> None:
+        """Refuse a record this desk did not hand out as it is (edited evidence, input or decision)."""
+        expected = hmac.new(self._seal_key, record.sealed_content(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(record.seal, expected):
+            raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
     def open(self, action: Mapping[str, Any], *, now: Any = None) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
         frozen = copy.deepcopy(dict(action))
         prepared = self.gate.prepare(frozen, now=now)
         decision, entry = self.gate.decide_recorded(prepared)
-        evidence: tuple[ControlEvidence, ...] = ()
-        if entry is not None:
-            # The ledger entry is the evidence for the system's own control.
-            evidence = (
-                ControlEvidence(
-                    control="standard_audit_logging",
-                    status=EvidenceStatus.PASSED,
-                    actor_type=ActorType.SYSTEM,
-                    actor_id="kcp-opa-ledger",
-                    evidence_reference=f"ledger:{entry['entry_hash']}",
-                    completed_at=str(entry["timestamp"]),
-                    decision_id=decision.decision_id,
-                    action_hash=decision.action_hash,
-                ),
+        record = self._sealed(
+            GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,))
+        )
+        if entry is not None and self.gate_key is not None and "standard_audit_logging" in decision.required_controls:
+            # The ledger entry is the evidence for the gate's own control, signed as the gate.
+            fields = {
+                "control": "standard_audit_logging",
+                "status": "PASSED",
+                "actor_id": LEDGER_PRINCIPAL,
+                "evidence_reference": f"ledger:{entry['entry_hash']}",
+                "completed_at": str(entry["timestamp"]),
+                "decision_id": decision.decision_id,
+                "action_hash": decision.action_hash,
+            }
+            record = self.record_control_result(
+                record, sign_attestation(fields, self.gate_issuer, self.gate_key), action=frozen
             )
-        return GateDecision(frozen, prepared, decision, evidence, self.receipt_ttl_seconds, (prepared.document,))
+        return record
 
     def record_control_result(
-        self, record: GateDecision, evidence: ControlEvidence | Mapping[str, Any], *, action: Mapping[str, Any]
+        self, record: GateDecision, evidence: Mapping[str, Any], *, action: Mapping[str, Any]
     ) -> GateDecision:
-        """Bind, judge (Rego) and add one control result; the policy then re-derives the status.
+        """Verify, bind, judge (Rego) and add one signed control result; the policy re-derives the status.
 
         Raises :class:`EvidenceRejectedError` with a distinct ``code`` for each refusal.
         """
-        item = evidence if isinstance(evidence, ControlEvidence) else ControlEvidence.from_dict(evidence)
+        self.check_seal(record)
         if action_hash(action) != record.decision.action_hash:
             raise EvidenceRejectedError(
                 "the action differs from the one decided; a changed action needs a new decision", "action_changed"
             )
-        if item.action_hash != record.decision.action_hash:
-            raise EvidenceRejectedError(
-                f"evidence is for action {item.action_hash}, the decision is for {record.decision.action_hash}",
-                "evidence_for_another_action",
-            )
-        if item.decision_id != record.decision.decision_id:
-            raise EvidenceRejectedError(
-                f"evidence is for decision {item.decision_id}, not {record.decision.decision_id}",
-                "evidence_for_another_decision",
-            )
-        verdict = self.engine.evaluate(
-            {
-                "evidence": item.to_dict(),
-                "action": dict(record.action),
-                "required_controls": list(record.decision.required_controls),
-            }
-        )
-        value = verdict.value or {}
-        if verdict.error is not None or value.get("accepted") is not True:
-            code = str(value.get("code", "evidence_unreadable"))
-            message = str(value.get("message", verdict.error or "the evidence could not be judged"))
+        try:
+            attested = verify_attestation(evidence, self.registry, self.keyring)
+            item, satisfied = self._judge(record, record.evidence, attested)
+        except EvidenceRejectedError as exc:
             if self.gate.audit is not None:
+                body = dict(evidence) if isinstance(evidence, Mapping) else {"evidence": repr(evidence)[:200]}
                 self.gate.audit.event(
-                    "failure", record.action, record.decision, code=code, message=message, evidence=item.to_dict()
+                    "failure", record.action, record.decision, code=exc.code, message=str(exc), evidence=body
                 )
-            raise EvidenceRejectedError(f"{item.control}: {message}", code)
-        updated = self._rederive(replace(record, evidence=(*record.evidence, item)))
+            raise
+        updated = self._rederive(replace(record, evidence=(*record.evidence, item)), satisfied)
         if self.gate.audit is not None:
             self.gate.audit.event(
                 "control",
@@ -201,18 +212,84 @@ class ControlDesk:
             )
         return updated
 
+    def _judge(
+        self, record: GateDecision, prior: Sequence[ControlEvidence], attested: VerifiedAttestation
+    ) -> tuple[ControlEvidence, list[str]]:
+        """Binding checks, then the policy's verdict for this principal; the accepted item and what is satisfied."""
+        if attested.action_hash != record.decision.action_hash:
+            raise EvidenceRejectedError(
+                f"evidence is for action {attested.action_hash}, the decision is for {record.decision.action_hash}",
+                "evidence_for_another_action",
+            )
+        if attested.decision_id != record.decision.decision_id:
+            raise EvidenceRejectedError(
+                f"evidence is for decision {attested.decision_id}, not {record.decision.decision_id}",
+                "evidence_for_another_decision",
+            )
+        verdict = self.engine.evaluate(
+            {
+                "evidence": {**attested.signed, "actor_id": attested.actor_id},
+                "issuer": attested.issuer,
+                "prior": [{"control": e.control, "status": e.status.value} for e in prior],
+                "action": dict(record.action),
+                "subject": _canonical_or_empty(record.action.get("subject_id")),
+                "parties": parties(record.action),
+                "required_controls": list(record.decision.required_controls),
+                "approver_roles": list(record.decision.verdict.approver_roles),
+            }
+        )
+        value = verdict.value or {}
+        if verdict.error is not None or value.get("accepted") is not True:
+            code = str(value.get("code", "evidence_unreadable"))
+            message = str(value.get("message", verdict.error or "the evidence could not be judged"))
+            raise EvidenceRejectedError(f"{attested.control}: {message}", code)
+        try:
+            status = EvidenceStatus(attested.status)
+        except ValueError:
+            raise EvidenceRejectedError(
+                f"status {attested.status!r} is not PASSED or FAILED", "malformed_evidence"
+            ) from None
+        item = ControlEvidence(
+            control=attested.control,
+            status=status,
+            actor_type=str(value.get("actor_type")),
+            actor_id=attested.actor_id,
+            evidence_reference=str(attested.signed["evidence_reference"]),
+            completed_at=str(attested.signed["completed_at"]),
+            decision_id=attested.decision_id,
+            action_hash=attested.action_hash,
+            issuer=attested.issuer,
+            attestation=attested.signed,
+        )
+        return item, [str(c) for c in value.get("satisfied") or []]
+
+    def rederive(self, record: GateDecision) -> GateDecision:
+        """Re-verify every attestation and replay the policy over them, from a sealed record."""
+        self.check_seal(record)
+        accepted: list[ControlEvidence] = []
+        satisfied: list[str] = []
+        for item in record.evidence:
+            attested = verify_attestation(item.attestation, self.registry, self.keyring)
+            checked, satisfied = self._judge(record, accepted, attested)
+            accepted.append(checked)
+        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied)
+
     def issue(
         self, record: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
     ) -> dict[str, Any]:
-        """Issue a receipt for ``record`` (see receipts.issue_receipt) and audit it."""
+        """Issue a receipt for a sealed record, after re-deriving its verdict from verified evidence."""
         from kcp_opa.authorize.receipts import issue_receipt
 
-        receipt = issue_receipt(record.to_dict(), record.action, key, ttl_seconds=ttl_seconds, now=now)
+        try:
+            rederived = self.rederive(record)
+        except EvidenceRejectedError as exc:
+            raise ReceiptIssueError(f"the record does not stand: {exc}", exc.code) from None
+        receipt = issue_receipt(rederived.to_dict(), rederived.action, key, ttl_seconds=ttl_seconds, now=now)
         if self.gate.audit is not None:
             self.gate.audit.event(
                 "receipt",
-                record.action,
-                record.decision,
+                rederived.action,
+                rederived.decision,
                 decision_id=receipt["decision_id"],
                 action_hash=receipt["action_hash"],
                 receipt_id=receipt["receipt_id"],
@@ -223,41 +300,81 @@ class ControlDesk:
             )
         return receipt
 
-    def _rederive(self, record: GateDecision) -> GateDecision:
-        prepared = build_input(
-            record.action,
-            now=record.decision.evaluated_at,
-            satisfied_controls=sorted(record.passed_controls | set(self.gate.system_controls)),
-            bundle_revision=self.gate.bundle_revision,
-            decision_id=record.decision.decision_id,
+    def _rederive(self, record: GateDecision, satisfied: Sequence[str]) -> GateDecision:
+        # The gate seals the input the desk built from the policy's satisfied controls only.
+        prepared = self.gate._seal(
+            build_input(
+                record.action,
+                now=record.decision.evaluated_at,
+                satisfied_controls=sorted(set(satisfied) | set(self.gate.system_controls)),
+                bundle_revision=self.gate.bundle_revision,
+                decision_id=record.decision.decision_id,
+            )
         )
         decision = self.gate.decide_prepared(prepared)
         # The trace id is the decision's, not a new one generated for the re-evaluation.
         decision = replace(decision, trace_id=record.decision.trace_id)
-        return replace(record, prepared=prepared, decision=decision, inputs=(*record.inputs, prepared.document))
+        return self._sealed(
+            replace(record, prepared=prepared, decision=decision, inputs=(*record.inputs, prepared.document))
+        )
+
+
+def _canonical_or_empty(value: Any) -> str:
+    try:
+        return canonical_id(value) if isinstance(value, str) else ""
+    except IdentityError:
+        return ""
+
+
+def parties(action: Mapping[str, Any]) -> list[str]:
+    """Canonical ids of the subject, the agent, the requester and every agent of the delegation chain.
+
+    An id that cannot be made canonical refuses the evidence (it could hide a party).
+    """
+    raw: list[Any] = [action.get("subject_id"), action.get("agent_id")]
+    context = action.get("authorization_context")
+    if isinstance(context, Mapping):
+        raw.append(context.get("requested_by"))
+    chain = action.get("delegation_chain")
+    for hop in chain if isinstance(chain, list) else []:
+        if isinstance(hop, Mapping):
+            raw.append(hop.get("agent_id"))
+    ids = []
+    for value in raw:
+        if value is None:
+            continue
+        try:
+            ids.append(canonical_id(value))
+        except IdentityError as exc:
+            raise EvidenceRejectedError(f"the action names a party that cannot be compared: {exc}", exc.code) from None
+    return sorted(set(ids))
 
 
 def evidence_for(
     record: GateDecision,
     controls: Sequence[str],
     *,
-    actor_type: ActorType | str,
+    issuer: str,
+    key: ReceiptKey,
     actor_id: str,
     completed_at: str,
     reference: str,
     status: EvidenceStatus | str = EvidenceStatus.PASSED,
-) -> list[ControlEvidence]:
-    """Evidence items for ``controls`` bound to ``record`` (a convenience for callers and demos)."""
+) -> list[dict[str, Any]]:
+    """Attestations for ``controls`` bound to ``record``, signed as ``issuer`` (for issuers' tools and demos)."""
     return [
-        ControlEvidence(
-            control=control,
-            status=EvidenceStatus(status),
-            actor_type=ActorType(actor_type),
-            actor_id=actor_id,
-            evidence_reference=reference,
-            completed_at=completed_at,
-            decision_id=record.decision.decision_id,
-            action_hash=record.decision.action_hash,
+        sign_attestation(
+            {
+                "control": control,
+                "status": EvidenceStatus(status).value,
+                "actor_id": actor_id,
+                "evidence_reference": reference,
+                "completed_at": completed_at,
+                "decision_id": record.decision.decision_id,
+                "action_hash": record.decision.action_hash,
+            },
+            issuer,
+            key,
         )
         for control in controls
     ]

@@ -79,6 +79,7 @@ def issue_receipt(
     *,
     ttl_seconds: int | None = None,
     now: dt.datetime | None = None,
+    decision_hash: str | None = None,
 ) -> dict[str, Any]:
     """Sign a receipt for ``action`` under a KYA gate decision document (ours or another gate's).
 
@@ -104,11 +105,11 @@ def issue_receipt(
         for e in evidence
         if e.get("status") == "PASSED"
         and e.get("action_hash") == digest
-        and e.get("decision_id") in (None, decision.get("decision_id"))
+        and e.get("decision_id") == decision.get("decision_id")
     }
     missing = [c for c in required if c not in passed]
     if missing:
-        raise ReceiptIssueError(f"no PASSED evidence for {', '.join(missing)}", "controls_missing")
+        raise ReceiptIssueError(_why_missing(missing, decision, digest), "controls_missing")
     ttl = DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds
     if isinstance(decision.get("receipt_ttl_seconds"), int) and ttl_seconds is None:
         ttl = decision["receipt_ttl_seconds"]
@@ -126,7 +127,7 @@ def issue_receipt(
         "schema_version": SCHEMA_VERSION,
         "receipt_id": f"rcpt_{uuid.uuid4().hex}",
         "decision_id": decision.get("decision_id"),
-        "decision_hash": canonical_hash(decision),
+        "decision_hash": decision_hash or canonical_hash(decision),
         "action_hash": digest,
         **{name: action.get(name) for name in BOUND_FIELDS},
         "policy_version": decision.get("policy_version"),
@@ -142,6 +143,30 @@ def issue_receipt(
     }
     receipt["signature"]["value"] = key.sign(signing_bytes(receipt))
     return receipt
+
+
+def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -> str:
+    """Name the item and the binding it lacks, not just the control (a KYA document's items carry
+    no per-item ``decision_id``/``action_hash``; name the gate as trusted to bind them)."""
+    items = decision.get("control_evidence") or []
+    reasons = []
+    for control in missing:
+        reason = f"no PASSED evidence for {control}"
+        for number, item in enumerate(items, start=1):
+            if not isinstance(item, Mapping) or item.get("control") != control or item.get("status") != "PASSED":
+                continue
+            label = f"evidence item {number} ({control})"
+            if "decision_id" not in item:
+                reason = f"{label} lacks decision_id binding"
+            elif "action_hash" not in item:
+                reason = f"{label} lacks action_hash binding"
+            elif item.get("decision_id") != decision.get("decision_id"):
+                reason = f"{label} is bound to another decision"
+            elif item.get("action_hash") != digest:
+                reason = f"{label} is bound to another action"
+            break
+        reasons.append(reason)
+    return "; ".join(reasons)
 
 
 def _strings(value: Any) -> list[str]:

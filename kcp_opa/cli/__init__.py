@@ -16,6 +16,7 @@ import click
 
 from kcp_opa.cli.audit import audit, ropa
 from kcp_opa.cli.authoring import check, mutate_command, test_command
+from kcp_opa.cli.controls import controls
 from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
 from kcp_opa.cli.executions import executions
@@ -52,6 +53,7 @@ COMMANDS = (
     inspect,
     decide,
     eval_command,
+    controls,
     receipt,
     executions,
     test_command,

@@ -18,6 +18,7 @@ from kcp_opa.declare.diagnostics import Report
 from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.manifest import load_manifest, validate_manifest
 from kcp_opa.declare.matrix import validate_matrix
+from kcp_opa.declare.trust import TRUST_KIND_NAME, validate_trust
 
 MATRIX_KIND = "kcp-opa/delegation-matrix"
 
@@ -28,7 +29,7 @@ MATRIX_KIND = "kcp-opa/delegation-matrix"
 @MAX_BYTES
 @click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1 on any warning).")
 def validate(files: Sequence[Path], fmt: str | None, max_bytes: int, strict: bool) -> None:
-    """Validate KCP manifests (and delegation matrices, recognised by their `kind`).
+    """Validate KCP manifests (and delegation matrices and trust registries, recognised by their `kind`).
 
     Every finding names the file, the YAML path and the line. Exit 0 when all are valid,
     1 when one is invalid, 2 when a file cannot be read.
@@ -54,18 +55,20 @@ def validate(files: Sequence[Path], fmt: str | None, max_bytes: int, strict: boo
 
 
 def _validate_one(path: Path, max_bytes: int) -> Report[Any]:
-    if _looks_like_matrix(path):
+    head = _head(path)
+    if TRUST_KIND_NAME.encode() in head:
+        return validate_trust(path, max_bytes=max_bytes)
+    if MATRIX_KIND.encode() in head:
         return validate_matrix(path, max_bytes=max_bytes)
     return validate_manifest(path, max_bytes=max_bytes)
 
 
-def _looks_like_matrix(path: Path) -> bool:
+def _head(path: Path) -> bytes:
     try:
         with path.open("rb") as handle:
-            head = handle.read(4096)
+            return handle.read(4096)
     except OSError:
-        return False
-    return MATRIX_KIND.encode() in head
+        return b""
 
 
 @click.command()
@@ -101,6 +104,12 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
     help="The delegation matrix YAML.",
 )
 @click.option(
+    "--trust",
+    "trust",
+    type=click.Path(path_type=Path),
+    help="A trust registry YAML: its principals, roles and issuers' controls (never keys) go into the data.",
+)
+@click.option(
     "--policies",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("policies"),
@@ -126,6 +135,7 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
 def compile_command(
     manifests: Sequence[Path],
     matrix: Path,
+    trust: Path | None,
     policies: Path,
     output: Path | None,
     revision: str | None,
@@ -150,6 +160,7 @@ def compile_command(
         policy_version_override=policy_version,
         max_bytes=max_bytes,
         engine_check=engine_check,
+        trust_path=trust,
     )
     if as_json(fmt):
         render.print_json(result.to_dict())

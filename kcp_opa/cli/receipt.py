@@ -106,6 +106,21 @@ def receipt_hash(action_path: str) -> None:
 @_key_options(keyring_help="Sign with the keyring's signing key instead (Ed25519 or HMAC).")
 @click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900 [default: the decision's, else 300].")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
+@click.option("--issuer", "gate", metavar="GATE", help="The registered gate that wrote the decision (KYA interop).")
+@click.option(
+    "--trust", "trust_path", type=click.Path(path_type=Path, dir_okay=False), help="Trust registry (with --issuer)."
+)
+@click.option(
+    "--bundle",
+    "bundle_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Bundle compiled with that registry: its control policy judges the evidence (with --issuer).",
+)
+@click.option(
+    "--issuer-keyring",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Keyring with the HMAC secrets of issuers registered by keyring kid.",
+)
 @now_option("Issue time [default: now].")
 @_receipt_errors
 def receipt_issue(
@@ -116,15 +131,45 @@ def receipt_issue(
     keyring_path: Path | None,
     ttl_seconds: int | None,
     output: Path | None,
+    gate: str | None,
+    trust_path: Path | None,
+    bundle_path: Path | None,
+    issuer_keyring: Path | None,
     now: str | None,
 ) -> None:
-    """Issue a receipt: only for an APPROVED decision whose required controls all PASSED."""
+    """Issue a receipt: only for an APPROVED decision whose required controls all PASSED.
+
+    A KYA reference decision from another gate (items without per-item decision_id and
+    action_hash) is accepted with --issuer GATE --trust REGISTRY --bundle BUNDLE when the
+    registry lists GATE as a gate allowed to attest those controls; its items are then bound
+    by the document's own ids and judged by the bundle's control policy.
+    """
     action = parse_action(read_text(action_path, "action"))
     decision = _load_json(decision_path, "decision")
     if not isinstance(decision, dict):
         raise ReceiptIssueError("a decision document is a JSON object", "invalid_json")
     key = _keyring_for(keyring_path, secret_env, kid).signer()
-    issued = issue_receipt(decision, action, key, ttl_seconds=ttl_seconds, now=decision_time(now) if now else None)
+    moment = decision_time(now) if now else None
+    if gate is not None:
+        if trust_path is None or bundle_path is None:
+            raise ReceiptIssueError("--issuer needs --trust REGISTRY and --bundle BUNDLE", "usage")
+        from kcp_opa.authorize.interop import issue_for_foreign_decision
+        from kcp_opa.compile.bundle import read_bundle
+        from kcp_opa.declare.trust import load_trust
+
+        issued = issue_for_foreign_decision(
+            decision,
+            action,
+            key,
+            gate=gate,
+            registry=load_trust(trust_path),
+            bundle=read_bundle(bundle_path),
+            keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
+            ttl_seconds=ttl_seconds,
+            now=moment,
+        )
+    else:
+        issued = issue_receipt(decision, action, key, ttl_seconds=ttl_seconds, now=moment)
     if output is not None:
         write_atomically(output, json.dumps(issued, indent=2).encode("utf-8") + b"\n")
     render.print_json(issued)

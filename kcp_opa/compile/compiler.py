@@ -25,6 +25,7 @@ from kcp_opa.core.version import __version__
 from kcp_opa.declare.diagnostics import Diagnostic
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
+from kcp_opa.declare.trust import validate_trust
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
 log = structlog.get_logger(__name__)
@@ -82,6 +83,7 @@ def compile_bundle(
     policy_version_override: str | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     engine_check: bool = False,
+    trust_path: Path | None = None,
 ) -> CompileResult:
     """Validate everything, build the data document and write the bundle atomically."""
     if not manifest_paths:
@@ -91,11 +93,20 @@ def compile_bundle(
     warnings.extend(matrix_warnings)
     modules = collect_policies(policies_dir)
     version = policy_version(policies_dir, policy_version_override)
-    data = build_data(manifests, matrix)
+    trust = None
+    if trust_path is not None:
+        report = validate_trust(trust_path, max_bytes=max_bytes)
+        if report.document is None:
+            raise ValidationFailedError(report.file, [str(d) for d in report.errors])
+        trust = report.document
+    data = build_data(manifests, matrix, trust)
     files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]
     files += [BundleFile(m.path, m.source.encode("utf-8")) for m in modules]
     metadata = _metadata(manifests, matrix, modules, version, sorted(data))
     metadata["files"] = {f.path: hashlib.sha256(f.content).hexdigest() for f in sorted(files, key=lambda f: f.path)}
+    if trust is not None:
+        metadata["trust"] = {"name": trust.name, "file": Path(trust.file).name, "sha256": trust.sha256}
+        metadata["sources"][f"trust/{Path(trust.file).name}"] = trust.sha256
     rev = revision or content_revision([*files, BundleFile(".metadata", canonical_json(metadata))])
     manifest = {
         "revision": rev,

@@ -35,6 +35,7 @@ from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.effective import UNIT_FIELDS, effective_units
 from kcp_opa.declare.manifest import Manifest
 from kcp_opa.declare.matrix import DelegationMatrix
+from kcp_opa.declare.trust import TrustRegistry
 
 DATA_ROOT = "kcp_data"
 #: 2: unit entries name a shared profile (kcp_data/profiles) instead of carrying it.
@@ -85,7 +86,9 @@ def _profiles(policies: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     return [json.loads(key) for key in ordered], [position[key] for key in encoded]
 
 
-def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[str, Any]:
+def build_data(
+    manifests: Sequence[Manifest], matrix: DelegationMatrix, trust: TrustRegistry | None = None
+) -> dict[str, Any]:
     """Mount path (``kcp_data/units``...) -> document. Callers check project names are unique."""
     units = [unit for manifest in manifests for unit in effective_units(manifest)]
     policies = [unit.to_policy_data() for unit in units]
@@ -107,7 +110,7 @@ def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[
         }
         for m in manifests
     }
-    return {
+    data: dict[str, Any] = {
         f"{DATA_ROOT}/deployment": {
             "format": DATA_FORMAT,
             "projects": projects,
@@ -127,3 +130,7 @@ def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> dict[
             "parameters": matrix.parameters(),
         },
     }
+    if trust is not None:
+        # Principals, roles and which issuer attests what: never keys (the desk holds those).
+        data[f"{DATA_ROOT}/trust"] = trust.to_data()
+    return data

@@ -9,16 +9,20 @@ Python decides nothing here: a malformed or missing policy answer becomes the fa
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
+import secrets
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
+from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError
 from kcp_opa.decide.action import action_hash, check_action, folded_strings, trace_id_of
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
@@ -47,6 +51,8 @@ class DecisionInput:
     trace_id: str
     trace_id_generated: bool
     evaluated_at: str
+    #: HMAC by the gate that built it; ``decide_prepared`` refuses an input without a valid one.
+    seal: str = field(default="", repr=False)
 
 
 def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:
@@ -153,6 +159,7 @@ class Gate:
         self.policy_version = str(metadata.get("policy_version", ""))
         self.bundle_revision = bundle.revision
         self.audit = AuditTrail(ledger, bundle) if ledger is not None else None
+        self._seal_key = secrets.token_bytes(32)
 
     @classmethod
     def from_bundle(
@@ -187,9 +194,18 @@ class Gate:
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
-        return build_input(
-            action, now=now, satisfied_controls=self.system_controls, bundle_revision=self.bundle_revision
+        return self._seal(
+            build_input(action, now=now, satisfied_controls=self.system_controls, bundle_revision=self.bundle_revision)
         )
+
+    def _seal_of(self, prepared: DecisionInput) -> str:
+        fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
+        message = canonical_json([*fields, prepared.trace_id_generated, prepared.evaluated_at])
+        return hmac.new(self._seal_key, message, hashlib.sha256).hexdigest()
+
+    def _seal(self, prepared: DecisionInput) -> DecisionInput:
+        """Seal an input this gate built (``prepare``, or the control desk with recorded controls)."""
+        return replace(prepared, seal=self._seal_of(prepared))
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
@@ -251,7 +267,13 @@ class Gate:
         return self.decide_recorded(prepared)[0]
 
     def decide_recorded(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
-        """Like ``decide_prepared``, also returning the ledger entry that recorded the decision."""
+        """Like ``decide_prepared``, also returning the ledger entry that recorded the decision.
+
+        Only inputs this gate sealed are decided: an edited input (say, controls marked
+        satisfied by the caller) is refused before it can be evaluated or archived.
+        """
+        if not hmac.compare_digest(prepared.seal, self._seal_of(prepared)):
+            raise ActionRejectedError("", "the prepared input was not built by this gate or was edited after prepare()")
         decision, result, answers = self._evaluate(prepared)
         if self.audit is None:
             return decision, None

@@ -1,0 +1,128 @@
+"""Signed control evidence: an attestation by a registered issuer, checked before the policy sees it.
+
+An attestation is the evidence item plus ``issuer`` and ``signature {alg, kid, value}``; the
+signature covers the KYA-CJ-1 JSON of the item with only ``signature.value`` removed (the
+receipt rule), so the control, the status, the acting principal, the time and the decision and
+action it is bound to are all signed. Who the principal is (human, agent, provider, ...) is
+read from the trust registry; an ``actor_type`` in the body is only compared with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.errors import EvidenceRejectedError
+from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.declare.trust import TrustRegistry
+
+SIGNED_FIELDS = (
+    "control",
+    "status",
+    "actor_id",
+    "evidence_reference",
+    "completed_at",
+    "decision_id",
+    "action_hash",
+    "issuer",
+)
+#: Registry principal type -> the KYA actor_type a body may declare for it.
+_DECLARABLE = {
+    "human": {"human", "user"},
+    "ai_agent": {"ai_agent"},
+    "provider": {"provider"},
+    "system": {"system"},
+    "executor": {"system"},
+    "auditor": {"system"},
+}
+
+
+def attestation_bytes(item: Mapping[str, Any]) -> bytes:
+    """What an issuer signs: the item with only ``signature.value`` removed."""
+    body = dict(item)
+    signature = body.get("signature")
+    if isinstance(signature, Mapping):
+        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
+    return canonical_json(body)
+
+
+def sign_attestation(fields: Mapping[str, Any], issuer: str, key: ReceiptKey) -> dict[str, Any]:
+    """Sign one evidence item as ``issuer`` (an approval app, an IdP, the gate for its ledger)."""
+    item = {name: fields[name] for name in SIGNED_FIELDS if name in fields and name != "issuer"}
+    item["issuer"] = issuer
+    item["signature"] = {"alg": key.alg, "kid": key.kid}
+    item["signature"]["value"] = key.sign(attestation_bytes(item))
+    return item
+
+
+@dataclass(frozen=True)
+class VerifiedAttestation:
+    """A verified item: its canonical principal and issuer, and the signed document as given."""
+
+    control: str
+    status: str
+    actor_id: str
+    issuer: str
+    decision_id: str
+    action_hash: str
+    signed: Mapping[str, Any]
+    verify_ns: int
+
+
+def verify_attestation(raw: Any, registry: TrustRegistry, keyring: Keyring | None) -> VerifiedAttestation:
+    """Check issuer, key, signature and principal; each refusal has its own code."""
+    started = time.perf_counter_ns()
+    if not isinstance(raw, Mapping):
+        raise EvidenceRejectedError("control evidence is a JSON object", "malformed_evidence")
+    signature = raw.get("signature")
+    if not isinstance(signature, Mapping) or not isinstance(signature.get("value"), str):
+        raise EvidenceRejectedError(
+            "the evidence is not signed: a control result must be an attestation by a registered issuer",
+            "unsigned_evidence",
+        )
+    issuer_id = raw.get("issuer")
+    try:
+        issuer = registry.issuer(issuer_id) if isinstance(issuer_id, str) else None
+    except IdentityError:
+        issuer = None
+    if issuer is None:
+        raise EvidenceRejectedError(f"issuer {issuer_id!r} is not in the trust registry", "unknown_issuer")
+    control = raw.get("control")
+    if control not in issuer.controls:
+        raise EvidenceRejectedError(f"issuer {issuer.id} may not attest {control!r}", "issuer_not_allowed")
+    alg, kid = signature.get("alg"), signature.get("kid")
+    key = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
+    if key is None or key.alg != alg:
+        raise EvidenceRejectedError(f"issuer {issuer.id} has no {alg} key {kid!r}", "unknown_issuer_key")
+    if not key.verify(attestation_bytes(raw), str(signature["value"])):
+        raise EvidenceRejectedError(f"the signature of {issuer.id} does not verify", "bad_signature")
+    missing = [name for name in SIGNED_FIELDS if not isinstance(raw.get(name), str) or not raw.get(name)]
+    if missing:
+        raise EvidenceRejectedError(f"signed evidence lacks {', '.join(missing)}", "malformed_evidence")
+    try:
+        actor = canonical_id(str(raw["actor_id"]))
+    except IdentityError as exc:
+        raise EvidenceRejectedError(str(exc), exc.code) from None
+    principal = registry.principals.get(actor)
+    if principal is None:
+        raise EvidenceRejectedError(f"principal {actor!r} is not in the trust registry", "unknown_principal")
+    declared = raw.get("actor_type")
+    if declared is not None and declared not in _DECLARABLE.get(principal.type, set()):
+        raise EvidenceRejectedError(
+            f"the evidence declares {actor!r} a {declared!r}; the registry says {principal.type!r}",
+            "actor_type_mismatch",
+        )
+    return VerifiedAttestation(
+        control=str(control),
+        status=str(raw["status"]),
+        actor_id=actor,
+        issuer=issuer.id,
+        decision_id=str(raw["decision_id"]),
+        action_hash=str(raw["action_hash"]),
+        signed=dict(raw),
+        verify_ns=time.perf_counter_ns() - started,
+    )

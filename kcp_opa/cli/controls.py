@@ -1,0 +1,237 @@
+"""The controls command group: challenge, record, show, issue (decide -> controls -> receipt).
+
+State between commands is a control-record file sealed with the desk's HMAC key (from an
+environment variable, never argv): an edited file is refused, and loading it re-decides and
+replays every signed attestation through the bundle's control policy.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.authorize.records import export_record, load_record
+from kcp_opa.cli import render
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, now_option, read_text
+from kcp_opa.compile.bundle import write_atomically
+from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError
+from kcp_opa.core.signing import MIN_SECRET_BYTES, load_keyring
+from kcp_opa.decide.action import parse_action
+from kcp_opa.decide.gate import Gate, decision_time
+from kcp_opa.declare.trust import load_trust
+from kcp_opa.trail.ledger import AuditLedger
+
+
+def _errors(fn: Callable[..., None]) -> Callable[..., None]:
+    """Refusals as one JSON line on stderr: exit 1 for refused evidence, 2 for usage and I/O."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except CodedError as exc:
+            click.echo(json.dumps({"ok": False, "error": str(exc), "code": exc.code}), err=True)
+            sys.exit(EXIT_USAGE if isinstance(exc, KeyringError) else EXIT_INVALID)
+        except KcpOpaError as exc:
+            click.echo(json.dumps({"ok": False, "error": str(exc), "code": "invalid_input"}), err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
+    options = [
+        click.option("--bundle", "bundle", required=True, type=click.Path(path_type=Path, dir_okay=False)),
+        click.option("--trust", "trust", required=True, type=click.Path(path_type=Path, dir_okay=False)),
+        click.option(
+            "--seal-secret-env",
+            default="KCP_OPA_DESK_SECRET",
+            show_default=True,
+            help="Environment variable with the desk's sealing secret (>= 32 bytes).",
+        ),
+        click.option(
+            "--issuer-keyring",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="HMAC secrets of issuers registered by keyring kid.",
+        ),
+        click.option(
+            "--gate-keyring",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Private keyring whose signing key signs the gate's own attestations (audit logging).",
+        ),
+        click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Audit ledger (JSONL)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _desk(
+    bundle: Path,
+    trust: Path,
+    seal_secret_env: str,
+    issuer_keyring: Path | None,
+    gate_keyring: Path | None,
+    ledger: Path | None,
+) -> ControlDesk:
+    secret = os.environ.get(seal_secret_env, "").encode("utf-8")
+    if len(secret) < MIN_SECRET_BYTES:
+        raise KeyringError(
+            f"environment variable {seal_secret_env} must hold the desk's sealing secret (>= {MIN_SECRET_BYTES} bytes)",
+            "no_secret",
+        )
+    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger) if ledger is not None else None)
+    return ControlDesk(
+        gate,
+        load_trust(trust),
+        keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
+        gate_key=load_keyring(gate_keyring).signer() if gate_keyring is not None else None,
+        seal_key=secret,
+    )
+
+
+def _summary(record: GateDecision) -> dict[str, Any]:
+    decision = record.decision
+    return {
+        "ok": True,
+        "decision_id": decision.decision_id,
+        "action_hash": decision.action_hash,
+        "decision": decision.decision.value,
+        "authorization_status": decision.authorization_status.value,
+        "required_controls": list(decision.required_controls),
+        "missing_controls": list(decision.missing_controls),
+        "control_evidence": [
+            {k: e.to_dict()[k] for k in ("control", "status", "actor_type", "actor_id", "issuer")}
+            for e in record.evidence
+        ],
+    }
+
+
+def _write(path: Path, document: Any) -> None:
+    write_atomically(path, json.dumps(document, indent=2).encode("utf-8") + b"\n")
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        return json.loads(read_text(path, what))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise CodedError(f"{what} {path} is not valid JSON: {exc}", "invalid_json") from None
+
+
+@click.group()
+def controls() -> None:
+    """Control records: open one for a decision, record signed evidence, show it, issue the receipt.
+
+    \b
+    kcp-opa controls challenge --bundle B --trust T --action A.json --record R.json
+    kcp-opa controls record    --bundle B --trust T --record R.json --evidence E.json --action A.json
+    kcp-opa controls show      --bundle B --trust T --record R.json [--decision-out D.json]
+    kcp-opa controls issue     --bundle B --trust T --record R.json --keyring K.json --output RCPT.json
+    """
+
+
+@controls.command()
+@_desk_options
+@click.option("--action", "action_path", required=True, metavar="ACTION.json")
+@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@now_option("Decision time [default: now].")
+@_errors
+def challenge(action_path: str, record_path: Path, now: str | None, **desk: Any) -> None:
+    """Decide the action and open its control record: what the decision still needs."""
+    the_desk = _desk(**desk)
+    record = the_desk.open(parse_action(read_text(action_path, "action")), now=decision_time(now) if now else None)
+    _write(record_path, export_record(the_desk, record))
+    render.print_json(_summary(record))
+
+
+@controls.command(name="record")
+@_desk_options
+@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--evidence", "evidence_path", required=True, metavar="ATTESTATION.json")
+@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action as it stands now.")
+@_errors
+def record_command(record_path: Path, evidence_path: str, action_path: str, **desk: Any) -> None:
+    """Record one signed control result (an attestation by a registered issuer)."""
+    the_desk = _desk(**desk)
+    record = load_record(the_desk, _read_json(str(record_path), "record"))
+    action = parse_action(read_text(action_path, "action"))
+    record = the_desk.record_control_result(record, _read_json(evidence_path, "evidence"), action=action)
+    _write(record_path, export_record(the_desk, record))
+    render.print_json(_summary(record))
+
+
+@controls.command()
+@_desk_options
+@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--decision-out", type=click.Path(path_type=Path, dir_okay=False), help="Write the KYA decision document here."
+)
+@_errors
+def show(record_path: Path, decision_out: Path | None, **desk: Any) -> None:
+    """Show the record's status, re-derived from its verified evidence."""
+    the_desk = _desk(**desk)
+    record = load_record(the_desk, _read_json(str(record_path), "record"))
+    if decision_out is not None:
+        _write(decision_out, record.to_dict())
+    render.print_json(_summary(record))
+
+
+@controls.command()
+@_desk_options
+@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--keyring", "keyring_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900.")
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
+@now_option("Issue time [default: now].")
+@_errors
+def issue(
+    record_path: Path, keyring_path: Path, ttl_seconds: int | None, output: Path | None, now: str | None, **desk: Any
+) -> None:
+    """Issue the receipt for an APPROVED record (re-derived through the policy before signing)."""
+    the_desk = _desk(**desk)
+    record = load_record(the_desk, _read_json(str(record_path), "record"))
+    signer = load_keyring(keyring_path).signer()
+    receipt = the_desk.issue(record, signer, ttl_seconds=ttl_seconds, now=decision_time(now) if now else None)
+    if output is not None:
+        _write(output, receipt)
+    render.print_json(receipt)
+
+
+@controls.command()
+@click.option("--issuer", required=True, help="The registered issuer signing (e.g. approval-app).")
+@click.option(
+    "--keyring", "keyring_path", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Issuer's key."
+)
+@click.option("--kid", help="Key id in the keyring [default: its signing kid].")
+@click.option("--control", required=True)
+@click.option("--status", type=click.Choice(["PASSED", "FAILED"]), default="PASSED", show_default=True)
+@click.option("--actor", "actor_id", required=True, help="The registered principal who acted.")
+@click.option("--decision-id", required=True)
+@click.option("--action-hash", required=True)
+@click.option("--reference", "evidence_reference", required=True, help="Evidence reference (never the document).")
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the attestation here.")
+@now_option("Completion time [default: now].")
+@_errors
+def attest(
+    issuer: str, keyring_path: Path, kid: str | None, output: Path | None, now: str | None, **fields: Any
+) -> None:
+    """The issuer's side: sign one control result (what an approval app or IdP would send)."""
+    from kcp_opa.authorize.attestations import sign_attestation
+
+    completed = decision_time(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ring = load_keyring(keyring_path)
+    if kid is not None and kid not in ring.keys:
+        raise KeyringError(f"kid {kid} is not in {keyring_path}", "unknown_kid")
+    key = ring.keys[kid] if kid is not None else ring.signer()
+    item = sign_attestation({**fields, "completed_at": completed}, issuer, key)
+    if output is not None:
+        _write(output, item)
+    render.print_json(item)

@@ -1,0 +1,173 @@
+"""The trust registry: who the principals are and which issuers may attest which controls.
+
+Actor type and identity of a control result come from here, never from the evidence body:
+an evidence item names a principal, the registry says whether that principal is a human (and
+with which roles) or an agent, and an attestation counts only when a registered issuer, allowed
+for that control, signed it. Principals and roles compile into the bundle's data for the
+policy; verification keys stay out of the bundle (the desk reads them from this file).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from kcp_opa import schemas
+from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey
+from kcp_opa.declare.diagnostics import Findings, Report
+from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
+from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
+
+TRUST_KIND_NAME = "kcp-opa/trust-registry"
+#: Controls only an independent human may satisfy, whatever the deployment adds.
+BASE_SOD_CONTROLS = ("compliance_review", "independent_human_approval")
+
+
+@dataclass(frozen=True)
+class Principal:
+    id: str
+    type: str
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Issuer:
+    id: str
+    type: str
+    controls: frozenset[str]
+    keys: Mapping[str, Mapping[str, Any]]
+
+    def key(self, kid: str, keyring: Keyring | None) -> ReceiptKey | None:
+        """The verification key for ``kid``: an inline Ed25519 public key, or an HMAC secret from the keyring."""
+        entry = self.keys.get(kid)
+        if entry is None:
+            return None
+        if entry["alg"] == ED25519:
+            raw = base64.b64decode(str(entry["public_key"]))
+            return ReceiptKey(kid=kid, alg=ED25519, public_key=Ed25519PublicKey.from_public_bytes(raw))
+        held = keyring.verifier(str(entry.get("keyring_kid", kid))) if keyring is not None else None
+        if held is None or held.alg != HMAC_SHA256 or held.secret is None:
+            return None
+        return ReceiptKey(kid=kid, alg=HMAC_SHA256, secret=held.secret)
+
+
+@dataclass(frozen=True)
+class TrustRegistry:
+    file: str
+    sha256: str
+    data: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.data["name"])
+
+    @cached_property
+    def principals(self) -> dict[str, Principal]:
+        return {
+            canonical_id(p["id"]): Principal(canonical_id(p["id"]), p["type"], tuple(sorted(set(p.get("roles") or []))))
+            for p in self.data["principals"]
+        }
+
+    @cached_property
+    def issuers(self) -> dict[str, Issuer]:
+        return {
+            canonical_id(i["id"]): Issuer(
+                canonical_id(i["id"]), i["type"], frozenset(i["controls"]), {k["kid"]: k for k in i["keys"]}
+            )
+            for i in self.data["issuers"]
+        }
+
+    def principal(self, raw_id: str) -> Principal | None:
+        """The registered principal ``raw_id`` names (canonical comparison); None when unknown."""
+        return self.principals.get(canonical_id(raw_id))
+
+    def issuer(self, raw_id: str) -> Issuer | None:
+        return self.issuers.get(canonical_id(raw_id))
+
+    def to_data(self) -> dict[str, Any]:
+        """What the policy reads (``data.kcp_data.trust``): principals, roles, issuers' controls; no keys."""
+        return {
+            "name": self.name,
+            "version": str(self.data["version"]),
+            "sha256": self.sha256,
+            "principals": {pid: {"type": p.type, "roles": list(p.roles)} for pid, p in sorted(self.principals.items())},
+            "issuers": {
+                iid: {"type": i.type, "controls": sorted(i.controls)} for iid, i in sorted(self.issuers.items())
+            },
+            "separation_of_duties": sorted(set(BASE_SOD_CONTROLS) | set(self.data.get("separation_of_duties") or [])),
+        }
+
+
+def _check(doc: dict[str, Any], findings: Findings) -> None:
+    for section in ("principals", "issuers"):
+        entries = doc.get(section)
+        if not isinstance(entries, list):
+            continue
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                continue
+            try:
+                canonical = canonical_id(entry["id"])
+            except IdentityError as exc:
+                findings.error("non_canonical_id", str(exc), (section, index, "id"))
+                continue
+            if canonical in seen:
+                findings.error(
+                    "duplicate_id",
+                    f"{entry['id']!r} is the same principal as entry {seen[canonical]} ({canonical!r})",
+                    (section, index, "id"),
+                )
+            seen[canonical] = index
+            if section == "issuers":
+                _check_keys(entry, index, findings)
+
+
+def _check_keys(entry: dict[str, Any], index: int, findings: Findings) -> None:
+    kids: set[str] = set()
+    for k, key in enumerate(entry.get("keys") or []):
+        if not isinstance(key, dict):
+            continue
+        if key.get("kid") in kids:
+            findings.error("duplicate_kid", f"kid {key.get('kid')!r} appears twice", ("issuers", index, "keys", k))
+        kids.add(str(key.get("kid")))
+        if key.get("alg") == ED25519 and isinstance(key.get("public_key"), str):
+            try:
+                Ed25519PublicKey.from_public_bytes(base64.b64decode(key["public_key"], validate=True))
+            except ValueError:
+                findings.error(
+                    "malformed_key", "public_key is not a raw Ed25519 key", ("issuers", index, "keys", k, "public_key")
+                )
+
+
+def _counts(data: Mapping[str, Any]) -> dict[str, int]:
+    principals, issuers = data.get("principals"), data.get("issuers")
+    return {
+        "principal_count": len(principals) if isinstance(principals, list) else 0,
+        "issuer_count": len(issuers) if isinstance(issuers, list) else 0,
+    }
+
+
+TRUST_KIND: DocumentKind[TrustRegistry] = DocumentKind(
+    noun="trust registry",
+    schema=schemas.TRUST,
+    check=_check,
+    counts=_counts,
+    build=lambda source: TrustRegistry(source.file, source.sha256, source.data),
+)
+
+
+def validate_trust(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Report[TrustRegistry]:
+    return validate_file(TRUST_KIND, path, max_bytes)
+
+
+def load_trust(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> TrustRegistry:
+    """The registry, or :class:`ValidationFailedError` listing every error with its line."""
+    return load_file(TRUST_KIND, path, max_bytes)
