@@ -15,7 +15,8 @@ import click
 from kcp_opa.authoring.caserun import CaseRun, run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.authoring.policycheck import check_modules
-from kcp_opa.authoring.regotest import Outcome, TestResult, discover, load_modules, load_selection, run_tests
+from kcp_opa.authoring.policytree import load_modules, load_selection
+from kcp_opa.authoring.regotest import Outcome, TestResult, discover, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, status
