@@ -288,8 +288,18 @@ def test_bad_actions_and_unknown_records_are_tool_errors_with_codes(service: Gat
         plain = {k: v for k, v in KYA.items() if k != "amount"}
         error, answer = await call(LOCAL_AGENT, "evaluate_financial_action", {"action": plain})
         assert error and answer["code"] == "not_financial"
+        _, decision = await call(LOCAL_AGENT, "evaluate_action", {"action": KYA})
+        args = {"decision_id": decision["decision_id"], "ttl_seconds": "soon"}
+        error, answer = await call(LOCAL_AGENT, "create_control_challenge", args)
+        assert error and answer["code"] == "bad_arguments"
 
     run(service, scenario)
+    assert [e["code"] for e in refusals(service)] == [
+        "action_rejected",
+        "unknown_decision",
+        "not_financial",
+        "bad_arguments",
+    ]
 
 
 def test_a_malformed_answer_does_not_spend_the_challenge_and_secrets_never_reach_the_ledger(

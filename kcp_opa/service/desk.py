@@ -131,6 +131,10 @@ class GateService:
         except KcpOpaError as exc:
             self.refuse(principal, tool, exc)
             raise
+        except (ValueError, TypeError) as exc:  # a malformed argument (e.g. ttl_seconds "x"): refused too
+            refusal = CodedError(f"bad arguments: {exc}", "bad_arguments")
+            self.refuse(principal, tool, refusal)
+            raise refusal from None
 
     # -- evaluate, hash --------------------------------------------------------------------------
 
