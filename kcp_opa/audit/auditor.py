@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.core.errors import BundleError, LedgerError
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.trail.ledger import read_entries
 
 _README = """# Decision {decision_id}
