@@ -15,10 +15,11 @@ import pytest
 from kcp_opa import ActionRejectedError
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core import strictjson
-from kcp_opa.core.errors import KeyringError
+from kcp_opa.core.errors import KeyringError, SourceError
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.action import parse_action
 from kcp_opa.declare.manifest import validate_manifest
+from kcp_opa.declare.yamlsource import parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 KYA_TEXT = (REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()
@@ -118,6 +119,8 @@ def test_yaml_non_finite_and_oversize_numbers_are_refused(tmp_path: Path, scalar
     manifest.write_text(f"project: p\nkcp_version: '0.7'\nunits:\n  - {unit}\n")
     proc = _cli("validate", str(manifest))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr[-300:])
+    with pytest.raises(SourceError, match="non-finite|digit limit"):  # the reader itself (1e999 was inf)
+        parse_yaml(f"free_form: {scalar}\n".encode())
 
 
 def test_a_giant_invalid_manifest_reports_a_bounded_list(tmp_path: Path) -> None:
