@@ -12,6 +12,7 @@ from kcp_opa.cli import render
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
 from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, QueryError
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import Gate
@@ -125,7 +126,7 @@ def eval_command(bundle: Path, input_path: str | None, fmt: str, query: str) -> 
     if input_path is not None:
         text = read_text(input_path, "input")
         try:
-            input_doc = json.loads(text)
+            input_doc = strictjson.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise ActionRejectedError("", f"input {input_path} is not valid JSON: {exc}") from None
     with native_stdout_captured() as native:

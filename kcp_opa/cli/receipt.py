@@ -16,6 +16,7 @@ from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key_from_env, load_keyring
 from kcp_opa.decide.action import action_hash, parse_action
@@ -43,8 +44,8 @@ def _receipt_errors(fn: Callable[..., None]) -> Callable[..., None]:
 def _load_json(path: str, what: str) -> Any:
     text = read_text(path, what)
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:  # ValueError: also a 5,000-digit integer
+        return strictjson.loads(text)
+    except (ValueError, RecursionError) as exc:  # ValueError: duplicate keys, NaN, a 5,000-digit integer
         raise ReceiptIssueError(f"{what} {path} is not valid JSON: {exc}", "invalid_json") from None
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KeyringError
 
 HMAC_SHA256 = "HMAC-SHA256"
@@ -175,7 +176,7 @@ class Keyring:
 def load_keyring(path: str | Path) -> Keyring:
     """Read a keyring file (JSON). HMAC keys name their secret's environment variable (``secret_env``)."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = strictjson.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise KeyringError(f"{path}: cannot read keyring: {exc.strerror or exc}", "no_keyring") from None
     except json.JSONDecodeError as exc:

@@ -19,17 +19,15 @@ from typing import Any
 import fastjsonschema
 from jsonschema import Draft202012Validator
 
+from kcp_opa.core import strictjson
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.core.secretkeys import secret_name
 
 MAX_ACTION_BYTES = 1024 * 1024
 MAX_DEPTH = 32
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-#: Keys that mean a secret or raw personal data travelled into an action (gate-contract.md §2).
-FORBIDDEN_KEYS = frozenset(
-    {"password", "secret", "access_token", "refresh_token", "private_key", "raw_document", "biometric_template"}
-)
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
@@ -40,17 +38,13 @@ def parse_action(text: str | bytes) -> dict[str, Any]:
     if size > MAX_ACTION_BYTES:
         raise ActionRejectedError("", f"{size} bytes is over the {MAX_ACTION_BYTES >> 10} KiB limit for one action")
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise ActionRejectedError("", f"nested deeper than {MAX_DEPTH} levels") from None
+        value = strictjson.loads(text)
+    except strictjson.StrictJSONError as exc:
+        raise ActionRejectedError("", f"refused: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ActionRejectedError("", f"not valid JSON: {exc}") from None
     check_action(value)
     return value  # type: ignore[no-any-return]
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ActionRejectedError("", f"{name} is not a JSON number; amounts are integer minor units")
 
 
 def check_action(value: Any) -> None:
@@ -83,10 +77,7 @@ def _check_values(root: Mapping[str, Any]) -> None:
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise ActionRejectedError(path, f"object key {key!r} is not a string")
-                if key.casefold() in FORBIDDEN_KEYS:
-                    raise ActionRejectedError(
-                        f"{path}/{key}", "secret-bearing keys are never accepted in an action; pass a reference"
-                    )
+                _refuse_secret_key(key, path)
                 stack.append((item, f"{path}/{key}", depth + 1))
         elif isinstance(value, list | tuple):
             stack.extend((item, f"{path}/{index}", depth + 1) for index, item in enumerate(value))
@@ -223,6 +214,16 @@ def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
 def _contract_safe(text: str) -> str:
     # A fold can only shrink what the contract let in, but it must never end up quote-wrapped.
     return text.strip('"') if len(text) > 1 and text[0] == text[-1] == '"' else text
+
+
+def _refuse_secret_key(key: str, path: str) -> None:
+    """Secret-bearing keys (core/secretkeys.py: case, separators, NFKC, zero-width) are refused."""
+    name = secret_name(key)
+    if name is not None:
+        shown = key.encode("ascii", "backslashreplace").decode("ascii")
+        raise ActionRejectedError(
+            f"{path}/{shown}", f"secret-bearing key ({name}) never accepted in an action; pass a reference"
+        )
 
 
 def _schema_message(message: str, validator: Any) -> str:

@@ -15,6 +15,9 @@ from typing import Any, Generic, TypeVar
 PathPart = str | int
 YamlPath = tuple[PathPart, ...]
 T = TypeVar("T")
+#: Diagnostics kept per file; the rest are counted, up to MAX_COUNTED (then "N+ more").
+MAX_FINDINGS = 200
+MAX_COUNTED = 10_000
 
 
 class Severity(StrEnum):
@@ -65,15 +68,48 @@ class Diagnostic:
 
 @dataclass
 class Findings:
-    """Collects diagnostics while a source is checked; positions are filled in later."""
+    """Collects diagnostics while a source is checked; positions are filled in later.
+
+    Bounded: the first ``limit`` diagnostics are kept, later ones only counted (``dropped``), so
+    a manifest with 100,000 broken units costs what 100 do to report (docs/fail-closed.md).
+    """
 
     items: list[Diagnostic] = field(default_factory=list)
+    limit: int = MAX_FINDINGS
+    dropped: int = 0
+    has_errors: bool = False
+
+    @property
+    def full(self) -> bool:
+        """True once ``limit`` diagnostics are kept: callers may skip costly wording."""
+        return len(self.items) >= self.limit
+
+    def _add(self, item: Diagnostic) -> None:
+        if len(self.items) < self.limit:
+            self.items.append(item)
+        else:
+            self.dropped += 1
 
     def error(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
-        self.items.append(Diagnostic(Severity.ERROR, code, message, tuple(path)))
+        self.has_errors = True
+        self._add(Diagnostic(Severity.ERROR, code, message, tuple(path)))
 
     def warn(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
-        self.items.append(Diagnostic(Severity.WARNING, code, message, tuple(path)))
+        self._add(Diagnostic(Severity.WARNING, code, message, tuple(path)))
+
+    def close(self) -> None:
+        """Append the count of what was not kept, as an error (a truncated report is never valid)."""
+        if self.dropped:
+            more = f"{self.dropped:,}" + ("+" if self.dropped >= MAX_COUNTED else "")
+            self.items.append(
+                Diagnostic(
+                    Severity.ERROR if self.has_errors else Severity.WARNING,
+                    "findings_truncated",
+                    f"{more} more findings not shown (the first {self.limit} are)",
+                    (),
+                )
+            )
+            self.dropped = 0
 
     @property
     def errors(self) -> list[Diagnostic]:

@@ -7,13 +7,24 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from kcp_opa.declare.diagnostics import Findings, did_you_mean
+from kcp_opa.declare.diagnostics import MAX_COUNTED, Findings, did_you_mean
 
 
 def check_schema(validator: Draft202012Validator, data: Any, findings: Findings) -> None:
-    errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
-    for error in errors:
+    """The first ``findings.limit`` schema errors, worded; the rest counted up to MAX_COUNTED
+    (jsonschema yields them lazily, so an invalid 4 MiB manifest stops early)."""
+    kept: list[ValidationError] = []
+    counted = 0
+    for error in validator.iter_errors(data):
+        if len(kept) < findings.limit:
+            kept.append(error)
+            continue
+        counted += 1
+        if counted >= MAX_COUNTED:
+            break
+    for error in sorted(kept, key=lambda e: [str(p) for p in e.absolute_path]):
         findings.error("schema", _message(error), tuple(error.absolute_path))
+    findings.dropped += counted
 
 
 def _message(error: ValidationError) -> str:

@@ -43,10 +43,12 @@ def validate_yaml(kind: DocumentKind[T], source: YamlSource) -> Report[T]:
     data = source.data
     if isinstance(data, dict):
         check_schema(schemas.validator(kind.schema), data, findings)
-        kind.check(data, findings)
+        if not findings.full:  # semantic checks word every finding; past the cap only counts matter
+            kind.check(data, findings)
     else:
         findings.error("not_a_mapping", f"a {kind.noun} is a mapping of keys, got {type(data).__name__}")
         data = {}
+    findings.close()
     document = None if findings.errors else kind.build(source)
     return Report(source.file, locate(findings, source.file, source.line_of), kind.counts(data), document)
 

@@ -10,6 +10,7 @@ last silently), alias bombs, absurd nesting and oversized files.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ MAX_DEPTH = 64
 #: treated as a "billion laughs" bomb; small documents get a fixed allowance.
 MAX_EXPANSION_RATIO = 10
 MIN_EXPANSION_ALLOWANCE = 100_000
+#: Longest integer literal accepted (the JSON reader's limit, core/strictjson.py).
+MAX_INT_DIGITS = 64
 
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
@@ -250,13 +253,19 @@ def _scalar(node: ScalarNode, file: str, line: int) -> Any:
     if tag == _BOOL:
         return value.lower() == "true"
     if tag == _INT:
+        digits = len(value.lstrip("+-"))
+        if digits > MAX_INT_DIGITS:
+            raise SourceError(file, f"an integer of {digits} digits is over the {MAX_INT_DIGITS}-digit limit", line)
         if value.startswith(("0o", "0x")):
             return int(value[2:], 8 if value[1] == "o" else 16)
         return int(value)
     if tag == _FLOAT:
-        if value.lower().endswith(("inf", "nan")):
-            raise SourceError(file, f"non-finite number {value!r} is not allowed", line)
-        return float(value)
+        if value.lower().endswith(("inf", "nan")) or len(value) > MAX_INT_DIGITS + 16:
+            raise SourceError(file, f"non-finite number {value[:40]!r} is not allowed", line)
+        number = float(value)
+        if not math.isfinite(number):  # 1e999 overflows to inf
+            raise SourceError(file, f"{value!r} overflows to a non-finite number", line)
+        return number
     raise SourceError(file, _refused_tag(tag), line)
 
 
