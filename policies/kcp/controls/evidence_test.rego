@@ -103,15 +103,37 @@ test_failed_is_terminal if {
 	_verdict("independent_human_approval", "treasury_approver_anna", "approval-app", prior).code == "control_failed"
 }
 
-# That the control then counts as unsatisfied is pinned on regopy in tests/test_controls.py
-# (regopy leaves `satisfied` undefined under `with input.prior`).
-test_failed_after_passed_is_accepted if {
-	prior := [{"control": "independent_human_approval", "status": "PASSED"}]
-	v := _judge(object.union(
-		_input("independent_human_approval", "treasury_approver_anna", "approval-app", prior),
-		{"evidence": {"status": "FAILED"}},
-	))
-	v.accepted
+# A FAILED after a PASSED is accepted and leaves the control unsatisfied: pinned on regopy by
+# tests/test_controls.py::test_passed_then_failed_unsatisfies (under `with input.prior` regopy
+# leaves this verdict undefined, so a Rego test here would only measure the mock).
+
+_matrix := {"parameters": {"approver_roles": {"default": "treasury_approver", "by_task_type": {"refund": "support_agent"}}}}
+
+_by_matrix(actor, action_type) := v if {
+	doc := object.union(_input("independent_human_approval", actor, "approval-app", []), {"approver_roles": []})
+	trust := _trust
+	matrix := _matrix
+	v := controls.verdict with input.evidence as doc.evidence with input.issuer as doc.issuer
+		with input.prior as doc.prior with input.subject as doc.subject with input.parties as doc.parties
+		with input.required_controls as doc.required_controls with input.approver_roles as []
+		with input.action.action_type as action_type
+		with data.kcp_data.trust as trust with data.kcp_data.matrix as matrix
+}
+
+test_no_decision_role_falls_back_to_the_matrix_approver if {
+	_by_matrix("treasury_approver_anna", "cross_border_payment").accepted
+	_by_matrix("support_sam", "cross_border_payment").code == "approver_role_mismatch"
+	_by_matrix("support_sam", "refund").accepted
+}
+
+test_no_role_anywhere_refuses_the_approval if {
+	doc := object.union(_input("independent_human_approval", "treasury_approver_anna", "approval-app", []), {"approver_roles": []})
+	trust := _trust
+	v := controls.verdict with input.evidence as doc.evidence with input.issuer as doc.issuer
+		with input.prior as doc.prior with input.subject as doc.subject with input.parties as doc.parties
+		with input.required_controls as doc.required_controls with input.approver_roles as []
+		with data.kcp_data.trust as trust
+	v.code == "approver_role_mismatch"
 }
 
 test_unknown_control if _verdict("vibes_check", "treasury_approver_anna", "approval-app", []).code == "unknown_control"
