@@ -253,8 +253,11 @@ def test_replay_reproduces_every_demo_decision_on_both_engines(demo_ledger: tupl
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["decisions"] >= 15
-    assert report["reproduced"]["regopy"] == report["decisions"]
-    assert report["reproduced"]["opa"] == report["decisions"]
+    # A decision archived under no-logging (the demo's gdpr read) has a partial input: replay
+    # lists it as erased_unverifiable, never as reproduced.
+    for engine in ("regopy", "opa"):
+        erased = sum(1 for item in report["erased_unverifiable"] if item.endswith(f"({engine})"))
+        assert erased >= 1 and report["reproduced"][engine] + erased == report["decisions"]
     assert report["mismatches"] == [] and report["missing_bundles"] == {}
     types = {json.loads(line)["type"] for line in ledger.read_text().splitlines()[1:]}
     assert types == {"decision", "control", "receipt", "execution", "failure"}

@@ -18,6 +18,7 @@ from typing import Any
 #: far below the 4,300 digits where Python's int() refuses with an unrelated ValueError.
 MAX_INT_DIGITS = 64
 
+TOO_DEEP = "nested too deeply"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -70,7 +71,7 @@ def loads(text: str | bytes) -> Any:
             text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_integer, parse_float=_float
         )
     except RecursionError:
-        raise StrictJSONError("nested too deeply") from None
+        raise StrictJSONError(TOO_DEEP) from None
     if _has_surrogate(value):
         raise StrictJSONError("a lone UTF-16 surrogate (\\ud800-\\udfff) is not a character")
     return value

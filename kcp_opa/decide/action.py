@@ -40,6 +40,8 @@ def parse_action(text: str | bytes) -> dict[str, Any]:
     try:
         value = strictjson.loads(text)
     except strictjson.StrictJSONError as exc:
+        if exc.msg == strictjson.TOO_DEEP:
+            raise ActionRejectedError("", f"nested deeper than {MAX_DEPTH} levels") from None
         raise ActionRejectedError("", f"refused: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ActionRejectedError("", f"not valid JSON: {exc}") from None
