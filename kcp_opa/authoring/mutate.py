@@ -179,10 +179,24 @@ def judge(suite: Suite, mutant: Mutant) -> tuple[Status, str]:
         failure = run_tests_batched(modules, suite.tests) if stage == "tests" else run_cases_batched(suite, modules)
         if failure is None:
             continue
-        if failure.startswith("error:") and any(marker in failure for marker in _INVALID):
+        # Invalid only if the policies alone do not compile; a test that no longer type-checks
+        # against the mutant (OPA compares static object types) noticed it.
+        invalid = failure.startswith("error:") and any(marker in failure for marker in _INVALID)
+        if invalid and (stage == "cases" or _policies_fail_to_compile(modules)):
             return Status.INVALID, failure
         return Status.KILLED, failure
     return Status.SURVIVED, ""
+
+
+def _policies_fail_to_compile(modules: Mapping[str, str]) -> bool:
+    engine = _engine({k: v for k, v in modules.items() if not k.endswith("_test.rego")}, None)
+    try:
+        engine.eval_query("x := 1", {})
+    except Exception:
+        return True
+    finally:
+        engine.close()
+    return False
 
 
 _SUITE: Suite | None = None
