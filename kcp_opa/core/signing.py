@@ -86,7 +86,10 @@ def strict_b64url(value: str) -> bytes | None:
     """
     if not _B64URL.fullmatch(value):
         return None
-    raw = base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_", validate=True)
+    try:
+        raw = base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_", validate=True)
+    except ValueError:  # binascii.Error: a length no base64 has (4n+1 characters)
+        return None
     return raw if base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=") == value else None
 
 

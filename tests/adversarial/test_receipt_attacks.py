@@ -165,6 +165,8 @@ def test_receipt_ed25519_signature_must_be_canonical_base64url() -> None:
     spare = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     flipped = value[:-1] + spare[spare.index(value[-1]) ^ 1]  # same 64 bytes, different spare bits
     for variant in (
+        "0",
+        value[:-2],
         value + "==",
         value + "!!",
         value + "A",
