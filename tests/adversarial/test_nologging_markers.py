@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustkit
 
 from kcp_opa import Gate
-from kcp_opa.authorize.controls import ControlDesk, evidence_for
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.trail.ledger import AuditLedger
 from kcp_opa.trail.redaction import ACTION_FIELDS
 
@@ -101,7 +102,9 @@ def _plant(value: Any, path: tuple[str, ...], markers: list[str]) -> Any:
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("nolog") / "co.tar.gz"
     base = REPO / "fixtures" / "deployments" / "customer-onboarding"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out, trust_path=trustkit.REGISTRY
+    )
     return out
 
 
@@ -111,29 +114,18 @@ def test_no_marker_of_action_or_evidence_reaches_the_ledger(bundle: Path, tmp_pa
     assert len(markers) >= 10
     ledger = tmp_path / "ledger.jsonl"
     gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger))
-    desk = ControlDesk(gate)
+    desk = trustkit.make_desk(gate)
     record = desk.open(action, now=NOW)  # decision event
     assert record.decision.decision.value == "HUMAN_APPROVAL"
-    reference = "evidence:MKE1Z-approval-ticket"
-    good = evidence_for(
-        record,
-        ["independent_human_approval"],
-        actor_type="human",
-        actor_id="approver_9",
-        completed_at=NOW,
-        reference=reference,
+    good = trustkit.signed(
+        record, "independent_human_approval", "onboarding_supervisor_olga", reference="evidence:MKE1Z-approval-ticket"
     )
-    record = desk.record_control_result(record, good[0], action=action)  # control event
-    bad = evidence_for(
-        record,
-        ["independent_human_approval"],
-        actor_type="ai_agent",
-        actor_id="agent_x",
-        completed_at=NOW,
-        reference="evidence:MKE2Z-by-an-agent",
+    record = desk.record_control_result(record, good, action=action)  # control event
+    bad = trustkit.signed(
+        record, "independent_human_approval", "agent_payments_001", reference="evidence:MKE2Z-by-an-agent"
     )
-    with pytest.raises(Exception, match="agent"):
-        desk.record_control_result(record, bad[0], action=action)  # failure event
+    with pytest.raises(EvidenceRejectedError):
+        desk.record_control_result(record, bad, action=action)  # failure event
     markers += ["MKE1Z", "MKE2Z"]
     # Receipt and execution events as the desk and the executor write them, with content-bearing
     # extras (an exception message, a handler outcome).
@@ -149,7 +141,9 @@ def test_no_marker_of_action_or_evidence_reaches_the_ledger(bundle: Path, tmp_pa
     raw = ledger.read_bytes()
     leaked = sorted({m for m in markers if m.encode() in raw})
     assert not leaked, f"no-logging content in the ledger: {leaked}"
-    entries = [json.loads(line) for line in raw.splitlines()]
+    lines = [json.loads(line) for line in raw.splitlines()]
+    assert "kcp_opa_ledger" in lines[0]  # the ledger's header line names no content either
+    entries = lines[1:]
     assert {e["type"] for e in entries} == {"decision", "control", "failure", "receipt", "execution"}
     for entry in entries:
         assert entry["kcp_unit_applied"] == "customer-onboarding/gdpr_data_minimisation"  # the access is recorded
