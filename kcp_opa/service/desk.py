@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
+from kcp_opa.authorize.controls import EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
@@ -72,16 +72,7 @@ class GateService:
         if (registry is None) != (issuers is None):
             raise CodedError("a trust registry and the service's issuer keys go together", "issuer_config")
         self.registry, self.issuers = registry, issuers
-        self.desk: ControlDesk | None = None
-        if registry is not None and issuers is not None:
-            # The ledger entry is standard_audit_logging's evidence, signed by a held issuer allowed for it.
-            gate_issuer = issuers.held_for(registry, "standard_audit_logging")
-            self.desk = ControlDesk(
-                gate,
-                registry,
-                gate_issuer=gate_issuer[0] if gate_issuer else "kcp-opa-gate",
-                gate_key=gate_issuer[1] if gate_issuer else None,
-            )
+        self.desk = issuers.desk(gate, registry) if registry is not None and issuers is not None else None
         self.store = store
         self.challenges = challenges
         self.keyring = keyring

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcp_opa.authorize.attestations import sign_attestation
+from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.core.errors import CodedError, EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.signing import Keyring, ReceiptKey
+from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.service.challenges import Challenge
 from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, StaticAuthenticator
@@ -77,6 +79,13 @@ class ServiceIssuers:
             "action_hash": bound.action_hash,
         }
         return sign_attestation(fields, issuer_id, key)
+
+    def desk(self, gate: Gate, registry: TrustRegistry) -> ControlDesk:
+        """The ControlDesk; the gate's ledger entry (standard_audit_logging) is signed by an issuer held for it."""
+        found = self.held_for(registry, "standard_audit_logging")
+        if found is None:
+            return ControlDesk(gate, registry)
+        return ControlDesk(gate, registry, gate_issuer=found[0], gate_key=found[1])
 
     def held_for(self, registry: TrustRegistry, control: str) -> tuple[str, ReceiptKey] | None:
         """The first held issuer the registry allows to attest ``control``."""
