@@ -89,6 +89,58 @@ def test_stdio_with_trust_serves_a_registered_principal_and_records_through_the_
     anyio.run(main)
 
 
+def test_http_with_trust_maps_token_hashes_from_the_tokens_file_to_registry_principals(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import time
+
+    import httpx2
+
+    from kcp_opa.service.identity import token_hash
+
+    registry, keys = write_registry(tmp_path)
+    compile_finance(tmp_path / "finance.tar.gz", registry)
+    approver, agent = "t" * 40, "u" * 40
+    tokens = {token_hash(approver): "Treasury_Approver_Anna", token_hash(agent): "agent_payments_001"}
+    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": tokens}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--bundle", "finance.tar.gz"]
+    command += ["--trust", "trust.yaml", "--issuer-id", SERVICE_ISSUER, "--tokens", "tokens.json", "--port", str(port)]
+    env = {**os.environ, "KCP_OPA_ISSUER_KEYRING": str(keys)}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr
+            time.sleep(0.1)
+        status = httpx2.get(f"{url}/v1/status", headers={"Authorization": f"Bearer {approver}"}, timeout=30)
+        assert status.status_code == 200 and status.json()["trust"]["name"] == "service-tests"
+        decided = httpx2.post(
+            f"{url}/v1/decisions", json={"action": KYA}, headers={"Authorization": f"Bearer {agent}"}, timeout=30
+        )
+        assert decided.status_code == 200 and decided.json()["decision"] == "HUMAN_APPROVAL"
+        # The agent is an ai_agent in the registry: it may not ask for a receipt.
+        refused = httpx2.post(
+            f"{url}/v1/receipts",
+            json={"decision_id": decided.json()["decision_id"]},
+            headers={"Authorization": f"Bearer {agent}"},
+            timeout=30,
+        )
+        assert refused.status_code == 403 and refused.json()["code"] == "not_authorized"
+        assert httpx2.get(f"{url}/v1/status", headers={"Authorization": "Bearer " + "v" * 40}).status_code == 401
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def test_trust_options_are_checked_before_serving(workdir: Path, tmp_path: Path) -> None:
     registry, keys = write_registry(tmp_path)
     base = ["serve", "--bundle", "bundles/finance.tar.gz"]
