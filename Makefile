@@ -44,7 +44,7 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
 	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
 
-serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six authenticated clients
+serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null
 	@rm -f audit/serve-demo.jsonl
 	$(BIN)/python examples/serve_demo.py

@@ -8,8 +8,11 @@ opens challenges, and is refused when it tries to approve; each party answers th
 addressed to it; the issuer signs the receipt; the executor runs the payment once; the same
 receipt again is refused; a call without a token gets 401. Every step is in the ledger.
 
-Until the trust registry lands (``kcp-opa serve --trust``), principals and tokens are set up here
-in code through the service's authenticator seam (``StaticAuthenticator``).
+The principals, their kinds and roles come from the reference trust registry
+(fixtures/trust/registry.yaml, which the bundle is compiled with); the server keeps token hashes
+mapped to principal ids, as ``kcp-opa serve --trust --tokens`` does. Each answer is signed by the
+service as the registered issuer allowed for that control, with the TEST-ONLY keys of
+fixtures/trust/TEST-ONLY-issuer-keys.json (published: never trust them in a deployment).
 """
 
 from __future__ import annotations
@@ -32,20 +35,28 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from rich.console import Console
 
+from kcp_opa.core.signing import load_keyring
+from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.http import build_app
-from kcp_opa.service.identity import Principal, StaticAuthenticator
+from kcp_opa.service.identity import token_hash
+from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "serve-demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
+TRUST = ROOT / "fixtures" / "trust" / "registry.yaml"
+TEST_ONLY_KEYS = ROOT / "fixtures" / "trust" / "TEST-ONLY-issuer-keys.json"
+#: The registered issuers the service signs answers as (per control, the first allowed for it).
+ISSUERS = ("kcp-opa-gate", "bank-idp", "bank-registry", "approval-app")
+#: Registered principal ids; the registry says what each is (a system principal may ask for receipts).
 PARTIES = {
-    "agent": Principal.of("agent_payments_001", "agent", {"agent"}),
-    "subject": Principal.of("user_001", "human", {"subject"}),
-    "provider": Principal.of("kyc-provider", "provider", {"provider"}),
-    "approver": Principal.of("treasury_approver_anna", "human", {"approver"}),
-    "issuer": Principal.of("approval-app", "provider", {"issuer"}),
-    "executor": Principal.of("payments-executor", "executor", {"executor"}),
+    "agent": "agent_payments_001",
+    "subject": "user_001",
+    "provider": "kyc-provider",
+    "approver": "treasury_approver_anna",
+    "issuer": "scope-service",
+    "executor": "payments-executor",
 }
 ANSWERS = {
     "user_confirmation": "subject",
@@ -102,7 +113,7 @@ async def flow(url: str, tokens: dict[str, str], console: Console) -> None:
         if error:
             raise SystemExit(f"{control}: {answered}")
         status = answered["decision"]["authorization_status"]
-        console.print(f"[green]PASSED[/] {control:28s} by {party}:{PARTIES[party].id:24s} -> {status}")
+        console.print(f"[green]PASSED[/] {control:28s} by {party}:{PARTIES[party]:24s} -> {status}")
 
     console.rule("[bold]3. the issuer signs, the executor runs it once")
     _, issued = await call("issuer", "issue_delegation_receipt", {"decision_id": decision["decision_id"]})
@@ -122,10 +133,21 @@ async def flow(url: str, tokens: dict[str, str], console: Console) -> None:
 def main() -> int:
     console = Console() if sys.stdout.isatty() else Console(width=120)
     tokens = {party: secrets.token_urlsafe(32) for party in PARTIES}
-    authenticator = StaticAuthenticator({tokens[p]: principal for p, principal in PARTIES.items()}, stdio=None)
+    registry = load_trust(TRUST)
     with tempfile.TemporaryDirectory() as tmp:
         service = GateService.open(
-            BUNDLES / "finance.tar.gz", store=Path(tmp) / "service.db", ledger=LEDGER, handlers={"pay": pay}
+            BUNDLES / "finance.tar.gz",
+            store=Path(tmp) / "service.db",
+            ledger=LEDGER,
+            handlers={"pay": pay},
+            registry=registry,
+            issuer_ids=ISSUERS,
+            issuer_keyring=load_keyring(TEST_ONLY_KEYS),
+        )
+        authenticator = registry_authenticator(
+            registry,
+            {token_hash(tokens[party]): principal for party, principal in PARTIES.items()},
+            approver_roles=bundle_approver_roles(service.gate.bundle.data),
         )
         port = free_port()
         server = uvicorn.Server(

@@ -42,7 +42,7 @@ def action_for(tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
             action_type="refund",
             requested_action="refunds.create",
             idempotency_key="idem_refund_0001_cust",
-            target={"type": "refund", "reference": "order_78"},
+            target={"type": "refund", "reference": "order_78", "tenant_id": BASE["target"]["tenant_id"]},
             amount={"value_minor": arguments["amount_minor"], "currency": arguments["currency"]},
             knowledge={"project": "support-desk", "unit": "refunds", "fields_read": ["order_id", "amount"]},
         )

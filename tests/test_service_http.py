@@ -173,7 +173,10 @@ def test_the_serve_demo_runs_the_trust_sequence_with_six_authenticated_clients(t
     """`make serve-demo`: real HTTP, one bearer token per principal, the payment executed once."""
     bundles = tmp_path / "bundles"
     base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundles / "finance.tar.gz")
+    registry = REPO / "fixtures" / "trust" / "registry.yaml"  # the demo's registry: the bundle is compiled with it
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundles / "finance.tar.gz", trust_path=registry
+    )
     ledger = tmp_path / "demo.jsonl"
     env = {**os.environ, "KCP_OPA_LEDGER": str(ledger), "KCP_OPA_BUNDLES": str(bundles)}
     proc = subprocess.run(
@@ -186,7 +189,16 @@ def test_the_serve_demo_runs_the_trust_sequence_with_six_authenticated_clients(t
     assert "HTTP 401 unauthenticated" in proc.stdout
     entries = [e for _, e in read_entries(ledger)]
     controls = {e["evidence"]["actor_id"] for e in entries if e["type"] == "control"}
-    assert controls == {"user_001", "kyc-provider", "treasury_approver_anna"}
+    assert controls == {"kcp-opa-ledger", "user_001", "kyc-provider", "treasury_approver_anna"}
+    issuers = {e["evidence"]["control"]: e["evidence"]["issuer"] for e in entries if e["type"] == "control"}
+    assert issuers == {
+        "standard_audit_logging": "kcp-opa-gate",
+        "user_confirmation": "bank-idp",
+        "identity_verification": "bank-idp",
+        "authority_verification": "kcp-opa-gate",
+        "beneficiary_verification": "bank-registry",
+        "independent_human_approval": "approval-app",
+    }
     assert [e["replayed"] for e in entries if e["type"] == "execution"] == [False]
     assert verify_ledger(ledger).ok
 

@@ -15,12 +15,17 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO
+from conftest import REPO
 from mcp import Client
+from servicekit import CONFIRM_ONLY, GATE_ISSUER, PRINCIPALS, SERVICE_ISSUER, compile_finance, write_registry
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.authorize.attestations import verify_attestation
+from kcp_opa.core.errors import CodedError
+from kcp_opa.core.signing import load_keyring
+from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
+from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
 from kcp_opa.service.tools import TOOL_NAMES, build_server
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
@@ -35,28 +40,45 @@ def pay(action: dict[str, Any]) -> dict[str, Any]:
     return {"payment_ref": f"PAY-{len(PAID):04d}"}
 
 
-SUBJECT = Principal.of("User_001", "human", {"subject"})
-APPROVER = Principal.of("treasury_approver_anna", "human", {"approver"})
-CLERK = Principal.of("clerk_bob", "human", {"clerk"})
-KYC = Principal.of("kyc-provider", "provider", {"provider"})
-ISSUER = Principal.of("approval-app", "provider", {"issuer"})
-EXECUTOR = Principal.of("payments-executor", "executor", {"executor"})
-OTHER_EXECUTOR = Principal.of("batch-executor", "executor", {"executor"})
-
-
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("service") / "finance.tar.gz"
-    base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out)
-    return out
+def trusted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A bundle compiled with a registry built here, the registry and the service's issuer keyring."""
+    work = tmp_path_factory.mktemp("service")
+    registry, keys = write_registry(work)
+    return compile_finance(work / "finance.tar.gz", registry), registry, keys
+
+
+def open_service(trusted: tuple[Path, Path, Path], work: Path, *issuers: str) -> GateService:
+    bundle, registry, keys = trusted
+    return GateService.open(
+        bundle,
+        store=work / "service.db",
+        ledger=work / "ledger.jsonl",
+        handlers={"pay": pay},
+        registry=load_trust(registry),
+        issuer_ids=issuers or (SERVICE_ISSUER, GATE_ISSUER),
+        issuer_keyring=load_keyring(keys),
+    )
 
 
 @pytest.fixture
-def service(bundle: Path, tmp_path: Path) -> GateService:
-    return GateService.open(
-        bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl", handlers={"pay": pay}
-    )
+def service(trusted: tuple[Path, Path, Path], tmp_path: Path) -> GateService:
+    return open_service(trusted, tmp_path)
+
+
+def principals(service: GateService) -> dict[str, Principal]:
+    """Every registered principal as the service's authenticator resolves it (kind and roles from the registry)."""
+    assert service.registry is not None
+    roles = bundle_approver_roles(service.gate.bundle.data)
+    return {p["id"]: registry_principal(service.registry, p["id"], roles) for p in PRINCIPALS}
+
+
+def cast(service: GateService) -> tuple[Principal, ...]:
+    """subject, approver, clerk, provider, receipt issuer, executor, another executor."""
+    who = principals(service)
+    assert who["local-agent"] == LOCAL_AGENT
+    ids = ["user_001", "treasury_approver_anna", "clerk_bob", "kyc-provider", "approval-desk", "payments-executor"]
+    return (*(who[i] for i in ids), who["batch-executor"])
 
 
 Call = Callable[[Principal, str, dict[str, Any]], Awaitable[tuple[bool, dict[str, Any]]]]
@@ -113,6 +135,8 @@ def _challenges(opened: dict[str, Any]) -> dict[str, str]:
 
 def test_the_whole_trust_sequence_over_mcp(service: GateService) -> None:
     PAID.clear()
+    SUBJECT, APPROVER, _, KYC, ISSUER, EXECUTOR, OTHER_EXECUTOR = cast(service)
+    assert APPROVER.roles == {"subject", "approver", "treasury_approver"} and KYC.kind.value == "provider"
 
     async def scenario(call: Call) -> None:
         error, decision = await call(LOCAL_AGENT, "evaluate_financial_action", {"action": KYA})
@@ -146,6 +170,12 @@ def test_the_whole_trust_sequence_over_mcp(service: GateService) -> None:
         assert evidence["independent_human_approval"]["actor_id"] == "treasury_approver_anna"
         assert evidence["independent_human_approval"]["actor_type"] == "human"
         assert evidence["user_confirmation"]["actor_type"] == "user"
+        # Each answer is an attestation the service signed as its registered issuer; it verifies.
+        assert service.registry is not None
+        for item in answered["decision"]["control_evidence"]:
+            signed = {k: v for k, v in item.items() if k != "actor_type"}
+            assert item["issuer"] == (GATE_ISSUER if item["control"] == "standard_audit_logging" else SERVICE_ISSUER)
+            assert verify_attestation(signed, service.registry, None).actor_id == item["actor_id"]
         error, issued = await call(ISSUER, "issue_delegation_receipt", {"decision_id": decision["decision_id"]})
         assert not error, issued
         receipt = issued["receipt"]
@@ -218,6 +248,8 @@ def test_the_local_agent_may_evaluate_hash_and_open_challenges_and_nothing_else(
 
 
 def test_challenges_answer_only_their_addressees_once_and_in_time(service: GateService) -> None:
+    SUBJECT, APPROVER, CLERK, KYC, *_ = cast(service)
+
     async def scenario(call: Call) -> None:
         _, decision = await call(LOCAL_AGENT, "evaluate_financial_action", {"action": KYA})
         _, opened = await call(LOCAL_AGENT, "create_control_challenge", {"decision_id": decision["decision_id"]})
@@ -232,9 +264,9 @@ def test_challenges_answer_only_their_addressees_once_and_in_time(service: GateS
         # A provider cannot answer a human control.
         error, answer = await call(KYC, "record_control_result", approval)
         assert error and answer["code"] == "not_authorized"
-        # The subject, holding the approver role, approving its own payment: the policy refuses it.
-        own = Principal.of("user_001", "human", {"approver"})
-        error, answer = await call(own, "record_control_result", approval)
+        # The subject, holding the approver role in the registry, approving its own payment: the policy refuses it.
+        assert "approver" in SUBJECT.roles
+        error, answer = await call(SUBJECT, "record_control_result", approval)
         assert error and answer["code"] == "self_approval"
         # The challenge was spent on that refused answer: one answer per challenge.
         error, answer = await call(APPROVER, "record_control_result", approval)
@@ -245,7 +277,7 @@ def test_challenges_answer_only_their_addressees_once_and_in_time(service: GateS
             decision_id=decision["decision_id"],
             action_hash=decision["action_hash"],
             control="independent_human_approval",
-            addressed_to={"principals": [], "kinds": ["human"], "roles": ["approver"]},
+            addressed_to={"principals": [], "kinds": ["human"], "roles": ["treasury_approver"]},
             summary={},
             created_by="local-agent",
             now=past,
@@ -305,6 +337,8 @@ def test_bad_actions_and_unknown_records_are_tool_errors_with_codes(service: Gat
 def test_a_malformed_answer_does_not_spend_the_challenge_and_secrets_never_reach_the_ledger(
     service: GateService,
 ) -> None:
+    APPROVER = cast(service)[1]
+
     async def scenario(call: Call) -> None:
         _, decision = await call(LOCAL_AGENT, "evaluate_financial_action", {"action": KYA})
         _, opened = await call(LOCAL_AGENT, "create_control_challenge", {"decision_id": decision["decision_id"]})
@@ -327,3 +361,69 @@ def test_a_malformed_answer_does_not_spend_the_challenge_and_secrets_never_reach
     run(service, scenario)
     assert service.ledger_path is not None
     assert "eyJ" not in service.ledger_path.read_text()
+
+
+def test_an_answer_the_service_cannot_sign_is_refused_and_does_not_spend_the_challenge(
+    trusted: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Signing only as an issuer allowed for user_confirmation: an approval is issuer_not_allowed."""
+    service = open_service(trusted, tmp_path, CONFIRM_ONLY)
+    SUBJECT, APPROVER, *_ = cast(service)
+
+    async def scenario(call: Call) -> None:
+        _, decision = await call(LOCAL_AGENT, "evaluate_financial_action", {"action": KYA})
+        _, opened = await call(LOCAL_AGENT, "create_control_challenge", {"decision_id": decision["decision_id"]})
+        ids = _challenges(opened)
+        approval = {"challenge_id": ids["independent_human_approval"], "status": "PASSED", "evidence_reference": "a"}
+        error, answer = await call(APPROVER, "record_control_result", approval)
+        assert error and answer["code"] == "issuer_not_allowed", answer
+        assert service.challenges.get(ids["independent_human_approval"]).state == "open"
+        confirmation = {"challenge_id": ids["user_confirmation"], "status": "PASSED", "evidence_reference": "c"}
+        error, answer = await call(SUBJECT, "record_control_result", confirmation)
+        assert not error, answer
+        (item,) = [e for e in answer["decision"]["control_evidence"] if e["control"] == "user_confirmation"]
+        assert item["issuer"] == CONFIRM_ONLY and item["actor_id"] == "user_001"
+
+    run(service, scenario)
+    assert [e["code"] for e in refusals(service)] == ["issuer_not_allowed"]
+
+
+def test_without_a_registry_decisions_and_challenges_work_and_every_control_result_is_refused(
+    tmp_path: Path,
+) -> None:
+    bundle = compile_finance(tmp_path / "plain.tar.gz", None)
+    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl")
+    assert service.desk is None and service.status()["trust"] is None
+    approver = Principal.of("treasury_approver_anna", "human", {"approver", "treasury_approver"})
+    issuer = Principal.of("approval-desk", "system", {"issuer"})
+
+    async def scenario(call: Call) -> None:
+        error, decision = await call(LOCAL_AGENT, "evaluate_financial_action", {"action": KYA})
+        assert not error and decision["decision"] == "HUMAN_APPROVAL" and len(decision["required_controls"]) == 6
+        error, opened = await call(LOCAL_AGENT, "create_control_challenge", {"decision_id": decision["decision_id"]})
+        assert not error
+        approval = {
+            "challenge_id": _challenges(opened)["independent_human_approval"],
+            "status": "PASSED",
+            "evidence_reference": "a",
+        }
+        error, answer = await call(approver, "record_control_result", approval)
+        assert error and answer["code"] == "not_authorized" and "--trust" in answer["error"], answer
+        error, answer = await call(issuer, "issue_delegation_receipt", {"decision_id": decision["decision_id"]})
+        assert error and answer["code"] == "not_authorized" and "--trust" in answer["error"], answer
+
+    run(service, scenario)
+    assert [e["code"] for e in refusals(service)] == ["not_authorized", "not_authorized"]
+
+
+def test_a_registry_the_bundle_was_not_compiled_with_is_refused(
+    trusted: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    _, registry, keys = trusted
+    plain = compile_finance(tmp_path / "plain.tar.gz", None)
+    with pytest.raises(CodedError) as refused:
+        open_service((plain, registry, keys), tmp_path)
+    assert refused.value.code == "registry_mismatch"
+    with pytest.raises(CodedError) as refused:
+        open_service(trusted, tmp_path, "approval-app")
+    assert refused.value.code == "issuer_config"

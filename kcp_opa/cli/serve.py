@@ -12,11 +12,6 @@ import click
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.signing import load_keyring
 
-TRUST_PENDING = (
-    "--trust (the trust registry) is not available in this version yet; without it the server knows "
-    "one local agent principal (evaluate, hash, open challenges). Leave --trust out for now."
-)
-
 
 class ServeConfigError(KcpOpaError):
     """A serve option or file that cannot be used (exit 2)."""
@@ -35,6 +30,20 @@ def _handlers(path: Path | None) -> dict[str, Any]:
     if not isinstance(spec, dict):
         raise ServeConfigError(f'{path}: expected {{"handlers": {{"name": "module:function"}}}}')
     return load_handlers(spec)
+
+
+def _token_hashes(path: Path | None) -> dict[str, str]:
+    """``{"sha256:<hex>": "principal id"}``: the tokens file holds hashes, never tokens."""
+    if path is None:
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ServeConfigError(f"{path}: cannot read the tokens file: {exc}") from None
+    tokens = raw.get("tokens") if isinstance(raw, dict) else None
+    if not isinstance(tokens, dict) or not all(isinstance(v, str) for v in tokens.values()):
+        raise ServeConfigError(f'{path}: expected {{"tokens": {{"sha256:<hex>": "principal id"}}}}')
+    return tokens
 
 
 @click.command()
@@ -60,7 +69,32 @@ def _handlers(path: Path | None) -> dict[str, Any]:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP listen address.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="HTTP port.")
-@click.option("--trust", type=click.Path(path_type=Path), help="Trust registry (not available yet; refused).")
+@click.option(
+    "--trust",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Trust registry (the one the bundle was compiled with): principals, roles, evidence issuers.",
+)
+@click.option(
+    "--issuer-id",
+    "issuer_ids",
+    multiple=True,
+    help="With --trust: a registered issuer the service signs control results as (repeatable; per control "
+    "the first one allowed for it).",
+)
+@click.option(
+    "--issuer-keyring",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="KCP_OPA_ISSUER_KEYRING",
+    show_envvar=True,
+    help="With --trust: keyring file holding the issuers' private keys.",
+)
+@click.option(
+    "--tokens",
+    "tokens_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help='With --trust and http: JSON {"tokens": {"sha256:<hex>": "principal id"}} (hashes only).',
+)
+@click.option("--principal", "stdio_principal", help="With --trust and stdio: the registered principal calling.")
 @click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Receipt signing keyring.")
 @click.option(
     "--handlers",
@@ -84,6 +118,10 @@ def serve(
     host: str,
     port: int,
     trust: Path | None,
+    issuer_ids: tuple[str, ...],
+    issuer_keyring: Path | None,
+    tokens_path: Path | None,
+    stdio_principal: str | None,
     keyring: Path | None,
     handlers_path: Path | None,
     token_env: str,
@@ -93,18 +131,31 @@ def serve(
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
 
     \b
-    stdio: the caller is one local agent principal (it may evaluate, hash, open challenges).
+    stdio: the caller is one local agent principal (it may evaluate, hash, open challenges),
+           or with --trust the registered --principal.
     http:  MCP at /mcp and the JSON API at /v1/... on one port, bearer tokens per principal;
-           without --trust the local agent's token comes from $KCP_OPA_SERVE_TOKEN (never argv).
+           without --trust the local agent's token comes from $KCP_OPA_SERVE_TOKEN (never argv),
+           with --trust the --tokens file maps token hashes to registered principals.
+    Control results are recorded only with --trust: the service signs each answer as a
+    registered --issuer-id, with its key from --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING).
     """
+    from kcp_opa.declare.trust import load_trust
     from kcp_opa.service.desk import GateService
     from kcp_opa.service.identity import LOCAL_AGENT, StaticAuthenticator
+    from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
     from kcp_opa.service.observe import enable_tracing
 
+    if trust is None and (issuer_ids or issuer_keyring or tokens_path or stdio_principal):
+        raise click.UsageError("--issuer-id, --issuer-keyring, --tokens and --principal need --trust")
     if trust is not None:
-        raise click.UsageError(TRUST_PENDING)
+        if not issuer_ids or issuer_keyring is None:
+            raise click.UsageError("--trust needs --issuer-id and --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING)")
+        if transport == "http" and tokens_path is None:
+            raise click.UsageError("--transport http with --trust needs --tokens (token hashes -> principal ids)")
+        if transport == "stdio" and stdio_principal is None:
+            raise click.UsageError("--transport stdio with --trust needs --principal (the registered caller)")
     tokens: dict[str, Any] = {}
-    if transport == "http":
+    if transport == "http" and trust is None:
         token = os.environ.get(token_env, "")
         if len(token) < 32:
             raise click.UsageError(
@@ -114,6 +165,7 @@ def serve(
         tokens[token] = LOCAL_AGENT
     if otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
+    registry = load_trust(trust) if trust is not None else None
     service = GateService.open(
         bundle,
         store=store,
@@ -121,8 +173,18 @@ def serve(
         keyring=load_keyring(keyring) if keyring is not None else None,
         handlers=_handlers(handlers_path),
         plan_cache=plan_cache,
+        registry=registry,
+        issuer_ids=issuer_ids,
+        issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
     )
-    authenticator = StaticAuthenticator(tokens)
+    authenticator: Any = StaticAuthenticator(tokens)
+    if registry is not None:
+        authenticator = registry_authenticator(
+            registry,
+            _token_hashes(tokens_path),
+            stdio=stdio_principal,
+            approver_roles=bundle_approver_roles(service.gate.bundle.data),
+        )
     if transport == "stdio":
         _serve_stdio(service, authenticator)
     else:

@@ -8,7 +8,7 @@ caller sends names who the caller is.
 
 from __future__ import annotations
 
-import datetime as dt
+import copy
 import json
 import os
 import threading
@@ -20,16 +20,18 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.authorize.controls import ActorType, ControlDesk, ControlEvidence, EvidenceStatus, GateDecision
+from kcp_opa.authorize.controls import EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
-from kcp_opa.decide.action import FORBIDDEN_KEYS, action_hash, check_action, trace_id_of
+from kcp_opa.decide.action import action_hash, check_action, trace_id_of
 from kcp_opa.decide.gate import Gate
+from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
-from kcp_opa.service.challenges import Challenge, ChallengeError, ChallengeStore, action_summary
+from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary
 from kcp_opa.service.handoff import HandoffStore, executing_as
-from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, Scope, canonical_id
+from kcp_opa.service.identity import AccessDeniedError, Principal, Scope
+from kcp_opa.service.issuing import ServiceIssuers, check_addressed, secret_key
 from kcp_opa.service.observe import Metrics, TimedLedger, set_attributes, span
 
 _log = structlog.get_logger("kcp_opa.service")
@@ -38,6 +40,7 @@ MAX_AUDIT_DETAIL_BYTES = 16 * 1024
 #: Controls a person answers; the subject answers these two, an approver the others.
 SUBJECT_CONTROLS = frozenset({"user_confirmation", "step_up_authentication"})
 APPROVER_CONTROLS = frozenset({"independent_human_approval", "compliance_review"})
+NEEDS_TRUST = "recording control results needs a trust registry: start the server with --trust REGISTRY"
 
 
 class UnknownRecordError(CodedError):
@@ -45,7 +48,12 @@ class UnknownRecordError(CodedError):
 
 
 class GateService:
-    """One bundle's gate, control desk, challenge store, receipt signer and executor."""
+    """One bundle's gate, control desk, challenge store, receipt signer and executor.
+
+    With ``registry`` (the one the bundle was compiled with) and ``issuers`` (the registered
+    issuers the service signs answers as), control results are recorded through the ControlDesk;
+    without it the service decides, hashes and opens challenges, and refuses every control result.
+    """
 
     def __init__(
         self,
@@ -57,9 +65,14 @@ class GateService:
         handlers: Mapping[str, Handler] | None = None,
         metrics: Metrics | None = None,
         ledger_path: Path | None = None,
+        registry: TrustRegistry | None = None,
+        issuers: ServiceIssuers | None = None,
     ) -> None:
         self.gate = gate
-        self.desk = ControlDesk(gate)
+        if (registry is None) != (issuers is None):
+            raise CodedError("a trust registry and the service's issuer keys go together", "issuer_config")
+        self.registry, self.issuers = registry, issuers
+        self.desk = issuers.desk(gate, registry) if registry is not None and issuers is not None else None
         self.store = store
         self.challenges = challenges
         self.keyring = keyring
@@ -80,6 +93,9 @@ class GateService:
         keyring: Keyring | None = None,
         handlers: Mapping[str, Handler] | None = None,
         plan_cache: str | Path | None = None,
+        registry: TrustRegistry | None = None,
+        issuer_ids: tuple[str, ...] = (),
+        issuer_keyring: Keyring | None = None,
     ) -> GateService:
         """Load the bundle (planned in a child process first), open the store and the ledger."""
         metrics = Metrics()
@@ -88,6 +104,11 @@ class GateService:
         if keyring is None:
             signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")
             keyring = Keyring({signer.kid: signer}, signer.kid)
+        issuers = None
+        if registry is not None:
+            if not issuer_ids or issuer_keyring is None:
+                raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
+            issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
         return cls(
             gate,
             store=HandoffStore(store),
@@ -96,6 +117,8 @@ class GateService:
             handlers=handlers,
             metrics=metrics,
             ledger_path=Path(ledger),
+            registry=registry,
+            issuers=issuers,
         )
 
     # -- refusals -------------------------------------------------------------------------------
@@ -146,7 +169,7 @@ class GateService:
         traceparent = _traceparent(action)
         with span("kcp_opa.decision", {"kcp.caller": principal.id}, traceparent) as current:
             started = time.perf_counter()
-            record = self.desk.open(action)
+            record = self._open(action)
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             decision = record.decision
             self.metrics.decisions.labels(state=decision.decision.value).inc()
@@ -164,6 +187,15 @@ class GateService:
             while len(self._records) > MAX_RECORDS:
                 self._records.popitem(last=False)
         return record.to_dict()
+
+    def _open(self, action: Mapping[str, Any]) -> GateDecision:
+        """The desk's sealed record; without a registry an unsealed one that nothing can be recorded on."""
+        if self.desk is not None:
+            return self.desk.open(action)
+        frozen = copy.deepcopy(dict(action))
+        prepared = self.gate.prepare(frozen)
+        decision, _ = self.gate.decide_recorded(prepared)
+        return GateDecision(frozen, prepared, decision, inputs=(prepared.document,))
 
     def decide_only(self, principal: Principal, action: Any) -> dict[str, Any]:
         """The bare decision document (the OPA-compatible API): decided and audited, not kept."""
@@ -223,43 +255,39 @@ class GateService:
         if control in SUBJECT_CONTROLS:
             return {"principals": [str(record.action.get("subject_id", ""))], "kinds": ["human"], "roles": []}
         if control in APPROVER_CONTROLS:
-            return {
-                "principals": [],
-                "kinds": ["human"],
-                "roles": list(record.decision.verdict.approver_roles) or ["approver"],
-            }
+            return {"principals": [], "kinds": ["human"], "roles": self._approval_roles(control, record)}
         return {"principals": [], "kinds": ["provider"], "roles": []}
+
+    def _approval_roles(self, control: str, record: GateDecision) -> list[str]:
+        """The roles the policy will ask of the approver (so a wrong one does not spend the challenge)."""
+        if control == "compliance_review":
+            return ["compliance_officer"]
+        if record.decision.verdict.approver_roles:
+            return list(record.decision.verdict.approver_roles)
+        params = self.gate.bundle.data.get("kcp_data", {}).get("matrix", {}).get("parameters", {})
+        by_role = params.get("approver_roles", {})
+        role = by_role.get("by_task_type", {}).get(str(record.action.get("action_type")), by_role.get("default"))
+        return [str(role)] if role else ["approver"]
 
     def record_result(
         self, principal: Principal, challenge_id: str, status: str, evidence_reference: str
     ) -> dict[str, Any]:
         principal.require(Scope.RECORD_RESULT, "record control results")
+        if self.desk is None or self.registry is None or self.issuers is None:
+            raise AccessDeniedError(NEEDS_TRUST)
         if status not in {s.value for s in EvidenceStatus} or not evidence_reference:
             # Checked before the challenge is consumed: a malformed answer does not spend it.
             raise CodedError("status is PASSED or FAILED, with a non-empty evidence_reference", "malformed_evidence")
         challenge = self.challenges.get(challenge_id)
         self.challenges.check_open(challenge)
-        _check_addressed(principal, challenge)
-        actor_type = {PrincipalKind.HUMAN: ActorType.HUMAN, PrincipalKind.PROVIDER: ActorType.PROVIDER}.get(
-            principal.kind, ActorType.AI_AGENT
-        )
-        if challenge.control in SUBJECT_CONTROLS:
-            actor_type = ActorType.USER
+        check_addressed(principal, challenge)
+        self.issuers.for_control(self.registry, challenge.control)  # an answer it cannot sign does not spend it
         with self._lock:
             record = self._records.get(challenge.decision_id)
         if record is None:
             raise UnknownRecordError(f"this service holds no decision {challenge.decision_id}")
         consumed = self.challenges.consume(challenge_id, principal.id)
-        evidence = ControlEvidence(
-            control=consumed.control,
-            status=EvidenceStatus(status),
-            actor_type=actor_type,
-            actor_id=principal.id,
-            evidence_reference=evidence_reference,
-            completed_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            decision_id=consumed.decision_id,
-            action_hash=consumed.action_hash,
-        )
+        evidence = self.issuers.sign(self.registry, consumed.control, status, principal, evidence_reference, consumed)
         with self._lock:  # one writer per record: two answers never overwrite each other
             record = self._records[consumed.decision_id]
             updated = self.desk.record_control_result(record, evidence, action=record.action)
@@ -270,13 +298,15 @@ class GateService:
         """A challenge, for its addressees and for principals that may read (auditors, approvers)."""
         challenge = self.challenges.get(challenge_id)
         if Scope.READ not in principal.scopes:
-            _check_addressed(principal, challenge)
+            check_addressed(principal, challenge)
         return challenge.to_dict()
 
     # -- receipts and execution -----------------------------------------------------------------
 
     def issue_receipt(self, principal: Principal, decision_id: str, ttl_seconds: int | None = None) -> dict[str, Any]:
         principal.require(Scope.ISSUE_RECEIPT, "issue delegation receipts")
+        if self.desk is None:
+            raise AccessDeniedError("issuing receipts needs a trust registry: start the server with --trust REGISTRY")
         record = self._record(decision_id)
         signer: ReceiptKey = self.keyring.signer()
         return {"receipt": self.desk.issue(record, signer, ttl_seconds=ttl_seconds), "action": dict(record.action)}
@@ -323,7 +353,7 @@ class GateService:
         principal.require(Scope.WRITE_AUDIT, "write audit events")
         if not isinstance(detail, Mapping):
             raise CodedError("detail is a JSON object", "bad_arguments")
-        secret = _secret_key(detail)
+        secret = secret_key(detail)
         if secret is not None:
             raise CodedError(
                 f"detail carries a secret-bearing key {secret!r}; secrets never reach the ledger", "secret"
@@ -349,36 +379,8 @@ class GateService:
             "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
             "decisions_held": len(self._records),
             "handlers": sorted(self.handlers),
+            "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
         }
-
-
-def _check_addressed(principal: Principal, challenge: Challenge) -> None:
-    """Refuse a principal the challenge is not addressed to (kind, named principals, roles)."""
-    address = challenge.addressed_to
-    kinds, roles, named = address.get("kinds", []), address.get("roles", []), address.get("principals", [])
-    if principal.kind.value not in kinds or (named and principal.id not in {canonical_id(n) for n in named}):
-        raise AccessDeniedError(f"challenge {challenge.challenge_id} is not addressed to {principal.id}")
-    if roles and not principal.roles & set(roles):
-        raise AccessDeniedError(f"challenge {challenge.challenge_id} needs one of the roles {', '.join(roles)}")
-
-
-def _secret_key(value: Any, depth: int = 0) -> str | None:
-    """The first secret-bearing key (as the gate refuses in actions) anywhere in ``value``."""
-    if depth > 32:
-        return "<nested too deep>"
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if str(key).lower() in FORBIDDEN_KEYS:
-                return str(key)
-            found = _secret_key(item, depth + 1)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for item in value:
-            found = _secret_key(item, depth + 1)
-            if found is not None:
-                return found
-    return None
 
 
 def _writable(path: Path) -> bool:

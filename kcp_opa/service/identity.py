@@ -2,9 +2,9 @@
 
 The service never takes a caller's identity from a request body. An :class:`Authenticator`
 resolves it per request: over stdio the principal is fixed when the server starts; over HTTP a
-bearer token is hashed (sha256) and looked up among the stored hashes in constant time. The
-trust registry (``--trust``) will be one more :class:`Authenticator`; until it lands, a server
-knows one local agent principal and nothing that needs a registered human, issuer or executor.
+bearer token is hashed (sha256) and looked up among the stored hashes in constant time. With a
+trust registry (``--trust``) the principals' kinds and roles come from the registry (see
+issuing.py); without one a server knows one local agent principal and nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class PrincipalKind(enum.StrEnum):
     EXECUTOR = "executor"
     AUDITOR = "auditor"
     PROVIDER = "provider"
+    SYSTEM = "system"
 
 
 class Scope(enum.StrEnum):
@@ -104,7 +105,7 @@ LOCAL_AGENT = Principal("local-agent", PrincipalKind.AGENT, frozenset({"agent"})
 
 
 class Authenticator(Protocol):
-    """Resolves the caller of one request. The trust registry implements this when it lands."""
+    """Resolves the caller of one request (in memory, or from the trust registry)."""
 
     def fixed(self) -> Principal | None:
         """The principal of a connection without credentials (stdio), or None when none is allowed."""

@@ -1,0 +1,181 @@
+"""The service as an evidence issuer, and registry principals as service callers.
+
+With a trust registry the service signs each control result it records (an approval app in the
+registry's sense): the answering principal's canonical id, the challenge's decision id and action
+hash, the status and the reference, signed as one of the issuers it holds a key for. The desk
+then verifies that attestation like any other and the policy judges it; the service cannot make
+an answer count that an outside issuer could not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kcp_opa.authorize.attestations import sign_attestation
+from kcp_opa.authorize.controls import ControlDesk
+from kcp_opa.core.errors import CodedError, EvidenceRejectedError
+from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.secretkeys import secret_name
+from kcp_opa.core.signing import Keyring, ReceiptKey
+from kcp_opa.decide.gate import Gate
+from kcp_opa.declare.trust import TrustRegistry
+from kcp_opa.service.challenges import Challenge
+from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, StaticAuthenticator
+
+#: Registry principal type -> the service's kind and the role that grants its scopes.
+_KINDS: Mapping[str, tuple[PrincipalKind, str]] = {
+    "human": (PrincipalKind.HUMAN, "subject"),
+    "ai_agent": (PrincipalKind.AGENT, "agent"),
+    "provider": (PrincipalKind.PROVIDER, "provider"),
+    "executor": (PrincipalKind.EXECUTOR, "executor"),
+    "auditor": (PrincipalKind.AUDITOR, "auditor"),
+    "system": (PrincipalKind.SYSTEM, "issuer"),
+}
+
+
+class IssuerConfigError(CodedError):
+    code = "issuer_config"
+
+
+@dataclass(frozen=True)
+class ServiceIssuers:
+    """The registered issuers the service signs as, each with its private key, in preference order."""
+
+    keys: tuple[tuple[str, ReceiptKey], ...]
+
+    @classmethod
+    def load(cls, registry: TrustRegistry, issuer_ids: Sequence[str], keyring: Keyring) -> ServiceIssuers:
+        """Each issuer must be in the registry and the keyring must hold a private key it lists."""
+        found: list[tuple[str, ReceiptKey]] = []
+        for raw in issuer_ids:
+            try:
+                issuer = registry.issuer(raw)
+            except IdentityError as exc:
+                raise IssuerConfigError(f"issuer {raw!r}: {exc}") from None
+            if issuer is None:
+                raise IssuerConfigError(f"issuer {raw!r} is not in the trust registry {registry.file}")
+            keys = [keyring.keys[kid] for kid in issuer.keys if kid in keyring.keys and keyring.keys[kid].can_sign]
+            if not keys:
+                kids = ", ".join(sorted(issuer.keys))
+                raise IssuerConfigError(f"the issuer keyring holds no private key of issuer {issuer.id} ({kids})")
+            found.append((issuer.id, keys[0]))
+        return cls(tuple(found))
+
+    def sign(
+        self, registry: TrustRegistry, control: str, status: str, principal: Principal, reference: str, bound: Any
+    ) -> dict[str, Any]:
+        """A signed attestation of ``principal``'s answer, by the first held issuer allowed for ``control``."""
+        issuer_id, key = self.for_control(registry, control)
+        fields = {
+            "control": control,
+            "status": status,
+            "actor_id": principal.id,
+            "evidence_reference": reference,
+            "completed_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "decision_id": bound.decision_id,
+            "action_hash": bound.action_hash,
+        }
+        return sign_attestation(fields, issuer_id, key)
+
+    def desk(self, gate: Gate, registry: TrustRegistry) -> ControlDesk:
+        """The ControlDesk; the gate's ledger entry (standard_audit_logging) is signed by an issuer held for it."""
+        found = self.held_for(registry, "standard_audit_logging")
+        if found is None:
+            return ControlDesk(gate, registry)
+        return ControlDesk(gate, registry, gate_issuer=found[0], gate_key=found[1])
+
+    def held_for(self, registry: TrustRegistry, control: str) -> tuple[str, ReceiptKey] | None:
+        """The first held issuer the registry allows to attest ``control``."""
+        for issuer_id, key in self.keys:
+            issuer = registry.issuer(issuer_id)
+            if issuer is not None and control in issuer.controls:
+                return issuer_id, key
+        return None
+
+    def for_control(self, registry: TrustRegistry, control: str) -> tuple[str, ReceiptKey]:
+        found = self.held_for(registry, control)
+        if found is not None:
+            return found
+        held = ", ".join(i for i, _ in self.keys) or "none"
+        raise EvidenceRejectedError(
+            f"this service signs as {held}; none of them may attest {control!r} in the trust registry",
+            "issuer_not_allowed",
+        )
+
+
+def registry_principal(registry: TrustRegistry, raw_id: str, approver_roles: Iterable[str] = ()) -> Principal:
+    """The caller the registry names: its kind and roles, plus the service role its type grants.
+
+    A human holding one of ``approver_roles`` (the bundle's) also gets the approver's scopes.
+    """
+    try:
+        entry = registry.principal(raw_id)
+    except IdentityError as exc:
+        raise IssuerConfigError(f"principal {raw_id!r}: {exc}") from None
+    if entry is None:
+        raise IssuerConfigError(f"principal {raw_id!r} is not in the trust registry {registry.file}")
+    kind, role = _KINDS[entry.type]
+    roles = {role, *entry.roles}
+    if kind is PrincipalKind.HUMAN and set(entry.roles) & set(approver_roles):
+        roles.add("approver")
+    return Principal(entry.id, kind, frozenset(roles))
+
+
+def registry_authenticator(
+    registry: TrustRegistry,
+    token_hashes: Mapping[str, str],
+    *,
+    stdio: str | None = None,
+    approver_roles: Iterable[str] = (),
+) -> StaticAuthenticator:
+    """Bearer token hashes (``sha256:<hex>`` -> principal id) and the stdio caller, resolved in the registry."""
+    wanted = set(approver_roles)
+    fixed = registry_principal(registry, stdio, wanted) if stdio is not None else None
+    authenticator = StaticAuthenticator(stdio=fixed)
+    for hashed, principal_id in token_hashes.items():
+        authenticator.add_token_hash(hashed, registry_principal(registry, principal_id, wanted))
+    return authenticator
+
+
+def bundle_approver_roles(data: Mapping[str, Any]) -> set[str]:
+    """Every role the bundle's matrix asks an approver to hold, plus the compliance officer."""
+    params = data.get("kcp_data", {}).get("matrix", {}).get("parameters", {}).get("approver_roles", {})
+    roles = {"compliance_officer"}
+    if isinstance(params, Mapping):
+        by_task = params.get("by_task_type")
+        roles |= {str(r) for r in by_task.values()} if isinstance(by_task, Mapping) else set()
+        if isinstance(params.get("default"), str):
+            roles.add(params["default"])
+    return roles
+
+
+def check_addressed(principal: Principal, challenge: Challenge) -> None:
+    """Refuse a principal the challenge is not addressed to (kind, named principals, roles)."""
+    address = challenge.addressed_to
+    kinds, roles, named = address.get("kinds", []), address.get("roles", []), address.get("principals", [])
+    if principal.kind.value not in kinds or (named and principal.id not in {canonical_id(n) for n in named}):
+        raise AccessDeniedError(f"challenge {challenge.challenge_id} is not addressed to {principal.id}")
+    if roles and not principal.roles & set(roles):
+        raise AccessDeniedError(f"challenge {challenge.challenge_id} needs one of the roles {', '.join(roles)}")
+
+
+def secret_key(value: Any, depth: int = 0) -> str | None:
+    """The first secret-bearing key (as the gate refuses in actions) anywhere in ``value``."""
+    if depth > 32:
+        return "<nested too deep>"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if secret_name(str(key)) is not None:
+                return str(key)
+            found = secret_key(item, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = secret_key(item, depth + 1)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,89 @@
+"""A trust registry for the service tests, built in tmp_path with freshly generated Ed25519 keys.
+
+The service signs control results as ``serve-approvals`` (an approval app allowed for every
+control a person or provider answers through it); the bundle is compiled with this registry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from conftest import DEPLOYMENTS, POLICIES
+
+from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.signing import Keyring, generate_ed25519
+
+SERVICE_ISSUER = "serve-approvals"
+GATE_ISSUER = "serve-gate"  # signs the gate's own standard_audit_logging (its ledger entry)
+CONFIRM_ONLY = "confirm-idp"  # a second issuer the service can sign as, allowed for one control only
+ANSWERED = [
+    "user_confirmation",
+    "step_up_authentication",
+    "identity_verification",
+    "authority_verification",
+    "beneficiary_verification",
+    "independent_human_approval",
+    "compliance_review",
+]
+PRINCIPALS = [
+    {"id": "local-agent", "type": "ai_agent"},
+    {"id": "agent_payments_001", "type": "ai_agent"},
+    # The subject also holds the approver's role: only the policy's separation of duties stops it.
+    {"id": "user_001", "type": "human", "roles": ["customer", "treasury_approver"]},
+    {"id": "treasury_approver_anna", "type": "human", "roles": ["treasury_approver"]},
+    {"id": "clerk_bob", "type": "human", "roles": ["clerk"]},
+    {"id": "kyc-provider", "type": "provider"},
+    {"id": "approval-desk", "type": "system"},
+    {"id": "kcp-opa-ledger", "type": "system"},  # the actor of the gate's own audit-logging evidence
+    {"id": "payments-executor", "type": "executor"},
+    {"id": "batch-executor", "type": "executor"},
+    {"id": "auditor_ada", "type": "auditor"},
+]
+
+
+def write_registry(work: Path) -> tuple[Path, Path]:
+    """The registry YAML and the issuer keyring file (private key; TEST-ONLY, generated per run)."""
+    key, idp = generate_ed25519(f"{SERVICE_ISSUER}-ed25519"), generate_ed25519(f"{CONFIRM_ONLY}-ed25519")
+    gate = generate_ed25519(f"{GATE_ISSUER}-ed25519")
+    keyring = Keyring({key.kid: key, idp.kid: idp, gate.kid: gate}, key.kid)
+    public = {e["kid"]: e["public_key"] for e in keyring.to_file_dict(include_private=False)["keys"]}
+    registry = {
+        "kind": "kcp-opa/trust-registry",
+        "format_version": 1,
+        "name": "service-tests",
+        "version": "1.0.0",
+        "principals": PRINCIPALS,
+        "issuers": [
+            {
+                "id": SERVICE_ISSUER,
+                "type": "approval_app",
+                "controls": ANSWERED,
+                "keys": [{"kid": key.kid, "alg": "Ed25519", "public_key": public[key.kid]}],
+            },
+            {
+                "id": GATE_ISSUER,
+                "type": "gate",
+                "controls": ["standard_audit_logging"],
+                "keys": [{"kid": gate.kid, "alg": "Ed25519", "public_key": public[gate.kid]}],
+            },
+            {
+                "id": CONFIRM_ONLY,
+                "type": "identity_provider",
+                "controls": ["user_confirmation"],
+                "keys": [{"kid": idp.kid, "alg": "Ed25519", "public_key": public[idp.kid]}],
+            },
+        ],
+    }
+    registry_path, keys_path = work / "trust.yaml", work / "issuer-keys.json"
+    registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
+    keys_path.write_text(json.dumps(keyring.to_file_dict(include_private=True)))
+    keys_path.chmod(0o600)
+    return registry_path, keys_path
+
+
+def compile_finance(out: Path, trust: Path | None) -> Path:
+    base = DEPLOYMENTS / "finance"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, trust_path=trust)
+    return out
