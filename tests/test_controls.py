@@ -92,12 +92,11 @@ def test_the_subject_cannot_approve_under_an_id_variant(desk: ControlDesk, varia
     assert _code(desk, record, signed(record, "independent_human_approval", variant)) == code
 
 
-def test_a_party_id_with_a_hidden_character_refuses_the_evidence(desk: ControlDesk) -> None:
+def test_a_party_id_with_a_hidden_character_never_becomes_a_party(desk: ControlDesk) -> None:
+    """The action's identifier contract refuses it before any decision, so no evidence can bind to it."""
     action = {**KYA, "action_id": "act_hidden", "agent_id": "agent_payments\u200b_001"}
-    record = desk.open(action, now=DECIDED)
-    assert _code(desk, record, signed(record, "independent_human_approval", "treasury_approver_anna"), action) == (
-        "non_canonical_id"
-    )
+    with pytest.raises(ActionRejectedError, match="agent_id"):
+        desk.open(action, now=DECIDED)
 
 
 # --- signed evidence -----------------------------------------------------------------------------
