@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO
+import trustkit
+from conftest import REPO
 
-from kcp_opa.authorize.controls import ControlDesk, GateDecision, evidence_for
+from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.authorize.store import SQLiteStore
-from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import EvidenceRejectedError, ExecutionError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.gate import Gate
@@ -33,30 +33,27 @@ DONE = "2026-11-29T10:01:00Z"
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
 LATER = ISSUED + dt.timedelta(seconds=30)
 SECRET = b"kya-receipt-secret-0123456789abcdef"
+#: The six controls of the KYA payment and who satisfies each (principals of the reference registry).
 SIX = [
-    ("standard_audit_logging", "system", "kcp-opa-ledger"),
-    ("user_confirmation", "user", "user_001"),
-    ("identity_verification", "provider", "kyc-provider"),
-    ("authority_verification", "system", "scope-service"),
-    ("beneficiary_verification", "provider", "bank-registry"),
-    ("independent_human_approval", "human", "approver_9"),
+    ("standard_audit_logging", "kcp-opa-ledger"),
+    ("user_confirmation", "user_001"),
+    ("identity_verification", "kyc-provider"),
+    ("authority_verification", "scope-service"),
+    ("beneficiary_verification", "bank-registry"),
+    ("independent_human_approval", "treasury_approver_anna"),
 ]
 
 
 @pytest.fixture(scope="module")
 def desk(tmp_path_factory: pytest.TempPathFactory) -> ControlDesk:
-    out = tmp_path_factory.mktemp("survivors") / "finance.tar.gz"
-    base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out)
-    return ControlDesk(Gate.from_bundle(out))
+    out = trustkit.compile_with_trust(tmp_path_factory.mktemp("survivors") / "finance.tar.gz")
+    return trustkit.make_desk(Gate.from_bundle(out))
 
 
 def _approve(desk: ControlDesk, action: dict[str, Any]) -> GateDecision:
     record = desk.open(action, now=DECIDED)
-    for control, actor_type, actor in SIX:
-        (item,) = evidence_for(
-            record, [control], actor_type=actor_type, actor_id=actor, completed_at=DONE, reference=f"ev:{control}"
-        )
+    for control, actor in SIX:
+        item = trustkit.signed(record, control, actor, done=DONE)
         record = desk.record_control_result(record, item, action=action)
     assert record.decision.authorization_status.value == "APPROVED"
     return record
@@ -74,28 +71,15 @@ def test_the_requester_who_is_not_the_subject_cannot_approve(desk: ControlDesk) 
     """Kills: dropping ``authorization_context.requested_by`` from the parties that may not
     approve their own action. Every earlier test had requester == subject, so the subject rule
     alone refused it."""
-    action = KYA | {"authorization_context": KYA["authorization_context"] | {"requested_by": "user_777"}}
-    assert action["subject_id"] != "user_777"
+    requester = "treasury_approver_ben"  # a registered approver, so only the requester rule can refuse him
+    action = KYA | {"authorization_context": KYA["authorization_context"] | {"requested_by": requester}}
+    assert action["subject_id"] != requester
     record = desk.open(action, now=DECIDED)
-    (item,) = evidence_for(
-        record,
-        ["independent_human_approval"],
-        actor_type="human",
-        actor_id="user_777",
-        completed_at=DONE,
-        reference="r",
-    )
+    item = trustkit.signed(record, "independent_human_approval", requester, done=DONE, reference="r")
     with pytest.raises(EvidenceRejectedError) as caught:
         desk.record_control_result(record, item, action=action)
     assert caught.value.code == "self_approval"
-    (other,) = evidence_for(
-        record,
-        ["independent_human_approval"],
-        actor_type="human",
-        actor_id="approver_9",
-        completed_at=DONE,
-        reference="r",
-    )
+    other = trustkit.signed(record, "independent_human_approval", "treasury_approver_anna", done=DONE, reference="r")
     accepted = desk.record_control_result(record, other, action=action)
     assert "independent_human_approval" not in accepted.decision.missing_controls
 
