@@ -20,7 +20,7 @@ from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 
 CHECK_TIMEOUT_S = 120
 
-#: Builtins regopy 1.5.2 leaves undefined without an error (engine-notes.md hazard 5).
+#: Builtins regopy 1.5.2 leaves undefined without an error (docs/engine-findings.md hazard 5).
 SILENT_IN_REGOPY = (
     "http.send",
     "json.match_schema",
@@ -149,7 +149,7 @@ def _regopy_compile(all_modules: Mapping[str, str]) -> list[CheckFinding]:
                 "error",
                 "regopy_abort",
                 "regopy aborts planning this module; the known trigger is `x in coll` under `with input as` / "
-                "`with input.<coll> as` (engine-notes.md hazard 4)",
+                "`with input.<coll> as` (docs/engine-findings.md hazard 4)",
             )
             for target in targets
         ]
@@ -201,7 +201,7 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
                         "warning",
                         "with_input_as",
                         "`with input as {...}` aborts regopy when the rule under test uses `x in coll` "
-                        "(engine-notes.md hazard 4); mock `input.<field>` instead",
+                        "(docs/engine-findings.md hazard 4); mock `input.<field>` instead",
                     )
                 )
             if not name.endswith("_test.rego"):
@@ -217,7 +217,7 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
                             number,
                             "warning",
                             "silent_builtin",
-                            f"{called} is undefined in regopy without an error (engine-notes.md hazard 5)",
+                            f"{called} is undefined in regopy without an error (docs/engine-findings.md hazard 5)",
                         )
                     )
                 elif not probe.is_builtin(called):

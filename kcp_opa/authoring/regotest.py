@@ -28,7 +28,7 @@ _RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)
 CHILD_TIMEOUT_S = 300
 ABORT_HINT = (
     "regopy aborted while planning this test. The known trigger is `x in coll` inside a rule "
-    "evaluated under `with input as {...}` or `with input.<coll> as [...]` (engine-notes.md "
+    "evaluated under `with input as {...}` or `with input.<coll> as [...]` (docs/engine-findings.md "
     "hazard 4, engine-findings item 17): mock a different field, or write the rule as "
     "`some y in coll; y == x` / `coll[_] == x`"
 )

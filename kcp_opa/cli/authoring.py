@@ -204,7 +204,7 @@ def _snapshot(paths: Sequence[Path]) -> tuple[tuple[str, int], ...]:
 @click.option("--strict", is_flag=True, help="Warnings fail the check too (exit 1).")
 @FORMAT
 def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | None) -> None:
-    """Compile every module on OPA and regopy and flag the constructs engine-notes.md lists.
+    """Compile every module on OPA and regopy and flag the constructs docs/engine-findings.md lists.
 
     Exit 1 on any error (or, with --strict, any warning); 0 otherwise.
     """

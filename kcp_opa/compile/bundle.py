@@ -3,7 +3,7 @@
 The writer makes ``opa eval -b`` loadable ``.tar.gz`` files whose bytes depend only on their
 contents (sorted members, zero mtimes and owners, a gzip header without name or time), and it
 never leaves a partial file behind. The reader is the one both engine adapters use: regopy
-reads neither tarballs nor per-directory ``data.json`` files (engine-notes.md), so the data is
+reads neither tarballs nor per-directory ``data.json`` files (docs/engine-findings.md), so the data is
 merged here once, exactly as OPA mounts it.
 """
 

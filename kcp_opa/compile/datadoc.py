@@ -14,7 +14,7 @@ Layout (mounted under ``data.kcp_data``; policies live under ``data.kcp``, never
 - ``matrix``: the matrix's name, version, task types and parameters.
 
 Why an index and not ``units[project][id]``: regopy looks up an object key in time linear in
-the key's position (engine-notes.md item 10; measured here ~0.85 us per position, 85 ms for the
+the key's position (docs/engine-findings.md item 10; measured here ~0.85 us per position, 85 ms for the
 last of 100,000 keys), while array indexing is constant. So entries are spread over nested
 arrays of 16 slots, one level per hex digit of ``sha256("a/b/...")``; ``depth`` levels give
 16**depth leaves. No arithmetic is involved: regopy 1.5.2 computes ``%`` wrongly on numbers

@@ -1,6 +1,6 @@
 """Check that regopy can load and plan a bundle, in a child process.
 
-rego-cpp aborts the whole process on some inputs (engine-notes.md hazards 2 and 4), so a build
+rego-cpp aborts the whole process on some inputs (docs/engine-findings.md hazards 2 and 4), so a build
 of modules the compiler has not seen before runs in a child: a crash there becomes a compile
 error, never a dead CI job or agent host.
 """
@@ -34,7 +34,7 @@ def check_bundle_in_child(bundle: Path, *, evaluate: bool = True) -> None:
     if proc.returncode < 0:
         raise CompileError(
             f"{bundle}: regopy crashed (signal {-proc.returncode}) planning the bundle; "
-            "see engine-notes.md hazards 2 and 4 (`x in coll` under `with input as`)"
+            "see docs/engine-findings.md hazards 2 and 4 (`x in coll` under `with input as`)"
         )
     if proc.returncode != 0:
         detail = proc.stdout.strip() or proc.stderr.strip().splitlines()[-1:] or ["no detail"]
@@ -48,7 +48,7 @@ def _probe(bundle_path: str, plan_only: bool = False) -> int:
 
     bundle = read_bundle(bundle_path)
     interp = Interpreter()
-    # UTF-8, never \u escapes: regopy keeps escapes raw inside strings (docs/engine-notes.md).
+    # UTF-8, never \u escapes: regopy keeps escapes raw inside strings (docs/engine-findings.md).
     interp.add_data_json(canonical_json(bundle.data).decode("utf-8"))
     for name, source in sorted(bundle.modules.items()):
         interp.add_module(name, source)

@@ -1,6 +1,6 @@
 """regopy, hosted so that no policy and no input can take the agent's process down.
 
-The bundle is checked in a child process first (rego-cpp aborts on some plans; engine-notes.md
+The bundle is checked in a child process first (rego-cpp aborts on some plans; docs/engine-findings.md
 hazards 2 and 4), then its data is mounted once, the modules added and the entrypoint built
 once. Each thread gets its own ``Interpreter`` over the shared compiled bundle (calls release
 the GIL). Every failure of an evaluation (not ok, an exception, undefined, output that is not
@@ -34,7 +34,7 @@ DECISION_ENTRYPOINT = "kcp/gate/decision"
 #: Builtins a decision policy must not call: they read the clock, the network, randomness or the
 #: host environment, so a decision would no longer replay from its archived input (contract
 #: principle 5), and ``opa.runtime()`` hands the process environment, secrets included, to policy
-#: code (engine-notes.md hazard 9).
+#: code (docs/engine-findings.md hazard 9).
 NONDETERMINISTIC_BUILTINS = (
     "time.now_ns",
     "http.send",
@@ -168,7 +168,7 @@ class RegopyEngine:
         if shadowed:
             raise EngineLoadError(
                 f"{source}: data at data.{shadowed[0]} would shadow the policy there "
-                "(regopy silently prefers data; engine-notes.md hazard 7); keep data and policy roots apart"
+                "(regopy silently prefers data; docs/engine-findings.md hazard 7); keep data and policy roots apart"
             )
         calls = forbidden_builtin_calls(self.bundle.modules)
         if calls:
@@ -188,7 +188,7 @@ class RegopyEngine:
 
         interpreter = Interpreter()
         # Undefined builtins (net.*, http.send...) become errors, not a silent undefined that a
-        # `not` could flip into an allow (engine-notes.md hazard 5).
+        # `not` could flip into an allow (docs/engine-findings.md hazard 5).
         interpreter.strict_built_in_errors = True
         return interpreter
 
