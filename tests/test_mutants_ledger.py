@@ -1,0 +1,241 @@
+"""Behaviour tests for kcp_opa/trail/ledger.py that kill its mutmut survivors (docs/testing.md).
+
+Real files, real flock and fsync, no bundle: every test reads the ledger back (bytes, chain,
+checkpoints) so a mutant that changes what lands on disk fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from kcp_opa.core.canonical import canonical_hash, canonical_json
+from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.signing import Keyring, hmac_key
+from kcp_opa.trail import ledger as ledger_module
+from kcp_opa.trail.checkpoint import load_checkpoints, verify_checkpoint
+from kcp_opa.trail.ledger import GENESIS, AuditLedger, checkpoint_path, read_entries, verify_ledger
+
+KEY = hmac_key("ck-1", b"checkpoint-secret-0123456789abcdef")
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"^durability is 'fsync' or 'group'$"):
+        AuditLedger("x", durability="none")
+    with pytest.raises(ValueError, match=r"^checkpoint_every is at least 1$"):
+        AuditLedger("x", checkpoint_every=0)
+    ledger = AuditLedger("x", checkpoint_every=1)
+    assert (ledger.durability, ledger.checkpoint_every, ledger.checkpoint_key) == ("fsync", 1, None)
+    assert AuditLedger("x").checkpoint_every == 1000
+    assert checkpoint_path(Path("/a/audit.jsonl")) == Path("/a/audit.jsonl.checkpoints")
+
+
+@pytest.mark.parametrize("durability", ["fsync", "group"])
+def test_header_chain_and_bytes(tmp_path: Path, durability: str) -> None:
+    path = tmp_path / "sub" / "audit.jsonl"
+    ledger = AuditLedger(path, durability=durability)
+    first = ledger.append({"type": "a", "n": 1})
+    second = ledger.append({"type": "b", "n": 2})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640 & ~_umask()
+    lines = _lines(path)
+    assert len(lines) == 3 and all(line.endswith(b"\n") for line in lines)
+    header = json.loads(lines[0])
+    assert set(header) == {"kcp_opa_ledger", "ledger_id", "created_at"} and header["kcp_opa_ledger"] == 1
+    assert len(header["ledger_id"]) == 32 and header["created_at"].endswith("Z")
+    assert first["seq"] == 1 and first["previous_hash"] == canonical_hash(header)
+    assert second["seq"] == 2 and second["previous_hash"] == first["entry_hash"]
+    assert lines[1] == canonical_json(first) + b"\n" and lines[2] == canonical_json(second) + b"\n"
+    without = {k: v for k, v in second.items() if k != "entry_hash"}
+    assert second["entry_hash"] == canonical_hash(without)
+    report = verify_ledger(path)
+    assert report.ok and report.entries == 2 and report.head_seq == 2 and report.ledger_id == header["ledger_id"]
+    assert [n for n, _ in read_entries(path)] == [2, 3]
+    # a second writer object continues the same chain
+    third = AuditLedger(path).append({"type": "c"})
+    assert third["seq"] == 3 and third["previous_hash"] == second["entry_hash"]
+    assert _lines(path)[0] == lines[0]  # one header only
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_append_copies_the_callers_entry(tmp_path: Path) -> None:
+    entry = {"type": "a"}
+    written = AuditLedger(tmp_path / "audit.jsonl").append(entry)
+    assert entry == {"type": "a"} and written["type"] == "a"
+
+
+def test_refuses_symlinks_directories_and_foreign_files(tmp_path: Path) -> None:
+    target = tmp_path / "target.jsonl"
+    target.write_text("")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    with pytest.raises(LedgerError) as caught:
+        AuditLedger(link).append({"type": "x"})
+    assert str(caught.value) == f"{link}: cannot open the audit ledger: it is a symlink (never followed)"
+    assert target.read_bytes() == b""
+    folder = tmp_path / "dir.jsonl"
+    folder.mkdir()
+    with pytest.raises(LedgerError) as caught:
+        AuditLedger(folder).append({"type": "x"})
+    assert str(caught.value) == f"{folder}: cannot open the audit ledger: Is a directory"
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(LedgerError) as caught:
+            AuditLedger(fifo).append({"type": "x"})
+        assert str(caught.value) == f"{fifo}: the audit ledger is not a regular file"
+    finally:
+        os.close(fd)
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("hello\n")
+    with pytest.raises(LedgerError) as caught:
+        AuditLedger(foreign).append({"type": "x"})
+    assert str(caught.value) == f"{foreign}: not a kcp-opa audit ledger (no ledger header); refusing to write to it"
+    assert foreign.read_text() == "hello\n"
+
+
+def test_torn_tail_is_cut_in_a_headed_ledger_only(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    ledger = AuditLedger(path)
+    first = ledger.append({"type": "a"})
+    good = path.read_bytes()
+    with path.open("ab") as handle:
+        handle.write(b'{"type":"torn')
+    second = ledger.append({"type": "b"})
+    assert path.read_bytes().startswith(good) and second["previous_hash"] == first["entry_hash"] and second["seq"] == 2
+    assert verify_ledger(path).ok
+    legacy = tmp_path / "legacy.jsonl"
+    entry = {"type": "old", "seq": 1, "previous_hash": GENESIS}
+    entry["entry_hash"] = canonical_hash(entry)
+    legacy.write_bytes(canonical_json(entry) + b"\n")
+    appended = AuditLedger(legacy).append({"type": "new"})
+    assert appended["seq"] == 2 and appended["previous_hash"] == entry["entry_hash"]
+    assert len(_lines(legacy)) == 2
+    with legacy.open("ab") as handle:
+        handle.write(b'{"torn')
+    before = legacy.read_bytes()
+    with pytest.raises(LedgerError) as caught:
+        AuditLedger(legacy).append({"type": "x"})
+    assert str(caught.value) == (
+        f"{legacy}: torn last line in a headerless ledger; repair it by hand after `audit verify`"
+    )
+    assert legacy.read_bytes() == before
+
+
+def test_a_torn_header_alone_is_restarted(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b'{"created_at":"2026-11-29T10:00:00.000000Z","kcp_opa_le')
+    written = AuditLedger(path).append({"type": "a"})
+    assert written["seq"] == 1
+    header = json.loads(_lines(path)[0])
+    assert header["kcp_opa_ledger"] == 1 and written["previous_hash"] == canonical_hash(header)
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b'{"created_at":"x"}\n')  # a whole line that is no header: never cut
+    with pytest.raises(LedgerError):
+        AuditLedger(other).append({"type": "a"})
+    assert other.read_bytes() == b'{"created_at":"x"}\n'
+
+
+def test_a_header_only_ledger_chains_from_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    header = {"created_at": "2026-11-29T10:00:00.000000Z", "kcp_opa_ledger": 1, "ledger_id": "f" * 32}
+    path.write_bytes(canonical_json(header) + b"\n")
+    written = AuditLedger(path).append({"type": "a"})
+    assert written["seq"] == 1 and written["previous_hash"] == canonical_hash(header)
+
+
+def test_a_last_line_that_is_no_entry_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    AuditLedger(path).append({"type": "a"})
+    with path.open("ab") as handle:
+        handle.write(b'{"type": "no seq"}\n')
+    with pytest.raises(LedgerError) as caught:
+        AuditLedger(path).append({"type": "b"})
+    assert str(caught.value) == f"{path}: the last entry is not a ledger entry; run `kcp-opa audit verify`"
+
+
+def test_long_lines_are_found_across_tail_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    ledger = AuditLedger(path)
+    size = ledger_module._TAIL_CHUNK * 2 + 100  # each entry spans three tail chunks
+    first = ledger.append({"type": "a", "pad": "p" * size})
+    second = ledger.append({"type": "b", "pad": "q" * size})
+    third = ledger.append({"type": "c"})
+    assert third["previous_hash"] == second["entry_hash"] and third["seq"] == 3
+    assert second["previous_hash"] == first["entry_hash"] and second["seq"] == 2
+    assert verify_ledger(path).ok
+
+
+def test_a_failed_write_is_cut_back(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    ledger = AuditLedger(path)
+    ledger.append({"type": "a"})
+    good = path.read_bytes()
+    with pytest.raises(TypeError):
+        ledger.append({"type": "b", "bad": object()})
+    assert path.read_bytes() == good
+    assert ledger.append({"type": "c"})["seq"] == 2
+
+
+def test_checkpoints_every_n_and_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    ledger = AuditLedger(path, checkpoint_key=KEY, checkpoint_every=2)
+    assert not checkpoint_path(path).exists()
+    assert ledger.close() is None  # nothing written yet
+    ledger.append({"type": "a"})
+    assert not checkpoint_path(path).exists()
+    second = ledger.append({"type": "b"})
+    (checkpoint,) = load_checkpoints(checkpoint_path(path))
+    header = json.loads(_lines(path)[0])
+    assert (checkpoint["seq"], checkpoint["entry_hash"], checkpoint["ledger_id"]) == (
+        2,
+        second["entry_hash"],
+        header["ledger_id"],
+    )
+    verify_checkpoint(checkpoint, Keyring({"ck-1": KEY}))
+    ledger.append({"type": "c"})
+    assert len(load_checkpoints(checkpoint_path(path))) == 1
+    fourth = ledger.append({"type": "d"})
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [2, 4]
+    closed = ledger.close()
+    assert closed is not None and closed["seq"] == 4 and closed["entry_hash"] == fourth["entry_hash"]
+    assert closed["ledger_id"] == header["ledger_id"]
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [2, 4, 4]
+    assert AuditLedger(path).close() is None  # no key, no checkpoint
+    empty = AuditLedger(tmp_path / "empty.jsonl", checkpoint_key=KEY)
+    assert empty.close() is None and (tmp_path / "empty.jsonl").read_bytes() == b""
+
+
+def test_a_checkpoint_that_cannot_be_written_does_not_unacknowledge(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    checkpoint_path(path).mkdir(parents=True)  # a directory where the checkpoints go
+    ledger = AuditLedger(path, checkpoint_key=KEY, checkpoint_every=1)
+    assert ledger.append({"type": "a"})["seq"] == 1
+    assert verify_ledger(path).ok
+
+
+def test_read_entries(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    AuditLedger(path).append({"type": "a"})
+    with path.open("ab") as handle:
+        handle.write(b"[1]\nnot json\n" + b'{"type": "torn"}')
+    assert [(n, e["type"]) for n, e in read_entries(path)] == [(2, "a")]
+    legacy = tmp_path / "legacy.jsonl"
+    legacy.write_bytes(b'{"seq": 1}\n')
+    assert list(read_entries(legacy)) == [(1, {"seq": 1})]
+    with pytest.raises(LedgerError) as caught:
+        list(read_entries(tmp_path / "absent.jsonl"))
+    assert str(caught.value) == f"{tmp_path / 'absent.jsonl'}: cannot read the ledger: No such file or directory"
