@@ -133,7 +133,7 @@ def test_an_excused_mutant_is_not_scored(policy_dir: Path) -> None:
     text = POLICY.replace(
         'kinds contains "small" if input.amount < 10',
         'kinds contains "small" if input.amount < 10 # mutate: equivalent no decision reads kinds',
-    )
+    ).replace("\tinput.amount < 100\n", "\tinput.amount < 100 # mutate: equivalent (wrongly: the tests pin it)\n")
     policy.write_text(text)
     code, report, _ = cli_json(
         "mutate", str(policy_dir / "policies"), "--cases", str(policy_dir / "cases"), "--only", "demo"
@@ -141,6 +141,9 @@ def test_an_excused_mutant_is_not_scored(policy_dir: Path) -> None:
     excused = [e for e in report["excused"] if e["location"] == "kcp/demo.rego:14"]
     assert excused and all(e["detail"] == "no decision reads kinds" for e in excused)
     assert all(s["location"] != "kcp/demo.rego:14" for s in report["survivors"])
+    # an excuse covers survivors only: the mutants of line 8 that the tests kill stay killed
+    assert all(e["location"] != "kcp/demo.rego:8" for e in report["excused"])
+    assert all(s["location"] != "kcp/demo.rego:8" for s in report["survivors"])
     assert code == 0  # no threshold given
 
 

@@ -240,16 +240,11 @@ def run_mutants(
 ) -> list[MutantResult]:
     """Judge every mutant in ``jobs`` worker processes; a mutant over ``timeout_s`` is a TIMEOUT."""
     results: dict[str, MutantResult] = {}
-    pending: list[Mutant] = []
-    for mutant in mutants:
-        reason = excuse(suite.modules[mutant.file].split("\n"), mutant)
-        if reason is not None:
-            results[mutant.key] = MutantResult(mutant, Status.EXCUSED, reason)
-        else:
-            pending.append(mutant)
-    if progress is not None:
-        for result in results.values():
-            progress(result)
+    # An excuse covers a line, so it would also cover a mutant of that line which the tests kill
+    # (a comparison flipped next to an equivalent dropped guard): every mutant runs, and only
+    # a survivor on an excused line is EXCUSED.
+    reasons = {m.key: excuse(suite.modules[m.file].split("\n"), m) for m in mutants}
+    pending: list[Mutant] = list(mutants)
     by_key = {m.key: m for m in pending}
     context = multiprocessing.get_context("spawn")
     while pending:
@@ -262,6 +257,9 @@ def run_mutants(
                 for key, handle in list(started.items()):
                     if handle.ready():
                         _, status, detail = handle.get()
+                        reason = reasons[key]
+                        if Status(status) is Status.SURVIVED and reason is not None:
+                            status, detail = Status.EXCUSED.value, reason
                         results[key] = MutantResult(by_key[key], Status(status), detail)
                         del started[key]
                         last_progress = time.monotonic()

@@ -4,7 +4,8 @@ Text-level and line-oriented (the shipped policies are ``opa fmt``-shaped: rules
 column 0, body expressions are indented one tab), strings and comments are never mutated
 by the operator replacements. A mutant that does not compile is *invalid*: it is reported
 but not scored. A line carrying ``# mutate: equivalent <reason>`` (or the line above it)
-excuses every mutant of that line: the change cannot alter any decision, for the reason given.
+excuses the mutants of that line that survive: the change cannot alter any decision, for the
+reason given. A mutant of that line the tests kill still counts as killed.
 """
 
 from __future__ import annotations

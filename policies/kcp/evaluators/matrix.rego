@@ -48,18 +48,23 @@ _task_hash := crypto.sha256(_task)
 
 # The action's matrix row, looked up with rules over input (cheaper than index.task_row in
 # regopy); static data paths in every body, never an alias rule (see kcp.lib.facts.unit).
+# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
 _row := data.kcp_data.tasks.slots[_task] if data.kcp_data.tasks.depth == 0
 
+# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
 _row := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][_task] if data.kcp_data.tasks.depth == 1
 
+# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
 _row := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][_task] if data.kcp_data.tasks.depth == 2
 
 _row := entry if {
+	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
 	data.kcp_data.tasks.depth == 3
 	entry := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][_task]
 }
 
 _row := entry if {
+	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
 	data.kcp_data.tasks.depth == 4
 	entry := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][index.digit(_task_hash, 3)][_task]
 }
