@@ -473,3 +473,59 @@ def test_no_audit_still_executes(tmp_path: Path) -> None:
     executor = _executor(tmp_path, audit=False)
     assert executor.execute_authorized_action(ACTION, _receipt(), lambda a: 1).outcome == 1
     assert not (tmp_path / "audit.jsonl").exists()
+
+
+def test_stamps_are_utc_whatever_the_local_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        store = SQLiteStore(tmp_path / "exec.db")
+        before = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        store.record_refusal("c", "m", receipt_id=None, action_hash=None)
+        store.claim_execution("k", "h", "r")
+        after = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        ((at,),) = _raw(store, "SELECT at FROM refusals")
+        record = store.execution("k") or pytest.fail("no record")
+        for stamp in (at, record.started_at):
+            moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+            assert before <= moment <= after, stamp
+        tokyo = dt.datetime(2026, 1, 1, 9, 0, tzinfo=dt.timezone(dt.timedelta(hours=9)))
+        from kcp_opa.authorize import store as store_module
+
+        assert store_module._stamp(tokyo) == "2026-01-01T00:00:00.000000Z"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
+    import os
+
+    store = SQLiteStore(tmp_path / "exec.db")
+    parent = store._connection()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer whether it reused the parent's connection, then leave at once
+        try:
+            os.write(write, b"reused" if store._connection() is parent else b"own")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 16)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"own"
+    assert store._connection() is parent
+
+
+def test_default_lease_and_reconciled_note_bytes(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "exec.db")
+    store.claim_execution("k", "h", "r")
+    record = store.execution("k") or pytest.fail("no record")
+    started = dt.datetime.strptime(record.started_at, "%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = dt.datetime.strptime(record.lease_expires_at or "", "%Y-%m-%dT%H:%M:%S.%fZ")
+    assert lease - started == dt.timedelta(seconds=300)
+    store._connection().execute("UPDATE executions SET lease_expires_at = '2000-01-01T00:00:00.000000Z'")
+    store.reconcile("k", "succeeded", "bank:9")
+    ((outcome,),) = _raw(store, "SELECT outcome FROM executions")
+    assert outcome == '{"evidence": "bank:9", "reconciled": "succeeded"}'  # canonical: sorted keys
