@@ -64,8 +64,12 @@ def _executor(tmp_path: Path, *, lease: float = 300.0, audit: bool = True) -> Ex
 
 
 def _events(tmp_path: Path) -> list[dict[str, Any]]:
+    """The ledger's events; each carries the KCP fields of the action it is about."""
     path = tmp_path / "audit.jsonl"
-    return [entry for _, entry in read_entries(path)] if path.exists() else []
+    events = [entry for _, entry in read_entries(path)] if path.exists() else []
+    for event in events:
+        assert (event["action_id"], event["agent_id"]) == (ACTION["action_id"], ACTION["agent_id"]), event
+    return events
 
 
 def _raw(store: SQLiteStore, query: str) -> list[tuple[Any, ...]]:
@@ -289,7 +293,7 @@ def test_loggable_receipt_ids() -> None:
 
 def test_executor_settings(tmp_path: Path) -> None:
     for lease in (0.0, -1.0):
-        with pytest.raises(ValueError, match="lease_seconds must be positive"):
+        with pytest.raises(ValueError, match=r"^lease_seconds must be positive$"):
             _executor(tmp_path, lease=lease)
     executor = _executor(tmp_path, lease=0.5)
     assert executor.lease_seconds == 0.5 and executor.policy_versions == frozenset({"0.1.0"})
@@ -529,3 +533,13 @@ def test_default_lease_and_reconciled_note_bytes(tmp_path: Path) -> None:
     store.reconcile("k", "succeeded", "bank:9")
     ((outcome,),) = _raw(store, "SELECT outcome FROM executions")
     assert outcome == '{"evidence": "bank:9", "reconciled": "succeeded"}'  # canonical: sorted keys
+
+
+def test_the_callers_clock_decides_expiry(tmp_path: Path) -> None:
+    executor = _executor(tmp_path)
+    receipt = _receipt()
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    with pytest.raises(ReceiptVerificationError) as caught:
+        executor.execute_authorized_action(ACTION, receipt, lambda a: pytest.fail("ran"), now=later)
+    assert caught.value.code == "expired"
+    assert executor.execute_authorized_action(ACTION, receipt, lambda a: "ok").outcome == "ok"
