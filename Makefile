@@ -76,10 +76,12 @@ mutate-slice: $(STAMP) ## the CI slice of policy mutation testing: a fixed sampl
 mutate-policies: $(STAMP) ## every policy mutant (kcp-opa mutate; ~15 min on 2 cores); score >= 90%
 	$(BIN)/kcp-opa mutate policies --threshold 90 --junit reports/mutate-policies.xml --format text
 
-mutate-python: $(STAMP) ## mutmut on the security-critical Python modules (setup.cfg [mutmut]; long)
+MUTMUT_CHILDREN ?= 2
+
+mutate-python: $(STAMP) ## mutmut on the eight security-critical Python modules (setup.cfg [mutmut]; ~1 h on 2 cores)
 	$(BIN)/pip install --quiet 'mutmut==3.8.1'
 	rm -rf mutants
-	$(BIN)/mutmut run
+	nice $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN)
 	$(BIN)/mutmut results
 
 mutate: mutate-policies mutate-python ## both mutation runs (not part of test)
