@@ -95,7 +95,16 @@ def test_parse_action_json_errors() -> None:
 
 @pytest.mark.parametrize(
     ("value", "name"),
-    [([], "an array"), ("s", "a string"), (1, "a number"), (1.5, "a number"), (True, "a boolean"), (None, "null")],
+    [
+        ([], "an array"),
+        ("s", "a string"),
+        (1, "a number"),
+        (1.5, "a number"),
+        (True, "a boolean"),
+        (None, "null"),
+        (b"x", "bytes"),
+        ((1,), "tuple"),
+    ],
 )
 def test_not_an_object(value: Any, name: str) -> None:
     assert _refused(value) == ("", f"must be a JSON object, not {name}")
@@ -271,3 +280,26 @@ def test_action_hash_and_schema() -> None:
 def test_trace_id(trace: Any, expected: str | None) -> None:
     action = {"trace": trace} if trace is not None else {}
     assert trace_id_of(action) == expected
+
+
+def test_edges_mutmut_found() -> None:
+    """Each assertion here killed one mutmut survivor (docs/testing.md, Python mutation testing)."""
+    for text in ('{"a": 1, "a": 2}', "{not json"):
+        with pytest.raises(ActionRejectedError) as caught:
+            parse_action(text)
+        assert caught.value.path == "" and str(caught.value).startswith("action: ")
+    # depth counts list levels too: 31 lists below attributes reach depth 32, 32 do not
+    nested: Any = 1
+    for _ in range(30):
+        nested = [nested]
+    assert "nested deeper" not in _try(_with(("attributes", "x"), nested))
+    path, reason = _refused(_with(("attributes", "x"), [nested]))
+    assert reason == "nested deeper than 32 levels" and path == "/attributes/x" + "/0" * 31
+    assert "not a JSON value" not in _try(_with(("attributes", "x"), None))
+    tail = " is not allowed in an identifier (letters, digits and _ . : / @ + ~ = # * - only)"
+    assert _refused(_with(("tenant_id",), "a!")) == ("/tenant_id", 'character U+0021 "!"' + tail)
+    assert _refused(_with(("tenant_id",), "a\u0100")) == ("/tenant_id", 'character U+0100 "\\u0100"' + tail)
+    assert _refused(_with(("tenant_id",), "a\U00010000")) == ("/tenant_id", 'character U+10000 "\\U00010000"' + tail)
+    assert _refused(_with(("tenant_id",), "a\uffff")) == ("/tenant_id", 'character U+FFFF "\\uffff"' + tail)
+    # a fold that leaves only the two quotes is emptied, never quote-wrapped
+    assert folded_strings(_with(("knowledge", "purpose"), '"\u200b"')) == {"purpose": ""}
