@@ -341,3 +341,41 @@ def test_well_formed_bounds() -> None:
         assert _verify_code(forged) == ("malformed_receipt", message), value
     for value in (2**63 - 1, -(2**63), 1.5, None, True):
         assert _verify_code({**good, "extra": value})[0] == "bad_signature", value  # well formed, just unsigned
+
+
+def test_edges_mutmut_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each assertion here killed one mutmut survivor (docs/testing.md, Python mutation testing)."""
+    with pytest.raises(ValueError, match=r"^times must carry a timezone$"):
+        issue_receipt(_decision(), ACTION, KEY, now=dt.datetime(2026, 1, 1))
+    good = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+    # an unhashable kid is an untrusted signer, not a crash
+    assert _verify_code({**good, "signature": {**good["signature"], "kid": []}})[0] == "signer_mismatch"
+    store = SQLiteStore(tmp_path / "n.db")
+    verified = verify_receipt(good, ACTION, keyring=RING, policy_versions={"0.1.0"}, nonce_store=store, now=NOW)
+    assert verified.receipt is good
+    # depth: the receipt is 1; a leaf (or key) at depth 8 is read, at 9 refused
+    inner: Any = {"f": "v"}
+    for key in "edcba":
+        inner = {key: inner}
+    assert _verify_code({**good, "extra": inner})[0] == "bad_signature"  # well formed, just unsigned
+    assert _verify_code({**good, "extra": {"z": inner}})[1] == "receipt is nested too deeply or too large"
+    leaf: Any = "leaf"
+    for _ in range(6):
+        leaf = [leaf]
+    assert _verify_code(_resign(good, approver_ids=leaf))[1] == "approver_ids must be a list of strings"
+    # size: the root, the key and the list, and n items: 10,000 nodes are read, 10,001 refused
+    assert _verify_code({"x": ["a"] * 9_997})[0] == "unsupported_algorithm"
+    assert _verify_code({"x": ["a"] * 9_998}) == ("malformed_receipt", "receipt is nested too deeply or too large")
+
+
+def test_issue_times_are_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        receipt = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+        assert receipt["issued_at"] == "2026-11-29T10:00:00Z"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
