@@ -6,12 +6,18 @@ checkpoints) so a mutant that changes what lands on disk fails here.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import re
 import stat
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
@@ -40,7 +46,7 @@ def test_settings_are_checked() -> None:
 
 @pytest.mark.parametrize("durability", ["fsync", "group"])
 def test_header_chain_and_bytes(tmp_path: Path, durability: str) -> None:
-    path = tmp_path / "sub" / "audit.jsonl"
+    path = tmp_path / "sub" / "dir" / "audit.jsonl"
     ledger = AuditLedger(path, durability=durability)
     first = ledger.append({"type": "a", "n": 1})
     second = ledger.append({"type": "b", "n": 2})
@@ -49,6 +55,7 @@ def test_header_chain_and_bytes(tmp_path: Path, durability: str) -> None:
     assert len(lines) == 3 and all(line.endswith(b"\n") for line in lines)
     header = json.loads(lines[0])
     assert set(header) == {"kcp_opa_ledger", "ledger_id", "created_at"} and header["kcp_opa_ledger"] == 1
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", header["created_at"])
     assert len(header["ledger_id"]) == 32 and header["created_at"].endswith("Z")
     assert first["seq"] == 1 and first["previous_hash"] == canonical_hash(header)
     assert second["seq"] == 2 and second["previous_hash"] == first["entry_hash"]
@@ -239,3 +246,117 @@ def test_read_entries(tmp_path: Path) -> None:
     with pytest.raises(LedgerError) as caught:
         list(read_entries(tmp_path / "absent.jsonl"))
     assert str(caught.value) == f"{tmp_path / 'absent.jsonl'}: cannot read the ledger: No such file or directory"
+
+
+@pytest.mark.parametrize("durability", ["fsync", "group"])
+def test_who_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str) -> None:
+    """fsync durability syncs on the caller's thread; group durability on the group's writer."""
+    threads: list[threading.Thread] = []
+    real_fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        threads.append(threading.current_thread())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed)
+    AuditLedger(tmp_path / "audit.jsonl", durability=durability).append({"type": "a"})
+    assert threads and (threads[-1] is threading.current_thread()) == (durability == "fsync")
+
+
+@pytest.mark.parametrize("failure", [OSError(5, "Input/output error"), RuntimeError("interrupted")])
+def test_a_failed_fsync_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    ledger = AuditLedger(path)
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        raise failure
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises((LedgerError, RuntimeError)) as caught:
+        ledger.append({"type": "first"})  # the very first batch: header and entry both go
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert path.read_bytes() == b""
+    if isinstance(failure, OSError):
+        assert str(caught.value) == f"{path}: audit write failed: Input/output error"
+    else:
+        assert caught.type is RuntimeError
+    ledger.append({"type": "a"})
+    good = path.read_bytes()
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises((LedgerError, RuntimeError)):
+        ledger.append({"type": "b"})
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert path.read_bytes() == good
+    assert verify_ledger(path).ok
+
+
+def test_checkpoint_rules(tmp_path: Path) -> None:
+    # no key: never a checkpoint, whatever checkpoint_every says
+    plain = tmp_path / "plain.jsonl"
+    AuditLedger(plain, checkpoint_every=1).append({"type": "a"})
+    assert not checkpoint_path(plain).exists()
+    # every 3: the first checkpoint is at seq 3, not before
+    path = tmp_path / "audit.jsonl"
+    ledger = AuditLedger(path, checkpoint_key=KEY, checkpoint_every=3)
+    for _ in range(2):
+        ledger.append({"type": "a"})
+    assert not checkpoint_path(path).exists()
+    ledger.append({"type": "a"})
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [3]
+    # every 1: the first batch's checkpoint names the header's ledger id
+    first = tmp_path / "first.jsonl"
+    AuditLedger(first, checkpoint_key=KEY, checkpoint_every=1).append({"type": "a"})
+    (checkpoint,) = load_checkpoints(checkpoint_path(first))
+    assert checkpoint["ledger_id"] == json.loads(_lines(first)[0])["ledger_id"]
+
+
+def test_a_checkpoint_not_written_is_logged(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    checkpoint_path(path).mkdir(parents=True)
+    with capture_logs() as logs:
+        AuditLedger(path, checkpoint_key=KEY, checkpoint_every=1).append({"type": "a"})
+    (warning,) = [log for log in logs if log.get("log_level") == "warning"]
+    assert warning["event"] == "ledger_checkpoint_not_written" and warning["path"] == str(path)
+    assert "Is a directory" in warning["error"]
+
+
+def test_close_on_a_foreign_file_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(LedgerError) as caught:
+        AuditLedger(path, checkpoint_key=KEY).close()
+    assert str(caught.value).startswith(f"{path}: not a kcp-opa audit ledger")
+
+
+def test_a_line_of_exactly_one_tail_chunk(tmp_path: Path) -> None:
+    """The newline before the last entry sits exactly at the start of a 64 KiB tail chunk."""
+    chunk = ledger_module._TAIL_CHUNK
+    probe = tmp_path / "probe.jsonl"
+    measured = AuditLedger(probe)
+    measured.append({"type": "a"})
+    length = len(canonical_json(measured.append({"type": "b", "pad": ""})))
+    path = tmp_path / "audit.jsonl"
+    ledger = AuditLedger(path)
+    ledger.append({"type": "a"})
+    entry = ledger.append({"type": "b", "pad": "x" * (chunk - 1 - length)})
+    assert len(canonical_json(entry)) == chunk - 1
+    after = ledger.append({"type": "c"})
+    assert after["previous_hash"] == entry["entry_hash"] and after["seq"] == 3
+    assert verify_ledger(path).ok
+
+
+def test_header_stamp_is_utc_whatever_the_local_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        before = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        AuditLedger(tmp_path / "audit.jsonl").append({"type": "a"})
+        after = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    stamp: Any = json.loads(_lines(tmp_path / "audit.jsonl")[0])["created_at"]
+    assert before <= dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ") <= after
