@@ -162,6 +162,19 @@ def test_a_header_only_ledger_chains_from_the_header(tmp_path: Path) -> None:
     path.write_bytes(canonical_json(header) + b"\n")
     written = AuditLedger(path).append({"type": "a"})
     assert written["seq"] == 1 and written["previous_hash"] == canonical_hash(header)
+    assert path.read_bytes() == canonical_json(header) + b"\n" + canonical_json(written) + b"\n"
+
+
+def test_only_a_torn_header_of_ours_is_cut(tmp_path: Path) -> None:
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(b'{"created_at":"x')  # 16 bytes, no newline: the start of a header line
+    AuditLedger(torn).append({"type": "a"})
+    assert json.loads(_lines(torn)[0])["kcp_opa_ledger"] == 1 and verify_ledger(torn).ok
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_bytes(b'{"created_at":"' + b"y" * 145)  # 160 bytes: longer than any header line
+    with pytest.raises(LedgerError):
+        AuditLedger(foreign).append({"type": "a"})
+    assert len(foreign.read_bytes()) == 160
 
 
 def test_a_last_line_that_is_no_entry_is_refused(tmp_path: Path) -> None:
@@ -271,8 +284,13 @@ def test_a_failed_fsync_leaves_nothing_behind(
     ledger = AuditLedger(path)
     real_fsync = os.fsync
 
+    calls: list[int] = []
+
     def failing(fd: int) -> None:
-        raise failure
+        calls.append(fd)
+        if len(calls) == 1:
+            raise failure  # the batch's fsync fails; the rollback's own fsync is the real one
+        real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", failing)
     with pytest.raises((LedgerError, RuntimeError)) as caught:
@@ -285,6 +303,7 @@ def test_a_failed_fsync_leaves_nothing_behind(
         assert caught.type is RuntimeError
     ledger.append({"type": "a"})
     good = path.read_bytes()
+    calls.clear()
     monkeypatch.setattr(os, "fsync", failing)
     with pytest.raises((LedgerError, RuntimeError)):
         ledger.append({"type": "b"})
