@@ -94,6 +94,7 @@ class RequireAuth:
 _STATUS = {
     "unauthenticated": 401,
     "not_authorized": 403,
+    "not_your_decision": 403,
     "unknown_decision": 404,
     "unknown_challenge": 404,
     "unknown_handler": 404,
