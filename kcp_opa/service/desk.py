@@ -23,7 +23,6 @@ import structlog
 from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import Keyring, ReceiptKey
 from kcp_opa.decide.action import action_hash, check_action, trace_id_of
 from kcp_opa.decide.gate import Gate
@@ -34,7 +33,15 @@ from kcp_opa.service.handoff import HandoffStore, executing_as
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
 from kcp_opa.service.observe import Metrics, set_attributes, span
-from kcp_opa.service.records import DecisionStore, StoredDecision, UnknownRecordError, export, restore
+from kcp_opa.service.records import (
+    DecisionStore,
+    StoredDecision,
+    UnknownRecordError,
+    canonical_or_none,
+    check_current,
+    export,
+    restore,
+)
 
 _log = structlog.get_logger("kcp_opa.service")
 NEEDS_TRUST = "recording control results needs a trust registry: start the server with --trust REGISTRY"
@@ -197,7 +204,7 @@ class GateService:
                 },
             )
         document = export(loaded.desk, loaded.gate, record)
-        self.records.put(decision.decision_id, principal.id, _canonical_or_none(action.get("agent_id")), document)
+        self.records.put(decision.decision_id, principal.id, canonical_or_none(action.get("agent_id")), document)
         return record.to_dict()
 
     @staticmethod
@@ -283,7 +290,7 @@ class GateService:
         self.challenges.check_open(challenge)
         check_addressed(principal, challenge)
         issuers.for_control(registry, challenge.control)  # an answer it cannot sign does not spend it
-        self.records.get(challenge.decision_id)  # nor does one for a decision the store does not hold
+        check_current(loaded.gate, self.records.get(challenge.decision_id).document)  # nor one it cannot load
         consumed = self.challenges.consume(challenge_id, principal.id)
         evidence = issuers.sign(registry, consumed.control, status, principal, evidence_reference, consumed)
 
@@ -376,13 +383,6 @@ class GateService:
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
         }
-
-
-def _canonical_or_none(value: Any) -> str | None:
-    try:
-        return canonical_id(value) if isinstance(value, str) else None
-    except IdentityError:
-        return None
 
 
 def _writable(path: Path) -> bool:

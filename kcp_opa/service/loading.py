@@ -26,7 +26,7 @@ from kcp_opa.execute.executor import Handler
 from kcp_opa.service.challenges import ChallengeStore
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.handoff import HandoffStore
-from kcp_opa.service.identity import Authenticator, Principal
+from kcp_opa.service.identity import Authenticator, Principal, Scope
 from kcp_opa.service.issuing import ServiceIssuers
 from kcp_opa.service.observe import Metrics, TimedLedger
 
@@ -118,8 +118,26 @@ class Reloader:
         self.authenticator, self.make_authenticator = authenticator, make_authenticator
         self._lock = threading.Lock()
 
+    def admin_reload(self, principal: Principal | None) -> dict[str, Any]:
+        """``POST /v1/admin/reload``: for a ``service_admin`` only; a refusal or a failure is audited."""
+
+        def work(caller: Principal) -> dict[str, Any]:
+            caller.require(Scope.ADMIN, "reload the service")
+            return self.reload(caller)
+
+        return self.service.call(principal, "reload", work)
+
+    def signal_reload(self) -> None:
+        """SIGHUP: reload; a failure is logged and audited, the server keeps serving what it had."""
+        try:
+            self.reload()
+        except ReloadError as exc:
+            self.service.refuse(None, "reload", exc)
+        except Exception as exc:  # a reload must never take the server down
+            _log.error("reload_crashed", error=f"{type(exc).__name__}: {exc}")
+
     def reload(self, by: Principal | None = None) -> dict[str, Any]:
-        """Load everything anew, then swap; raise :class:`ReloadError` (audited) and keep serving on failure."""
+        """Load everything anew, then swap; raise :class:`ReloadError` and keep serving on failure."""
         with self._lock:
             before = self.service.gate
             try:
@@ -141,7 +159,6 @@ class Reloader:
                     authenticator = self.make_authenticator(registry, gate.bundle.data)
             except KcpOpaError as exc:
                 failure = ReloadError(f"reload refused, still serving bundle {before.bundle_revision}: {exc}")
-                self.service.refuse(by, "reload", failure)
                 _log.error("reload_refused", error=str(exc))
                 raise failure from None
             self.service.swap(loaded)

@@ -23,6 +23,7 @@ from typing import Any
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.records import RECORD_FORMAT, export_record, load_record
 from kcp_opa.core.errors import CodedError, EvidenceRejectedError, StoreError
+from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.decide.gate import Gate, build_input
 
 _SCHEMA = """
@@ -155,15 +156,21 @@ def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> dict[s
     }
 
 
-def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -> GateDecision:
-    """The record again, re-decided with ``gate`` (and its evidence replayed through ``desk``)."""
-    if desk is not None:
-        return load_record(desk, document)
+def check_current(gate: Gate, document: Mapping[str, Any]) -> None:
+    """Refuse a record decided under another bundle (after a reload): the action is evaluated anew."""
     if document.get("bundle_revision") != gate.bundle_revision:
         raise EvidenceRejectedError(
-            f"the record was decided under bundle {document.get('bundle_revision')}, not {gate.bundle_revision}",
+            f"decision {document.get('decision_id')} was made under bundle {document.get('bundle_revision')},"
+            f" this server now decides with {gate.bundle_revision}: evaluate the action again",
             "bundle_changed",
         )
+
+
+def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -> GateDecision:
+    """The record again, re-decided with ``gate`` (and its evidence replayed through ``desk``)."""
+    check_current(gate, document)
+    if desk is not None:
+        return load_record(desk, document)
     action = document["action"]
     prepared = gate._seal(
         build_input(
@@ -177,3 +184,10 @@ def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -
     decision, _ = gate.evaluate(prepared)
     decision = replace(decision, trace_id=document.get("trace_id"))
     return GateDecision(action, prepared, decision, inputs=(prepared.document,))
+
+
+def canonical_or_none(value: Any) -> str | None:
+    try:
+        return canonical_id(value) if isinstance(value, str) else None
+    except IdentityError:
+        return None
