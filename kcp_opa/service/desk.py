@@ -350,6 +350,8 @@ class GateService:
         token = executing_as.set(principal.id)  # a receipt this principal verified may be executed once
         try:
             result = self._loaded.executor.execute_authorized_action(action, receipt, function)
+        except (ValueError, TypeError) as exc:  # past the claim it is not the caller's argument: never bad_arguments
+            raise CodedError(f"the execution failed: {type(exc).__name__}: {exc}", "handler_error") from None
         finally:
             executing_as.reset(token)
         return {
