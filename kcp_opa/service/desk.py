@@ -10,7 +10,6 @@ registry and keys are one immutable :class:`Loaded` a reload swaps whole (see lo
 from __future__ import annotations
 
 import copy
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,7 +23,7 @@ from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, ReceiptKey
-from kcp_opa.decide.action import action_hash, check_action, trace_id_of
+from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
@@ -32,7 +31,7 @@ from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_su
 from kcp_opa.service.handoff import HandoffStore, executing_as
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
-from kcp_opa.service.observe import Metrics, set_attributes, span
+from kcp_opa.service.observe import Metrics, set_attributes, span, traceparent_of, writable
 from kcp_opa.service.records import (
     DecisionStore,
     StoredDecision,
@@ -44,6 +43,11 @@ from kcp_opa.service.records import (
 )
 
 _log = structlog.get_logger("kcp_opa.service")
+LOCAL_ONLY = (
+    "this server runs without --trust and knows only the local agent, which may evaluate, hash, open"
+    " challenges for its own decisions and write audit notes; start it with --trust REGISTRY for approvers,"
+    " providers, issuers, executors and auditors"
+)
 NEEDS_TRUST = "recording control results needs a trust registry: start the server with --trust REGISTRY"
 
 __all__ = ["GateService", "Loaded", "UnknownRecordError"]
@@ -171,6 +175,13 @@ class GateService:
             if principal is None:
                 raise AccessDeniedError("authentication required", "unauthenticated")
             return work(principal)
+        except AccessDeniedError as exc:
+            if self.registry is not None or exc.code != "not_authorized" or "--trust" in str(exc):
+                self.refuse(principal, tool, exc)
+                raise
+            local = AccessDeniedError(f"{exc}: {LOCAL_ONLY}")  # say what this server can do, and how to get more
+            self.refuse(principal, tool, local)
+            raise local from None
         except KcpOpaError as exc:
             self.refuse(principal, tool, exc)
             raise
@@ -187,7 +198,7 @@ class GateService:
         if financial and not isinstance(action.get("amount"), Mapping):
             raise CodedError("a financial action carries an amount (use evaluate_action otherwise)", "not_financial")
         loaded = self._loaded
-        traceparent = _traceparent(action)
+        traceparent = traceparent_of(action)
         with span("kcp_opa.decision", {"kcp.caller": principal.id}, traceparent) as current:
             started = time.perf_counter()
             record = self._open(loaded, action)
@@ -373,7 +384,7 @@ class GateService:
     # -- health ------------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        ledger_ok = self.ledger_path is not None and _writable(self.ledger_path)
+        ledger_ok = self.ledger_path is not None and writable(self.ledger_path)
         store_ok = self.challenges.healthy()
         return {
             "ok": ledger_ok and store_ok,
@@ -384,16 +395,5 @@ class GateService:
             "decisions_held": self.records.count(),
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
+            "callers": "registry principals" if self.registry is not None else f"local-agent only: {LOCAL_ONLY}",
         }
-
-
-def _writable(path: Path) -> bool:
-    if path.exists():
-        return os.access(path, os.W_OK)
-    return os.access(path.parent if path.parent.exists() else Path.cwd(), os.W_OK)
-
-
-def _traceparent(action: Mapping[str, Any]) -> str | None:
-    trace = action.get("trace")
-    parent = trace.get("traceparent") if isinstance(trace, Mapping) else None
-    return parent if isinstance(parent, str) and trace_id_of(action) else None
