@@ -157,7 +157,7 @@ class Reloader:
                 authenticator = None
                 if self.authenticator is not None and self.make_authenticator is not None:
                     authenticator = self.make_authenticator(registry, gate.bundle.data)
-            except KcpOpaError as exc:
+            except (KcpOpaError, ValueError) as exc:  # ValueError: a malformed token hash in the tokens file
                 failure = ReloadError(f"reload refused, still serving bundle {before.bundle_revision}: {exc}")
                 _log.error("reload_refused", error=str(exc))
                 raise failure from None
