@@ -120,3 +120,64 @@ def test_an_agent_opens_challenges_only_for_its_own_decisions_and_each_refusal_i
     assert opened.status_code == 200 and len(opened.json()["challenges"]) == 5
     unknown = post(url_b, "/v1/decisions/dec_nope/challenges", "agent_rogue_002", {})
     assert unknown.status_code == 404 and unknown.json()["code"] == "unknown_decision"
+
+
+def test_concurrent_answers_through_two_services_on_one_store_are_all_kept(tmp_path: Path) -> None:
+    """Five answers at once, through two services (two connections each) on one store: none is lost."""
+    import threading
+
+    from kcp_opa.core.signing import load_keyring
+    from kcp_opa.declare.trust import load_trust
+    from kcp_opa.service.desk import GateService
+    from kcp_opa.service.identity import LOCAL_AGENT
+    from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
+
+    registry, keys = write_registry(tmp_path)
+    bundle = compile_finance(tmp_path / "finance.tar.gz", registry)
+    services = [
+        GateService.open(
+            bundle,
+            store=tmp_path / "service.db",
+            ledger=tmp_path / f"{name}.jsonl",
+            registry=load_trust(registry),
+            issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
+            issuer_keyring=load_keyring(keys),
+        )
+        for name in ("a", "b")
+    ]
+    trust = services[0].registry
+    assert trust is not None
+    roles = bundle_approver_roles(services[0].gate.bundle.data)
+    who = {p: registry_principal(trust, p, roles) for p in ("user_001", "kyc-provider", "treasury_approver_anna")}
+    answerers = {
+        "user_confirmation": who["user_001"],
+        "identity_verification": who["kyc-provider"],
+        "authority_verification": who["kyc-provider"],
+        "beneficiary_verification": who["kyc-provider"],
+        "independent_human_approval": who["treasury_approver_anna"],
+    }
+    decision_id = services[0].evaluate(LOCAL_AGENT, KYA)["decision_id"]
+    opened = services[1].create_challenges(LOCAL_AGENT, decision_id)["challenges"]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(opened))
+
+    def answer(index: int, challenge: dict[str, Any]) -> None:
+        try:
+            start.wait()
+            principal = answerers[challenge["control"]]
+            services[index % 2].record_result(principal, challenge["challenge_id"], "PASSED", "ev:concurrent")
+        except BaseException as exc:  # any lost or refused answer fails the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=answer, args=(i, c)) for i, c in enumerate(opened)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors
+    issuer = registry_principal(trust, "approval-desk", roles)
+    for service in services:
+        _, record = service._record(service.loaded, decision_id)
+        assert record.decision.authorization_status.value == "APPROVED"
+        assert sorted(e.control for e in record.evidence) == sorted([*answerers, "standard_audit_logging"])
+    assert services[0].issue_receipt(issuer, decision_id)["receipt"]["decision_id"] == decision_id

@@ -132,7 +132,8 @@ class DecisionStore:
             )
             self._run(lambda c: c.execute("COMMIT"))
         except BaseException:
-            connection.execute("ROLLBACK")
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
             raise
         return result
 
