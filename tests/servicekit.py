@@ -6,9 +6,17 @@ control a person or provider answers through it); the bundle is compiled with th
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx2
+import pytest
 import yaml
 from conftest import DEPLOYMENTS, POLICIES
 
@@ -30,6 +38,7 @@ ANSWERED = [
 PRINCIPALS = [
     {"id": "local-agent", "type": "ai_agent"},
     {"id": "agent_payments_001", "type": "ai_agent"},
+    {"id": "agent_rogue_002", "type": "ai_agent"},  # another agent: it may not touch the others' decisions
     # The subject also holds the approver's role: only the policy's separation of duties stops it.
     {"id": "user_001", "type": "human", "roles": ["customer", "treasury_approver"]},
     {"id": "treasury_approver_anna", "type": "human", "roles": ["treasury_approver"]},
@@ -40,6 +49,7 @@ PRINCIPALS = [
     {"id": "payments-executor", "type": "executor"},
     {"id": "batch-executor", "type": "executor"},
     {"id": "auditor_ada", "type": "auditor"},
+    {"id": "ops_olga", "type": "human", "roles": ["service_admin"]},  # may reload the service
 ]
 
 
@@ -87,3 +97,54 @@ def compile_finance(out: Path, trust: Path | None) -> Path:
     base = DEPLOYMENTS / "finance"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, trust_path=trust)
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def write_tokens(work: Path, principals: dict[str, str]) -> Path:
+    """A tokens file (hashes only) for ``{token: principal id}``."""
+    path = work / "tokens.json"
+    hashed = {"sha256:" + hashlib.sha256(t.encode()).hexdigest(): p for t, p in principals.items()}
+    path.write_text(json.dumps({"tokens": hashed}))
+    return path
+
+
+def write_receipt_keyring(work: Path) -> Path:
+    """One receipt-signing keyring for every replica (TEST-ONLY, generated per run)."""
+    key = generate_ed25519("serve-receipts-ed25519")
+    path = work / "receipt-keys.json"
+    path.write_text(json.dumps(Keyring({key.kid: key}, key.kid).to_file_dict(include_private=True)))
+    path.chmod(0o600)
+    return path
+
+
+def start_server(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """``kcp-opa serve --transport http ARGS`` on a free loopback port, once /health answers."""
+    port = free_port()
+    command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--port", str(port), *args]
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx2.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"server did not start: {process.stderr.read() if process.stderr else ''}")
+        time.sleep(0.1)
+
+
+def stop_server(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)

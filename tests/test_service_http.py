@@ -254,3 +254,42 @@ def test_a_session_opened_with_one_token_is_not_usable_with_another(tmp_path: Pa
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def test_without_trust_http_knows_only_the_local_agent_and_every_refusal_says_add_trust(
+    server: tuple[str, Path],
+) -> None:
+    """What a caller of a server without --trust can do (evaluate, hash, challenges, notes) and the hint."""
+    url, ledger = server
+    status = httpx2.get(f"{url}/v1/status", headers=auth()).json()
+    assert status["trust"] is None and status["callers"].startswith("local-agent only")
+    decided = httpx2.post(f"{url}/v1/decisions", json={"action": KYA}, headers=auth()).json()
+    allowed = [
+        ("/v1/decisions", {"action": KYA}),
+        (f"/v1/decisions/{decided['decision_id']}/challenges", {}),
+        ("/v1/audit-events", {"event": "checked", "detail": {"n": 1}}),
+    ]
+    for path, body in allowed:
+        assert httpx2.post(f"{url}{path}", json=body, headers=auth()).status_code == 200, path
+    opened = httpx2.post(f"{url}/v1/decisions/{decided['decision_id']}/challenges", json={}, headers=auth()).json()
+    challenge_id = opened["challenges"][0]["challenge_id"]
+    refused = [
+        ("/v1/receipts", {"decision_id": decided["decision_id"]}),
+        ("/v1/receipts/verify", {"receipt": {}, "action": KYA}),
+        ("/v1/executions", {"receipt": {}, "action": KYA, "handler": "pay"}),
+        (f"/v1/challenges/{challenge_id}/result", {"status": "PASSED", "evidence_reference": "x"}),
+        ("/v1/admin/reload", {}),
+    ]
+    for path, body in refused:
+        answer = httpx2.post(f"{url}{path}", json=body, headers=auth())
+        assert answer.status_code == 403 and answer.json()["code"] == "not_authorized", (path, answer.text)
+        assert (
+            "start it with --trust REGISTRY" in answer.json()["error"] or "--trust REGISTRY" in answer.json()["error"]
+        )
+    peek = httpx2.get(f"{url}/v1/challenges/{challenge_id}", headers=auth())
+    assert peek.status_code == 403 and "--trust" in peek.json()["error"]
+    # No other caller exists: any other token is unauthenticated, not a second principal.
+    stranger = httpx2.post(f"{url}/v1/decisions", json={"action": KYA}, headers=auth("another-token-" + "z" * 30))
+    assert stranger.status_code == 401 and stranger.json()["code"] == "unauthenticated"
+    hinted = [e for _, e in read_entries(ledger) if e["type"] == "failure" and "--trust" in str(e.get("message"))]
+    assert {e["tool"] for e in hinted} >= {"issue_delegation_receipt", "record_control_result", "reload"}

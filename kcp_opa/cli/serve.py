@@ -138,11 +138,14 @@ def serve(
            with --trust the --tokens file maps token hashes to registered principals.
     Control results are recorded only with --trust: the service signs each answer as a
     registered --issuer-id, with its key from --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING).
+    SIGHUP (or POST /v1/admin/reload by a service_admin) re-reads the bundle, registry, tokens
+    and keyrings and swaps them in only if they all load; replicas share --store and --keyring.
     """
     from kcp_opa.declare.trust import load_trust
     from kcp_opa.service.desk import GateService
     from kcp_opa.service.identity import LOCAL_AGENT, StaticAuthenticator
     from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
+    from kcp_opa.service.loading import Reloader, Sources, SwappableAuthenticator
     from kcp_opa.service.observe import enable_tracing
 
     if trust is None and (issuer_ids or issuer_keyring or tokens_path or stdio_principal):
@@ -177,18 +180,31 @@ def serve(
         issuer_ids=issuer_ids,
         issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
     )
-    authenticator: Any = StaticAuthenticator(tokens)
-    if registry is not None:
-        authenticator = registry_authenticator(
-            registry,
-            _token_hashes(tokens_path),
-            stdio=stdio_principal,
-            approver_roles=bundle_approver_roles(service.gate.bundle.data),
-        )
+
+    def make_authenticator(loaded: Any, data: Any) -> Any:
+        """The callers: the tokens file re-read and resolved in the (re)loaded registry."""
+        if loaded is None:
+            return StaticAuthenticator(tokens)
+        roles = bundle_approver_roles(data)
+        return registry_authenticator(loaded, _token_hashes(tokens_path), stdio=stdio_principal, approver_roles=roles)
+
+    authenticator = SwappableAuthenticator(make_authenticator(registry, service.gate.bundle.data))
+    sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache)
+    reloader = Reloader(service, sources, authenticator, make_authenticator)
+    _on_sighup(reloader)
     if transport == "stdio":
         _serve_stdio(service, authenticator)
     else:
-        _serve_http(service, authenticator, host, port)
+        _serve_http(service, authenticator, host, port, reloader)
+
+
+def _on_sighup(reloader: Any) -> None:
+    """SIGHUP reloads in a thread of its own: requests keep being served while the new files load."""
+    import signal
+    import threading
+
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reloader.signal_reload, daemon=True).start())
 
 
 def _serve_stdio(service: Any, authenticator: Any) -> None:
@@ -207,10 +223,12 @@ def _serve_stdio(service: Any, authenticator: Any) -> None:
     anyio.run(run)
 
 
-def _serve_http(service: Any, authenticator: Any, host: str, port: int) -> None:
+def _serve_http(service: Any, authenticator: Any, host: str, port: int, reloader: Any) -> None:
     import uvicorn
 
     from kcp_opa.service.http import build_app
 
     click.echo(f"kcp-opa: serving MCP at http://{host}:{port}/mcp and the JSON API at /v1", err=True)
-    uvicorn.run(build_app(service, authenticator, host=host), host=host, port=port, log_level="warning")
+    uvicorn.run(
+        build_app(service, authenticator, host=host, reloader=reloader), host=host, port=port, log_level="warning"
+    )

@@ -141,7 +141,7 @@ class Executor:
             )
             raise ExecutionError(f"the handler failed for {key}: {exc}", "handler_failed") from exc
         try:
-            json.dumps(outcome, allow_nan=False)
+            json.dumps(outcome, sort_keys=True, allow_nan=False)  # exactly as the store writes it
         except (TypeError, ValueError) as exc:
             detail = f"the handler's result is not JSON ({exc}): {repr(outcome)[:500]}"
             self.store.finish_execution(key, error=detail)

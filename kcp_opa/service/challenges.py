@@ -17,9 +17,13 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kcp_opa.core.errors import CodedError, StoreError
+
+if TYPE_CHECKING:
+    from kcp_opa.authorize.controls import GateDecision
+    from kcp_opa.decide.gate import Gate
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS control_challenges (
@@ -44,6 +48,9 @@ DEFAULT_CHALLENGE_TTL_SECONDS = 900
 #: ISO 4217 minor-unit exponents that are not 2 (the summary shows major units, as text).
 _EXPONENTS = {"JPY": 0, "KRW": 0, "CLP": 0, "ISK": 0, "VND": 0, "BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3}
 _EXPONENTS |= {"OMR": 3, "TND": 3}
+#: Controls a person answers; the subject answers these two, an approver the others.
+SUBJECT_CONTROLS = frozenset({"user_confirmation", "step_up_authentication"})
+APPROVER_CONTROLS = frozenset({"independent_human_approval", "compliance_review"})
 
 
 class ChallengeError(CodedError):
@@ -259,3 +266,24 @@ class ChallengeStore:
         except StoreError:
             return False
         return True
+
+
+def addressees(gate: Gate, control: str, record: GateDecision) -> dict[str, list[str]]:
+    """Who may answer: the subject for its own confirmation, approvers, else a provider."""
+    if control in SUBJECT_CONTROLS:
+        return {"principals": [str(record.action.get("subject_id", ""))], "kinds": ["human"], "roles": []}
+    if control in APPROVER_CONTROLS:
+        return {"principals": [], "kinds": ["human"], "roles": _approval_roles(gate, control, record)}
+    return {"principals": [], "kinds": ["provider"], "roles": []}
+
+
+def _approval_roles(gate: Gate, control: str, record: GateDecision) -> list[str]:
+    """The roles the policy will ask of the approver (so a wrong one does not spend the challenge)."""
+    if control == "compliance_review":
+        return ["compliance_officer"]
+    if record.decision.verdict.approver_roles:
+        return list(record.decision.verdict.approver_roles)
+    params = gate.bundle.data.get("kcp_data", {}).get("matrix", {}).get("parameters", {})
+    by_role = params.get("approver_roles", {})
+    role = by_role.get("by_task_type", {}).get(str(record.action.get("action_type")), by_role.get("default"))
+    return [str(role)] if role else ["approver"]

@@ -1,50 +1,68 @@
 """The service's desk: every tool's work, scoped by the caller's principal, refusals audited.
 
 Transports (MCP over stdio or streamable HTTP, the HTTP JSON API) resolve the caller and call
-these methods; they hold no state of their own. Decisions and their control records stay here,
-challenges in the store, consumed receipts and executions in the executor's store. Nothing a
-caller sends names who the caller is.
+these methods; they hold no state of their own. Challenges and decision records live in the
+store (every server process on one store file serves the same decisions), consumed receipts and
+executions in the executor's store. Nothing a caller sends names who the caller is. Bundle,
+registry and keys are one immutable :class:`Loaded` a reload swaps whole (see loading.py).
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from kcp_opa.authorize.controls import EvidenceStatus, GateDecision
+from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
-from kcp_opa.decide.action import action_hash, check_action, trace_id_of
+from kcp_opa.core.signing import Keyring, ReceiptKey
+from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
-from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary
+from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary, addressees
 from kcp_opa.service.handoff import HandoffStore, executing_as
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope
-from kcp_opa.service.issuing import ServiceIssuers, check_addressed, secret_key
-from kcp_opa.service.observe import Metrics, TimedLedger, set_attributes, span
+from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
+from kcp_opa.service.observe import Metrics, set_attributes, span, traceparent_of, writable
+from kcp_opa.service.records import (
+    DecisionStore,
+    StoredDecision,
+    UnknownRecordError,
+    canonical_or_none,
+    check_current,
+    export,
+    restore,
+)
 
 _log = structlog.get_logger("kcp_opa.service")
-MAX_RECORDS = 100_000
-MAX_AUDIT_DETAIL_BYTES = 16 * 1024
-#: Controls a person answers; the subject answers these two, an approver the others.
-SUBJECT_CONTROLS = frozenset({"user_confirmation", "step_up_authentication"})
-APPROVER_CONTROLS = frozenset({"independent_human_approval", "compliance_review"})
+LOCAL_ONLY = (
+    "this server runs without --trust and knows only the local agent, which may evaluate, hash, open"
+    " challenges for its own decisions and write audit notes; start it with --trust REGISTRY for approvers,"
+    " providers, issuers, executors and auditors"
+)
 NEEDS_TRUST = "recording control results needs a trust registry: start the server with --trust REGISTRY"
 
+__all__ = ["GateService", "Loaded", "UnknownRecordError"]
 
-class UnknownRecordError(CodedError):
-    code = "unknown_decision"
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a reload replaces as one: the bundle's gate, its desk, the registry and the issuer keys."""
+
+    gate: Gate
+    desk: ControlDesk | None
+    registry: TrustRegistry | None
+    issuers: ServiceIssuers | None
+    executor: Executor
+    keyring: Keyring
 
 
 class GateService:
@@ -67,59 +85,65 @@ class GateService:
         ledger_path: Path | None = None,
         registry: TrustRegistry | None = None,
         issuers: ServiceIssuers | None = None,
+        records: DecisionStore | None = None,
     ) -> None:
-        self.gate = gate
-        if (registry is None) != (issuers is None):
-            raise CodedError("a trust registry and the service's issuer keys go together", "issuer_config")
-        self.registry, self.issuers = registry, issuers
-        self.desk = issuers.desk(gate, registry) if registry is not None and issuers is not None else None
         self.store = store
         self.challenges = challenges
-        self.keyring = keyring
+        self.records = records or DecisionStore(store.path)
         self.handlers = dict(handlers or {})
         self.metrics = metrics or Metrics()
         self.ledger_path = ledger_path
-        self.executor = Executor(keyring=keyring, policy_versions={gate.policy_version}, store=store, audit=gate.audit)
-        self._records: OrderedDict[str, GateDecision] = OrderedDict()
         self._lock = threading.Lock()
+        self._loaded = self.load(gate, registry, issuers, keyring)
+
+    def load(
+        self, gate: Gate, registry: TrustRegistry | None, issuers: ServiceIssuers | None, keyring: Keyring | None
+    ) -> Loaded:
+        """A gate with its desk (sealing with the store's key, so every process reads the others' records).
+
+        Raises (``registry_mismatch``, ``issuer_config``) before anything is swapped; ``keyring`` None
+        keeps the receipt keyring in use.
+        """
+        if (registry is None) != (issuers is None):
+            raise CodedError("a trust registry and the service's issuer keys go together", "issuer_config")
+        desk = None
+        if registry is not None and issuers is not None:
+            desk = issuers.desk(gate, registry, seal_key=self.records.seal_key())
+        keyring = keyring or self._loaded.keyring
+        executor = Executor(keyring=keyring, policy_versions={gate.policy_version}, store=self.store, audit=gate.audit)
+        return Loaded(gate, desk, registry, issuers, executor, keyring)
+
+    def swap(self, loaded: Loaded) -> None:
+        """Serve ``loaded`` from the next call on (one reference assignment: a call sees old or new, whole)."""
+        with self._lock:
+            self._loaded = loaded
+
+    @property
+    def loaded(self) -> Loaded:
+        return self._loaded
+
+    @property
+    def gate(self) -> Gate:
+        return self._loaded.gate
+
+    @property
+    def desk(self) -> ControlDesk | None:
+        return self._loaded.desk
+
+    @property
+    def registry(self) -> TrustRegistry | None:
+        return self._loaded.registry
+
+    @property
+    def keyring(self) -> Keyring:
+        return self._loaded.keyring
 
     @classmethod
-    def open(
-        cls,
-        bundle: str | Path,
-        *,
-        store: str | Path,
-        ledger: str | Path,
-        keyring: Keyring | None = None,
-        handlers: Mapping[str, Handler] | None = None,
-        plan_cache: str | Path | None = None,
-        registry: TrustRegistry | None = None,
-        issuer_ids: tuple[str, ...] = (),
-        issuer_keyring: Keyring | None = None,
-    ) -> GateService:
-        """Load the bundle (planned in a child process first), open the store and the ledger."""
-        metrics = Metrics()
-        timed = TimedLedger(ledger, metrics, durability="group")
-        gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache)
-        if keyring is None:
-            signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")
-            keyring = Keyring({signer.kid: signer}, signer.kid)
-        issuers = None
-        if registry is not None:
-            if not issuer_ids or issuer_keyring is None:
-                raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
-            issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
-        return cls(
-            gate,
-            store=HandoffStore(store),
-            challenges=ChallengeStore(store),
-            keyring=keyring,
-            handlers=handlers,
-            metrics=metrics,
-            ledger_path=Path(ledger),
-            registry=registry,
-            issuers=issuers,
-        )
+    def open(cls, bundle: str | Path, **options: Any) -> GateService:
+        """Load the bundle (planned in a child process first), open the store and the ledger (loading.py)."""
+        from kcp_opa.service.loading import open_service
+
+        return open_service(bundle, **options)
 
     # -- refusals -------------------------------------------------------------------------------
 
@@ -151,6 +175,13 @@ class GateService:
             if principal is None:
                 raise AccessDeniedError("authentication required", "unauthenticated")
             return work(principal)
+        except AccessDeniedError as exc:
+            if self.registry is not None or exc.code != "not_authorized" or "--trust" in str(exc):
+                self.refuse(principal, tool, exc)
+                raise
+            local = AccessDeniedError(f"{exc}: {LOCAL_ONLY}")  # say what this server can do, and how to get more
+            self.refuse(principal, tool, local)
+            raise local from None
         except KcpOpaError as exc:
             self.refuse(principal, tool, exc)
             raise
@@ -166,10 +197,11 @@ class GateService:
         check_action(action)
         if financial and not isinstance(action.get("amount"), Mapping):
             raise CodedError("a financial action carries an amount (use evaluate_action otherwise)", "not_financial")
-        traceparent = _traceparent(action)
+        loaded = self._loaded
+        traceparent = traceparent_of(action)
         with span("kcp_opa.decision", {"kcp.caller": principal.id}, traceparent) as current:
             started = time.perf_counter()
-            record = self._open(action)
+            record = self._open(loaded, action)
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             decision = record.decision
             self.metrics.decisions.labels(state=decision.decision.value).inc()
@@ -182,19 +214,18 @@ class GateService:
                     "kcp.policy_version": decision.policy_version,
                 },
             )
-        with self._lock:
-            self._records[decision.decision_id] = record
-            while len(self._records) > MAX_RECORDS:
-                self._records.popitem(last=False)
+        document = export(loaded.desk, loaded.gate, record)
+        self.records.put(decision.decision_id, principal.id, canonical_or_none(action.get("agent_id")), document)
         return record.to_dict()
 
-    def _open(self, action: Mapping[str, Any]) -> GateDecision:
+    @staticmethod
+    def _open(loaded: Loaded, action: Mapping[str, Any]) -> GateDecision:
         """The desk's sealed record; without a registry an unsealed one that nothing can be recorded on."""
-        if self.desk is not None:
-            return self.desk.open(action)
+        if loaded.desk is not None:
+            return loaded.desk.open(action)
         frozen = copy.deepcopy(dict(action))
-        prepared = self.gate.prepare(frozen)
-        decision, _ = self.gate.decide_recorded(prepared)
+        prepared = loaded.gate.prepare(frozen)
+        decision, _ = loaded.gate.decide_recorded(prepared)
         return GateDecision(frozen, prepared, decision, inputs=(prepared.document,))
 
     def decide_only(self, principal: Principal, action: Any) -> dict[str, Any]:
@@ -212,12 +243,10 @@ class GateService:
         check_action(action)
         return {"action_hash": action_hash(action), "canonicalization": "KYA-CJ-1"}
 
-    def _record(self, decision_id: str) -> GateDecision:
-        with self._lock:
-            record = self._records.get(decision_id)
-        if record is None:
-            raise UnknownRecordError(f"this service holds no decision {decision_id}")
-        return record
+    def _record(self, loaded: Loaded, decision_id: str) -> tuple[StoredDecision, GateDecision]:
+        """The stored row and its record, re-decided under ``loaded`` (any process may have written it)."""
+        stored = self.records.get(decision_id)
+        return stored, restore(loaded.desk, loaded.gate, stored.document)
 
     # -- challenges and control results ----------------------------------------------------------
 
@@ -227,9 +256,16 @@ class GateService:
         principal.require(Scope.OPEN_CHALLENGE, "open control challenges")
         if not 30 <= ttl_seconds <= 3600:
             raise ChallengeError("ttl_seconds must be within 30..3600", "bad_ttl")
-        record = self._record(decision_id)
+        loaded = self._loaded
+        stored = self.records.get(decision_id)
+        if principal.id not in {stored.evaluated_by, stored.agent_id}:
+            # Checked before the record is re-decided: another agent learns nothing of it.
+            raise AccessDeniedError(
+                f"decision {decision_id} was neither evaluated by nor made for {principal.id}", "not_your_decision"
+            )
+        record = restore(loaded.desk, loaded.gate, stored.document)
         decision = record.decision
-        missing = [c for c in decision.missing_controls if c not in self.gate.system_controls]
+        missing = [c for c in decision.missing_controls if c not in loaded.gate.system_controls]
         wanted = missing if controls is None else [c for c in controls if c in missing]
         if controls is not None and len(wanted) != len(controls):
             raise ChallengeError(
@@ -241,7 +277,7 @@ class GateService:
                 decision_id=decision.decision_id,
                 action_hash=decision.action_hash,
                 control=control,
-                addressed_to=self._addressees(control, record),
+                addressed_to=addressees(loaded.gate, control, record),
                 summary=summary,
                 created_by=principal.id,
                 ttl_seconds=ttl_seconds,
@@ -250,30 +286,13 @@ class GateService:
         ]
         return {"decision_id": decision.decision_id, "action_hash": decision.action_hash, "challenges": opened}
 
-    def _addressees(self, control: str, record: GateDecision) -> dict[str, list[str]]:
-        """Who may answer: the subject for its own confirmation, approvers, else a provider."""
-        if control in SUBJECT_CONTROLS:
-            return {"principals": [str(record.action.get("subject_id", ""))], "kinds": ["human"], "roles": []}
-        if control in APPROVER_CONTROLS:
-            return {"principals": [], "kinds": ["human"], "roles": self._approval_roles(control, record)}
-        return {"principals": [], "kinds": ["provider"], "roles": []}
-
-    def _approval_roles(self, control: str, record: GateDecision) -> list[str]:
-        """The roles the policy will ask of the approver (so a wrong one does not spend the challenge)."""
-        if control == "compliance_review":
-            return ["compliance_officer"]
-        if record.decision.verdict.approver_roles:
-            return list(record.decision.verdict.approver_roles)
-        params = self.gate.bundle.data.get("kcp_data", {}).get("matrix", {}).get("parameters", {})
-        by_role = params.get("approver_roles", {})
-        role = by_role.get("by_task_type", {}).get(str(record.action.get("action_type")), by_role.get("default"))
-        return [str(role)] if role else ["approver"]
-
     def record_result(
         self, principal: Principal, challenge_id: str, status: str, evidence_reference: str
     ) -> dict[str, Any]:
         principal.require(Scope.RECORD_RESULT, "record control results")
-        if self.desk is None or self.registry is None or self.issuers is None:
+        loaded = self._loaded
+        desk, registry, issuers = loaded.desk, loaded.registry, loaded.issuers
+        if desk is None or registry is None or issuers is None:
             raise AccessDeniedError(NEEDS_TRUST)
         if status not in {s.value for s in EvidenceStatus} or not evidence_reference:
             # Checked before the challenge is consumed: a malformed answer does not spend it.
@@ -281,17 +300,18 @@ class GateService:
         challenge = self.challenges.get(challenge_id)
         self.challenges.check_open(challenge)
         check_addressed(principal, challenge)
-        self.issuers.for_control(self.registry, challenge.control)  # an answer it cannot sign does not spend it
-        with self._lock:
-            record = self._records.get(challenge.decision_id)
-        if record is None:
-            raise UnknownRecordError(f"this service holds no decision {challenge.decision_id}")
+        issuers.for_control(registry, challenge.control)  # an answer it cannot sign does not spend it
+        check_current(loaded.gate, self.records.get(challenge.decision_id).document)  # nor one it cannot load
         consumed = self.challenges.consume(challenge_id, principal.id)
-        evidence = self.issuers.sign(self.registry, consumed.control, status, principal, evidence_reference, consumed)
-        with self._lock:  # one writer per record: two answers never overwrite each other
-            record = self._records[consumed.decision_id]
-            updated = self.desk.record_control_result(record, evidence, action=record.action)
-            self._records[consumed.decision_id] = updated
+        evidence = issuers.sign(registry, consumed.control, status, principal, evidence_reference, consumed)
+
+        def apply(stored: StoredDecision) -> tuple[dict[str, Any], GateDecision]:
+            record = restore(desk, loaded.gate, stored.document)
+            updated = desk.record_control_result(record, evidence, action=record.action)
+            return export(desk, loaded.gate, updated), updated
+
+        # Under the store's write lock: two answers (in any processes) never overwrite each other.
+        updated: GateDecision = self.records.update(consumed.decision_id, apply)
         return {"challenge_id": challenge_id, "control": consumed.control, "decision": updated.to_dict()}
 
     def read_challenge(self, principal: Principal, challenge_id: str) -> dict[str, Any]:
@@ -305,21 +325,23 @@ class GateService:
 
     def issue_receipt(self, principal: Principal, decision_id: str, ttl_seconds: int | None = None) -> dict[str, Any]:
         principal.require(Scope.ISSUE_RECEIPT, "issue delegation receipts")
-        if self.desk is None:
+        loaded = self._loaded
+        if loaded.desk is None:
             raise AccessDeniedError("issuing receipts needs a trust registry: start the server with --trust REGISTRY")
-        record = self._record(decision_id)
-        signer: ReceiptKey = self.keyring.signer()
-        return {"receipt": self.desk.issue(record, signer, ttl_seconds=ttl_seconds), "action": dict(record.action)}
+        _, record = self._record(loaded, decision_id)
+        signer: ReceiptKey = loaded.keyring.signer()
+        return {"receipt": loaded.desk.issue(record, signer, ttl_seconds=ttl_seconds), "action": dict(record.action)}
 
     def verify_and_consume(self, principal: Principal, receipt: Any, action: Any) -> dict[str, Any]:
         principal.require(Scope.VERIFY_RECEIPT, "verify and consume receipts")
         check_action(action)
+        gate, keyring = self.gate, self.keyring
         verified = verify_receipt(
-            receipt, action, keyring=self.keyring, policy_versions={self.gate.policy_version}, nonce_store=self.store
+            receipt, action, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=self.store
         )
         self.store.hand_off(verified.receipt["nonce"], verified.receipt["receipt_id"], principal.id)
-        if self.gate.audit is not None:
-            self.gate.audit.event(
+        if gate.audit is not None:
+            gate.audit.event(
                 "receipt",
                 action,
                 None,
@@ -338,7 +360,9 @@ class GateService:
             raise CodedError(f"no handler {handler!r} ({known})", "unknown_handler")
         token = executing_as.set(principal.id)  # a receipt this principal verified may be executed once
         try:
-            result = self.executor.execute_authorized_action(action, receipt, function)
+            result = self._loaded.executor.execute_authorized_action(action, receipt, function)
+        except (ValueError, TypeError) as exc:  # past the claim it is not the caller's argument: never bad_arguments
+            raise CodedError(f"the execution failed: {type(exc).__name__}: {exc}", "handler_error") from None
         finally:
             executing_as.reset(token)
         return {
@@ -351,16 +375,7 @@ class GateService:
 
     def write_audit_event(self, principal: Principal, event: str, detail: Mapping[str, Any]) -> dict[str, Any]:
         principal.require(Scope.WRITE_AUDIT, "write audit events")
-        if not isinstance(detail, Mapping):
-            raise CodedError("detail is a JSON object", "bad_arguments")
-        secret = secret_key(detail)
-        if secret is not None:
-            raise CodedError(
-                f"detail carries a secret-bearing key {secret!r}; secrets never reach the ledger", "secret"
-            )
-        size = len(json.dumps(detail, sort_keys=True, default=str))
-        if size > MAX_AUDIT_DETAIL_BYTES:
-            raise CodedError(f"detail is {size} bytes; at most {MAX_AUDIT_DETAIL_BYTES}", "detail_too_large")
+        check_audit_detail(detail)
         if self.gate.audit is None:
             raise LedgerError("this service has no audit ledger")
         self.gate.audit.event("note", None, None, note=event, detail=dict(detail), principal=principal.to_dict())
@@ -369,7 +384,7 @@ class GateService:
     # -- health ------------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        ledger_ok = self.ledger_path is not None and _writable(self.ledger_path)
+        ledger_ok = self.ledger_path is not None and writable(self.ledger_path)
         store_ok = self.challenges.healthy()
         return {
             "ok": ledger_ok and store_ok,
@@ -377,19 +392,8 @@ class GateService:
             "policy_version": self.gate.policy_version,
             "store": {"ok": store_ok, "path": str(self.store.path)},
             "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
-            "decisions_held": len(self._records),
+            "decisions_held": self.records.count(),
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
+            "callers": "registry principals" if self.registry is not None else f"local-agent only: {LOCAL_ONLY}",
         }
-
-
-def _writable(path: Path) -> bool:
-    if path.exists():
-        return os.access(path, os.W_OK)
-    return os.access(path.parent if path.parent.exists() else Path.cwd(), os.W_OK)
-
-
-def _traceparent(action: Mapping[str, Any]) -> str | None:
-    trace = action.get("trace")
-    parent = trace.get("traceparent") if isinstance(trace, Mapping) else None
-    return parent if isinstance(parent, str) and trace_id_of(action) else None

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, token_hash
+from kcp_opa.service.loading import Reloader
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, span
 from kcp_opa.service.tools import build_server, dispatch, error_payload
 
@@ -94,11 +95,13 @@ class RequireAuth:
 _STATUS = {
     "unauthenticated": 401,
     "not_authorized": 403,
+    "not_your_decision": 403,
     "unknown_decision": 404,
     "unknown_challenge": 404,
     "unknown_handler": 404,
     "challenge_used": 409,
     "replay": 409,
+    "reload_failed": 409,
     "action_rejected": 400,
     "bad_request": 400,
 }
@@ -162,7 +165,9 @@ def _opa_input(request: Request, body: dict[str, Any]) -> tuple[str, dict[str, A
     return "opa_decision", {"action": body["input"]}
 
 
-def build_app(service: GateService, authenticator: Authenticator, *, host: str = "127.0.0.1") -> Starlette:
+def build_app(
+    service: GateService, authenticator: Authenticator, *, host: str = "127.0.0.1", reloader: Reloader | None = None
+) -> Starlette:
     """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests)."""
     server = build_server(service, lambda ctx: principal_of(ctx.request))
     security = None
@@ -192,6 +197,15 @@ def build_app(service: GateService, authenticator: Authenticator, *, host: str =
             return _refused(exc)
         return JSONResponse(found)
 
+    async def reload(request: Request) -> Response:
+        if reloader is None:
+            return JSONResponse({"error": "this server was started without reload sources", "code": "no_reload"}, 404)
+        try:
+            done = await anyio.to_thread.run_sync(reloader.admin_reload, principal_of(request))
+        except KcpOpaError as exc:
+            return _refused(exc)
+        return JSONResponse(done)
+
     def param(request: Request, name: str) -> str:
         return str(request.path_params[name])
 
@@ -205,6 +219,7 @@ def build_app(service: GateService, authenticator: Authenticator, *, host: str =
             RequireAuth(endpoint_app(challenge), service, "/v1/challenges"),
             methods=["GET"],
         ),
+        Route("/v1/admin/reload", RequireAuth(endpoint_app(reload), service, "/v1/admin/reload"), methods=["POST"]),
         _tool_route(service, "/v1/data/kcp/gate/decision", _opa_input, opa=True),
         _tool_route(service, "/v1/decisions", lambda r, b: ("evaluate_action", b)),
         _tool_route(

@@ -47,6 +47,7 @@ class Scope(enum.StrEnum):
     EXECUTE = "execute"
     WRITE_AUDIT = "write_audit"
     READ = "read"
+    ADMIN = "admin"
 
 
 #: Scopes by role (the issue's agent / approver / executor / auditor, plus provider and issuer).
@@ -60,6 +61,8 @@ ROLE_SCOPES: Mapping[str, frozenset[Scope]] = {
     "issuer": frozenset({Scope.HASH, Scope.ISSUE_RECEIPT, Scope.READ, Scope.WRITE_AUDIT}),
     "executor": frozenset({Scope.HASH, Scope.VERIFY_RECEIPT, Scope.EXECUTE, Scope.READ, Scope.WRITE_AUDIT}),
     "auditor": frozenset({Scope.HASH, Scope.READ}),
+    # A registry principal holding the role ``service_admin`` may reload the service (and read it).
+    "service_admin": frozenset({Scope.ADMIN, Scope.READ}),
 }
 
 

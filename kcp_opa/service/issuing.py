@@ -10,6 +10,7 @@ an answer count that an outside issuer could not.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,12 +81,12 @@ class ServiceIssuers:
         }
         return sign_attestation(fields, issuer_id, key)
 
-    def desk(self, gate: Gate, registry: TrustRegistry) -> ControlDesk:
+    def desk(self, gate: Gate, registry: TrustRegistry, *, seal_key: bytes | None = None) -> ControlDesk:
         """The ControlDesk; the gate's ledger entry (standard_audit_logging) is signed by an issuer held for it."""
         found = self.held_for(registry, "standard_audit_logging")
         if found is None:
-            return ControlDesk(gate, registry)
-        return ControlDesk(gate, registry, gate_issuer=found[0], gate_key=found[1])
+            return ControlDesk(gate, registry, seal_key=seal_key)
+        return ControlDesk(gate, registry, gate_issuer=found[0], gate_key=found[1], seal_key=seal_key)
 
     def held_for(self, registry: TrustRegistry, control: str) -> tuple[str, ReceiptKey] | None:
         """The first held issuer the registry allows to attest ``control``."""
@@ -160,6 +161,21 @@ def check_addressed(principal: Principal, challenge: Challenge) -> None:
         raise AccessDeniedError(f"challenge {challenge.challenge_id} is not addressed to {principal.id}")
     if roles and not principal.roles & set(roles):
         raise AccessDeniedError(f"challenge {challenge.challenge_id} needs one of the roles {', '.join(roles)}")
+
+
+MAX_AUDIT_DETAIL_BYTES = 16 * 1024
+
+
+def check_audit_detail(detail: Any) -> None:
+    """An audit note's detail: a JSON object, no secret-bearing key anywhere, at most 16 KiB."""
+    if not isinstance(detail, Mapping):
+        raise CodedError("detail is a JSON object", "bad_arguments")
+    secret = secret_key(detail)
+    if secret is not None:
+        raise CodedError(f"detail carries a secret-bearing key {secret!r}; secrets never reach the ledger", "secret")
+    size = len(json.dumps(detail, sort_keys=True, default=str))
+    if size > MAX_AUDIT_DETAIL_BYTES:
+        raise CodedError(f"detail is {size} bytes; at most {MAX_AUDIT_DETAIL_BYTES}", "detail_too_large")
 
 
 def secret_key(value: Any, depth: int = 0) -> str | None:

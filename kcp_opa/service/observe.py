@@ -9,13 +9,16 @@ a decision pays one attribute check for it.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kcp_opa.decide.action import trace_id_of
 from kcp_opa.trail.ledger import AuditLedger
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -113,3 +116,17 @@ def set_attributes(current: Any, attributes: Mapping[str, Any]) -> None:
         for key, value in attributes.items():
             if isinstance(value, str | bool | int | float):
                 current.set_attribute(key, value)
+
+
+def writable(path: Path) -> bool:
+    """Whether the ledger file (or the directory it will be made in) is writable: /v1/status."""
+    if path.exists():
+        return os.access(path, os.W_OK)
+    return os.access(path.parent if path.parent.exists() else Path.cwd(), os.W_OK)
+
+
+def traceparent_of(action: Mapping[str, Any]) -> str | None:
+    """The W3C traceparent an action carries (only with a valid trace id)."""
+    trace = action.get("trace")
+    parent = trace.get("traceparent") if isinstance(trace, Mapping) else None
+    return parent if isinstance(parent, str) and trace_id_of(action) else None

@@ -1,0 +1,180 @@
+"""Starting and reloading the service from its files: bundle, trust registry, issuer and receipt keyrings.
+
+A reload (SIGHUP, or ``POST /v1/admin/reload`` by a ``service_admin``) re-reads every file named
+at start and builds a new gate, desk, issuer set, receipt keyring and authenticator beside the
+running ones; only when all of them load (the registry is the one the bundle was compiled with,
+every ``--issuer-id`` still has a private key the registry lists) are they swapped in, as one.
+Calls already running finish on what they started with; a failed reload changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
+from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
+from kcp_opa.decide.gate import Gate
+from kcp_opa.declare.trust import TrustRegistry, load_trust
+from kcp_opa.execute.executor import Handler
+from kcp_opa.service.challenges import ChallengeStore
+from kcp_opa.service.desk import GateService
+from kcp_opa.service.handoff import HandoffStore
+from kcp_opa.service.identity import Authenticator, Principal, Scope
+from kcp_opa.service.issuing import ServiceIssuers
+from kcp_opa.service.observe import Metrics, TimedLedger
+
+_log = structlog.get_logger("kcp_opa.service")
+
+
+class ReloadError(CodedError):
+    """A reload that could not load; the running configuration stays."""
+
+    code = "reload_failed"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The files a reload reads again (the paths given at start)."""
+
+    bundle: Path
+    trust: Path | None = None
+    issuer_ids: tuple[str, ...] = ()
+    issuer_keyring: Path | None = None
+    receipt_keyring: Path | None = None
+    plan_cache: Path | None = None
+
+
+class SwappableAuthenticator:
+    """The authenticator the transports hold; a reload replaces the one behind it (new registry roles)."""
+
+    def __init__(self, current: Authenticator) -> None:
+        self.current = current
+
+    def fixed(self) -> Principal | None:
+        return self.current.fixed()
+
+    def bearer(self, token: str) -> Principal | None:
+        return self.current.bearer(token)
+
+
+def open_service(
+    bundle: str | Path,
+    *,
+    store: str | Path,
+    ledger: str | Path,
+    keyring: Keyring | None = None,
+    handlers: Mapping[str, Handler] | None = None,
+    plan_cache: str | Path | None = None,
+    registry: TrustRegistry | None = None,
+    issuer_ids: tuple[str, ...] = (),
+    issuer_keyring: Keyring | None = None,
+) -> GateService:
+    """Load the bundle (planned in a child process first), open the store and the ledger."""
+    metrics = Metrics()
+    timed = TimedLedger(ledger, metrics, durability="group")
+    gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache)
+    if keyring is None:  # receipts verify only here: a replica needs the shared --keyring
+        signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")
+        keyring = Keyring({signer.kid: signer}, signer.kid)
+    issuers = None
+    if registry is not None:
+        if not issuer_ids or issuer_keyring is None:
+            raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
+        issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
+    return GateService(
+        gate,
+        store=HandoffStore(store),
+        challenges=ChallengeStore(store),
+        keyring=keyring,
+        handlers=handlers,
+        metrics=metrics,
+        ledger_path=Path(ledger),
+        registry=registry,
+        issuers=issuers,
+    )
+
+
+AuthenticatorFactory = Callable[[TrustRegistry | None, Mapping[str, Any]], Authenticator]
+
+
+class Reloader:
+    """Re-reads :class:`Sources` and swaps the service (and the authenticator) to them, one reload at a time."""
+
+    def __init__(
+        self,
+        service: GateService,
+        sources: Sources,
+        authenticator: SwappableAuthenticator | None = None,
+        make_authenticator: AuthenticatorFactory | None = None,
+    ) -> None:
+        self.service, self.sources = service, sources
+        self.authenticator, self.make_authenticator = authenticator, make_authenticator
+        self._lock = threading.Lock()
+
+    def admin_reload(self, principal: Principal | None) -> dict[str, Any]:
+        """``POST /v1/admin/reload``: for a ``service_admin`` only; a refusal or a failure is audited."""
+
+        def work(caller: Principal) -> dict[str, Any]:
+            caller.require(Scope.ADMIN, "reload the service")
+            return self.reload(caller)
+
+        return self.service.call(principal, "reload", work)
+
+    def signal_reload(self) -> None:
+        """SIGHUP: reload; a failure is logged and audited, the server keeps serving what it had."""
+        try:
+            self.reload()
+        except ReloadError as exc:
+            self.service.refuse(None, "reload", exc)
+        except Exception as exc:  # a reload must never take the server down
+            _log.error("reload_crashed", error=f"{type(exc).__name__}: {exc}")
+
+    def reload(self, by: Principal | None = None) -> dict[str, Any]:
+        """Load everything anew, then swap; raise :class:`ReloadError` and keep serving on failure."""
+        with self._lock:
+            before = self.service.gate
+            try:
+                registry = load_trust(self.sources.trust) if self.sources.trust is not None else None
+                ledger = before.audit.ledger if before.audit is not None else None
+                gate = Gate.from_bundle(self.sources.bundle, ledger=ledger, plan_cache=self.sources.plan_cache)
+                issuers = None
+                if registry is not None:
+                    if self.sources.issuer_keyring is None:
+                        raise CodedError("--trust needs the issuer keyring", "issuer_config")
+                    keys = load_keyring(self.sources.issuer_keyring)
+                    issuers = ServiceIssuers.load(registry, self.sources.issuer_ids, keys)
+                keyring: Keyring | None = None
+                if self.sources.receipt_keyring is not None:
+                    keyring = load_keyring(self.sources.receipt_keyring)
+                loaded = self.service.load(gate, registry, issuers, keyring)
+                authenticator = None
+                if self.authenticator is not None and self.make_authenticator is not None:
+                    authenticator = self.make_authenticator(registry, gate.bundle.data)
+            except (KcpOpaError, ValueError) as exc:  # ValueError: a malformed token hash in the tokens file
+                failure = ReloadError(f"reload refused, still serving bundle {before.bundle_revision}: {exc}")
+                _log.error("reload_refused", error=str(exc))
+                raise failure from None
+            self.service.swap(loaded)
+            if self.authenticator is not None and authenticator is not None:
+                self.authenticator.current = authenticator
+        status = self.service.status()
+        if gate.audit is not None:
+            try:
+                gate.audit.event(
+                    "note",
+                    None,
+                    None,
+                    note="service_reloaded",
+                    detail={"from": before.bundle_revision, "to": gate.bundle_revision, "trust": status["trust"]},
+                    principal=by.to_dict() if by is not None else None,
+                )
+            except LedgerError as exc:
+                _log.error("reload_not_audited", error=str(exc))
+        return {"reloaded": True, "previous_bundle_revision": before.bundle_revision, "status": status}
