@@ -178,6 +178,13 @@ def _report(
         metrics = case_run.metrics()
         failed = failed or metrics["passed"] != metrics["cases"]
         failed = failed or (fail_on_false_allow and bool(metrics["false_allows"]))
+        empty = case_run.nothing_ran()
+        if empty is not None and (case_run.results or not results):
+            click.echo(f"kcp-opa: {empty}", err=True)
+            failed = True
+    elif not results:
+        click.echo("kcp-opa: no Rego test and no decision case was selected: nothing was checked", err=True)
+        failed = True
     if threshold is not None and (covered is None or covered["coverage"] < threshold):
         shown = "no coverage" if covered is None else f"{covered['coverage']:.1f}%"
         click.echo(f"kcp-opa: coverage {shown} is below the threshold {threshold:g}%", err=True)
