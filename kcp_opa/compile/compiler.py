@@ -18,6 +18,8 @@ from kcp_opa.compile.bundle import (
     write_atomically,
 )
 from kcp_opa.compile.datadoc import DATA_ROOT, build_data
+from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR
+from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
@@ -106,6 +108,11 @@ def compile_bundle(
     matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
     warnings.extend(matrix_warnings)
     modules = collect_policies(policies_dir)
+    if (policies_dir / EVALUATORS_DIR).is_dir():
+        # An evaluator missing from the gate's union would have its DENYs dropped: refuse.
+        reason = union_stale(policies_dir)
+        if reason is not None:
+            raise CompileError(f"{policies_dir}: {reason}")
     version = policy_version(policies_dir, policy_version_override)
     trust = None
     if trust_path is not None:

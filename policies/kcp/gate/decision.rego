@@ -10,24 +10,15 @@ package kcp.gate
 
 import rego.v1
 
-import data.kcp.evaluators.action
-import data.kcp.evaluators.context
-import data.kcp.evaluators.delegation
-import data.kcp.evaluators.field_access
 import data.kcp.evaluators.financial
 import data.kcp.evaluators.freshness
-import data.kcp.evaluators.matrix
-import data.kcp.evaluators.residency
-import data.kcp.evaluators.restrictions
 import data.kcp.evaluators.runtime
 import data.kcp.evaluators.trace
-import data.kcp.evaluators.unit
 import data.kcp.lib.facts
 import data.kcp.lib.routing
 
-# METADATA
-# title: Every finding of every evaluator
-findings := ((((((((((action.findings | context.findings) | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
+# `findings`, every finding of every evaluator, is generated from the evaluators' METADATA into
+# evaluators.rego (`kcp-opa generate`; docs/extending.md).
 
 # METADATA
 # title: Routing state
