@@ -14,33 +14,9 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 from kcp_opa.compile.evaluatorgen import GENERATED, evaluators, render_union, stale
 from kcp_opa.core.errors import CompileError
 
-SCENARIO = """# METADATA
-# title: Blocked scenarios
-# custom:
-#   evaluator_id: scenario_check
-#   evaluator_version: "1.0.0"
-package kcp.evaluators.scenario
-
-import rego.v1
-
-# METADATA
-# title: Findings
-# custom:
-#   requires: [input.action.scenario]
-findings contains finding if {
-	input.action.scenario == "supplier_payment"
-	finding := {
-		"code": "scenario_blocked",
-		"rule": "scenario.blocked",
-		"evaluator_id": "scenario_check",
-		"evaluator_version": "1.0.0",
-		"state": "DENY",
-		"controls": [],
-		"message": "supplier payments are blocked",
-		"details": {},
-	}
-}
-"""
+EXTENDING = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+# The module and the Rego test docs/extending.md walks through: this file runs that page.
+SCENARIO, SCENARIO_TEST = (block.split("\n```", 1)[0] for block in EXTENDING.split("```rego\n")[1:3])
 
 
 def test_the_shipped_union_is_generated_and_up_to_date() -> None:
@@ -77,11 +53,20 @@ def test_a_new_evaluator_reaches_the_gate_only_through_generate(tmp_path: Path) 
     again = run_cli("generate", "--policies", str(policies), "--format", "json")
     assert json.loads(again.stdout)["written"] is False
 
+    (policies / "kcp" / "evaluators" / "scenario_test.rego").write_text(SCENARIO_TEST, encoding="utf-8")
+    tested = run_cli(
+        "test", str(policies / "kcp" / "evaluators" / "scenario_test.rego"), "--no-cases", "--format", "json"
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert {t["outcome"] for t in json.loads(tested.stdout)["tests"]} == {"PASS"}
+
     bundle = tmp_path / "finance.tar.gz"
     code, err = _compile(policies, bundle)
     assert code == 0, err
+    action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text(encoding="utf-8"))
+    (tmp_path / "action.json").write_text(json.dumps({**action, "scenario": "gift_card_purchase"}), encoding="utf-8")
     decided = run_cli(
-        "decide", "--bundle", str(bundle), "--input", str(REPO / "fixtures" / "kya-supplier-payment-action.json"),
+        "decide", "--bundle", str(bundle), "--input", str(tmp_path / "action.json"),
         "--now", "2026-11-29T10:00:00Z", "--format", "json",
     )  # fmt: skip
     decision = json.loads(decided.stdout)
