@@ -154,7 +154,8 @@ def executions_run(
 
     HANDLER is a command (after `--`) that performs the side effect: it gets the action as JSON
     on stdin and prints its outcome as JSON on stdout; a non-zero exit is a failed execution.
-    The same idempotency key again returns the recorded outcome without running it. Refusals
+    A receipt is consumed once (a second use is refused: `replay`); another valid receipt for the
+    same idempotency key returns the recorded outcome without running HANDLER again. Refusals
     and failures print a JSON error on stderr and exit 1.
 
       kcp-opa executions run --action a.json --receipt r.json --keyring pub.json \\
