@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
 
-.PHONY: help install demo serve-demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
+.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv with kcp-opa, dev tools and the OPA reference engine
+
+docs: $(STAMP) ## regenerate the gate's evaluator union and docs/reference.md from the policies
+	$(BIN)/kcp-opa generate --policies policies --reference docs/reference.md --format text
 
 bundle: $(STAMP) ## validate and compile the reference deployments into bundles/
 	@for d in $(DEPLOY)/*/; do \

@@ -41,6 +41,20 @@ def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
     assert first.revision == second.revision
 
 
+def test_default_bundle_is_named_after_the_project_not_the_folder(tmp_path: Path) -> None:
+    # Two deployments in folders both called "prod" must not write the same bundles/prod.tar.gz.
+    for name in ("finance", "support-desk"):
+        shutil.copytree(DEPLOYMENTS / name, tmp_path / name / "prod")
+    shutil.copytree(POLICIES, tmp_path / "policies")
+    for name in ("finance", "support-desk"):
+        proc = run_cli(
+            "compile", f"{name}/prod/knowledge.yaml", "--matrix", f"{name}/prod/matrix.yaml",
+            "--format", "json", "--no-engine-check", cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "bundles").iterdir()) == ["support-desk.tar.gz", "treasury.tar.gz"]
+
+
 def test_cli_compile_from_another_directory_gives_the_same_sha256(tmp_path: Path) -> None:
     copy = tmp_path / "elsewhere"
     shutil.copytree(DEPLOYMENTS / "finance", copy / "finance")

@@ -245,3 +245,24 @@ def test_cli_eval_undefined_and_refused(finance: Path) -> None:
     assert refused.returncode == 2 and "opa.runtime" in refused.stderr
     values = run_cli("eval", "-b", str(finance), "-f", "values", "1 + 1")
     assert json.loads(values.stdout) == [2]
+
+
+def test_cli_eval_engine_opa_answers_as_regopy_does(tmp_path: Path, finance: Path) -> None:
+    decided = run_cli("decide", "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW, "--with-input")
+    input_path = tmp_path / "input.json"
+    input_path.write_text(json.dumps(json.loads(decided.stdout)["input"]))
+    args = ["eval", "-b", str(finance), "-i", str(input_path), "data.kcp.gate.decision"]
+    on_regopy = run_cli(*args)
+    on_opa = run_cli(*args, "--engine", "opa")
+    assert on_opa.returncode == 0, on_opa.stderr
+    assert json.loads(on_opa.stdout) == json.loads(on_regopy.stdout)
+    assert json.loads(on_opa.stdout)["result"][0]["expressions"][0]["value"]["decision"] == "HUMAN_APPROVAL"
+    # OPA's own answers: undefined is {}, values only, and a parse error is one line, exit 2.
+    assert json.loads(run_cli("eval", "--engine", "opa", "-b", str(finance), "data.kcp.nothing_here").stdout) == {}
+    values = run_cli("eval", "--engine", "opa", "-b", str(finance), "-f", "values", "1 + 1")
+    assert json.loads(values.stdout) == [2]
+    broken = run_cli("eval", "--engine", "opa", "-b", str(finance), "data.kcp.gate.decision +")
+    assert broken.returncode == 2 and "rego_parse_error" in broken.stderr
+    assert len(broken.stderr.strip().splitlines()) == 1 and "Traceback" not in broken.stderr
+    refused = run_cli("eval", "--engine", "opa", "-b", str(finance), "x := opa.runtime()")
+    assert refused.returncode == 2 and "opa.runtime" in refused.stderr

@@ -142,7 +142,8 @@ def test_tenant_breach_and_high_risk_refund_lists_both(bundles: dict[str, Loaded
     d = _decide(bundles["support-desk"], action)
     assert d["decision"] == "DENY"
     assert {"tenant_boundary", "refund_requires_review"} <= set(d["reason_codes"])
-    assert "finance_reviewer" in d["approver_roles"]
+    # A DENY invites no approval: no approver, no controls to collect (docs/contract.md).
+    assert d["approver_roles"] == [] and d["missing_controls"] == [] and d["required_controls"] == []
 
 
 def test_unknown_unit_fails_closed(bundles: dict[str, LoadedBundle]) -> None:

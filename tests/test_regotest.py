@@ -76,6 +76,27 @@ def test_false_allow_fails_the_run_and_is_listed(tmp_path: Path) -> None:
     assert allowed == 0
 
 
+def test_cases_that_all_error_are_no_zero_percent_false_allow_rate(tmp_path: Path) -> None:
+    # No deployment where the cases look: every case is an ERROR. The totals must not read as a
+    # clean run ("false-allow rate 0.0%"): the rates are n/a and the run fails, saying why.
+    args = ["policies", "--cases", str(FIXTURES / "cases-false-allow"), "--deployments", str(tmp_path)]
+    proc = run_cli("test", *args, "--run", "^fa-", "--format", "json")
+    assert proc.returncode == 2
+    metrics = json.loads(proc.stdout)["cases"]["metrics"]
+    assert metrics["cases"] == 2 and metrics["ran"] == 0 and metrics["passed"] == 0
+    assert metrics["false_allow_rate"] is None and metrics["decision_accuracy"] is None
+    assert "none of the 2 decision cases ran" in proc.stderr
+    text = run_cli("test", *args, "--run", "^fa-", "--format", "text")
+    assert text.returncode == 2
+    assert "n/a" in text.stdout and "0.0%" not in text.stdout
+
+
+def test_selecting_nothing_fails() -> None:
+    proc = run_cli("test", "policies", "--run", "^no-such-test-or-case$", "--format", "json")
+    assert proc.returncode == 2
+    assert "nothing was checked" in proc.stderr
+
+
 def test_junit_for_rego_tests_validates(tmp_path: Path) -> None:
     junit = tmp_path / "rego.xml"
     _test(str(FIXTURES / "rego" / "mixed"), "--no-cases", "--junit", str(junit))

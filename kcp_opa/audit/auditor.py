@@ -32,9 +32,12 @@ Reproduce with the OPA reference (`opa eval`):
 
     opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
 
-or without OPA:
+or without the opa binary (regopy; add `--engine opa` for OPA through its Python bindings):
 
     kcp-opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
+
+Getting the opa binary: docs/auditing.md in the kcp-opa repository
+(https://openpolicyagent.org/downloads/, OPA 1.0 or newer).
 
 The value must equal `result.json` exactly.{erased_note}
 """

@@ -72,20 +72,24 @@ class CaseRun:
     engines: tuple[str, ...] = ()
 
     def metrics(self) -> dict[str, Any]:
+        """Totals over the cases that produced a decision: a case that errored is counted as
+        failed, never as a correct answer, and a rate with nothing under it is None ("n/a"), not
+        0% (a run where every case errored must not read as "no false allows")."""
         total = len(self.results)
-        must_not = [r for r in self.results if r.case.expect.must_not_execute]
-        not_deny = [r for r in self.results if r.case.expect.decision != "DENY"]
-        routing = [r for r in self.results if r.routing_relevant]
+        ran = [r for r in self.results if r.decision is not None]
+        must_not = [r for r in ran if r.case.expect.must_not_execute]
+        not_deny = [r for r in ran if r.case.expect.decision != "DENY"]
+        routing = [r for r in ran if r.routing_relevant]
 
-        def rate(part: int, whole: int) -> float:
-            return part / whole if whole else 0.0
+        def rate(part: int, whole: int) -> float | None:
+            return part / whole if whole else None
 
         return {
             "cases": total,
+            "ran": len(ran),
             "passed": sum(r.passed for r in self.results),
             "decision_accuracy": rate(
-                sum(1 for r in self.results if r.decision and r.decision.decision.value == r.case.expect.decision),
-                total,
+                sum(1 for r in ran if r.decision and r.decision.decision.value == r.case.expect.decision), len(ran)
             ),
             "false_allows": [r.case.case_id for r in self.results if r.false_allow],
             "false_allow_rate": rate(sum(r.false_allow for r in must_not), len(must_not)),
@@ -96,6 +100,14 @@ class CaseRun:
             "divergences": [r.case.case_id for r in self.results if r.divergent],
             "errors": [r.case.case_id for r in self.results if r.error],
         }
+
+    def nothing_ran(self) -> str | None:
+        """Why this run proves nothing, or None: no case selected, or none produced a decision."""
+        if not self.results:
+            return "no decision case was selected: nothing was checked"
+        if not any(r.decision is not None for r in self.results):
+            return f"none of the {len(self.results)} decision cases ran (every one is an ERROR): nothing was checked"
+        return None
 
 
 def run_cases(

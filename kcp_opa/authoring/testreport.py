@@ -116,6 +116,11 @@ def junit_xml(tests: Sequence[TestResult], cases: CaseRun | None) -> bytes:
 _STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow"}
 
 
+def _pct(value: float | None) -> str:
+    """A rate, or "n/a" when no case it is measured on ran."""
+    return "n/a" if value is None else f"{value:.1%}"
+
+
 def print_report(
     console: Console,
     tests: Sequence[TestResult],
@@ -151,14 +156,14 @@ def print_report(
         table = Table(title=f"Decision cases ({metrics['cases']}, engines: {', '.join(cases.engines)})")
         table.add_column("metric")
         table.add_column("value", justify="right")
-        table.add_row("cases passed", f"{metrics['passed']} / {metrics['cases']}")
-        table.add_row("decision accuracy", f"{metrics['decision_accuracy']:.1%}")
-        style = "bold red" if metrics["false_allows"] else "green"
-        table.add_row(f"[{style}]false-allow rate[/]", f"[{style}]{metrics['false_allow_rate']:.1%}[/]")
-        table.add_row("false-denial rate", f"{metrics['false_denial_rate']:.1%}")
+        table.add_row("cases passed", f"{metrics['passed']} / {metrics['cases']} ({metrics['ran']} ran)")
+        table.add_row("decision accuracy", _pct(metrics["decision_accuracy"]))
+        style = "bold red" if metrics["false_allows"] or metrics["false_allow_rate"] is None else "green"
+        table.add_row(f"[{style}]false-allow rate[/]", f"[{style}]{_pct(metrics['false_allow_rate'])}[/]")
+        table.add_row("false-denial rate", _pct(metrics["false_denial_rate"]))
         table.add_row(
             "approval-routing accuracy",
-            f"{metrics['approval_routing_accuracy']:.1%} of {metrics['approval_routing_cases']}",
+            f"{_pct(metrics['approval_routing_accuracy'])} of {metrics['approval_routing_cases']}",
         )
         table.add_row("engine divergences", str(len(metrics["divergences"])))
         console.print(table)

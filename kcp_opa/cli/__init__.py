@@ -20,6 +20,7 @@ from kcp_opa.cli.controls import controls
 from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
 from kcp_opa.cli.executions import executions
+from kcp_opa.cli.generate import generate
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
@@ -59,6 +60,7 @@ COMMANDS = (
     test_command,
     mutate_command,
     check,
+    generate,
     ropa,
     audit,
     serve,

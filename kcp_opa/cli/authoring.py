@@ -14,14 +14,16 @@ import click
 
 from kcp_opa.authoring.caserun import CaseRun, run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
-from kcp_opa.authoring.policycheck import check_modules
-from kcp_opa.authoring.policytree import load_modules, load_selection
+from kcp_opa.authoring.policycheck import CheckFinding, check_modules
+from kcp_opa.authoring.policytree import load_modules, load_selection, policy_root
 from kcp_opa.authoring.regotest import Outcome, TestResult, discover, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, status
 from kcp_opa.compile.bundle import read_bundle, write_atomically
-from kcp_opa.core.errors import SourceUnreadableError
+from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR, GENERATED
+from kcp_opa.compile.evaluatorgen import stale as union_stale
+from kcp_opa.core.errors import KcpOpaError, SourceUnreadableError
 
 #: Files whose change re-runs `kcp-opa test --watch`, and how often to look.
 WATCHED = frozenset({".rego", ".yaml", ".yml", ".json"})
@@ -178,6 +180,13 @@ def _report(
         metrics = case_run.metrics()
         failed = failed or metrics["passed"] != metrics["cases"]
         failed = failed or (fail_on_false_allow and bool(metrics["false_allows"]))
+        empty = case_run.nothing_ran()
+        if empty is not None and (case_run.results or not results):
+            click.echo(f"kcp-opa: {empty}", err=True)
+            failed = True
+    elif not results:
+        click.echo("kcp-opa: no Rego test and no decision case was selected: nothing was checked", err=True)
+        failed = True
     if threshold is not None and (covered is None or covered["coverage"] < threshold):
         shown = "no coverage" if covered is None else f"{covered['coverage']:.1f}%"
         click.echo(f"kcp-opa: coverage {shown} is below the threshold {threshold:g}%", err=True)
@@ -216,6 +225,7 @@ def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | N
     data = read_bundle(bundle).data if bundle is not None else None
     with status(f"checking {len(modules)} modules on OPA and regopy"):
         findings = check_modules(modules, data=data)
+    findings += _stale_generated(targets)
     errors = [f for f in findings if f.severity == "error"]
     if as_json(fmt):
         render.print_json({"modules": len(modules), "findings": [f.to_dict() for f in findings]})
@@ -230,6 +240,19 @@ def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | N
         out.print(f"{len(modules)} modules: {len(errors)} errors, {len(findings) - len(errors)} warnings")
     if errors or (strict and findings):
         sys.exit(EXIT_INVALID)
+
+
+def _stale_generated(targets: Sequence[Path]) -> list[CheckFinding]:
+    """An error for each checked policies tree whose generated findings union is stale."""
+    found = []
+    for root in sorted({r for r in map(policy_root, targets) if r is not None and (r / EVALUATORS_DIR).is_dir()}):
+        try:
+            reason = union_stale(root)
+        except KcpOpaError as exc:
+            reason = str(exc)
+        if reason is not None:
+            found.append(CheckFinding(str(root / GENERATED), 1, "error", "generated_stale", reason))
+    return found
 
 
 @click.command(name="mutate")

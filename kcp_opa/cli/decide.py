@@ -13,8 +13,9 @@ from kcp_opa.cli.native import first_native_error, native_stdout_captured
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
-from kcp_opa.core.errors import ActionRejectedError, QueryError
+from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, QueryError
 from kcp_opa.decide.action import parse_action
+from kcp_opa.decide.crosscheck import opa_query
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.query import evaluate_query
 from kcp_opa.trail.ledger import AuditLedger
@@ -113,12 +114,20 @@ def decide(
     show_default=True,
     help="json: opa eval's result document; values: the expression values only.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["regopy", "opa"]),
+    default="regopy",
+    show_default=True,
+    help="regopy (the gate's engine) or opa (the Go reference engine, from opa-golib-python-bindings).",
+)
 @click.argument("query")
-def eval_command(bundle: Path, input_path: str | None, fmt: str, query: str) -> None:
-    """Evaluate QUERY over a bundle with regopy, answering as `opa eval -b BUNDLE -i INPUT QUERY` does.
+def eval_command(bundle: Path, input_path: str | None, fmt: str, engine: str, query: str) -> None:
+    """Evaluate QUERY over a bundle, answering as `opa eval -b BUNDLE -i INPUT QUERY` does.
 
-    For auditors without OPA: replay an archived input against the bundle revision it names,
-    e.g. `kcp-opa eval -b bundle.tar.gz -i input.json data.kcp.gate.decision`.
+    For auditors: replay an archived input against the bundle revision it names, e.g.
+    `kcp-opa eval -b bundle.tar.gz -i input.json data.kcp.gate.decision`, on regopy (the
+    engine that decided) or with --engine opa on OPA itself (docs/auditing.md).
     An undefined query prints {} (as opa eval does); an evaluation error exits 2.
     """
     loaded = read_bundle(bundle)
@@ -129,6 +138,12 @@ def eval_command(bundle: Path, input_path: str | None, fmt: str, query: str) -> 
             input_doc = strictjson.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise ActionRejectedError("", f"input {input_path} is not valid JSON: {exc}") from None
+    if engine == "opa":
+        try:
+            render.print_json(opa_query(loaded, query, input_doc, values_only=fmt == "values"))
+        except EngineLoadError as exc:
+            raise QueryError(f"{exc}; or replay with the opa binary (docs/auditing.md)") from None
+        return
     with native_stdout_captured() as native:
         try:
             answer = evaluate_query(loaded, query, input_doc, values_only=fmt == "values")

@@ -120,7 +120,7 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
     "-o",
     "--output",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Bundle path [default: bundles/<name>.tar.gz].",
+    help="Bundle path [default: bundles/<project>.tar.gz, the manifests' project ids].",
 )
 @click.option("--revision", help="Bundle revision [default: a sha256 of the bundle's content].")
 @click.option("--policy-version", help="Policy version [default: the policies directory's VERSION file].")
@@ -150,7 +150,7 @@ def compile_command(
     written atomically (a failed compile, engine check included, leaves any earlier bundle at
     the output path untouched) and loads with `opa eval -b`.
     """
-    target = output or default_output(manifests)
+    target = output or default_output(manifests, max_bytes=max_bytes)
     result = compile_bundle(
         manifests,
         matrix,

@@ -1,4 +1,5 @@
-"""The executions group: list claims whose lease expired (ambiguous) and reconcile them.
+"""The executions group: run an action under its receipt; list claims whose lease expired (ambiguous)
+and reconcile them.
 
 An ambiguous execution is one whose process died between claiming the idempotency key and
 recording the outcome: the side effect may or may not have happened, and the executor will not
@@ -10,16 +11,27 @@ ledger gets an entry when ``--ledger`` is given.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sqlite3
+import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
 from kcp_opa.authorize.store import AMBIGUOUS, SQLiteStore
 from kcp_opa.cli import render
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, fail
-from kcp_opa.core.errors import StoreError
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, fail, now_option, read_text
+from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.core import strictjson
+from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError, StoreError
+from kcp_opa.core.signing import load_keyring
+from kcp_opa.decide.action import parse_action
+from kcp_opa.decide.gate import decision_time
+from kcp_opa.execute.executor import Executor
+from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
 
 STORE = click.option(
@@ -43,7 +55,7 @@ def _open(store_path: Path) -> SQLiteStore:
 
 @click.group()
 def executions() -> None:
-    """The executor's claims: list the ambiguous ones, reconcile one with evidence."""
+    """The executor: run an action under its receipt; list ambiguous claims, reconcile one."""
 
 
 @executions.command(name="list")
@@ -108,3 +120,94 @@ def executions_reconcile(key: str, outcome: str, evidence: str, store_path: Path
             }
         )
     render.print_json({"ok": True, "idempotency_key": key, "state": record.state, "evidence": evidence})
+
+
+@executions.command(name="run", context_settings={"ignore_unknown_options": True})
+@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action the receipt covers.")
+@click.option("--receipt", "receipt_path", required=True, metavar="RECEIPT.json", help="The signed receipt.")
+@click.option(
+    "--keyring",
+    "keyring_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Keys that verify receipts (an Ed25519 public keyring is enough).",
+)
+@click.option("--policy-version", "policy_versions", required=True, multiple=True, help="An active policy version.")
+@click.option("--store", "store_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The executor's SQLite store (created if missing): nonces and idempotency keys.")  # fmt: skip
+@click.option("--bundle", type=click.Path(path_type=Path, dir_okay=False), help="With --ledger: the gate's bundle.")
+@click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Record the execution in this ledger.")
+@now_option("Verification time [default: now].")
+@click.argument("handler", nargs=-1, required=True, type=click.UNPROCESSED)
+def executions_run(
+    action_path: str,
+    receipt_path: str,
+    keyring_path: Path,
+    policy_versions: tuple[str, ...],
+    store_path: Path,
+    bundle: Path | None,
+    ledger: Path | None,
+    now: str | None,
+    handler: tuple[str, ...],
+) -> None:
+    """Execute an action under its receipt, at most once: verify, consume, then run HANDLER.
+
+    HANDLER is a command (after `--`) that performs the side effect: it gets the action as JSON
+    on stdin and prints its outcome as JSON on stdout; a non-zero exit is a failed execution.
+    A receipt is consumed once (a second use is refused: `replay`); another valid receipt for the
+    same idempotency key returns the recorded outcome without running HANDLER again. Refusals
+    and failures print a JSON error on stderr and exit 1.
+
+      kcp-opa executions run --action a.json --receipt r.json --keyring pub.json \\
+        --policy-version 1.0.0 --store exec.db -- ./pay.sh
+    """
+    if (ledger is None) != (bundle is None):
+        fail("--ledger and --bundle go together (the ledger's entries name the bundle)", EXIT_USAGE)
+    action = parse_action(read_text(action_path, "action"))
+    try:
+        receipt = strictjson.loads(read_text(receipt_path, "receipt"))
+    except (ValueError, RecursionError) as exc:
+        fail(f"receipt {receipt_path} is not valid JSON: {exc}", EXIT_INVALID)
+    audit = AuditTrail(AuditLedger(ledger), read_bundle(bundle)) if ledger is not None and bundle is not None else None
+    executor = Executor(
+        keyring=load_keyring(keyring_path),
+        policy_versions=set(policy_versions),
+        store=SQLiteStore(store_path),
+        audit=audit,
+    )
+    try:
+        result = executor.execute_authorized_action(
+            action, receipt, _command_handler(handler), now=decision_time(now) if now else None
+        )
+    except (ReceiptVerificationError, ExecutionError) as exc:
+        click.echo(json.dumps({"ok": False, "error": str(exc), "code": exc.code}), err=True)
+        sys.exit(EXIT_INVALID)
+    render.print_json(
+        {
+            "ok": True,
+            "idempotency_key": result.idempotency_key,
+            "receipt_id": result.receipt_id,
+            "replayed": result.replayed,
+            "outcome": result.outcome,
+        }
+    )
+
+
+def _command_handler(command: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+    """The side effect as a process: the action on stdin, its JSON outcome on stdout."""
+
+    def run(action: Mapping[str, Any]) -> Any:
+        try:
+            proc = subprocess.run(  # the operator's own handler command, no shell
+                list(command), input=json.dumps(dict(action)), capture_output=True, text=True, check=False
+            )
+        except OSError as exc:
+            raise RuntimeError(f"cannot run {command[0]}: {exc}") from None
+        if proc.returncode != 0:
+            raise RuntimeError(f"{command[0]} exited {proc.returncode}: {proc.stderr.strip()[:300]}")
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            raise RuntimeError(f"{command[0]} did not print JSON: {proc.stdout.strip()[:300]}") from None
+
+    return run

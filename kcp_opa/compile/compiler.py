@@ -18,15 +18,17 @@ from kcp_opa.compile.bundle import (
     write_atomically,
 )
 from kcp_opa.compile.datadoc import DATA_ROOT, build_data
+from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR
+from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
 from kcp_opa.core.canonical import canonical_json
-from kcp_opa.core.errors import CompileError, ValidationFailedError
+from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
 from kcp_opa.core.version import __version__
 from kcp_opa.declare.diagnostics import Diagnostic
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
 from kcp_opa.declare.trust import validate_trust
-from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
+from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, load_yaml
 
 log = structlog.get_logger(__name__)
 
@@ -61,9 +63,23 @@ class CompileResult:
         }
 
 
-def default_output(manifest_paths: Sequence[Path], bundles_dir: Path = Path("bundles")) -> Path:
-    stem = manifest_paths[0].parent.name if len(manifest_paths) == 1 else "deployment"
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "bundle"
+def default_output(
+    manifest_paths: Sequence[Path], bundles_dir: Path = Path("bundles"), *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Path:
+    """``bundles/<project>.tar.gz``, named after what the manifests declare (their ``project``
+    ids, joined with ``+`` for several), not the folder they sit in: two deployments kept in
+    folders of the same name must not overwrite each other's bundle. A manifest that cannot be
+    read names nothing; compile reports it."""
+    projects: list[str] = []
+    for path in manifest_paths:
+        try:
+            project = load_yaml(path, max_bytes=max_bytes).data.get("project")
+        except (KcpOpaError, AttributeError):
+            project = None
+        if isinstance(project, str) and project not in projects:
+            projects.append(project)
+    stem = "+".join(sorted(projects)) if projects else "bundle"
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "-", stem).strip("-.") or "bundle"
     return bundles_dir / f"{safe}.tar.gz"
 
 
@@ -92,6 +108,11 @@ def compile_bundle(
     matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
     warnings.extend(matrix_warnings)
     modules = collect_policies(policies_dir)
+    if (policies_dir / EVALUATORS_DIR).is_dir():
+        # An evaluator missing from the gate's union would have its DENYs dropped: refuse.
+        reason = union_stale(policies_dir)
+        if reason is not None:
+            raise CompileError(f"{policies_dir}: {reason}")
     version = policy_version(policies_dir, policy_version_override)
     trust = None
     if trust_path is not None:

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kcp_opa.compile.bundle import LoadedBundle
-from kcp_opa.core.errors import EngineLoadError
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult
+from kcp_opa.core.errors import EngineLoadError, QueryError
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, forbidden_builtin_calls
 
 CROSS_CHECK_ENGINES = ("opa",)
 
@@ -47,6 +47,34 @@ class OpaReference:
         if not isinstance(value, dict):
             return EngineResult(None, f"OPA: {self.path} did not produce one object")
         return EngineResult(value)
+
+
+def opa_query(bundle: LoadedBundle, query: str, input_doc: Any = None, *, values_only: bool = False) -> Any:
+    """Evaluate ``query`` on OPA over ``bundle``, answering as ``opa eval -b BUNDLE`` does: its
+    result document (``{}`` when undefined), or the expression values only.
+
+    The bindings' public ``eval_query`` keeps only the bindings; the result set (expressions
+    with their text and location, as ``opa eval`` prints them) is read the way it reads it.
+    """
+    calls = forbidden_builtin_calls({"<query>": query, **bundle.modules})
+    if calls:
+        raise QueryError(f"refusing a builtin that breaks replay or leaks secrets: {calls[0]}")
+    reference = OpaReference(bundle)
+    engine = reference._engine
+    try:
+        from opa_bindings.engine import _cstr, _encode_input
+
+        with engine._eval_lock:
+            engine._eval_reset()
+            raw = engine._call(engine._lib.OpaEvalQuery, _cstr(query), _encode_input(input_doc), 0, 0)
+            results = engine._eval_result(raw) or []
+    except Exception as exc:  # OpaError (parse, compile, evaluation): one line, never a traceback
+        raise QueryError(f"OPA: {_one_line(exc)}") from None
+    finally:
+        engine.close()
+    if values_only:
+        return [e.get("value") for r in results for e in r.get("expressions", [])]
+    return {"result": results} if results else {}
 
 
 def first_difference(left: Any, right: Any, path: str = "") -> str | None:

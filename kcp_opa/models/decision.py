@@ -253,16 +253,16 @@ class Decision:
 
 def fail_closed_verdict(code: str, rule: str, evaluator_id: str, message: str) -> PolicyVerdict:
     """A DENY for when there is no policy answer to trust (contract principle 3): not policy,
-    the absence of one. Only ``standard_audit_logging`` is required, and it is missing."""
+    the absence of one. Like every DENY it lists no controls (docs/contract.md)."""
     return PolicyVerdict(
         decision=RoutingState.DENY,
         outcome=Outcome.DENY,
         authorization_status=AuthorizationStatus.DENIED,
         execution_allowed=False,
         risk_level=RiskLevel.CRITICAL,
-        required_controls=("standard_audit_logging",),
+        required_controls=(),
         satisfied_controls=(),
-        missing_controls=("standard_audit_logging",),
+        missing_controls=(),
         reasons=(Reason(code, rule, evaluator_id, "1.0.0", message),),
         reason_codes=(code,),
         violations=(),

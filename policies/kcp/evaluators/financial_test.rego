@@ -68,3 +68,27 @@ test_reading_moves_no_money if {
 	m := _matrix
 	count(financial.findings) == 0 with input.action as {"action_type": "read"} with data.kcp_data.matrix as m
 }
+
+_high_value_message(action, m) := msg if {
+	some f in financial.findings with input.action as action with data.kcp_data.matrix as m
+	f.code == "high_value"
+	msg := f.message
+}
+
+test_high_value_message_prints_major_units_and_the_threshold if {
+	m := {"parameters": {"money": {"high_value_minor": {"EUR": 500000, "USD": 500000, "JPY": 100000, "KWD": 5000}}}}
+	eur := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 750000, "currency": "EUR"}}])
+	_high_value_message(eur, m) == "7500.00 EUR is at or above the high-value threshold of 5000.00 EUR"
+	cents := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 12345678905, "currency": "USD"}}])
+	_high_value_message(cents, m) == "123456789.05 USD is at or above the high-value threshold of 5000.00 USD"
+	yen := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 250000, "currency": "JPY"}}])
+	_high_value_message(yen, m) == "250000 JPY is at or above the high-value threshold of 100000 JPY"
+	dinar := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 5000, "currency": "KWD"}}])
+	_high_value_message(dinar, m) == "5.000 KWD is at or above the high-value threshold of 5.000 KWD"
+}
+
+test_high_value_message_without_a_threshold if {
+	m := {"parameters": {"money": {"high_value_minor": {"small": 1}}}}
+	action := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 5, "currency": "CHF"}}])
+	_high_value_message(action, m) == "0.05 CHF is high value: no high-value threshold is set for CHF"
+}

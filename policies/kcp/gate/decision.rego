@@ -10,24 +10,15 @@ package kcp.gate
 
 import rego.v1
 
-import data.kcp.evaluators.action
-import data.kcp.evaluators.context
-import data.kcp.evaluators.delegation
-import data.kcp.evaluators.field_access
 import data.kcp.evaluators.financial
 import data.kcp.evaluators.freshness
-import data.kcp.evaluators.matrix
-import data.kcp.evaluators.residency
-import data.kcp.evaluators.restrictions
 import data.kcp.evaluators.runtime
 import data.kcp.evaluators.trace
-import data.kcp.evaluators.unit
 import data.kcp.lib.facts
 import data.kcp.lib.routing
 
-# METADATA
-# title: Every finding of every evaluator
-findings := ((((((((((action.findings | context.findings) | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
+# `findings`, every finding of every evaluator, is generated from the evaluators' METADATA into
+# evaluators.rego (`kcp-opa generate`; docs/extending.md).
 
 # METADATA
 # title: Routing state
@@ -42,13 +33,22 @@ _claimed := {c | some c in input.context.satisfied_controls} if {
 	is_array(input.context.satisfied_controls)
 } else := set()
 
-_satisfied := _required & _claimed
+# A DENY lists no controls: controls are preconditions of an execution and a denied action has
+# none; listing the findings' controls would invite approvals for a forbidden action
+# (docs/contract.md). The findings' controls still weigh on the risk level (_required) and the
+# reasons name them. The denial itself is still written to the audit ledger.
+_listed := set() if {
+	state == "DENY"
+} else := _required
 
-_missing := _required - _satisfied
+_satisfied := _listed & _claimed
+
+_missing := _listed - _satisfied
 
 # METADATA
 # title: Required controls
-required_controls := sort(_required)
+# description: The union of every finding's controls plus standard_audit_logging; none on a DENY.
+required_controls := sort(_listed)
 
 # METADATA
 # title: Satisfied controls
@@ -57,6 +57,7 @@ satisfied_controls := sort(_satisfied)
 
 # METADATA
 # title: Missing controls
+# description: Required controls not yet satisfied; always empty on a DENY.
 missing_controls := sort(_missing)
 
 # METADATA
@@ -131,9 +132,22 @@ _obligations contains "trace_context" if trace.required
 
 _obligations contains "review_stale_unit" if freshness.stale
 
+_finding_roles := {r | some f in findings; r := f.details.approver_role}
+
 # METADATA
 # title: Approver roles
-approver_roles := sort({r | some f in findings; r := f.details.approver_role})
+# description: |
+#   Who may approve: the roles the findings name; when a human approval is required and no
+#   finding names a role, the matrix's approver for the task type (approver_roles.by_task_type,
+#   else approver_roles.default). Empty on a DENY: nobody approves a forbidden action.
+approver_roles := [] if {
+	state == "DENY"
+} else := sort(_finding_roles) if {
+	count(_finding_roles) > 0
+} else := [role] if {
+	"independent_human_approval" in _required
+	role := runtime.approver_role(input.action.action_type)
+} else := []
 
 # A lookup, not upper(): regopy's case builtins are ASCII-only (docs/engine-findings.md item 26).
 _runtime_risk := {"low": "LOW", "medium": "MEDIUM", "high": "HIGH", "critical": "CRITICAL"}[input.action.runtime.risk_level]
@@ -184,9 +198,9 @@ default decision := {
 	"authorization_status": "DENIED",
 	"execution_allowed": false,
 	"risk_level": "CRITICAL",
-	"required_controls": ["standard_audit_logging"],
+	"required_controls": [],
 	"satisfied_controls": [],
-	"missing_controls": ["standard_audit_logging"],
+	"missing_controls": [],
 	"reasons": [{"code": "policy_undefined", "rule": "kcp.gate.default", "evaluator_id": "kcp_gate", "evaluator_version": "1.0.0", "message": "the policy produced no decision; failing closed"}],
 	"reason_codes": ["policy_undefined"],
 	"violations": [],

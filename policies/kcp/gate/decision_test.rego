@@ -77,7 +77,53 @@ test_deny_is_terminal_and_lists_every_reason if {
 	d.execution_allowed == false
 	"tenant_boundary" in d.reason_codes
 	"refund_requires_review" in d.reason_codes
-	d.approver_roles == ["finance_reviewer"]
+
+	# Nothing to approve, nothing missing: a DENY lists no controls and no approver.
+	d.approver_roles == []
+	d.required_controls == []
+	d.missing_controls == []
+	d.satisfied_controls == []
+	d.risk_level == "HIGH"
+}
+
+# A human approval that no finding assigns goes to the matrix's approver for the task type.
+_approve_cells := {"depth": 0, "count": 3, "slots": {
+	"read": {"sensitivity": {"internal": "autonomous"}},
+	"refund": {"sensitivity": {"internal": "approve"}},
+	"payroll": {"sensitivity": {"internal": "approve"}},
+}}
+
+_payroll_matrix := {"task_types": ["read", "refund", "payroll"], "parameters": {
+	"money": {"high_value_minor": {}},
+	"approver_roles": {"default": "lead", "by_task_type": {"refund": "finance_reviewer", "payroll": "payroll_controller"}},
+	"sender_roles": [],
+}}
+
+test_matrix_approval_names_the_task_types_approver if {
+	c := _clock
+	kd := object.union(_data, {"tasks": _approve_cells, "matrix": _payroll_matrix})
+	action := json.patch(_read, [{"op": "replace", "path": "/action_type", "value": "payroll"}])
+	d := gate.decision with input.action as action with input.context as c with data.kcp_data as kd
+	d.decision == "HUMAN_APPROVAL"
+	"independent_human_approval" in d.required_controls
+	d.approver_roles == ["payroll_controller"]
+}
+
+test_matrix_approval_falls_back_to_the_default_approver if {
+	c := _clock
+	matrix := json.patch(_payroll_matrix, [{"op": "remove", "path": "/parameters/approver_roles/by_task_type/payroll"}])
+	kd := object.union(_data, {"tasks": _approve_cells, "matrix": matrix})
+	action := json.patch(_read, [{"op": "replace", "path": "/action_type", "value": "payroll"}])
+	d := gate.decision with input.action as action with input.context as c with data.kcp_data as kd
+	d.approver_roles == ["lead"]
+}
+
+test_no_human_approval_names_no_approver if {
+	c := _clock
+	kd := _data
+	action := _read
+	d := gate.decision with input.action as action with input.context as c with data.kcp_data as kd
+	d.approver_roles == []
 }
 
 test_controls_accumulate if {

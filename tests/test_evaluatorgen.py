@@ -1,0 +1,94 @@
+"""The gate's findings union is generated from the evaluators' METADATA: a new evaluator joins
+the gate by `kcp-opa generate`, and check and compile refuse a union that leaves one out (its
+DENYs would never reach the decision)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+
+from kcp_opa.compile.evaluatorgen import GENERATED, evaluators, render_union, stale
+from kcp_opa.core.errors import CompileError
+
+EXTENDING = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+# The module and the Rego test docs/extending.md walks through: this file runs that page.
+SCENARIO, SCENARIO_TEST = (block.split("\n```", 1)[0] for block in EXTENDING.split("```rego\n")[1:3])
+
+
+def test_the_shipped_union_is_generated_and_up_to_date() -> None:
+    assert stale(POLICIES) is None
+    names = [e.name for e in evaluators(POLICIES)]
+    assert names == sorted(p.stem for p in (POLICIES / "kcp" / "evaluators").glob("*.rego") if "_test" not in p.stem)
+    assert all(f"ev_{name}.findings" in render_union(POLICIES) for name in names)
+
+
+def _compile(policies: Path, out: Path) -> tuple[int, str]:
+    base = DEPLOYMENTS / "finance"
+    proc = run_cli(
+        "compile", str(base / "knowledge.yaml"), "--matrix", str(base / "matrix.yaml"), "--policies", str(policies),
+        "-o", str(out), "--no-engine-check", "--format", "json",
+    )  # fmt: skip
+    return proc.returncode, proc.stderr
+
+
+def test_a_new_evaluator_reaches_the_gate_only_through_generate(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    (policies / "kcp" / "evaluators" / "scenario.rego").write_text(SCENARIO, encoding="utf-8")
+    assert "does not match" in (stale(policies) or "")
+
+    # Stale: compile and check refuse, naming the fix.
+    code, err = _compile(policies, tmp_path / "stale.tar.gz")
+    assert code == 2 and "kcp-opa generate" in err and not (tmp_path / "stale.tar.gz").exists()
+    checked = run_cli("generate", "--policies", str(policies), "--check", "--format", "json")
+    assert checked.returncode == 1 and json.loads(checked.stdout)["stale"] is True
+
+    written = run_cli("generate", "--policies", str(policies), "--format", "json")
+    assert written.returncode == 0 and json.loads(written.stdout)["written"] is True
+    assert "ev_scenario.findings" in (policies / GENERATED).read_text(encoding="utf-8")
+    again = run_cli("generate", "--policies", str(policies), "--format", "json")
+    assert json.loads(again.stdout)["written"] is False
+
+    (policies / "kcp" / "evaluators" / "scenario_test.rego").write_text(SCENARIO_TEST, encoding="utf-8")
+    tested = run_cli(
+        "test", str(policies / "kcp" / "evaluators" / "scenario_test.rego"), "--no-cases", "--format", "json"
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert {t["outcome"] for t in json.loads(tested.stdout)["tests"]} == {"PASS"}
+
+    bundle = tmp_path / "finance.tar.gz"
+    code, err = _compile(policies, bundle)
+    assert code == 0, err
+    action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text(encoding="utf-8"))
+    (tmp_path / "action.json").write_text(json.dumps({**action, "scenario": "gift_card_purchase"}), encoding="utf-8")
+    decided = run_cli(
+        "decide", "--bundle", str(bundle), "--input", str(tmp_path / "action.json"),
+        "--now", "2026-11-29T10:00:00Z", "--format", "json",
+    )  # fmt: skip
+    decision = json.loads(decided.stdout)
+    assert decision["decision"] == "DENY"
+    assert "scenario_blocked" in decision["reason_codes"]
+
+
+def test_an_evaluator_without_metadata_is_refused(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    bare = SCENARIO.split("package ", 1)[1]
+    (policies / "kcp" / "evaluators" / "scenario.rego").write_text("package " + bare, encoding="utf-8")
+    with pytest.raises(CompileError, match=r"custom\.evaluator_id"):
+        render_union(policies)
+
+
+def test_check_reports_a_stale_union(tmp_path: Path) -> None:
+    from kcp_opa.cli.authoring import _stale_generated
+
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    assert _stale_generated([policies / "kcp" / "gate"]) == []
+    (policies / "kcp" / "evaluators" / "scenario.rego").write_text(SCENARIO, encoding="utf-8")
+    (found,) = _stale_generated([policies / "kcp" / "evaluators"])
+    assert found.severity == "error" and found.code == "generated_stale" and "kcp-opa generate" in found.message
