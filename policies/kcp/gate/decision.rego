@@ -11,6 +11,7 @@ package kcp.gate
 import rego.v1
 
 import data.kcp.evaluators.action
+import data.kcp.evaluators.authority
 import data.kcp.evaluators.context
 import data.kcp.evaluators.delegation
 import data.kcp.evaluators.field_access
@@ -27,7 +28,7 @@ import data.kcp.lib.routing
 
 # METADATA
 # title: Every finding of every evaluator
-findings := ((((((((((action.findings | context.findings) | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings
+findings := (((((((((((action.findings | context.findings) | unit.findings) | field_access.findings) | residency.findings) | restrictions.findings) | trace.findings) | delegation.findings) | freshness.findings) | matrix.findings) | runtime.findings) | financial.findings) | authority.findings
 
 # METADATA
 # title: Routing state
