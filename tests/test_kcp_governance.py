@@ -4,10 +4,8 @@ fixtures/cases/kcp-governance.yaml and Rego tests beside each evaluator)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.manifest import load_manifest, validate_manifest
@@ -73,7 +71,56 @@ def test_matrix_maps_task_types_to_kcp_actions() -> None:
     assert "answer" not in actions
 
 
-def _doc(path: Path) -> dict[str, Any]:
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert isinstance(loaded, dict)
-    return loaded
+def test_explain_shows_effective_authority_visibility_access_with_sources() -> None:
+    from conftest import run_cli
+
+    proc = run_cli("explain", "fixtures/deployments/kcp-governance/knowledge.yaml", "ops-runbook", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["effective"]["authority"]["actions"]["modify"] == "denied"
+    assert out["sources"]["authority"].startswith("default")
+    assert out["effective"]["visibility"]["conditions"][1]["when"]["agent_role"] == [
+        "platform_admin",
+        "security_auditor",
+    ]
+    assert out["sources"]["visibility"] == "unit"
+    assert out["sources"]["access"] == "default" and out["effective"]["access"] == "public"
+    assert out["sources"]["rate_limits"] == "root"
+
+
+def test_governance_validation_findings(tmp_path: Path) -> None:
+    units = [
+        (
+            "a",
+            ", visibility: {default: secret, conditions: [{when: {region: [eu]}, then: {sensitivity: internal}}, {when: {environment: dev}}]}",
+        ),
+        ("b", ", rate_limits: {default: {requests_per_minute: 0}}, not_for_strict: true"),
+        ("c", ", temporal: {valid_from: '2026-05-01', valid_until: '2026-04-01', superseded_by: d}"),
+        ("d", ", temporal: {superseded_by: c}"),
+    ]
+    path = _write(tmp_path, "", units)
+    errors, warnings = _codes(path, "errors"), _codes(path, "warnings")
+    assert {
+        "visibility_sensitivity_unknown",
+        "visibility_condition_key_unknown",
+        "rate_limit_value",
+        "temporal_superseded_by_cycle",
+    } <= errors
+    assert {"visibility_condition_incomplete", "not_for_strict_without_not_for", "temporal_empty_window"} <= warnings
+
+
+def test_visibility_and_temporal_resolution(tmp_path: Path) -> None:
+    root = "compliance: {sensitivity: internal}\ntemporal: {valid_from: '2026-01-01', valid_until: '2026-12-31'}\n"
+    vis = (
+        ", visibility: {default: confidential,"
+        " conditions: [{when: {environment: [development]}, then: {requires_auth: true}}]}"
+    )
+    path = _write(tmp_path, root, [("u", vis + ", temporal: {valid_until: '2026-06-30'}")])
+    unit = effective_unit(load_manifest(path), "u")
+    assert unit["visibility"]["conditions"] == [
+        {"when": {"environment": ["development"]}, "sensitivity": "confidential", "requires_auth": True}
+    ]
+    assert unit["temporal"]["valid_from"] == "2026-01-01" and unit["temporal"]["valid_until"] == "2026-06-30"
+    # Inclusive bounds: the last second of 30 June 2026 is inside the window.
+    assert unit["temporal"]["until_epoch_seconds"] == 1782863999
+    assert unit.fields["temporal"].source == "valid_from: root, valid_until: unit"
