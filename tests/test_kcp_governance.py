@@ -92,7 +92,8 @@ def test_governance_validation_findings(tmp_path: Path) -> None:
     units = [
         (
             "a",
-            ", visibility: {default: secret, conditions: [{when: {region: [eu]}, then: {sensitivity: internal}}, {when: {environment: dev}}]}",
+            ", visibility: {default: secret, conditions: [{when: {region: [eu]}, then: {sensitivity: internal}},"
+            " {when: {environment: dev}}]}",
         ),
         ("b", ", rate_limits: {default: {requests_per_minute: 0}}, not_for_strict: true"),
         ("c", ", temporal: {valid_from: '2026-05-01', valid_until: '2026-04-01', superseded_by: d}"),
