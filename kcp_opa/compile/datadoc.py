@@ -127,6 +127,7 @@ def build_data(
             "version": matrix.version,
             "sha256": matrix.sha256,
             "task_types": sorted(matrix.data["task_types"]),
+            "kcp_actions": matrix.kcp_actions(),
             "parameters": matrix.parameters(),
         },
     }

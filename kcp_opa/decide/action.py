@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -23,6 +22,7 @@ from kcp_opa.core import strictjson
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.secretkeys import secret_name
+from kcp_opa.core.textfold import fold_text
 
 MAX_ACTION_BYTES = 1024 * 1024
 MAX_DEPTH = 32
@@ -185,19 +185,6 @@ def _char_name(char: str) -> str:
 
 #: Free-text strings the policies compare regardless of case, folded into ``input.context.folded``.
 FOLDED_PATHS = (("knowledge", "purpose"),)
-_DROPPED_IN_FOLD = frozenset({"Mn", "Me", "Cf"})
-
-
-def fold_text(text: str) -> str:
-    """The case- and mark-insensitive form policies compare (docs/input-contract.md).
-
-    NFKD, casefold, then combining marks and format characters (zero-width, bidi) dropped, then
-    NFC: ``TRAİNING``, ``Trai\u0307ning`` and ``train\u200bing`` all fold to ``training``.
-    Computed here once, archived in the input: regopy's ``lower`` is ASCII-only.
-    """
-    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", text).casefold())
-    kept = "".join(char for char in decomposed if unicodedata.category(char) not in _DROPPED_IN_FOLD)
-    return unicodedata.normalize("NFC", kept)
 
 
 def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:

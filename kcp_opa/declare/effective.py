@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcp_opa.core.errors import UnitNotFoundError
+from kcp_opa.declare import governance as gov
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.manifest import Manifest
 
@@ -48,6 +49,16 @@ POLICY_FIELDS = (
     "trust.agent_must_log",
     "trust.require_trace_context",
     "freshness",
+    "access",
+    "auth_scope",
+    "deprecated",
+    "superseded_by",
+    "authority",
+    "visibility",
+    "rate_limits",
+    "temporal",
+    "not_for",
+    "not_for_strict",
 )
 
 #: The policy fields that differ unit by unit. The rest form the unit's *profile*, which the
@@ -136,7 +147,23 @@ def resolve_unit(manifest: Manifest, unit: Mapping[str, Any]) -> EffectiveUnit:
     fields.update(_delegation(_block(root, "delegation"), _block(unit, "delegation")))
     fields.update(_trust(_block(root, "trust")))
     fields["freshness"] = _freshness(root, unit)
+    fields.update(_governance(manifest, root, unit, fields["sensitivity"].value))
     return EffectiveUnit(manifest.project, str(unit["id"]), fields)
+
+
+def _governance(manifest: Manifest, root: Mapping[str, Any], unit: Mapping[str, Any], flat: Any) -> dict[str, Sourced]:
+    """authority, visibility, lifecycle and rate limits (kcp_opa.declare.governance), with provenance."""
+    out: dict[str, Sourced] = {}
+    authority, source = gov.effective_authority(root, unit)
+    out["authority"] = Sourced(authority, source)
+    visibility, source = gov.effective_visibility(root, unit, flat if isinstance(flat, str) else None)
+    out["visibility"] = Sourced(visibility, source)
+    out["superseded_by"] = Sourced(gov.superseded_by(manifest.units, str(unit["id"])), "units that declare supersedes")
+    out["rate_limits"] = Sourced(*gov.replaced_block(root, unit, "rate_limits"))
+    out["temporal"] = Sourced(*gov.effective_temporal(root, unit))
+    out["not_for"] = Sourced(gov.folded_not_for(unit), UNIT if "not_for" in unit else DEFAULT)
+    out["not_for_strict"] = Sourced(unit.get("not_for_strict") is True, UNIT if "not_for_strict" in unit else DEFAULT)
+    return out
 
 
 def _own(unit: Mapping[str, Any], key: str, default: Any) -> Sourced:

@@ -15,6 +15,7 @@ from typing import Any
 from kcp_opa import schemas
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
+from kcp_opa.declare.governance import check_governance
 from kcp_opa.declare.spec_rules import check_spec_rules
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
@@ -121,6 +122,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     _check_relationships(doc, ids, findings)
     _check_federation(doc, findings)
     check_spec_rules(doc, units, ids, findings)
+    check_governance(doc, units, ids, findings)
 
 
 _UNHASHABLE_WHY = (

@@ -16,6 +16,7 @@ from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
 DIMENSIONS = ("data_categories", "sensitivity")
+KCP_ACTIONS = ("read", "summarize", "modify", "share_externally", "execute")
 REQUIRED_SIGNATORIES = ("cto", "compliance_officer")
 DEFAULT_PARAMETERS: dict[str, Any] = {
     "money": {"high_value_minor": {}, "confirmation_minor": {}},
@@ -57,6 +58,18 @@ class DelegationMatrix:
             for dimension in DIMENSIONS:
                 for value, level in sorted((entry.get(dimension) or {}).items()):
                     yield Cell(task_type, dimension, value, level)
+
+    def kcp_actions(self) -> dict[str, str]:
+        """Task type -> the KCP authority action it performs: declared, or its own name when that
+        is a standard action (KCP §4.17). Unmapped task types are absent (authority.rego)."""
+        out: dict[str, str] = {}
+        for task_type, entry in self.data["task_types"].items():
+            declared = entry.get("kcp_action") if isinstance(entry, dict) else None
+            if isinstance(declared, str):
+                out[task_type] = declared
+            elif task_type in KCP_ACTIONS:
+                out[task_type] = task_type
+        return dict(sorted(out.items()))
 
     def parameters(self) -> dict[str, Any]:
         """Parameters with defaults filled in, so the policies never meet a missing key."""

@@ -2,6 +2,7 @@
 # Add an evaluator as docs/extending.md says, then run `kcp-opa generate`; `kcp-opa check`
 # fails while this file is stale. Evaluators:
 #   action: action_complete_check 1.0.0 (kcp/evaluators/action.rego)
+#   authority: authority_check 1.0.0 (kcp/evaluators/authority.rego)
 #   context: context_check 1.0.0 (kcp/evaluators/context.rego)
 #   delegation: delegation_check 1.0.0 (kcp/evaluators/delegation.rego)
 #   field_access: field_access_check 1.0.0 (kcp/evaluators/field_access.rego)
@@ -18,6 +19,7 @@ package kcp.gate
 import rego.v1
 
 import data.kcp.evaluators.action as ev_action
+import data.kcp.evaluators.authority as ev_authority
 import data.kcp.evaluators.context as ev_context
 import data.kcp.evaluators.delegation as ev_delegation
 import data.kcp.evaluators.field_access as ev_field_access
@@ -32,4 +34,4 @@ import data.kcp.evaluators.unit as ev_unit
 
 # METADATA
 # title: Every finding of every evaluator
-findings := ((((((((((ev_action.findings | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings
+findings := (((((((((((ev_action.findings | ev_authority.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings
