@@ -7,8 +7,15 @@ Not a test. Two parts, both written to bench/results-growth.json:
   hash, the whole input build (checks, hash, ids, time), the engine step (input term,
   evaluation, output), typing the policy's result, and the audit write (fsync per entry).
 - ``growth``: a 1,000-unit synthetic deployment read with a growing delegation chain
-  (0 / 4 / 16 / 64 hops) and a growing list of fields read (2 / 16 / 128 / 1,024); regopy and
-  the OPA reference on the same bundle and inputs, so the ratio shows what grows in which engine.
+  (0 / 4 / 16 / 64 hops) and a growing list of fields read (2 / 16 / 128 / 1,024). The fields
+  are read from a unit that DECLARES 1,024 fields (every read is inside the declaration, so the
+  field check runs on every size and the decision stays ALLOW; checked: one undeclared field on
+  that unit is a ``field_access_violation``) and from a unit that declares two (every extra
+  field is a violation, so the DENY's violation list grows with it). regopy and the OPA
+  reference on the same bundle and inputs, so the ratio shows what grows in which engine.
+- ``slopes``: the cost of one more hop / field (us), between the smallest and the largest size
+  of a dimension that give the same decision (state and reason codes), so a change of decision
+  is never counted as growth.
 
     .venv/bin/python bench/bench_growth.py [--rounds 5] [--per-round 40]
 """
@@ -30,7 +37,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decide import _opa_engine, _synthetic_action, _synthetic_matrix
-from synthetic import manifest_text
+from synthetic import fields_unit_text, manifest_text
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.action import action_hash, check_action
@@ -43,19 +50,30 @@ REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"
 CHAIN_LENGTHS = (0, 4, 16, 64)
 FIELDS_READ = (2, 16, 128, 1024)
+DECLARING_UNIT = "unit-fields-declared"  # declares name, email and field_0000..field_1021
+NARROW_UNIT = "unit-fields-narrow"  # declares name and email only
 
 
-def _interleaved_p50(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int) -> dict[str, float]:
+def _interleaved_p50(
+    fns: dict[str, Callable[[], Any]], rounds: int, per_round: int, budget_s: float = 0.25
+) -> dict[str, float]:
     """Median of per-round medians (us) for each function, measured in interleaved rounds so a
-    noisy moment hits every function alike; each is called a few times untimed first."""
-    for fn in fns.values():
-        for _ in range(5):
+    noisy moment hits every function alike; each is called a few times untimed first. A function
+    slower than ``budget_s / per_round`` runs fewer times a round (at least once), so a
+    pathological size costs seconds, not hours."""
+    counts: dict[str, int] = {}
+    for name, fn in fns.items():
+        start = time.perf_counter()
+        fn()
+        first = time.perf_counter() - start
+        counts[name] = max(1, min(per_round, int(budget_s / max(first, 1e-9))))
+        for _ in range(min(4, counts[name])):
             fn()
     medians: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             samples = []
-            for _ in range(per_round):
+            for _ in range(counts[name]):
                 start = time.perf_counter()
                 fn()
                 samples.append(time.perf_counter() - start)
@@ -96,16 +114,42 @@ def _with_chain(action: dict[str, Any], hops: int) -> dict[str, Any]:
     return out
 
 
-def _with_fields(action: dict[str, Any], fields: int) -> dict[str, Any]:
+def _with_fields(action: dict[str, Any], fields: int, unit: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     out = copy.deepcopy(action)
-    out["knowledge"]["fields_read"] = ["name", "email", *(f"field_{i:04d}" for i in range(fields - 2))]
+    out["knowledge"]["unit"] = unit
+    out["knowledge"]["fields_read"] = ["name", "email", *(f"field_{i:04d}" for i in range(fields - 2)), *extra]
+    return out
+
+
+def signature(decision: dict[str, Any]) -> str:
+    """The whole decision document but the reasons' messages (which may name the unit read):
+    state, outcome (the route), status, risk, controls, reason codes and rules, violations."""
+    reasons = [{k: v for k, v in reason.items() if k != "message"} for reason in decision.get("reasons", [])]
+    return json.dumps({**decision, "reasons": reasons}, sort_keys=True)
+
+
+def slopes(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """us per unit of size for each dimension, over the sizes that give the largest size's decision."""
+    out: dict[str, dict[str, float]] = {}
+    for dimension in dict.fromkeys(row["dimension"] for row in rows):
+        series = [row for row in rows if row["dimension"] == dimension]
+        last = series[-1]
+        first = next(row for row in series if row["signature"] == last["signature"])
+        span = last["size"] - first["size"]
+        if span <= 0:
+            continue
+        out[dimension] = {"from": first["size"], "to": last["size"]} | {
+            f"{engine}_per_step_us": (last[f"{engine}_us"] - first[f"{engine}_us"]) / span
+            for engine in ("decide", "regopy", "opa")
+        }
     return out
 
 
 def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
     directory = tmp / "synthetic-1000"
     directory.mkdir()
-    (directory / "knowledge.yaml").write_text(manifest_text(1000), encoding="utf-8")
+    manifest = manifest_text(1000) + fields_unit_text(DECLARING_UNIT, 1024) + fields_unit_text(NARROW_UNIT, 2)
+    (directory / "knowledge.yaml").write_text(manifest, encoding="utf-8")
     (directory / "matrix.yaml").write_text(_synthetic_matrix(), encoding="utf-8")
     bundle = directory / "bundle.tar.gz"
     compile_bundle([directory / "knowledge.yaml"], directory / "matrix.yaml", REPO / "policies", bundle)
@@ -113,7 +157,11 @@ def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
     opa, _ = _opa_engine(gate)
     base = _synthetic_action(500)
     points = [("delegation chain hops", n, _with_chain(base, n)) for n in CHAIN_LENGTHS]
-    points += [("fields read", n, _with_fields(base, n)) for n in FIELDS_READ]
+    points += [("fields read, all declared", n, _with_fields(base, n, DECLARING_UNIT)) for n in FIELDS_READ]
+    points += [("fields read, 2 declared", n, _with_fields(base, n, NARROW_UNIT)) for n in FIELDS_READ]
+    # The declaring unit's field check is live: one field outside its declaration is a violation.
+    probe = gate.decide(_with_fields(base, 16, DECLARING_UNIT, extra=("not_declared",)), now=NOW)
+    assert "field_access_violation" in probe.reason_codes, f"field check not reached: {probe.reason_codes}"
     rows = []
     timed: dict[str, Callable[[], Any]] = {}
     for index, (dimension, size, action) in enumerate(points):
@@ -126,6 +174,7 @@ def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
                 "size": size,
                 "decision": on_opa["decision"],
                 "reason_codes": on_opa["reason_codes"],
+                "signature": signature(on_opa),
                 "diverged": on_regopy != on_opa,
             }
         )
@@ -136,6 +185,9 @@ def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
         index, name = key.split("/")
         rows[int(index)][name] = value
     opa.close()
+    declared = [row for row in rows if row["dimension"] == "fields read, all declared"]
+    assert len({row["signature"] for row in declared}) == 1, "reading declared fields changed the decision"
+    assert declared[0]["decision"] == "ALLOW", declared[0]["reason_codes"]
     return rows
 
 
@@ -148,7 +200,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kcp-opa-growth-") as tmp:
         stage = stages(Path(tmp), args.rounds, args.per_round)
         rows = growth(Path(tmp), args.rounds, args.per_round)
-    args.output.write_text(json.dumps({"stages": stage, "growth": rows}, indent=2) + "\n")
+    per_step = slopes(rows)
+    args.output.write_text(json.dumps({"stages": stage, "growth": rows, "slopes": per_step}, indent=2) + "\n")
     out = Console(width=200)
     table = Table(title="One decide() of the KYA supplier payment, by step (p50, us)")
     table.add_column("step")
@@ -166,6 +219,12 @@ def main() -> int:
             str(row["diverged"]),
         )  # fmt: skip
     out.print(table)
+    for dimension, item in per_step.items():
+        print(
+            f"{dimension}, {item['from']:,} -> {item['to']:,} (same decision): per step decide "
+            f"{item['decide_per_step_us']:.2f} us, regopy {item['regopy_per_step_us']:.2f} us, "
+            f"OPA {item['opa_per_step_us']:.2f} us"
+        )
     print(f"wrote {args.output}")
     return 1 if any(row["diverged"] for row in rows) else 0
 

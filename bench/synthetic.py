@@ -6,6 +6,7 @@ a little so inheritance, overrides and the index are all exercised.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 CATEGORIES = ("personal", "contact", "financial", "health", "location")
@@ -13,7 +14,18 @@ SENSITIVITIES = ("public", "internal", "confidential", "restricted")
 LEVELS = ("autonomous", "confirm", "approve", "forbidden")
 
 
-def manifest_text(units: int, project: str = "synthetic") -> str:
+def pinned_reads(units: int) -> dict[int, int]:
+    """The units a benchmark reads (first, middle, last) and the unit whose attributes each takes.
+
+    Positions move with the size, attributes do not: unit 0, 500 and 999 of a 1,000-unit
+    deployment, so a read at 10 units and at 100,000 units is the same decision (like for like).
+    """
+    return {0: 0, units // 2: 500, units - 1: 999}
+
+
+def manifest_text(units: int, project: str = "synthetic", pinned: Mapping[int, int] | None = None) -> str:
+    """``pinned`` maps a unit position to the unit whose attributes it takes (see pinned_reads)."""
+    pinned = pinned or {}
     lines = [
         'kcp_version: "0.20"',
         f"project: {project}",
@@ -32,8 +44,9 @@ def manifest_text(units: int, project: str = "synthetic") -> str:
         "units:",
     ]
     for i in range(units):
-        sensitivity = SENSITIVITIES[i % 4]
-        category = CATEGORIES[i % 5]
+        k = pinned.get(i, i)
+        sensitivity = SENSITIVITIES[k % 4]
+        category = CATEGORIES[k % 5]
         lines += [
             f"  - id: unit-{i:06d}",
             f"    path: docs/u{i}.md",
@@ -41,17 +54,40 @@ def manifest_text(units: int, project: str = "synthetic") -> str:
             "    scope: project",
             "    audience: [agent]",
             f"    sensitivity: {sensitivity}",
-            f'    validated: "2026-{1 + i % 12:02d}-{1 + i % 28:02d}"',
+            f'    validated: "2026-{1 + k % 12:02d}-{1 + k % 28:02d}"',
         ]
-        if i % 3 == 0:
+        if k % 3 == 0:
             lines += [
                 "    compliance:",
-                f"      declared_fields: [f{i % 7}, name, email]",
+                f"      declared_fields: [f{k % 7}, name, email]",
                 f"      data_categories: [{category}]",
             ]
-        if i % 10 == 0:
+        if k % 10 == 0:
             lines += ["    delegation: {max_depth: 1}"]
     return "\n".join(lines) + "\n"
+
+
+def fields_unit_text(unit_id: str, declared: int) -> str:
+    """One more unit (append to manifest_text's output) that declares ``declared`` fields:
+    name, email, field_0000, field_0001, ... so a growing fields_read reaches the field check."""
+    fields = ", ".join(["name", "email", *(f"field_{i:04d}" for i in range(declared - 2))])
+    return (
+        "\n".join(
+            [
+                f"  - id: {unit_id}",
+                "    path: docs/fields.md",
+                '    intent: "Which fields does this unit declare?"',
+                "    scope: project",
+                "    audience: [agent]",
+                "    sensitivity: internal",
+                '    validated: "2026-06-01"',
+                "    compliance:",
+                f"      declared_fields: [{fields}]",
+                "      data_categories: [contact]",
+            ]
+        )
+        + "\n"
+    )
 
 
 def matrix_text(cells: int) -> str:
