@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
 
-.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
+.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -89,8 +89,12 @@ mutate-python: $(STAMP) ## mutmut on the eight security-critical Python modules 
 
 mutate: mutate-policies mutate-python ## both mutation runs (not part of test)
 
-bench: $(STAMP) ## the benchmark suite -> bench/results.json (not part of test; ~2 min)
+bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~10 min)
 	$(BIN)/python bench/suite.py
+	$(BIN)/python bench/bench_service.py
+
+bench-quick: $(STAMP) ## the suite without the 100,000-unit deployment and the service, fewer rounds (~4 min)
+	$(BIN)/python bench/suite.py --quick
 
 fuzz: $(STAMP) ## differential fuzzer, regopy vs OPA: >= 20,000 decisions over fixed seeds -> reports/fuzz-report.{json,md}
 	$(BIN)/python tests/fuzz/run.py --decisions 20000 --report reports/fuzz-report

@@ -31,13 +31,21 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import manifest_text, matrix_text
+from synthetic import manifest_text, matrix_text, pinned_reads
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate, build_input
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def signature(decision: dict[str, Any]) -> str:
+    """The whole decision document but the reasons' messages (which may name the unit read)."""
+    reasons = [{k: v for k, v in reason.items() if k != "message"} for reason in decision.get("reasons", [])]
+    return json.dumps({**decision, "reasons": reasons}, sort_keys=True)
+
+
 NOW = "2026-11-29T10:00:00Z"
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -129,9 +137,11 @@ def measure(name: str, bundle: Path, actions: list[dict[str, Any]], rounds: int,
     opa, opa_load = _opa_engine(gate)
     prepared = [gate.prepare(action, now=NOW) for action in actions]
     divergences = 0
+    signatures = []
     for item in prepared:
         on_regopy = gate.engine.evaluate(item.document)
         on_opa = opa.eval_document("kcp.gate.decision", dict(item.document))
+        signatures.append(signature(on_opa))
         if on_regopy.error is not None or on_regopy.value != on_opa:
             divergences += 1
     samples: dict[str, list[float]] = {"decide": [], "python": [], "regopy": [], "opa": []}
@@ -152,6 +162,7 @@ def measure(name: str, bundle: Path, actions: list[dict[str, Any]], rounds: int,
         "regopy_load_s": regopy_load,
         "opa_load_s": opa_load,
         "divergences": divergences,
+        "signatures": signatures,
         "inputs": len(actions),
         **result,
         "engine_ratio_regopy_over_opa": result["regopy"]["p50_us"] / result["opa"]["p50_us"],
@@ -177,7 +188,8 @@ def main() -> int:
         for units in (int(size) for size in args.sizes.split(",")):
             directory = Path(tmp) / f"synthetic-{units}"
             directory.mkdir()
-            (directory / "knowledge.yaml").write_text(manifest_text(units), encoding="utf-8")
+            reads = pinned_reads(units)  # the same three reads at every size (like for like)
+            (directory / "knowledge.yaml").write_text(manifest_text(units, pinned=reads), encoding="utf-8")
             (directory / "matrix.yaml").write_text(_synthetic_matrix(), encoding="utf-8")
             out = Path(tmp) / f"synthetic-{units}.tar.gz"
             console.print(f"[bold]synthetic {units:,} units[/]: compiling ...")
@@ -185,8 +197,9 @@ def main() -> int:
             compile_bundle([directory / "knowledge.yaml"], directory / "matrix.yaml", REPO / "policies", out)
             compile_s = time.perf_counter() - start
             console.print(f"  compiled in {compile_s:.1f} s; loading both engines and measuring ...")
-            picks = sorted({0, units // 2, units - 1})
-            row = measure(f"synthetic-{units}", out, [_synthetic_action(i) for i in picks], args.rounds, args.per_round)
+            row = measure(
+                f"synthetic-{units}", out, [_synthetic_action(i) for i in sorted(reads)], args.rounds, args.per_round
+            )
             row["compile_s"] = compile_s
             rows.append(row)
     _print(rows)
@@ -246,6 +259,8 @@ def _print(rows: list[dict[str, Any]]) -> None:
     synthetic = [row for row in rows if row["bundle"].startswith("synthetic-")]
     if len(synthetic) >= 2:
         first, last = synthetic[0], synthetic[-1]
+        # Like for like: the reads compared must decide the same at both sizes (signature above).
+        assert first["signatures"] == last["signatures"], "flatness would compare different decisions"
         for key in ("decide", "regopy", "opa"):
             ratio = last[key]["p50_us"] / first[key]["p50_us"]
             print(f"flatness {key}: p50 at {last['units']:,} units / at {first['units']:,} units = {ratio:.2f}")

@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decide import _opa_engine, _synthetic_action, _synthetic_matrix
+from bench_decide import _opa_engine, _synthetic_action, _synthetic_matrix, signature
 from synthetic import fields_unit_text, manifest_text
 
 from kcp_opa.compile.compiler import compile_bundle
@@ -119,13 +119,6 @@ def _with_fields(action: dict[str, Any], fields: int, unit: str, extra: tuple[st
     out["knowledge"]["unit"] = unit
     out["knowledge"]["fields_read"] = ["name", "email", *(f"field_{i:04d}" for i in range(fields - 2)), *extra]
     return out
-
-
-def signature(decision: dict[str, Any]) -> str:
-    """The whole decision document but the reasons' messages (which may name the unit read):
-    state, outcome (the route), status, risk, controls, reason codes and rules, violations."""
-    reasons = [{k: v for k, v in reason.items() if k != "message"} for reason in decision.get("reasons", [])]
-    return json.dumps({**decision, "reasons": reasons}, sort_keys=True)
 
 
 def slopes(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -36,8 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decide import _opa_engine, _summary, _synthetic_action, _synthetic_matrix, _timed
-from bench_growth import signature
+from bench_decide import _opa_engine, _summary, _synthetic_action, _synthetic_matrix, _timed, signature
 from synthetic import manifest_text, matrix_text, pinned_reads
 
 from kcp_opa.compile.compiler import compile_bundle
