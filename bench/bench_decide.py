@@ -41,8 +41,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def signature(decision: dict[str, Any]) -> str:
-    """The whole decision document but the reasons' messages (which may name the unit read)."""
-    reasons = [{k: v for k, v in reason.items() if k != "message"} for reason in decision.get("reasons", [])]
+    """The whole decision document, but the text that names the unit read (a reason's message,
+    its ``unit`` reference): what must be equal for two reads to be the same decision."""
+    reasons = [
+        {k: ("<unit read>" if k == "unit" else v) for k, v in reason.items() if k != "message"}
+        for reason in decision.get("reasons", [])
+    ]
     return json.dumps({**decision, "reasons": reasons}, sort_keys=True)
 
 

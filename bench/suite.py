@@ -14,7 +14,7 @@ what to compare.
 Flatness is like for like: every deployment reads the same three units (first, middle, last
 position, the same attributes at every size: synthetic.pinned_reads), and the suite fails
 unless the decisions compared across sizes and matrices are equal (all of the decision
-document but the reasons' messages).
+document but the text naming the unit read: bench_decide.signature).
 
     .venv/bin/python bench/suite.py [--sizes 10,1000,100000] [--quick]
 """
