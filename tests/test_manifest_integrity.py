@@ -219,3 +219,13 @@ def test_bad_manifest_key_file_is_one_line_exit_1(tmp_path: Path, key: Ed25519Pr
     proc = run_cli("compile", str(manifest), "--matrix", str(_MATRIX), "--manifest-key", str(bad))
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "not an Ed25519 public key" in proc.stderr
+
+
+@pytest.mark.parametrize("block", ["true", '"signed"', "[jws]"])
+def test_malformed_block_is_refused_not_skipped(tmp_path: Path, block: str) -> None:
+    manifest = tmp_path / "knowledge.yaml"
+    full = _TEMPLATE.format(hash="", method="jws")
+    before, after = full.split("trust:")[0], full.split("compliance:", 1)[1]
+    manifest.write_text(f"{before}trust:\n  content_integrity: {block}\ncompliance:{after}")
+    with pytest.raises(ManifestIntegrityError, match="must be a mapping"):
+        _compile(manifest)

@@ -42,11 +42,10 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _MAX_SIG_BYTES = 16384
 
 
-def declared(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The manifest's content_integrity block, or None when it declares none."""
+def declared(data: Mapping[str, Any]) -> Any:
+    """The manifest's content_integrity value as written, or None when it declares none."""
     trust = data.get("trust")
-    block = trust.get("content_integrity") if isinstance(trust, Mapping) else None
-    return block if isinstance(block, Mapping) else None
+    return trust.get("content_integrity") if isinstance(trust, Mapping) else None
 
 
 def verify_manifest(
@@ -58,6 +57,9 @@ def verify_manifest(
     if block is None:
         return []
     file = str(path)
+    if not isinstance(block, Mapping):
+        # Declared but unreadable: refused, never skipped as if nothing were declared.
+        raise ManifestIntegrityError(f"{file}: trust.content_integrity must be a mapping")
     done: list[str] = []
     if "manifest_hash" in block:
         done.append(_check_hash(file, raw, block["manifest_hash"]))
