@@ -14,7 +14,7 @@ _BASE = Path(__file__).parent / "deployments" / "spec-examples"
 _NOW = "2026-11-29T10:00:00Z"
 
 
-def _action(task: str, unit: str) -> dict[str, Any]:
+def _action(task: str, unit: str, created_at: str = "2026-11-29T09:59:00Z") -> dict[str, Any]:
     return {
         "schema_version": "2.0",
         "action_id": f"act_{task}_{unit}",
@@ -28,7 +28,7 @@ def _action(task: str, unit: str) -> dict[str, Any]:
         "authorization_context": {"requested_by": "user_1", "agent_scope": ["kb.use"]},
         "knowledge": {"project": "spec-examples", "unit": unit},
         "runtime": {"evidence_status": "present", "budget_state": "within_budget"},
-        "created_at": "2026-11-29T09:59:00Z",
+        "created_at": created_at,
     }
 
 
@@ -55,7 +55,8 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # §3.8: a unit without a block takes the root's default.
         ("modify", "deployment-guide", "HUMAN_APPROVAL", "authority_requires_approval"),
         ("share", "deployment-guide", "DENY", "authority_denied"),
-        ("read", "deployment-guide-v2", "ALLOW", "policy_passed"),
+        # Appendix B / §4.13: a deprecated unit is served, with the obligation to prefer its successor.
+        ("read", "deployment-guide-v2", "ALLOW", "unit_deprecated"),
     ],
 )
 def test_spec_examples_decide_as_the_spec_says(
@@ -70,3 +71,65 @@ def test_spec_examples_decide_as_the_spec_says(
     assert out["decision"] == decision, out["reason_codes"]
     assert code in out["reason_codes"]
     assert out["execution_allowed"] is (decision == "ALLOW")
+
+
+def _decide(bundle: Path, tmp_path: Path, action: dict[str, Any], now: str) -> dict[str, Any]:
+    path = tmp_path / "action.json"
+    path.write_text(json.dumps(action), encoding="utf-8")
+    proc = run_cli("decide", "-b", str(bundle), "-i", str(path), "--now", now, "--ledger", str(tmp_path / "l.jsonl"))
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def test_deprecated_unit_names_its_successor(bundle: Path, tmp_path: Path) -> None:
+    out = _decide(bundle, tmp_path, _action("read", "deployment-guide-v2"), _NOW)
+    assert out["obligations"] == ["prefer_superseding_unit"]
+    assert [r["message"] for r in out["reasons"]] == ["the unit is deprecated (KCP §4.13); prefer deployment-guide"]
+
+
+@pytest.mark.parametrize(
+    ("unit", "now", "decision", "code"),
+    [
+        # §4.22: migration-runbook is valid 2026-04-01 .. 2026-06-30, bounds inclusive (v0.25.1).
+        ("migration-runbook", "2026-03-31T23:59:59Z", "DENY", "unit_not_yet_valid"),
+        ("migration-runbook", "2026-04-01T00:00:00Z", "ALLOW", "policy_passed"),
+        ("migration-runbook", "2026-06-30T23:59:59Z", "ALLOW", "policy_passed"),
+        ("migration-runbook", "2026-07-01T00:00:00Z", "DENY", "unit_expired"),
+        # legacy-sso-policy: valid_until 2026-03-01, valid_from from the root default 2026-01-01.
+        ("legacy-sso-policy", "2026-02-15T12:00:00Z", "ALLOW", "policy_passed"),
+        ("legacy-sso-policy", "2026-03-02T00:00:00Z", "DENY", "unit_expired"),
+        ("legacy-sso-policy", "2025-12-31T23:59:59Z", "DENY", "unit_not_yet_valid"),
+        # A unit without its own block takes the root's window (field by field).
+        ("new-sso-policy", "2026-11-29T10:00:00Z", "ALLOW", "policy_passed"),
+        ("new-sso-policy", "2027-01-01T00:00:00Z", "DENY", "unit_expired"),
+    ],
+)
+def test_temporal_windows_as_the_spec_says(
+    bundle: Path, tmp_path: Path, unit: str, now: str, decision: str, code: str
+) -> None:
+    created = now[:-3] + "00Z" if now.endswith(":59Z") else now
+    out = _decide(bundle, tmp_path, _action("read", unit, created_at=created), now)
+    assert (out["decision"], out["reason_codes"]) == (decision, [code])
+
+
+def test_expired_unit_names_its_temporal_successor(bundle: Path, tmp_path: Path) -> None:
+    out = _decide(bundle, tmp_path, _action("read", "legacy-sso-policy"), _NOW)
+    assert out["reason_codes"] == ["unit_expired"]
+    assert "its successor is new-sso-policy" in out["reasons"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("purpose", "decision"),
+    [
+        ("Initial KCP adoption (no prior version)", "DENY"),
+        ("migration from V2 to V3", "DENY"),
+        ("Upgrade an existing v2 installation", "ALLOW"),
+    ],
+)
+def test_not_for_as_the_spec_says(bundle: Path, tmp_path: Path, purpose: str, decision: str) -> None:
+    action = _action("read", "v3-upgrade")
+    action["knowledge"]["purpose"] = purpose
+    out = _decide(bundle, tmp_path, action, _NOW)
+    assert out["decision"] == decision
+    assert out["reason_codes"] == (["unit_not_for_purpose"] if decision == "DENY" else ["policy_passed"])

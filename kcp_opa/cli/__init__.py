@@ -24,7 +24,13 @@ from kcp_opa.cli.generate import generate
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
-from kcp_opa.core.errors import ActionRejectedError, KcpOpaError, SourceError, ValidationFailedError
+from kcp_opa.core.errors import (
+    ActionRejectedError,
+    KcpOpaError,
+    ManifestIntegrityError,
+    SourceError,
+    ValidationFailedError,
+)
 from kcp_opa.core.logsetup import configure
 
 
@@ -96,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail(str(exc), EXIT_INVALID if type(exc) is SourceError else EXIT_USAGE)
     except ActionRejectedError as exc:
         fail(f"action refused, nothing evaluated: {exc}", EXIT_INVALID)
+    except ManifestIntegrityError as exc:
+        fail(str(exc), EXIT_INVALID)
     except KcpOpaError as exc:
         fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,27 @@ from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle, default_output
-from kcp_opa.core.errors import KcpOpaError
-from kcp_opa.declare.diagnostics import Report
+from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError
+from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
-from kcp_opa.declare.manifest import load_manifest, validate_manifest
+from kcp_opa.declare.integrity import declared as integrity_declared
+from kcp_opa.declare.integrity import load_manifest_key, verify_manifest
+from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
 from kcp_opa.declare.matrix import validate_matrix
 from kcp_opa.declare.trust import TRUST_KIND_NAME, validate_trust
+from kcp_opa.declare.yamlsource import read_bounded
 
 MATRIX_KIND = "kcp-opa/delegation-matrix"
+
+
+MANIFEST_KEY = click.option(
+    "--manifest-key",
+    "manifest_keys",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="An Ed25519 public key (PEM or base64) that may sign manifests declaring "
+    "trust.content_integrity.signing (repeatable).",
+)
 
 
 @click.command()
@@ -28,17 +42,22 @@ MATRIX_KIND = "kcp-opa/delegation-matrix"
 @FORMAT
 @MAX_BYTES
 @click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1 on any warning).")
-def validate(files: Sequence[Path], fmt: str | None, max_bytes: int, strict: bool) -> None:
+@MANIFEST_KEY
+def validate(
+    files: Sequence[Path], fmt: str | None, max_bytes: int, strict: bool, manifest_keys: Sequence[Path]
+) -> None:
     """Validate KCP manifests (and delegation matrices and trust registries, recognised by their `kind`).
 
-    Every finding names the file, the YAML path and the line. Exit 0 when all are valid,
-    1 when one is invalid, 2 when a file cannot be read.
+    Every finding names the file, the YAML path and the line. A declared manifest hash is
+    checked, and a declared signature too when --manifest-key is given. Exit 0 when all are
+    valid, 1 when one is invalid, 2 when a file cannot be read.
     """
+    keys = [load_manifest_key(k) for k in manifest_keys] if manifest_keys else None
     reports: list[Report[Any]] = []
     unreadable: list[str] = []
     for path in files:
         try:
-            reports.append(_validate_one(path, max_bytes))
+            reports.append(_with_integrity(path, _validate_one(path, max_bytes), keys, max_bytes))
         except KcpOpaError as exc:
             unreadable.append(str(exc))
     if as_json(fmt):
@@ -61,6 +80,27 @@ def _validate_one(path: Path, max_bytes: int) -> Report[Any]:
     if MATRIX_KIND.encode() in head:
         return validate_matrix(path, max_bytes=max_bytes)
     return validate_manifest(path, max_bytes=max_bytes)
+
+
+def _with_integrity(path: Path, report: Report[Any], keys: Any, max_bytes: int) -> Report[Any]:
+    """A valid manifest declaring content_integrity is checked against its bytes; a failure is an error."""
+    manifest = report.document
+    if not isinstance(manifest, Manifest) or integrity_declared(manifest.data) is None:
+        return report
+    try:
+        raw = read_bounded(path, manifest.file, max_bytes)
+        notes = verify_manifest(path, raw, manifest.data, keys)
+    except ManifestIntegrityError as exc:
+        at = ("trust", "content_integrity")
+        found = Diagnostic(Severity.ERROR, "content_integrity", str(exc), at, file=report.file)
+        return replace(report, diagnostics=(*report.diagnostics, found), document=None)
+    unverified = [n for n in notes if "not verified" in n]
+    if not unverified:
+        return report
+    found = Diagnostic(
+        Severity.WARNING, "signature_unverified", unverified[0], ("trust", "content_integrity"), file=report.file
+    )
+    return replace(report, diagnostics=(*report.diagnostics, found))
 
 
 def _head(path: Path) -> bytes:
@@ -130,6 +170,7 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
     show_default=True,
     help="Check in a child process that regopy can load and plan the bundle.",
 )
+@MANIFEST_KEY
 @FORMAT
 @MAX_BYTES
 def compile_command(
@@ -141,6 +182,7 @@ def compile_command(
     revision: str | None,
     policy_version: str | None,
     engine_check: bool,
+    manifest_keys: Sequence[Path],
     fmt: str | None,
     max_bytes: int,
 ) -> None:
@@ -148,8 +190,10 @@ def compile_command(
 
     The bundle is byte-for-byte deterministic: the same inputs give the same sha256. It is
     written atomically (a failed compile, engine check included, leaves any earlier bundle at
-    the output path untouched) and loads with `opa eval -b`.
+    the output path untouched) and loads with `opa eval -b`. A manifest declaring
+    trust.content_integrity compiles only when its hash and signature verify (exit 1 if not).
     """
+    keys = [load_manifest_key(k) for k in manifest_keys]
     target = output or default_output(manifests, max_bytes=max_bytes)
     result = compile_bundle(
         manifests,
@@ -161,6 +205,7 @@ def compile_command(
         max_bytes=max_bytes,
         engine_check=engine_check,
         trust_path=trust,
+        manifest_keys=keys,
     )
     if as_json(fmt):
         render.print_json(result.to_dict())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcp_opa.compile.bundle import (
     BundleFile,
@@ -25,10 +27,12 @@ from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
 from kcp_opa.core.version import __version__
 from kcp_opa.declare.diagnostics import Diagnostic
+from kcp_opa.declare.integrity import declared as integrity_declared
+from kcp_opa.declare.integrity import verify_manifest
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
 from kcp_opa.declare.trust import validate_trust
-from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, load_yaml
+from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, load_yaml, read_bounded
 
 log = structlog.get_logger(__name__)
 
@@ -100,11 +104,16 @@ def compile_bundle(
     max_bytes: int = DEFAULT_MAX_BYTES,
     engine_check: bool = False,
     trust_path: Path | None = None,
+    manifest_keys: Sequence[Ed25519PublicKey] = (),
 ) -> CompileResult:
-    """Validate everything, build the data document and write the bundle atomically."""
+    """Validate everything, build the data document and write the bundle atomically.
+
+    A manifest declaring ``trust.content_integrity`` compiles only when its hash and signature
+    verify (the signature under one of ``manifest_keys``; kcp_opa.declare.integrity).
+    """
     if not manifest_paths:
         raise CompileError("no manifests given")
-    manifests, warnings = _load_manifests(manifest_paths, max_bytes)
+    manifests, warnings = _load_manifests(manifest_paths, max_bytes, manifest_keys)
     matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
     warnings.extend(matrix_warnings)
     modules = collect_policies(policies_dir)
@@ -159,7 +168,9 @@ def compile_bundle(
     return result
 
 
-def _load_manifests(paths: Sequence[Path], max_bytes: int) -> tuple[list[Manifest], list[Diagnostic]]:
+def _load_manifests(
+    paths: Sequence[Path], max_bytes: int, keys: Sequence[Ed25519PublicKey]
+) -> tuple[list[Manifest], list[Diagnostic]]:
     manifests: list[Manifest] = []
     warnings: list[Diagnostic] = []
     owners: dict[str, str] = {}
@@ -169,6 +180,7 @@ def _load_manifests(paths: Sequence[Path], max_bytes: int) -> tuple[list[Manifes
         if report.document is None:
             raise ValidationFailedError(report.file, [str(d) for d in report.errors])
         manifest = report.document
+        _verify_integrity(path, manifest, keys, max_bytes)
         if manifest.project in owners:
             raise CompileError(
                 f"project {manifest.project!r} is declared by both {owners[manifest.project]} and {report.file}; "
@@ -177,6 +189,16 @@ def _load_manifests(paths: Sequence[Path], max_bytes: int) -> tuple[list[Manifes
         owners[manifest.project] = report.file
         manifests.append(manifest)
     return manifests, warnings
+
+
+def _verify_integrity(path: Path, manifest: Manifest, keys: Sequence[Ed25519PublicKey], max_bytes: int) -> None:
+    if integrity_declared(manifest.data) is None:
+        return
+    # The bytes verified must be the bytes validated: re-read, and refuse a file that changed.
+    raw = read_bounded(path, manifest.file, max_bytes)
+    if not hmac.compare_digest(hashlib.sha256(raw).hexdigest(), manifest.sha256):
+        raise CompileError(f"{manifest.file} changed while it was being compiled")
+    verify_manifest(path, raw, manifest.data, keys)
 
 
 def _load_matrix(path: Path, max_bytes: int) -> tuple[DelegationMatrix, list[Diagnostic]]:

@@ -45,6 +45,10 @@ class CompileError(KcpOpaError):
     """Inputs are valid on their own but cannot be compiled together into one bundle."""
 
 
+class ManifestIntegrityError(KcpOpaError):
+    """A manifest's declared content_integrity (hash or signature) does not hold: never compiled."""
+
+
 class BundleError(KcpOpaError):
     """A bundle on disk is missing, malformed or inconsistent with its own .manifest."""
 

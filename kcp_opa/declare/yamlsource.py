@@ -137,6 +137,11 @@ def parse_yaml(raw: bytes, *, file: str = "<input>") -> YamlSource:
     return YamlSource(file, data, hashlib.sha256(raw).hexdigest(), len(raw), root)
 
 
+def read_bounded(path: Path, file: str, max_bytes: int) -> bytes:
+    """The file's bytes, refused past ``max_bytes`` (I/O errors as :class:`SourceUnreadableError`)."""
+    return _read_bounded(path, file, max_bytes)
+
+
 def _read_bounded(path: Path, file: str, max_bytes: int) -> bytes:
     try:
         if path.is_dir():

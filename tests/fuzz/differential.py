@@ -16,6 +16,7 @@ measures that code's divergences with the same seeds.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import os
 import tempfile
@@ -52,6 +53,8 @@ FLAGS = (
 )  # fmt: skip
 MONEY_MOVING = ("payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending")
 PURPOSES = ("training", "TRAİNING", "Training", "ai_training", "MODEL_TRAINING", "Trai\u0307ning", "support", "")
+# not_for entries of kcp-governance's v3-upgrade, as declared and folded-equal (lifecycle.rego).
+PURPOSES += ("Initial KCP adoption (no prior version)", "\u0130NITIAL KCP ADOPTION (no prior version)")
 FREE_TEXT = (
     ("scenario",), ("target", "reference"), ("target", "account_fingerprint"),
     ("authorization_context", "session_id"), ("trace", "tracestate"), ("attributes", "note"),
@@ -214,7 +217,13 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
             path = draw(st.sampled_from([("tenant_id",), ("requested_action",), ("target", "tenant_id")]))
             _set(action, path, bad)
     controls = draw(st.lists(st.sampled_from(CONTROLS), max_size=4, unique=True))
-    return case_id, action, now, controls
+    # A second either side of the case's time: the lifecycle cases sit on temporal window bounds.
+    return case_id, action, _shifted(now, draw(st.sampled_from([0, 0, -1, 1]))), controls
+
+
+def _shifted(now: str, seconds: int) -> str:
+    moment = dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ") + dt.timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def canonical(value: Any) -> str:

@@ -12,6 +12,7 @@ import rego.v1
 
 import data.kcp.evaluators.financial
 import data.kcp.evaluators.freshness
+import data.kcp.evaluators.lifecycle
 import data.kcp.evaluators.runtime
 import data.kcp.evaluators.trace
 import data.kcp.lib.facts
@@ -131,6 +132,13 @@ _obligations contains "redact_content" if facts.restricted("no-logging")
 _obligations contains "trace_context" if trace.required
 
 _obligations contains "review_stale_unit" if freshness.stale
+
+# A deprecated unit is served; the caller should move to its successor, which the
+# unit_deprecated reason names (KCP §4.13, §4.8).
+_obligations contains "prefer_superseding_unit" if {
+	lifecycle.deprecated
+	count(lifecycle.successors) > 0
+}
 
 _finding_roles := {r | some f in findings; r := f.details.approver_role}
 

@@ -8,6 +8,7 @@
 #   field_access: field_access_check 1.0.0 (kcp/evaluators/field_access.rego)
 #   financial: kya_controls 1.0.0 (kcp/evaluators/financial.rego)
 #   freshness: freshness_check 1.0.0 (kcp/evaluators/freshness.rego)
+#   lifecycle: lifecycle_check 1.0.0 (kcp/evaluators/lifecycle.rego)
 #   matrix: delegation_matrix_check 1.0.0 (kcp/evaluators/matrix.rego)
 #   residency: residency_check 1.0.0 (kcp/evaluators/residency.rego)
 #   restrictions: restriction_check 1.0.0 (kcp/evaluators/restrictions.rego)
@@ -25,6 +26,7 @@ import data.kcp.evaluators.delegation as ev_delegation
 import data.kcp.evaluators.field_access as ev_field_access
 import data.kcp.evaluators.financial as ev_financial
 import data.kcp.evaluators.freshness as ev_freshness
+import data.kcp.evaluators.lifecycle as ev_lifecycle
 import data.kcp.evaluators.matrix as ev_matrix
 import data.kcp.evaluators.residency as ev_residency
 import data.kcp.evaluators.restrictions as ev_restrictions
@@ -34,4 +36,4 @@ import data.kcp.evaluators.unit as ev_unit
 
 # METADATA
 # title: Every finding of every evaluator
-findings := (((((((((((ev_action.findings | ev_authority.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings
+findings := ((((((((((((ev_action.findings | ev_authority.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_lifecycle.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings

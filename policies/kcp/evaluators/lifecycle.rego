@@ -1,0 +1,212 @@
+# METADATA
+# title: KCP unit lifecycle
+# description: |
+#   Whether the unit may be served at the decision time and for the stated purpose, and what the
+#   caller must know when it is served. temporal (KCP §4.22): a unit is active when
+#   valid_from <= decision time <= valid_until (both inclusive; a bare date's valid_until is its
+#   last second); before = DENY unit_not_yet_valid, after = DENY unit_expired (naming the
+#   temporal successor). The decision time is input.context.decision_epoch_seconds, never the
+#   clock. not_for (§4.20): the action's folded purpose (input.context.folded.purpose, built by
+#   the gate) equal to a folded not_for entry = DENY unit_not_for_purpose (kcp-opa enforces it as
+#   a refusal; the spec leaves enforcement to the gate, §14.1); a purpose without its fold on such
+#   a unit = DENY purpose_not_folded. deprecated (§4.13): served, with an ALLOW-state
+#   unit_deprecated reason naming the units that supersede it and the obligation
+#   prefer_superseding_unit.
+# custom:
+#   evaluator_id: lifecycle_check
+#   evaluator_version: "1.0.0"
+package kcp.evaluators.lifecycle
+
+import rego.v1
+
+import data.kcp.lib.facts
+
+evaluator := {"id": "lifecycle_check", "version": "1.0.0"}
+
+_now := input.context.decision_epoch_seconds
+
+_temporal := facts.profile.temporal
+
+# Bounds are numbers or absent/null (an open end); every comparison is guarded by is_number:
+# `null < n` is an error under regopy's strict builtin errors and would drop a DENY.
+_from := _temporal.from_epoch_seconds if is_number(_temporal.from_epoch_seconds)
+
+_until := _temporal.until_epoch_seconds if is_number(_temporal.until_epoch_seconds)
+
+# METADATA
+# title: Not yet valid
+# description: The decision time is before the unit's valid_from.
+default not_yet_valid := false
+
+not_yet_valid if {
+	is_number(_now)
+	is_number(_from)
+	_now < _from
+}
+
+# METADATA
+# title: Expired
+# description: The decision time is after the unit's valid_until.
+default expired := false
+
+expired if {
+	is_number(_now)
+	is_number(_until)
+	_now > _until
+}
+
+# Message parts are total (docs/engine-findings.md items 13 and 19): an undefined part would
+# make the finding undefined and drop the DENY.
+_from_label := _temporal.valid_from if {
+	is_string(_temporal.valid_from)
+} else := "(unknown)"
+
+_until_label := _temporal.valid_until if {
+	is_string(_temporal.valid_until)
+} else := "(unknown)"
+
+_successor_note := concat("", ["; its successor is ", _temporal.superseded_by]) if {
+	is_string(_temporal.superseded_by)
+} else := ""
+
+_successor_detail := _temporal.superseded_by if {
+	is_string(_temporal.superseded_by)
+} else := null
+
+# METADATA
+# title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit, input.context.decision_epoch_seconds]
+findings contains finding if {
+	facts.unit_known
+	not_yet_valid
+	finding := {
+		"code": "unit_not_yet_valid",
+		"rule": "kcp.lifecycle.temporal",
+		"evaluator_id": "lifecycle_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": concat("", ["the unit is valid from ", _from_label, " and is not served before (KCP §4.22)"]),
+		"details": {"valid_from": _from_label},
+	}
+}
+
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit, input.context.decision_epoch_seconds]
+findings contains finding if {
+	facts.unit_known
+	expired
+	finding := {
+		"code": "unit_expired",
+		"rule": "kcp.lifecycle.temporal",
+		"evaluator_id": "lifecycle_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": concat("", ["the unit was valid until ", _until_label, " and is no longer served (KCP §4.22)", _successor_note]),
+		"details": {"valid_until": _until_label, "superseded_by": _successor_detail},
+	}
+}
+
+# -- not_for (KCP §4.20) ------------------------------------------------------------------------
+# Both sides are folded in Python (kcp_opa.core.textfold: NFKD, casefold, marks and format
+# characters dropped, NFC): the manifest's entries at compile time, the purpose by the gate into
+# input.context.folded. Never lower() here: regopy's is ASCII-only (docs/engine-findings.md).
+
+_not_for := {entry | some entry in facts.profile.not_for; is_string(entry)} if {
+	is_array(facts.profile.not_for)
+} else := set()
+
+_purpose_given if is_string(input.action.knowledge.purpose)
+
+_fold_given if is_string(input.context.folded.purpose)
+
+# METADATA
+# title: Purpose excluded by not_for
+# description: The action's folded purpose equals one of the unit's folded not_for entries.
+default not_for_match := false
+
+not_for_match if input.context.folded.purpose in _not_for
+
+_strict := facts.profile.not_for_strict == true
+
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "purpose absent: no stated purpose to exclude"
+findings contains finding if {
+	facts.unit_known
+	not_for_match
+	finding := {
+		"code": "unit_not_for_purpose",
+		"rule": "kcp.lifecycle.not_for",
+		"evaluator_id": "lifecycle_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "the unit declares itself not for the action's stated purpose (KCP §4.20 not_for)",
+		"details": {"purpose": input.context.folded.purpose, "not_for_strict": _strict},
+	}
+}
+
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "purpose absent: nothing to fold"
+findings contains finding if {
+	facts.unit_known
+	count(_not_for) > 0
+	_purpose_given
+	not _fold_given
+	finding := {
+		"code": "purpose_not_folded",
+		"rule": "kcp.lifecycle.not_for",
+		"evaluator_id": "lifecycle_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": "not_for: the purpose cannot be checked without its folded form in input.context.folded, which the gate builds",
+		"details": {},
+	}
+}
+
+# -- deprecated (KCP §4.13, §4.8) -----------------------------------------------------------------
+
+# METADATA
+# title: Superseding units
+# description: The units that declare supersedes for the unit under decision (sorted at compile time).
+successors := [s | some s in facts.profile.superseded_by; is_string(s)] if {
+	is_array(facts.profile.superseded_by)
+} else := []
+
+# METADATA
+# title: Deprecated
+default deprecated := false
+
+deprecated if {
+	facts.unit_known
+	facts.profile.deprecated == true
+}
+
+_prefer := concat("", ["; prefer ", concat(", ", successors)]) if {
+	count(successors) > 0
+} else := "; no unit declares that it supersedes it"
+
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+findings contains finding if {
+	deprecated
+	finding := {
+		"code": "unit_deprecated",
+		"rule": "kcp.lifecycle.deprecated",
+		"evaluator_id": "lifecycle_check",
+		"evaluator_version": "1.0.0",
+		"state": "ALLOW",
+		"controls": [],
+		"message": concat("", ["the unit is deprecated (KCP §4.13)", _prefer]),
+		"details": {"superseded_by": successors},
+	}
+}
