@@ -14,8 +14,8 @@ _BASE = Path(__file__).parent / "deployments" / "spec-examples"
 _NOW = "2026-11-29T10:00:00Z"
 
 
-def _action(task: str, unit: str) -> dict[str, Any]:
-    return {
+def _action(task: str, unit: str, **extra: Any) -> dict[str, Any]:
+    action: dict[str, Any] = {
         "schema_version": "2.0",
         "action_id": f"act_{task}_{unit}",
         "idempotency_key": f"idem_spec_{task}_{unit}",
@@ -30,6 +30,13 @@ def _action(task: str, unit: str) -> dict[str, Any]:
         "runtime": {"evidence_status": "present", "budget_state": "within_budget"},
         "created_at": "2026-11-29T09:59:00Z",
     }
+    for key in ("environment",):
+        if key in extra:
+            action["runtime"][key] = extra[key]
+    for key in ("actor_role", "authenticated_principal", "principal_scopes"):
+        if key in extra:
+            action["authorization_context"][key] = extra[key]
+    return action
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +77,52 @@ def test_spec_examples_decide_as_the_spec_says(
     assert out["decision"] == decision, out["reason_codes"]
     assert code in out["reason_codes"]
     assert out["execution_allowed"] is (decision == "ALLOW")
+
+
+_PRINCIPAL = {"authenticated_principal": "user_1"}
+
+
+@pytest.mark.parametrize(
+    ("unit", "extra", "decision", "code"),
+    [
+        # §4.16, the spec's branches (docs/kcp-spec-digest.md): development -> internal.
+        ("ops-runbook", {"environment": "development", "actor_role": "developer"}, "ALLOW", "policy_passed"),
+        # production + platform_admin -> confidential (the second condition wins over the third).
+        (
+            "ops-runbook",
+            {"environment": "production", "actor_role": "platform_admin", **_PRINCIPAL},
+            "USER_CONFIRMATION",
+            "matrix_confirm",
+        ),
+        # production with any other role -> restricted.
+        (
+            "ops-runbook",
+            {"environment": "production", "actor_role": "developer", **_PRINCIPAL},
+            "HUMAN_APPROVAL",
+            "matrix_approve",
+        ),
+        # staging, and an environment no condition lists -> the default (confidential).
+        ("ops-runbook", {"environment": "staging", "actor_role": "developer"}, "USER_CONFIRMATION", "matrix_confirm"),
+        ("ops-runbook", {"environment": "moon-base", "actor_role": "developer"}, "USER_CONFIRMATION", "matrix_confirm"),
+        # requires_auth: true without an authenticated principal.
+        ("ops-runbook", {"environment": "production", "actor_role": "platform_admin"}, "DENY", "access_unauthenticated"),
+        # An environment the action does not state (kcp-opa: context_missing, stricter than the spec).
+        ("ops-runbook", {"actor_role": "developer"}, "ESCALATE", "context_missing"),
+        # §4.11: authenticated needs a credential; restricted needs the scope too.
+        ("internal-runbook", _PRINCIPAL, "ALLOW", "policy_passed"),
+        ("internal-runbook", {}, "DENY", "access_unauthenticated"),
+        ("executive-report", {**_PRINCIPAL, "principal_scopes": ["executive-team"]}, "ALLOW", "policy_passed"),
+        ("executive-report", {**_PRINCIPAL, "principal_scopes": ["read:knowledge"]}, "DENY", "access_scope_missing"),
+    ],
+)
+def test_spec_visibility_and_access_decide_as_the_spec_says(
+    bundle: Path, tmp_path: Path, unit: str, extra: dict[str, Any], decision: str, code: str
+) -> None:
+    action = tmp_path / "action.json"
+    action.write_text(json.dumps(_action("read", unit, **extra)), encoding="utf-8")
+    ledger = tmp_path / "ledger.jsonl"
+    proc = run_cli("decide", "-b", str(bundle), "-i", str(action), "--now", _NOW, "--ledger", str(ledger))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["decision"] == decision, out["reason_codes"]
+    assert code in out["reason_codes"]
