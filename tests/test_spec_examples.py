@@ -105,9 +105,16 @@ _PRINCIPAL = {"authenticated_principal": "user_1"}
         ("ops-runbook", {"environment": "staging", "actor_role": "developer"}, "USER_CONFIRMATION", "matrix_confirm"),
         ("ops-runbook", {"environment": "moon-base", "actor_role": "developer"}, "USER_CONFIRMATION", "matrix_confirm"),
         # requires_auth: true without an authenticated principal.
-        ("ops-runbook", {"environment": "production", "actor_role": "platform_admin"}, "DENY", "access_unauthenticated"),
-        # An environment the action does not state (kcp-opa: context_missing, stricter than the spec).
-        ("ops-runbook", {"actor_role": "developer"}, "ESCALATE", "context_missing"),
+        (
+            "ops-runbook",
+            {"environment": "production", "actor_role": "platform_admin"},
+            "DENY",
+            "access_unauthenticated",
+        ),
+        # An environment the action does not state (kcp-opa: context_missing, stricter than the spec);
+        # meanwhile the strictest branch applies (restricted, requires_auth), so no principal is a DENY.
+        ("ops-runbook", {"actor_role": "developer", **_PRINCIPAL}, "ESCALATE", "context_missing"),
+        ("ops-runbook", {"actor_role": "developer"}, "DENY", "access_unauthenticated"),
         # §4.11: authenticated needs a credential; restricted needs the scope too.
         ("internal-runbook", _PRINCIPAL, "ALLOW", "policy_passed"),
         ("internal-runbook", {}, "DENY", "access_unauthenticated"),

@@ -247,9 +247,6 @@ def effective_visibility(
         conditions.append(
             {"when": match, "sensitivity": sensitivity, "requires_auth": then.get("requires_auth") is True}
         )
-    # What applies while a condition's input is missing (the gate answers context_missing then):
-    # the strictest branch and requires_auth if any branch asks for it, resolved here once.
-    levels = [lvl for lvl in [default, *(c["sensitivity"] for c in conditions)] if isinstance(lvl, str)]
     return {"default": default, "conditions": conditions, "needs": sorted(needs)}, source
 
 
