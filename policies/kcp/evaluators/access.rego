@@ -75,7 +75,7 @@ findings contains finding if {
 		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
-		"message": concat("", ["the unit needs an authenticated principal (", needs_principal, ", KCP §4.11/§4.16) and authorization_context.authenticated_principal is absent"]),
+		"message": concat("", ["the unit needs an authenticated principal, for ", needs_principal, ", and the action states none; KCP §4.11 and §4.16"]),
 		"details": {"missing": "authorization_context.authenticated_principal", "because": needs_principal},
 	}
 }
@@ -96,7 +96,7 @@ findings contains finding if {
 		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
-		"message": concat("", ["access: restricted needs scope ", _scope, " in authorization_context.principal_scopes (KCP §4.11)"]),
+		"message": concat("", ["access: restricted needs scope ", _scope, ", which the action's principal_scopes lack; KCP §4.11"]),
 		"details": {"missing": "authorization_context.principal_scopes", "missing_scope": _scope},
 	}
 }
