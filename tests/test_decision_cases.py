@@ -53,7 +53,13 @@ def deployments(tmp_path_factory: pytest.TempPathFactory) -> _Deployments:
 
 def test_corpus_is_substantial() -> None:
     assert len(CASES) >= 30
-    assert {case.deployment for case in CASES} == {"customer-onboarding", "support-desk", "finance", "kcp-governance"}
+    assert {case.deployment for case in CASES} == {
+        "customer-onboarding",
+        "support-desk",
+        "finance",
+        "kcp-governance",
+        "kcp-visibility-access",
+    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.case_id for case in CASES])

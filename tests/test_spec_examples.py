@@ -14,8 +14,8 @@ _BASE = Path(__file__).parent / "deployments" / "spec-examples"
 _NOW = "2026-11-29T10:00:00Z"
 
 
-def _action(task: str, unit: str, created_at: str = "2026-11-29T09:59:00Z") -> dict[str, Any]:
-    return {
+def _action(task: str, unit: str, created_at: str = "2026-11-29T09:59:00Z", **extra: Any) -> dict[str, Any]:
+    action: dict[str, Any] = {
         "schema_version": "2.0",
         "action_id": f"act_{task}_{unit}",
         "idempotency_key": f"idem_spec_{task}_{unit}",
@@ -30,6 +30,13 @@ def _action(task: str, unit: str, created_at: str = "2026-11-29T09:59:00Z") -> d
         "runtime": {"evidence_status": "present", "budget_state": "within_budget"},
         "created_at": created_at,
     }
+    for key in ("environment",):
+        if key in extra:
+            action["runtime"][key] = extra[key]
+    for key in ("actor_role", "authenticated_principal", "principal_scopes"):
+        if key in extra:
+            action["authorization_context"][key] = extra[key]
+    return action
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +140,59 @@ def test_not_for_as_the_spec_says(bundle: Path, tmp_path: Path, purpose: str, de
     out = _decide(bundle, tmp_path, action, _NOW)
     assert out["decision"] == decision
     assert out["reason_codes"] == (["unit_not_for_purpose"] if decision == "DENY" else ["policy_passed"])
+
+
+_PRINCIPAL = {"authenticated_principal": "user_1"}
+
+
+@pytest.mark.parametrize(
+    ("unit", "extra", "decision", "code"),
+    [
+        # §4.16, the spec's branches (docs/kcp-spec-digest.md): development -> internal.
+        ("ops-runbook", {"environment": "development", "actor_role": "developer"}, "ALLOW", "policy_passed"),
+        # production + platform_admin -> confidential (the second condition wins over the third).
+        (
+            "ops-runbook",
+            {"environment": "production", "actor_role": "platform_admin", **_PRINCIPAL},
+            "USER_CONFIRMATION",
+            "matrix_confirm",
+        ),
+        # production with any other role -> restricted.
+        (
+            "ops-runbook",
+            {"environment": "production", "actor_role": "developer", **_PRINCIPAL},
+            "HUMAN_APPROVAL",
+            "matrix_approve",
+        ),
+        # staging, and an environment no condition lists -> the default (confidential).
+        ("ops-runbook", {"environment": "staging", "actor_role": "developer"}, "USER_CONFIRMATION", "matrix_confirm"),
+        ("ops-runbook", {"environment": "moon-base", "actor_role": "developer"}, "USER_CONFIRMATION", "matrix_confirm"),
+        # requires_auth: true without an authenticated principal.
+        (
+            "ops-runbook",
+            {"environment": "production", "actor_role": "platform_admin"},
+            "DENY",
+            "access_unauthenticated",
+        ),
+        # An environment the action does not state (kcp-opa: context_missing, stricter than the spec);
+        # meanwhile the strictest branch applies (restricted, requires_auth), so no principal is a DENY.
+        ("ops-runbook", {"actor_role": "developer", **_PRINCIPAL}, "ESCALATE", "context_missing"),
+        ("ops-runbook", {"actor_role": "developer"}, "DENY", "access_unauthenticated"),
+        # §4.11: authenticated needs a credential; restricted needs the scope too.
+        ("internal-runbook", _PRINCIPAL, "ALLOW", "policy_passed"),
+        ("internal-runbook", {}, "DENY", "access_unauthenticated"),
+        ("executive-report", {**_PRINCIPAL, "principal_scopes": ["executive-team"]}, "ALLOW", "policy_passed"),
+        ("executive-report", {**_PRINCIPAL, "principal_scopes": ["read:knowledge"]}, "DENY", "access_scope_missing"),
+    ],
+)
+def test_spec_visibility_and_access_decide_as_the_spec_says(
+    bundle: Path, tmp_path: Path, unit: str, extra: dict[str, Any], decision: str, code: str
+) -> None:
+    action = tmp_path / "action.json"
+    action.write_text(json.dumps(_action("read", unit, **extra)), encoding="utf-8")
+    ledger = tmp_path / "ledger.jsonl"
+    proc = run_cli("decide", "-b", str(bundle), "-i", str(action), "--now", _NOW, "--ledger", str(ledger))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["decision"] == decision, out["reason_codes"]
+    assert code in out["reason_codes"]

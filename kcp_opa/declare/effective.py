@@ -55,6 +55,7 @@ POLICY_FIELDS = (
     "superseded_by",
     "authority",
     "visibility",
+    "effective_visibility",
     "rate_limits",
     "temporal",
     "not_for",
@@ -158,6 +159,9 @@ def _governance(manifest: Manifest, root: Mapping[str, Any], unit: Mapping[str, 
     out["authority"] = Sourced(authority, source)
     visibility, source = gov.effective_visibility(root, unit, flat if isinstance(flat, str) else None)
     out["visibility"] = Sourced(visibility, source)
+    out["effective_visibility"] = Sourced(
+        gov.visibility_cells(visibility, flat if isinstance(flat, str) else None), f"resolved from {source}"
+    )
     out["superseded_by"] = Sourced(gov.superseded_by(manifest.units, str(unit["id"])), "units that declare supersedes")
     out["rate_limits"] = Sourced(*gov.replaced_block(root, unit, "rate_limits"))
     out["temporal"] = Sourced(*gov.effective_temporal(root, unit))

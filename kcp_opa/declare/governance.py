@@ -250,6 +250,61 @@ def effective_visibility(
     return {"default": default, "conditions": conditions, "needs": sorted(needs)}, source
 
 
+def visibility_cells(visibility: Mapping[str, Any] | None, flat_sensitivity: str | None) -> dict[str, Any]:
+    """What the gate looks up per decision (policies/kcp/lib/visibility.rego), always present.
+
+    ``cells``: first-match-wins resolved for every environment x role a condition lists; the key
+    "" stands for a value no condition lists (an action's environment or role is never empty).
+    ``incomplete``: what applies while an input a condition needs is missing (the gate answers
+    context_missing then): the strictest branch, and requires_auth if any branch asks for it.
+    Resolved here because regopy's planning time grows with every rule that reads the profile
+    (docs/engine-findings.md item 27); a level nothing declares is "undeclared" (the matrix has
+    no cell for it, so it denies).
+    """
+    if visibility is None:
+        flat = {"sensitivity": flat_sensitivity or "undeclared", "requires_auth": False, "condition": None}
+        only = {**flat, "source": "flat sensitivity (no visibility block)"}
+        return {"needs": [], "cells": {"": {"": only}}, "incomplete": only}
+    default, conditions = visibility["default"], visibility["conditions"]
+    levels = [lvl for lvl in [default, *(c["sensitivity"] for c in conditions)] if isinstance(lvl, str)]
+    strictest = max(levels, key=vocab.sensitivity_rank) if levels else "undeclared"
+    incomplete = {
+        "sensitivity": strictest,
+        "requires_auth": any(c["requires_auth"] for c in conditions),
+        "condition": None,
+        "source": "strictest branch (a condition's input is missing)",
+    }
+    return {"needs": visibility["needs"], "cells": _cells(default, conditions), "incomplete": incomplete}
+
+
+def _cells(default: str | None, conditions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    envs = sorted({e for c in conditions for e in c["when"].get("environment", [])})
+    roles = sorted({r for c in conditions for r in c["when"].get("agent_role", [])})
+    cells: dict[str, Any] = {}
+    for env in ["", *envs]:
+        row: dict[str, Any] = {}
+        for role in ["", *roles]:
+            hit = {
+                "sensitivity": default or "undeclared",
+                "requires_auth": False,
+                "condition": None,
+                "source": "visibility.default",
+            }
+            for index, c in enumerate(conditions):
+                when = c["when"]
+                if env in when.get("environment", [env]) and role in when.get("agent_role", [role]):
+                    hit = {
+                        "sensitivity": c["sensitivity"] or "undeclared",
+                        "requires_auth": c["requires_auth"],
+                        "condition": index,
+                        "source": f"visibility.conditions[{index}] (first match)",
+                    }
+                    break
+            row[role] = hit
+        cells[env] = row
+    return cells
+
+
 def _strings(value: Any) -> list[str]:
     items: Iterable[Any] = value if isinstance(value, list) else [value]
     return sorted({item for item in items if isinstance(item, str)})

@@ -28,10 +28,19 @@ ACTION_FIELDS: Mapping[str, Spec] = {
     "created_at": True,
     "target": {"type": True, "tenant_id": True, "country": True},
     "amount": {"value_minor": True, "currency": True},
-    "authorization_context": {"requested_by": True, "agent_scope": True, "actor_role": True},
+    # The principal, its scopes and the environment are identifiers the gate decides on (KCP
+    # access and visibility), kept like requested_by so `audit replay` reproduces the decision.
+    "authorization_context": {
+        "requested_by": True,
+        "agent_scope": True,
+        "actor_role": True,
+        "authenticated_principal": True,
+        "principal_scopes": True,
+    },
     "knowledge": {"project": True, "unit": True, "fields_read": True},
     "runtime": {
         "deployment_region": True,
+        "environment": True,
         "model": {"id": True, "hosting": True},
         "risk_level": True,
         "evidence_status": True,

@@ -29,6 +29,7 @@ READ: dict[str, Any] = {
     "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
     "authorization_context": {
         "requested_by": "user_1",
+        "authenticated_principal": "user_1",
         "agent_scope": ["crm.get_customer"],
         "actor_role": "support_agent",
     },

@@ -39,6 +39,8 @@ ACTION: dict[str, Any] = {
     },
     "authorization_context": {
         "requested_by": "applicant_42",
+        "authenticated_principal": "applicant_42",
+        "principal_scopes": ["compliance:gdpr"],
         "agent_scope": ["kyc.read_applicant"],
         "session_id": "sess",
         "actor_role": "onboarding_agent",

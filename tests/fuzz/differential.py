@@ -75,6 +75,9 @@ class Deployment:
     currencies: list[str]
     thresholds: list[int]
     scopes: list[str]
+    environments: list[str] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    auth_scopes: list[str] = field(default_factory=list)
     regopy: Any = None
     opa: Any = None
 
@@ -120,8 +123,22 @@ def load_world(directory: Path | None = None) -> dict[str, Deployment]:
                               - {-1}),
             scopes=sorted({s for _, a, _ in actions for s in a.get("authorization_context", {}).get(
                 "agent_scope", [])}),
+            environments=sorted(_condition_values(manifest, "environment")),
+            roles=sorted(_condition_values(manifest, "agent_role")),
+            auth_scopes=sorted({u["auth_scope"] for u in manifest.get("units", []) if "auth_scope" in u}),
         )  # fmt: skip
     return world
+
+
+def _condition_values(manifest: dict[str, Any], key: str) -> set[str]:
+    """The environments or roles the manifest's visibility conditions list (KCP §4.16)."""
+    blocks = [manifest.get("visibility"), *(u.get("visibility") for u in manifest.get("units", []))]
+    values: set[str] = set()
+    for block in blocks:
+        for condition in (block or {}).get("conditions", []) if isinstance(block, dict) else []:
+            listed = (condition.get("when") or {}).get(key, [])
+            values.update([listed] if isinstance(listed, str) else listed)
+    return values
 
 
 _identifier = st.from_regex(r"[a-z][a-z0-9_.:/-]{0,12}", fullmatch=True)
@@ -212,6 +229,15 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
             context["actor_role"] = draw(st.sampled_from(["support_agent", "finance_reviewer", "manager", "intern"]))
             context["requested_by"] = draw(st.sampled_from([action.get("subject_id", "u"), action.get("agent_id", "a"),
                                                             "someone_else"]))  # fmt: skip
+            # KCP §4.16/§4.11: the environment and role visibility matches on, the principal and
+            # scopes access checks; each present, absent or off the declared values.
+            roles = [*d.roles, "support_agent", "intern"]
+            _maybe(draw, context, "actor_role", st.sampled_from(roles))
+            _maybe(draw, action.setdefault("runtime", {}), "environment",
+                   st.sampled_from([*d.environments, "staging", "moon-base"]))  # fmt: skip
+            _maybe(draw, context, "authenticated_principal", st.sampled_from(["user_1", "svc:ops", "someone_else"]))
+            _maybe(draw, context, "principal_scopes",
+                   st.lists(st.sampled_from([*d.auth_scopes, "read:knowledge", "other"]), max_size=3))  # fmt: skip
         else:  # rarely, an identifier the contract refuses: NUL, a space, a quote, non-ASCII
             bad = draw(st.sampled_from(["tenant_a\x00tenant_b", "phone ", 'a"b', "TRAİNING", "x\u200b"]))
             path = draw(st.sampled_from([("tenant_id",), ("requested_action",), ("target", "tenant_id")]))
@@ -224,6 +250,15 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
 def _shifted(now: str, seconds: int) -> str:
     moment = dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ") + dt.timedelta(seconds=seconds)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _maybe(draw: Any, node: dict[str, Any], key: str, values: Any) -> None:
+    """Set ``key`` from ``values``, drop it, or leave it as the case has it."""
+    choice = draw(st.integers(0, 2))
+    if choice == 0:
+        node[key] = draw(values)
+    elif choice == 1:
+        node.pop(key, None)
 
 
 def canonical(value: Any) -> str:

@@ -7,7 +7,8 @@
 #   ESCALATE `context_missing` naming each absent path. An action is knowledge-bound when it
 #   names a unit or when the deployment binds its task type to knowledge (matrix
 #   parameters.context.knowledge_bound_task_types, default "all"): such an action needs its
-#   knowledge block, the resource tenant and the budget state. Freshness: an action created
+#   knowledge block, the resource tenant and the budget state, and the environment and actor
+#   role its unit's visibility conditions match on (KCP §4.16). Freshness: an action created
 #   more than max_action_age_seconds before the decision is `action_stale`, more than
 #   max_future_skew_seconds after it `clock_skew` (both ESCALATE). Times are integers in input
 #   (Python builds them; the engines parse RFC 3339 differently, docs/engine-findings.md).
@@ -56,12 +57,28 @@ always := {"input.context.decision_epoch_seconds", "input.context.decision_epoch
 when_bound := {"input.action.knowledge.project", "input.action.knowledge.unit", "input.action.target.tenant_id", "input.action.runtime.budget_state"}
 
 # METADATA
+# title: Facts the unit's visibility conditions need
+# description: A condition of the unit's visibility (KCP §4.16) on environment or agent_role needs the action to state it.
+when_visible contains path if {
+	some key in _visibility_needs
+	path := _visibility_paths[key]
+}
+
+_visibility_paths := {"environment": "input.action.runtime.environment", "agent_role": "input.action.authorization_context.actor_role"}
+
+# One reference to the profile (regopy plans every reference anew; docs/engine-findings.md item 27).
+_visibility_needs := needs if {
+	needs := facts.profile.effective_visibility.needs
+	is_array(needs)
+} else := []
+
+# METADATA
 # title: Every path this evaluator can require
-required_paths := always | when_bound
+required_paths := (always | when_bound) | {"input.action.runtime.environment", "input.action.authorization_context.actor_role"}
 
 # METADATA
 # title: Facts this action needs
-required := always | when_bound if bound
+required := (always | when_bound) | when_visible if bound
 
 required := always if not bound
 
@@ -80,6 +97,10 @@ _present contains "input.action.knowledge.unit" if is_string(input.action.knowle
 _present contains "input.action.target.tenant_id" if is_string(input.action.target.tenant_id)
 
 _present contains "input.action.runtime.budget_state" if is_string(input.action.runtime.budget_state)
+
+_present contains "input.action.runtime.environment" if is_string(input.action.runtime.environment)
+
+_present contains "input.action.authorization_context.actor_role" if is_string(input.action.authorization_context.actor_role)
 
 # METADATA
 # title: Missing facts

@@ -2,7 +2,7 @@
 # title: Delegation matrix
 # description: |
 #   The autonomy level agreed for the action's task type (action_type) on each of the unit's
-#   data categories and on its sensitivity. Every applicable cell must exist: a combination
+#   data categories and on its effective sensitivity (KCP §4.16 visibility). Every applicable cell must exist: a combination
 #   the matrix does not cover denies, and so does a task type it does not list.
 #   autonomous = nothing, confirm = USER_CONFIRMATION, approve = HUMAN_APPROVAL, forbidden = DENY.
 # custom:
@@ -14,6 +14,7 @@ import rego.v1
 
 import data.kcp.lib.facts
 import data.kcp.lib.index
+import data.kcp.lib.visibility
 
 evaluator := {"id": "delegation_matrix_check", "version": "1.0.0"}
 
@@ -37,12 +38,10 @@ needed contains ["sensitivity", sensitivity] if {
 	sensitivity := _sensitivity
 }
 
-_sensitivity := facts.profile.sensitivity if is_string(facts.profile.sensitivity)
-
-_sensitivity := "undeclared" if {
-	facts.unit_known
-	not is_string(facts.profile.sensitivity)
-}
+# The EFFECTIVE sensitivity (KCP §4.16: visibility conditions, else the flat sensitivity;
+# "undeclared" for a known unit without one), a rule computed once per query in
+# kcp.lib.visibility, never re-derived per cell.
+_sensitivity := visibility.sensitivity
 
 _task_hash := crypto.sha256(_task)
 

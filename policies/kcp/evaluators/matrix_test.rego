@@ -10,9 +10,15 @@ _units := {"depth": 0, "count": 2, "slots": {"p": {
 }}}
 
 _profiles := [
-	{"sensitivity": "confidential", "compliance": {"data_categories": ["personal", "financial"]}},
+	{"sensitivity": "confidential", "compliance": {"data_categories": ["personal", "financial"]}, "effective_visibility": _flat_confidential},
 	{"sensitivity": null, "compliance": {"data_categories": []}},
 ]
+
+# The compiled form of a flat sensitivity (kcp_opa/declare/governance.py visibility_cells); the
+# "bare" profile has none, as a hand-edited bundle: its level is "undeclared".
+_flat_confidential := {"needs": [], "cells": {"": {"": _confidential}}, "incomplete": _confidential}
+
+_confidential := {"sensitivity": "confidential", "requires_auth": false, "condition": null, "source": "flat sensitivity (no visibility block)"}
 
 _cells := {"depth": 0, "count": 4, "slots": {
 	"read": {"data_categories": {"personal": "autonomous", "financial": "confirm"}, "sensitivity": {"confidential": "autonomous"}},

@@ -17,7 +17,11 @@ _profiles := [{
 	"delegation": {"max_depth": null, "require_capability_attenuation": false, "audit_chain": false, "human_in_the_loop": {"required": false}},
 	"trust": {"agent_must_log": false, "require_trace_context": false},
 	"freshness": null,
+	"effective_visibility": {"needs": [], "cells": {"": {"": _internal}}, "incomplete": _internal},
 }]
+
+# The compiled form of the flat sensitivity (kcp_opa/declare/governance.py visibility_cells).
+_internal := {"sensitivity": "internal", "requires_auth": false, "condition": null, "source": "flat sensitivity (no visibility block)"}
 
 _cells := {"depth": 0, "count": 2, "slots": {"read": {"sensitivity": {"internal": "autonomous"}}, "send": {"sensitivity": {"internal": "confirm"}}}}
 

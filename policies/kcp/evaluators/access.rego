@@ -1,0 +1,102 @@
+# METADATA
+# title: KCP access and auth_scope
+# description: |
+#   KCP §4.11, with §4.16's requires_auth. `access: authenticated` needs an authenticated
+#   principal in the action (authorization_context.authenticated_principal); `restricted`
+#   needs one too and, when the unit declares an auth_scope, the principal's scopes
+#   (authorization_context.principal_scopes) to contain it; a matched visibility condition with
+#   requires_auth needs an authenticated principal whatever the access level. Otherwise DENY,
+#   naming the missing credential (access_unauthenticated) or scope (access_scope_missing, the
+#   scope in details.missing_scope). An access value outside the vocabulary is ignored as the
+#   spec says (the unit is public) and `kcp-opa validate` warns about it.
+# custom:
+#   evaluator_id: access_check
+#   evaluator_version: "1.0.0"
+package kcp.evaluators.access
+
+import rego.v1
+
+import data.kcp.lib.facts
+import data.kcp.lib.visibility
+
+evaluator := {"id": "access_check", "version": "1.0.0"}
+
+# METADATA
+# title: Authenticated
+# description: The action states the authenticated principal it acts for (a non-empty string).
+default authenticated := false
+
+authenticated if {
+	is_string(input.action.authorization_context.authenticated_principal)
+	input.action.authorization_context.authenticated_principal != ""
+}
+
+_why := {"authenticated": "access: authenticated", "restricted": "access: restricted"}
+
+# METADATA
+# title: Effective access level
+# description: public, authenticated or restricted (an unknown or absent value is public, KCP §4.11).
+level := value if {
+	value := facts.profile.access
+	_why[value]
+} else := "public"
+
+# METADATA
+# title: Why a principal is needed
+# description: The declaration that asks for one; null when none does.
+needs_principal := _why[level] if {
+	level != "public"
+} else := "visibility: requires_auth" if {
+	visibility.requires_auth
+} else := null
+
+_scope := s if {
+	s := facts.profile.auth_scope
+	is_string(s)
+} else := null
+
+default _scope_held := false
+
+_scope_held if input.action.authorization_context.principal_scopes[_] == _scope
+
+# METADATA
+# title: Findings
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "no authenticated_principal: access_unauthenticated (this rule)"
+findings contains finding if {
+	facts.unit_known
+	is_string(needs_principal)
+	not authenticated
+	finding := {
+		"code": "access_unauthenticated",
+		"rule": "kcp.access.credential",
+		"evaluator_id": "access_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": concat("", ["the unit needs an authenticated principal, for ", needs_principal, ", and the action states none; KCP §4.11 and §4.16"]),
+		"details": {"missing": "authorization_context.authenticated_principal", "because": needs_principal},
+	}
+}
+
+# METADATA
+# custom:
+#   requires: [input.action.knowledge.unit]
+#   absent: "no principal_scopes: access_scope_missing (this rule)"
+findings contains finding if {
+	facts.unit_known
+	level == "restricted"
+	is_string(_scope)
+	not _scope_held
+	finding := {
+		"code": "access_scope_missing",
+		"rule": "kcp.access.auth_scope",
+		"evaluator_id": "access_check",
+		"evaluator_version": "1.0.0",
+		"state": "DENY",
+		"controls": [],
+		"message": concat("", ["access: restricted needs scope ", _scope, ", which the action's principal_scopes lack; KCP §4.11"]),
+		"details": {"missing": "authorization_context.principal_scopes", "missing_scope": _scope},
+	}
+}
