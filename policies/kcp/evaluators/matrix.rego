@@ -33,6 +33,7 @@ needed contains ["data_categories", category] if {
 }
 
 needed contains ["sensitivity", sensitivity] if {
+	# mutate: equivalent _sensitivity is defined only for a known unit (a profile object), which needs a named unit: knowledge_bound holds whenever the next line does
 	facts.knowledge_bound
 	sensitivity := _sensitivity
 }
@@ -40,6 +41,7 @@ needed contains ["sensitivity", sensitivity] if {
 _sensitivity := facts.profile.sensitivity if is_string(facts.profile.sensitivity)
 
 _sensitivity := "undeclared" if {
+	# mutate: equivalent on OPA, the engine mutate runs (a null profile's .sensitivity is undefined there, so the next line fails); not on regopy, where matrix_test.test_unknown_unit_needs_no_cell fails without this line
 	facts.unit_known
 	not is_string(facts.profile.sensitivity)
 }
@@ -126,6 +128,7 @@ findings contains finding if {
 findings contains finding if {
 	some cell in needed
 	agreed := level(cell)
+	# mutate: equivalent _route has no "autonomous" key, so without this line the finding's state is undefined and no finding is made
 	agreed != "autonomous"
 	text1 := concat("_", ["matrix", agreed])
 	text2 := concat("", ["the delegation matrix sets ", agreed, " for ", _task_label, " on ", cell[0], "=", cell[1]])
