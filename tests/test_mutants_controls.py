@@ -23,7 +23,7 @@ from trustkit import bundle_cache, compile_with_trust, issuer_key, make_desk, re
 from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, evidence_for, parties
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
-from kcp_opa.core.signing import hmac_key
+from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.trail.ledger import AuditLedger, read_entries
@@ -121,7 +121,12 @@ def test_issue_writes_the_receipt_event(audited: ControlDesk, ledger_path: Path)
     }
     assert event["signature"] == {"alg": receipt["signature"]["alg"], "kid": "kya-1"}
     assert event["approver_ids"] == receipt["approver_ids"] == ["treasury_approver_anna"]
-    assert event["action_id"] == KYA["action_id"]
+    # the KCP fields of the action and of the (re-derived) decision
+    assert (event["action_id"], event["trace_id"], event["passed"]) == (
+        KYA["action_id"],
+        record.decision.trace_id,
+        True,
+    )
 
 
 # --- rederive ------------------------------------------------------------------------------------
@@ -400,7 +405,11 @@ def test_a_refusal_is_audited(audited: ControlDesk, ledger_path: Path) -> None:
         )
     )
     assert event["evidence"] == item
-    assert event["action_id"] == KYA["action_id"]
+    assert (event["action_id"], event["trace_id"], event["passed"]) == (
+        KYA["action_id"],
+        record.decision.trace_id,
+        True,
+    )
     since = _last(ledger_path)
     assert _refusal(audited, record, ["not", "an", "object"]).code == "malformed_evidence"
     (event,) = _events(ledger_path, since, "failure")
@@ -426,7 +435,11 @@ def test_a_control_result_is_audited(audited: ControlDesk, ledger_path: Path) ->
         "identity_verification",
         "independent_human_approval",
     ]
-    assert event["action_id"] == KYA["action_id"]
+    assert (event["action_id"], event["trace_id"], event["passed"]) == (
+        KYA["action_id"],
+        record.decision.trace_id,
+        True,
+    )
 
 
 def test_evidence_for_another_action_or_decision(desk: ControlDesk) -> None:
@@ -533,3 +546,35 @@ def test_evidence_for(desk: ControlDesk) -> None:
         record, ["x"], issuer="approval-app", key=key, actor_id="a", completed_at="t", reference="r"
     )
     assert default["status"] == "PASSED"
+
+
+def test_hmac_evidence_is_re_verified_with_the_desk_s_keyring(desk: ControlDesk) -> None:
+    key = hmac_key("kya-gate", b"kya-gate-hmac-secret-0123456789abcdef")
+    with_keyring = ControlDesk(desk.gate, registry(), keyring=Keyring({"kya-gate": key}))
+    record = with_keyring.open(KYA, now=DECIDED)
+    (item,) = evidence_for(
+        record,
+        ["identity_verification"],
+        issuer="kya-reference-gate",
+        key=key,
+        actor_id="kyc-provider",
+        completed_at="2026-11-29T10:01:00Z",
+        reference="ev:hmac",
+    )
+    record = with_keyring.record_control_result(record, item, action=KYA)
+    again = with_keyring.rederive(record)  # verified again with the same keyring
+    assert [(e.issuer, e.control) for e in again.evidence] == [("kya-reference-gate", "identity_verification")]
+    assert "identity_verification" in again.passed_controls
+
+
+def test_rederive_rebuilds_each_item_from_its_attestation(desk: ControlDesk) -> None:
+    record = _approved(desk)
+    item = record.evidence[-1]
+    relabelled = desk._sealed(
+        dataclasses.replace(
+            record, evidence=(*record.evidence[:-1], dataclasses.replace(item, actor_type="user", issuer="x"))
+        )
+    )
+    again = desk.rederive(relabelled)
+    assert (again.evidence[-1].actor_type, again.evidence[-1].issuer) == (item.actor_type, item.issuer)
+    assert [e.to_dict() for e in again.evidence] == [e.to_dict() for e in record.evidence]
