@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
 
-.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python
+.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'

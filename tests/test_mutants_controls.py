@@ -578,3 +578,15 @@ def test_rederive_rebuilds_each_item_from_its_attestation(desk: ControlDesk) -> 
     again = desk.rederive(relabelled)
     assert (again.evidence[-1].actor_type, again.evidence[-1].issuer) == (item.actor_type, item.issuer)
     assert [e.to_dict() for e in again.evidence] == [e.to_dict() for e in record.evidence]
+
+
+def test_a_desk_s_own_seal_key_is_32_random_bytes(desk: ControlDesk) -> None:
+    keys = {ControlDesk(desk.gate, registry())._seal_key for _ in range(3)}
+    assert len(keys) == 3 and {len(k) for k in keys} == {32}
+
+
+def test_the_desk_plans_its_evidence_query_into_the_gate_s_plan_cache(bundle: Path, tmp_path: Path) -> None:
+    gate = Gate.from_bundle(bundle, preflight=False, plan_cache=tmp_path)
+    assert len(list(tmp_path.glob("*.rbb"))) == 1  # the decision entrypoint
+    ControlDesk(gate, registry())
+    assert len(list(tmp_path.glob("*.rbb"))) == 2  # and kcp/controls/verdict beside it

@@ -122,5 +122,6 @@ def _inputs_key(deployment: Path) -> str:
     files += [*POLICIES.rglob("*.rego"), REGISTRY]
     files += [f for f in deployment.rglob("*") if f.is_file()]
     for path in sorted(files):
-        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+        name = path.relative_to(REPO) if path.is_relative_to(REPO) else path  # the same key in every checkout
+        digest.update(str(name).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:32]
