@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
 
-.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python
+.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -87,7 +87,17 @@ mutate-python: $(STAMP) ## mutmut on the eight security-critical Python modules 
 	nice $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN)
 	$(BIN)/mutmut results
 
-mutate: mutate-policies mutate-python ## both mutation runs (not part of test)
+CONTROLS_RUN = build/mutmut-controls
+
+mutate-controls: $(STAMP) ## mutmut on authorize/controls.py alone, with its own tests (tests/mutmut-controls.cfg; ~25 min)
+	$(BIN)/pip install --quiet 'mutmut==3.8.1'
+	rm -rf $(CONTROLS_RUN) && mkdir -p $(CONTROLS_RUN)
+	git ls-files -z | xargs -0 cp --parents -t $(CONTROLS_RUN)
+	cp tests/mutmut-controls.cfg $(CONTROLS_RUN)/setup.cfg
+	cd $(CONTROLS_RUN) && nice $(CURDIR)/$(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN)
+	cd $(CONTROLS_RUN) && $(CURDIR)/$(BIN)/mutmut results
+
+mutate: mutate-policies mutate-python mutate-controls ## every mutation run (not part of test)
 
 bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~10 min)
 	$(BIN)/python bench/suite.py

@@ -34,6 +34,7 @@ needed contains ["data_categories", category] if {
 }
 
 needed contains ["sensitivity", sensitivity] if {
+	# mutate: equivalent _sensitivity is defined only for a known unit (a profile object), which needs a named unit: knowledge_bound holds whenever the next line does
 	facts.knowledge_bound
 	sensitivity := _sensitivity
 }
@@ -125,6 +126,7 @@ findings contains finding if {
 findings contains finding if {
 	some cell in needed
 	agreed := level(cell)
+	# mutate: equivalent _route has no "autonomous" key, so without this line the finding's state is undefined and no finding is made
 	agreed != "autonomous"
 	text1 := concat("_", ["matrix", agreed])
 	text2 := concat("", ["the delegation matrix sets ", agreed, " for ", _task_label, " on ", cell[0], "=", cell[1]])

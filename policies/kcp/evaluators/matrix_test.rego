@@ -85,3 +85,35 @@ test_action_without_unit_needs_only_a_listed_task if {
 		with data.kcp_data.tasks as cells
 		with data.kcp_data.matrix as m
 }
+
+# An unknown unit has no profile, so no cell is needed (not even sensitivity=undeclared): the
+# unit evaluator denies it as unknown, and the matrix adds no finding of its own on top.
+test_unknown_unit_needs_no_cell if {
+	units := _units
+	profiles := _profiles
+	cells := _cells
+	m := _matrix
+	count(matrix.needed) == 0 with input.action.knowledge as {"project": "p", "unit": "ghost"}
+		with input.action.action_type as "read"
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+		with data.kcp_data.tasks as cells
+		with data.kcp_data.matrix as m
+	count(matrix.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "ghost"}
+		with input.action.action_type as "read"
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+		with data.kcp_data.tasks as cells
+		with data.kcp_data.matrix as m
+}
+
+# A declared sensitivity is one needed cell beside the data categories.
+test_needed_cells_of_a_known_unit if {
+	units := _units
+	profiles := _profiles
+	cells := _cells
+	m := _matrix
+	matrix.needed == {["data_categories", "personal"], ["data_categories", "financial"], ["sensitivity", "confidential"]} with input.action.knowledge as {"project": "p", "unit": "crm"}
+		with input.action.action_type as "read"
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+		with data.kcp_data.tasks as cells
+		with data.kcp_data.matrix as m
+}
