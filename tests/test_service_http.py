@@ -127,6 +127,31 @@ def test_concurrent_mcp_clients_over_streamable_http(server: tuple[str, Path]) -
         assert decision == "HUMAN_APPROVAL" and refused and code == "not_authorized"
 
 
+def test_an_action_cannot_state_another_authenticated_principal(server: tuple[str, Path]) -> None:
+    """KCP access reads authorization_context.authenticated_principal: over the service it must be the caller."""
+    url, ledger = server
+
+    def stating(principal: str) -> dict[str, Any]:
+        action = json.loads(json.dumps(KYA))
+        action["authorization_context"]["authenticated_principal"] = principal
+        return action
+
+    before = sum(1 for _, e in read_entries(ledger) if e.get("code") == "principal_mismatch")
+    forged = [
+        httpx2.post(f"{url}/v1/decisions", json={"action": stating("cfo@example.com")}, headers=auth()),
+        httpx2.post(f"{url}/v1/data/kcp/gate/decision", json={"input": stating("cfo@example.com")}, headers=auth()),
+        # A Cyrillic small o (U+043E) that looks like the caller's own id is not the caller.
+        httpx2.post(f"{url}/v1/decisions", json={"action": stating("l\u043ecal-agent")}, headers=auth()),
+    ]
+    assert [a.status_code for a in forged] == [403] * 3
+    assert all(a.json()["code"] == "principal_mismatch" for a in forged)
+    audited = [e for _, e in read_entries(ledger) if e["type"] == "failure" and e.get("code") == "principal_mismatch"]
+    assert len(audited) - before == 3
+    # The caller itself, in another case and width: the same canonical principal, decided as usual.
+    own = httpx2.post(f"{url}/v1/decisions", json={"action": stating("LOCAL-AGENT")}, headers=auth())
+    assert own.status_code == 200 and own.json()["decision"] == "HUMAN_APPROVAL"
+
+
 def test_json_api_opa_compatible_status_and_metrics(server: tuple[str, Path]) -> None:
     url, ledger = server
 

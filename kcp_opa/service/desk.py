@@ -29,7 +29,7 @@ from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary, addressees
 from kcp_opa.service.handoff import HandoffStore, executing_as
-from kcp_opa.service.identity import AccessDeniedError, Principal, Scope
+from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
 from kcp_opa.service.observe import Metrics, set_attributes, span, traceparent_of, writable
 from kcp_opa.service.records import (
@@ -194,7 +194,7 @@ class GateService:
 
     def evaluate(self, principal: Principal, action: Any, *, financial: bool = False) -> dict[str, Any]:
         principal.require(Scope.EVALUATE, "evaluate actions")
-        check_action(action)
+        check_caller_action(principal, action)
         if financial and not isinstance(action.get("amount"), Mapping):
             raise CodedError("a financial action carries an amount (use evaluate_action otherwise)", "not_financial")
         loaded = self._loaded
@@ -231,7 +231,7 @@ class GateService:
     def decide_only(self, principal: Principal, action: Any) -> dict[str, Any]:
         """The bare decision document (the OPA-compatible API): decided and audited, not kept."""
         principal.require(Scope.EVALUATE, "evaluate actions")
-        check_action(action)
+        check_caller_action(principal, action)
         started = time.perf_counter()
         decision = self.gate.decide(action)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)

@@ -96,6 +96,7 @@ _STATUS = {
     "unauthenticated": 401,
     "not_authorized": 403,
     "not_your_decision": 403,
+    "principal_mismatch": 403,
     "unknown_decision": 404,
     "unknown_challenge": 404,
     "unknown_handler": 404,

@@ -15,9 +15,12 @@ import hmac
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.identity import IdentityError
+from kcp_opa.core.identity import canonical_id as strict_canonical_id
+from kcp_opa.decide.action import check_action
 
 
 class AccessDeniedError(CodedError):
@@ -152,3 +155,29 @@ class StaticAuthenticator:
             if hmac.compare_digest(stored, presented):
                 found = principal
         return found
+
+
+def check_caller_action(principal: Principal, action: Any) -> None:
+    """Check an action a caller asks the service to decide, and bind its stated principal to the caller.
+
+    KCP ``access`` and ``visibility.requires_auth`` read
+    ``authorization_context.authenticated_principal``. Over the service the caller's identity comes
+    from its credential, so an action may state only the caller itself (compared in canonical
+    form, in constant time): an agent naming another principal to be served a unit it may not
+    read is refused with ``principal_mismatch``, and the refusal is audited like every other.
+    """
+    check_action(action)
+    context = action.get("authorization_context")
+    stated = context.get("authenticated_principal") if isinstance(context, Mapping) else None
+    if stated is None:
+        return
+    try:
+        canonical = strict_canonical_id(stated)
+    except IdentityError:
+        canonical = ""
+    if not hmac.compare_digest(canonical.encode("utf-8"), principal.id.encode("utf-8")):
+        raise AccessDeniedError(
+            f"authorization_context.authenticated_principal must be the authenticated caller ({principal.id}); "
+            "an action cannot state another principal",
+            "principal_mismatch",
+        )
