@@ -38,6 +38,7 @@ _why := {"authenticated": "access: authenticated", "restricted": "access: restri
 # description: public, authenticated or restricted (an unknown or absent value is public, KCP §4.11).
 level := value if {
 	value := facts.profile.access
+	# mutate: equivalent needs_principal looks the level up in _why again: an unknown value fails there and falls to the same else branches as "public"
 	_why[value]
 } else := "public"
 
@@ -45,6 +46,7 @@ level := value if {
 # title: Why a principal is needed
 # description: The declaration that asks for one; null when none does.
 needs_principal := _why[level] if {
+	# mutate: equivalent _why["public"] is undefined, so the body fails and the else branches apply exactly as when this line fails
 	level != "public"
 } else := "visibility: requires_auth" if {
 	visibility.requires_auth
@@ -52,6 +54,7 @@ needs_principal := _why[level] if {
 
 _scope := s if {
 	s := facts.profile.auth_scope
+	# mutate: equivalent the one finding that reads _scope checks is_string(_scope) itself
 	is_string(s)
 } else := null
 
@@ -65,6 +68,7 @@ _scope_held if input.action.authorization_context.principal_scopes[_] == _scope
 #   requires: [input.action.knowledge.unit]
 #   absent: "no authenticated_principal: access_unauthenticated (this rule)"
 findings contains finding if {
+	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
 	facts.unit_known
 	is_string(needs_principal)
 	not authenticated
@@ -85,8 +89,10 @@ findings contains finding if {
 #   requires: [input.action.knowledge.unit]
 #   absent: "no principal_scopes: access_scope_missing (this rule)"
 findings contains finding if {
+	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
 	facts.unit_known
 	level == "restricted"
+	# mutate: equivalent with a null scope the message concat fails, so the finding is undefined as when this line fails
 	is_string(_scope)
 	not _scope_held
 	finding := {

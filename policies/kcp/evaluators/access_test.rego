@@ -8,12 +8,13 @@ _auth := {"sensitivity": "internal", "requires_auth": true, "condition": 0, "sou
 
 _open := {"sensitivity": "internal", "requires_auth": false, "condition": null, "source": "visibility.default"}
 
-_units := {"depth": 0, "count": 5, "slots": {"p": {
+_units := {"depth": 0, "count": 6, "slots": {"p": {
 	"open": {"profile": 0},
 	"authn": {"profile": 1},
 	"scoped": {"profile": 2},
 	"vis": {"profile": 3},
 	"odd": {"profile": 4},
+	"authn-scoped": {"profile": 5},
 }}}
 
 _profiles := [
@@ -22,6 +23,7 @@ _profiles := [
 	{"access": "restricted", "auth_scope": "read:finance"},
 	{"access": "public", "effective_visibility": {"needs": ["environment"], "cells": {"": {"": _open}, "production": {"": _auth}}, "incomplete": _auth}},
 	{"access": "secret-ish"},
+	{"access": "authenticated", "auth_scope": "read:finance"},
 ]
 
 _access_codes(unit, authz, env) := {[f.code, f.state] | some f in fs} if {
@@ -55,6 +57,8 @@ _scenarios := {
 	"vis_prod_ok": ["vis", _p, "production"],
 	"odd": ["odd", {}, "dev"],
 	"unknown": ["nope", {}, "dev"],
+	"authn_number": ["authn", {"authenticated_principal": 5}, "dev"],
+	"authn_scoped": ["authn-scoped", _p, "dev"],
 }
 
 _outcomes := {name: codes |
@@ -104,4 +108,13 @@ test_unknown_access_value_is_public if {
 
 test_unknown_unit_no_access_finding if {
 	count(_outcomes.unknown) == 0
+}
+
+test_a_principal_that_is_not_a_string_is_no_principal if {
+	_outcomes.authn_number == {["access_unauthenticated", "DENY"]}
+}
+
+test_auth_scope_binds_only_restricted_units if {
+	# auth_scope without access: restricted (validate warns) asks for a principal, not the scope.
+	count(_outcomes.authn_scoped) == 0
 }

@@ -40,6 +40,7 @@ default not_yet_valid := false
 
 not_yet_valid if {
 	is_number(_now)
+	# mutate: equivalent _from is defined only as a number (its rule checks is_number), so this guard never fails where _from is defined
 	is_number(_from)
 	_now < _from
 }
@@ -51,6 +52,7 @@ default expired := false
 
 expired if {
 	is_number(_now)
+	# mutate: equivalent _until is defined only as a number (its rule checks is_number), so this guard never fails where _until is defined
 	is_number(_until)
 	_now > _until
 }
@@ -66,6 +68,7 @@ _until_label := _temporal.valid_until if {
 } else := "(unknown)"
 
 _successor_note := concat("", ["; its successor is ", _temporal.superseded_by]) if {
+	# mutate: equivalent without it a non-string successor makes concat fail, the body is undefined and the else gives "" as before
 	is_string(_temporal.superseded_by)
 } else := ""
 
@@ -78,6 +81,7 @@ _successor_detail := _temporal.superseded_by if {
 # custom:
 #   requires: [input.action.knowledge.unit, input.context.decision_epoch_seconds]
 findings contains finding if {
+	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
 	facts.unit_known
 	not_yet_valid
 	finding := {
@@ -96,6 +100,7 @@ findings contains finding if {
 # custom:
 #   requires: [input.action.knowledge.unit, input.context.decision_epoch_seconds]
 findings contains finding if {
+	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
 	facts.unit_known
 	expired
 	finding := {
@@ -116,6 +121,7 @@ findings contains finding if {
 # input.context.folded. Never lower() here: regopy's is ASCII-only (docs/engine-findings.md).
 
 _not_for := {entry | some entry in facts.profile.not_for; is_string(entry)} if {
+	# mutate: equivalent iterating a non-array is undefined, so the else gives the empty set as before
 	is_array(facts.profile.not_for)
 } else := set()
 
@@ -137,6 +143,7 @@ _strict := facts.profile.not_for_strict == true
 #   requires: [input.action.knowledge.unit]
 #   absent: "purpose absent: no stated purpose to exclude"
 findings contains finding if {
+	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
 	facts.unit_known
 	not_for_match
 	finding := {
@@ -156,6 +163,7 @@ findings contains finding if {
 #   requires: [input.action.knowledge.unit]
 #   absent: "purpose absent: nothing to fold"
 findings contains finding if {
+	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
 	facts.unit_known
 	count(_not_for) > 0
 	_purpose_given
@@ -178,6 +186,7 @@ findings contains finding if {
 # title: Superseding units
 # description: The units that declare supersedes for the unit under decision (sorted at compile time).
 successors := [s | some s in facts.profile.superseded_by; is_string(s)] if {
+	# mutate: equivalent iterating a non-array is undefined, so the else gives [] as before
 	is_array(facts.profile.superseded_by)
 } else := []
 
@@ -186,6 +195,7 @@ successors := [s | some s in facts.profile.superseded_by; is_string(s)] if {
 default deprecated := false
 
 deprecated if {
+	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
 	facts.unit_known
 	facts.profile.deprecated == true
 }

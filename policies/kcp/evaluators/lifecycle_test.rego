@@ -9,13 +9,14 @@ _from := 1793491200
 
 _until := 1796083199
 
-_units := {"depth": 0, "count": 6, "slots": {"p": {
+_units := {"depth": 0, "count": 7, "slots": {"p": {
 	"windowed": {"profile": 0},
 	"open-start": {"profile": 1},
 	"plain": {"profile": 2},
 	"excluded": {"profile": 3},
 	"old": {"profile": 4},
 	"orphan": {"profile": 5},
+	"odd-labels": {"profile": 6},
 }}}
 
 _profiles := [
@@ -25,6 +26,7 @@ _profiles := [
 	{"not_for": ["initial kcp adoption (no prior version)", "migration from v2 to v3"], "not_for_strict": true},
 	{"deprecated": true, "superseded_by": ["new-a", "new-b"]},
 	{"deprecated": true, "superseded_by": []},
+	{"temporal": {"valid_from": 5, "valid_until": 5, "superseded_by": 5, "from_epoch_seconds": _from, "until_epoch_seconds": _until}},
 ]
 
 _life_findings(unit, now) := fs if {
@@ -38,7 +40,9 @@ _life_findings(unit, now) := fs if {
 _life_codes(unit, now) := {f.code | some f in _life_findings(unit, now)}
 
 test_before_window_not_yet_valid if {
-	_life_codes("windowed", _from - 1) == {"unit_not_yet_valid"}
+	fs := _life_findings("windowed", _from - 1)
+	{[f.code, f.state] | some f in fs} == {["unit_not_yet_valid", "DENY"]}
+	{f.details.valid_from | some f in fs} == {"2026-11-01"}
 }
 
 test_first_second_is_inside if {
@@ -118,7 +122,31 @@ test_purpose_without_fold_denies if {
 	fs := lifecycle.findings with input.action as {"knowledge": {"project": "p", "unit": "excluded", "purpose": "x"}}
 		with input.context as {"decision_epoch_seconds": _from}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
-	_life_codes_of(fs) == {"purpose_not_folded"}
+	{[f.code, f.state] | some f in fs} == {["purpose_not_folded", "DENY"]}
+}
+
+test_purpose_without_fold_on_a_unit_without_not_for_passes if {
+	units := _units
+	profiles := _profiles
+	fs := lifecycle.findings with input.action as {"knowledge": {"project": "p", "unit": "plain", "purpose": "x"}}
+		with input.context as {"decision_epoch_seconds": _from}
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	count(fs) == 0
+}
+
+test_a_decision_time_that_is_not_a_number_decides_no_window if {
+	# context_check refuses such an input; here the window rules must not compare it at all
+	# (null sorts below every number and a string above, so either would fake a finding).
+	count(_life_findings("windowed", null)) == 0
+	count(_life_findings("windowed", "2026-12-01")) == 0
+}
+
+test_labels_that_are_not_strings_still_deny_totally if {
+	# A malformed profile (never compiled so) must not drop the DENY through an undefined message.
+	early := _life_findings("odd-labels", _from - 1)
+	{[f.code, f.details.valid_from] | some f in early} == {["unit_not_yet_valid", "(unknown)"]}
+	late := _life_findings("odd-labels", _until + 1)
+	{[f.code, f.details.valid_until, f.details.superseded_by] | some f in late} == {["unit_expired", "(unknown)", null]}
 }
 
 test_no_purpose_no_not_for_finding if {
