@@ -69,12 +69,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_spec_examples_decide_as_the_spec_says(
     bundle: Path, tmp_path: Path, task: str, unit: str, decision: str, code: str
 ) -> None:
-    action = tmp_path / "action.json"
-    action.write_text(json.dumps(_action(task, unit)), encoding="utf-8")
-    ledger = tmp_path / "ledger.jsonl"
-    proc = run_cli("decide", "-b", str(bundle), "-i", str(action), "--now", _NOW, "--ledger", str(ledger))
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = _decide(bundle, tmp_path, _action(task, unit), _NOW)
     assert out["decision"] == decision, out["reason_codes"]
     assert code in out["reason_codes"]
     assert out["execution_allowed"] is (decision == "ALLOW")
@@ -188,11 +183,6 @@ _PRINCIPAL = {"authenticated_principal": "user_1"}
 def test_spec_visibility_and_access_decide_as_the_spec_says(
     bundle: Path, tmp_path: Path, unit: str, extra: dict[str, Any], decision: str, code: str
 ) -> None:
-    action = tmp_path / "action.json"
-    action.write_text(json.dumps(_action("read", unit, **extra)), encoding="utf-8")
-    ledger = tmp_path / "ledger.jsonl"
-    proc = run_cli("decide", "-b", str(bundle), "-i", str(action), "--now", _NOW, "--ledger", str(ledger))
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = _decide(bundle, tmp_path, _action("read", unit, **extra), _NOW)
     assert out["decision"] == decision, out["reason_codes"]
     assert code in out["reason_codes"]
