@@ -58,3 +58,54 @@ def test_check_reports_them() -> None:
 def test_tests_may_use_them() -> None:
     findings = check_modules({"demo_test.rego": _POLICY.replace("package kcp.demo", "package kcp.demo_test")})
     assert not {f.code for f in findings} & {"divergent_builtin", "divergent_sort", "escaped_literal"}
+
+
+_ARGUMENT_INDEX = """package kcp.demo
+
+import rego.v1
+
+head_value(k) := [c | some c in input.x[k]]
+
+in_body(k) := r if {
+	r := [c | some c in input.x[k]]
+}
+
+bound_first(k) := r if {
+	key := k
+	r := [c | some c in input.x[key]]
+}
+
+compared(depth) := [d | some d in [0, 1, 2]; d < depth]
+
+out := head_value(1)
+"""
+
+
+def test_a_comprehension_indexing_by_a_function_argument_is_flagged() -> None:
+    """engine-findings item 30: regopy ignores the argument, so the function reads every key."""
+    findings = [f for f in check_modules({"demo.rego": _ARGUMENT_INDEX}) if f.code == "argument_index_in_comprehension"]
+    assert [(f.line, f.severity) for f in findings] == [(5, "warning"), (7, "warning")]
+    assert "key := k" in findings[0].message
+
+
+def test_regopy_still_ignores_the_argument_so_the_check_is_needed() -> None:
+    """The hazard itself, on both engines: if a regopy release fixes it, this test says so."""
+    import json
+
+    import regopy
+    from opa_bindings import OpaEngine
+
+    document = {"x": [["a", "b"], ["c"], ["d", "e"]]}
+    interpreter = regopy.Interpreter()
+    interpreter.add_module("demo.rego", _ARGUMENT_INDEX)
+    interpreter.set_input_term(json.dumps(document))
+    on_regopy = json.loads(str(interpreter.query("x := [data.kcp.demo.out, data.kcp.demo.bound_first(1)]")))
+    opa = OpaEngine()
+    try:
+        opa.add_policy("demo.rego", _ARGUMENT_INDEX)
+        opa.add_data({})
+        assert opa.eval_document("kcp.demo.out", document) == ["c"]
+        assert opa.eval_document("kcp.demo", document)["out"] == ["c"]
+    finally:
+        opa.close()
+    assert on_regopy["bindings"]["x"] == [["a", "b", "c", "d", "e"], ["c"]]

@@ -36,6 +36,7 @@ _RULE_NAME = re.compile(r"^(?:default\s+)?([a-z_]\w*)", re.MULTILINE)
 _V0_RULE = re.compile(r"^[a-z_]\w*(\[[^\]]*\])?\s*\{\s*$")
 _HELPER_FUNCTION = re.compile(r"^(_\w+)\(", re.MULTILINE)
 _OBJECT_HEAD_SET_RULE = re.compile(r"^[a-z_]\w*\s+contains\s+\{")
+_FUNCTION_HEAD = re.compile(r"^([a-z_]\w*)\(([^)]*)\)")
 _KEYWORDS = {"package", "import", "default", "not", "some", "every", "with", "else"}
 
 #: A line may say why its sort is engine-independent: ``# kcp-opa: sorted identifiers``.
@@ -204,6 +205,7 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
                         "(docs/engine-findings.md hazard 4); mock `input.<field>` instead",
                     )
                 )
+            findings += _argument_index(name, number, code, source.splitlines())
             if not name.endswith("_test.rego"):
                 findings += _divergent(name, number, code, line, source.splitlines()[number - 2] if number > 1 else "")
             for match in _CALL.finditer(code):
@@ -290,3 +292,36 @@ def _divergent(name: str, number: int, code: str, line: str, previous: str) -> l
                 )
             )  # fmt: skip
     return found
+
+
+def _argument_index(name: str, number: int, code: str, lines: list[str]) -> list[CheckFinding]:
+    """A function whose comprehension indexes by one of its arguments (engine-findings item 30).
+
+    regopy runs such a comprehension as if the argument were a fresh variable: ``f(k) :=
+    [c | some c in input.x[k]]`` gives every element of every ``input.x[_]``, on regopy only.
+    Flagged on the function's head line; the rewrite binds the argument to a local first.
+    """
+    head = _FUNCTION_HEAD.match(code)
+    if head is None:
+        return []
+    arguments = [a.strip() for a in head.group(2).split(",") if re.fullmatch(r"[a-z_]\w*", a.strip())]
+    block = [code]
+    if code.rstrip().endswith("{"):
+        for follow in lines[number:]:
+            if follow.startswith("}"):
+                break
+            block.append(follow.split("#", 1)[0])
+    for text in block:
+        for bar in re.finditer(r"\|", text):
+            for argument in arguments:
+                if re.search(rf"[\w\])]\[[^\[\]]*\b{re.escape(argument)}\b", text[bar.end() :]):
+                    return [
+                        CheckFinding(
+                            name, number, "warning", "argument_index_in_comprehension",
+                            f"a comprehension in {head.group(1)}() indexes by the argument {argument}: regopy "
+                            "reads it as a fresh variable and iterates every key (docs/engine-findings.md item 30); "
+                            f"bind it first (`key := {argument}`) and index by the local, or index outside the "
+                            "comprehension",
+                        )
+                    ]  # fmt: skip
+    return []
