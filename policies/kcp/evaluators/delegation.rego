@@ -13,6 +13,7 @@ package kcp.evaluators.delegation
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.names
 
 evaluator := {"id": "delegation_check", "version": "1.0.0"}
 
@@ -20,27 +21,28 @@ _chain := input.action.delegation_chain
 
 _max_depth := facts.profile.delegation.max_depth
 
-# METADATA
-# title: Capability covered
-# description: True when `capability` equals `granted` or narrows it with a ":" suffix.
-covered(capability, granted) if capability == granted
+# The capabilities hop i lists that hop i-1 does not list verbatim, as object keys. Native
+# builtins only: a set comprehension is superlinear in regopy, and a chain may hold 16 hops of
+# 64 capabilities (kcp.lib.names; docs/engine-findings.md item 28).
+_unlisted(i) := object.remove(names.as_keys(_chain[i].capabilities), _chain[i - 1].capabilities)
 
-covered(capability, granted) if startswith(capability, concat("", [granted, ":"]))
-
-_within(capability, parent_capabilities) if {
-	some granted in parent_capabilities
-	covered(capability, granted)
+# Of those, the ones that narrow no capability of hop i-1 (do not start with "granted:"), sorted.
+# The comprehension reads locals only: on regopy a comprehension inside a function ignores an
+# argument it uses as an index (docs/engine-findings.md item 30).
+_widened_at(i) := sort(widening) if {
+	unlisted := _unlisted(i)
+	narrower := names.with_suffix(_chain[i - 1].capabilities, ":")
+	widening := [capability | unlisted[capability]; not strings.any_prefix_match(capability, narrower)]
 }
 
 # METADATA
 # title: Hops that widen capabilities
-widened contains hop_widened if {
-	some i, hop in _chain
-	i > 0
-	some capability in hop.capabilities
-	not _within(capability, _chain[i - 1].capabilities)
-	hop_widened := {"hop": i + 1, "agent_id": hop.agent_id, "capability": capability}
-}
+# description: |
+#   Each capability a hop holds that the previous hop's capabilities do not cover: covered
+#   means equal, or narrower by a ":" suffix (read:case:summary is within read:case,
+#   read:casefile is not). In hop order, then by capability; hop 1 is the first agent.
+# mutate: equivalent i >= 0 reads _chain[-1] in _widened_at(0), undefined on both engines (hop 1 has no previous hop)
+widened := [hop_widened | some i; _chain[i]; i > 0; some capability in _widened_at(i); hop_widened := {"hop": i + 1, "agent_id": _chain[i].agent_id, "capability": capability}]
 
 # METADATA
 # title: Findings
@@ -78,6 +80,6 @@ findings contains finding if {
 		"state": "DENY",
 		"controls": [],
 		"message": "a delegation hop widens the capabilities it was given",
-		"details": {"hops": sort([w | some w in widened])},
+		"details": {"hops": widened},
 	}
 }

@@ -14,11 +14,39 @@ _profiles := [
 	{"delegation": {"max_depth": null, "require_capability_attenuation": false}},
 ]
 
-test_covered_by_prefix if {
-	delegation.covered("read:case:summary", "read:case")
-	delegation.covered("read", "read")
-	not delegation.covered("read:casefile", "read:case")
-	not delegation.covered("write", "read")
+_widened(chain) := widened if {
+	widened := delegation.widened with input.action.delegation_chain as chain
+}
+
+test_covered_means_equal_or_narrower_by_a_colon_suffix if {
+	chain := [
+		{"agent_id": "a", "capabilities": ["read:case", "read", "x:"]},
+		{"agent_id": "b", "capabilities": ["read:case:summary", "read", "read:casefile", "x::y", "x", "write", "read:case:summary"]},
+	]
+	_widened(chain) == [
+		{"hop": 2, "agent_id": "b", "capability": "write"},
+		{"hop": 2, "agent_id": "b", "capability": "x"},
+	]
+}
+
+test_each_hop_is_held_to_the_previous_hop_in_hop_order if {
+	chain := [
+		{"agent_id": "a", "capabilities": ["read"]},
+		{"agent_id": "b", "capabilities": ["read:case"]},
+		{"agent_id": "c", "capabilities": ["read", "read:case:x"]},
+		{"agent_id": "d", "capabilities": []},
+		{"agent_id": "e", "capabilities": ["z", "b"]},
+	]
+	_widened(chain) == [
+		{"hop": 3, "agent_id": "c", "capability": "read"},
+		{"hop": 5, "agent_id": "e", "capability": "b"},
+		{"hop": 5, "agent_id": "e", "capability": "z"},
+	]
+}
+
+test_no_chain_and_one_hop_widen_nothing if {
+	_widened([]) == []
+	_widened([{"agent_id": "a", "capabilities": ["anything"]}]) == []
 }
 
 test_too_deep_denied if {
