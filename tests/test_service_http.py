@@ -152,6 +152,28 @@ def test_an_action_cannot_state_another_authenticated_principal(server: tuple[st
     assert own.status_code == 200 and own.json()["decision"] == "HUMAN_APPROVAL"
 
 
+def test_an_action_cannot_state_a_scope_its_caller_was_not_granted(server: tuple[str, Path]) -> None:
+    """KCP access: restricted reads principal_scopes; a server without a registry grants none."""
+    url, ledger = server
+
+    def stating(scopes: list[str]) -> dict[str, Any]:
+        action = json.loads(json.dumps(KYA))
+        action["authorization_context"]["principal_scopes"] = scopes
+        return action
+
+    before = sum(1 for _, e in read_entries(ledger) if e.get("code") == "scope_not_granted")
+    forged = [
+        httpx2.post(f"{url}/v1/decisions", json={"action": stating(["executive-team"])}, headers=auth()),
+        httpx2.post(f"{url}/v1/data/kcp/gate/decision", json={"input": stating(["executive-team"])}, headers=auth()),
+    ]
+    assert [a.status_code for a in forged] == [403, 403]
+    assert all(a.json()["code"] == "scope_not_granted" for a in forged)
+    audited = [e for _, e in read_entries(ledger) if e["type"] == "failure" and e.get("code") == "scope_not_granted"]
+    assert len(audited) - before == 2
+    none_stated = httpx2.post(f"{url}/v1/decisions", json={"action": stating([])}, headers=auth())
+    assert none_stated.status_code == 200 and none_stated.json()["decision"] == "HUMAN_APPROVAL"
+
+
 def test_json_api_opa_compatible_status_and_metrics(server: tuple[str, Path]) -> None:
     url, ledger = server
 

@@ -181,3 +181,31 @@ def test_concurrent_answers_through_two_services_on_one_store_are_all_kept(tmp_p
         assert record.decision.authorization_status.value == "APPROVED"
         assert sorted(e.control for e in record.evidence) == sorted([*answerers, "standard_audit_logging"])
     assert services[0].issue_receipt(issuer, decision_id)["receipt"]["decision_id"] == decision_id
+
+
+def test_an_action_states_only_the_scopes_the_registry_grants_its_caller(replicas: tuple[str, str, Path, Path]) -> None:
+    """KCP access: restricted reads principal_scopes; over the service they are the registry's auth_scopes."""
+    url_a, _, ledger_a, _ = replicas
+
+    def stating(scopes: list[str]) -> dict[str, Any]:
+        action = json.loads(json.dumps(KYA))
+        action["authorization_context"]["principal_scopes"] = scopes
+        return action
+
+    def decide(who: str, scopes: list[str]) -> httpx2.Response:
+        return post(url_a, "/v1/decisions", who, {"action": stating(scopes)})
+
+    granted = decide("local-agent", ["payments:read"])
+    assert granted.status_code == 200, granted.text
+    before = sum(1 for _, e in read_entries(ledger_a) if e.get("code") == "scope_not_granted")
+    refused = [
+        decide("local-agent", ["payments:read", "executive-team"]),  # one scope too many
+        decide("local-agent", ["Payments:Read"]),  # scopes are identifiers, compared exactly
+        decide("agent_rogue_002", ["payments:read"]),  # another agent's scope
+    ]
+    assert [r.status_code for r in refused] == [403, 403, 403]
+    assert all(r.json()["code"] == "scope_not_granted" for r in refused)
+    assert "not granted: executive-team" in refused[0].json()["error"]
+    audited = [e for _, e in read_entries(ledger_a) if e["type"] == "failure" and e.get("code") == "scope_not_granted"]
+    assert len(audited) - before == 3
+    assert verify_ledger(ledger_a).ok

@@ -35,6 +35,8 @@ class Principal:
     id: str
     type: str
     roles: tuple[str, ...]
+    #: KCP auth scopes the principal holds: what the service lets its actions state (not in the bundle).
+    auth_scopes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,12 @@ class TrustRegistry:
     @cached_property
     def principals(self) -> dict[str, Principal]:
         return {
-            canonical_id(p["id"]): Principal(canonical_id(p["id"]), p["type"], tuple(sorted(set(p.get("roles") or []))))
+            canonical_id(p["id"]): Principal(
+                canonical_id(p["id"]),
+                p["type"],
+                tuple(sorted(set(p.get("roles") or []))),
+                tuple(sorted(set(p.get("auth_scopes") or []))),
+            )
             for p in self.data["principals"]
         }
 

@@ -81,13 +81,18 @@ class Principal:
     id: str
     kind: PrincipalKind
     roles: frozenset[str] = field(default_factory=frozenset)
+    #: The KCP auth scopes the registry grants (``auth_scopes``): all an action may state as its
+    #: ``principal_scopes``. Empty without a registry.
+    auth_scopes: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
-    def of(cls, raw_id: str, kind: PrincipalKind | str, roles: Iterable[str] = ()) -> Principal:
+    def of(
+        cls, raw_id: str, kind: PrincipalKind | str, roles: Iterable[str] = (), auth_scopes: Iterable[str] = ()
+    ) -> Principal:
         canonical = canonical_id(raw_id)
         if not canonical:
             raise ValueError("a principal id cannot be empty")
-        return cls(canonical, PrincipalKind(kind), frozenset(roles))
+        return cls(canonical, PrincipalKind(kind), frozenset(roles), frozenset(auth_scopes))
 
     @property
     def scopes(self) -> frozenset[Scope]:
@@ -158,17 +163,39 @@ class StaticAuthenticator:
 
 
 def check_caller_action(principal: Principal, action: Any) -> None:
-    """Check an action a caller asks the service to decide, and bind its stated principal to the caller.
+    """Check an action a caller asks the service to decide, and bind what it states about its caller.
 
     KCP ``access`` and ``visibility.requires_auth`` read
-    ``authorization_context.authenticated_principal``. Over the service the caller's identity comes
-    from its credential, so an action may state only the caller itself (compared in canonical
-    form, in constant time): an agent naming another principal to be served a unit it may not
-    read is refused with ``principal_mismatch``, and the refusal is audited like every other.
+    ``authorization_context.authenticated_principal``, ``access: restricted`` its
+    ``principal_scopes``. Over the service the caller's identity comes from its credential, so an
+    action may state only the caller itself (compared in canonical form, in constant time) and
+    only scopes the trust registry grants the caller (``auth_scopes``; none without a registry).
+    An agent naming another principal, or a scope it was not granted, to be served a unit it may
+    not read is refused with ``principal_mismatch`` / ``scope_not_granted``, and the refusal is
+    audited like every other.
     """
     check_action(action)
     context = action.get("authorization_context")
-    stated = context.get("authenticated_principal") if isinstance(context, Mapping) else None
+    if not isinstance(context, Mapping):
+        return
+    _check_stated_principal(principal, context.get("authenticated_principal"))
+    _check_stated_scopes(principal, context.get("principal_scopes"))
+
+
+def _check_stated_scopes(principal: Principal, stated: Any) -> None:
+    if not isinstance(stated, list):
+        return  # absent (the schema admits only a list of identifiers)
+    ungranted = sorted({scope for scope in stated if scope not in principal.auth_scopes})
+    if ungranted:
+        held = ", ".join(sorted(principal.auth_scopes)) or "none"
+        raise AccessDeniedError(
+            f"authorization_context.principal_scopes may state only scopes the trust registry grants the caller "
+            f"{principal.id} (auth_scopes: {held}); not granted: {', '.join(ungranted)}",
+            "scope_not_granted",
+        )
+
+
+def _check_stated_principal(principal: Principal, stated: Any) -> None:
     if stated is None:
         return
     try:

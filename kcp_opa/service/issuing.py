@@ -122,7 +122,7 @@ def registry_principal(registry: TrustRegistry, raw_id: str, approver_roles: Ite
     roles = {role, *entry.roles}
     if kind is PrincipalKind.HUMAN and set(entry.roles) & set(approver_roles):
         roles.add("approver")
-    return Principal(entry.id, kind, frozenset(roles))
+    return Principal(entry.id, kind, frozenset(roles), frozenset(entry.auth_scopes))
 
 
 def registry_authenticator(
