@@ -7,12 +7,17 @@ Not a test. Two parts, both written to bench/results-growth.json:
   hash, the whole input build (checks, hash, ids, time), the engine step (input term,
   evaluation, output), typing the policy's result, and the audit write (fsync per entry).
 - ``growth``: a 1,000-unit synthetic deployment read with a growing delegation chain
-  (0 / 4 / 16 / 64 hops) and a growing list of fields read (2 / 16 / 128 / 1,024). The fields
+  (0 / 4 / 8 / 16 hops) and a growing list of fields read (2 / 16 / 128 / 1,024). The fields
   are read from a unit that DECLARES 1,024 fields (every read is inside the declaration, so the
   field check runs on every size and the decision stays ALLOW; checked: one undeclared field on
   that unit is a ``field_access_violation``) and from a unit that declares two (every extra
   field is a violation, so the DENY's violation list grows with it). regopy and the OPA
   reference on the same bundle and inputs, so the ratio shows what grows in which engine.
+- ``hostile``: the worst an agent can send within the action contract's caps, on the same
+  1,000-unit bundle: 1,024 undeclared fields, 1,024 fields of a unit declaring 1,024, a
+  16-hop chain of 64 capabilities that widens at every hop / never widens / narrows by a ':'
+  suffix at every hop, an ``attributes`` object filling the 1 MiB action limit, and all the
+  lists at once. regopy beside OPA; the suite exits 1 if the two engines' documents differ.
 - ``slopes``: the cost of one more hop / field (us), between the smallest and the largest size
   of a dimension that give the same decision (state and reason codes), so a change of decision
   is never counted as growth.
@@ -48,7 +53,7 @@ from kcp_opa.trail.ledger import AuditLedger
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"
-CHAIN_LENGTHS = (0, 4, 16, 64)
+CHAIN_LENGTHS = (0, 4, 8, 16)  # 16: the action contract's cap on delegation_chain
 FIELDS_READ = (2, 16, 128, 1024)
 DECLARING_UNIT = "unit-fields-declared"  # declares name, email and field_0000..field_1021
 NARROW_UNIT = "unit-fields-narrow"  # declares name and email only
@@ -121,6 +126,68 @@ def _with_fields(action: dict[str, Any], fields: int, unit: str, extra: tuple[st
     return out
 
 
+def _hostile_actions(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The largest lists the action contract accepts (schemas/action-intent.schema.json)."""
+    hops, capabilities, fields = 16, 64, 1024
+
+    def chain(kind: str) -> list[dict[str, Any]]:
+        def names(h: int) -> list[str]:
+            if kind == "widens":
+                return [f"cap{h}.{c}" for c in range(capabilities)]
+            suffix = ":n" * h if kind == "narrows" else ""
+            return [f"cap.{c}{suffix}" for c in range(capabilities)]
+
+        return [{"agent_id": f"agent-{h}", "capabilities": names(h)} for h in range(hops)]
+
+    def undeclared() -> dict[str, Any]:
+        out = _with_fields(base, 2, NARROW_UNIT)
+        out["knowledge"]["fields_read"] = [f"other_{i:04d}" for i in range(fields)]
+        return out
+
+    def changed(action: dict[str, Any], **fields_: Any) -> dict[str, Any]:
+        return copy.deepcopy(action) | fields_
+
+    everything = changed(undeclared(), delegation_chain=chain("widens"))
+    everything["authorization_context"] |= {
+        "agent_scope": [f"scope.{i}" for i in range(256)],
+        "principal_scopes": [f"scope.{i}" for i in range(256)],
+    }
+    return {
+        "baseline (the read)": base,
+        f"{fields:,} fields read, none declared": undeclared(),
+        f"{fields:,} fields read of a unit declaring {fields:,}": _with_fields(base, fields, DECLARING_UNIT),
+        f"chain {hops}x{capabilities}, widens at every hop": changed(base, delegation_chain=chain("widens")),
+        f"chain {hops}x{capabilities}, never widens": changed(base, delegation_chain=chain("same")),
+        f"chain {hops}x{capabilities}, narrows by suffix": changed(base, delegation_chain=chain("narrows")),
+        "attributes, 30,000 keys (~0.5 MiB)": changed(base, attributes={f"k{i:05d}": i for i in range(30_000)}),
+        "all lists at their caps": everything,
+    }
+
+
+def hostile(gate: Gate, opa: Any, rounds: int, per_round: int) -> list[dict[str, Any]]:
+    rows = []
+    timed: dict[str, Callable[[], Any]] = {}
+    for index, (label, action) in enumerate(_hostile_actions(_synthetic_action(500)).items()):
+        check_action(action)  # inside the contract, or the row measures nothing
+        document = gate.prepare(action, now=NOW).document
+        on_regopy = gate.engine.evaluate(document).value
+        on_opa = opa.eval_document("kcp.gate.decision", dict(document))
+        rows.append(
+            {
+                "action": label,
+                "decision": on_opa["decision"],
+                "reason_codes": on_opa["reason_codes"],
+                "diverged": on_regopy != on_opa,
+            }
+        )
+        timed[f"{index}/regopy_us"] = lambda d=document: gate.engine.evaluate(d)
+        timed[f"{index}/opa_us"] = lambda d=document: opa.eval_document("kcp.gate.decision", dict(d))
+    for key, value in _interleaved_p50(timed, rounds, per_round).items():
+        index, name = key.split("/")
+        rows[int(index)][name] = value
+    return rows
+
+
 def slopes(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """us per unit of size for each dimension, over the sizes that give the largest size's decision."""
     out: dict[str, dict[str, float]] = {}
@@ -138,7 +205,7 @@ def slopes(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
+def growth(tmp: Path, rounds: int, per_round: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     directory = tmp / "synthetic-1000"
     directory.mkdir()
     manifest = manifest_text(1000) + fields_unit_text(DECLARING_UNIT, 1024) + fields_unit_text(NARROW_UNIT, 2)
@@ -177,11 +244,12 @@ def growth(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
     for key, value in _interleaved_p50(timed, rounds, per_round).items():
         index, name = key.split("/")
         rows[int(index)][name] = value
+    worst = hostile(gate, opa, rounds, per_round)
     opa.close()
     declared = [row for row in rows if row["dimension"] == "fields read, all declared"]
     assert len({row["signature"] for row in declared}) == 1, "reading declared fields changed the decision"
     assert declared[0]["decision"] == "ALLOW", declared[0]["reason_codes"]
-    return rows
+    return rows, worst
 
 
 def main() -> int:
@@ -192,9 +260,10 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kcp-opa-growth-") as tmp:
         stage = stages(Path(tmp), args.rounds, args.per_round)
-        rows = growth(Path(tmp), args.rounds, args.per_round)
+        rows, worst = growth(Path(tmp), args.rounds, args.per_round)
     per_step = slopes(rows)
-    args.output.write_text(json.dumps({"stages": stage, "growth": rows, "slopes": per_step}, indent=2) + "\n")
+    document = {"stages": stage, "growth": rows, "slopes": per_step, "hostile": worst}
+    args.output.write_text(json.dumps(document, indent=2) + "\n")
     out = Console(width=200)
     table = Table(title="One decide() of the KYA supplier payment, by step (p50, us)")
     table.add_column("step")
@@ -218,8 +287,17 @@ def main() -> int:
             f"{item['decide_per_step_us']:.2f} us, regopy {item['regopy_per_step_us']:.2f} us, "
             f"OPA {item['opa_per_step_us']:.2f} us"
         )
+    table = Table(title="The worst within the action contract's caps, 1,000 units (p50, us; same run)")
+    for column in ("action", "decision", "regopy", "OPA", "regopy/OPA", "diverged"):
+        table.add_column(column, justify="right")
+    for row in worst:
+        table.add_row(
+            row["action"], row["decision"], f"{row['regopy_us']:,.0f}", f"{row['opa_us']:,.0f}",
+            f"{row['regopy_us'] / row['opa_us']:.2f}", str(row["diverged"]),
+        )  # fmt: skip
+    out.print(table)
     print(f"wrote {args.output}")
-    return 1 if any(row["diverged"] for row in rows) else 0
+    return 1 if any(row["diverged"] for row in [*rows, *worst]) else 0
 
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
                 scope.append(requested)
         elif kind == 4 and isinstance(action.get("knowledge"), dict):
             action["knowledge"]["fields_read"] = draw(
-                st.lists(st.sampled_from([*d.fields, "phone", "phone.x", "a:b"]) | _identifier, max_size=6)
+                st.lists(st.sampled_from([*d.fields, "phone", "phone.x", "a:b"]) | _identifier, max_size=12)
             )
         elif kind == 5:
             tenants = ["tenant_a", "tenant_b", "tenant_demo", "tenant_a:eu"]
@@ -198,10 +198,13 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
             action["amount"] = {"value_minor": draw(st.sampled_from(d.thresholds) | st.integers(0, 10**9)),
                                 "currency": draw(st.sampled_from(d.currencies))}  # fmt: skip
         elif kind == 8:
-            caps = [*d.scopes, "read", "execute_payment:limited", "*"]
-            hops = draw(st.integers(0, 6))
+            # Narrowing by ":" suffix, near misses (read:casefile), empty segments and repeats:
+            # the attenuation check's edges; up to the contract's 16 hops.
+            caps = [*d.scopes, "read", "read:case", "read:case:summary", "read:casefile", "read:",
+                    "execute_payment:limited", "execute_payment:limited:eu", "*", "a::b", "a:"]  # fmt: skip
+            hops = draw(st.integers(0, 6) | st.just(16))
             action["delegation_chain"] = [
-                {"agent_id": f"agent_{i}", "capabilities": draw(st.lists(st.sampled_from(caps), max_size=3))}
+                {"agent_id": f"agent_{i}", "capabilities": draw(st.lists(st.sampled_from(caps), max_size=6))}
                 for i in range(hops)
             ]
         elif kind == 9:
