@@ -87,3 +87,10 @@ test_unlimited_depth_and_no_attenuation if {
 		with input.action.delegation_chain as chain
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
+
+test_a_capability_that_is_not_an_identifier_never_covers_or_passes if {
+	granted := [{"agent_id": "a", "capabilities": ["read,write"]}, {"agent_id": "b", "capabilities": ["write:x"]}]
+	_widened(granted) == [{"hop": 2, "agent_id": "b", "capability": "write:x"}]
+	asked := [{"agent_id": "a", "capabilities": ["read"]}, {"agent_id": "b", "capabilities": ["read", "read x"]}]
+	_widened(asked) == [{"hop": 2, "agent_id": "b", "capability": "(a name that is not an identifier)"}]
+}

@@ -46,3 +46,12 @@ test_unit_without_declaration_has_no_finding if {
 	knowledge := {"project": "p", "unit": "open", "fields_read": ["anything"]}
 	count(field_access.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
+
+test_a_field_that_is_not_an_identifier_is_outside_the_declaration if {
+	units := _units
+	profiles := _profiles
+	knowledge := {"project": "p", "unit": "min", "fields_read": ["email", `name","email`]}
+	some f in field_access.findings with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	f.code == "field_access_violation"
+	f.details.fields == ["(a name that is not an identifier)"]
+}

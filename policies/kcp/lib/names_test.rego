@@ -21,3 +21,17 @@ test_with_suffix_appends_to_each_in_order if {
 	names.with_suffix(["read:case", "a", "read:case"], ":") == ["read:case:", "a:", "read:case:"]
 	names.with_suffix(["x", "y"], "") == ["x", "y"]
 }
+
+test_only_identifiers if {
+	names.identifiers([])
+	names.identifiers(["a-b", "c*~=#+@/:.", "X_9"])
+	not names.identifiers(["a b"])
+	not names.identifiers(["ok", "a,b"])
+	not names.identifiers(["é"])
+}
+
+test_a_non_identifier_fails_closed if {
+	names.as_keys(["ok", "a,b"]) == {names.not_an_identifier: true}
+	object.remove(names.as_keys(["a b"]), ["a b", "a", "b"]) == {names.not_an_identifier: true}
+	names.with_suffix(["read", "a b"], ":") == []
+}
