@@ -167,6 +167,7 @@ default verdict := {"accepted": false, "code": "evidence_unreadable", "message":
 verdict := object.union({"accepted": false}, _rejection) if _rejection
 
 verdict := {"accepted": true, "actor_type": actor_kind, "satisfied": sort(satisfied)} if {
+	# mutate: equivalent a non-string actor_id names no principal (the registry's keys are strings), so _rejection is unknown_principal
 	is_string(_actor)
 	input.evidence.status in {"PASSED", "FAILED"}
 	not _rejection

@@ -160,3 +160,54 @@ test_malformed_status_refused if {
 	v := _judge(object.union(_input("identity_verification", "kyc-provider", "bank-idp", []), {"evidence": {"status": "OK"}}))
 	not v.accepted
 }
+
+# Judged against a given registry and matrix (the helpers above fix both).
+_judge_in(doc, trust, matrix) := v if {
+	v := controls.verdict with input.evidence as doc.evidence with input.issuer as doc.issuer
+		with input.prior as doc.prior with input.subject as doc.subject with input.parties as doc.parties
+		with input.required_controls as doc.required_controls with input.approver_roles as doc.approver_roles
+		with input.action.action_type as "refund"
+		with data.kcp_data.trust as trust with data.kcp_data.matrix as matrix
+}
+
+test_another_controls_failure_does_not_block_this_one if {
+	prior := [{"control": "user_confirmation", "status": "FAILED"}]
+	_approve_after(prior).accepted
+}
+
+test_an_earlier_pass_does_not_block_a_new_result if {
+	prior := [{"control": "independent_human_approval", "status": "PASSED"}]
+	_approve_after(prior).accepted
+}
+
+_approve_after(prior) := _verdict("independent_human_approval", "treasury_approver_anna", "approval-app", prior)
+
+test_a_principal_acting_on_its_own_action_is_a_user_only_if_human if {
+	doc := object.union(_input("identity_verification", "kyc-provider", "bank-idp", []), {"subject": "kyc-provider"})
+	v := _judge(doc)
+	v.accepted
+	v.actor_type == "provider"
+}
+
+test_a_control_the_registry_adds_to_separation_of_duties_keeps_its_actor_kinds if {
+	trust := object.union(_trust, {"separation_of_duties": ["identity_verification"]})
+	anna := _judge_in(_input("identity_verification", "treasury_approver_anna", "bank-idp", []), trust, {})
+	anna.accepted
+	anna.actor_type == "human"
+	_judge_in(_input("identity_verification", "user_001", "bank-idp", []), trust, {}).code == "self_approval"
+}
+
+test_a_compliance_review_asks_for_a_compliance_officer_even_with_a_matrix_approver if {
+	doc := object.union(_input("compliance_review", "compliance_officer_omar", "approval-app", []), {"approver_roles": []})
+	_judge_in(doc, _trust, _matrix).accepted
+}
+
+test_the_decisions_approver_roles_win_over_the_matrix if {
+	# action_type refund: the matrix would ask for support_agent; the decision asks for treasury_approver.
+	_judge_in(_input("independent_human_approval", "treasury_approver_anna", "approval-app", []), _trust, _matrix).accepted
+}
+
+test_a_control_outside_separation_of_duties_needs_no_role if {
+	doc := object.union(_input("identity_verification", "kyc-provider", "bank-idp", []), {"approver_roles": []})
+	_judge_in(doc, _trust, {}).accepted
+}
