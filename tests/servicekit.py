@@ -36,9 +36,9 @@ ANSWERED = [
     "compliance_review",
 ]
 PRINCIPALS = [
+    {"id": "local-agent", "type": "ai_agent"},
     # The KCP auth scopes it holds: all an action through the service may state as principal_scopes.
-    {"id": "local-agent", "type": "ai_agent", "auth_scopes": ["payments:read", "ledger:view"]},
-    {"id": "agent_payments_001", "type": "ai_agent"},
+    {"id": "agent_payments_001", "type": "ai_agent", "auth_scopes": ["payments:read", "ledger:view"]},
     {"id": "agent_rogue_002", "type": "ai_agent"},  # another agent: it may not touch the others' decisions
     # The subject also holds the approver's role: only the policy's separation of duties stops it.
     {"id": "user_001", "type": "human", "roles": ["customer", "treasury_approver"]},

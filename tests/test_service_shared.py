@@ -32,6 +32,7 @@ KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_t
 WHO = {
     "local-agent": "t-agent-" + "a" * 32,
     "agent_rogue_002": "t-rogue-" + "r" * 32,
+    "agent_payments_001": "t-payments-" + "m" * 32,
     "user_001": "t-subject-" + "s" * 32,
     "treasury_approver_anna": "t-approver-" + "p" * 32,
     "kyc-provider": "t-kyc-" + "k" * 32,
@@ -195,13 +196,13 @@ def test_an_action_states_only_the_scopes_the_registry_grants_its_caller(replica
     def decide(who: str, scopes: list[str]) -> httpx2.Response:
         return post(url_a, "/v1/decisions", who, {"action": stating(scopes)})
 
-    granted = decide("local-agent", ["payments:read"])
+    granted = decide("agent_payments_001", ["payments:read"])
     assert granted.status_code == 200, granted.text
     before = sum(1 for _, e in read_entries(ledger_a) if e.get("code") == "scope_not_granted")
     refused = [
-        decide("local-agent", ["payments:read", "executive-team"]),  # one scope too many
-        decide("local-agent", ["Payments:Read"]),  # scopes are identifiers, compared exactly
-        decide("agent_rogue_002", ["payments:read"]),  # another agent's scope
+        decide("agent_payments_001", ["payments:read", "executive-team"]),  # one scope too many
+        decide("agent_payments_001", ["Payments:Read"]),  # scopes are identifiers, compared exactly
+        decide("local-agent", ["payments:read"]),  # another agent's scope
     ]
     assert [r.status_code for r in refused] == [403, 403, 403]
     assert all(r.json()["code"] == "scope_not_granted" for r in refused)
