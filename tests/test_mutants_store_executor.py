@@ -449,6 +449,17 @@ def test_result_not_json_is_recorded(tmp_path: Path) -> None:
     assert len(error.split("): ", 1)[1]) == 500
 
 
+def test_a_result_the_store_cannot_write_sorted_is_not_json(tmp_path: Path) -> None:
+    """Mixed str/int keys serialise unsorted but not sorted, and the store writes sorted: checked
+    exactly as it writes, the execution fails cleanly instead of being left running."""
+    executor = _executor(tmp_path)
+    with pytest.raises(ExecutionError) as caught:
+        executor.execute_authorized_action(ACTION, _receipt(), lambda a: {1: "one", "two": 2})
+    assert caught.value.code == "result_not_json"
+    record = executor.store.execution(KEY)
+    assert record is not None and record.state == "failed" and "not supported" in (record.error or "")
+
+
 def test_late_outcome_after_reconcile(tmp_path: Path) -> None:
     executor = _executor(tmp_path)
     receipt = _receipt()
