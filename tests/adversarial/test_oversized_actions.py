@@ -6,7 +6,8 @@ each) used to cost regopy seconds per decision, and a 64-hop chain of 256 capabi
 regopy fail outright while OPA took 47 s (docs/engine-findings.md item 28). Here every such
 action decides on the cross-checked gate, so regopy and OPA must return the same whole
 document (an `engine_divergence` or `engine_error` fails the test), and one item past a cap is
-refused with a one-line error naming the path. The cost is measured in bench/bench_hostile.py.
+refused with a one-line error naming the path. Names are at their maximum length too. The cost
+is measured by bench/bench_growth.py (`hostile`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,28 @@ def test_a_chain_at_the_caps_that_narrows_by_suffix(gate: Gate) -> None:
     decision = gate.decide(_action(delegation_chain=chain), now=NOW)
     assert decision.engine_error is None
     assert decision.reason_codes == ("delegation_too_deep",)
+
+
+def test_names_at_their_maximum_length(gate: Gate) -> None:
+    """1,024 fields of 256 characters and 16x64 capabilities of 128: every string at its cap too.
+
+    An anchored regex over the joined names (~30,000 characters and up) crashed regopy with
+    SIGSEGV, taking the whole process down (docs/engine-findings.md item 31): this would kill
+    the test run, not fail an assertion.
+    """
+    fields = [f"f{i:04d}_" + "x" * 250 for i in range(MAX_FIELDS)]
+    assert {len(f) for f in fields} == {256}
+    decision = gate.decide(_action(fields_read=fields), now=NOW)
+    assert decision.engine_error is None
+    assert decision.reason_codes == ("field_access_violation",)
+    chain = [
+        {"agent_id": f"agent-{h}", "capabilities": [f"c{h:02d}.{c:02d}." + "y" * 121 for c in range(MAX_CAPABILITIES)]}
+        for h in range(MAX_HOPS)
+    ]
+    assert {len(c) for hop in chain for c in hop["capabilities"]} == {128}
+    decision = gate.decide(_action(delegation_chain=chain), now=NOW)
+    assert decision.engine_error is None
+    assert set(decision.reason_codes) == {"capability_widened", "delegation_too_deep"}
 
 
 @pytest.mark.parametrize(

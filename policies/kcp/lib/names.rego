@@ -20,8 +20,11 @@ not_an_identifier := "(a name that is not an identifier)"
 
 # METADATA
 # title: Only identifiers
-# description: True when every string in `names` is an identifier (one native regex over their concatenation).
-identifiers(names) if regex.match(`^[A-Za-z0-9_.:/@+~=#*-]*$`, concat("", names))
+# description: |
+#   True when every string in `names` is an identifier: no character outside the set in their
+#   concatenation (one native regex). Not an anchored `^[...]*$`: on a string of ~30,000
+#   characters that crashes regopy (SIGSEGV; docs/engine-findings.md item 31).
+identifiers(names) if not regex.match(`[^A-Za-z0-9_.:/@+~=#*-]`, concat("", names))
 
 # METADATA
 # title: Identifiers as object keys
