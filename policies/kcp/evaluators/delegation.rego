@@ -21,19 +21,27 @@ _chain := input.action.delegation_chain
 
 _max_depth := facts.profile.delegation.max_depth
 
+# A hop's capabilities; a hop that lists none holds none.
+_capabilities(i) := object.get(_chain[i], "capabilities", [])
+
 # The capabilities hop i lists that hop i-1 does not list verbatim, as object keys. Native
 # builtins only: a set comprehension is superlinear in regopy, and a chain may hold 16 hops of
 # 64 capabilities (kcp.lib.names; docs/engine-findings.md item 28).
-_unlisted(i) := object.remove(names.as_keys(_chain[i].capabilities), _chain[i - 1].capabilities)
+_unlisted(i) := object.remove(names.as_keys(_capabilities(i)), _capabilities(i - 1))
 
 # Of those, the ones that narrow no capability of hop i-1 (do not start with "granted:"), sorted.
 # The comprehension reads locals only: on regopy a comprehension inside a function ignores an
 # argument it uses as an index (docs/engine-findings.md item 30).
 _widened_at(i) := sort(widening) if {
+	names.identifiers(_capabilities(i))
 	unlisted := _unlisted(i)
-	narrower := names.with_suffix(_chain[i - 1].capabilities, ":")
+	narrower := names.with_suffix(_capabilities(i - 1), ":")
 	widening := [capability | unlisted[capability]; not strings.any_prefix_match(capability, narrower)]
 }
+
+# A hop holding a capability that is not an identifier widens, whatever the hop before lists:
+# the input contract refuses such an action, and a policy evaluated without it fails closed.
+_widened_at(i) := [names.not_an_identifier] if not names.identifiers(_capabilities(i))
 
 # METADATA
 # title: Hops that widen capabilities
@@ -41,7 +49,6 @@ _widened_at(i) := sort(widening) if {
 #   Each capability a hop holds that the previous hop's capabilities do not cover: covered
 #   means equal, or narrower by a ":" suffix (read:case:summary is within read:case,
 #   read:casefile is not). In hop order, then by capability; hop 1 is the first agent.
-# mutate: equivalent i >= 0 reads _chain[-1] in _widened_at(0), undefined on both engines (hop 1 has no previous hop)
 widened := [hop_widened | some i; _chain[i]; i > 0; some capability in _widened_at(i); hop_widened := {"hop": i + 1, "agent_id": _chain[i].agent_id, "capability": capability}]
 
 # METADATA

@@ -94,3 +94,16 @@ test_a_capability_that_is_not_an_identifier_never_covers_or_passes if {
 	asked := [{"agent_id": "a", "capabilities": ["read"]}, {"agent_id": "b", "capabilities": ["read", "read x"]}]
 	_widened(asked) == [{"hop": 2, "agent_id": "b", "capability": "(a name that is not an identifier)"}]
 }
+
+test_a_non_identifier_widens_even_where_the_hop_before_lists_the_placeholder if {
+	chain := [
+		{"agent_id": "a", "capabilities": ["(a name that is not an identifier)", "admin"]},
+		{"agent_id": "b", "capabilities": ["admin", "x y"]},
+	]
+	_widened(chain) == [{"hop": 2, "agent_id": "b", "capability": "(a name that is not an identifier)"}]
+}
+
+test_a_hop_after_one_that_lists_no_capabilities_widens_all_it_holds if {
+	chain := [{"agent_id": "a"}, {"agent_id": "b", "capabilities": ["admin"]}]
+	_widened(chain) == [{"hop": 2, "agent_id": "b", "capability": "admin"}]
+}

@@ -20,7 +20,20 @@ _declared := facts.profile.compliance.declared_fields
 
 # Object keys and object.remove, not a set difference: sets are superlinear in regopy, and an
 # action may list 1,024 fields (kcp.lib.names; docs/engine-findings.md item 28).
-_undeclared := object.remove(names.as_keys(input.action.knowledge.fields_read), _declared) if is_array(_declared)
+_undeclared := object.remove(names.as_keys(input.action.knowledge.fields_read), _declared) if {
+	is_array(_declared)
+	names.identifiers(input.action.knowledge.fields_read)
+}
+
+# A field name that is not an identifier is outside any declaration: the input contract refuses
+# such an action, and a policy evaluated without it fails closed. (_fields_read_listed first:
+# `not f(undefined)` differs between the engines, docs/engine-findings.md item 29.)
+_undeclared := {names.not_an_identifier: true} if {
+	is_array(_declared)
+	# mutate: equivalent on OPA, where not f(undefined) is undefined anyway; regopy reads it as true (item 29)
+	_fields_read_listed
+	not names.identifiers(input.action.knowledge.fields_read)
+}
 
 # METADATA
 # title: Fields read outside the declaration

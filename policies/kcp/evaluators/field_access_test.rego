@@ -55,3 +55,18 @@ test_a_field_that_is_not_an_identifier_is_outside_the_declaration if {
 	f.code == "field_access_violation"
 	f.details.fields == ["(a name that is not an identifier)"]
 }
+
+test_a_declaration_listing_the_placeholder_does_not_admit_a_non_identifier if {
+	units := _units
+	profiles := [{"compliance": {"declared_fields": ["email", "(a name that is not an identifier)"]}}, {}]
+	knowledge := {"project": "p", "unit": "min", "fields_read": ["email", "x y"]}
+	some f in field_access.findings with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	f.code == "field_access_violation"
+}
+
+test_a_unit_without_a_declaration_restricts_no_field_name if {
+	units := _units
+	profiles := _profiles
+	knowledge := {"project": "p", "unit": "open", "fields_read": ["x y"]}
+	count(field_access.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+}
