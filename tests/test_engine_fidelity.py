@@ -112,6 +112,9 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("/knowledge/unit", "unit\u200b", "U+200B"),
         ("/action_type", "paymentİ", "U+0130"),
         ("/delegation_chain", [{"agent_id": "a\u202eb", "capabilities": []}], "U+202E"),
+        # a stated scope reaches the service's refusal message and log: no forged lines there
+        ("/authorization_context/principal_scopes", ["read", "evil\nWARNING forged"], "U+000A"),
+        ("/authorization_context/principal_scopes", ["é x"], "U+00E9"),
     ],
 )
 def test_contract_refuses_with_path_and_character(path: str, value: Any, char: str) -> None:

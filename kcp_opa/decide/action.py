@@ -122,6 +122,7 @@ IDENTIFIER_PATHS = (
     "/authorization_context/requested_by",
     "/authorization_context/agent_scope/*",
     "/authorization_context/actor_role",
+    "/authorization_context/principal_scopes/*",
     "/knowledge/project",
     "/knowledge/unit",
     "/knowledge/fields_read/*",

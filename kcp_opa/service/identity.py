@@ -184,7 +184,7 @@ def check_caller_action(principal: Principal, action: Any) -> None:
 
 def _check_stated_scopes(principal: Principal, stated: Any) -> None:
     if not isinstance(stated, list):
-        return  # absent (the schema admits only a list of identifiers)
+        return  # absent (the input contract admits only a list of identifiers)
     ungranted = sorted({scope for scope in stated if scope not in principal.auth_scopes})
     if ungranted:
         held = ", ".join(sorted(principal.auth_scopes)) or "none"
