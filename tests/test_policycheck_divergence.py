@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kcp_opa.authoring.policycheck import _divergent, check_modules
+from kcp_opa.authoring.policycheck import _argument_index, _divergent, check_modules
 
 _POLICY = """package kcp.demo
 
@@ -86,6 +86,39 @@ def test_a_comprehension_indexing_by_a_function_argument_is_flagged() -> None:
     findings = [f for f in check_modules({"demo.rego": _ARGUMENT_INDEX}) if f.code == "argument_index_in_comprehension"]
     assert [(f.line, f.severity) for f in findings] == [(5, "warning"), (7, "warning")]
     assert "key := k" in findings[0].message
+
+
+_ARGUMENT_INDEX_HIDDEN = """package kcp.demo
+
+import rego.v1
+
+over_lines(k) := [c |
+	some c in input.x[k]
+]
+
+in_else(k) := r if {
+	k == 0
+	r := []
+} else := r if {
+	r := [c | some c in input.x[k]]
+}
+
+capital(K) := [c | some c in input.x[K]]
+
+after_a_hash_in_a_string(k) := [c | some c in input.x[k]; c != "#"]
+
+not_an_index(k) := [c | some c in input.y; c != "x[k]"]
+"""
+
+
+def test_the_argument_index_is_found_however_the_function_is_written() -> None:
+    lines = _ARGUMENT_INDEX_HIDDEN.splitlines()
+    flagged = [
+        number
+        for number, line in enumerate(lines, start=1)
+        if _argument_index("demo.rego", number, line.split("#", 1)[0], lines)
+    ]
+    assert flagged == [5, 9, 16, 18]
 
 
 def test_regopy_still_ignores_the_argument_so_the_check_is_needed() -> None:

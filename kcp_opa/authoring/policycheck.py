@@ -36,7 +36,7 @@ _RULE_NAME = re.compile(r"^(?:default\s+)?([a-z_]\w*)", re.MULTILINE)
 _V0_RULE = re.compile(r"^[a-z_]\w*(\[[^\]]*\])?\s*\{\s*$")
 _HELPER_FUNCTION = re.compile(r"^(_\w+)\(", re.MULTILINE)
 _OBJECT_HEAD_SET_RULE = re.compile(r"^[a-z_]\w*\s+contains\s+\{")
-_FUNCTION_HEAD = re.compile(r"^([a-z_]\w*)\(([^)]*)\)")
+_FUNCTION_HEAD = re.compile(r"^([a-z_][\w.]*)\(([^)]*)\)")
 _KEYWORDS = {"package", "import", "default", "not", "some", "every", "with", "else"}
 
 #: A line may say why its sort is engine-independent: ``# kcp-opa: sorted identifiers``.
@@ -299,29 +299,35 @@ def _argument_index(name: str, number: int, code: str, lines: list[str]) -> list
 
     regopy runs such a comprehension as if the argument were a fresh variable: ``f(k) :=
     [c | some c in input.x[k]]`` gives every element of every ``input.x[_]``, on regopy only.
-    Flagged on the function's head line; the rewrite binds the argument to a local first.
+    The function's whole text is searched (its body, ``else`` branches, comprehensions over
+    several lines), without comments and string contents; flagged on the head line. The
+    rewrite binds the argument to a local first.
     """
-    head = _FUNCTION_HEAD.match(code)
+    head = _FUNCTION_HEAD.match(_code_only(lines[number - 1]))
     if head is None:
         return []
-    arguments = [a.strip() for a in head.group(2).split(",") if re.fullmatch(r"[a-z_]\w*", a.strip())]
-    block = [code]
-    if code.rstrip().endswith("{"):
-        for follow in lines[number:]:
-            if follow.startswith("}"):
-                break
-            block.append(follow.split("#", 1)[0])
-    for text in block:
-        for bar in re.finditer(r"\|", text):
-            for argument in arguments:
-                if re.search(rf"[\w\])]\[[^\[\]]*\b{re.escape(argument)}\b", text[bar.end() :]):
-                    return [
-                        CheckFinding(
-                            name, number, "warning", "argument_index_in_comprehension",
-                            f"a comprehension in {head.group(1)}() indexes by the argument {argument}: regopy "
-                            "reads it as a fresh variable and iterates every key (docs/engine-findings.md item 30); "
-                            f"bind it first (`key := {argument}`) and index by the local, or index outside the "
-                            "comprehension",
-                        )
-                    ]  # fmt: skip
+    arguments = [a.strip() for a in head.group(2).split(",") if re.fullmatch(r"[A-Za-z_]\w*", a.strip())]
+    block = [_code_only(lines[number - 1])]
+    for follow in lines[number:]:
+        if not follow.strip() or not (follow[0].isspace() or follow.startswith("}")):
+            break  # a blank line or the next top-level statement ends the function
+        block.append(_code_only(follow))
+    text = " ".join(block)
+    for bar in re.finditer(r"\|", text):
+        for argument in arguments:
+            if re.search(rf"[\w\])]\[[^\[\]]*\b{re.escape(argument)}\b", text[bar.end() :]):
+                return [
+                    CheckFinding(
+                        name, number, "warning", "argument_index_in_comprehension",
+                        f"a comprehension in {head.group(1)}() indexes by the argument {argument}: regopy "
+                        "reads it as a fresh variable and iterates every key (docs/engine-findings.md item 30); "
+                        f"bind it first (`key := {argument}`) and index by the local, or index outside the "
+                        "comprehension",
+                    )
+                ]  # fmt: skip
     return []
+
+
+def _code_only(line: str) -> str:
+    """The line without its comment and with string contents blanked (a `#` or `|` in a string is text)."""
+    return re.sub(r'"(?:[^"\\]|\\.)*"|`[^`]*`', '""', line).split("#", 1)[0]
