@@ -65,7 +65,7 @@ def check_action(value: Any) -> None:
         first = errors[0]
         path = "".join(f"/{part}" for part in first.absolute_path)
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ActionRejectedError(path, f"{_schema_message(first.message, first.validator)}{more}") from None
+        raise ActionRejectedError(path, f"{_schema_message(first)}{more}") from None
 
 
 def _check_values(root: Mapping[str, Any]) -> None:
@@ -216,10 +216,13 @@ def _refuse_secret_key(key: str, path: str) -> None:
         )
 
 
-def _schema_message(message: str, validator: Any) -> str:
-    if validator == "required":
-        return message.replace("is a required property", "is required")
-    return message
+def _schema_message(error: Any) -> str:
+    """jsonschema's wording, except where it would echo a whole list back (up to the 1 MiB action)."""
+    if error.validator == "required":
+        return str(error.message).replace("is a required property", "is required")
+    if error.validator == "maxItems":
+        return f"has {len(error.instance)} items; at most {error.validator_value} are allowed"
+    return str(error.message)
 
 
 def _json_type(value: Any) -> str:
