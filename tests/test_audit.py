@@ -287,7 +287,7 @@ def test_export_evaluates_to_the_archived_result_in_opa(demo_ledger: tuple[Path,
         "audit", "export", str(ledger), "--decision-id", entry["decision_id"], "--bundles", str(bundles), "-o", str(out)
     )
     assert proc.returncode == 0, proc.stderr
-    (bundle_file,) = out.glob("bundle-*.tar.gz")
+    bundle_file = out / "bundle.tar.gz"  # the name docs/auditing.md uses
     assert f"opa eval -b {bundle_file.name} -i input.json 'data.kcp.gate.decision'" in (out / "README.md").read_text()
     bundle = read_bundle(bundle_file)
     engine = OpaEngine()
@@ -314,6 +314,47 @@ def test_query_filters(demo_ledger: tuple[Path, Path]) -> None:
     assert count("--type", "receipt")[0]["signature"]["alg"] == "Ed25519"
     assert count("--since", "2999-01-01T00:00:00Z") == []
     assert count("--agent", "nobody") == []
+    several = count("--type", "control")[-1]["decision_id"]
+    of_one = count("--decision-id", several)
+    assert {e["type"] for e in of_one} >= {"decision", "control", "receipt", "failure"}
+    refusals = count("--decision-id", several, "--type", "failure")
+    assert refusals and all(e["evidence"]["decision_id"] == several for e in refusals)
+    assert {e["code"] for e in count("--code", "replay")} == {"replay"}
+    assert count("--type", "note") == []
+
+
+def test_query_text_names_decision_control_actor_issuer(demo_ledger: tuple[Path, Path]) -> None:
+    ledger, _ = demo_ledger
+    proc = subprocess.run(
+        [sys.executable, "-m", "kcp_opa", "audit", "query", str(ledger), "--format", "text", "--type", "control"],
+        env={**os.environ, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(run_cli("audit", "query", str(ledger), "--format", "json", "--type", "control").stdout)[-1]
+    assert entry["decision_id"] in proc.stdout
+    assert f"{entry['evidence']['actor_id']} · {entry['evidence']['control']} PASSED · issuer" in proc.stdout
+    assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) <= 80
+
+
+def test_export_refuses_to_pick_among_several_entries(demo_ledger: tuple[Path, Path], tmp_path: Path) -> None:
+    ledger, bundles = demo_ledger
+    entries = json.loads(run_cli("audit", "query", str(ledger), "--format", "json", "--type", "decision").stdout)
+    seqs: dict[str, list[int]] = {}
+    for entry in entries:
+        seqs.setdefault(entry["decision_id"], []).append(entry["seq"])
+    decision_id, several = next((d, s) for d, s in seqs.items() if len(s) > 1)
+    base = ("audit", "export", str(ledger), "--decision-id", decision_id, "--bundles", str(bundles))
+    refused = run_cli(*base, "-o", str(tmp_path / "a"))
+    assert refused.returncode != 0 and f"has {len(several)} entries" in refused.stderr
+    assert not (tmp_path / "a").exists()
+    chosen = run_cli(*base, "--seq", str(several[0]), "-o", str(tmp_path / "b"))
+    assert chosen.returncode == 0, chosen.stderr
+    first = next(e for e in entries if e["seq"] == several[0])
+    assert json.loads((tmp_path / "b" / "result.json").read_text()) == first["result"]
 
 
 # --- ROPA --------------------------------------------------------------------------------------------------------

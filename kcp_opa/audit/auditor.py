@@ -23,7 +23,7 @@ from kcp_opa.core.errors import BundleError, LedgerError
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.trail.ledger import read_entries
 
-_README = """# Decision {decision_id}
+_README = """# Decision {decision_id} (ledger seq {seq})
 
 Archived by kcp-opa on {timestamp}: {decision} ({authorization_status}), reasons {reasons}.
 The bundle that decided it is `{bundle}` (revision `{revision}`, policy version {policy_version}).
@@ -67,19 +67,42 @@ def _revision(entry: Mapping[str, Any]) -> str:
     return ""
 
 
-def export_decision(ledger: str | Path, decision_id: str, bundles: str | Path, output: str | Path) -> Path:
-    """Write input.json, result.json, the deciding bundle and a README into ``output``."""
+def pick_decision(ledger: str | Path, decision_id: str, seq: int | None) -> dict[str, Any]:
+    """The one decision entry to export: the only one for the id, or the one at ``seq``.
+
+    A decision re-evaluated as control results arrive has several entries (PENDING_CONTROLS,
+    then APPROVED); picking one silently would hide which state is being proved.
+    """
     matches = [entry for _, entry in decision_entries(ledger) if entry.get("decision_id") == decision_id]
     if not matches:
         raise LedgerError(f"{ledger}: no decision {decision_id}")
-    entry = matches[-1]
+    if seq is not None:
+        chosen = [entry for entry in matches if entry.get("seq") == seq]
+        if not chosen:
+            seqs = ", ".join(str(entry.get("seq")) for entry in matches)
+            raise LedgerError(f"{ledger}: decision {decision_id} has no entry at seq {seq} (its entries: {seqs})")
+        return chosen[0]
+    if len(matches) > 1:
+        states = ", ".join(f"{entry.get('seq')} {entry.get('authorization_status')}" for entry in matches)
+        raise LedgerError(
+            f"{ledger}: decision {decision_id} has {len(matches)} entries (seq {states}); choose one with --seq,"
+            " or take them all with `audit case`"
+        )
+    return matches[0]
+
+
+def export_decision(
+    ledger: str | Path, decision_id: str, bundles: str | Path, output: str | Path, *, seq: int | None = None
+) -> Path:
+    """Write input.json, result.json, the deciding bundle (bundle.tar.gz) and a README into ``output``."""
+    entry = pick_decision(ledger, decision_id, seq)
     revision = _revision(entry)
     available = bundles_by_revision(bundles)
     if revision not in available:
         raise BundleError(f"no bundle with revision {revision} in {bundles}; the decision names it")
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    bundle_name = f"bundle-{revision[:12]}.tar.gz"
+    bundle_name = "bundle.tar.gz"
     shutil.copyfile(available[revision], out / bundle_name)
     (out / "input.json").write_text(json.dumps(entry["input"], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out / "result.json").write_text(json.dumps(entry["result"], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -93,6 +116,7 @@ def export_decision(ledger: str | Path, decision_id: str, bundles: str | Path, o
     (out / "README.md").write_text(
         _README.format(
             decision_id=decision_id,
+            seq=entry.get("seq"),
             timestamp=entry.get("timestamp"),
             decision=entry.get("decision"),
             authorization_status=entry.get("authorization_status"),
@@ -199,6 +223,24 @@ def _unusable_result(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"engine": "archive", "reason": "result_unparsable", "got": result}
 
 
+def entry_decision_id(entry: Mapping[str, Any]) -> str | None:
+    """The decision an entry belongs to: its own id, or the one its (refused) evidence names."""
+    if isinstance(entry.get("decision_id"), str):
+        return str(entry["decision_id"])
+    evidence = entry.get("evidence")
+    if isinstance(evidence, Mapping) and isinstance(evidence.get("decision_id"), str):
+        return str(evidence["decision_id"])
+    return None
+
+
+def entry_principal(entry: Mapping[str, Any]) -> str | None:
+    """The authenticated principal of a service entry (refusals, notes), by id."""
+    principal = entry.get("principal")
+    if isinstance(principal, Mapping) and isinstance(principal.get("id"), str):
+        return str(principal["id"])
+    return principal if isinstance(principal, str) else None
+
+
 def query(
     ledger: str | Path,
     *,
@@ -209,8 +251,15 @@ def query(
     event_type: str | None = None,
     since: str | None = None,
     until: str | None = None,
+    principal: str | None = None,
+    code: str | None = None,
+    decision_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Entries matching every given filter (timestamps compare as RFC 3339 strings in UTC)."""
+    """Entries matching every given filter (timestamps compare as RFC 3339 strings in UTC).
+
+    ``decision_id`` also selects the refusals whose evidence named that decision; ``principal``
+    matches the service principal of an entry or, failing that, its agent.
+    """
     selected = []
     for _, entry in read_entries(ledger):
         if (
@@ -226,6 +275,12 @@ def query(
         if decision is not None and entry.get("decision") != decision:
             continue
         if event_type is not None and entry.get("type") != event_type:
+            continue
+        if principal is not None and (entry_principal(entry) or entry.get("agent_id")) != principal:
+            continue
+        if code is not None and entry.get("code") != code:
+            continue
+        if decision_id is not None and entry_decision_id(entry) != decision_id:
             continue
         stamp = str(entry.get("timestamp") or "")
         if since is not None and stamp < since:
