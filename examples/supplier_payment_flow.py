@@ -115,6 +115,10 @@ def main() -> int:
     receipt = desk.issue(record, signer, now=now)
     console.print(f"{receipt['receipt_id']} {receipt['signature']['alg']} kid={receipt['signature']['kid']}")
     console.print(f"valid {receipt['issued_at']} .. {receipt['expires_at']}, nonce {receipt['nonce']}")
+    # For the auditor's case file: the receipt and the public key that verifies it (never the private one).
+    (LEDGER.parent / "demo-receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
+    public = Keyring({signer.kid: signer}).public().to_file_dict(include_private=False)
+    (LEDGER.parent / "demo-receipt-keys.json").write_text(json.dumps(public, indent=2) + "\n")
 
     console.rule("[bold]4. execute (the executor holds the public key only)")
     with tempfile.TemporaryDirectory() as tmp:
