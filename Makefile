@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
 
-.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
+.PHONY: help install docs demo serve-demo sysdeps-chromium test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -46,6 +46,14 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
 	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
 	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
+	$(BIN)/kcp-opa audit report audit/demo.jsonl --html audit/report.html
+	@rm -rf audit/case audit/checkpoint-keys.json
+	@$(BIN)/kcp-opa receipt keygen --kid demo-checkpoint --keyring audit/checkpoint-keys.json >/dev/null
+	@id=$$($(BIN)/kcp-opa audit query audit/demo.jsonl --type receipt --format json \
+	  | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[-1]["decision_id"])') && \
+	$(BIN)/kcp-opa audit case audit/demo.jsonl $$id -o audit/case --trust $(TRUST) --keyring audit/checkpoint-keys.json \
+	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json
+	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --format text
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null
@@ -53,7 +61,11 @@ serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable 
 	$(BIN)/python examples/serve_demo.py
 	$(BIN)/kcp-opa audit verify --format text audit/serve-demo.jsonl
 
-test: $(STAMP) ## lint, type-check, the policy suite and the test suite (what CI runs)
+sysdeps-chromium: ## Debian's chromium and chromedriver for the browser tests (installed only when missing; root)
+	@command -v chromium >/dev/null && test -x /usr/bin/chromedriver || \
+	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
+
+test: $(STAMP) sysdeps-chromium ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy

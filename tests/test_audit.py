@@ -377,3 +377,33 @@ def test_ropa_records_from_manifests() -> None:
     assert ropa["summary"]["activities"] == len(ropa["records"])
     markdown = run_cli("ropa", str(DEPLOYMENTS / "support-desk" / "knowledge.yaml"), "--format", "markdown")
     assert "## support-desk/customer-records" in markdown.stdout and "Art. 6(1)(b)" in markdown.stdout
+
+
+def test_report_counts_what_the_ledger_holds(demo_ledger: tuple[Path, Path], tmp_path: Path) -> None:
+    ledger, _ = demo_ledger
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()[1:]]
+    final: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        if entry["type"] == "decision":
+            final[entry["decision_id"]] = entry
+    proc = run_cli("audit", "report", str(ledger), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["chain"]["ok"] and report["entries"] == len(entries)
+    assert report["decisions"] == len(final)
+    states: dict[str, int] = {}
+    for entry in final.values():
+        states[entry["decision"]] = states.get(entry["decision"], 0) + 1
+    assert report["by_state"] == states
+    assert report["refusals"] == {
+        code: sum(1 for e in entries if e.get("code") == code) for code in {e["code"] for e in entries if "code" in e}
+    }
+    approvals = [a for a in report["approvals"] if a["control"] == "independent_human_approval"]
+    assert approvals and approvals[-1]["actor_id"] == "treasury_approver_anna" and approvals[-1]["latency_seconds"] >= 0
+    page = tmp_path / "report.html"
+    assert run_cli("audit", "report", str(ledger), "--html", str(page)).returncode == 0
+    markup = page.read_text()
+    assert 'http-equiv="Content-Security-Policy" content="default-src &#x27;none&#x27;' in markup
+    assert "<script" not in markup and "src=" not in markup and markup.count("<svg") >= 3
+    for decision_id in final:
+        assert f'id="d-{decision_id}"' in markup

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from kcp_opa.cli.audit import audit, ropa
+from kcp_opa.cli.auditcase import audit_case, audit_report
 from kcp_opa.cli.authoring import check, mutate_command, test_command
 from kcp_opa.cli.controls import controls
 from kcp_opa.cli.decide import decide, eval_command
@@ -73,6 +74,8 @@ COMMANDS = (
 )
 for _command in COMMANDS:
     cli.add_command(_command)
+audit.add_command(audit_case)
+audit.add_command(audit_report)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
