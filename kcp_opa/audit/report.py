@@ -31,7 +31,8 @@ _STATE_COLOURS = {
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:#1b1b1b;padding:0 1em}
 h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;margin:.5em 0;display:block;overflow-x:auto}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;
+table{border-collapse:collapse;margin:.5em 0;display:block;overflow-x:auto}
+td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;
 vertical-align:top}th{background:#f4f4f4}.num{text-align:right}.ok{color:#2e7d32}.bad{color:#c62828}
 .cards{display:flex;flex-wrap:wrap;gap:1em}.card{border:1px solid #ddd;border-radius:6px;padding:.6em 1em}
 .card b{display:block;font-size:1.6em}code{font-size:.9em;word-break:break-all}.chart svg{max-width:100%;height:auto}
