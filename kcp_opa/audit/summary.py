@@ -156,10 +156,11 @@ def _count(
             )
     elif kind == "control":
         evidence = _mapping(entry.get("evidence"))
-        row = {
+        control = str(evidence.get("control"))
+        row: dict[str, Any] = {
             "seq": entry.get("seq"),
             "decision_id": decision_id,
-            "control": str(evidence.get("control")),
+            "control": control,
             "actor_id": str(evidence.get("actor_id")),
             "actor_type": str(evidence.get("actor_type")),
             "issuer": str(evidence.get("issuer")),
@@ -167,7 +168,7 @@ def _count(
             "timestamp": str(entry.get("timestamp")),
         }
         summary.approvals.append(row)
-        if any(marker in row["control"] for marker in OVERRIDE_MARKERS):
+        if any(marker in control for marker in OVERRIDE_MARKERS):
             summary.overrides.append(row)
     elif kind == "failure":
         code = str(entry.get("code"))
