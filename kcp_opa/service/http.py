@@ -35,6 +35,7 @@ from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal
 from kcp_opa.service.loading import Reloader
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, span
 from kcp_opa.service.tools import build_server, dispatch, error_payload
+from kcp_opa.service.ui import ui_routes
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -238,6 +239,7 @@ def build_app(
         _tool_route(service, "/v1/receipts/verify", lambda r, b: ("verify_and_consume_receipt", b)),
         _tool_route(service, "/v1/executions", lambda r, b: ("execute_authorized_action", b)),
         _tool_route(service, "/v1/audit-events", lambda r, b: ("write_audit_event", b)),
+        *ui_routes(service, authenticator),  # /ui, GET /v1/challenges, /v1/openapi.json (ui.py)
     ]
     return Starlette(
         routes=routes,
