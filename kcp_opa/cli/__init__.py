@@ -25,6 +25,7 @@ from kcp_opa.cli.generate import generate
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
+from kcp_opa.cli.tokens import serve_group
 from kcp_opa.core.errors import (
     ActionRejectedError,
     KcpOpaError,
@@ -70,7 +71,7 @@ COMMANDS = (
     generate,
     ropa,
     audit,
-    serve,
+    serve_group(serve),
 )
 for _command in COMMANDS:
     cli.add_command(_command)
