@@ -37,9 +37,11 @@ def _read(path: Path, *, missing_ok: bool) -> dict[str, str]:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         fail(f"{path}: cannot read the tokens file: {exc}", EXIT_INVALID)
+        return {}
     tokens = raw.get("tokens") if isinstance(raw, dict) else None
     if not isinstance(tokens, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tokens.items()):
         fail(f'{path}: expected {{"tokens": {{"sha256:<hex>": "principal id"}}}}', EXIT_INVALID)
+        return {}
     return dict(tokens)
 
 
