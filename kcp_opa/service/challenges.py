@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from kcp_opa.stores.protocols import DEFAULT_CHALLENGE_TTL_SECONDS
 from kcp_opa.stores.records import Challenge, ChallengeError, check_open
-from kcp_opa.stores.sqlite.challenges import SQLiteChallengeStore
 
 if TYPE_CHECKING:
     from kcp_opa.authorize.controls import GateDecision
@@ -25,7 +24,6 @@ __all__ = [
     "DEFAULT_CHALLENGE_TTL_SECONDS",
     "Challenge",
     "ChallengeError",
-    "ChallengeStore",
     "action_summary",
     "addressees",
     "check_open",
@@ -82,10 +80,6 @@ def action_summary(action: Mapping[str, Any], decision: Mapping[str, Any]) -> di
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-#: The SQLite implementation of :class:`kcp_opa.stores.protocols.ChallengeStore`, by its old name.
-ChallengeStore = SQLiteChallengeStore
 
 
 def addressees(gate: Gate, control: str, record: GateDecision) -> dict[str, list[str]]:

@@ -20,12 +20,8 @@ from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.decide.gate import Gate, build_input
 from kcp_opa.stores.records import StoredDecision, UnknownRecordError
-from kcp_opa.stores.sqlite.decisions import SQLiteDecisionStore
 
-__all__ = ["DecisionStore", "StoredDecision", "UnknownRecordError", "check_current", "export", "restore"]
-
-#: The SQLite implementation of :class:`kcp_opa.stores.protocols.DecisionStore`, by its old name.
-DecisionStore = SQLiteDecisionStore
+__all__ = ["StoredDecision", "UnknownRecordError", "canonical_or_none", "check_current", "export", "restore"]
 
 
 def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> dict[str, Any]:
