@@ -46,7 +46,7 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
 	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
 	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
-	$(BIN)/kcp-opa audit report audit/demo.jsonl --html audit/report.html
+	$(BIN)/kcp-opa audit report audit/demo.jsonl --trust $(TRUST) --html audit/report.html
 	@rm -rf audit/case audit/checkpoint-keys.json
 	@$(BIN)/kcp-opa receipt keygen --kid demo-checkpoint --keyring audit/checkpoint-keys.json >/dev/null
 	@id=$$($(BIN)/kcp-opa audit query audit/demo.jsonl --type receipt --format json \

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from kcp_opa import _moved
 from kcp_opa.audit.auditor import export_decision, query, replay
+from kcp_opa.audit.case import build_case
+from kcp_opa.audit.casecheck import verify_case
 from kcp_opa.audit.ropa import build_ropa
+from kcp_opa.audit.summary import summarize
 from kcp_opa.authoring.cases import DecisionCase, check_case, load_cases
 from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
@@ -126,6 +129,7 @@ __all__ = [
     "Violation",
     "__version__",
     "action_hash",
+    "build_case",
     "build_data",
     "build_input",
     "build_ropa",
@@ -147,8 +151,10 @@ __all__ = [
     "query",
     "read_bundle",
     "replay",
+    "summarize",
     "validate_manifest",
     "validate_matrix",
+    "verify_case",
     "verify_ledger",
     "verify_receipt",
 ]

@@ -386,7 +386,8 @@ def test_report_counts_what_the_ledger_holds(demo_ledger: tuple[Path, Path], tmp
     for entry in entries:
         if entry["type"] == "decision":
             final[entry["decision_id"]] = entry
-    proc = run_cli("audit", "report", str(ledger), "--format", "json")
+    trust = REPO / "fixtures" / "trust" / "registry.yaml"
+    proc = run_cli("audit", "report", str(ledger), "--format", "json", "--trust", str(trust))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["chain"]["ok"] and report["entries"] == len(entries)
@@ -400,6 +401,7 @@ def test_report_counts_what_the_ledger_holds(demo_ledger: tuple[Path, Path], tmp
     }
     approvals = [a for a in report["approvals"] if a["control"] == "independent_human_approval"]
     assert approvals and approvals[-1]["actor_id"] == "treasury_approver_anna" and approvals[-1]["latency_seconds"] >= 0
+    assert approvals[-1]["roles"] == ["treasury_approver"]
     page = tmp_path / "report.html"
     assert run_cli("audit", "report", str(ledger), "--html", str(page)).returncode == 0
     markup = page.read_text()

@@ -158,10 +158,10 @@ def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, lis
         )
     )
     approvals = _table(
-        ["decision", "control", "actor", "actor type", "issuer", "status", "latency (s)", "seq"],
+        ["decision", "control", "actor", "actor type", "roles", "issuer", "status", "latency (s)", "seq"],
         (
-            [a["decision_id"], a["control"], a["actor_id"], a["actor_type"], a["issuer"], a["status"],
-             a.get("latency_seconds"), a["seq"]]
+            [a["decision_id"], a["control"], a["actor_id"], a["actor_type"], ", ".join(a.get("roles") or []),
+             a["issuer"], a["status"], a.get("latency_seconds"), a["seq"]]
             for a in summary.approvals
         ),
     )  # fmt: skip

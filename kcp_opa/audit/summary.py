@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.audit.auditor import entry_decision_id, entry_principal
+from kcp_opa.core.identity import IdentityError
+from kcp_opa.declare.trust import Principal, TrustRegistry
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
 OVERRIDE_MARKERS = ("override", "exception")
@@ -100,8 +102,11 @@ def _label(moment: dt.datetime, bucket: str) -> str:
     return moment.strftime({"day": "%Y-%m-%d", "hour": "%Y-%m-%d %H:00", "minute": "%m-%d %H:%M"}[bucket])
 
 
-def summarize(ledger: str | Path) -> LedgerSummary:
-    """Count a ledger (verified first: a broken chain is reported, and still counted, never hidden)."""
+def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> LedgerSummary:
+    """Count a ledger (verified first: a broken chain is reported, and still counted, never hidden).
+
+    With ``registry``, each control result names its actor's roles there (approver and role).
+    """
     report = verify_ledger(ledger)
     summary = LedgerSummary(str(ledger), chain_ok=report.ok)
     if report.ok:
@@ -132,7 +137,16 @@ def summarize(ledger: str | Path) -> LedgerSummary:
     for approval in summary.approvals:
         start, done = first_seen.get(approval["decision_id"]), _time(approval["timestamp"])
         approval["latency_seconds"] = round((done - start).total_seconds(), 3) if start and done else None
+        principal = _principal(registry, approval["actor_id"]) if registry is not None else None
+        approval["roles"] = list(principal.roles) if principal is not None else []
     return summary
+
+
+def _principal(registry: TrustRegistry, actor: str) -> Principal | None:
+    try:
+        return registry.principal(actor)
+    except IdentityError:
+        return None
 
 
 def _count(

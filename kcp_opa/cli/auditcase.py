@@ -120,14 +120,19 @@ def audit_case_verify(directory: Path, trust: Path | None, keyring: Path | None,
 @click.option(
     "--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here."
 )
+@click.option(
+    "--trust", type=click.Path(path_type=Path, dir_okay=False), help="Trust registry: each approver's roles."
+)
 @FORMAT
-def audit_report(ledger: Path, html_path: Path | None, fmt: str | None) -> None:
+def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: str | None) -> None:
     """Decisions by state, reason, agent, model, unit and tenant; approvals; refusals; chain status.
 
     --html writes one self-contained page (charts inlined as SVG, no network, no scripts);
     without it the counts are printed (json when piped).
     """
-    summary = summarize(ledger)
+    from kcp_opa.declare.trust import load_trust
+
+    summary = summarize(ledger, registry=load_trust(trust) if trust is not None else None)
     if html_path is not None:
         page = render_html(summary, entries_by_decision=entries_by_decision(ledger))
         write_atomically(html_path, page.encode("utf-8"))

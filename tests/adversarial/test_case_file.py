@@ -232,3 +232,30 @@ def test_case_of_a_ledger_that_skipped_the_policy_fails_separation_of_duties(
     assert code == 1 and _failed(report) == {"separation-of-duties"}
     detail = next(c["detail"] for c in report["checks"] if c["check"] == "separation-of-duties")
     assert "refuses" in detail
+
+
+def test_case_with_an_entry_left_out_fails_entries(demo: dict[str, Path], tmp_path: Path) -> None:
+    """A case that hides a refusal of evidence for the decision (drops its seq) is caught."""
+    case = _copy(demo, tmp_path)
+    document = json.loads((case / "case.json").read_text())
+    chained = [json.loads(line) for line in (case / "chain.jsonl").read_text().splitlines()]
+    refusal = next(e["seq"] for e in chained if e.get("type") == "failure" and e["seq"] in document["seqs"])
+    document["seqs"] = [seq for seq in document["seqs"] if seq != refusal]
+    (case / "case.json").write_text(json.dumps(document))
+    code, report = _verify(case)
+    assert code == 1 and _failed(report) == {"entries"}
+
+
+def test_case_under_a_checkpoint_key_the_auditor_does_not_hold_fails_checkpoint(
+    demo: dict[str, Path], tmp_path: Path
+) -> None:
+    """A regenerated ledger, checkpointed with the forger's own key shipped in the case, fails the pin."""
+    held = tmp_path / "held.json"
+    assert (
+        run_cli(
+            "receipt", "keygen", "--kid", "ckpt-1", "--keyring", str(tmp_path / "other.json"), "--public", str(held)
+        ).returncode
+        == 0
+    )
+    code, report = _verify(demo["case"], "--keyring", str(held))
+    assert code == 1 and _failed(report) == {"checkpoint"}
