@@ -175,8 +175,6 @@ def build_case(
     out = Path(output)
     if out.exists() and any(out.iterdir()):
         raise LedgerError(f"{out} exists and is not empty; a case is written into a new directory")
-    for sub in ("decisions", "attestations", "keys", "trust"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
     files: dict[str, bytes] = {}
     files[CHAIN] = b"".join(canonical_json(item) + b"\n" for item in ([header] if header else []) + segment)
     for entry in decisions:
@@ -209,6 +207,8 @@ def build_case(
         checkpoint_kid=checkpoint["signature"]["kid"],
         bundle=BUNDLE,
     ).encode("utf-8")
+    for sub in ("decisions", "attestations", "keys", "trust"):  # only now: a refused case leaves nothing
+        (out / sub).mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         (out / name).write_bytes(content)
     document = {
