@@ -47,7 +47,7 @@ def row(entry: Mapping[str, Any]) -> dict[str, str]:
             f"missing {', '.join(missing)}" if missing else f"-> {_text(entry.get('authorization_status'))}"
         )
     elif kind == "failure":
-        who = entry_principal(entry) or _text(evidence.get("actor_id")) or who
+        who = entry_principal(entry) or _text(evidence.get("actor_id")) or who or "(no principal)"
         what = _text(entry.get("code"))
         message, control = _text(entry.get("message")), _text(evidence.get("control"))
         detail = message if not control or message.startswith(control) else f"{control}: {message}"

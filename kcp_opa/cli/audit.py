@@ -6,13 +6,12 @@ import json
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.padding import Padding
-from rich.text import Text
 
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
@@ -271,6 +270,10 @@ def audit_query(ledger: Path, fmt: str | None, **filters: str | None) -> None:
     out.print(f"{len(entries)} entries in {ledger}", markup=False)
     for entry in entries:
         cells = row(entry)
-        out.print(f"{cells['seq']:>5}  {cells['time']}  {cells['type']:<9} {cells['decision_id']}", markup=False)
+        head = f"{cells['seq']:>5}  {cells['time']}  {cells['type']:<9} {cells['decision_id']}"
+        out.print(head.rstrip(), markup=False)
         said = " · ".join(cells[name] for name in ("who", "what", "detail") if cells[name])
-        out.print(Padding(Text(said), (0, 0, 0, 7), expand=False))
+        out.print(
+            textwrap.fill(said, width=max(out.width, 40), initial_indent=" " * 7, subsequent_indent=" " * 7),
+            markup=False,
+        )
