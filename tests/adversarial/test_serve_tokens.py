@@ -1,7 +1,8 @@
 """`kcp-opa serve tokens`: hashes only in the file, the token printed once, revocation ends access.
 
 Against `kcp-opa serve` as a real process: a token made by `add` authenticates; after `revoke` and
-a SIGHUP reload it is refused with 401, and its UI session ends with it.
+a SIGHUP reload it is refused with 401, and its UI session ends with it; a UI session on a valid
+token ends at its lifetime (KCP_OPA_UI_SESSION_SECONDS).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from conftest import REPO, run_cli
 from servicekit import compile_finance, start_server, stop_server, write_receipt_keyring
 
 TRUST = REPO / "fixtures" / "trust"
+LIFETIME = 15  # seconds: a UI session's lifetime in this test's server
 
 
 def _add(tokens: Path, principal: str) -> str:
@@ -77,7 +79,7 @@ def test_a_revoked_token_is_refused_after_reload_and_its_ui_session_ends(tmp_pat
         "--keyring",
         str(write_receipt_keyring(tmp_path)),
     ]
-    process, url = start_server(args)
+    process, url = start_server(args, env={"KCP_OPA_UI_SESSION_SECONDS": str(LIFETIME)})
     try:
 
         def status(token: str) -> int:
@@ -88,7 +90,14 @@ def test_a_revoked_token_is_refused_after_reload_and_its_ui_session_ends(tmp_pat
         nonce = re.search(r'name="csrf" value="([^"]+)"', ui.get("/ui/login").text)
         assert nonce is not None
         assert ui.post("/ui/login", data={"csrf": nonce.group(1), "token": approver}).status_code == 303
+        approver_signed_in = time.monotonic()
         assert ui.get("/ui/inbox").status_code == 200
+        auditor = httpx2.Client(base_url=url, follow_redirects=False)
+        nonce = re.search(r'name="csrf" value="([^"]+)"', auditor.get("/ui/login").text)
+        assert nonce is not None
+        assert auditor.post("/ui/login", data={"csrf": nonce.group(1), "token": keep}).status_code == 303
+        signed_in = time.monotonic()
+        assert auditor.get("/ui/dashboard").status_code == 200
 
         revoked = run_cli("serve", "tokens", "revoke", "--tokens", str(tokens), "--principal", "treasury_approver_anna")
         assert revoked.returncode == 0, revoked.stderr
@@ -98,6 +107,11 @@ def test_a_revoked_token_is_refused_after_reload_and_its_ui_session_ends(tmp_pat
             time.sleep(0.2)
         assert status(approver) == 401 and status(keep) == 200
         ended = ui.get("/ui/inbox")
+        assert time.monotonic() - approver_signed_in < LIFETIME  # ended by the revocation, not its lifetime
         assert ended.status_code == 303 and ended.headers["location"] == "/ui/login"
+        assert auditor.get("/ui/dashboard").status_code == 200
+        time.sleep(max(0.0, signed_in + LIFETIME + 0.5 - time.monotonic()))  # the session's lifetime, on a valid token
+        expired = auditor.get("/ui/dashboard")
+        assert expired.status_code == 303 and expired.headers["location"] == "/ui/login" and status(keep) == 200
     finally:
         stop_server(process)
