@@ -38,7 +38,19 @@ from kcp_opa.core.errors import (
     UnitNotFoundError,
     ValidationFailedError,
 )
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.core.signing import (
+    Ed25519Key,
+    HmacKey,
+    Keyring,
+    Pkcs11Key,
+    ReceiptKey,
+    Signer,
+    Verifier,
+    generate_ed25519,
+    hmac_key,
+    load_keyring,
+    load_signing_key,
+)
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input
@@ -75,6 +87,7 @@ __all__ = [
     "DecisionInput",
     "DelegationMatrix",
     "Diagnostic",
+    "Ed25519Key",
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
@@ -83,6 +96,7 @@ __all__ = [
     "Executor",
     "Gate",
     "GateDecision",
+    "HmacKey",
     "KcpOpaError",
     "Keyring",
     "KeyringError",
@@ -90,6 +104,7 @@ __all__ = [
     "LoadedBundle",
     "Manifest",
     "Outcome",
+    "Pkcs11Key",
     "PolicyVerdict",
     "QueryError",
     "Reason",
@@ -101,11 +116,13 @@ __all__ = [
     "RoutingState",
     "SQLiteStore",
     "Severity",
+    "Signer",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
     "UnitNotFoundError",
     "ValidationFailedError",
+    "Verifier",
     "Violation",
     "__version__",
     "action_hash",
@@ -126,6 +143,7 @@ __all__ = [
     "load_keyring",
     "load_manifest",
     "load_matrix",
+    "load_signing_key",
     "parse_action",
     "query",
     "read_bundle",

@@ -21,7 +21,7 @@ from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.core.signing import ALGORITHMS, Key, Keyring, Signer
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.declare.trust import TrustRegistry
 
@@ -33,7 +33,7 @@ def _refuse(message: str, code: str) -> ReceiptIssueError:
 def issue_for_foreign_decision(
     document: Mapping[str, Any],
     action: Mapping[str, Any],
-    key: ReceiptKey,
+    key: Signer,
     *,
     gate: str,
     registry: TrustRegistry,
@@ -126,8 +126,8 @@ def issue_for_foreign_decision(
     )
 
 
-def _key(issuer: Any, kid: Any, alg: Any, keyring: Keyring | None) -> ReceiptKey | None:
-    key: ReceiptKey | None = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
+def _key(issuer: Any, kid: Any, alg: Any, keyring: Keyring | None) -> Key | None:
+    key: Key | None = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
     return key if key is not None and key.alg == alg else None
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.cli import render
+from kcp_opa.cli.keys import signer_from, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
@@ -151,17 +152,17 @@ def _anchors(checkpoints: Sequence[Path], keyring_path: Path | None) -> tuple[li
 @click.option(
     "--keyring",
     "keyring_path",
-    required=True,
     type=click.Path(path_type=Path, dir_okay=False),
     help="Keyring whose signing key (Ed25519 or HMAC via secret_env) signs the checkpoint.",
 )
+@signing_key_option()
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not stdout.")
-def audit_checkpoint(ledger: Path, keyring_path: Path, output: Path | None) -> None:
+def audit_checkpoint(ledger: Path, keyring_path: Path | None, signing_key: str | None, output: Path | None) -> None:
     """Sign the head of a verified ledger (ledger_id, seq, entry_hash, time) for off-box keeping.
 
     Refused (exit 1) when the ledger does not verify: a broken chain is never vouched for.
     """
-    key = load_keyring(keyring_path).signer()
+    key = signer_from(signing_key, keyring_path)
     report = verify_ledger(ledger)
     if not report.ok:
         problem = report.problems[0]

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
+from kcp_opa.cli.keys import signing_key_option
 from kcp_opa.core.errors import KcpOpaError
-from kcp_opa.core.signing import load_keyring
+from kcp_opa.core.signing import Keyring, load_keyring, load_signing_keyring
 
 
 class ServeConfigError(KcpOpaError):
@@ -96,6 +97,9 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option("--principal", "stdio_principal", help="With --trust and stdio: the registered principal calling.")
 @click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Receipt signing keyring.")
+@signing_key_option(
+    "Sign receipts with this key instead of --keyring: a pkcs11: URI (the key stays in the HSM; kept across reloads)."
+)
 @click.option(
     "--handlers",
     "handlers_path",
@@ -123,6 +127,7 @@ def serve(
     tokens_path: Path | None,
     stdio_principal: str | None,
     keyring: Path | None,
+    signing_key: str | None,
     handlers_path: Path | None,
     token_env: str,
     plan_cache: Path | None,
@@ -166,6 +171,8 @@ def serve(
                 f"in ${token_env}"
             )
         tokens[token] = LOCAL_AGENT
+    if keyring is not None and signing_key is not None:
+        raise click.UsageError("give --keyring or --signing-key, not both")
     if otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
     registry = load_trust(trust) if trust is not None else None
@@ -173,7 +180,7 @@ def serve(
         bundle,
         store=store,
         ledger=ledger,
-        keyring=load_keyring(keyring) if keyring is not None else None,
+        keyring=load_keyring(keyring) if keyring is not None else _signing_keyring(signing_key),
         handlers=_handlers(handlers_path),
         plan_cache=plan_cache,
         registry=registry,
@@ -196,6 +203,11 @@ def serve(
         _serve_stdio(service, authenticator)
     else:
         _serve_http(service, authenticator, host, port, reloader)
+
+
+def _signing_keyring(signing_key: str | None) -> Keyring | None:
+    """--signing-key as the receipt keyring (None: the service makes its own)."""
+    return load_signing_keyring(signing_key) if signing_key else None
 
 
 def _on_sighup(reloader: Any) -> None:

@@ -37,7 +37,7 @@ import structlog
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
-from kcp_opa.core.signing import ReceiptKey
+from kcp_opa.core.signing import Key
 from kcp_opa.trail.checkpoint import append_checkpoint, make_checkpoint
 from kcp_opa.trail.verify import (
     GENESIS,
@@ -72,7 +72,7 @@ class AuditLedger:
         path: str | Path,
         *,
         durability: str = "fsync",
-        checkpoint_key: ReceiptKey | None = None,
+        checkpoint_key: Key | None = None,
         checkpoint_every: int = 1000,
     ) -> None:
         if durability not in {"fsync", "group"}:
