@@ -78,27 +78,27 @@ class Key(Signer, Verifier, Protocol):
         ...
 
 
-def signed_bytes(document: Mapping[str, Any]) -> bytes:
-    """The bytes a signature covers: the document with only ``signature.value`` removed."""
+def signed_bytes(document: Mapping[str, Any], at: str = "signature") -> bytes:
+    """The bytes a signature covers: the document with only ``<at>.value`` removed."""
     body = dict(document)
-    signature = body.get("signature")
+    signature = body.get(at)
     if isinstance(signature, Mapping):
-        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
+        body[at] = {k: v for k, v in signature.items() if k != "value"}
     return canonical_json(body)
 
 
-def sign_document(document: Mapping[str, Any], signer: Signer) -> dict[str, Any]:
-    """``document`` with ``signature {alg, kid, value}`` added (``alg`` and ``kid`` are signed too)."""
-    signed = {**document, "signature": {"alg": signer.alg, "kid": signer.kid}}
-    signed["signature"]["value"] = signer.sign(signed_bytes(signed))
+def sign_document(document: Mapping[str, Any], signer: Signer, at: str = "signature") -> dict[str, Any]:
+    """``document`` with ``<at> {alg, kid, value}`` added (``alg`` and ``kid`` are signed too)."""
+    signed = {**document, at: {"alg": signer.alg, "kid": signer.kid}}
+    signed[at]["value"] = signer.sign(signed_bytes(signed, at))
     return signed
 
 
-def document_verifies(document: Mapping[str, Any], verifier: Verifier) -> bool:
-    """True when ``document.signature.value`` is ``verifier``'s signature over :func:`signed_bytes`."""
-    signature = document.get("signature")
+def document_verifies(document: Mapping[str, Any], verifier: Verifier, at: str = "signature") -> bool:
+    """True when ``<at>.value`` is ``verifier``'s signature over :func:`signed_bytes`."""
+    signature = document.get(at)
     value = signature.get("value") if isinstance(signature, Mapping) else None
-    return isinstance(value, str) and verifier.verify(signed_bytes(document), value)
+    return isinstance(value, str) and verifier.verify(signed_bytes(document, at), value)
 
 
 def strict_b64url(value: str) -> bytes | None:
