@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, run_cli
-from trustkit import compile_with_trust, make_desk, signed
+from trustkit import approve_all, compile_with_trust, make_desk
 
 from kcp_opa.authorize.attestations import sign_attestation
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
@@ -39,23 +39,11 @@ ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").rea
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
 
 
-SIX = (
-    ("standard_audit_logging", "kcp-opa-ledger"),
-    ("user_confirmation", "user_001"),
-    ("identity_verification", "kyc-provider"),
-    ("authority_verification", "scope-service"),
-    ("beneficiary_verification", "bank-registry"),
-    ("independent_human_approval", "treasury_approver_anna"),
-)
-
-
 @pytest.fixture(scope="module")
 def approved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The KYA payment, APPROVED through the control desk with six signed attestations."""
     desk = make_desk(Gate.from_bundle(compile_with_trust(tmp_path_factory.mktemp("hsm") / "finance.tar.gz")))
-    record = desk.open(ACTION, now="2026-11-29T10:00:00Z")
-    for control, actor in SIX:
-        record = desk.record_control_result(record, signed(record, control, actor), action=ACTION)
+    record = approve_all(desk, ACTION)
     assert record.decision.authorization_status.value == "APPROVED"
     return record.to_dict()
 

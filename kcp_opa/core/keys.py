@@ -34,28 +34,26 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-@runtime_checkable
-class Verifier(Protocol):
-    """Checks a signature value over a message; never raises for a bad signature (False)."""
+class Named(Protocol):
+    """What a signature names: ``kid`` (looked up in a keyring) and ``alg`` (the wire name)."""
 
     @property
     def kid(self) -> str: ...
 
     @property
     def alg(self) -> str: ...
+
+
+@runtime_checkable
+class Verifier(Named, Protocol):
+    """Checks a signature value over a message; never raises for a bad signature (False)."""
 
     def verify(self, message: bytes, value: str) -> bool: ...
 
 
 @runtime_checkable
-class Signer(Protocol):
+class Signer(Named, Protocol):
     """Produces the wire ``signature.value`` for a message (hex for HMAC, base64url for Ed25519)."""
-
-    @property
-    def kid(self) -> str: ...
-
-    @property
-    def alg(self) -> str: ...
 
     def sign(self, message: bytes) -> str: ...
 
