@@ -11,7 +11,7 @@ import click
 
 from kcp_opa.cli.keys import signing_key_option
 from kcp_opa.core.errors import KcpOpaError
-from kcp_opa.core.signing import Keyring, load_keyring, load_signing_keyring
+from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 
 
 class ServeConfigError(KcpOpaError):
@@ -101,6 +101,11 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
     "Sign receipts with this key instead of --keyring: a pkcs11: URI (the key stays in the HSM; kept across reloads)."
 )
 @click.option(
+    "--ledger-key",
+    metavar="URI|KEYRING",
+    help="The ledger's writer key (a pkcs11: URI or a keyring file): signs every entry and the checkpoints.",
+)
+@click.option(
     "--handlers",
     "handlers_path",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -128,6 +133,7 @@ def serve(
     stdio_principal: str | None,
     keyring: Path | None,
     signing_key: str | None,
+    ledger_key: str | None,
     handlers_path: Path | None,
     token_env: str,
     plan_cache: Path | None,
@@ -186,6 +192,7 @@ def serve(
         registry=registry,
         issuer_ids=issuer_ids,
         issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
+        ledger_key=load_signing_key(ledger_key) if ledger_key is not None else None,
     )
 
     def make_authenticator(loaded: Any, data: Any) -> Any:

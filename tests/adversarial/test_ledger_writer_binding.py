@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
+from trustkit import compile_with_trust
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import LedgerError
@@ -131,3 +132,25 @@ def test_the_writer_verifies_the_whole_file_against_its_last_checkpoint_on_open(
     path.write_bytes(b"".join(lines))
     assert AuditLedger(path, checkpoint_key=KEY).append({"type": "decision"})["seq"] == 5
     assert verify_ledger(path, keyring=Keyring({KEY.kid: KEY})).authenticated
+
+
+def test_the_gate_fails_closed_over_a_foreign_entry_and_checkpoints_only_its_own_head(tmp_path: Path) -> None:
+    bundle = compile_with_trust(tmp_path / "finance.tar.gz")
+    ring = tmp_path / "ring.json"
+    ring.write_text(json.dumps(Keyring({KEY.kid: KEY}, KEY.kid).to_file_dict(include_private=True)))
+    path = tmp_path / "audit.jsonl"
+    action = str(REPO / "fixtures" / "kya-supplier-payment-action.json")
+    args = ("decide", "--bundle", str(bundle), "--input", action, "--now", "2026-11-29T10:00:00Z")
+    keyed = (*args, "--ledger", str(path), "--ledger-key", str(ring), "--format", "json")
+    proc = run_cli(*keyed)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)
+    marks = checkpoint_path(path).read_bytes()
+    assert [json.loads(line)["seq"] for line in marks.splitlines()] == [1]
+    _append_chained(path, {"type": "decision", "decision": "ALLOW", "note": "planted"})
+    proc = run_cli(*keyed)
+    assert proc.returncode == 0, proc.stderr
+    refused = json.loads(proc.stdout)
+    assert refused["reason_codes"] == ["audit_unavailable"] and refused["execution_allowed"] is False
+    assert first["reason_codes"] != ["audit_unavailable"]
+    assert "foreign entry: seq 2" in proc.stderr and checkpoint_path(path).read_bytes() == marks
