@@ -97,6 +97,12 @@ def test_a_keyring_file_names_the_hsm_key_without_holding_it(hsm_key: Pkcs11Key,
     assert hsm_key.verify(message, loaded.sign(message))
     public = ring.public().to_file_dict(include_private=False)
     assert public["keys"] == [{k: v for k, v in entry.items() if k != "pkcs11"}]
+    # a keyring entry whose public_key is not the token key's is refused, not trusted
+    other = Keyring({hsm_key.kid: generate_ed25519(hsm_key.kid)}).to_file_dict(include_private=False)
+    path.write_text(json.dumps({"keys": [{**entry, "public_key": other["keys"][0]["public_key"]}]}))
+    with pytest.raises(KeyringError) as caught:
+        load_keyring(path)
+    assert caught.value.code == "malformed_key" and "not the public key of its pkcs11 key" in str(caught.value)
 
 
 def test_uris_pins_and_refusals(softhsm_token: Any, hsm_key: Pkcs11Key, tmp_path: Path) -> None:

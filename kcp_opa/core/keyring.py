@@ -142,7 +142,12 @@ def _key_from_entry(entry: Any, source: str) -> Key:
             raise KeyringError(f"{source}: HMAC key {kid} must name its secret with secret_env", "malformed_key")
         return HmacKey(kid, hmac_key_from_env(kid, variable).secret, retired)
     if isinstance(entry.get("pkcs11"), str):
-        return open_pkcs11_key(entry["pkcs11"], kid=kid, retired=retired)
+        held = open_pkcs11_key(entry["pkcs11"], kid=kid, retired=retired)
+        listed = entry.get("public_key")
+        raw = held.public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        if listed is not None and (not isinstance(listed, str) or _unb64(listed, f"{kid} public_key") != raw):
+            raise KeyringError(f"{source}: {kid} public_key is not the public key of its pkcs11 key", "malformed_key")
+        return held
     private = public = None
     if isinstance(entry.get("private_key"), str):
         try:

@@ -221,7 +221,8 @@ class ReceiptKey:
     retired: bool = False
 
     def key(self) -> HmacKey | Ed25519Key | None:
-        if self.alg == HMAC_SHA256 and self.secret is not None:
+        """The key this record's material makes; a secret shorter than 32 bytes makes none."""
+        if self.alg == HMAC_SHA256 and self.secret is not None and len(self.secret) >= MIN_SECRET_BYTES:
             return HmacKey(self.kid, self.secret, self.retired)
         if self.alg == ED25519:
             return Ed25519Key(self.kid, self.private_key, self.public_key, self.retired)

@@ -194,6 +194,11 @@ class AuditLedger:
                 f"{self.path}: this ledger was not started by a writer key, so its entries cannot be "
                 "authenticated; a keyed writer starts its own ledger file"
             )
+        if self.checkpoint_key is not None and declared.get("kid") != self.checkpoint_key.kid:
+            raise LedgerError(
+                f"{self.path}: this ledger's writer key is {declared.get('kid')!r}, not "
+                f"{self.checkpoint_key.kid!r}; a keyed writer starts its own ledger file"
+            )
         problem = foreign_entry(last, declared, self._trusted) if seq else None
         if problem is not None:
             raise LedgerError(
