@@ -157,3 +157,24 @@ def test_the_cli_signs_a_receipt_with_signing_key_pkcs11(
     proc = run_cli("receipt", "issue", "--action", str(action), "--decision", str(decision),
                    "--signing-key", uri + "?pin-value=1234")  # fmt: skip
     assert proc.returncode == 2 and json.loads(proc.stderr)["code"] == "pin_in_uri"
+
+
+def test_keygen_makes_the_key_on_the_token_and_a_keyring_that_names_it(
+    softhsm_token: Any, approved: dict[str, Any], tmp_path: Path
+) -> None:
+    ring, public = tmp_path / "ring.json", tmp_path / "public.json"
+    uri = softhsm_token.uri("keygen-1")
+    proc = run_cli("receipt", "keygen", "--kid", "hsm-2026", "--keyring", str(ring), "--public", str(public),
+                   "--pkcs11", uri)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = json.loads(ring.read_text())["keys"]
+    assert entry["pkcs11"] == uri and "private_key" not in entry and entry["kid"] == "hsm-2026"
+    signer = load_keyring(ring).signer()
+    assert isinstance(signer, Pkcs11Key) and signer.kid == "hsm-2026"
+    receipt = issue_receipt(approved, ACTION, signer, now=ISSUED)
+    verify_receipt(
+        receipt, ACTION, keyring=load_keyring(public), policy_versions={"0.1.0"}, nonce_store=None, now=ISSUED
+    )
+    proc = run_cli("receipt", "keygen", "--kid", "hsm-2027", "--keyring", str(tmp_path / "again.json"),
+                   "--pkcs11", uri)  # fmt: skip
+    assert proc.returncode == 2 and json.loads(proc.stderr)["code"] == "duplicate_kid"

@@ -18,7 +18,14 @@ from kcp_opa.cli.output import EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError, ReceiptIssueError
-from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key_from_env, load_keyring, load_signing_key
+from kcp_opa.core.signing import (
+    Keyring,
+    create_pkcs11_ed25519,
+    generate_ed25519,
+    hmac_key_from_env,
+    load_keyring,
+    load_signing_key,
+)
 from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
 
@@ -240,14 +247,23 @@ def receipt_verify(
     help="Also write the public keyring here, for executors.",
 )
 @click.option("--retire", multiple=True, metavar="KID", help="Retire this kid (it stops verifying).")
+@click.option(
+    "--pkcs11",
+    "pkcs11_uri",
+    metavar="URI",
+    help="Generate the key pair inside this HSM token instead (pkcs11:token=T;object=LABEL): sensitive, never "
+    "extractable; the keyring holds its URI and public key only.",
+)
 @_receipt_errors
-def receipt_keygen(kid: str, keyring_path: Path, public_path: Path | None, retire: tuple[str, ...]) -> None:
+def receipt_keygen(
+    kid: str, keyring_path: Path, public_path: Path | None, retire: tuple[str, ...], pkcs11_uri: str | None
+) -> None:
     """Add an Ed25519 key and make it the signer; rotate by adding, then retiring the old kid."""
     existing = load_keyring(keyring_path) if keyring_path.exists() else Keyring({}, None)
     if kid in existing.keys:
         raise KeyringError(f"kid {kid} is already in {keyring_path}", "duplicate_kid")
     keys = dict(existing.keys)
-    keys[kid] = generate_ed25519(kid)
+    keys[kid] = create_pkcs11_ed25519(pkcs11_uri, kid=kid) if pkcs11_uri else generate_ed25519(kid)
     for old in retire:
         if old not in keys:
             raise KeyringError(f"cannot retire {old}: not in the keyring", "unknown_kid")

@@ -251,13 +251,20 @@ def open_pkcs11_key(text: str, *, kid: str | None = None, retired: bool = False)
     return Pkcs11Key(kid or uri.kid or label, text, public_key, session, private, retired)
 
 
-def create_pkcs11_ed25519(text: str) -> Pkcs11Key:
+def create_pkcs11_ed25519(text: str, *, kid: str | None = None) -> Pkcs11Key:
     """Generate an Ed25519 key pair on the token, private part sensitive and never extractable."""
-    from pkcs11 import Attribute, KeyType, Mechanism
+    from pkcs11 import Attribute, KeyType, Mechanism, ObjectClass
     from pkcs11.util.ec import encode_named_curve_parameters
 
     uri = Pkcs11Uri.parse(text)
     with open_session(uri, rw=True) as session:
+        named: dict[Attribute, ObjectClass | str | bytes] = {Attribute.CLASS: ObjectClass.PRIVATE_KEY}
+        if uri.object is not None:
+            named[Attribute.LABEL] = uri.object
+        if uri.id is not None:
+            named[Attribute.ID] = uri.id
+        if any(True for _ in session.get_objects(named)):
+            raise KeyringError(f"{_redacted(text)}: the token already holds that key; name a new one", "duplicate_kid")
         session.generate_keypair(
             KeyType.EC_EDWARDS,
             store=True,
@@ -267,7 +274,7 @@ def create_pkcs11_ed25519(text: str) -> Pkcs11Key:
             public_template={Attribute.EC_PARAMS: encode_named_curve_parameters(ED25519_OID)},
             private_template={Attribute.EXTRACTABLE: False, Attribute.SENSITIVE: True, Attribute.TOKEN: True},
         )
-    return open_pkcs11_key(text)
+    return open_pkcs11_key(text, kid=kid)
 
 
 def _octets(der: bytes) -> bytes:
