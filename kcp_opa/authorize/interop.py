@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, parties
 from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Key, Keyring, Signer
+from kcp_opa.core.signing import ALGORITHMS, Key, Keyring, Signer, document_verifies
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.declare.trust import TrustRegistry
 
@@ -141,5 +140,5 @@ def _check_document_signature(document: Mapping[str, Any], gate: str, lookup: An
     key = lookup(signature.get("kid"), signature.get("alg"))
     if key is None:
         raise _refuse(f"gate {gate} has no {signature.get('alg')} key {signature.get('kid')!r}", "unknown_issuer_key")
-    if not key.verify(attestation_bytes(document), str(signature["value"])):
+    if not document_verifies(document, key):
         raise _refuse(f"the decision document's signature does not verify with gate {gate}'s key", "bad_signature")
