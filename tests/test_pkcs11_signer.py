@@ -115,6 +115,7 @@ def test_uris_pins_and_refusals(softhsm_token: Any, hsm_key: Pkcs11Key, tmp_path
         ("pkcs11:token=t;object=k;colour=red", "malformed_key"),
         ("pkcs11:token=t;token=u;object=k", "malformed_key"),
         ("pkcs11:token=t;object=k;type=public", "malformed_key"),
+        ("pkcs11:token=t;object=%ff", "malformed_key"),
     ):
         with pytest.raises(KeyringError) as caught:
             Pkcs11Uri.parse(bad)

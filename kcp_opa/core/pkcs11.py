@@ -81,7 +81,10 @@ class Pkcs11Uri:
 
         def text_of(name: str) -> str | None:
             raw = found.get(name)
-            return None if raw is None else raw.decode("utf-8", "strict")
+            try:
+                return None if raw is None else raw.decode("utf-8", "strict")
+            except UnicodeDecodeError:
+                raise KeyringError(f"pkcs11 URI attribute {name!r} is not UTF-8", "malformed_key") from None
 
         return cls(
             token=str(text_of("token")),
