@@ -179,3 +179,39 @@ def test_keygen_makes_the_key_on_the_token_and_a_keyring_that_names_it(
     proc = run_cli("receipt", "keygen", "--kid", "hsm-2027", "--keyring", str(tmp_path / "again.json"),
                    "--pkcs11", uri)  # fmt: skip
     assert proc.returncode == 2 and json.loads(proc.stderr)["code"] == "duplicate_kid"
+
+
+def test_the_service_signs_its_attestations_in_the_hsm(softhsm_token: Any, tmp_path: Path) -> None:
+    """``serve --issuer-keyring`` with a pkcs11 entry: ServiceIssuers signs inside the token, and the
+    attestation verifies against the registry's public key for the issuer."""
+    import yaml
+    from servicekit import SERVICE_ISSUER, write_registry
+
+    from kcp_opa.authorize.attestations import verify_attestation
+    from kcp_opa.declare.trust import load_trust
+    from kcp_opa.service.identity import Principal, PrincipalKind
+    from kcp_opa.service.issuing import ServiceIssuers
+
+    registry_path, keys_path = write_registry(tmp_path)
+    kid = f"{SERVICE_ISSUER}-ed25519"
+    held = create_pkcs11_ed25519(softhsm_token.uri("service-issuer"), kid=kid)
+    ring = load_keyring(keys_path)
+    keys = {**ring.keys, kid: held}
+    keys_path.write_text(json.dumps(Keyring(keys, kid).to_file_dict(include_private=True)))
+    public = Keyring({kid: held}).public().to_file_dict(include_private=False)["keys"][0]["public_key"]
+    registry = yaml.safe_load(registry_path.read_text())
+    for issuer in registry["issuers"]:
+        if issuer["id"] == SERVICE_ISSUER:
+            issuer["keys"] = [{"kid": kid, "alg": "Ed25519", "public_key": public}]
+    registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
+    trust = load_trust(registry_path)
+    issuers = ServiceIssuers.load(trust, (SERVICE_ISSUER,), load_keyring(keys_path))
+    assert isinstance(issuers.keys[0][1], Pkcs11Key)
+
+    class Bound:
+        decision_id, action_hash = "dec_hsm_2", "sha256:" + "cd" * 32
+
+    anna = Principal("treasury_approver_anna", PrincipalKind.HUMAN, frozenset({"approver"}))
+    item = issuers.sign(trust, "independent_human_approval", "PASSED", anna, "ev:approval", Bound())
+    verified = verify_attestation(item, trust, None)
+    assert verified.issuer == SERVICE_ISSUER and verified.actor_id == "treasury_approver_anna"
