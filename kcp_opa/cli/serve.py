@@ -206,10 +206,24 @@ def serve(
     sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache)
     reloader = Reloader(service, sources, authenticator, make_authenticator)
     _on_sighup(reloader)
-    if transport == "stdio":
-        _serve_stdio(service, authenticator)
-    else:
-        _serve_http(service, authenticator, host, port, reloader)
+    try:
+        if transport == "stdio":
+            _serve_stdio(service, authenticator)
+        else:
+            _serve_http(service, authenticator, host, port, reloader)
+    finally:
+        _checkpoint_on_exit(service)
+
+
+def _checkpoint_on_exit(service: Any) -> None:
+    """With --ledger-key, a signed checkpoint of the head this server wrote, when it stops."""
+    audit = service.gate.audit
+    if audit is None or audit.ledger.checkpoint_key is None:
+        return
+    try:
+        audit.ledger.close()
+    except KcpOpaError as exc:
+        click.echo(f"kcp-opa: warning: no checkpoint on exit: {exc}", err=True)
 
 
 def _signing_keyring(signing_key: str | None) -> Keyring | None:
