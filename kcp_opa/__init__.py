@@ -41,7 +41,19 @@ from kcp_opa.core.errors import (
     UnitNotFoundError,
     ValidationFailedError,
 )
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.core.signing import (
+    Ed25519Key,
+    HmacKey,
+    Keyring,
+    Pkcs11Key,
+    ReceiptKey,
+    Signer,
+    Verifier,
+    generate_ed25519,
+    hmac_key,
+    load_keyring,
+    load_signing_key,
+)
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input
@@ -90,6 +102,7 @@ __all__ = [
     "DecisionStore",
     "DelegationMatrix",
     "Diagnostic",
+    "Ed25519Key",
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
@@ -102,6 +115,7 @@ __all__ = [
     "Gate",
     "GateDecision",
     "HandoffStore",
+    "HmacKey",
     "KcpOpaError",
     "Keyring",
     "KeyringError",
@@ -110,6 +124,7 @@ __all__ = [
     "Manifest",
     "NonceStore",
     "Outcome",
+    "Pkcs11Key",
     "PolicyVerdict",
     "QueryError",
     "Reason",
@@ -121,11 +136,13 @@ __all__ = [
     "RoutingState",
     "SQLiteStore",
     "Severity",
+    "Signer",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
     "UnitNotFoundError",
     "ValidationFailedError",
+    "Verifier",
     "Violation",
     "__version__",
     "action_hash",
@@ -147,6 +164,7 @@ __all__ = [
     "load_keyring",
     "load_manifest",
     "load_matrix",
+    "load_signing_key",
     "parse_action",
     "query",
     "read_bundle",

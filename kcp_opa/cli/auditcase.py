@@ -120,9 +120,7 @@ def audit_case_verify(directory: Path, trust: Path | None, keyring: Path | None,
 @click.option(
     "--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here."
 )
-@click.option(
-    "--trust", type=click.Path(path_type=Path, dir_okay=False), help="Trust registry: each approver's roles."
-)
+@click.option("--trust", type=click.Path(path_type=Path, dir_okay=False), help="Trust registry: each approver's roles.")
 @FORMAT
 def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: str | None) -> None:
     """Decisions by state, reason, agent, model, unit and tenant; approvals; refusals; chain status.
