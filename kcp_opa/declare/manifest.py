@@ -15,6 +15,7 @@ from typing import Any
 from kcp_opa import schemas
 from kcp_opa.core import strings
 from kcp_opa.declare import vocabulary as vocab
+from kcp_opa.declare.coverage import check_coverage
 from kcp_opa.declare.declstrings import MANIFEST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
 from kcp_opa.declare.governance import check_governance
@@ -127,6 +128,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     _check_federation(doc, findings)
     check_spec_rules(doc, units, ids, findings)
     check_governance(doc, units, ids, findings)
+    check_coverage(doc, units, findings)
 
 
 def _not_an_id(value: str) -> str | None:
@@ -234,7 +236,6 @@ def _check_calendar_date(value: str, path: tuple[PathPart, ...], findings: Findi
 def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
     vocabularies: tuple[tuple[str, Sequence[str]], ...] = (
         ("regulations", vocab.REGULATIONS),
-        ("restrictions", vocab.RESTRICTIONS),
         ("data_categories", vocab.DATA_CATEGORIES),
     )
     for key, known in vocabularies:
