@@ -83,7 +83,8 @@ def _action(unit: str, purpose: str | None = None) -> dict[str, Any]:
     if purpose is not None:
         knowledge["purpose"] = purpose
     return {
-        "schema_version": "2.0", "action_id": "act_0001", "idempotency_key": "idem_attack_0001", "tenant_id": "tenant_a",
+        "schema_version": "2.0", "action_id": "act_0001", "idempotency_key": "idem_attack_0001",
+        "tenant_id": "tenant_a",
         "subject_id": "user_1", "agent_id": "agent/v1", "scenario": "declaration_attack", "action_type": "read",
         "requested_action": "kb.read", "target": {"type": "knowledge_unit", "reference": unit, "tenant_id": "tenant_a"},
         "authorization_context": {"requested_by": "user_1", "agent_scope": ["kb.read"], "session_id": "s1"},
