@@ -101,9 +101,27 @@ def _advise(blocks: Sequence[tuple[tuple[PathPart, ...], Mapping[str, Any]]], fi
             return
 
 
+_VISIBILITY_KEYS = (
+    ((), ("default", "conditions")),
+    (("conditions", "*"), ("when", "then")),
+    (("conditions", "*", "then"), ("sensitivity", "requires_auth")),
+)
+
+
 def _check_conditions(block: Any, here: tuple[PathPart, ...], findings: Findings) -> None:
-    conditions = block.get("conditions") if isinstance(block, Mapping) else None
-    for index, condition in _items(conditions):
+    if not isinstance(block, Mapping):
+        return
+    for where, node in _visibility_nodes(block):
+        allowed = next(keys for shape, keys in _VISIBILITY_KEYS if _shape(where) == shape)
+        for key in node:
+            if str(key) not in allowed and not str(key).startswith("x-"):
+                findings.error(
+                    "visibility_key_unknown",
+                    f"{key!r} is not one of {', '.join(allowed)}: kcp-opa would ignore it, so the block would mean "
+                    "something other than written (a misspelt `conditions` drops every condition)",
+                    (*here, *where, str(key)),
+                )
+    for index, condition in _items(block.get("conditions")):
         when = condition.get("when") if isinstance(condition, Mapping) else None
         if not isinstance(when, Mapping):
             continue
@@ -116,6 +134,19 @@ def _check_conditions(block: Any, here: tuple[PathPart, ...], findings: Findings
                     "value no condition lists, and an empty list or a non-string matches nothing",
                     (*here, "conditions", index, "when", str(key)),
                 )
+
+
+def _visibility_nodes(block: Mapping[str, Any]) -> Iterator[tuple[tuple[PathPart, ...], Mapping[str, Any]]]:
+    yield (), block
+    for index, condition in _items(block.get("conditions")):
+        if isinstance(condition, Mapping):
+            yield ("conditions", index), condition
+            if isinstance(condition.get("then"), Mapping):
+                yield ("conditions", index, "then"), condition["then"]
+
+
+def _shape(where: tuple[PathPart, ...]) -> tuple[str, ...]:
+    return tuple("*" if isinstance(part, int) else str(part) for part in where)
 
 
 def _enforced() -> list[str]:

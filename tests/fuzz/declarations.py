@@ -16,6 +16,7 @@ import json
 import random
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,22 @@ READ = frozenset({
     "controls", "separation_of_duties", "version", "name", "legal_basis", "review_contact", "on_stale", "authority",
     "visibility", "auth_scopes", "temporal", "rate_limits", "high_value_minor", "confirmation_minor",
 })  # fmt: skip
+
+
+#: Keys the schemas hold to a closed list: a mutation there is only ever a schema refusal.
+FIXED = frozenset({"kind", "format_version", "type", "alg", "kid", "public_key", "scope", "audience", "path"})
+
+
+def case_sweep(deployment: Deployment) -> Iterator[tuple[str, dict[str, Any], str, list[str]]]:
+    """Every case of the deployment as written, and once more stating each declared not_for entry
+    (mutated or not) as its purpose: the actions that reach what the mutation changed."""
+    for case_id, action, now in deployment.cases:
+        yield case_id, action, now, []
+        if isinstance(action.get("knowledge"), dict):
+            for purpose in deployment.purposes:
+                variant = json.loads(json.dumps(action))
+                variant["knowledge"]["purpose"] = purpose
+                yield f"{case_id}+not_for", variant, now, []
 
 
 @dataclass
@@ -70,19 +87,21 @@ def _sites(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], 
 
 
 def _mutate_text(text: str, rng: random.Random) -> str:
-    kind = rng.randrange(6)
-    if kind == 0:
-        return ""
-    if kind == 1:
-        return text + rng.choice((" ", "\n", "\t", "\r\n"))
-    if kind == 2 and any(c in LOOKALIKES for c in text):
+    roll = rng.random()
+    if roll < 0.35:  # a YAML `|` block, a pasted value: a control character at the end
+        return text + rng.choice(("\n", "\t", "\r", "\r\n"))
+    if roll < 0.55:
+        at = rng.choice((0, len(text) // 2, len(text)))
+        return text[:at] + rng.choice(INSERTS) + text[at:]
+    if roll < 0.7:
+        return text + " "
+    if roll < 0.82 and any(c in LOOKALIKES for c in text):
         spots = [i for i, c in enumerate(text) if c in LOOKALIKES]
         i = rng.choice(spots)
         return text[:i] + LOOKALIKES[text[i]] + text[i + 1 :]
-    if kind == 3:
-        return f'"{text}"'
-    at = rng.choice((0, len(text) // 2, len(text)))
-    return text[:at] + rng.choice(INSERTS) + text[at:]
+    if roll < 0.94:
+        return ""
+    return f'"{text}"'
 
 
 def _apply(doc: Any, path: tuple[Any, ...], is_key: bool, rng: random.Random) -> str:
@@ -107,8 +126,8 @@ def mutate(docs: dict[str, Any], rng: random.Random) -> list[str]:
     for _ in range(rng.randint(1, 3)):
         which = rng.choice(("knowledge", "knowledge", "matrix", "trust"))
         sites = _sites(docs[which])
-        read = [s for s in sites if any(str(p) in READ for p in s[0])]
-        path, is_key = rng.choice(read if read and rng.random() < 0.8 else sites)
+        read = [s for s in sites if any(str(p) in READ for p in s[0]) and not any(str(p) in FIXED for p in s[0])]
+        path, is_key = rng.choice(read if read and rng.random() < 0.9 else sites)
         done.append(f"{which}: {_apply(docs[which], path, is_key, rng)}")
     return done
 

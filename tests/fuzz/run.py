@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from declarations import DeclarationTally, mutated_deployment
+from declarations import DeclarationTally, case_sweep, mutated_deployment
 from differential import REPO, STATES, Deployment, Tally, cases_by_deployment, compare, load_world, mutated_actions
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 PER_SEED = 1000
 #: Mutated declaration worlds per deployment and seed, and the actions decided on each accepted one.
 DECLARATIONS_PER_SEED = 8
-PER_DECLARATION = 60
+PER_DECLARATION = 40
 
 
 def run_seed(deployment: Deployment, number: int, tally: Tally, examples: int) -> None:
@@ -97,6 +97,8 @@ def main() -> int:
                 if mutated is not None:
                     before = tallies[name].decisions
                     run_seed(mutated, number, tallies[name], PER_DECLARATION)
+                    for drawn in case_sweep(mutated):
+                        compare(mutated, *drawn, tallies[name])
                     declaration_decisions += tallies[name].decisions - before
                     mutated.opa.close()
         seeds.append(number)
