@@ -13,6 +13,8 @@ value is the bundle's "no condition lists it" key). Findings carry the path, so 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from kcp_opa.core import strings
@@ -98,11 +100,12 @@ TRUST_RULES = _rules(
 
 
 def check_declaration_strings(doc: Mapping[str, Any], rules: Sequence[Rule], findings: Findings) -> None:
-    """An error for each string (or key) at a rule's path that breaks the contract."""
-    for path, value, is_key in _strings(doc, ()):
-        kinds = {kind for pattern, kind in rules if _matches(pattern, path, is_key)}
-        if not kinds:
-            continue
+    """An error for each string (or key) at a rule's path that breaks the contract.
+
+    The walk follows the rules (a trie), so what no rule names (intents, paths, descriptions) is
+    never visited: a 100,000-unit manifest costs what its policy-read strings do.
+    """
+    for path, value, kinds in _ruled_strings(doc, _trie(tuple(rules))):
         problem = strings.data_text_problem(value)
         if problem is not None:
             findings.error("declaration_characters", f"{_shown(value)}: {problem}", path)
@@ -115,6 +118,57 @@ def check_declaration_strings(doc: Mapping[str, Any], rules: Sequence[Rule], fin
             )
         elif path[-2:-1] == ("not_for",) and not fold_text(value):
             findings.error("declaration_empty", "a not_for entry that folds to nothing matches no purpose", path)
+
+
+@dataclass
+class _Node:
+    children: dict[str, _Node] = field(default_factory=dict)
+    values: set[str] = field(default_factory=set)  # kinds for a string at this node
+    keys: set[str] = field(default_factory=set)  # kinds for this mapping's keys (``#``)
+    below: set[str] = field(default_factory=set)  # kinds for every string and key under it (``**``)
+
+
+@cache
+def _trie(rules: tuple[Rule, ...]) -> _Node:
+    root = _Node()
+    for pattern, kind in rules:
+        node = root
+        for position, segment in enumerate(pattern):
+            last = position == len(pattern) - 1
+            if segment == REST:
+                node.below.add(kind)
+                break
+            if segment == KEYS and last:
+                node.keys.add(kind)
+                break
+            node = node.children.setdefault(segment, _Node())
+            if last:
+                node.values.add(kind)
+    return root
+
+
+def _ruled_strings(doc: Any, root: _Node) -> Iterator[tuple[tuple[PathPart, ...], str, set[str]]]:
+    """(path, string, kinds) for every string and key some rule names."""
+    stack: list[tuple[Any, tuple[PathPart, ...], tuple[_Node, ...], frozenset[str]]] = [(doc, (), (root,), frozenset())]
+    while stack:
+        value, path, nodes, inherited = stack.pop()
+        below = inherited.union(*(n.below for n in nodes))
+        if isinstance(value, str):
+            kinds = set(inherited).union(*(n.values for n in nodes))
+            if kinds:
+                yield path, value, kinds
+        elif isinstance(value, Mapping):
+            key_kinds = set(below).union(*(n.keys for n in nodes))
+            for key, item in value.items():
+                if isinstance(key, str) and key_kinds:
+                    yield (*path, key), key, key_kinds
+                children = tuple(c for n in nodes for c in (n.children.get(str(key)), n.children.get(ANY)) if c)
+                if children or below:
+                    stack.append((item, (*path, key), children, below))
+        elif isinstance(value, list):
+            children = tuple(c for n in nodes if (c := n.children.get(ANY)) is not None)
+            if children or below:
+                stack.extend((item, (*path, i), children, below) for i, item in enumerate(value))
 
 
 def check_data_strings(data: Mapping[str, Any]) -> None:
@@ -139,21 +193,6 @@ def _strings(node: Any, path: tuple[PathPart, ...]) -> Iterator[tuple[tuple[Path
                 stack.append((item, (*here, key)))
         elif isinstance(value, list):
             stack.extend((item, (*here, index)) for index, item in enumerate(value))
-
-
-def _matches(pattern: tuple[str, ...], path: tuple[PathPart, ...], is_key: bool) -> bool:
-    for position, segment in enumerate(pattern):
-        if segment == REST:
-            return len(path) > position
-        if position >= len(path):
-            return False
-        last = position == len(path) - 1
-        if segment == KEYS:
-            if not (last and is_key):
-                return False
-        elif (segment != ANY and segment != str(path[position])) or (last and is_key):
-            return False
-    return len(pattern) == len(path)
 
 
 def _shown(value: str) -> str:
