@@ -26,6 +26,7 @@ from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_polic
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
 from kcp_opa.core.version import __version__
+from kcp_opa.declare.declstrings import check_data_strings
 from kcp_opa.declare.diagnostics import Diagnostic
 from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import verify_manifest
@@ -130,6 +131,7 @@ def compile_bundle(
             raise ValidationFailedError(report.file, [str(d) for d in report.errors])
         trust = report.document
     data = build_data(manifests, matrix, trust)
+    check_data_strings(data)  # the backstop: no string regopy would read escaped (declstrings)
     files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]
     files += [BundleFile(m.path, m.source.encode("utf-8")) for m in modules]
     metadata = _metadata(manifests, matrix, modules, version, sorted(data))
@@ -192,8 +194,8 @@ def _load_manifests(
 
 
 def _verify_integrity(path: Path, manifest: Manifest, keys: Sequence[Ed25519PublicKey], max_bytes: int) -> None:
-    if integrity_declared(manifest.data) is None:
-        return
+    if integrity_declared(manifest.data) is None and not keys:
+        return  # with keys, a manifest that declares nothing is refused by verify_manifest
     # The bytes verified must be the bytes validated: re-read, and refuse a file that changed.
     raw = read_bounded(path, manifest.file, max_bytes)
     if not hmac.compare_digest(hashlib.sha256(raw).hexdigest(), manifest.sha256):

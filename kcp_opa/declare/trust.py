@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from kcp_opa import schemas
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring, ReceiptKey
+from kcp_opa.declare.declstrings import TRUST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
@@ -112,6 +113,7 @@ class TrustRegistry:
 
 
 def _check(doc: dict[str, Any], findings: Findings) -> None:
+    check_declaration_strings(doc, TRUST_RULES, findings)
     for section in ("principals", "issuers"):
         entries = doc.get(section)
         if not isinstance(entries, list):

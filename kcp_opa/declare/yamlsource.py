@@ -94,23 +94,27 @@ class YamlSource:
     def line_of(self, path: Sequence[PathPart]) -> int | None:
         """1-based line of the deepest node on ``path`` that exists in the source."""
         node: Node = self.root
+        line = node.start_mark.line
         for part in path:
             child = _child(node, part)
             if child is None:
                 break
-            node = child
-        return node.start_mark.line + 1
+            node, line = child
+        return line + 1
 
 
-def _child(node: Node, part: PathPart) -> Node | None:
+def _child(node: Node, part: PathPart) -> tuple[Node, int] | None:
+    """The child node and the 0-based line that names it: a key's own line when its value is a
+    block starting below it (``task_types:`` then the rows), else the value's line."""
     if isinstance(node, MappingNode) and isinstance(part, str):
         for key, value in node.value:
             if isinstance(key, ScalarNode) and key.value == part:
                 found: Node = value
-                return found
+                collection = isinstance(found, MappingNode | SequenceNode)
+                return found, key.start_mark.line if collection else found.start_mark.line
     if isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
         child: Node = node.value[part]
-        return child
+        return child, child.start_mark.line
     return None
 
 
