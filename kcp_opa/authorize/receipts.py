@@ -80,6 +80,7 @@ def issue_receipt(
     ttl_seconds: int | None = None,
     now: dt.datetime | None = None,
     decision_hash: str | None = None,
+    unsigned_decision: bool = False,
 ) -> dict[str, Any]:
     """Sign a receipt for ``action`` under a KYA gate decision document (ours or another gate's).
 
@@ -141,6 +142,8 @@ def issue_receipt(
         "one_time_use": True,
         "signature": {"alg": key.alg, "kid": key.kid},
     }
+    if unsigned_decision:  # signed with the rest: a verifier and an auditor see what the issuer accepted
+        receipt["decision_authentication"] = "unsigned"
     receipt["signature"]["value"] = key.sign(signing_bytes(receipt))
     return receipt
 
@@ -236,6 +239,10 @@ def verify_receipt(
         raise ReceiptVerificationError("issued_at is in the future", "not_yet_valid")
     if expires <= issued:
         raise ReceiptVerificationError("expires_at is not after issued_at", "invalid_validity")
+    if expires - issued > dt.timedelta(seconds=MAX_TTL_SECONDS):  # the contract's cap, whoever signed it
+        raise ReceiptVerificationError(
+            f"valid for {int((expires - issued).total_seconds())} s, over the {MAX_TTL_SECONDS} s cap", "ttl_over_cap"
+        )
     if moment >= expires:
         raise ReceiptVerificationError("the receipt has expired", "expired")
     if not _NONCE.match(receipt["nonce"]):

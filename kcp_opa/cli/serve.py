@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.files import read_regular
 from kcp_opa.core.signing import load_keyring
 
 
@@ -23,7 +24,7 @@ def _handlers(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))
     except (OSError, ValueError) as exc:
         raise ServeConfigError(f"{path}: cannot read the handlers file: {exc}") from None
     spec = raw.get("handlers") if isinstance(raw, dict) else None
@@ -37,7 +38,7 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))
     except (OSError, ValueError) as exc:
         raise ServeConfigError(f"{path}: cannot read the tokens file: {exc}") from None
     tokens = raw.get("tokens") if isinstance(raw, dict) else None

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KeyringError
+from kcp_opa.core.files import read_regular
 
 HMAC_SHA256 = "HMAC-SHA256"
 ED25519 = "Ed25519"
@@ -179,7 +180,7 @@ class Keyring:
 def load_keyring(path: str | Path) -> Keyring:
     """Read a keyring file (JSON). HMAC keys name their secret's environment variable (``secret_env``)."""
     try:
-        raw = strictjson.loads(Path(path).read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))
     except OSError as exc:
         raise KeyringError(f"{path}: cannot read keyring: {exc.strerror or exc}", "no_keyring") from None
     except json.JSONDecodeError as exc:

@@ -185,8 +185,13 @@ class GateService:
         except KcpOpaError as exc:
             self.refuse(principal, tool, exc)
             raise
-        except (ValueError, TypeError) as exc:  # a malformed argument (e.g. ttl_seconds "x"): refused too
+        except (ValueError, TypeError, ArithmeticError) as exc:  # a malformed argument (ttl_seconds "x", 1e309)
             refusal = CodedError(f"bad arguments: {exc}", "bad_arguments")
+            self.refuse(principal, tool, refusal)
+            raise refusal from None
+        except Exception as exc:  # never a 500 or a traceback to the caller: an audited refusal, logged here
+            _log.error("tool_failed", tool=tool, error=f"{type(exc).__name__}: {exc}")
+            refusal = CodedError(f"{tool} failed ({type(exc).__name__}); the call is refused", "internal_error")
             self.refuse(principal, tool, refusal)
             raise refusal from None
 
@@ -383,15 +388,21 @@ class GateService:
 
     # -- health ------------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def status(self, principal: Principal | None = None, *, admin: bool = True) -> dict[str, Any]:
+        """Health for operators; file paths only to an admin (``admin`` for in-process callers)."""
         ledger_ok = self.ledger_path is not None and writable(self.ledger_path)
         store_ok = self.challenges.healthy()
+        shown = admin if principal is None else Scope.ADMIN in principal.scopes
+        store: dict[str, Any] = {"ok": store_ok} | ({"path": str(self.store.path)} if shown else {})
+        ledger: dict[str, Any] = {"ok": ledger_ok}
+        if shown:
+            ledger["path"] = str(self.ledger_path) if self.ledger_path else None
         return {
             "ok": ledger_ok and store_ok,
             "bundle_revision": self.gate.bundle_revision,
             "policy_version": self.gate.policy_version,
-            "store": {"ok": store_ok, "path": str(self.store.path)},
-            "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
+            "store": store,
+            "ledger": ledger,
             "decisions_held": self.records.count(),
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, token_hash
@@ -106,6 +107,8 @@ _STATUS = {
     "reload_failed": 409,
     "action_rejected": 400,
     "bad_request": 400,
+    "bad_arguments": 400,
+    "unknown_tool": 404,
 }
 
 
@@ -114,14 +117,36 @@ def _refused(exc: KcpOpaError) -> JSONResponse:
     return JSONResponse(payload, _STATUS.get(payload["code"], 422))
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise CodedError(f"body is over {MAX_BODY_BYTES} bytes", "bad_request")
+async def read_capped(receive: Receive, declared: str | None) -> bytes:
+    """The request body, refused past :data:`MAX_BODY_BYTES` before more of it is read."""
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        raise CodedError(f"body is over {MAX_BODY_BYTES} bytes (Content-Length {declared[:20]})", "bad_request")
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise CodedError(f"body is over {MAX_BODY_BYTES} bytes", "bad_request")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def strict_json(raw: bytes) -> Any:
+    """The project's strict reader (duplicate keys, BOM, UTF-16, NaN, 1e309 refused), one-line errors."""
     try:
-        value = json.loads(raw or b"{}")
-    except (ValueError, RecursionError):
-        raise CodedError("body is not JSON", "bad_request") from None
+        return strictjson.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CodedError(f"body is not strict JSON: {str(exc)[:200]}", "bad_request") from None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await read_capped(request.receive, request.headers.get("content-length"))
+    value = strict_json(raw or b"{}")
     if not isinstance(value, dict):
         raise CodedError("body must be a JSON object", "bad_request")
     return value
@@ -189,7 +214,8 @@ def build_app(
         return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     async def status(request: Request) -> Response:
-        return JSONResponse(await anyio.to_thread.run_sync(service.status))
+        principal = principal_of(request)
+        return JSONResponse(await anyio.to_thread.run_sync(lambda: service.status(principal, admin=False)))
 
     async def challenge(request: Request) -> Response:
         args = {"challenge_id": request.path_params["challenge_id"]}
