@@ -209,19 +209,11 @@ def _on_sighup(reloader: Any) -> None:
 
 
 def _serve_stdio(service: Any, authenticator: Any) -> None:
-    import anyio
-    from mcp.server.stdio import stdio_server
-
+    from kcp_opa.service.stdio import run_stdio
     from kcp_opa.service.tools import build_server
 
     principal = authenticator.fixed()
-    server = build_server(service, lambda ctx: principal)
-
-    async def run() -> None:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-
-    anyio.run(run)
+    run_stdio(build_server(service, lambda ctx: principal), service)
 
 
 def _serve_http(service: Any, authenticator: Any, host: str, port: int, reloader: Any) -> None:

@@ -28,10 +28,11 @@ from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary, addressees
+from kcp_opa.service.handlers import check_bound
 from kcp_opa.service.handoff import HandoffStore, executing_as
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
-from kcp_opa.service.observe import Metrics, set_attributes, span, traceparent_of, writable
+from kcp_opa.service.observe import Metrics, health, set_attributes, span, traceparent_of
 from kcp_opa.service.records import (
     DecisionStore,
     StoredDecision,
@@ -187,11 +188,6 @@ class GateService:
             raise
         except (ValueError, TypeError, ArithmeticError) as exc:  # a malformed argument (ttl_seconds "x", 1e309)
             refusal = CodedError(f"bad arguments: {exc}", "bad_arguments")
-            self.refuse(principal, tool, refusal)
-            raise refusal from None
-        except Exception as exc:  # never a 500 or a traceback to the caller: an audited refusal, logged here
-            _log.error("tool_failed", tool=tool, error=f"{type(exc).__name__}: {exc}")
-            refusal = CodedError(f"{tool} failed ({type(exc).__name__}); the call is refused", "internal_error")
             self.refuse(principal, tool, refusal)
             raise refusal from None
 
@@ -363,6 +359,7 @@ class GateService:
         if function is None:
             known = ", ".join(sorted(self.handlers)) or "none registered"
             raise CodedError(f"no handler {handler!r} ({known})", "unknown_handler")
+        check_bound(handler, function, action)  # before the receipt is consumed
         token = executing_as.set(principal.id)  # a receipt this principal verified may be executed once
         try:
             result = self._loaded.executor.execute_authorized_action(action, receipt, function)
@@ -389,20 +386,13 @@ class GateService:
     # -- health ------------------------------------------------------------------------------------
 
     def status(self, principal: Principal | None = None, *, admin: bool = True) -> dict[str, Any]:
-        """Health for operators; file paths only to an admin (``admin`` for in-process callers)."""
-        ledger_ok = self.ledger_path is not None and writable(self.ledger_path)
-        store_ok = self.challenges.healthy()
+        """Health; file paths only to an admin (``admin``: an in-process caller, no principal)."""
         shown = admin if principal is None else Scope.ADMIN in principal.scopes
-        store: dict[str, Any] = {"ok": store_ok} | ({"path": str(self.store.path)} if shown else {})
-        ledger: dict[str, Any] = {"ok": ledger_ok}
-        if shown:
-            ledger["path"] = str(self.ledger_path) if self.ledger_path else None
+        files = health(self.store.path, self.challenges.healthy(), self.ledger_path, shown=shown)
         return {
-            "ok": ledger_ok and store_ok,
+            **files,
             "bundle_revision": self.gate.bundle_revision,
             "policy_version": self.gate.policy_version,
-            "store": store,
-            "ledger": ledger,
             "decisions_held": self.records.count(),
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},

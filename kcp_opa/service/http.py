@@ -12,6 +12,7 @@ session to the credential that opened it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -152,6 +153,59 @@ async def _body(request: Request) -> dict[str, Any]:
     return value
 
 
+class EdgeGuard:
+    """Before any route: on a loopback listener every request's Host must be loopback (``/metrics``
+    and ``/health`` too, not only the SDK's ``/mcp``); an MCP POST body is read capped and through
+    the strict reader before the SDK parses it. Each refusal is audited."""
+
+    def __init__(self, app: ASGIApp, service: GateService, loopback: bool) -> None:
+        self.app, self.service, self.loopback = app, service, loopback
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        path = str(scope.get("path", ""))
+        if self.loopback and not _loopback_host(headers.get("host", "")):
+            refusal = CodedError(f"Host {headers.get('host', '')[:80]!r} is not this loopback listener", "bad_host")
+            await self._refuse(path, refusal, 421, scope, receive, send)
+            return
+        if path.rstrip("/") == "/mcp" and scope.get("method") == "POST":
+            try:
+                raw = await read_capped(receive, headers.get("content-length"))
+                strict_json(raw)
+            except CodedError as exc:
+                await self._refuse(path, exc, 400, scope, receive, send)
+                return
+            receive = _replay(raw)
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, path: str, exc: CodedError, code: int, scope: Scope, receive: Receive, send: Send) -> None:
+        await anyio.to_thread.run_sync(self.service.refuse, None, path, exc)
+        await JSONResponse({"error": str(exc), "code": exc.code}, code)(scope, receive, send)
+
+
+_LOOPBACK_HOST = re.compile(r"(?:127\.0\.0\.1|localhost|\[::1\])(?::[0-9]{1,5})?", re.IGNORECASE)
+
+
+def _loopback_host(host: str) -> bool:
+    return _LOOPBACK_HOST.fullmatch(host) is not None
+
+
+def _replay(raw: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive  # type: ignore[return-value]
+
+
 Handler = Callable[[Request, dict[str, Any]], tuple[str, dict[str, Any]]]
 
 
@@ -267,6 +321,9 @@ def build_app(
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(AuthenticationMiddleware, backend=BearerBackend(authenticator))],
+        middleware=[
+            Middleware(EdgeGuard, service=service, loopback=host in LOOPBACK),
+            Middleware(AuthenticationMiddleware, backend=BearerBackend(authenticator)),
+        ],
         lifespan=lambda app: manager.run(),
     )

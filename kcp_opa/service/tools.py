@@ -16,6 +16,7 @@ from typing import Any
 import anyio.to_thread
 import fastjsonschema
 import mcp_types as types
+import structlog
 from mcp.server import Server, ServerRequestContext
 
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
@@ -24,6 +25,8 @@ from kcp_opa.models.decision import RoutingState
 from kcp_opa.schemas import _inline, schema
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Principal
+
+_log = structlog.get_logger("kcp_opa.service")
 
 #: The seven KYA tools in the seed's order, then the two kcp-opa adds.
 TOOL_NAMES = (
@@ -254,7 +257,15 @@ def dispatch(service: GateService, principal: Principal | None, name: str, args:
         check_arguments(name, args)
         return work(p)
 
-    return service.call(principal, name, checked)
+    try:
+        return service.call(principal, name, checked)
+    except KcpOpaError:
+        raise
+    except Exception as exc:  # never a 500 or a traceback to the caller: an audited refusal, logged here
+        _log.error("tool_failed", tool=name, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        refusal = CodedError(f"{name} failed ({type(exc).__name__}); the call is refused", "internal_error")
+        service.refuse(principal, name, refusal)
+        raise refusal from None
 
 
 def error_payload(exc: KcpOpaError) -> dict[str, Any]:
