@@ -13,6 +13,8 @@ package kcp.evaluators.financial
 
 import rego.v1
 
+import data.kcp.lib.facts
+
 evaluator := {"id": "kya_controls", "version": "1.0.0"}
 
 _action := input.action
@@ -21,7 +23,7 @@ _attributes := input.action.attributes
 
 _money := data.kcp_data.matrix.parameters.money
 
-_money_moving := {"payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending"}
+_money_moving := facts.money_moving
 
 # Every attribute flag a trigger reads. Kept beside the triggers: a flag read below and not
 # listed here never fires (financial_test.rego checks each).
@@ -46,9 +48,7 @@ _raised contains name if {
 # title: Value transfer
 default value_transfer := false
 
-value_transfer if _action.action_type in _money_moving
-
-value_transfer if _action.amount.value_minor > 0
+value_transfer if facts.value_transfer
 
 default _amount_given := false
 
