@@ -66,7 +66,8 @@ def _one_line_refusal(proc: subprocess.CompletedProcess[str], fifo: Path) -> Non
 
 def test_a_fifo_as_action_bundle_manifest_or_registry_is_refused_not_waited_on(bundle: Path, fifo: Path) -> None:
     _one_line_refusal(_cli("decide", "-b", str(bundle), "-i", str(fifo)), fifo)
-    _one_line_refusal(_cli("decide", "-b", str(fifo), "-i", str(REPO / "fixtures/kya-supplier-payment-action.json")), fifo)
+    action = str(REPO / "fixtures" / "kya-supplier-payment-action.json")
+    _one_line_refusal(_cli("decide", "-b", str(fifo), "-i", action), fifo)
     _one_line_refusal(_cli("validate", str(fifo)), fifo)
     matrix = str(FINANCE / "matrix.yaml")
     _one_line_refusal(_cli("compile", str(fifo), "--matrix", matrix, "-o", str(fifo.with_suffix(".tgz"))), fifo)
@@ -88,24 +89,23 @@ def test_a_decision_time_past_the_last_year_is_a_one_line_usage_error(bundle: Pa
 def _bomb(size: int) -> bytes:
     """~1 MiB of gzip: a tar whose one member header announces ``size`` bytes of zeros."""
     raw = io.BytesIO()
-    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9) as gz:
-        with tarfile.open(fileobj=gz, mode="w|") as tar:
-            info = tarfile.TarInfo("kcp/data.json")
-            info.size = size
+    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9) as gz, tarfile.open(fileobj=gz, mode="w|") as tar:
+        info = tarfile.TarInfo("kcp/data.json")
+        info.size = size
 
-            class Zeros(io.RawIOBase):
-                left = size
+        class Zeros(io.RawIOBase):
+            left = size
 
-                def readable(self) -> bool:
-                    return True
+            def readable(self) -> bool:
+                return True
 
-                def readinto(self, buffer: Any) -> int:
-                    count = min(len(buffer), self.left, 1 << 20)
-                    buffer[:count] = b"\0" * count
-                    self.left -= count
-                    return count
+            def readinto(self, buffer: Any) -> int:
+                count = min(len(buffer), self.left, 1 << 20)
+                buffer[:count] = b"\0" * count
+                self.left -= count
+                return count
 
-            tar.addfile(info, io.BufferedReader(Zeros(), 1 << 20))
+        tar.addfile(info, io.BufferedReader(Zeros(), 1 << 20))
     return raw.getvalue()
 
 
@@ -157,4 +157,3 @@ def test_a_transfer_with_the_resource_tenant_left_out_is_context_missing_on_both
     assert "tenant_boundary" in gate.decide(named, now="2026-07-17T08:00:00Z").reason_codes
     # and the KYA seed's external beneficiary (the deployment's external_target_types) is unchanged
     assert gate.decide(KYA, now="2026-07-17T08:00:00Z").decision.value == "HUMAN_APPROVAL"
-
