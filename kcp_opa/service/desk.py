@@ -28,10 +28,10 @@ from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary, addressees
-from kcp_opa.service.handlers import check_bound
+from kcp_opa.service.handlers import bound_handler
 from kcp_opa.service.handoff import HandoffStore, executing_as
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
-from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
+from kcp_opa.service.issuing import ServiceIssuers, answerable, check_addressed, check_audit_detail
 from kcp_opa.service.observe import Metrics, health, set_attributes, span, traceparent_of
 from kcp_opa.service.records import (
     DecisionStore,
@@ -272,6 +272,7 @@ class GateService:
             raise ChallengeError(
                 f"only missing controls can be challenged: {', '.join(missing)}", "control_not_missing"
             )
+        answerable(loaded.issuers, loaded.registry, wanted)  # a challenge nobody here can sign for never completes
         summary = action_summary(record.action, decision.to_dict())
         opened = [
             self.challenges.open(
@@ -355,11 +356,7 @@ class GateService:
 
     def execute(self, principal: Principal, action: Any, receipt: Any, handler: str) -> dict[str, Any]:
         principal.require(Scope.EXECUTE, "execute actions")
-        function = self.handlers.get(handler)
-        if function is None:
-            known = ", ".join(sorted(self.handlers)) or "none registered"
-            raise CodedError(f"no handler {handler!r} ({known})", "unknown_handler")
-        check_bound(handler, function, action)  # before the receipt is consumed
+        function = bound_handler(self.handlers, handler, action)  # before the receipt is consumed
         token = executing_as.set(principal.id)  # a receipt this principal verified may be executed once
         try:
             result = self._loaded.executor.execute_authorized_action(action, receipt, function)

@@ -37,8 +37,13 @@ def bound(function: Handler, *actions: str) -> BoundHandler:
     return BoundHandler(function, actions)
 
 
-def check_bound(name: str, function: Handler, action: Any) -> None:
-    """Refuse (``handler_not_bound``) unless handler ``name`` may run for the action's ``requested_action``."""
+def bound_handler(handlers: Mapping[str, Handler], name: str, action: Any) -> Handler:
+    """Handler ``name``, refused (``unknown_handler``, ``handler_not_bound``) unless it is registered
+    and may run for the action's ``requested_action``."""
+    function = handlers.get(name)
+    if function is None:
+        known = ", ".join(sorted(handlers)) or "none registered"
+        raise CodedError(f"no handler {name!r} ({known})", "unknown_handler")
     actions = function.actions if isinstance(function, BoundHandler) else frozenset({name})
     requested = action.get("requested_action") if isinstance(action, Mapping) else None
     if requested not in actions:
@@ -46,6 +51,7 @@ def check_bound(name: str, function: Handler, action: Any) -> None:
             f"handler {name!r} runs for requested_action {', '.join(sorted(actions))}, not {str(requested)[:128]!r}",
             "handler_not_bound",
         )
+    return function
 
 
 def load_handlers(spec: Mapping[str, Any]) -> dict[str, Handler]:

@@ -103,6 +103,7 @@ _STATUS = {
     "unknown_decision": 404,
     "unknown_challenge": 404,
     "unknown_handler": 404,
+    "handler_not_bound": 403,
     "challenge_used": 409,
     "replay": 409,
     "reload_failed": 409,

@@ -97,6 +97,7 @@ class ServiceIssuers:
         return None
 
     def for_control(self, registry: TrustRegistry, control: str) -> tuple[str, ReceiptKey]:
+        """The issuer (and key) that signs ``control``; ``issuer_not_allowed`` when none may."""
         found = self.held_for(registry, control)
         if found is not None:
             return found
@@ -151,6 +152,14 @@ def bundle_approver_roles(data: Mapping[str, Any]) -> set[str]:
         if isinstance(params.get("default"), str):
             roles.add(params["default"])
     return roles
+
+
+def answerable(issuers: ServiceIssuers | None, registry: TrustRegistry | None, controls: Iterable[str]) -> None:
+    """Refuse (``issuer_not_allowed``) to open a challenge for a control no issuer of this service
+    may attest: the answer could never be signed, so the review would never complete."""
+    if issuers is not None and registry is not None:
+        for control in controls:
+            issuers.for_control(registry, control)
 
 
 def check_addressed(principal: Principal, challenge: Challenge) -> None:
