@@ -59,7 +59,8 @@ def load_handlers(spec: Mapping[str, Any]) -> dict[str, Handler]:
     ``{"name": {"target": "module:function", "actions": ["execute_payment"]}}`` -> the callables."""
     handlers: dict[str, Handler] = {}
     for name, entry in spec.items():
-        target, actions = entry, [str(name)]
+        target: Any = entry
+        actions: Any = [str(name)]
         if isinstance(entry, Mapping):
             target, actions = entry.get("target"), entry.get("actions")
             if not isinstance(actions, list) or not actions or not all(isinstance(a, str) and a for a in actions):

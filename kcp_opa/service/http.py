@@ -204,7 +204,7 @@ def _replay(raw: bytes) -> Receive:
             return {"type": "http.request", "body": raw, "more_body": False}
         return {"type": "http.disconnect"}
 
-    return receive  # type: ignore[return-value]
+    return receive
 
 
 Handler = Callable[[Request, dict[str, Any]], tuple[str, dict[str, Any]]]
