@@ -31,7 +31,7 @@ from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_su
 from kcp_opa.service.handlers import bound_handler
 from kcp_opa.service.handoff import HandoffStore, executing_as
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
-from kcp_opa.service.issuing import ServiceIssuers, answerable, check_addressed, check_audit_detail
+from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
 from kcp_opa.service.observe import Metrics, health, set_attributes, span, traceparent_of
 from kcp_opa.service.records import (
     DecisionStore,
@@ -272,7 +272,6 @@ class GateService:
             raise ChallengeError(
                 f"only missing controls can be challenged: {', '.join(missing)}", "control_not_missing"
             )
-        answerable(loaded.issuers, loaded.registry, wanted)  # a challenge nobody here can sign for never completes
         summary = action_summary(record.action, decision.to_dict())
         opened = [
             self.challenges.open(

@@ -154,14 +154,6 @@ def bundle_approver_roles(data: Mapping[str, Any]) -> set[str]:
     return roles
 
 
-def answerable(issuers: ServiceIssuers | None, registry: TrustRegistry | None, controls: Iterable[str]) -> None:
-    """Refuse (``issuer_not_allowed``) to open a challenge for a control no issuer of this service
-    may attest: the answer could never be signed, so the review would never complete."""
-    if issuers is not None and registry is not None:
-        for control in controls:
-            issuers.for_control(registry, control)
-
-
 def check_addressed(principal: Principal, challenge: Challenge) -> None:
     """Refuse a principal the challenge is not addressed to (kind, named principals, roles)."""
     address = challenge.addressed_to
