@@ -38,6 +38,7 @@ from rich.console import Console
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.handlers import bound
 from kcp_opa.service.http import build_app
 from kcp_opa.service.identity import token_hash
 from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
@@ -139,7 +140,7 @@ def main() -> int:
             BUNDLES / "finance.tar.gz",
             store=Path(tmp) / "service.db",
             ledger=LEDGER,
-            handlers={"pay": pay},
+            handlers={"pay": bound(pay, "execute_payment")},
             registry=registry,
             issuer_ids=ISSUERS,
             issuer_keyring=load_keyring(TEST_ONLY_KEYS),

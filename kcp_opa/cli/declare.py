@@ -15,6 +15,7 @@ from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_j
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError
+from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.integrity import declared as integrity_declared
@@ -105,8 +106,7 @@ def _with_integrity(path: Path, report: Report[Any], keys: Any, max_bytes: int) 
 
 def _head(path: Path) -> bytes:
     try:
-        with path.open("rb") as handle:
-            return handle.read(4096)
+        return read_regular(path, 4096)[:4096]  # a FIFO: refused later with one line, never waited on
     except OSError:
         return b""
 

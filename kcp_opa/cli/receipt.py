@@ -130,6 +130,11 @@ def receipt_hash(action_path: str) -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Keyring with the HMAC secrets of issuers registered by keyring kid.",
 )
+@click.option(
+    "--accept-unsigned-decision",
+    is_flag=True,
+    help="With --issuer: accept an unsigned decision document, only from a gate the registry marks unsigned.",
+)
 @now_option("Issue time [default: now].")
 @_receipt_errors
 def receipt_issue(
@@ -145,6 +150,7 @@ def receipt_issue(
     trust_path: Path | None,
     bundle_path: Path | None,
     issuer_keyring: Path | None,
+    accept_unsigned_decision: bool,
     now: str | None,
 ) -> None:
     """Issue a receipt: only for an APPROVED decision whose required controls all PASSED.
@@ -179,6 +185,7 @@ def receipt_issue(
             keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
             ttl_seconds=ttl_seconds,
             now=moment,
+            accept_unsigned=accept_unsigned_decision,
         )
     else:
         issued = issue_receipt(decision, action, key, ttl_seconds=ttl_seconds, now=moment)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,9 @@ from typing import Any
 import click
 
 from kcp_opa.cli.keys import signing_key_option
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.files import read_regular
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 
 
@@ -24,7 +25,7 @@ def _handlers(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))
     except (OSError, ValueError) as exc:
         raise ServeConfigError(f"{path}: cannot read the handlers file: {exc}") from None
     spec = raw.get("handlers") if isinstance(raw, dict) else None
@@ -38,7 +39,7 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))
     except (OSError, ValueError) as exc:
         raise ServeConfigError(f"{path}: cannot read the tokens file: {exc}") from None
     tokens = raw.get("tokens") if isinstance(raw, dict) else None
@@ -241,19 +242,11 @@ def _on_sighup(reloader: Any) -> None:
 
 
 def _serve_stdio(service: Any, authenticator: Any) -> None:
-    import anyio
-    from mcp.server.stdio import stdio_server
-
+    from kcp_opa.service.stdio import run_stdio
     from kcp_opa.service.tools import build_server
 
     principal = authenticator.fixed()
-    server = build_server(service, lambda ctx: principal)
-
-    async def run() -> None:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-
-    anyio.run(run)
+    run_stdio(build_server(service, lambda ctx: principal), service)
 
 
 def _serve_http(service: Any, authenticator: Any, host: str, port: int, reloader: Any) -> None:

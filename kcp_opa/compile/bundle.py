@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.core.errors import BundleError
+from kcp_opa.core.files import read_regular
 
 MANIFEST_NAME = ".manifest"
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
@@ -144,7 +145,7 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
     """
     source = str(path)
     try:
-        packed = Path(path).read_bytes()
+        packed = read_regular(path, MAX_BUNDLE_BYTES)
     except OSError as exc:
         raise BundleError(f"{source}: cannot read bundle: {exc.strerror or exc}") from None
     if len(packed) > MAX_BUNDLE_BYTES:
@@ -173,26 +174,42 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
     return LoadedBundle(source, manifest, data, modules, hashlib.sha256(packed).hexdigest())
 
 
-def _inflate(packed: bytes, source: str, limit: int) -> bytes:
-    """gunzip at most ``limit`` bytes: a bomb is refused before it is in memory."""
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(packed), mode="rb") as gz:
-            raw = gz.read(limit + 1)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise BundleError(f"{source}: not a gzipped tar bundle ({exc})") from None
-    if len(raw) > limit:
-        raise BundleError(f"{source}: inflates to more than {limit} bytes (KCP_OPA_BUNDLE_MAX_BYTES)")
-    return raw
+class _Inflated(io.RawIOBase):
+    """The gunzipped stream, refused the moment it would pass ``limit`` bytes: a bomb costs
+    at most the limit, never the 1 GiB a member's header announces."""
+
+    def __init__(self, packed: bytes, source: str, limit: int) -> None:
+        self._gz = gzip.GzipFile(fileobj=io.BytesIO(packed), mode="rb")
+        self.source, self.remaining = source, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self.remaining + 1 if size is None or size < 0 else min(size, self.remaining + 1)
+        chunk = self._gz.read(want)
+        self.remaining -= len(chunk)
+        if self.remaining < 0:
+            raise _TooLarge()
+        return chunk
+
+
+class _TooLarge(Exception):
+    """Raised inside tarfile's reads; worded by :func:`_members`."""
 
 
 def _members(packed: bytes, source: str, limits: BundleLimits) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    raw = _inflate(packed, source, limits.max_decompressed_bytes)
+    limit = limits.max_decompressed_bytes
+    too_large = f"{source}: inflates to more than {limit} bytes (KCP_OPA_BUNDLE_MAX_BYTES)"
+    stream = _Inflated(packed, source, limit)
     try:
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
             for count, info in enumerate(tar, start=1):
                 if count > limits.max_members:
                     raise BundleError(f"{source}: more than {limits.max_members} members (KCP_OPA_BUNDLE_MAX_MEMBERS)")
+                if info.size > stream.remaining:  # from the header, before a byte of the member is read
+                    raise BundleError(f"{too_large}: member {info.name[:80]!r} declares {info.size} bytes")
                 name = posixpath.normpath(info.name.removeprefix("./"))
                 if info.isdir():
                     continue
@@ -206,7 +223,9 @@ def _members(packed: bytes, source: str, limits: BundleLimits) -> dict[str, byte
                 if extracted is None:  # pragma: no cover - isfile() guarantees content
                     raise BundleError(f"{source}: member {info.name!r} has no content")
                 out[name] = extracted.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except _TooLarge:
+        raise BundleError(too_large) from None
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise BundleError(f"{source}: not a gzipped tar bundle ({exc})") from None
     return out
 

@@ -19,7 +19,7 @@ import fastjsonschema
 from jsonschema import Draft202012Validator
 
 from kcp_opa.core import strictjson, strings
-from kcp_opa.core.canonical import canonical_hash
+from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.textfold import fold_text
@@ -49,12 +49,22 @@ def parse_action(text: str | bytes) -> dict[str, Any]:
     return value  # type: ignore[no-any-return]
 
 
-def check_action(value: Any) -> None:
-    """Raise :class:`ActionRejectedError` unless ``value`` is a well-formed action intent."""
+def check_action(value: Any) -> bytes:
+    """Raise :class:`ActionRejectedError` unless ``value`` is a well-formed action intent.
+
+    Returns the action's canonical JSON (what its KYA-CJ-1 hash is taken over): the 1 MiB cap
+    is measured on those bytes, so a dict handed to ``Gate.decide`` is bounded like a file.
+    """
     if not isinstance(value, Mapping):
         raise ActionRejectedError("", f"must be a JSON object, not {_json_type(value)}")
     _check_values(value)
     check_strings(value)
+    canonical = canonical_json(value)
+    if len(canonical) > MAX_ACTION_BYTES:
+        raise ActionRejectedError(
+            "", f"{len(canonical)} bytes serialized is over the {MAX_ACTION_BYTES >> 10} KiB limit for one action"
+        )
+    _check_attribute_count(value.get("attributes"))
     try:
         _fast_validator()(value)
     except fastjsonschema.JsonSchemaValueException as fast:
@@ -66,6 +76,29 @@ def check_action(value: Any) -> None:
         path = "".join(f"/{part}" for part in first.absolute_path)
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ActionRejectedError(path, f"{_schema_message(first)}{more}") from None
+    return canonical
+
+
+#: Values (containers and scalars) under ``attributes``, all levels: what regopy's input
+#: conversion pays for, linearly (docs/input-contract.md "Sizes"). The schema caps each level.
+MAX_ATTRIBUTE_VALUES = 1024
+
+
+def _check_attribute_count(attributes: Any) -> None:
+    if not isinstance(attributes, Mapping):
+        return
+    count, stack = 0, list(attributes.values())
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_ATTRIBUTE_VALUES:
+            raise ActionRejectedError(
+                "/attributes", f"holds more than {MAX_ATTRIBUTE_VALUES:,} values (all levels); pass a reference instead"
+            )
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def _check_values(root: Mapping[str, Any]) -> None:

@@ -24,7 +24,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError
-from kcp_opa.decide.action import action_hash, check_action, folded_strings, trace_id_of
+from kcp_opa.decide.action import check_action, folded_strings, trace_id_of
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
@@ -39,6 +39,9 @@ from kcp_opa.trail.ledger import AuditLedger
 
 _log = structlog.get_logger("kcp_opa.gate")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: The decision times the gate accepts: epoch seconds and days stay non-negative and every
+#: later step (a receipt expiry, a ledger timestamp) stays inside datetime's years.
+_FIRST, _LAST = _EPOCH, dt.datetime(9998, 12, 31, 23, 59, 59, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,13 @@ def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:
         moment = now
     if moment.tzinfo is None:
         raise ActionRejectedError("", "the decision time must carry a timezone (e.g. 2026-11-29T10:00:00Z)")
-    return moment.astimezone(dt.UTC).replace(microsecond=0)
+    try:
+        utc = moment.astimezone(dt.UTC).replace(microsecond=0)
+    except (OverflowError, ValueError):  # 9999-12-31T23:59:59-14:00 is past the last representable year
+        utc = None
+    if utc is None or not _FIRST <= utc <= _LAST:
+        raise ActionRejectedError("", f"decision time {str(now)[:64]!r} is outside {_FIRST:%Y}-{_LAST:%Y} (UTC)")
+    return utc
 
 
 def created_epoch_seconds(action: Mapping[str, Any]) -> int:
@@ -83,7 +92,10 @@ def created_epoch_seconds(action: Mapping[str, Any]) -> int:
         raise ActionRejectedError("/created_at", f"{text!r} is not an RFC 3339 time") from None
     if moment.tzinfo is None:
         raise ActionRejectedError("/created_at", "must carry a timezone")
-    return int((moment - _EPOCH).total_seconds() // 1)
+    try:
+        return int((moment - _EPOCH).total_seconds() // 1)
+    except OverflowError:
+        raise ActionRejectedError("/created_at", f"{text!r} is outside the representable years") from None
 
 
 def build_input(
@@ -95,12 +107,12 @@ def build_input(
     decision_id: str | None = None,
 ) -> DecisionInput:
     """Check the action and assemble the policy input; raises :class:`ActionRejectedError`."""
-    check_action(action)
+    canonical = check_action(action)
     moment = decision_time(now)
     evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     seconds = int((moment - _EPOCH).total_seconds())
     the_id = decision_id or f"dec_{uuid.uuid4().hex}"
-    digest = action_hash(action)
+    digest = "sha256:" + hashlib.sha256(canonical).hexdigest()  # action_hash(action), serialized once
     given_trace = trace_id_of(action)
     trace_id = given_trace or uuid.uuid4().hex
     document = {

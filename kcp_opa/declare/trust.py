@@ -46,6 +46,8 @@ class Issuer:
     type: str
     controls: frozenset[str]
     keys: Mapping[str, Mapping[str, Any]]
+    #: The registry marks this gate's decision documents as unsigned (``unsigned_decisions: true``).
+    unsigned_decisions: bool = False
 
     def key(self, kid: str, keyring: Keyring | None) -> Key | None:
         """The verification key for ``kid``: an inline Ed25519 public key, or an HMAC secret from the keyring."""
@@ -86,7 +88,11 @@ class TrustRegistry:
     def issuers(self) -> dict[str, Issuer]:
         return {
             canonical_id(i["id"]): Issuer(
-                canonical_id(i["id"]), i["type"], frozenset(i["controls"]), {k["kid"]: k for k in i["keys"]}
+                canonical_id(i["id"]),
+                i["type"],
+                frozenset(i["controls"]),
+                {k["kid"]: k for k in i["keys"]},
+                i.get("unsigned_decisions") is True,
             )
             for i in self.data["issuers"]
         }

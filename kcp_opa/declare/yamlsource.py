@@ -21,6 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kcp_opa.core.errors import SourceError, SourceUnreadableError
+from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import PathPart
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
@@ -148,16 +149,14 @@ def read_bounded(path: Path, file: str, max_bytes: int) -> bytes:
 
 def _read_bounded(path: Path, file: str, max_bytes: int) -> bytes:
     try:
-        if path.is_dir():
-            raise SourceUnreadableError(file, "is a directory, not a file")
-        with path.open("rb") as handle:
-            raw = handle.read(max_bytes + 1)
+        raw = read_regular(path, max_bytes)  # a directory, FIFO or device: refused before any read
     except FileNotFoundError:
         raise SourceUnreadableError(file, "no such file") from None
     except PermissionError:
         raise SourceUnreadableError(file, "permission denied") from None
     except OSError as exc:
-        raise SourceUnreadableError(file, f"cannot read: {exc.strerror or exc}") from None
+        what = exc.strerror or str(exc)
+        raise SourceUnreadableError(file, what if what.startswith("is ") else f"cannot read: {what}") from None
     if len(raw) > max_bytes:
         raise SourceError(
             file,
