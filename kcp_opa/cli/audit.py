@@ -14,6 +14,7 @@ from rich.table import Table
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
@@ -192,9 +193,21 @@ def audit_checkpoint(ledger: Path, keyring_path: Path, output: Path | None) -> N
     type=click.Path(path_type=Path, file_okay=False),
     help="Directory for input.json, result.json, the bundle and a README.",
 )
-def audit_export(ledger: Path, decision_id: str, bundles_dir: Path, output: Path) -> None:
-    """Export one decision so it can be re-run with `opa eval -b <bundle> -i input.json`."""
-    out = export_decision(ledger, decision_id, bundles_dir, output)
+@verification_options
+def audit_export(
+    ledger: Path,
+    decision_id: str,
+    bundles_dir: Path,
+    output: Path,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+) -> None:
+    """Export one decision so it can be re-run with `opa eval -b <bundle> -i input.json`.
+
+    Only the bundle file whose sha256 the decision names is exported; another with its revision is refused.
+    """
+    verification = verification_of(verification_keys, verification_scope)
+    out = export_decision(ledger, decision_id, bundles_dir, output, verification=verification)
     render.print_json({"ok": True, "output": str(out), "files": sorted(p.name for p in out.iterdir())})
 
 
@@ -209,10 +222,23 @@ def audit_export(ledger: Path, decision_id: str, bundles_dir: Path, output: Path
     help="Directory of bundles; each decision is replayed with the revision it names.",
 )
 @click.option("--no-opa", is_flag=True, help="Replay on regopy only (default: also on the OPA reference if installed).")
+@verification_options
 @FORMAT
-def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None) -> None:
-    """Re-evaluate every archived decision and report any that does not reproduce (exit 1)."""
-    report = replay(ledger, bundles_dir, with_opa=not no_opa)
+def audit_replay(
+    ledger: Path,
+    bundles_dir: Path,
+    no_opa: bool,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+    fmt: str | None,
+) -> None:
+    """Re-evaluate every archived decision and report any that does not reproduce (exit 1).
+
+    Each decision is replayed with the bundle file whose sha256 its entry names; a bundle that
+    claims the entry's revision with other bytes is refused (exit 2, one line).
+    """
+    verification = verification_of(verification_keys, verification_scope)
+    report = replay(ledger, bundles_dir, with_opa=not no_opa, verification=verification)
     if as_json(fmt):
         render.print_json(report.to_dict())
     else:

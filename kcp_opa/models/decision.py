@@ -199,6 +199,9 @@ class Decision:
     evaluated_at: str
     engine_error: str | None = None
     schema_version: str = field(default=SCHEMA_VERSION)
+    #: The sha256 of the bundle file that decided, and the key id that signed it (when signed).
+    bundle_sha256: str = ""
+    bundle_signer: str | None = None
 
     @property
     def decision(self) -> RoutingState:
@@ -246,6 +249,10 @@ class Decision:
             trace_id=self.trace_id,
             evaluated_at=self.evaluated_at,
         )
+        if self.bundle_sha256:
+            out["bundle_sha256"] = self.bundle_sha256
+        if self.bundle_signer is not None:
+            out["bundle_signer"] = self.bundle_signer
         if self.engine_error is not None:
             out["engine_error"] = self.engine_error
         return out
