@@ -126,6 +126,8 @@ def key_fingerprint(key: PublicKey) -> str:
 
 
 def _read_pem(path: Path, what: str) -> bytes:
+    if "-----BEGIN" in str(path) or "\n" in str(path):
+        raise BundleSignatureError(f"the {what} is given by its file path, never its contents", "key_in_argv")
     try:
         with path.open("rb") as handle:
             raw = handle.read(_MAX_KEY_BYTES + 1)

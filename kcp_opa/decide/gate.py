@@ -201,8 +201,7 @@ class Gate:
                     return self._active
                 candidate = self._load(loaded, preflight=True)
             except KcpOpaError as exc:
-                self.last_error, self.last_error_at = str(exc), _now()
-                _log.error("bundle_activation_refused", error=str(exc), serving=self._active.bundle.revision)
+                self.record_refusal(str(exc))
                 raise
             previous = self._active
             self._recent[loaded.sha256] = candidate
@@ -212,6 +211,11 @@ class Gate:
             self.last_error = self.last_error_at = None
         _log.info("bundle_activated", revision=loaded.revision, sha256=loaded.sha256, previous=previous.bundle.revision)
         return candidate
+
+    def record_refusal(self, error: str) -> None:
+        """A new bundle that did not activate (here or in a service reload): kept for :meth:`status`."""
+        self.last_error, self.last_error_at = error, _now()
+        _log.error("bundle_activation_refused", error=error, serving=self._active.bundle.revision)
 
     def status(self) -> dict[str, Any]:
         """The active bundle (revision, sha256, signer), when it was activated and the last refused activation."""

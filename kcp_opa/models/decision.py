@@ -243,16 +243,12 @@ class Decision:
             "action_hash": self.action_hash,
         }
         out.update(self.verdict.to_dict())
-        out.update(
-            policy_version=self.policy_version,
-            bundle_revision=self.bundle_revision,
-            trace_id=self.trace_id,
-            evaluated_at=self.evaluated_at,
-        )
-        if self.bundle_sha256:
+        out.update(policy_version=self.policy_version, bundle_revision=self.bundle_revision)
+        if self.bundle_sha256:  # the bytes that decided, beside the revision that names them
             out["bundle_sha256"] = self.bundle_sha256
         if self.bundle_signer is not None:
             out["bundle_signer"] = self.bundle_signer
+        out.update(trace_id=self.trace_id, evaluated_at=self.evaluated_at)
         if self.engine_error is not None:
             out["engine_error"] = self.engine_error
         return out

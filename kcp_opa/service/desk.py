@@ -388,8 +388,7 @@ class GateService:
         store_ok = self.challenges.healthy()
         return {
             "ok": ledger_ok and store_ok,
-            "bundle_revision": self.gate.bundle_revision,
-            "policy_version": self.gate.policy_version,
+            **self.gate.status(),  # bundle_revision, policy_version, bundle {revision, sha256, signer, ...}
             "store": {"ok": store_ok, "path": str(self.store.path)},
             "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
             "decisions_held": self.records.count(),

@@ -189,7 +189,10 @@ def build_app(
         return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     async def status(request: Request) -> Response:
-        return JSONResponse(await anyio.to_thread.run_sync(service.status))
+        document = await anyio.to_thread.run_sync(service.status)
+        if reloader is not None and reloader.follower is not None:  # serve --bundle-source
+            document["bundle_source"] = reloader.follower.status()
+        return JSONResponse(document)
 
     async def challenge(request: Request) -> Response:
         args = {"challenge_id": request.path_params["challenge_id"]}
