@@ -120,3 +120,17 @@ def verify(path: Path, verification_keys: Sequence[str], verification_scope: str
     else:
         signer = f"signed by {loaded.signer}" if loaded.signer else "unsigned"
         console().print(f"verified {path}: revision {loaded.revision}, sha256 {loaded.sha256}, {signer}", markup=False)
+
+
+@bundle.command()
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--alg", type=click.Choice(["EdDSA", "ES256", "RS256"]), default="EdDSA", show_default=True)
+def keygen(path: Path, alg: str) -> None:
+    """Write a new signing key to PATH (PEM, mode 0600; never overwritten) and its public key to PATH.pub.
+
+    For a demo or a CI secret store; prints the key id bundles signed with it will name.
+    """
+    from kcp_opa.compile.signkeys import generate_signing_key
+
+    key_id = generate_signing_key(path, alg)
+    click.echo(f"kcp-opa: wrote {path} and {path}.pub (key id {key_id})", err=True)
