@@ -20,9 +20,12 @@ from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
+from kcp_opa.compile.signatures import SignatureInfo, SigningKey, Verification, VerificationKey
 from kcp_opa.core.errors import (
     ActionRejectedError,
     BundleError,
+    BundleProvenanceError,
+    BundleSignatureError,
     CompileError,
     EngineLoadError,
     EvidenceRejectedError,
@@ -41,7 +44,8 @@ from kcp_opa.core.errors import (
 from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
-from kcp_opa.decide.gate import DecisionInput, Gate, build_input
+from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
+from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import EffectiveUnit, Sourced, effective_unit, effective_units
 from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
@@ -63,9 +67,13 @@ _moved.install()
 
 __all__ = [
     "ActionRejectedError",
+    "ActiveBundle",
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
+    "BundleFollower",
+    "BundleProvenanceError",
+    "BundleSignatureError",
     "CompileError",
     "CompileResult",
     "ControlDesk",
@@ -75,14 +83,17 @@ __all__ = [
     "DecisionInput",
     "DelegationMatrix",
     "Diagnostic",
+    "DirectorySource",
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
     "ExecutionError",
     "ExecutionResult",
     "Executor",
+    "FileSource",
     "Gate",
     "GateDecision",
+    "HttpSource",
     "KcpOpaError",
     "Keyring",
     "KeyringError",
@@ -101,11 +112,15 @@ __all__ = [
     "RoutingState",
     "SQLiteStore",
     "Severity",
+    "SignatureInfo",
+    "SigningKey",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
     "UnitNotFoundError",
     "ValidationFailedError",
+    "Verification",
+    "VerificationKey",
     "Violation",
     "__version__",
     "action_hash",
