@@ -301,3 +301,18 @@ def audit_query(
         )
     out = console()
     out.print(table)
+
+
+@audit.command(name="shadow-report")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+def audit_shadow_report(ledger: Path, fmt: str) -> None:
+    """Summarise what a shadowed candidate bundle would have changed: how many decisions, from what
+    to what, which weaken, with examples (the `shadow` entries a gate with a shadow writes)."""
+    from kcp_opa.audit.shadowreport import shadow_report, to_markdown
+
+    report = shadow_report(ledger)
+    if fmt == "markdown":
+        click.echo(to_markdown(report), nl=False)
+    else:
+        render.print_json(report)

@@ -139,6 +139,7 @@ def serve(
     otel: bool,
     bundle_source: str | None,
     poll_seconds: float,
+    shadow_bundle: Path | None,
     verification_keys: tuple[str, ...],
     verification_scope: str,
 ) -> None:
@@ -206,6 +207,8 @@ def serve(
         roles = bundle_approver_roles(data)
         return registry_authenticator(loaded, _token_hashes(tokens_path), stdio=stdio_principal, approver_roles=roles)
 
+    if shadow_bundle is not None:
+        service.gate.set_shadow(shadow_bundle)
     authenticator = SwappableAuthenticator(make_authenticator(registry, service.gate.bundle.data))
     sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache, verification)
     reloader = Reloader(service, sources, authenticator, make_authenticator)

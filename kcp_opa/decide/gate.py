@@ -22,11 +22,12 @@ from typing import Any
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-from kcp_opa.compile.signatures import Verification, VerificationKey
+from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
+from kcp_opa.decide.shadow import ShadowCandidate
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
     ENGINE_DIVERGENCE_VERDICT,
@@ -63,18 +64,6 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def as_verification(
-    keys: Sequence[VerificationKey | str] | Verification | None, scope: str = ""
-) -> Verification | None:
-    """``verification_keys`` as given to :meth:`Gate.from_bundle`: a Verification, keys, or ``[KEYID=]PEM`` paths."""
-    if keys is None or isinstance(keys, Verification):
-        return keys
-    if not keys:
-        return Verification.from_specs((), scope or None)
-    loaded = {k.key_id: k for k in (VerificationKey.load(k) if isinstance(k, str) else k for k in keys)}
-    return Verification(loaded, scope)
-
-
 class Gate:
     """Decisions from one compiled bundle at a time. Thread-safe; build once, call ``decide`` per action.
 
@@ -102,6 +91,7 @@ class Gate:
         self._recent: dict[str, ActiveBundle] = {}
         self.last_error: str | None = None
         self.last_error_at: str | None = None
+        self.shadow: ShadowCandidate | None = None
         self._active = self._load(bundle, preflight)
         self._recent[bundle.sha256] = self._active
         self._seal_key = secrets.token_bytes(32)
@@ -356,12 +346,34 @@ class Gate:
         if active.audit is None:
             return decision, None
         action = prepared.document["action"]
+        shadow = self.shadow
         try:
-            entry = active.audit.decision(prepared.document, action, decision, result, engine_results=answers)
+            entry = active.audit.decision(
+                prepared.document,
+                action,
+                decision,
+                result,
+                engine_results=answers,
+                shadow=None if shadow is None else shadow.sha256,
+            )
         except LedgerError as exc:
             _log.error("audit_unavailable", decision_id=prepared.decision_id, error=str(exc))
             return replace(decision, verdict=AUDIT_UNAVAILABLE_VERDICT, engine_error=f"audit: {exc}"), None
+        if shadow is not None and active.audit is not None:
+            ref = {"revision": active.bundle.revision, "sha256": active.bundle.sha256}
+            shadow.record(active.audit, ref, prepared.document, decision, result)
         return decision, entry
+
+    def set_shadow(self, path: str | Path | None) -> ShadowCandidate | None:
+        """Evaluate the candidate bundle at ``path`` beside the active one on every recorded
+        decision (None stops); verified with this gate's keys. It never decides: differences are
+        ``shadow`` ledger entries (``kcp-opa audit shadow-report``)."""
+        if path is None:
+            self.shadow = None
+            return None
+        bundle = read_bundle(path, verification=self.verification)
+        self.shadow = ShadowCandidate.of(bundle, plan_cache=self.plan_cache)
+        return self.shadow
 
     def decide_many(
         self,

@@ -164,6 +164,7 @@ class Reloader:
                     plan_cache=self.sources.plan_cache,
                     verification_keys=self.sources.verification,
                 )
+                gate.shadow = before.shadow  # a candidate being shadowed stays, across reloads
                 issuers = None
                 if registry is not None:
                     if self.sources.issuer_keyring is None:

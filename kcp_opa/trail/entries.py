@@ -135,10 +135,12 @@ class AuditTrail:
         decision: Decision,
         result: Any,
         engine_results: Mapping[str, Any] | None = None,
+        shadow: str | None = None,
     ) -> dict[str, Any]:
         """The decision-log entry: the exact input (content erased under no-logging) and result.
 
-        ``engine_results`` (a cross-checked gate's divergence) keeps each engine's answer.
+        ``engine_results`` (a cross-checked gate's divergence) keeps each engine's answer;
+        ``shadow`` (the sha256 of a candidate evaluated beside) goes into ``labels``.
         """
         no_logging = "redact_content" in decision.verdict.obligations or self.no_logging(action)
         archived, erased = erase_content(document) if no_logging else (dict(document), [])
@@ -161,7 +163,11 @@ class AuditTrail:
             result=result,
             engine_error=decision.engine_error,
             bundles=self.bundles(),
-            labels={"app": "kcp-opa", "policy_version": decision.policy_version},
+            labels={
+                "app": "kcp-opa",
+                "policy_version": decision.policy_version,
+                **({"shadow": shadow} if shadow is not None else {}),
+            },
             erased=erased,
             **extra,
         )
