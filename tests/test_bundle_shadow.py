@@ -84,3 +84,29 @@ def test_an_identical_candidate_changes_nothing(tmp_path: Path, bundles: dict[st
     gate.decide(CASES["fin-threshold-exactly"].action, now=CASES["fin-threshold-exactly"].now)
     last = [e for _, e in read_entries(ledger) if e["type"] == "decision"][-1]
     assert "shadow" not in last["labels"]
+
+
+def test_serve_in_log_only_with_a_shadow(tmp_path: Path, bundles: dict[str, Path]) -> None:
+    """A real server: `--mode log_only` is recorded at start and told to callers; `--shadow-bundle` shadows."""
+    import httpx2
+    from servicekit import start_server, stop_server
+
+    ledger = tmp_path / "l.jsonl"
+    token = "t-agent-" + "b" * 32
+    args = ["--bundle", str(bundles["active"]), "--store", str(tmp_path / "s.db"), "--ledger", str(ledger)]
+    args += ["--mode", "log_only", "--shadow-bundle", str(bundles["looser"])]
+    process, base = start_server(args, env={"KCP_OPA_SERVE_TOKEN": token})
+    headers = {"Authorization": f"Bearer {token}"}
+    case = CASES["fin-threshold-exactly"]
+    try:
+        assert httpx2.get(f"{base}/v1/status", headers=headers, timeout=30).json()["mode"]["mode"] == "log_only"
+        action = json.loads(json.dumps(case.action))
+        for name in ("authenticated_principal", "principal_scopes"):  # the caller is local-agent, no scopes
+            del action["authorization_context"][name]
+        body = {"action": action, "now": case.now}
+        decided = httpx2.post(f"{base}/v1/decisions", json=body, headers=headers, timeout=60).json()
+        assert decided.get("mode") == "log_only" and decided["enforced"] is False, decided
+    finally:
+        stop_server(process)
+    types = [e["type"] for _, e in read_entries(ledger)]
+    assert "mode_change" in types and "shadow" in types

@@ -119,6 +119,20 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 @click.option(
     "--poll-seconds", type=click.FloatRange(0.05), default=30.0, show_default=True, help="Bundle source poll."
 )
+@click.option(
+    "--mode",
+    "start_mode",
+    type=click.Choice(["enforce", "log_only"]),
+    default="enforce",
+    show_default=True,
+    help="log_only: decide and archive as usual, but tell callers it was not enforced (recorded).",
+)
+@click.option("--mode-second-approval", is_flag=True, help="Leaving enforce needs a second service_admin's request.")
+@click.option(
+    "--shadow-bundle",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A candidate bundle evaluated beside the active one; it never decides (audit shadow-report).",
+)
 @verification_options
 def serve(
     transport: str,
@@ -139,6 +153,8 @@ def serve(
     otel: bool,
     bundle_source: str | None,
     poll_seconds: float,
+    start_mode: str,
+    mode_second_approval: bool,
     shadow_bundle: Path | None,
     verification_keys: tuple[str, ...],
     verification_scope: str,
@@ -209,6 +225,11 @@ def serve(
 
     if shadow_bundle is not None:
         service.gate.set_shadow(shadow_bundle)
+    service.gate.modes.second_approval = mode_second_approval
+    if start_mode != "enforce":  # the operator's start configuration, recorded like any change
+        service.gate.modes.second_approval = False
+        service.gate.modes.request(start_mode, "serve:startup", service.gate.audit)
+        service.gate.modes.second_approval = mode_second_approval
     authenticator = SwappableAuthenticator(make_authenticator(registry, service.gate.bundle.data))
     sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache, verification)
     reloader = Reloader(service, sources, authenticator, make_authenticator)

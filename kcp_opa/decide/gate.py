@@ -27,6 +27,7 @@ from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
+from kcp_opa.decide.modes import ModeSwitch
 from kcp_opa.decide.shadow import ShadowCandidate
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
@@ -92,6 +93,7 @@ class Gate:
         self.last_error: str | None = None
         self.last_error_at: str | None = None
         self.shadow: ShadowCandidate | None = None
+        self.modes = ModeSwitch()  # enforce | log_only; changed only through modes.request (ledger)
         self._active = self._load(bundle, preflight)
         self._recent[bundle.sha256] = self._active
         self._seal_key = secrets.token_bytes(32)
@@ -149,10 +151,6 @@ class Gate:
         )
 
     # -- the active bundle, and swapping it ------------------------------------------------------
-
-    @property
-    def active(self) -> ActiveBundle:
-        return self._active
 
     @property
     def bundle(self) -> LoadedBundle:
@@ -213,6 +211,7 @@ class Gate:
         return {
             "bundle_revision": active.bundle.revision,
             "policy_version": active.policy_version,
+            "mode": self.modes.status(),
             "bundle": {
                 "revision": active.bundle.revision,
                 "sha256": active.bundle.sha256,
@@ -322,6 +321,7 @@ class Gate:
             engine_error=error,
             bundle_sha256=active.bundle.sha256,
             bundle_signer=active.bundle.signer,
+            mode=self.modes.mode,
         )
         return decision, (result.value if error is None else None), answers
 

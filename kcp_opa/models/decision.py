@@ -202,6 +202,8 @@ class Decision:
     #: The sha256 of the bundle file that decided, and the key id that signed it (when signed).
     bundle_sha256: str = ""
     bundle_signer: str | None = None
+    #: ``log_only``: computed and archived as it would be, but the gate did not enforce it.
+    mode: str = "enforce"
 
     @property
     def decision(self) -> RoutingState:
@@ -249,6 +251,8 @@ class Decision:
         if self.bundle_signer is not None:
             out["bundle_signer"] = self.bundle_signer
         out.update(trace_id=self.trace_id, evaluated_at=self.evaluated_at)
+        if self.mode != "enforce":
+            out.update(mode=self.mode, enforced=False)
         if self.engine_error is not None:
             out["engine_error"] = self.engine_error
         return out

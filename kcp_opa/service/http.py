@@ -211,6 +211,18 @@ def build_app(
             return _refused(exc)
         return JSONResponse(done)
 
+    async def mode(request: Request) -> Response:
+        if reloader is None:
+            return JSONResponse({"error": "this server was started without reload sources", "code": "no_reload"}, 404)
+        try:
+            wanted = (await _body(request)).get("mode")
+            if not isinstance(wanted, str):
+                raise CodedError('expected {"mode": "enforce" | "log_only"}', "bad_arguments")
+            done = await anyio.to_thread.run_sync(reloader.admin_mode, principal_of(request), wanted)
+        except KcpOpaError as exc:
+            return _refused(exc)
+        return JSONResponse(done)
+
     def param(request: Request, name: str) -> str:
         return str(request.path_params[name])
 
@@ -225,6 +237,7 @@ def build_app(
             methods=["GET"],
         ),
         Route("/v1/admin/reload", RequireAuth(endpoint_app(reload), service, "/v1/admin/reload"), methods=["POST"]),
+        Route("/v1/admin/mode", RequireAuth(endpoint_app(mode), service, "/v1/admin/mode"), methods=["POST"]),
         _tool_route(service, "/v1/data/kcp/gate/decision", _opa_input, opa=True),
         _tool_route(service, "/v1/decisions", lambda r, b: ("evaluate_action", b)),
         _tool_route(

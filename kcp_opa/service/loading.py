@@ -133,6 +133,17 @@ class Reloader:
 
         return self.service.call(principal, "reload", work)
 
+    def admin_mode(self, principal: Principal | None, mode: str) -> dict[str, Any]:
+        """``POST /v1/admin/mode``: a ``service_admin`` asks for ``enforce`` or ``log_only``
+        (kcp_opa.decide.modes: recorded in the ledger; leaving enforce may need a second admin)."""
+
+        def work(caller: Principal) -> dict[str, Any]:
+            caller.require(Scope.ADMIN, "change the enforcement mode")
+            gate = self.service.gate
+            return gate.modes.request(mode, caller.id, gate.audit)
+
+        return self.service.call(principal, "mode", work)
+
     def signal_reload(self) -> None:
         """SIGHUP: reload; a failure is logged and audited, the server keeps serving what it had."""
         try:
@@ -164,7 +175,7 @@ class Reloader:
                     plan_cache=self.sources.plan_cache,
                     verification_keys=self.sources.verification,
                 )
-                gate.shadow = before.shadow  # a candidate being shadowed stays, across reloads
+                gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
                 issuers = None
                 if registry is not None:
                     if self.sources.issuer_keyring is None:

@@ -163,6 +163,7 @@ class AuditTrail:
             result=result,
             engine_error=decision.engine_error,
             bundles=self.bundles(),
+            **({"mode": decision.mode, "enforced": False} if decision.mode != "enforce" else {}),
             labels={
                 "app": "kcp-opa",
                 "policy_version": decision.policy_version,
