@@ -41,10 +41,11 @@ def shape_of(result: Any) -> dict[str, Any]:
     """A policy result reduced to what routes the action (``engine_error`` when there is none)."""
     if not isinstance(result, Mapping) or not isinstance(result.get("decision"), str):
         return {"decision": None, "engine_error": True}
-    shape = {name: result.get(name) for name in SHAPE_FIELDS}
+    shape: dict[str, Any] = {name: result.get(name) for name in SHAPE_FIELDS}
     for name in ("reason_codes", "required_controls", "missing_controls"):
-        if isinstance(shape[name], list):
-            shape[name] = sorted({str(v) for v in shape[name]})
+        values = shape[name]
+        if isinstance(values, list):
+            shape[name] = sorted({str(v) for v in values})
     return shape
 
 
