@@ -10,7 +10,7 @@ TRUST  := fixtures/trust/registry.yaml
 SIGNING_KEY := .demo-keys/bundle-signing.pem
 VERIFY      := --verification-key $(SIGNING_KEY).pub
 
-.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
+.PHONY: sysdeps-softhsm help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -60,7 +60,10 @@ serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable 
 	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/serve_demo.py
 	$(BIN)/kcp-opa audit verify --format text audit/serve-demo.jsonl
 
-test: $(STAMP) ## lint, type-check, the policy suite and the test suite (what CI runs)
+sysdeps-softhsm: ## SoftHSM2 (a PKCS#11 token) for the HSM signer's tests; installed only when missing
+	@command -v softhsm2-util >/dev/null || (apt-get update -qq && apt-get install -y -qq softhsm2)
+
+test: $(STAMP) sysdeps-softhsm ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy

@@ -41,7 +41,19 @@ from kcp_opa.core.errors import (
     UnitNotFoundError,
     ValidationFailedError,
 )
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.core.signing import (
+    Ed25519Key,
+    HmacKey,
+    Keyring,
+    Pkcs11Key,
+    ReceiptKey,
+    Signer,
+    Verifier,
+    generate_ed25519,
+    hmac_key,
+    load_keyring,
+    load_signing_key,
+)
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
 from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
@@ -96,6 +108,7 @@ __all__ = [
     "DelegationMatrix",
     "Diagnostic",
     "DirectorySource",
+    "Ed25519Key",
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
@@ -109,6 +122,7 @@ __all__ = [
     "Gate",
     "GateDecision",
     "HandoffStore",
+    "HmacKey",
     "HttpSource",
     "KcpOpaError",
     "Keyring",
@@ -118,6 +132,7 @@ __all__ = [
     "Manifest",
     "NonceStore",
     "Outcome",
+    "Pkcs11Key",
     "PolicyVerdict",
     "QueryError",
     "Reason",
@@ -130,6 +145,7 @@ __all__ = [
     "SQLiteStore",
     "Severity",
     "SignatureInfo",
+    "Signer",
     "SigningKey",
     "SourceError",
     "SourceUnreadableError",
@@ -138,6 +154,7 @@ __all__ = [
     "ValidationFailedError",
     "Verification",
     "VerificationKey",
+    "Verifier",
     "Violation",
     "__version__",
     "action_hash",
@@ -158,6 +175,7 @@ __all__ = [
     "load_keyring",
     "load_manifest",
     "load_matrix",
+    "load_signing_key",
     "parse_action",
     "query",
     "read_bundle",
