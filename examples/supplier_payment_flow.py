@@ -36,6 +36,8 @@ from kcp_opa.trail.ledger import AuditLedger
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
+#: `make demo` signs the bundles: the public key they must verify under (unset: unsigned bundles).
+VERIFY = [os.environ["KCP_OPA_VERIFICATION_KEY"]] if os.environ.get("KCP_OPA_VERIFICATION_KEY") else None
 TRUST = ROOT / "fixtures" / "trust"
 SIX = [  # control, issuer that attests it, principal who acted
     ("standard_audit_logging", "kcp-opa-gate", "kcp-opa-ledger"),
@@ -54,7 +56,7 @@ def main() -> int:
     action = json.loads((ROOT / "fixtures" / "kya-supplier-payment-action.json").read_text())
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER))
+    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER), verification_keys=VERIFY)
     issuer_keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
 
     def key_of(issuer: str) -> Key:

@@ -197,7 +197,7 @@ def test_with_the_ledger_on_a_clean_read_may_execute_and_is_recorded(bundles: Pa
     assert entry["kcp_unit_applied"] == "support-desk/customer-records"
     assert entry["fields_declared"] == ["customer_id", "email", "name", "plan", "tenant_id"]
     assert entry["legal_basis"] == "contract" and entry["passed"] is True
-    assert entry["bundles"] == {"kcp-opa": {"revision": gate.bundle_revision}}
+    assert entry["bundles"] == {"kcp-opa": {"revision": gate.bundle_revision, "sha256": gate.bundle.sha256}}
 
 
 # --- no-logging ----------------------------------------------------------------------------------------------

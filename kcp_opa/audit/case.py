@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kcp_opa.audit.auditor import _revision, bundles_by_revision, entry_decision_id
+from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError, LedgerError
@@ -155,15 +155,16 @@ def build_case(
     decisions = [e for e in case_entries if e.get("type") == "decision"]
     if not decisions:
         raise LedgerError(f"{path}: no decision {decision_id}")
-    revisions = {_revision(e) for e in decisions}
-    if len(revisions) != 1:
-        raise BundleError(f"decision {decision_id} names several bundle revisions: {', '.join(sorted(revisions))}")
-    revision = revisions.pop()
-    available = bundles_by_revision(bundles)
-    if revision not in available:
-        raise BundleError(f"no bundle with revision {revision} in {bundles}; the decision names it")
+    refs = {bundle_ref(e) for e in decisions}
+    if len(refs) != 1:
+        named = ", ".join(sorted(f"{r} ({s or 'no sha256'})" for r, s in refs))
+        raise BundleError(f"decision {decision_id} names several bundles: {named}")
+    revision, sha256 = refs.pop()
+    found = BundleIndex(bundles).find(revision, sha256, f"decision {decision_id}")
+    if found is None:
+        raise BundleError(f"no bundle with {f'sha256 {sha256}' if sha256 else f'revision {revision}'} in {bundles}")
     registry = load_trust(trust)
-    bundle_trust = (read_bundle(available[revision]).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
+    bundle_trust = (read_bundle(found).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
     if not isinstance(bundle_trust, Mapping) or bundle_trust.get("sha256") != registry.sha256:
         raise BundleError(f"{trust} is not the trust registry bundle {revision[:12]} was compiled with")
     seqs = [int(e["seq"]) for e in case_entries]
@@ -187,7 +188,7 @@ def build_case(
         files[f"attestations/{entry['seq']:06d}-{item.get('control')}.json"] = _pretty(item)
     files[ISSUER_KEYS] = _pretty(_issuer_keys(registry, attestations))
     files[REGISTRY] = Path(registry.file).read_bytes()
-    files[BUNDLE] = available[revision].read_bytes()
+    files[BUNDLE] = found.read_bytes()
     files[CHECKPOINT] = _pretty(checkpoint)
     files[CHECKPOINT_KEYS] = _pretty(_public_keyring(keyring, [str(checkpoint["signature"]["kid"])]))
     if receipt is not None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.audit import case as layout
-from kcp_opa.audit.auditor import _Engines, _revision
+from kcp_opa.audit.auditor import _Engines, bundle_ref
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, _canonical_or_empty, parties
 from kcp_opa.authorize.receipts import verify_receipt
@@ -147,10 +147,14 @@ def _bundle(case: _Case) -> str:
     bundle = case.bundle()  # read_bundle first: format, limits and the .manifest's file hashes
     metadata = canonical_json(bundle.manifest["metadata"]["kcp_opa"])
     recomputed = content_revision([*_members(bundle), BundleFile(".metadata", metadata)])
-    named = {_revision(e) for e in case.decisions()}
+    refs = {bundle_ref(e) for e in case.decisions()}
+    named = {revision for revision, _ in refs}
     if recomputed != bundle.revision or named != {recomputed}:
         raise ValueError(f"the bundle's content is revision {recomputed[:12]}, the decisions name {sorted(named)}")
-    return f"revision {recomputed[:12]} recomputed from the bytes; every decision names it"
+    digests = {sha256 for _, sha256 in refs if sha256}
+    if digests and digests != {bundle.sha256}:
+        raise ValueError(f"the bundle's bytes are sha256 {bundle.sha256[:12]}, the decisions name {sorted(digests)}")
+    return f"revision {recomputed[:12]} recomputed from the bytes; every decision names it and its sha256"
 
 
 def _members(bundle: LoadedBundle) -> list[BundleFile]:

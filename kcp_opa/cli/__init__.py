@@ -17,6 +17,7 @@ import click
 from kcp_opa.cli.audit import audit, ropa
 from kcp_opa.cli.auditcase import audit_case, audit_report
 from kcp_opa.cli.authoring import check, mutate_command, test_command
+from kcp_opa.cli.bundlekeys import bundle
 from kcp_opa.cli.controls import controls
 from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
@@ -60,6 +61,7 @@ COMMANDS = (
     explain,
     compile_command,
     inspect,
+    bundle,
     decide,
     eval_command,
     controls,

@@ -17,6 +17,7 @@ from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.audit.rows import row
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signer_from, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
@@ -212,13 +213,24 @@ def audit_checkpoint(ledger: Path, keyring_path: Path | None, signing_key: str |
     type=click.Path(path_type=Path, file_okay=False),
     help="Directory for input.json, result.json, the bundle and a README.",
 )
-def audit_export(ledger: Path, decision_id: str, seq: int | None, bundles_dir: Path, output: Path) -> None:
+@verification_options
+def audit_export(
+    ledger: Path,
+    decision_id: str,
+    seq: int | None,
+    bundles_dir: Path,
+    output: Path,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+) -> None:
     """Export one decision entry so it can be re-run with `opa eval -b bundle.tar.gz -i input.json`.
 
     A decision with several entries (re-evaluated as controls arrived) needs --seq: export never
-    picks one silently. `audit case` gathers them all, with the evidence, and proves them.
+    picks one silently. `audit case` gathers them all, with the evidence, and proves them. Only
+    the bundle file whose sha256 the decision names is exported; another with its revision is refused.
     """
-    out = export_decision(ledger, decision_id, bundles_dir, output, seq=seq)
+    verification = verification_of(verification_keys, verification_scope)
+    out = export_decision(ledger, decision_id, bundles_dir, output, seq=seq, verification=verification)
     render.print_json({"ok": True, "output": str(out), "files": sorted(p.name for p in out.iterdir())})
 
 
@@ -233,10 +245,23 @@ def audit_export(ledger: Path, decision_id: str, seq: int | None, bundles_dir: P
     help="Directory of bundles; each decision is replayed with the revision it names.",
 )
 @click.option("--no-opa", is_flag=True, help="Replay on regopy only (default: also on the OPA reference if installed).")
+@verification_options
 @FORMAT
-def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None) -> None:
-    """Re-evaluate every archived decision and report any that does not reproduce (exit 1)."""
-    report = replay(ledger, bundles_dir, with_opa=not no_opa)
+def audit_replay(
+    ledger: Path,
+    bundles_dir: Path,
+    no_opa: bool,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+    fmt: str | None,
+) -> None:
+    """Re-evaluate every archived decision and report any that does not reproduce (exit 1).
+
+    Each decision is replayed with the bundle file whose sha256 its entry names; a bundle that
+    claims the entry's revision with other bytes is refused (exit 2, one line).
+    """
+    verification = verification_of(verification_keys, verification_scope)
+    report = replay(ledger, bundles_dir, with_opa=not no_opa, verification=verification)
     if as_json(fmt):
         render.print_json(report.to_dict())
     else:
@@ -291,3 +316,18 @@ def audit_query(ledger: Path, fmt: str | None, **filters: str | None) -> None:
             textwrap.fill(said, width=max(out.width, 40), initial_indent=" " * 7, subsequent_indent=" " * 7),
             markup=False,
         )
+
+
+@audit.command(name="shadow-report")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+def audit_shadow_report(ledger: Path, fmt: str) -> None:
+    """Summarise what a shadowed candidate bundle would have changed: how many decisions, from what
+    to what, which weaken, with examples (the `shadow` entries a gate with a shadow writes)."""
+    from kcp_opa.audit.shadowreport import shadow_report, to_markdown
+
+    report = shadow_report(ledger)
+    if fmt == "markdown":
+        click.echo(to_markdown(report), nl=False)
+    else:
+        render.print_json(report)

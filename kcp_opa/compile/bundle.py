@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.compile.signatures import SIGNATURES_NAME, SignatureInfo, Verification, verify_members
+from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError
 from kcp_opa.core.files import read_regular
 
@@ -47,6 +49,13 @@ class LoadedBundle:
     data: Mapping[str, Any]
     modules: Mapping[str, str]
     sha256: str
+    #: The verified signature (None: an unsigned bundle, loaded without verification keys).
+    signature: SignatureInfo | None = None
+
+    @property
+    def signer(self) -> str | None:
+        """The key id that signed the bundle, when it is signed and verified."""
+        return None if self.signature is None else self.signature.key_id
 
     @property
     def revision(self) -> str:
@@ -135,8 +144,20 @@ class BundleLimits:
         )
 
 
-def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> LoadedBundle:
+def read_bundle(
+    path: str | Path,
+    *,
+    limits: BundleLimits | None = None,
+    verification: Verification | None = None,
+    skip_verification: bool = False,
+) -> LoadedBundle:
     """Read and check a bundle tarball; any defect is a :class:`BundleError`.
+
+    Signatures follow OPA: with ``verification`` the bundle must carry a ``.signatures.json``
+    that verifies under one of its keys and scope; without it a signed bundle is refused.
+    ``skip_verification`` is for a child re-reading bytes its parent already verified.
+    A content-derived revision (64 hex, what compile writes by default) must still name the
+    content: an edit that keeps the revision string is refused.
 
     Beyond the format: the inflated size and member count are capped (``limits``), a member
     may appear once, roots may not overlap, and every file's sha256 recorded in the
@@ -151,6 +172,8 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
     if len(packed) > MAX_BUNDLE_BYTES:
         raise BundleError(f"{source}: bundle larger than {MAX_BUNDLE_BYTES >> 20} MiB")
     members = _members(packed, source, limits or BundleLimits.from_env())
+    signature = None if skip_verification else verify_members(members, verification, source)
+    members.pop(SIGNATURES_NAME, None)
     if MANIFEST_NAME not in members:
         raise BundleError(f"{source}: no .manifest: not a kcp-opa bundle")
     manifest = _json(members.pop(MANIFEST_NAME), source, MANIFEST_NAME)
@@ -159,6 +182,7 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
     roots = manifest.get("roots", [""])
     _check_roots(roots, source)
     _check_hashes(manifest, members, source)
+    _check_revision(manifest, members, source)
     data: dict[str, Any] = {}
     modules: dict[str, str] = {}
     for name, content in sorted(members.items()):
@@ -171,7 +195,35 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
                 modules[name] = content.decode("utf-8")
             except UnicodeDecodeError:
                 raise BundleError(f"{source}: {name} is not UTF-8") from None
-    return LoadedBundle(source, manifest, data, modules, hashlib.sha256(packed).hexdigest())
+    return LoadedBundle(source, manifest, data, modules, hashlib.sha256(packed).hexdigest(), signature)
+
+
+def peek_revision(path: str | Path) -> str:
+    """The revision a bundle's .manifest claims, read without any check ("" when there is none):
+    for saying which bundle a refused file pretends to be, never for loading it."""
+    try:
+        members = _members(Path(path).read_bytes(), str(path), BundleLimits.from_env())
+        manifest = json.loads(members.get(MANIFEST_NAME, b"{}"))
+    except (BundleError, OSError, ValueError):
+        return ""
+    return str(manifest.get("revision", "")) if isinstance(manifest, dict) else ""
+
+
+def is_content_revision(revision: str) -> bool:
+    """64 lowercase hex: the form compile gives a revision derived from the content."""
+    return len(revision) == 64 and all(c in "0123456789abcdef" for c in revision)
+
+
+def _check_revision(manifest: Mapping[str, Any], members: Mapping[str, bytes], source: str) -> None:
+    """A content-derived revision must be the digest of these members and this metadata."""
+    revision = manifest.get("revision")
+    metadata = manifest.get("metadata")
+    kcp = metadata.get("kcp_opa") if isinstance(metadata, Mapping) else None
+    if not isinstance(revision, str) or not is_content_revision(revision) or not isinstance(kcp, Mapping):
+        return
+    files = [BundleFile(name, content) for name, content in members.items()]
+    if content_revision([*files, BundleFile(".metadata", canonical_json(kcp))]) != revision:
+        raise BundleError(f"{source}: revision {revision[:12]}... does not name this content (edited after compile)")
 
 
 class _Inflated(io.RawIOBase):

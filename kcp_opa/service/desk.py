@@ -386,8 +386,7 @@ class GateService:
         files = health(self.location, self.challenges.healthy(), self.ledger_path, shown=shown)
         return {
             **files,
-            "bundle_revision": self.gate.bundle_revision,
-            "policy_version": self.gate.policy_version,
+            **self.gate.status(),  # bundle_revision, policy_version, bundle {revision, sha256, signer, ...}
             "decisions_held": self.records.count(),
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},

@@ -271,7 +271,10 @@ def build_app(
 
     async def status(request: Request) -> Response:
         principal = principal_of(request)
-        return JSONResponse(await anyio.to_thread.run_sync(lambda: service.status(principal, admin=False)))
+        document = await anyio.to_thread.run_sync(lambda: service.status(principal, admin=False))
+        if reloader is not None and reloader.follower is not None and "path" in document["store"]:
+            document["bundle_source"] = reloader.follower.status()  # serve --bundle-source; admins only
+        return JSONResponse(document)
 
     async def challenge(request: Request) -> Response:
         args = {"challenge_id": request.path_params["challenge_id"]}
@@ -290,6 +293,18 @@ def build_app(
             return _refused(exc)
         return JSONResponse(done)
 
+    async def mode(request: Request) -> Response:
+        if reloader is None:
+            return JSONResponse({"error": "this server was started without reload sources", "code": "no_reload"}, 404)
+        try:
+            wanted = (await _body(request)).get("mode")
+            if not isinstance(wanted, str):
+                raise CodedError('expected {"mode": "enforce" | "log_only"}', "bad_arguments")
+            done = await anyio.to_thread.run_sync(reloader.admin_mode, principal_of(request), wanted)
+        except KcpOpaError as exc:
+            return _refused(exc)
+        return JSONResponse(done)
+
     def param(request: Request, name: str) -> str:
         return str(request.path_params[name])
 
@@ -304,6 +319,7 @@ def build_app(
             methods=["GET"],
         ),
         Route("/v1/admin/reload", RequireAuth(endpoint_app(reload), service, "/v1/admin/reload"), methods=["POST"]),
+        Route("/v1/admin/mode", RequireAuth(endpoint_app(mode), service, "/v1/admin/mode"), methods=["POST"]),
         _tool_route(service, "/v1/data/kcp/gate/decision", _opa_input, opa=True),
         _tool_route(service, "/v1/decisions", lambda r, b: ("evaluate_action", b)),
         _tool_route(
