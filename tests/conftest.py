@@ -85,3 +85,28 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A real PostgreSQL server for `-m postgres` tests.
+
+    Skips with a one-line reason on a machine without PostgreSQL; on CI (CI=true) a server that
+    cannot start fails the run instead, so these tests never silently skip there.
+    """
+    from pgcluster import ClusterUnavailable, postgres_server
+
+    try:
+        psycopg = __import__("psycopg")
+        del psycopg
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"psycopg is not installed: {exc}")
+        pytest.skip(f"psycopg is not installed: {exc}")
+    try:
+        with postgres_server() as server:
+            yield server
+    except ClusterUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is required on CI: {exc}")
+        pytest.skip(f"PostgreSQL unavailable: {exc}")
