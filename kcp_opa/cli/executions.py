@@ -29,9 +29,9 @@ from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.opening import STORE_ENV, is_database, open_executor_store, shown
 from kcp_opa.stores.protocols import ExecutorStore
 from kcp_opa.stores.records import AMBIGUOUS
-from kcp_opa.stores.opening import STORE_ENV, is_database, open_executor_store, shown
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
 

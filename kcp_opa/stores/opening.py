@@ -28,7 +28,7 @@ def shown(location: str | Path) -> str:
     """``location`` as status, logs and errors may show it (a database URI without its password)."""
     if not is_database(location):
         return str(location)
-    from kcp_opa.stores.postgres.base import redact  # noqa: PLC0415 - the extra may be absent
+    from kcp_opa.stores.postgres.base import redact
 
     return redact(str(location))
 
@@ -47,7 +47,7 @@ class Stores:
 def _postgres() -> None:
     """Refuse a database location, in one line, when the postgres extra is not installed."""
     try:
-        import kcp_opa.stores.postgres  # noqa: F401, PLC0415 - only with the postgres extra
+        import kcp_opa.stores.postgres  # noqa: F401 - only with the postgres extra
     except ImportError as exc:
         raise StoreError(
             f"a postgresql:// store needs psycopg: pip install 'kcp-opa[postgres]' ({exc})", "store_config"
@@ -58,7 +58,7 @@ def open_stores(location: str | Path) -> Stores:
     """Open (creating or migrating, atomically) the stores at ``location``; raises StoreError."""
     if is_database(location):
         _postgres()
-        from kcp_opa.stores import postgres  # noqa: PLC0415
+        from kcp_opa.stores import postgres
 
         database = postgres.PostgresDatabase(str(location))
         try:
@@ -86,7 +86,7 @@ def open_executor_store(location: str | Path) -> ExecutorStore:
     """Only the executor's store (nonces and executions) at ``location``; raises StoreError."""
     if is_database(location):
         _postgres()
-        from kcp_opa.stores import postgres  # noqa: PLC0415
+        from kcp_opa.stores import postgres
 
         database = postgres.PostgresDatabase(str(location))
         try:

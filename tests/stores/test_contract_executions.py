@@ -50,7 +50,9 @@ def test_racing_processes_consume_each_nonce_once_and_claim_each_key_once(backen
     backend.open()  # the schema exists; the race is on the rows
     context = multiprocessing.get_context("fork")
     barrier, answers = context.Barrier(PROCESSES), context.Queue()
-    workers = [context.Process(target=_race_consumes, args=(backend.location, barrier, answers)) for _ in range(PROCESSES)]
+    workers = [
+        context.Process(target=_race_consumes, args=(backend.location, barrier, answers)) for _ in range(PROCESSES)
+    ]
     for worker in workers:
         worker.start()
     results = [answers.get(timeout=120) for _ in workers]
@@ -113,7 +115,10 @@ def test_a_lease_expires_into_ambiguous_and_only_evidence_resolves_it(backend: B
         store.reconcile("held", "failed", "ticket")
     assert held.value.code == "not_ambiguous"
     resolved = store.reconcile("slow", "succeeded", "bank statement 7")
-    assert resolved.state == "succeeded" and resolved.outcome == {"reconciled": "succeeded", "evidence": "bank statement 7"}
+    assert resolved.state == "succeeded" and resolved.outcome == {
+        "reconciled": "succeeded",
+        "evidence": "bank statement 7",
+    }
     assert store.finish_execution("slow", outcome={"late": True}) is False  # the late outcome does not overwrite
     assert store.ambiguous_executions() == []
     assert store.count("reconciliations") == 1

@@ -32,8 +32,6 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 #: One schema step: SQL statements run in order inside the migrating transaction.
 Step = tuple[str, ...]
 
-#: What a stored time reads as (the SQLite stores' MICROS format, so records compare alike).
-MICROS_SQL = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'"
 _VERSIONS = "CREATE TABLE IF NOT EXISTS store_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 _LOCK = "SELECT pg_advisory_xact_lock(7262630)"  # one lock id for every kcp-opa migration
 
@@ -52,11 +50,6 @@ def redact(location: str) -> str:
         return "postgresql://(unparsable location)"
     user = f"{parts.username}@" if parts.username else ""
     return f"{parts.scheme}://{user}{host}{port}{parts.path}"
-
-
-def stamp_sql(column: str) -> str:
-    """SQL reading timestamptz ``column`` as UTC text in the MICROS format (NULL stays NULL)."""
-    return f"to_char({column} AT TIME ZONE 'UTC', {MICROS_SQL})"
 
 
 class PostgresDatabase:

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from kcp_opa.core.errors import StoreError
-from kcp_opa.stores.postgres.base import Connection, PostgresBase, stamp_sql
+from kcp_opa.stores.postgres.base import Connection, PostgresBase
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 
 _TABLES = (
@@ -65,11 +65,10 @@ _CLAIM = (
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
 )
 _SELECT = (
-    "SELECT idempotency_key, action_hash, receipt_id, state, outcome, error, "
-    + stamp_sql("started_at")
-    + ", "
-    + stamp_sql("lease_expires_at")
-    + ", state = 'running' AND lease_expires_at <= now() FROM executions"
+    "SELECT idempotency_key, action_hash, receipt_id, state, outcome, error,"
+    " to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+    " to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+    " state = 'running' AND lease_expires_at <= now() FROM executions"
 )
 _COUNTED = frozenset({"consumed_receipts", "executions", "refusals", "reconciliations"})
 
