@@ -110,3 +110,19 @@ def postgres() -> Iterator[Any]:
         if os.environ.get("CI"):
             pytest.fail(f"PostgreSQL is required on CI: {exc}")
         pytest.skip(f"PostgreSQL unavailable: {exc}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """The stores on SQLite, then on PostgreSQL (marked ``postgres``): one contract, both backends."""
+    import storekit
+
+    if request.param == "sqlite":
+        chosen = storekit.Backend("sqlite", str(tmp_path / "stores.db"))
+    else:
+        server = request.getfixturevalue("postgres")
+        chosen = storekit.Backend("postgres", server.database(f"kcp_contract_{next(storekit.NAMES)}"), server)
+    try:
+        yield chosen
+    finally:
+        chosen.close()

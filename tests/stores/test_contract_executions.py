@@ -11,12 +11,11 @@ import time
 from typing import Any
 
 import pytest
+from storekit import Backend
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.opening import open_executor_store
 from kcp_opa.stores.records import AMBIGUOUS
-
-Backend = Any  # the stores conftest's Backend (a fixture's value)
 
 PROCESSES = 6
 NONCES = 25

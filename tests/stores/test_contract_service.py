@@ -7,12 +7,12 @@ import multiprocessing
 from typing import Any
 
 import pytest
+from storekit import Backend
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.opening import open_stores
 from kcp_opa.stores.records import ChallengeError, UnknownRecordError
 
-Backend = Any  # the stores conftest's Backend (a fixture's value)
 PROCESSES = 4
 ROUNDS = 10
 

@@ -102,7 +102,7 @@ class PostgresDatabase:
                 raise _Newer(version)
             for step in steps[version:]:
                 for statement in step:
-                    connection.execute(statement)  # type: ignore[arg-type]  # constant schema SQL
+                    connection.execute(statement)  # constant schema SQL
             connection.execute(
                 "INSERT INTO store_schema (component, version) VALUES (%s, %s)"
                 " ON CONFLICT (component) DO UPDATE SET version = excluded.version",

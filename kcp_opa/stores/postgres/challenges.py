@@ -90,7 +90,7 @@ class PostgresChallengeStore(PostgresBase):
         )
         self._run(
             lambda c: c.execute(
-                f"INSERT INTO control_challenges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'open', NULL)",  # type: ignore[arg-type]  # noqa: S608, E501
+                f"INSERT INTO control_challenges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'open', NULL)",  # noqa: S608, E501
                 (
                     challenge.challenge_id,
                     decision_id,
@@ -108,11 +108,11 @@ class PostgresChallengeStore(PostgresBase):
 
     def get(self, challenge_id: str) -> Challenge:
         query = f"SELECT {_COLUMNS} FROM control_challenges WHERE challenge_id = %s"  # noqa: S608
-        return _challenge(self._run(lambda c: c.execute(query, (challenge_id,)).fetchone()), challenge_id)  # type: ignore[arg-type]
+        return _challenge(self._run(lambda c: c.execute(query, (challenge_id,)).fetchone()), challenge_id)
 
     def for_decision(self, decision_id: str) -> list[Challenge]:
         query = f"SELECT {_COLUMNS} FROM control_challenges WHERE decision_id = %s ORDER BY created_at, control"  # noqa: S608
-        rows = self._run(lambda c: c.execute(query, (decision_id,)).fetchall())  # type: ignore[arg-type]
+        rows = self._run(lambda c: c.execute(query, (decision_id,)).fetchall())
         return [_challenge(row, row[0]) for row in rows]
 
     def consume(self, challenge_id: str, principal_id: str, *, now: dt.datetime | None = None) -> Challenge:
@@ -122,11 +122,11 @@ class PostgresChallengeStore(PostgresBase):
         def work(c: Connection) -> tuple[int, Challenge]:
             changed = c.execute(
                 f"UPDATE control_challenges SET state = 'consumed', consumed_by = %s, consumed_at = {_NOW}"  # noqa: S608
-                f" WHERE challenge_id = %s AND state = 'open' AND expires_at > coalesce(%s, {_NOW})",  # type: ignore[arg-type]
+                f" WHERE challenge_id = %s AND state = 'open' AND expires_at > coalesce(%s, {_NOW})",
                 (principal_id, challenge_id, moment),
             ).rowcount
             query = f"SELECT {_COLUMNS} FROM control_challenges WHERE challenge_id = %s"  # noqa: S608
-            return changed, _challenge(c.execute(query, (challenge_id,)).fetchone(), challenge_id)  # type: ignore[arg-type]
+            return changed, _challenge(c.execute(query, (challenge_id,)).fetchone(), challenge_id)
 
         changed, challenge = self._run(work)
         if changed != 1:

@@ -132,7 +132,7 @@ class PostgresStore(PostgresBase):
 
     @staticmethod
     def _one(c: Connection, idempotency_key: str) -> ExecutionRecord | None:
-        row = c.execute(_SELECT + " WHERE idempotency_key = %s", (idempotency_key,)).fetchone()  # type: ignore[arg-type]
+        row = c.execute(_SELECT + " WHERE idempotency_key = %s", (idempotency_key,)).fetchone()
         return _record(row) if row else None
 
     def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
@@ -157,7 +157,7 @@ class PostgresStore(PostgresBase):
     def ambiguous_executions(self) -> list[ExecutionRecord]:
         """Every claim whose lease expired without an outcome, oldest first (by the database's clock)."""
         query = _SELECT + " WHERE state = 'running' AND lease_expires_at <= now() ORDER BY started_at"
-        return self._run(lambda c: [_record(row) for row in c.execute(query).fetchall()])  # type: ignore[arg-type]
+        return self._run(lambda c: [_record(row) for row in c.execute(query).fetchall()])
 
     def reconcile(self, idempotency_key: str, outcome: str, evidence: str) -> ExecutionRecord:
         """Resolve an ambiguous claim as succeeded or failed, on an operator's evidence (recorded)."""
@@ -168,7 +168,7 @@ class PostgresStore(PostgresBase):
 
         def resolve(c: Connection) -> ExecutionRecord:
             row = c.execute(
-                _SELECT + " WHERE idempotency_key = %s FOR UPDATE",  # type: ignore[arg-type]
+                _SELECT + " WHERE idempotency_key = %s FOR UPDATE",
                 (idempotency_key,),
             ).fetchone()
             if row is None:
@@ -213,5 +213,5 @@ class PostgresStore(PostgresBase):
     def count(self, table: str) -> int:
         if table not in _COUNTED:
             raise ValueError(table)
-        row = self._run(lambda c: c.execute(f"SELECT count(*) FROM {table}").fetchone())  # type: ignore[arg-type]  # noqa: S608
+        row = self._run(lambda c: c.execute(f"SELECT count(*) FROM {table}").fetchone())  # noqa: S608
         return int(row[0]) if row else 0

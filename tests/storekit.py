@@ -1,24 +1,20 @@
 """The two backends the store contract runs on: a SQLite file and a fresh PostgreSQL database.
 
-``backend`` is parametrized, so every contract test runs the same body on both; the PostgreSQL
-parameter carries the ``postgres`` marker (``pytest -m postgres`` selects it) and uses the
-session's throwaway server.
+The ``backend`` fixture (tests/conftest.py) is parametrized over them, so every contract test
+runs the same body on both; the PostgreSQL parameter carries the ``postgres`` marker (``pytest
+-m postgres`` selects it) and uses the session's throwaway server.
 """
 
 from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kcp_opa.stores.opening import Stores, open_stores
 
-_names = itertools.count()
+NAMES = itertools.count()
 
 
 @dataclass
@@ -51,16 +47,3 @@ class Backend:
             database = getattr(stores.executions, "database", None)
             if database is not None:
                 database.close()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "sqlite":
-        chosen = Backend("sqlite", str(tmp_path / "stores.db"))
-    else:
-        server = request.getfixturevalue("postgres")
-        chosen = Backend("postgres", server.database(f"kcp_contract_{next(_names)}"), server)
-    try:
-        yield chosen
-    finally:
-        chosen.close()
