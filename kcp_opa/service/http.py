@@ -106,6 +106,7 @@ _STATUS = {
     "reload_failed": 409,
     "action_rejected": 400,
     "bad_request": 400,
+    "store_unavailable": 503,  # the database is down, failing or read-only: retry later (nothing was done)
 }
 
 
