@@ -372,12 +372,6 @@ class GateService:
             "executed_by": principal.id,
         }
 
-    def _held(self) -> int | None:
-        try:
-            return self.records.count()
-        except KcpOpaError:  # the store failed since healthy(): status says so, never an error
-            return None
-
     def write_audit_event(self, principal: Principal, event: str, detail: Mapping[str, Any]) -> dict[str, Any]:
         principal.require(Scope.WRITE_AUDIT, "write audit events")
         check_audit_detail(detail)
@@ -397,7 +391,7 @@ class GateService:
             "policy_version": self.gate.policy_version,
             "store": {"ok": store_ok, "path": self.location},
             "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
-            "decisions_held": self._held() if store_ok else None,
+            "decisions_held": self.records.count() if store_ok else None,
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
             "callers": "registry principals" if self.registry is not None else f"local-agent only: {LOCAL_ONLY}",
