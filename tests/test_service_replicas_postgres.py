@@ -184,14 +184,18 @@ def test_a_database_outage_is_refused_by_every_replica_and_recovered_from(cluste
                 url, "/v1/decisions", "local-agent", {"action": {**KYA, "idempotency_key": "idem_replica_down_0001"}}
             )
             assert decided.status_code == 503 and decided.json()["code"] == "store_unavailable", decided.text
-            status = httpx2.get(f"{url}/v1/status", headers={"Authorization": f"Bearer {WHO['local-agent']}"})
+            status = httpx2.get(
+                f"{url}/v1/status", headers={"Authorization": f"Bearer {WHO['local-agent']}"}, timeout=60
+            )
             assert status.json()["store"]["ok"] is False and status.json()["ok"] is False
     finally:
         cluster.server.start()
     deadline = time.monotonic() + 60
     for url in cluster.urls:  # each replica recovers on its own: no restart
         while True:
-            status = httpx2.get(f"{url}/v1/status", headers={"Authorization": f"Bearer {WHO['local-agent']}"})
+            status = httpx2.get(
+                f"{url}/v1/status", headers={"Authorization": f"Bearer {WHO['local-agent']}"}, timeout=60
+            )
             if status.json()["store"]["ok"]:
                 break
             assert time.monotonic() < deadline, status.text

@@ -77,14 +77,14 @@ class PostgresDatabase:
             timeout=timeout_s,
             open=True,
             check=ConnectionPool.check_connection,
-            reconnect_timeout=24 * 3600.0,  # keep trying while the database is down; never give up
+            reconnect_timeout=10.0,  # a retry gives up after 10 s; the next call starts a fresh one (no long backoff)
             kwargs={"connect_timeout": max(1, int(timeout_s)), "application_name": "kcp-opa"},
         )
 
-    def run(self, work: Callable[[Connection], T], failure: str) -> T:
+    def run(self, work: Callable[[Connection], T], failure: str, *, timeout_s: float | None = None) -> T:
         """``work`` in one transaction on a pooled connection; a driver error becomes a StoreError."""
         try:
-            with self.pool.connection() as connection, connection.transaction():
+            with self.pool.connection(timeout=timeout_s) as connection, connection.transaction():
                 return work(connection)
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -141,8 +141,8 @@ class PostgresBase:
         self.location = database.location
         database.migrate(self.component, self.steps)
 
-    def _run(self, work: Callable[[Connection], T], failure: str | None = None) -> T:
-        return self.database.run(work, failure or self.failure)
+    def _run(self, work: Callable[[Connection], T], failure: str | None = None, *, timeout_s: float | None = None) -> T:
+        return self.database.run(work, failure or self.failure, timeout_s=timeout_s)
 
     def schema_version(self) -> int:
         row = self._run(
