@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
 
-.PHONY: sysdeps-postgres help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
+.PHONY: sysdeps-postgres sysdeps-softhsm help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -58,7 +58,10 @@ PG_BINDIR = $(shell pg_config --bindir 2>/dev/null)
 sysdeps-postgres: ## PostgreSQL 15's server binaries (Debian), for the -m postgres tests
 	@test -x "$(PG_BINDIR)/initdb" || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null)
 
-test: $(STAMP) sysdeps-postgres ## lint, type-check, the policy suite and the test suite (what CI runs)
+sysdeps-softhsm: ## SoftHSM2 (a PKCS#11 token) for the HSM signer's tests; installed only when missing
+	@command -v softhsm2-util >/dev/null || (apt-get update -qq && apt-get install -y -qq softhsm2)
+
+test: $(STAMP) sysdeps-postgres sysdeps-softhsm ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy
