@@ -7,6 +7,7 @@ reconciliation on evidence only, and the consume and the claim in one transactio
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from typing import Any
 
@@ -36,7 +37,7 @@ def _race_consumes(location: str, barrier: Any, answers: Any) -> None:
         won = [store.consume(f"n{i}", f"r{i}", "2030") for i in range(NONCES)]
         claims = [
             store.consume_and_claim(
-                f"k-{id(won)}-{i}", f"kr-{id(won)}-{i}", "2030", idempotency_key=f"key{i}", action_hash="h"
+                f"k-{os.getpid()}-{i}", f"kr-{os.getpid()}-{i}", "2030", idempotency_key=f"key{i}", action_hash="h"
             )
             for i in range(NONCES)
         ]
