@@ -240,3 +240,40 @@ def test_a_replica_killed_mid_execution_is_never_run_again(cluster: Cluster) -> 
 def _swallow(call: Any) -> None:
     with contextlib.suppress(httpx2.TransportError):  # the replica was killed under the request
         call()
+
+
+def test_the_serve_demo_runs_on_postgres(postgres: Any, tmp_path: Path) -> None:
+    """`make serve-demo` with KCP_OPA_STORE=postgresql://...: the payment executed once, in the database."""
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from kcp_opa.compile.compiler import compile_bundle
+
+    dsn = postgres.database("kcp_serve_demo")
+    base, bundles = REPO / "fixtures" / "deployments" / "finance", tmp_path / "bundles"
+    registry = REPO / "fixtures" / "trust" / "registry.yaml"
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        REPO / "policies",
+        bundles / "finance.tar.gz",
+        trust_path=registry,
+    )
+    env = {
+        **os.environ,
+        "KCP_OPA_STORE": dsn,
+        "KCP_OPA_LEDGER": str(tmp_path / "demo.jsonl"),
+        "KCP_OPA_BUNDLES": str(bundles),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "serve_demo.py")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "executed idem_supplier_8000_001: PAY-0001" in proc.stdout
+    assert "refused the same receipt again: replay" in proc.stdout
+    with psycopg.connect(dsn) as connection:
+        rows = connection.execute("SELECT idempotency_key, state FROM executions").fetchall()
+    assert rows == [("idem_supplier_8000_001", "succeeded")]
+    assert verify_ledger(tmp_path / "demo.jsonl").ok
