@@ -141,7 +141,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         service = GateService.open(
             BUNDLES / "finance.tar.gz",
-            store=Path(tmp) / "service.db",
+            # KCP_OPA_STORE=postgresql://... runs the demo on a database, as replicas would share it.
+            store=os.environ.get("KCP_OPA_STORE") or Path(tmp) / "service.db",
             ledger=LEDGER,
             handlers={"pay": bound(pay, "execute_payment")},
             registry=registry,

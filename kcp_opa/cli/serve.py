@@ -58,10 +58,12 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option(
     "--store",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("audit/service.db"),
+    default="audit/service.db",
     show_default=True,
-    help="SQLite file: challenges, consumed receipts, executions.",
+    envvar="KCP_OPA_STORE",
+    show_envvar=True,
+    help="SQLite file, or postgresql://user@host/db shared by replicas (password in PGPASSWORD or a"
+    " PGPASSFILE): challenges, consumed receipts, executions.",
 )
 @click.option(
     "--ledger",
@@ -147,7 +149,7 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 def serve(
     transport: str,
     bundle: Path,
-    store: Path,
+    store: str,
     ledger: Path,
     host: str,
     port: int,

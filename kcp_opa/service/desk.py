@@ -387,7 +387,7 @@ class GateService:
         return {
             **files,
             **self.gate.status(),  # bundle_revision, policy_version, bundle {revision, sha256, signer, ...}
-            "decisions_held": self.records.count(),
+            "decisions_held": self.records.count() if files["store"]["ok"] else None,
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
             "callers": "registry principals" if self.registry is not None else f"local-agent only: {LOCAL_ONLY}",
