@@ -134,3 +134,20 @@ def test_a_session_ends_at_its_lifetime() -> None:
     cookie, _ = sessions.open("token")
     sessions.close(cookie)
     assert sessions.get(cookie) is None
+
+
+def test_the_session_cookie_is_secure_unless_plain_http_on_a_loopback_socket() -> None:
+    """Fail-safe: a service bound to another address never sends the session cookie in clear."""
+    from starlette.requests import Request
+
+    from kcp_opa.service.uisession import secure_cookie
+
+    def request(scheme: str, server: tuple[str, int]) -> Request:
+        scope = {"type": "http", "scheme": scheme, "server": server, "path": "/ui/login", "headers": []}
+        return Request(scope)
+
+    assert secure_cookie(request("http", ("10.0.0.5", 8080)))
+    assert secure_cookie(request("http", ("0.0.0.0", 8080)))
+    assert secure_cookie(request("https", ("127.0.0.1", 8443)))
+    assert not secure_cookie(request("http", ("127.0.0.1", 8080)))
+    assert not secure_cookie(request("http", ("::1", 8080)))

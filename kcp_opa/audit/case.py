@@ -1,8 +1,9 @@
 """A decision case file: everything about one decision, gathered so it proves itself offline.
 
-``audit case LEDGER DECISION_ID`` writes, into one directory: the ledger segment from the
-decision's first entry to a signed checkpoint (``chain.jsonl``, with the ledger header), so each
-entry's hash and its link to the checkpoint can be recomputed; every decision entry's archived
+``audit case LEDGER DECISION_ID`` writes, into one directory: the ledger from its header and
+first entry (seq 1, linked to the genesis hash) to a signed checkpoint (``chain.jsonl``), so each
+entry's hash and its link to the checkpoint can be recomputed and no entry of the decision can be
+left out before the first one the case shows (a segment starting later could hide them); every decision entry's archived
 input and result; the bundle that decided it (``bundle.tar.gz``, the name the docs use); the
 trust registry the bundle was compiled with (its sha256 is in the bundle's metadata); each
 signed control attestation with its issuer's public key; the checkpoint and the public key that
@@ -31,7 +32,7 @@ from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
 from kcp_opa.trail.verify import is_header, verify_ledger
 
-CASE_FORMAT = "kcp-opa-case/1"
+CASE_FORMAT = "kcp-opa-case/2"  # /1 carried a segment from the decision's first entry
 CHAIN = "chain.jsonl"
 BUNDLE = "bundle.tar.gz"
 REGISTRY = "trust/registry.yaml"
@@ -52,7 +53,11 @@ Prove it (offline; exit 1 and the failing check's name on any failure):
 
 Pin the trust roots you hold independently of this directory (recommended):
 
-    kcp-opa audit case verify . --trust registry.yaml --keyring checkpoint-public.json
+    kcp-opa audit case verify . --trust registry.yaml --keyring checkpoint-public.json \\
+        --receipt-keyring receipt-public.json --checkpoint newer-checkpoint.json
+
+The case shows the ledger up to seq {checkpoint_seq} only: `--checkpoint` (a newer checkpoint
+you hold) or `--expect-head SEQ` makes a case cut before later entries (an execution) fail.
 
 Evaluate the final decision yourself, on either engine:
 
@@ -171,7 +176,7 @@ def build_case(
     checkpoint = _checkpoint_for(
         path, max(seqs), (report.ledger_id, report.head_seq, report.head_hash), keyring, checkpoints
     )
-    segment = [e for e in entries if min(seqs) <= int(e["seq"]) <= int(checkpoint["seq"])]
+    segment = [e for e in entries if int(e["seq"]) <= int(checkpoint["seq"])]  # the whole prefix: see above
 
     out = Path(output)
     if out.exists() and any(out.iterdir()):

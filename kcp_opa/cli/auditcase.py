@@ -98,17 +98,47 @@ def audit_case_gather(
 @click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--trust", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the registry you hold.")
 @click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the checkpoint keys you hold.")
+@click.option(
+    "--receipt-keyring", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the receipt keys you hold."
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A newer signed checkpoint you hold: a case cut before it fails.",
+)
+@click.option("--expect-head", type=click.IntRange(min=1), help="The head seq you know the ledger reached.")
 @click.option("--no-opa", is_flag=True, help="Skip the OPA replay (regopy only); the case is then not fully proved.")
 @FORMAT
-def audit_case_verify(directory: Path, trust: Path | None, keyring: Path | None, no_opa: bool, fmt: str | None) -> None:
-    """Prove a case offline: one line per check; exit 1 on any failure."""
-    checks = verify_case(directory, trust=trust, keyring=keyring, with_opa=not no_opa)
+def audit_case_verify(
+    directory: Path,
+    trust: Path | None,
+    keyring: Path | None,
+    receipt_keyring: Path | None,
+    checkpoint: Path | None,
+    expect_head: int | None,
+    no_opa: bool,
+    fmt: str | None,
+) -> None:
+    """Prove a case offline: one line per check; exit 1 on any failure.
+
+    A check that ran only against what the case itself supplies (an unpinned receipt key, no
+    newer anchor) prints as `warn`: not a failure, and not a proof.
+    """
+    checks = verify_case(
+        directory,
+        trust=trust,
+        keyring=keyring,
+        with_opa=not no_opa,
+        receipt_keyring=receipt_keyring,
+        checkpoint=checkpoint,
+        expect_head=expect_head,
+    )
     ok = all(check.ok is not False for check in checks)
     if as_json(fmt):
         render.print_json({"ok": ok, "case": str(directory), "checks": [c.to_dict() for c in checks]})
     else:
         for check in checks:
-            mark = {True: "ok  ", False: "FAIL", None: "n/a "}[check.ok]
+            mark = "warn" if check.warning else {True: "ok  ", False: "FAIL", None: "n/a "}[check.ok]
             click.echo(f"{mark} {check.name:<21} {check.detail}")
         click.echo(f"{'ok' if ok else 'FAILED'}: case {directory}")
     if not ok:
