@@ -141,8 +141,10 @@ def test_case_without_the_start_of_the_decisions_history_fails_chain(demo: dict[
     """Dropping the decision's first entries (its first refusals, its first decision) from the
     chain, case.json and the files, then rehashing, must not pass with every pin."""
     case = _copy(demo, tmp_path)
-    seqs = json.loads((case / "case.json").read_text())["seqs"]
-    _keep_from(case, seqs[len(seqs) // 2])
+    chained = [json.loads(line) for line in (case / "chain.jsonl").read_text().splitlines()[1:]]
+    refused = min(e["seq"] for e in chained if e["type"] == "failure")  # a refused self-approval
+    first = next(e["seq"] for e in chained if e["type"] == "decision" and e["seq"] > refused)
+    _keep_from(case, first)  # hides the first decisions and the refusals; every later check still holds
     _rehash(case)
     code, report = _verify(case, *_pins(demo))
     assert code == 1 and "chain" in _failed(report), report
