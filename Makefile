@@ -60,7 +60,8 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	  | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[-1]["decision_id"])') && \
 	$(BIN)/kcp-opa audit case audit/demo.jsonl $$id -o audit/case --trust $(TRUST) --keyring audit/checkpoint-keys.json \
 	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json
-	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --format text
+	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --receipt-keyring audit/demo-receipt-keys.json \
+	  --expect-head $$(($$(wc -l < audit/demo.jsonl) - 1)) --format text
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null

@@ -1,9 +1,9 @@
 """A decision case file: everything about one decision, gathered so it proves itself offline.
 
 ``audit case LEDGER DECISION_ID`` writes, into one directory: the ledger from its header and
-first entry (seq 1, linked to the genesis hash) to a signed checkpoint (``chain.jsonl``), so each
-entry's hash and its link to the checkpoint can be recomputed and no entry of the decision can be
-left out before the first one the case shows (a segment starting later could hide them); every decision entry's archived
+seq 1 (linked to the header) to a signed checkpoint (``chain.jsonl``), so each entry's hash and
+its link to the checkpoint can be recomputed and no entry of the decision can be left out (a
+segment starting at a later entry could hide the first ones); every decision entry's archived
 input and result; the bundle that decided it (``bundle.tar.gz``, the name the docs use); the
 trust registry the bundle was compiled with (its sha256 is in the bundle's metadata); each
 signed control attestation with its issuer's public key; the checkpoint and the public key that

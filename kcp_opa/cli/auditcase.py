@@ -35,7 +35,7 @@ class _CaseGroup(click.Group):
 def audit_case() -> None:
     """A decision case file: `audit case LEDGER DECISION_ID -o DIR`, then `audit case verify DIR`.
 
-    The case holds every entry of the decision, the ledger segment to a signed checkpoint, the
+    The case holds every entry of the decision, the ledger from seq 1 to a signed checkpoint, the
     archived inputs, the bundle, the trust registry, each signed attestation with its issuer's
     key, and (given --receipt) the receipt: verify proves it offline, one line per check.
     """
