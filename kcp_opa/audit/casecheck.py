@@ -79,9 +79,11 @@ class _Case:
 
     def chain(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         header, entries = None, []
-        for line in (self.root / layout.CHAIN).read_bytes().splitlines():
+        for number, line in enumerate((self.root / layout.CHAIN).read_bytes().splitlines()):
             item = json.loads(line)
             if is_header(item):
+                if number:
+                    raise ValueError(f"{layout.CHAIN}: a ledger header on line {number + 1}, not the first")
                 header = item
             else:
                 entries.append(item)
