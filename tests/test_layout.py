@@ -24,6 +24,7 @@ LAYERS: tuple[str, ...] = (
     "declare",
     "compile",
     "trail",
+    "context",
     "decide",
     "authorize",
     "execute",

@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey, signed_bytes
 from kcp_opa.declare.trust import TrustRegistry
 
 SIGNED_FIELDS = (
@@ -43,11 +42,7 @@ _DECLARABLE = {
 
 def attestation_bytes(item: Mapping[str, Any]) -> bytes:
     """What an issuer signs: the item with only ``signature.value`` removed."""
-    body = dict(item)
-    signature = body.get("signature")
-    if isinstance(signature, Mapping):
-        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
-    return canonical_json(body)
+    return signed_bytes(item)
 
 
 def sign_attestation(fields: Mapping[str, Any], issuer: str, key: ReceiptKey) -> dict[str, Any]:

@@ -110,6 +110,13 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option("--plan-cache", type=click.Path(path_type=Path, file_okay=False), help="rego-cpp plan cache directory.")
 @click.option("--otel", is_flag=True, help="Emit OpenTelemetry spans (needs the [otel] extra and a configured SDK).")
+@click.option("--region", help="The gate's deployment region (a gate fact; what an action states is only compared).")
+@click.option("--environment", help="The gate's environment (production, staging, ...), a gate fact like --region.")
+@click.option(
+    "--attestations",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="JSON list of signed fact attestations (evidence status, screening, beneficiary); needs --trust.",
+)
 def serve(
     transport: str,
     bundle: Path,
@@ -127,6 +134,9 @@ def serve(
     token_env: str,
     plan_cache: Path | None,
     otel: bool,
+    region: str | None,
+    environment: str | None,
+    attestations: Path | None,
 ) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
 
@@ -141,6 +151,7 @@ def serve(
     SIGHUP (or POST /v1/admin/reload by a service_admin) re-reads the bundle, registry, tokens
     and keyrings and swaps them in only if they all load; replicas share --store and --keyring.
     """
+    from kcp_opa.context import StaticGateConfig
     from kcp_opa.declare.trust import load_trust
     from kcp_opa.service.desk import GateService
     from kcp_opa.service.identity import LOCAL_AGENT, StaticAuthenticator
@@ -169,6 +180,7 @@ def serve(
     if otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
     registry = load_trust(trust) if trust is not None else None
+    config = StaticGateConfig(deployment_region=region, environment=environment)
     service = GateService.open(
         bundle,
         store=store,
@@ -179,6 +191,8 @@ def serve(
         registry=registry,
         issuer_ids=issuer_ids,
         issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
+        config=config,
+        attestations=attestations,
     )
 
     def make_authenticator(loaded: Any, data: Any) -> Any:
@@ -189,7 +203,7 @@ def serve(
         return registry_authenticator(loaded, _token_hashes(tokens_path), stdio=stdio_principal, approver_roles=roles)
 
     authenticator = SwappableAuthenticator(make_authenticator(registry, service.gate.bundle.data))
-    sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache)
+    sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache, config, attestations)
     reloader = Reloader(service, sources, authenticator, make_authenticator)
     _on_sighup(reloader)
     if transport == "stdio":

@@ -23,6 +23,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from kcp_opa.core import strictjson
+from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import KeyringError
 
 HMAC_SHA256 = "HMAC-SHA256"
@@ -76,6 +77,16 @@ class ReceiptKey:
                 return False
             return True
         return False
+
+
+def signed_bytes(item: Mapping[str, Any]) -> bytes:
+    """What an issuer signs: the item with only ``signature.value`` removed (control evidence
+    and attested context facts alike, so there is one signature scheme)."""
+    body = dict(item)
+    signature = body.get("signature")
+    if isinstance(signature, Mapping):
+        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
+    return canonical_json(body)
 
 
 def strict_b64url(value: str) -> bytes | None:

@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
+from kcp_opa.context.builder import ContextSources, build_context
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError
 from kcp_opa.decide.action import action_hash, check_action, folded_strings, trace_id_of
@@ -86,6 +87,19 @@ def created_epoch_seconds(action: Mapping[str, Any]) -> int:
     return int((moment - _EPOCH).total_seconds() // 1)
 
 
+#: The keys of ``input.context`` the context stage builds (kcp_opa.context.builder).
+CONTEXT_KEYS = ("facts", "facts_principal", "attestations_refused", "counters")
+
+
+def built_context(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The context-stage part of an input: re-deciding a recorded decision (recorded controls,
+    a restored record) keeps the facts it was decided on instead of asking the sources again."""
+    context = document.get("context")
+    if not isinstance(context, Mapping):
+        return {}
+    return {key: context[key] for key in CONTEXT_KEYS if key in context}
+
+
 def build_input(
     action: Mapping[str, Any],
     *,
@@ -93,8 +107,17 @@ def build_input(
     satisfied_controls: Sequence[str] = (),
     bundle_revision: str = "",
     decision_id: str | None = None,
+    context: ContextSources | None = None,
+    principal: str | None = None,
+    built: Mapping[str, Any] | None = None,
 ) -> DecisionInput:
-    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`."""
+    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
+
+    The gate and attested facts come from ``context`` (the context stage), established for
+    ``principal`` (the authenticated caller; over the library, whom the host runs the agent as).
+    Without a source a fact is absent, and a rule that needs it fails closed. ``built`` is a
+    context built before (:func:`built_context`), used as it is.
+    """
     check_action(action)
     moment = decision_time(now)
     evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -117,6 +140,7 @@ def build_input(
             "action_created_epoch_seconds": created_epoch_seconds(action),
             "satisfied_controls": sorted(set(satisfied_controls)),
             "folded": folded_strings(action),
+            **(dict(built) if built is not None else build_context(context, action, principal=principal, action_hash=digest)),
         },
     }
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)
@@ -143,8 +167,11 @@ class Gate:
         ledger: AuditLedger | None = None,
         plan_cache: Path | None = None,
         cross_check: str | None = None,
+        context: ContextSources | None = None,
     ) -> None:
         self.bundle = bundle
+        #: Where the gate's facts come from (kcp_opa.context); None: every gate fact is missing.
+        self.context = context
         self.plan_cache = plan_cache
         self.engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight, plan_cache=plan_cache)
         self.cross_check = cross_check
@@ -170,6 +197,7 @@ class Gate:
         ledger: AuditLedger | None = None,
         plan_cache: str | Path | None = None,
         cross_check: str | None = None,
+        context: ContextSources | None = None,
     ) -> Gate:
         """Load a bundle written by ``kcp-opa compile``.
 
@@ -180,23 +208,34 @@ class Gate:
         saves it, later starts load it (3.7x faster at 10,000 units; docs/performance.md).
         ``cross_check="opa"`` also evaluates every decision on the OPA reference engine; any
         difference is a DENY ``engine_divergence`` with both results in the ledger.
+        ``context`` holds the sources of the gate and attested facts (docs/contract.md, "Facts");
+        the host builds them from its own configuration, never from model output.
         """
         cache = Path(plan_cache) if plan_cache is not None else None
-        return cls(read_bundle(path), preflight=preflight, ledger=ledger, plan_cache=cache, cross_check=cross_check)
+        bundle = read_bundle(path)
+        return cls(bundle, preflight=preflight, ledger=ledger, plan_cache=cache, cross_check=cross_check, context=context)
 
     @property
     def system_controls(self) -> tuple[str, ...]:
         return SYSTEM_CONTROLS if self.audit is not None else ()
 
-    def prepare(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> DecisionInput:
+    def prepare(
+        self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None, principal: str | None = None
+    ) -> DecisionInput:
         """The input ``decide`` would evaluate (for archiving before the decision, or replay).
 
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
-        return self._seal(
-            build_input(action, now=now, satisfied_controls=self.system_controls, bundle_revision=self.bundle_revision)
+        built = build_input(
+            action,
+            now=now,
+            satisfied_controls=self.system_controls,
+            bundle_revision=self.bundle_revision,
+            context=self.context,
+            principal=principal,
         )
+        return self._seal(built)
 
     def _seal_of(self, prepared: DecisionInput) -> str:
         fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
@@ -258,9 +297,11 @@ class Gate:
         )
         return decision, (result.value if error is None else None), answers
 
-    def decide(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> Decision:
+    def decide(
+        self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None, principal: str | None = None
+    ) -> Decision:
         """Decide one action. Raises :class:`ActionRejectedError` for an action that may not be evaluated."""
-        return self.decide_prepared(self.prepare(action, now=now))
+        return self.decide_prepared(self.prepare(action, now=now, principal=principal))
 
     def decide_prepared(self, prepared: DecisionInput) -> Decision:
         """Evaluate and, with a ledger, record durably; a failed write turns it into a DENY."""

@@ -24,7 +24,7 @@ from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.records import RECORD_FORMAT, export_record, load_record
 from kcp_opa.core.errors import CodedError, EvidenceRejectedError, StoreError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.decide.gate import Gate, build_input
+from kcp_opa.decide.gate import Gate, build_input, built_context
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS service_decisions (
@@ -154,6 +154,7 @@ def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> dict[s
         "trace_id": decision.trace_id,
         "bundle_revision": decision.bundle_revision,
         "attestations": [],
+        "context": built_context(record.prepared.document),
     }
 
 
@@ -180,6 +181,7 @@ def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -
             satisfied_controls=gate.system_controls,
             bundle_revision=gate.bundle_revision,
             decision_id=document["decision_id"],
+            built=document.get("context") if isinstance(document.get("context"), Mapping) else {},
         )
     )
     decision, _ = gate.evaluate(prepared)
