@@ -59,6 +59,9 @@ class DecisionCase:
     file: str
     line: int | None
     ledger: bool = False
+    #: What the gate knows for this case (file-level ``context`` merged with the case's;
+    #: kcp_opa.authoring.casecontext). None: no source, every gate fact missing.
+    context: Mapping[str, Any] | None = None
 
 
 def merge(base: Any, patch: Any) -> Any:
@@ -71,6 +74,15 @@ def merge(base: Any, patch: Any) -> Any:
             merged.pop(key, None)
         else:
             merged[key] = merge(merged.get(key), value)
+    return merged
+
+
+def _merge_context(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Like :func:`merge`, but a null stays (it says: the gate does not know this fact)."""
+    merged = {key: copy.deepcopy(value) for key, value in base.items()}
+    for key, value in patch.items():
+        old = merged.get(key)
+        merged[key] = _merge_context(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
     return merged
 
 
@@ -109,6 +121,7 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
                 file=str(path),
                 line=source.line_of(["cases", index]),
                 ledger=bool(document.get("ledger", False)),
+                context=_merge_context(document.get("context") or {}, raw.get("context") or {}) or None,
             )
         )
     return cases

@@ -5,7 +5,7 @@ See :mod:`kcp_opa.context.facts` for the classes (intent, gate, attested) and
 """
 
 from kcp_opa.context.attested import AttestationSource, SignedAttestations, sign_fact
-from kcp_opa.context.builder import ContextSources, ContextSourceError, build_context
+from kcp_opa.context.builder import ContextSourceError, ContextSources, build_context
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
 from kcp_opa.context.sources import CounterSource, GateConfigSource, PrincipalSource, RegistrySource, StaticGateConfig
 

@@ -138,7 +138,5 @@ class SignedAttestations:
             if held is not None and held["issued_epoch_seconds"] >= (issued or 0):
                 continue  # the newest attestation of a fact speaks for it
             where = f"attestation:{canonical_id(str(raw['issuer']))}/{raw['signature']['kid']}"
-            facts[name] = fact(
-                name, raw["value"], where, issued_epoch_seconds=issued, expires_epoch_seconds=expires
-            )
+            facts[name] = fact(name, raw["value"], where, issued_epoch_seconds=issued, expires_epoch_seconds=expires)
         return facts, refused

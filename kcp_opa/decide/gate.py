@@ -140,7 +140,11 @@ def build_input(
             "action_created_epoch_seconds": created_epoch_seconds(action),
             "satisfied_controls": sorted(set(satisfied_controls)),
             "folded": folded_strings(action),
-            **(dict(built) if built is not None else build_context(context, action, principal=principal, action_hash=digest)),
+            **(
+                dict(built)
+                if built is not None
+                else build_context(context, action, principal=principal, action_hash=digest)
+            ),
         },
     }
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)
@@ -213,14 +217,21 @@ class Gate:
         """
         cache = Path(plan_cache) if plan_cache is not None else None
         bundle = read_bundle(path)
-        return cls(bundle, preflight=preflight, ledger=ledger, plan_cache=cache, cross_check=cross_check, context=context)
+        return cls(
+            bundle, preflight=preflight, ledger=ledger, plan_cache=cache, cross_check=cross_check, context=context
+        )
 
     @property
     def system_controls(self) -> tuple[str, ...]:
         return SYSTEM_CONTROLS if self.audit is not None else ()
 
     def prepare(
-        self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None, principal: str | None = None
+        self,
+        action: Mapping[str, Any],
+        *,
+        now: dt.datetime | str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
     ) -> DecisionInput:
         """The input ``decide`` would evaluate (for archiving before the decision, or replay).
 
@@ -232,7 +243,7 @@ class Gate:
             now=now,
             satisfied_controls=self.system_controls,
             bundle_revision=self.bundle_revision,
-            context=self.context,
+            context=context if context is not None else self.context,
             principal=principal,
         )
         return self._seal(built)
@@ -298,10 +309,17 @@ class Gate:
         return decision, (result.value if error is None else None), answers
 
     def decide(
-        self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None, principal: str | None = None
+        self,
+        action: Mapping[str, Any],
+        *,
+        now: dt.datetime | str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
     ) -> Decision:
-        """Decide one action. Raises :class:`ActionRejectedError` for an action that may not be evaluated."""
-        return self.decide_prepared(self.prepare(action, now=now, principal=principal))
+        """Decide one action (``principal``: whom the facts are established for; ``context``: this
+        decision's sources instead of the gate's). Raises :class:`ActionRejectedError` for an
+        action that may not be evaluated."""
+        return self.decide_prepared(self.prepare(action, now=now, principal=principal, context=context))
 
     def decide_prepared(self, prepared: DecisionInput) -> Decision:
         """Evaluate and, with a ledger, record durably; a failed write turns it into a DENY."""

@@ -72,7 +72,9 @@ def service_context(
         try:
             items = json.loads(attestations.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise CodedError(f"{attestations}: not a readable JSON list of attestations: {exc}", "attestations") from None
+            raise CodedError(
+                f"{attestations}: not a readable JSON list of attestations: {exc}", "attestations"
+            ) from None
         if not isinstance(items, list):
             raise CodedError(f"{attestations}: a JSON list of attestations", "attestations")
         signed = SignedAttestations(registry, keyring, items)

@@ -54,7 +54,11 @@ def metadata_facts() -> dict[str, str]:
 
 AGENTS = {
     # Registered with the strictest values: a clerk's role, no granted scope, a self-hosted model.
-    "ctx_plain": {"actor_role": "billing_bot", "agent_scope": [], "model": {"id": "ledger-llm", "hosting": "self_hosted"}},
+    "ctx_plain": {
+        "actor_role": "billing_bot",
+        "agent_scope": [],
+        "model": {"id": "ledger-llm", "hosting": "self_hosted"},
+    },
     # An agent on an external LLM (its other facts lax, so only hosting can decide).
     "ctx_external": {
         "actor_role": "support_agent",
@@ -136,22 +140,40 @@ class Attack:
 TABLE: dict[str, Attack] = {
     "deployment_region": Attack("governance", "ctx_plain", handbook_read, ("runtime", "deployment_region"), "US", "EU"),
     "environment": Attack("visibility", "ctx_plain", ops_read, ("runtime", "environment"), "production", "staging"),
-    "actor_role": Attack("support", "ctx_plain", email, ("authorization_context", "actor_role"), "billing_bot", "support_agent"),
+    "actor_role": Attack(
+        "support", "ctx_plain", email, ("authorization_context", "actor_role"), "billing_bot", "support_agent"
+    ),
     "agent_scope": Attack(
-        "finance", "ctx_plain", payment, ("authorization_context", "agent_scope"), [], ["execute_payment", "prepare_payment"]
+        "finance",
+        "ctx_plain",
+        payment,
+        ("authorization_context", "agent_scope"),
+        [],
+        ["execute_payment", "prepare_payment"],
     ),
     "model_hosting": Attack(
-        "finance", "ctx_external", bound_payment, ("runtime", "model"), {"id": "vendor-llm-2026", "hosting": "external"},
+        "finance",
+        "ctx_external",
+        bound_payment,
+        ("runtime", "model"),
+        {"id": "vendor-llm-2026", "hosting": "external"},
         {"id": "vendor-llm-2026", "hosting": "self_hosted"},
     ),
     "model_id": Attack(
-        "finance", "ctx_external", bound_payment, ("runtime", "model"), {"id": "vendor-llm-2026", "hosting": "external"},
-        {"id": "in-house-llm", "hosting": "external"}, never_names=("in-house-llm",),
+        "finance",
+        "ctx_external",
+        bound_payment,
+        ("runtime", "model"),
+        {"id": "vendor-llm-2026", "hosting": "external"},
+        {"id": "in-house-llm", "hosting": "external"},
+        never_names=("in-house-llm",),
     ),
     "evidence_status": Attack(
         "finance", "ctx_plain", bound_payment, ("runtime", "evidence_status"), "forbidden", "present", "subj_evidence"
     ),
-    "new_beneficiary": Attack("finance", "ctx_plain", payment, ("attributes", "new_beneficiary"), True, False, "subj_new"),
+    "new_beneficiary": Attack(
+        "finance", "ctx_plain", payment, ("attributes", "new_beneficiary"), True, False, "subj_new"
+    ),
     "modified_beneficiary": Attack(
         "finance", "ctx_plain", payment, ("attributes", "modified_beneficiary"), True, False, "subj_modified"
     ),
@@ -173,7 +195,9 @@ def _registry(work: Path) -> tuple[Path, Path, Path]:
     """The service tests' registry plus the agents and a fact issuer; the signed attestations."""
     registry_path, keys_path = write_registry(work)
     registry = yaml.safe_load(registry_path.read_text())
-    registry["principals"] += [{"id": name, "type": "ai_agent", "auth_scopes": SCOPES, **facts} for name, facts in AGENTS.items()]
+    registry["principals"] += [
+        {"id": name, "type": "ai_agent", "auth_scopes": SCOPES, **facts} for name, facts in AGENTS.items()
+    ]
     attestor = generate_ed25519("ctx-attestor-ed25519")
     public = Keyring({attestor.kid: attestor}).to_file_dict(include_private=False)["keys"][0]["public_key"]
     registry["issuers"].append(
@@ -216,7 +240,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], 
             base = DEPLOYMENTS / deployment
             bundle = work / f"{name}.tar.gz"
             compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry)
-            args = ["--bundle", str(bundle), "--store", str(work / f"{name}.db"), "--ledger", str(work / f"{name}.jsonl")]
+            args = [
+                "--bundle",
+                str(bundle),
+                "--store",
+                str(work / f"{name}.db"),
+                "--ledger",
+                str(work / f"{name}.jsonl"),
+            ]
             args += ["--trust", str(registry), "--issuer-id", SERVICE_ISSUER, "--issuer-id", GATE_ISSUER]
             args += ["--issuer-keyring", str(issuer_keys), "--tokens", str(tokens), "--attestations", str(attestations)]
             args += ["--region", region] + (["--environment", environment] if environment else [])
@@ -245,7 +276,10 @@ def _stated(attack: Attack, agent: str, value: Any) -> dict[str, Any]:
 
 def _decide(url: str, agent: str, action: dict[str, Any]) -> dict[str, Any]:
     response = httpx2.post(
-        f"{url}/v1/decisions", json={"action": action}, headers={"Authorization": f"Bearer {TOKENS[agent]}"}, timeout=120
+        f"{url}/v1/decisions",
+        json={"action": action},
+        headers={"Authorization": f"Bearer {TOKENS[agent]}"},
+        timeout=120,
     )
     assert response.status_code == 200, response.text
     return dict(response.json())
