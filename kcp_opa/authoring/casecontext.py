@@ -22,7 +22,7 @@ from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, 
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
 from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
 from kcp_opa.decide.action import action_hash
-from kcp_opa.decide.gate import DecisionInput, build_input
+from kcp_opa.decide.gate import DecisionInput, Gate, build_input, decision_time
 from kcp_opa.declare.trust import TrustRegistry
 
 CASE_AGENT = "case-agent"
@@ -137,3 +137,41 @@ def case_input(
         context=sources,
         principal=principal,
     )
+
+
+class VouchingGate(Gate):
+    """A gate whose host vouches for the facts its own actions state (``from_action``).
+
+    For hosts that write the action themselves, test suites and ``kcp-opa decide --context``:
+    each decision's facts come through the same sources as a case's, declared by ``declared``.
+    Never for actions a model wrote: that is what the context stage exists to refuse.
+    """
+
+    declared: Mapping[str, Any] = {"from_action": True}
+
+    def prepare(
+        self,
+        action: Mapping[str, Any],
+        *,
+        now: dt.datetime | str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
+    ) -> DecisionInput:
+        if context is None:
+            at = decision_time(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+            try:
+                context, principal = case_sources(action, self.declared, at)
+            except (TypeError, ValueError, AttributeError):
+                context = None  # an action the contract refuses: prepare() names why
+            if context is None:
+                return super().prepare(action, now=now, principal=principal)
+        return super().prepare(action, now=now, principal=principal, context=context)
+
+
+def vouching(gate: Gate, declared: Mapping[str, Any] | None = None) -> VouchingGate:
+    """``gate`` as a :class:`VouchingGate` (same bundle, engine, ledger and seal key)."""
+    vouched = VouchingGate.__new__(VouchingGate)
+    vouched.__dict__.update(gate.__dict__)
+    if declared is not None:
+        vouched.declared = declared
+    return vouched

@@ -86,6 +86,16 @@ def _merge_context(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[st
     return merged
 
 
+def check_context(value: Any) -> str | None:
+    """Why ``value`` is not a gate context as a case (or ``kcp-opa decide --context``) declares it."""
+    schema = _validator().schema
+    checker = Draft202012Validator({**schema["$defs"]["context"], "$defs": schema["$defs"]})
+    error = next(iter(checker.iter_errors(value)), None)
+    if error is None:
+        return None
+    return f"{'/'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
+
+
 @cache
 def _validator() -> Draft202012Validator:
     text = resources.files("kcp_opa.schemas").joinpath("decision-cases.schema.json").read_text("utf-8")

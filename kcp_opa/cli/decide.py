@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+import yaml
 
+from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.cli import render
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
@@ -56,6 +59,13 @@ from kcp_opa.trail.ledger import AuditLedger
     is_flag=True,
     help="Also evaluate on the OPA reference engine; any difference is a DENY engine_divergence.",
 )
+@click.option(
+    "--context",
+    "context_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="YAML/JSON: what the gate knows (config, registry, attested; from_action: true vouches for what "
+    "the action states). Without it every gate and attested fact is missing (docs/contract.md, Facts).",
+)
 @FORMAT
 def decide(
     bundle: Path,
@@ -65,6 +75,7 @@ def decide(
     enforce: bool,
     ledger: Path | None,
     cross_check: bool,
+    context_path: Path | None,
     fmt: str | None,
 ) -> None:
     """Decide one action with the bundle's policy and print the decision (JSON when piped).
@@ -82,6 +93,8 @@ def decide(
     gate = Gate.from_bundle(
         bundle, ledger=AuditLedger(ledger) if ledger is not None else None, cross_check="opa" if cross_check else None
     )
+    if context_path is not None:
+        gate = vouching(gate, _declared_context(context_path))
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
@@ -93,6 +106,20 @@ def decide(
         render.decision(console(), document)
     if enforce and not decision.execution_allowed:
         sys.exit(EXIT_NOT_ALLOWED)
+
+
+def _declared_context(path: Path) -> dict[str, Any]:
+    """The --context file, checked against the decision-case schema's context."""
+    from kcp_opa.authoring.cases import check_context
+
+    try:
+        loaded = yaml.safe_load(read_text(str(path), "context"))
+    except yaml.YAMLError as exc:
+        raise click.UsageError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    problem = check_context(loaded)
+    if problem is not None:
+        raise click.UsageError(f"{path}: {problem}")
+    return dict(loaded)
 
 
 @click.command(name="eval")
