@@ -237,8 +237,8 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
     """rego-cpp's binary plan (Gate plan_cache) must give the same result as a fresh build on
     every decision case; a string formatting difference between the two once broke the JSON
     output (docs/engine-findings.md item 19)."""
-    from kcp_opa.authoring.cases import case_files, load_cases
     from kcp_opa.authoring.casecontext import case_input
+    from kcp_opa.authoring.cases import case_files, load_cases
 
     cases = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
     for name in ("customer-onboarding", "support-desk", "finance"):
