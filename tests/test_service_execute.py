@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, write_registry
+from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, served_context, write_registry
 from test_service_mcp import Call, cast, run
 
 from kcp_opa.core.signing import load_keyring
@@ -46,6 +46,7 @@ def test_a_result_that_cannot_be_recorded_fails_the_execution_clearly(tmp_path: 
         ledger=tmp_path / "ledger.jsonl",
         handlers={"mixed_keys": mixed_keys, "not_json": not_json},
         registry=load_trust(registry),
+        **served_context(registry),
         issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),
     )

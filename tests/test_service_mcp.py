@@ -17,7 +17,15 @@ import anyio
 import pytest
 from conftest import REPO
 from mcp import Client
-from servicekit import CONFIRM_ONLY, GATE_ISSUER, PRINCIPALS, SERVICE_ISSUER, compile_finance, write_registry
+from servicekit import (
+    CONFIRM_ONLY,
+    GATE_ISSUER,
+    PRINCIPALS,
+    SERVICE_ISSUER,
+    compile_finance,
+    served_context,
+    write_registry,
+)
 
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.core.errors import CodedError
@@ -56,6 +64,7 @@ def open_service(trusted: tuple[Path, Path, Path], work: Path, *issuers: str) ->
         ledger=work / "ledger.jsonl",
         handlers={"pay": pay},
         registry=load_trust(registry),
+        **served_context(registry),
         issuer_ids=issuers or (SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),
     )
