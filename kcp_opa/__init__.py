@@ -20,6 +20,13 @@ from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
+from kcp_opa.context import (
+    ContextSources,
+    RegistrySource,
+    SignedAttestations,
+    StaticGateConfig,
+    sign_fact,
+)
 from kcp_opa.core.errors import (
     ActionRejectedError,
     BundleError,
@@ -68,6 +75,7 @@ __all__ = [
     "BundleError",
     "CompileError",
     "CompileResult",
+    "ContextSources",
     "ControlDesk",
     "ControlEvidence",
     "Decision",
@@ -96,14 +104,17 @@ __all__ = [
     "ReceiptIssueError",
     "ReceiptKey",
     "ReceiptVerificationError",
+    "RegistrySource",
     "Report",
     "RiskLevel",
     "RoutingState",
     "SQLiteStore",
     "Severity",
+    "SignedAttestations",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
+    "StaticGateConfig",
     "UnitNotFoundError",
     "ValidationFailedError",
     "Violation",
@@ -130,6 +141,7 @@ __all__ = [
     "query",
     "read_bundle",
     "replay",
+    "sign_fact",
     "validate_manifest",
     "validate_matrix",
     "verify_ledger",
