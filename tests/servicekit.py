@@ -201,3 +201,44 @@ def served_context(registry: Path) -> dict[str, Any]:
     from kcp_opa.context import StaticGateConfig
 
     return {"config": StaticGateConfig(deployment_region="EU"), "attestations": registry.parent / "attestations.json"}
+
+
+def local_context(subject: str, **agent: Any) -> Any:
+    """Real sources for a service without --trust: the local agent's registry entry (support
+    agent, self-hosted model, the support-desk and payment scopes) and SUBJECT_FACTS attested
+    for ``subject`` by a fact issuer with a key generated here; the gate runs in EU."""
+    from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig, sign_fact
+    from kcp_opa.declare.trust import TrustRegistry
+
+    key = generate_ed25519(f"{FACT_ISSUER}-local-ed25519")
+    public = Keyring({key.kid: key}).to_file_dict(include_private=False)["keys"][0]["public_key"]
+    entry = {"actor_role": "support_agent", **AGENT_FACTS, **agent}
+    entry["agent_scope"] = [*AGENT_FACTS["agent_scope"], "crm.get_customer", "email.send", "refunds.create"]
+    data = {
+        "kind": "kcp-opa/trust-registry",
+        "format_version": 1,
+        "name": "local",
+        "version": "1",
+        "principals": [{"id": "local-agent", "type": "ai_agent", **entry}],
+        "issuers": [
+            {
+                "id": FACT_ISSUER,
+                "type": "provider",
+                "controls": [],
+                "facts": sorted(SUBJECT_FACTS),
+                "keys": [{"kid": key.kid, "alg": "Ed25519", "public_key": public}],
+            }
+        ],
+    }
+    registry = TrustRegistry("(local)", "", data)
+    now = dt.datetime.now(dt.UTC)
+    times = {k: (now + d).strftime("%Y-%m-%dT%H:%M:%SZ") for k, d in (("issued_at", -HOUR), ("expires_at", DAY))}
+    items = [
+        sign_fact({"fact": f, "value": v, "subject_id": subject, **times}, FACT_ISSUER, key)
+        for f, v in SUBJECT_FACTS.items()
+    ]
+    return ContextSources(
+        registry=RegistrySource(registry),
+        config=StaticGateConfig(deployment_region="EU"),
+        attestations=SignedAttestations(registry, None, items),
+    )

@@ -23,6 +23,7 @@ from servicekit import (
     PRINCIPALS,
     SERVICE_ISSUER,
     compile_finance,
+    local_context,
     served_context,
     write_registry,
 )
@@ -401,7 +402,8 @@ def test_without_a_registry_decisions_and_challenges_work_and_every_control_resu
     tmp_path: Path,
 ) -> None:
     bundle = compile_finance(tmp_path / "plain.tar.gz", None)
-    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl")
+    context = local_context("user_001")
+    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl", context=context)
     assert service.desk is None and service.status()["trust"] is None
     approver = Principal.of("treasury_approver_anna", "human", {"approver", "treasury_approver"})
     issuer = Principal.of("approval-desk", "system", {"issuer"})

@@ -109,11 +109,16 @@ def open_service(
     issuer_keyring: Keyring | None = None,
     config: StaticGateConfig | None = None,
     attestations: Path | None = None,
+    context: ContextSources | None = None,
 ) -> GateService:
-    """Load the bundle (planned in a child process first), open the store and the ledger."""
+    """Load the bundle (planned in a child process first), open the store and the ledger.
+
+    ``context``: a host embedding the service passes its own sources (else the registry's, the
+    configuration's and the attestation file's)."""
     metrics = Metrics()
     timed = TimedLedger(ledger, metrics, durability="group")
-    context = service_context(registry, config, attestations, issuer_keyring)
+    if context is None:
+        context = service_context(registry, config, attestations, issuer_keyring)
     gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache, context=context)
     if keyring is None:  # receipts verify only here: a replica needs the shared --keyring
         signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")
