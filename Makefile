@@ -40,7 +40,7 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	@$(MAKE) --no-print-directory bundle
 	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz
 	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
-	  --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl
+	  --context fixtures/context/host-vouched.yaml --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl
 	$(BIN)/python examples/decide_demo.py
 	$(BIN)/python examples/supplier_payment_flow.py
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl

@@ -68,6 +68,12 @@ def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
             help="Private keyring whose signing key signs the gate's own attestations (audit logging).",
         ),
         click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Audit ledger (JSONL)."),
+        click.option(
+            "--context",
+            "context_path",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="What the gate knows (as `kcp-opa decide --context`); without it every gate fact is missing.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -81,6 +87,7 @@ def _desk(
     issuer_keyring: Path | None,
     gate_keyring: Path | None,
     ledger: Path | None,
+    context_path: Path | None = None,
 ) -> ControlDesk:
     secret = os.environ.get(seal_secret_env, "").encode("utf-8")
     if len(secret) < MIN_SECRET_BYTES:
@@ -89,6 +96,11 @@ def _desk(
             "no_secret",
         )
     gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger) if ledger is not None else None)
+    if context_path is not None:
+        from kcp_opa.authoring.casecontext import vouching
+        from kcp_opa.cli.decide import declared_context
+
+        gate = vouching(gate, declared_context(context_path))
     return ControlDesk(
         gate,
         load_trust(trust),

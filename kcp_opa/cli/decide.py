@@ -94,7 +94,7 @@ def decide(
         bundle, ledger=AuditLedger(ledger) if ledger is not None else None, cross_check="opa" if cross_check else None
     )
     if context_path is not None:
-        gate = vouching(gate, _declared_context(context_path))
+        gate = vouching(gate, declared_context(context_path))
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
@@ -108,7 +108,7 @@ def decide(
         sys.exit(EXIT_NOT_ALLOWED)
 
 
-def _declared_context(path: Path) -> dict[str, Any]:
+def declared_context(path: Path) -> dict[str, Any]:
     """The --context file, checked against the decision-case schema's context."""
     from kcp_opa.authoring.cases import check_context
 
