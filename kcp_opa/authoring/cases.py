@@ -88,7 +88,7 @@ def _merge_context(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[st
 
 def check_context(value: Any) -> str | None:
     """Why ``value`` is not a gate context as a case (or ``kcp-opa decide --context``) declares it."""
-    schema = _validator().schema
+    schema: dict[str, Any] = dict(_validator().schema)  # type: ignore[arg-type]
     checker = Draft202012Validator({**schema["$defs"]["context"], "$defs": schema["$defs"]})
     error = next(iter(checker.iter_errors(value)), None)
     if error is None:
