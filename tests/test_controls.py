@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli, vouched_gate
+from conftest import REPO, VOUCH, run_cli, vouched_gate
 from trustkit import REGISTRY, compile_with_trust, issuer_key, make_desk, registry, signed
 
 from kcp_opa.authorize.attestations import attestation_bytes, sign_attestation, verify_attestation
@@ -429,7 +429,7 @@ def test_cli_flow_from_challenge_to_verified_receipt(
     action = str(REPO / "fixtures" / "kya-supplier-payment-action.json")
     record = tmp_path / "record.json"
     desk_args = ["--bundle", str(bundle), "--trust", str(REGISTRY), "--ledger", str(tmp_path / "ledger.jsonl")]
-    desk_args += ["--gate-keyring", str(gate_ring)]
+    desk_args += ["--gate-keyring", str(gate_ring), *VOUCH]  # the test wrote the action: the host vouches
     opened = run_cli("controls", "challenge", *desk_args, "--action", action, "--record", str(record), "--now", DECIDED)
     assert opened.returncode == 0, opened.stderr
     state = json.loads(opened.stdout)
