@@ -2,10 +2,11 @@
 
 The pipeline, one package per stage, imports pointing down it (docs/architecture.md):
 ``declare`` (manifests, matrix) -> ``compile`` (Rego data, bundle) -> ``decide`` (action, engine,
-gate) -> ``authorize`` (controls, receipts, stores) -> ``execute`` (run once) -> ``audit``
+gate) -> ``authorize`` (controls, receipts) -> ``execute`` (run once) -> ``audit``
 (verify, replay, export, ROPA). ``trail`` (the hash-chained ledger) sits below decide so every
-stage can write to it; ``models`` holds the typed decision; ``core`` the shared leaves;
-``authoring`` the policy test tools; ``cli`` the command on top. This module is the public API.
+stage can write to it; ``models`` holds the typed decision; ``stores`` the state's Protocols and
+their backends; ``core`` the shared leaves; ``authoring`` the policy test tools; ``cli`` the
+command on top. This module is the public API.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from kcp_opa.audit.ropa import build_ropa
 from kcp_opa.authoring.cases import DecisionCase, check_case, load_cases
 from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
@@ -45,7 +45,19 @@ from kcp_opa.core.errors import (
     UnitNotFoundError,
     ValidationFailedError,
 )
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.core.signing import (
+    Ed25519Key,
+    HmacKey,
+    Keyring,
+    Pkcs11Key,
+    ReceiptKey,
+    Signer,
+    Verifier,
+    generate_ed25519,
+    hmac_key,
+    load_keyring,
+    load_signing_key,
+)
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input
@@ -64,6 +76,16 @@ from kcp_opa.models.decision import (
     RoutingState,
     Violation,
 )
+from kcp_opa.stores import (
+    ChallengeStore,
+    DecisionStore,
+    ExecutionRecord,
+    ExecutionStore,
+    ExecutorStore,
+    HandoffStore,
+    NonceStore,
+)
+from kcp_opa.stores.sqlite import SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 _moved.install()
@@ -73,6 +95,7 @@ __all__ = [
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
+    "ChallengeStore",
     "CompileError",
     "CompileResult",
     "ContextSources",
@@ -81,23 +104,32 @@ __all__ = [
     "Decision",
     "DecisionCase",
     "DecisionInput",
+    "DecisionStore",
     "DelegationMatrix",
     "Diagnostic",
+    "Ed25519Key",
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
     "ExecutionError",
+    "ExecutionRecord",
     "ExecutionResult",
+    "ExecutionStore",
     "Executor",
+    "ExecutorStore",
     "Gate",
     "GateDecision",
+    "HandoffStore",
+    "HmacKey",
     "KcpOpaError",
     "Keyring",
     "KeyringError",
     "LedgerError",
     "LoadedBundle",
     "Manifest",
+    "NonceStore",
     "Outcome",
+    "Pkcs11Key",
     "PolicyVerdict",
     "QueryError",
     "Reason",
@@ -111,12 +143,14 @@ __all__ = [
     "SQLiteStore",
     "Severity",
     "SignedAttestations",
+    "Signer",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
     "StaticGateConfig",
     "UnitNotFoundError",
     "ValidationFailedError",
+    "Verifier",
     "Violation",
     "__version__",
     "action_hash",
@@ -137,6 +171,7 @@ __all__ = [
     "load_keyring",
     "load_manifest",
     "load_matrix",
+    "load_signing_key",
     "parse_action",
     "query",
     "read_bundle",

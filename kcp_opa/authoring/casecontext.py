@@ -20,7 +20,7 @@ from typing import Any
 
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig, sign_fact
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519
+from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input, decision_time
 from kcp_opa.declare.trust import TrustRegistry
@@ -31,7 +31,7 @@ _FLAGS = ("new_beneficiary", "modified_beneficiary", "screening_uncertain")
 
 
 @cache
-def _issuer_key() -> ReceiptKey:
+def _issuer_key() -> Ed25519Key:
     """TEST-ONLY: a fresh key per process; it never leaves memory."""
     return generate_ed25519("case-attestor-ed25519")
 

@@ -3,7 +3,7 @@
 Field for field the KYA v2.0 receipt: the signature is over the canonical JSON (KYA-CJ-1) of
 the receipt with only ``signature.value`` removed, so ``alg`` and ``kid`` are signed too.
 Verification runs the contract's checks in its order and stops at the first failure, each
-with its own code; the last step consumes the nonce atomically in a :class:`NonceStore`.
+with its own code; the last step consumes the nonce atomically in a :class:`~kcp_opa.stores.protocols.NonceStore`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import secrets
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from kcp_opa.core.canonical import canonical_hash, canonical_json
+from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
-from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document, signed_bytes
 from kcp_opa.decide.action import action_hash
+from kcp_opa.stores.protocols import NonceStore
 
 SCHEMA_VERSION = "2.0"
 MIN_TTL_SECONDS, MAX_TTL_SECONDS, DEFAULT_TTL_SECONDS = 30, 900, 300
@@ -56,13 +57,8 @@ RECEIPT_FIELDS = (
 )
 
 
-def signing_bytes(receipt: Mapping[str, Any]) -> bytes:
-    """The bytes a signature covers: the receipt with only ``signature.value`` removed."""
-    body = dict(receipt)
-    signature = body.get("signature")
-    if isinstance(signature, Mapping):
-        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
-    return canonical_json(body)
+#: The bytes a receipt's signature covers (the receipt with only ``signature.value`` removed).
+signing_bytes = signed_bytes
 
 
 def _utc(moment: dt.datetime | None) -> dt.datetime:
@@ -75,7 +71,7 @@ def _utc(moment: dt.datetime | None) -> dt.datetime:
 def issue_receipt(
     decision: Mapping[str, Any],
     action: Mapping[str, Any],
-    key: ReceiptKey,
+    key: Signer,
     *,
     ttl_seconds: int | None = None,
     now: dt.datetime | None = None,
@@ -139,10 +135,8 @@ def issue_receipt(
         "expires_at": (issued + dt.timedelta(seconds=ttl)).strftime(_TIME),
         "nonce": secrets.token_hex(16),
         "one_time_use": True,
-        "signature": {"alg": key.alg, "kid": key.kid},
     }
-    receipt["signature"]["value"] = key.sign(signing_bytes(receipt))
-    return receipt
+    return sign_document(receipt, key)
 
 
 def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -> str:
@@ -171,14 +165,6 @@ def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -
 
 def _strings(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-class NonceStore(Protocol):
-    """Where consumed receipts are remembered; ``consume`` must be atomic across processes."""
-
-    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
-        """Record the nonce and receipt id; False when either was consumed before."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -213,7 +199,7 @@ def verify_receipt(
     key = keyring.verifier(kid) if isinstance(kid, str) else None
     if key is None or key.alg != alg:
         raise ReceiptVerificationError(f"signer {kid!r} is not trusted for {alg}", "signer_mismatch")
-    if not isinstance(value, str) or not key.verify(signing_bytes(receipt), value):
+    if not isinstance(value, str) or not document_verifies(receipt, key):
         raise ReceiptVerificationError("signature does not verify", "bad_signature")
     _check_schema(receipt)
     if receipt["policy_version"] not in policy_versions:

@@ -2,7 +2,7 @@
 
 An attestation is ``{fact, value, action_hash | subject_id, issued_at, expires_at, issuer,
 signature {alg, kid, value}}``, signed like control evidence (the KYA-CJ-1 JSON of the item
-without ``signature.value``; :func:`kcp_opa.core.signing.signed_bytes`). It counts only when
+without ``signature.value``; :func:`kcp_opa.core.signing.sign_document`). It counts only when
 the registry lists its issuer for that fact (``issuers[*].facts``), the signature verifies, and
 it is bound to this action's hash or its subject. Whether it is still current is decision
 logic: the fact carries its expiry and the policy compares it with the decision time, so a
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, FactClass
 from kcp_opa.context.sources import Fact, fact
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey, signed_bytes
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.declare.trust import TrustRegistry
 
 SIGNED = ("fact", "value", "issued_at", "expires_at", "issuer")
@@ -37,13 +37,11 @@ class AttestationSource(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-def sign_fact(fields: Mapping[str, Any], issuer: str, key: ReceiptKey) -> dict[str, Any]:
+def sign_fact(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
     """Sign one fact attestation as ``issuer`` (a KYC provider, a beneficiary registry, ...)."""
     item = {k: fields[k] for k in (*SIGNED, "action_hash", "subject_id") if k in fields and k != "issuer"}
     item["issuer"] = issuer
-    item["signature"] = {"alg": key.alg, "kid": key.kid}
-    item["signature"]["value"] = key.sign(signed_bytes(item))
-    return item
+    return sign_document(item, key)
 
 
 def _epoch(text: Any) -> int | None:
@@ -106,7 +104,7 @@ class SignedAttestations:
             return "unsigned"
         alg, kid = signature.get("alg"), signature.get("kid")
         key = issuer.key(kid, self.keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
-        if key is None or key.alg != alg or not key.verify(signed_bytes(raw), str(signature["value"])):
+        if key is None or key.alg != alg or not document_verifies(raw, key):
             return "bad_signature"
         if "action_hash" in raw:
             bound = raw["action_hash"] == action_hash

@@ -21,16 +21,15 @@ import structlog
 
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
-from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
+from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
-from kcp_opa.service.challenges import ChallengeStore
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.handoff import HandoffStore
 from kcp_opa.service.identity import Authenticator, Principal, Scope
 from kcp_opa.service.issuing import ServiceIssuers
 from kcp_opa.service.observe import Metrics, TimedLedger
+from kcp_opa.stores.opening import open_stores
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -110,13 +109,16 @@ def open_service(
     config: StaticGateConfig | None = None,
     attestations: Path | None = None,
     context: ContextSources | None = None,
+    ledger_key: Key | None = None,
 ) -> GateService:
     """Load the bundle (planned in a child process first), open the store and the ledger.
 
+    ``ledger_key`` is the ledger's writer key: it signs every entry and the checkpoints.
     ``context``: a host embedding the service passes its own sources (else the registry's, the
-    configuration's and the attestation file's)."""
+    configuration's and the attestation file's).
+    """
     metrics = Metrics()
-    timed = TimedLedger(ledger, metrics, durability="group")
+    timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
     if context is None:
         context = service_context(registry, config, attestations, issuer_keyring)
     gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache, context=context)
@@ -128,10 +130,14 @@ def open_service(
         if not issuer_ids or issuer_keyring is None:
             raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
         issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
+    stores = open_stores(store)
     return GateService(
         gate,
-        store=HandoffStore(store),
-        challenges=ChallengeStore(store),
+        store=stores.executions,
+        handoffs=stores.handoffs,
+        challenges=stores.challenges,
+        records=stores.decisions,
+        location=stores.location,
         keyring=keyring,
         handlers=handlers,
         metrics=metrics,
