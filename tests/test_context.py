@@ -210,3 +210,13 @@ def test_every_fact_the_builder_knows_is_one_the_policy_compares() -> None:
     for name, spec in FACTS.items():
         path = ", ".join(f'"{part}"' for part in spec.stated_path)
         assert f'"{name}": [{path}]' in trusted, name
+
+
+def test_the_context_evaluators_value_transfer_is_the_financial_one() -> None:
+    """context.rego restates financial.value_transfer (importing it cost regopy its planning time)."""
+    import re
+
+    money = re.search(r"_money_moving := (\{[^}]*\})", (POLICIES / "kcp" / "evaluators" / "financial.rego").read_text())
+    context = (POLICIES / "kcp" / "evaluators" / "context.rego").read_text()
+    assert money is not None and f"input.action.action_type in {money.group(1)}" in context
+    assert "_value_transfer if input.action.amount.value_minor > 0" in context

@@ -23,7 +23,6 @@ package kcp.evaluators.context
 
 import rego.v1
 
-import data.kcp.evaluators.financial
 import data.kcp.lib.facts
 import data.kcp.lib.trusted
 
@@ -74,18 +73,33 @@ when_facts contains "input.context.facts.model_hosting" if "no-external-llm" in 
 
 when_facts contains "input.context.facts.actor_role" if input.action.action_type == "send"
 
-when_facts contains "input.context.facts.agent_scope" if financial.value_transfer
+when_facts contains "input.context.facts.agent_scope" if _value_transfer
 
 when_facts contains path if {
-	financial.value_transfer
+	_value_transfer
 	input.action.target.type == "beneficiary"
 	some path in {"input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"}
 }
 
+# The profile is read once, with the visibility needs (regopy plans every reference to it anew
+# under mocked data: docs/engine-findings.md item 27).
 _compliance := c if {
-	c := facts.profile.compliance
+	c := _profile.compliance
 	is_object(c)
 } else := {}
+
+_profile := p if {
+	p := facts.profile
+	is_object(p)
+} else := {}
+
+# kcp.evaluators.financial.value_transfer, restated here: importing that evaluator made regopy
+# plan all of it for every context rule.
+default _value_transfer := false
+
+_value_transfer if input.action.action_type in {"payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending"}
+
+_value_transfer if input.action.amount.value_minor > 0
 
 _restrictions := r if {
 	r := _compliance.restrictions
@@ -104,7 +118,7 @@ _visibility_paths := {"environment": "input.context.facts.environment", "agent_r
 
 # One reference to the profile (regopy plans every reference anew; docs/engine-findings.md item 27).
 _visibility_needs := needs if {
-	needs := facts.profile.effective_visibility.needs
+	needs := _profile.effective_visibility.needs
 	is_array(needs)
 } else := []
 
