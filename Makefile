@@ -47,7 +47,7 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	@$(MAKE) --no-print-directory bundle
 	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz $(VERIFY)
 	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
-	  --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl $(VERIFY)
+	  --context fixtures/context/host-vouched.yaml --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl $(VERIFY)
 	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/decide_demo.py
 	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/supplier_payment_flow.py
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl

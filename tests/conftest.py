@@ -87,6 +87,21 @@ class _Undefined:
 UNDEFINED = _Undefined()
 
 
+def vouched_gate(path: Any, **options: Any) -> Any:
+    """``Gate.from_bundle`` for tests that write their own actions: the host vouches for the
+    facts each action states (kcp_opa.authoring.casecontext.VouchingGate), through the real
+    context sources. The trusted context itself is attacked in tests/adversarial/test_trusted_context.py."""
+    from kcp_opa.authoring.casecontext import vouching
+    from kcp_opa.decide.gate import Gate
+
+    return vouching(Gate.from_bundle(path, **options))
+
+
+#: ``kcp-opa decide --context``: the host vouches for the facts the test's action states.
+VOUCHED = REPO / "fixtures" / "context" / "host-vouched.yaml"
+VOUCH = ("--context", str(VOUCHED))
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
     """A real PostgreSQL server for `-m postgres` tests.

@@ -111,6 +111,18 @@ def test_an_expired_challenge_is_refused(backend: Backend) -> None:
     assert challenges.consume(fresh.challenge_id, "human:cfo").state == "consumed"
 
 
+def test_only_open_unexpired_challenges_are_listed_oldest_first(backend: Backend) -> None:
+    challenges = backend.open().challenges
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    _open_challenge(challenges, ttl_seconds=60, now=past)  # expired
+    answered = _open_challenge(challenges)
+    challenges.consume(answered.challenge_id, "human:cfo")
+    first = _open_challenge(challenges, now=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=30))
+    second = _open_challenge(challenges)
+    assert [c.challenge_id for c in challenges.open_challenges()] == [first.challenge_id, second.challenge_id]
+    assert [c.challenge_id for c in challenges.open_challenges(limit=1)] == [first.challenge_id]
+
+
 @pytest.mark.parametrize("component", ["handoffs", "challenges", "decisions"])
 def test_a_newer_service_schema_is_refused(backend: Backend, component: str) -> None:
     backend.open()

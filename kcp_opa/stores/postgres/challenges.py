@@ -115,6 +115,16 @@ class PostgresChallengeStore(PostgresBase):
         rows = self._run(lambda c: c.execute(query, (decision_id,)).fetchall())
         return [_challenge(row, row[0]) for row in rows]
 
+    def open_challenges(self, *, now: dt.datetime | None = None, limit: int = 500) -> list[Challenge]:
+        """Open, unexpired challenges, oldest first (an approver's inbox filters them by addressee)."""
+        moment = challenge_stamp(now) if now is not None else None
+        query = (
+            f"SELECT {_COLUMNS} FROM control_challenges"  # noqa: S608
+            f" WHERE state = 'open' AND expires_at > coalesce(%s, {_NOW}) ORDER BY created_at, control LIMIT %s"
+        )
+        rows = self._run(lambda c: c.execute(query, (moment, limit)).fetchall())
+        return [_challenge(row, row[0]) for row in rows]
+
     def consume(self, challenge_id: str, principal_id: str, *, now: dt.datetime | None = None) -> Challenge:
         """Atomically mark an open, unexpired challenge answered; refuse anything else with its code."""
         moment = challenge_stamp(now) if now is not None else None
