@@ -152,7 +152,7 @@ def test_case_without_the_start_of_the_decisions_history_fails_chain(demo: dict[
 
 
 def _signed_head(ledger: Path, keys: Path, output: Path) -> dict[str, Any]:
-    proc = run_cli("audit", "checkpoint", str(ledger), "--keyring", str(keys), "-o", str(output))
+    proc = run_cli("audit", "checkpoint", str(ledger), "--keyring", str(keys), "--allow-unbound", "-o", str(output))
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(output.read_text()))
 
