@@ -93,7 +93,9 @@ def cluster(postgres: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     bundle = compile_finance(work / "finance.tar.gz", registry)
     tokens = write_tokens(work, {token: principal for principal, token in WHO.items()})
     handlers = work / "handlers.json"
-    handlers.write_text(json.dumps({"handlers": {"pay": "replica_handlers:pay", "hang": "replica_handlers:hang"}}))
+    pay = {"target": "replica_handlers:pay", "actions": ["execute_payment"]}  # bound to the action it serves
+    hang = {"target": "replica_handlers:hang", "actions": ["execute_payment"]}
+    handlers.write_text(json.dumps({"handlers": {"pay": pay, "hang": hang}}))
     common = ["--bundle", str(bundle), "--trust", str(registry), "--handlers", str(handlers)]
     common += ["--issuer-id", SERVICE_ISSUER, "--issuer-id", GATE_ISSUER, "--issuer-keyring", str(issuer_keys)]
     common += ["--tokens", str(tokens), "--keyring", str(write_receipt_keyring(work))]
