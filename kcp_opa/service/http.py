@@ -273,8 +273,11 @@ def build_app(
     async def status(request: Request) -> Response:
         principal = principal_of(request)
         document = await anyio.to_thread.run_sync(lambda: service.status(principal, admin=False))
-        if reloader is not None and reloader.follower is not None and "path" in document["store"]:
-            document["bundle_source"] = reloader.follower.status()  # serve --bundle-source; admins only
+        if reloader is not None and reloader.follower is not None:  # serve --bundle-source
+            followed = reloader.follower.status()
+            if "path" not in document["store"]:  # not an admin: where the bundles come from is not shown
+                followed.pop("source", None)
+            document["bundle_source"] = followed
         return JSONResponse(document)
 
     async def challenge(request: Request) -> Response:
