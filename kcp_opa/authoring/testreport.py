@@ -139,11 +139,12 @@ def print_report(
                     if r.detail:
                         console.print(f"        {engine}: {r.detail}", markup=False)
     counts = {o.value: sum(1 for r in tests if r.outcome is o) for o in Outcome}
-    console.print(
-        f"Rego tests: {len(tests)}  "
-        + "  ".join(f"[{_STYLE[k]}]{k} {v}[/]" for k, v in counts.items() if v)
-        + f"  divergent {sum(r.divergent for r in tests)}"
-    )
+    if tests or cases is None:  # --cases-only runs none: no "Rego tests: 0" line
+        console.print(
+            f"Rego tests: {len(tests)}  "
+            + "  ".join(f"[{_STYLE[k]}]{k} {v}[/]" for k, v in counts.items() if v)
+            + f"  divergent {sum(r.divergent for r in tests)}"
+        )
     if cases is not None:
         metrics = cases.metrics()
         for case_id in metrics["false_allows"]:

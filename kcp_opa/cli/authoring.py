@@ -49,7 +49,8 @@ WATCH_INTERVAL_S = 1.0
     show_default=True,
     help="Where each case's deployment (knowledge.yaml, matrix.yaml) lives.",
 )
-@click.option("--no-cases", is_flag=True, help="Rego tests only.")
+@click.option("--rego-only", "--no-cases", "no_cases", is_flag=True, help="Rego tests only, no decision cases.")
+@click.option("--cases-only", is_flag=True, help="Decision cases only, no Rego tests (a deployment's own cases).")
 @click.option("--coverage", is_flag=True, help="Report policy line coverage (OPA reference engine).")
 @click.option("--threshold", type=click.FloatRange(0, 100), help="With --coverage: fail below this percentage.")
 @click.option(
@@ -75,6 +76,7 @@ def test_command(
     cases_dir: Path | None,
     deployments_dir: Path,
     no_cases: bool,
+    cases_only: bool,
     coverage: bool,
     threshold: float | None,
     fail_on_false_allow: bool,
@@ -93,6 +95,7 @@ def test_command(
       kcp-opa test policies/                        # tests + fixtures/cases + metrics
       kcp-opa test policies/ --coverage --threshold 90 --junit report.xml
       kcp-opa test policies/ --run residency -v
+      kcp-opa test policies/ --cases my/cases --deployments my/deployments --cases-only
       kcp-opa test policies/kcp/evaluators/ --watch   # one folder's tests, again on every save
     """
     targets = list(paths) or [Path("policies")]
@@ -101,7 +104,11 @@ def test_command(
     if unknown or not wanted:
         raise click.BadParameter(f"unknown engine(s) {', '.join(sorted(unknown)) or '(none)'}", param_hint="--engines")
     directory = cases_dir or (Path("fixtures/cases") if Path("fixtures/cases").is_dir() else None)
-    run = TestRun(targets, wanted, run_regex, directory, cases_dir is not None, deployments_dir, no_cases, coverage)
+    if no_cases and cases_only:
+        raise click.BadParameter("--rego-only and --cases-only exclude each other", param_hint="--cases-only")
+    run = TestRun(
+        targets, wanted, run_regex, directory, cases_dir is not None, deployments_dir, no_cases, coverage, cases_only
+    )
 
     def once() -> bool:
         # --threshold applies with --coverage only, as it always has.
@@ -134,6 +141,7 @@ class TestRun:
     deployments_dir: Path
     no_cases: bool
     coverage: bool
+    cases_only: bool = False
 
     def execute(self) -> tuple[list[TestResult], CaseRun | None, dict[str, Any] | None]:
         try:
@@ -141,8 +149,11 @@ class TestRun:
         except (OSError, UnicodeDecodeError) as exc:
             raise SourceUnreadableError(str(self.targets[0]), f"cannot read policies: {exc}") from None
         tests = discover(modules, self.run_regex)
-        with status(f"{len(tests)} Rego tests on {' and '.join(self.engines)}"):
-            results, test_coverage = run_tests(modules, tests, self.engines, coverage=self.coverage)
+        results: list[TestResult] = []
+        test_coverage = None
+        if not self.cases_only:
+            with status(f"{len(tests)} Rego tests on {' and '.join(self.engines)}"):
+                results, test_coverage = run_tests(modules, tests, self.engines, coverage=self.coverage)
         case_run = None
         policy_dirs = [t for t in self.targets if t.is_dir()]
         if root is not None:
@@ -325,6 +336,15 @@ def mutate_command(
     targets = list(paths) or [Path("policies")]
     policy_dirs = [t for t in targets if t.is_dir()]
     if not policy_dirs:
+        files = [t for t in targets if t.is_file()]
+        if files:
+            first = files[0]
+            root = Path(first.parts[0]) if not first.is_absolute() and len(first.parts) > 1 else first.parent
+            raise click.BadParameter(
+                f"give the policy directory, not a file; to mutate only {files[0]}, run: "
+                f"kcp-opa mutate {root} --only {re.escape(files[0].name)}",
+                param_hint="PATHS",
+            )
         raise click.BadParameter("give the policy directory (e.g. policies)", param_hint="PATHS")
     try:
         modules = load_modules(policy_dirs[:1])

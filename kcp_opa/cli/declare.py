@@ -15,12 +15,13 @@ from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_j
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError
+from kcp_opa.declare.coverage import coverage_gaps
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import load_manifest_key, verify_manifest
 from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
-from kcp_opa.declare.matrix import validate_matrix
+from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
 from kcp_opa.declare.trust import TRUST_KIND_NAME, validate_trust
 from kcp_opa.declare.yamlsource import read_bounded
 
@@ -48,6 +49,10 @@ def validate(
 ) -> None:
     """Validate KCP manifests (and delegation matrices and trust registries, recognised by their `kind`).
 
+    Given a manifest with its matrix, every data category and sensitivity the manifest declares
+    that no matrix row covers is a warning (matrix_not_covered: each action on it would be
+    denied); --strict makes it an error.
+
     Every finding names the file, the YAML path and the line. A declared manifest hash is
     checked, and a declared signature too when --manifest-key is given. Exit 0 when all are
     valid, 1 when one is invalid, 2 when a file cannot be read.
@@ -60,6 +65,7 @@ def validate(
             reports.append(_with_integrity(path, _validate_one(path, max_bytes), keys, max_bytes))
         except KcpOpaError as exc:
             unreadable.append(str(exc))
+    reports = _with_coverage(reports)
     if as_json(fmt):
         payload = [r.to_dict() for r in reports]
         render.print_json(payload[0] if len(files) == 1 and payload else payload)
@@ -71,6 +77,19 @@ def validate(
         sys.exit(EXIT_USAGE)
     if any(not r.valid or (strict and r.warnings) for r in reports):
         sys.exit(EXIT_INVALID)
+
+
+def _with_coverage(reports: list[Report[Any]]) -> list[Report[Any]]:
+    """Given manifests and matrices together, each manifest also reports what no matrix row covers."""
+    matrices = [r.document for r in reports if isinstance(r.document, DelegationMatrix)]
+    if not matrices:
+        return reports
+    return [
+        replace(r, diagnostics=(*r.diagnostics, *coverage_gaps(r.document, matrices)))
+        if isinstance(r.document, Manifest)
+        else r
+        for r in reports
+    ]
 
 
 def _validate_one(path: Path, max_bytes: int) -> Report[Any]:

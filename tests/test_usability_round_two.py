@@ -1,0 +1,149 @@
+"""What a new compliance or platform engineer tripped on (issue 32): one test per complaint, each
+running the real command as a process, the way the user met it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import POLICIES, REPO, run_cli
+
+HR = REPO / "tests" / "deployments" / "hr-leave"
+
+
+def _deployment(tmp_path: Path, *, categories: str = "[personal]", matrix_typo: bool = False) -> Path:
+    """A copy of the hr-leave deployment with a case file: tmp/deployments/hr, tmp/cases/hr.yaml."""
+    dep = tmp_path / "deployments" / "hr"
+    shutil.copytree(HR, dep)
+    manifest = dep / "knowledge.yaml"
+    manifest.write_text(manifest.read_text().replace("data_categories: [personal]", f"data_categories: {categories}"))
+    if matrix_typo:
+        matrix = dep / "matrix.yaml"
+        matrix.write_text(matrix.read_text().replace("personal: approve", "personal: aprove"))
+    action = json.loads((HR / "action.json").read_text())
+    cases = {
+        "deployment": "hr",
+        "now": "2026-11-29T10:00:00Z",
+        "base_action": action,
+        "cases": [
+            {"case_id": "hr-approve", "description": "a", "action": {}, "expect": {"decision": "HUMAN_APPROVAL"}},
+            {"case_id": "hr-again", "description": "b", "action": {}, "expect": {"decision": "HUMAN_APPROVAL"}},
+        ],
+    }
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "hr.yaml").write_text(yaml.safe_dump(cases, sort_keys=False))
+    return dep
+
+
+# -- item 7: small messages -------------------------------------------------------------------
+
+
+def test_a_too_short_value_names_the_minimum(tmp_path: Path) -> None:
+    bundle = tmp_path / "hr.tar.gz"
+    compiled = run_cli(
+        "compile", str(HR / "knowledge.yaml"), "--matrix", str(HR / "matrix.yaml"), "-o", str(bundle),
+        "--no-engine-check", "--format", "json",
+    )  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr
+    action = json.loads((HR / "action.json").read_text()) | {"idempotency_key": "idem_hr_1"}
+    (tmp_path / "a.json").write_text(json.dumps(action))
+    proc = run_cli("decide", "--bundle", str(bundle), "--action", str(tmp_path / "a.json"), "--format", "text")
+    assert proc.returncode != 0
+    assert "'idem_hr_1' has 9 characters; at least 16 are required" in proc.stderr, proc.stderr
+
+
+def test_mutate_on_a_file_names_the_only_flag() -> None:
+    proc = run_cli("mutate", "policies/kcp/evaluators/matrix.rego")
+    assert proc.returncode == 2
+    assert "--only" in proc.stderr and "kcp-opa mutate policies --only matrix\\.rego" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("kind: x\nunits:\n  - id: a\n    path: [unclosed\n", "it started at line 4, column 11: `path: [unclosed`"),
+        ("a: 1\n b: 2\n", "(column 3: `b: 2`)"),
+    ],
+)
+def test_a_yaml_error_gives_the_column_and_an_excerpt(tmp_path: Path, text: str, shown: str) -> None:
+    bad = tmp_path / "knowledge.yaml"
+    bad.write_text(text)
+    proc = run_cli("validate", str(bad), "--format", "text")
+    assert proc.returncode == 1
+    assert shown in proc.stdout, proc.stdout
+
+
+def test_a_case_file_error_is_worded_once_without_python_class_names(tmp_path: Path) -> None:
+    _deployment(tmp_path, matrix_typo=True)
+    proc = run_cli(
+        "test", str(POLICIES), "--cases", "cases", "--deployments", "deployments", "--cases-only",
+        "--format", "text", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    out = proc.stdout
+    assert "Error" not in out and "ValidationFailed" not in out, out
+    assert out.count("'aprove' is not one of") == 1, out
+    assert "deployment 'hr' does not compile" in out and "hr-again" in out and "see case hr-approve" in out, out
+
+
+# -- item 4: unknown data categories and matrix coverage ----------------------------------------
+
+
+def test_an_unknown_data_category_warning_is_spelled_right_and_tells_the_truth(tmp_path: Path) -> None:
+    dep = _deployment(tmp_path, categories="[personal, helth]")
+    proc = run_cli("validate", str(dep / "knowledge.yaml"), "--format", "json")
+    warnings = json.loads(proc.stdout)["warnings"]
+    codes = [w["code"] for w in warnings]
+    assert "unknown_data_category" in codes and "unknown_data_categorie" not in codes
+    message = next(w["message"] for w in warnings if w["code"] == "unknown_data_category")
+    assert "ignored" not in message and "matrix_not_covered" in message and "did you mean 'health'" in message
+
+
+def test_validate_reports_what_no_matrix_row_covers_and_strict_fails_on_it(tmp_path: Path) -> None:
+    dep = _deployment(tmp_path, categories="[personal, health]")
+    files = [str(dep / "knowledge.yaml"), str(dep / "matrix.yaml")]
+    loose = run_cli("validate", *files, "--format", "text")
+    assert loose.returncode == 0, loose.stdout + loose.stderr
+    assert "data_categories 'health' (unit leave-requests) is in no row" in loose.stdout, loose.stdout
+    assert "(matrix_not_covered)" in loose.stdout
+    strict = run_cli("validate", "--strict", *files, "--format", "text")
+    assert strict.returncode == 1
+    # A sensitivity no row lists is a gap too.
+    matrix = dep / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("internal: autonomous, ", ""))
+    proc = run_cli("validate", *files, "--format", "json")
+    messages = [w["message"] for r in json.loads(proc.stdout) for w in r["warnings"]]
+    assert any(m.startswith("sensitivity 'internal' (unit leave-policy)") for m in messages), messages
+    # The shipped deployments are fully covered (CI validates them with --strict).
+    clean = run_cli("validate", "--strict", str(HR / "knowledge.yaml"), str(HR / "matrix.yaml"))
+    assert clean.returncode == 0, clean.stdout
+
+
+# -- item 3: cases only, Rego only --------------------------------------------------------------
+
+
+def test_cases_only_runs_the_cases_and_no_rego_test(tmp_path: Path) -> None:
+    _deployment(tmp_path)
+    proc = run_cli(
+        "test", str(POLICIES), "--cases", "cases", "--deployments", "deployments", "--cases-only",
+        "--format", "json", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["tests"] == [] and report["cases"]["metrics"]["passed"] == 2, report
+
+
+def test_rego_only_runs_no_case(tmp_path: Path) -> None:
+    _deployment(tmp_path)
+    proc = run_cli(
+        "test", str(POLICIES), "--cases", "cases", "--deployments", "deployments", "--rego-only",
+        "--run", "test_matrix_", "--engines", "regopy", "--format", "json", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["tests"] and report.get("cases") is None, report
+    both = run_cli("test", "--cases-only", "--rego-only", cwd=tmp_path)
+    assert both.returncode == 2 and "exclude each other" in both.stderr
