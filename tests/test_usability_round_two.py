@@ -147,3 +147,59 @@ def test_rego_only_runs_no_case(tmp_path: Path) -> None:
     assert report["tests"] and report.get("cases") is None, report
     both = run_cli("test", "--cases-only", "--rego-only", cwd=tmp_path)
     assert both.returncode == 2 and "exclude each other" in both.stderr
+
+
+# -- item 1: a syntax error in one's own Rego test ----------------------------------------------
+
+BROKEN_TEST = """package hr.mine_test
+
+import rego.v1
+
+test_ok if {
+\t1 == 1
+}
+
+test_broken if {
+\tx := [1, 2
+\tx[0] == 1
+}
+"""
+
+
+def test_a_syntax_error_in_a_rego_test_is_a_syntax_error_on_both_engines(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "hr_test.rego").write_text(BROKEN_TEST)
+    proc = run_cli("test", "mine", "--format", "text", cwd=tmp_path)
+    assert proc.returncode == 2
+    out = proc.stdout
+    assert "aborted while planning" not in out and "engines disagree" not in out, out
+    assert "regopy: syntax error at hr_test.rego:10:7: this is unclosed" in out, out
+    assert 'opa: syntax error at hr_test.rego:11:2: unexpected identifier token: expected "," or "]"' in out, out
+    checked = run_cli("check", "mine", "--format", "json", cwd=tmp_path)
+    assert checked.returncode == 1
+    codes = {(f["code"], f["line"]) for f in json.loads(checked.stdout)["findings"]}
+    assert codes == {("syntax_error", 10), ("syntax_error", 11)}, codes
+
+
+# -- item 5: the policies ship with the package -------------------------------------------------
+
+
+def test_compile_works_outside_the_repository_and_policies_still_overrides(tmp_path: Path) -> None:
+    args = ["compile", str(HR / "knowledge.yaml"), "--matrix", str(HR / "matrix.yaml"), "--no-engine-check"]
+    shipped = run_cli(*args, "-o", "shipped.tar.gz", "--format", "json", cwd=tmp_path)
+    assert shipped.returncode == 0, shipped.stderr
+    explicit = run_cli(*args, "-o", "explicit.tar.gz", "--policies", str(POLICIES), "--format", "json", cwd=tmp_path)
+    assert explicit.returncode == 0, explicit.stderr
+    assert json.loads(shipped.stdout)["sha256"] == json.loads(explicit.stdout)["sha256"]
+    (tmp_path / "empty").mkdir()
+    override = run_cli(*args, "-o", "x.tar.gz", "--policies", "empty", cwd=tmp_path)
+    assert override.returncode != 0 and "empty" in override.stderr, override.stderr
+
+
+def test_the_wheel_ships_every_policy_file() -> None:
+    # The package's policies are the repository's (a symlink), and package-data takes all of them.
+    shipped = REPO / "kcp_opa" / "policies"
+    assert shipped.resolve() == POLICIES.resolve()
+    text = (REPO / "pyproject.toml").read_text()
+    assert '"policies/VERSION", "policies/**/*.rego"' in text

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kcp_opa.authoring.regosyntax import syntax_problems
 from kcp_opa.authoring.regotest import OPA_ONLY, regopy_child
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 
@@ -81,9 +82,16 @@ def _line_of(source: str, offset: int) -> int:
 
 def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None = None) -> list[CheckFinding]:
     findings: list[CheckFinding] = []
-    findings += _opa_compile(modules)
-    findings += _regopy_compile(modules)
-    findings += _lint(modules, data or {})
+    broken = syntax_problems(modules)
+    for problem in broken:  # a parse error is named as one, never as a regopy abort
+        column = f"column {problem.column}, " if problem.column else ""
+        message = f"{problem.message} ({column}{problem.engine} parser)"
+        findings.append(CheckFinding(problem.file, problem.line, "error", "syntax_error", message))
+    unparsed = {p.file for p in broken}
+    findings += [f for f in _opa_compile(modules) if f.file not in unparsed]
+    if not broken:
+        findings += _regopy_compile(modules)
+    findings += _lint({k: v for k, v in modules.items() if k not in unparsed}, data or {})
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
 
 

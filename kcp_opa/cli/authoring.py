@@ -23,6 +23,7 @@ from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, consol
 from kcp_opa.compile.bundle import read_bundle, write_atomically
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR, GENERATED
 from kcp_opa.compile.evaluatorgen import stale as union_stale
+from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, SourceUnreadableError
 
 #: Files whose change re-runs `kcp-opa test --watch`, and how often to look.
@@ -98,7 +99,7 @@ def test_command(
       kcp-opa test policies/ --cases my/cases --deployments my/deployments --cases-only
       kcp-opa test policies/kcp/evaluators/ --watch   # one folder's tests, again on every save
     """
-    targets = list(paths) or [Path("policies")]
+    targets = list(paths) or [default_policies()]
     wanted = tuple(e.strip() for e in engines.split(",") if e.strip())
     unknown = set(wanted) - {"regopy", "opa"}
     if unknown or not wanted:
@@ -228,7 +229,7 @@ def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | N
 
     Exit 1 on any error (or, with --strict, any warning); 0 otherwise.
     """
-    targets = list(paths) or [Path("policies")]
+    targets = list(paths) or [default_policies()]
     try:
         modules = load_modules(targets)
     except (OSError, UnicodeDecodeError) as exc:
@@ -333,7 +334,7 @@ def mutate_command(
     from kcp_opa.authoring.mutate_report import junit_xml as mutate_junit
     from kcp_opa.authoring.mutate_report import to_dict as mutate_dict
 
-    targets = list(paths) or [Path("policies")]
+    targets = list(paths) or [default_policies()]
     policy_dirs = [t for t in targets if t.is_dir()]
     if not policy_dirs:
         files = [t for t in targets if t.is_file()]

@@ -14,6 +14,7 @@ from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle, default_output
+from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError
 from kcp_opa.declare.coverage import coverage_gaps
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
@@ -171,9 +172,8 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
 @click.option(
     "--policies",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("policies"),
-    show_default=True,
-    help="Directory of .rego modules (*_test.rego files are left out of the bundle).",
+    help="Directory of .rego modules (*_test.rego files are left out of the bundle) "
+    "[default: ./policies if present, else the policies shipped with kcp-opa].",
 )
 @click.option(
     "-o",
@@ -196,7 +196,7 @@ def compile_command(
     manifests: Sequence[Path],
     matrix: Path,
     trust: Path | None,
-    policies: Path,
+    policies: Path | None,
     output: Path | None,
     revision: str | None,
     policy_version: str | None,
@@ -217,7 +217,7 @@ def compile_command(
     result = compile_bundle(
         manifests,
         matrix,
-        policies,
+        policies or default_policies(),
         target,
         revision=revision,
         policy_version_override=policy_version,
