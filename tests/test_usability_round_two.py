@@ -203,3 +203,45 @@ def test_the_wheel_ships_every_policy_file() -> None:
     assert shipped.resolve() == POLICIES.resolve()
     text = (REPO / "pyproject.toml").read_text()
     assert '"policies/VERSION", "policies/**/*.rego"' in text
+
+
+# -- item 11: the guide's script can be pasted into a shell ------------------------------------
+
+
+def test_a_failing_step_of_the_pasted_guide_leaves_the_shell_running(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from test_getting_started import _script
+
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "WORK": str(tmp_path),
+        "DEPLOY": str(tmp_path),  # no deployment there: step 1 fails
+        "POLICIES": "policies",
+    }
+    pasted = _script() + "\necho the-shell-is-still-here\n"
+    proc = subprocess.run(
+        ["bash", "-c", pasted], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert "the-shell-is-still-here" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "no such file" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "bundles").exists()  # the walk-through stopped at the failing step
+
+
+# -- item 12: the docs read as user documentation ----------------------------------------------
+
+
+def test_the_docs_and_changelog_name_no_development_machine_and_the_digest_is_no_research_log() -> None:
+    import re
+
+    texts = {p.name: p.read_text() for p in [REPO / "CHANGELOG.md", REPO / "README.md", *(REPO / "docs").glob("*.md")]}
+    for name, text in texts.items():
+        found = re.findall(r"(?<![\w.])/(?:work|home|Users|root)/\S+", text)
+        assert not found, f"{name} names machine paths: {found[:3]}"
+    digest = texts["kcp-spec-digest.md"]
+    for research in ("research record", "read_file", "find_files", "commit 03937b2f", "Issue 19", "kcp-opa today"):
+        assert research not in digest, research
+    assert "what kcp-opa does" in digest
