@@ -4,6 +4,7 @@ running the real command as a process, the way the user met it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -235,7 +236,6 @@ def test_a_failing_step_of_the_pasted_guide_leaves_the_shell_running(tmp_path: P
 
 
 def test_the_docs_and_changelog_name_no_development_machine_and_the_digest_is_no_research_log() -> None:
-    import re
 
     texts = {p.name: p.read_text() for p in [REPO / "CHANGELOG.md", REPO / "README.md", *(REPO / "docs").glob("*.md")]}
     for name, text in texts.items():
@@ -245,3 +245,86 @@ def test_the_docs_and_changelog_name_no_development_machine_and_the_digest_is_no
     for research in ("research record", "read_file", "find_files", "commit 03937b2f", "Issue 19", "kcp-opa today"):
         assert research not in digest, research
     assert "what kcp-opa does" in digest
+
+
+# -- item 6: ROPA ------------------------------------------------------------------------------
+
+ROPA_MANIFEST = """\
+kcp_version: "0.14"
+project: hr
+compliance: {sensitivity: restricted, data_residency: [EU]}
+trust:
+  provenance: {publisher: "Example HR GmbH"}
+units:
+  - id: sick-leave
+    path: hr/sick-leave.md
+    intent: "Who is on sick leave."
+    scope: project
+    audience: [agent]
+    access: restricted
+    auth_scope: hr:health
+    compliance:
+      data_categories: [health, personal]
+      legal_basis: legal_obligation
+      article_9_condition: CONDITION
+"""
+
+
+@pytest.mark.parametrize(
+    ("condition", "article"),
+    [
+        ("explicit_consent", "Art. 9(2)(a)"),
+        ("employment_social_security", "Art. 9(2)(b)"),
+        ("vital_interests", "Art. 9(2)(c)"),
+        ("not_for_profit_body", "Art. 9(2)(d)"),
+        ("made_public_by_data_subject", "Art. 9(2)(e)"),
+        ("legal_claims", "Art. 9(2)(f)"),
+        ("substantial_public_interest", "Art. 9(2)(g)"),
+        ("health_or_social_care", "Art. 9(2)(h)"),
+        ("public_health", "Art. 9(2)(i)"),
+        ("archiving_research_statistics", "Art. 9(2)(j)"),
+    ],
+)
+def test_ropa_accepts_every_article_9_condition(tmp_path: Path, condition: str, article: str) -> None:
+    manifest = tmp_path / "knowledge.yaml"
+    manifest.write_text(ROPA_MANIFEST.replace("CONDITION", condition))
+    proc = run_cli("ropa", str(manifest))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)["records"][0]
+    assert record["article_9_condition"].startswith(article), record
+    assert record["controller"] == "Example HR GmbH"
+    assert "Article 9(2)" not in proc.stderr and "controller" not in proc.stderr
+
+
+def test_ropa_text_has_no_python_booleans_and_a_missing_controller_is_said(tmp_path: Path) -> None:
+    manifest = tmp_path / "knowledge.yaml"
+    text = ROPA_MANIFEST.replace("CONDITION", "employment_social_security")
+    manifest.write_text(text.replace('trust:\n  provenance: {publisher: "Example HR GmbH"}\n', ""))
+    proc = run_cli("ropa", str(manifest), "--format", "text")
+    assert proc.returncode == 0
+    assert "True" not in proc.stdout and "False" not in proc.stdout, proc.stdout
+    assert re.search(r"special categories\s+yes", proc.stdout) and re.search(r"transfer\s+no", proc.stdout)
+    assert "no controller: declare trust.provenance.publisher" in proc.stderr
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(ROPA_MANIFEST.replace("CONDITION", "employment_law"))
+    assert run_cli("validate", str(typo)).returncode == 1
+
+
+def test_ropa_prints_text_on_a_terminal_like_the_other_commands(tmp_path: Path) -> None:
+    import pty
+    import subprocess
+    import sys
+
+    manifest = tmp_path / "knowledge.yaml"
+    manifest.write_text(ROPA_MANIFEST.replace("CONDITION", "employment_social_security"))
+    leader, follower = pty.openpty()
+    proc = subprocess.run(
+        [sys.executable, "-m", "kcp_opa", "ropa", str(manifest)],
+        stdout=follower, stderr=subprocess.PIPE, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    os_close = __import__("os").close
+    os_close(follower)
+    out = __import__("os").read(leader, 65536).decode()
+    os_close(leader)
+    assert proc.returncode == 0
+    assert out.startswith("Records of processing activities") and not out.lstrip().startswith("{"), out[:200]
