@@ -94,9 +94,8 @@ def _serve_with_handlers(tmp_path: Path, module: str, cwd: Path) -> subprocess.C
     bundle = tmp_path / "no-bundle.tar.gz"  # the handlers load first; then the start stops on this
     (tmp_path / "grant_leave.py").write_text(module)
     (tmp_path / "handlers.json").write_text(json.dumps({"handlers": {"grant_leave": "grant_leave:grant"}}))
-    env = {**os.environ, "KCP_OPA_SERVE_TOKEN": "t" * 40}
-    env.pop("PYTHONPATH", None)
-    command = [str(Path(sys.executable).parent / "kcp-opa"), "serve", "--transport", "http", "--port", "0"]
+    env = {**os.environ, "KCP_OPA_SERVE_TOKEN": "t" * 40}  # the module's directory is on no import path
+    command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--port", "0"]
     command += ["--bundle", str(bundle), "--handlers", str(tmp_path / "handlers.json")]
     command += ["--store", str(tmp_path / "s.db"), "--ledger", str(tmp_path / "l.jsonl")]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
