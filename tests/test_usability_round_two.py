@@ -139,9 +139,11 @@ def test_cases_only_runs_the_cases_and_no_rego_test(tmp_path: Path) -> None:
 
 def test_rego_only_runs_no_case(tmp_path: Path) -> None:
     _deployment(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "ok_test.rego").write_text("package mine_test\n\nimport rego.v1\n\ntest_ok if 1 == 1\n")
     proc = run_cli(
-        "test", str(POLICIES), "--cases", "cases", "--deployments", "deployments", "--rego-only",
-        "--run", "test_matrix_", "--engines", "regopy", "--format", "json", cwd=tmp_path,
+        "test", "mine", "--cases", "cases", "--deployments", "deployments", "--rego-only", "--format", "json",
+        cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = json.loads(proc.stdout)
@@ -328,3 +330,40 @@ def test_ropa_prints_text_on_a_terminal_like_the_other_commands(tmp_path: Path) 
     os_close(leader)
     assert proc.returncode == 0
     assert out.startswith("Records of processing activities") and not out.lstrip().startswith("{"), out[:200]
+
+
+# -- item 2: --explain --------------------------------------------------------------------------
+
+FAILING_TEST = """package hr.leave_test
+
+import rego.v1
+
+days(req) := n if {
+\tn := req.end - req.start
+}
+
+test_leave_days if {
+\treq := {"start": 3, "end": 7}
+\tn := days(req)
+\tn == 5
+}
+
+test_passes if {
+\tdays({"start": 1, "end": 2}) == 1
+}
+"""
+
+
+def test_explain_fails_shows_the_failing_expression_and_its_values(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "leave_test.rego").write_text(FAILING_TEST)
+    proc = run_cli("test", "mine", "--explain", "fails", "--format", "text", cwd=tmp_path)
+    assert proc.returncode == 2
+    line = 'leave_test.rego:12: n == 5    evaluated: 4 = 5    with n = 4, req = {"end": 7, "start": 3}'
+    assert line in proc.stdout, proc.stdout
+    assert "test_passes" not in proc.stdout  # only the failing test is explained
+    full = run_cli("test", "mine", "--explain", "full", "--format", "json", cwd=tmp_path)
+    explained = {t["name"]: t.get("explain", []) for t in json.loads(full.stdout)["tests"]}
+    assert any("n := req.end - req.start" in x for x in explained["data.hr.leave_test.test_leave_days"])
+    assert any("days({" in x for x in explained["data.hr.leave_test.test_passes"]), explained

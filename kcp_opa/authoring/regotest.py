@@ -73,6 +73,7 @@ class EngineResult:
 class TestResult:
     test: RegoTest
     engines: dict[str, EngineResult] = field(default_factory=dict)
+    explain: list[str] = field(default_factory=list)  # kcp-opa test --explain (regoexplain.py)
 
     @property
     def divergent(self) -> bool:

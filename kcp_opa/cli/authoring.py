@@ -16,6 +16,7 @@ from kcp_opa.authoring.caserun import CaseRun, run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.authoring.policycheck import CheckFinding, check_modules
 from kcp_opa.authoring.policytree import load_modules, load_selection, policy_root
+from kcp_opa.authoring.regoexplain import explain_results
 from kcp_opa.authoring.regotest import Outcome, TestResult, discover, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
@@ -53,6 +54,11 @@ WATCH_INTERVAL_S = 1.0
 @click.option("--rego-only", "--no-cases", "no_cases", is_flag=True, help="Rego tests only, no decision cases.")
 @click.option("--cases-only", is_flag=True, help="Decision cases only, no Rego tests (a deployment's own cases).")
 @click.option("--coverage", is_flag=True, help="Report policy line coverage (OPA reference engine).")
+@click.option(
+    "--explain",
+    type=click.Choice(["fails", "full"]),
+    help="Show each failing expression with its values (fails), or every evaluated one (full); traced on OPA.",
+)
 @click.option("--threshold", type=click.FloatRange(0, 100), help="With --coverage: fail below this percentage.")
 @click.option(
     "--fail-on-false-allow/--no-fail-on-false-allow",
@@ -79,6 +85,7 @@ def test_command(
     no_cases: bool,
     cases_only: bool,
     coverage: bool,
+    explain: str | None,
     threshold: float | None,
     fail_on_false_allow: bool,
     fmt: str | None,
@@ -96,6 +103,7 @@ def test_command(
       kcp-opa test policies/                        # tests + fixtures/cases + metrics
       kcp-opa test policies/ --coverage --threshold 90 --junit report.xml
       kcp-opa test policies/ --run residency -v
+      kcp-opa test my/policies --rego-only --explain fails   # the failing expression and its values
       kcp-opa test policies/ --cases my/cases --deployments my/deployments --cases-only
       kcp-opa test policies/kcp/evaluators/ --watch   # one folder's tests, again on every save
     """
@@ -108,8 +116,9 @@ def test_command(
     if no_cases and cases_only:
         raise click.BadParameter("--rego-only and --cases-only exclude each other", param_hint="--cases-only")
     run = TestRun(
-        targets, wanted, run_regex, directory, cases_dir is not None, deployments_dir, no_cases, coverage, cases_only
-    )
+        targets, wanted, run_regex, directory, cases_dir is not None, deployments_dir, no_cases, coverage, cases_only,
+        explain,
+    )  # fmt: skip
 
     def once() -> bool:
         # --threshold applies with --coverage only, as it always has.
@@ -143,6 +152,7 @@ class TestRun:
     no_cases: bool
     coverage: bool
     cases_only: bool = False
+    explain: str | None = None
 
     def execute(self) -> tuple[list[TestResult], CaseRun | None, dict[str, Any] | None]:
         try:
@@ -155,6 +165,8 @@ class TestRun:
         if not self.cases_only:
             with status(f"{len(tests)} Rego tests on {' and '.join(self.engines)}"):
                 results, test_coverage = run_tests(modules, tests, self.engines, coverage=self.coverage)
+            if self.explain:
+                explain_results(modules, results, self.explain)
         case_run = None
         policy_dirs = [t for t in self.targets if t.is_dir()]
         if root is not None:
