@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcp_opa.authoring.regosyntax import OPA_ONLY, syntax_problems
+from kcp_opa.authoring.regosyntax import OPA_ONLY as OPA_ONLY
+from kcp_opa.authoring.regosyntax import syntax_problems
 
 _PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
 _RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)
@@ -366,12 +367,12 @@ def run_tests(
     coverage_report = None
     broken = syntax_problems(modules, wanted) if tests else []
     if broken:  # nothing runs: every test names the parse error (its own file's) on each engine
-        for result in combined.values():
+        for held in combined.values():
             for engine in sorted(wanted):
-                own = [str(p) for p in broken if p.engine == engine and p.file == result.test.file]
-                others = sorted({p.file for p in broken if p.file != result.test.file})
+                own = [str(p) for p in broken if p.engine == engine and p.file == held.test.file]
+                others = sorted({p.file for p in broken if p.file != held.test.file})
                 detail = "; ".join(own) or f"not run: {', '.join(others)} does not parse"
-                result.engines[engine] = EngineResult(Outcome.ERROR, detail)
+                held.engines[engine] = EngineResult(Outcome.ERROR, detail)
         return list(combined.values()), None
     if "regopy" in wanted:
         for name, result in run_regopy(modules, tests).items():
