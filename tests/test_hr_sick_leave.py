@@ -115,7 +115,7 @@ def test_the_service_takes_it_from_manifest_to_an_executed_action(tmp_path: Path
     (tmp_path / "sick_notes.py").write_text(
         "def record(action):\n    return {'sick_note': 'recorded', 'ref': action['target']['reference']}\n"
     )
-    (tmp_path / "handlers.json").write_text(json.dumps({"handlers": {"record_sick_note": "sick_notes:record"}}))
+    (tmp_path / "handlers.json").write_text(json.dumps({"handlers": {"hr.sick_note.record": "sick_notes:record"}}))
     args = ["--bundle", str(bundle), "--trust", str(DEPLOY / "trust.yaml"), "--tokens", str(tokens)]
     args += ["--issuer-id", "kcp-opa-gate", "--issuer-id", "hr-approvals", "--issuer-keyring", KEYS]
     args += ["--store", str(tmp_path / "service.db"), "--ledger", str(tmp_path / "service.jsonl")]
@@ -139,7 +139,7 @@ def test_the_service_takes_it_from_manifest_to_an_executed_action(tmp_path: Path
         issued = _post(url, "/v1/receipts", "hr-desk", {"decision_id": decided.json()["decision_id"]})
         assert issued.status_code == 200, issued.text
         receipt = issued.json()["receipt"]
-        run = {"action": action, "receipt": receipt, "handler": "record_sick_note"}
+        run = {"action": action, "receipt": receipt, "handler": "hr.sick_note.record"}
         executed = _post(url, "/v1/executions", "leave-executor", run)
         assert executed.status_code == 200, executed.text
         assert executed.json()["outcome"] == {"sick_note": "recorded", "ref": "sick_2026_031"}
