@@ -24,6 +24,13 @@ from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
 from kcp_opa.compile.signatures import SignatureInfo, SigningKey, Verification, VerificationKey
+from kcp_opa.context import (
+    ContextSources,
+    RegistrySource,
+    SignedAttestations,
+    StaticGateConfig,
+    sign_fact,
+)
 from kcp_opa.core.errors import (
     ActionRejectedError,
     BundleError,
@@ -102,6 +109,7 @@ __all__ = [
     "ChallengeStore",
     "CompileError",
     "CompileResult",
+    "ContextSources",
     "ControlDesk",
     "ControlEvidence",
     "Decision",
@@ -142,17 +150,20 @@ __all__ = [
     "ReceiptIssueError",
     "ReceiptKey",
     "ReceiptVerificationError",
+    "RegistrySource",
     "Report",
     "RiskLevel",
     "RoutingState",
     "SQLiteStore",
     "Severity",
     "SignatureInfo",
+    "SignedAttestations",
     "Signer",
     "SigningKey",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
+    "StaticGateConfig",
     "UnitNotFoundError",
     "ValidationFailedError",
     "Verification",
@@ -184,6 +195,7 @@ __all__ = [
     "query",
     "read_bundle",
     "replay",
+    "sign_fact",
     "summarize",
     "validate_manifest",
     "validate_matrix",

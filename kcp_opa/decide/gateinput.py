@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kcp_opa.context.builder import ContextSources, build_context
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.decide.action import check_action, folded_strings, trace_id_of
 
@@ -78,6 +79,19 @@ def created_epoch_seconds(action: Mapping[str, Any]) -> int:
         raise ActionRejectedError("/created_at", f"{text!r} is outside the representable years") from None
 
 
+#: The keys of ``input.context`` the context stage builds (kcp_opa.context.builder).
+CONTEXT_KEYS = ("facts", "facts_principal", "attestations_refused", "counters")
+
+
+def built_context(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The context-stage part of an input: re-deciding a recorded decision (recorded controls,
+    a restored record) keeps the facts it was decided on instead of asking the sources again."""
+    context = document.get("context")
+    if not isinstance(context, Mapping):
+        return {}
+    return {key: context[key] for key in CONTEXT_KEYS if key in context}
+
+
 def build_input(
     action: Mapping[str, Any],
     *,
@@ -85,8 +99,17 @@ def build_input(
     satisfied_controls: Sequence[str] = (),
     bundle_revision: str = "",
     decision_id: str | None = None,
+    context: ContextSources | None = None,
+    principal: str | None = None,
+    built: Mapping[str, Any] | None = None,
 ) -> DecisionInput:
-    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`."""
+    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
+
+    The gate and attested facts come from ``context`` (the context stage), established for
+    ``principal`` (the authenticated caller; over the library, whom the host runs the agent as).
+    Without a source a fact is absent, and a rule that needs it fails closed. ``built`` is a
+    context built before (:func:`built_context`), used as it is.
+    """
     canonical = check_action(action)
     moment = decision_time(now)
     evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -109,6 +132,11 @@ def build_input(
             "action_created_epoch_seconds": created_epoch_seconds(action),
             "satisfied_controls": sorted(set(satisfied_controls)),
             "folded": folded_strings(action),
+            **(
+                dict(built)
+                if built is not None
+                else build_context(context, action, principal=principal, action_hash=digest)
+            ),
         },
     }
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)

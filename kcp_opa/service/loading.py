@@ -9,6 +9,7 @@ Calls already running finish on what they started with; a failed reload changes 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import structlog
 
 from kcp_opa.compile.signatures import Verification
+from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Key, Keyring, load_keyring
 from kcp_opa.decide.gate import Gate
@@ -51,6 +53,36 @@ class Sources:
     plan_cache: Path | None = None
     #: The keys and scope every bundle (at start and on each reload) must be signed with.
     verification: Verification | None = None
+    #: The gate's own configuration (--region, --environment) and fact attestations (--attestations).
+    config: StaticGateConfig | None = None
+    attestations: Path | None = None
+
+
+def service_context(
+    registry: TrustRegistry | None,
+    config: StaticGateConfig | None,
+    attestations: Path | None = None,
+    keyring: Keyring | None = None,
+) -> ContextSources:
+    """The service's context sources: the registry for the caller's facts, the gate's own
+    configuration, and the signed fact attestations in ``attestations`` (a JSON list).
+    What the agent states about any of these is only compared (docs/service.md)."""
+    signed: SignedAttestations | None = None
+    if attestations is not None:
+        if registry is None:
+            raise CodedError("--attestations needs --trust (the registry names the issuers)", "issuer_config")
+        try:
+            items = json.loads(attestations.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CodedError(
+                f"{attestations}: not a readable JSON list of attestations: {exc}", "attestations"
+            ) from None
+        if not isinstance(items, list):
+            raise CodedError(f"{attestations}: a JSON list of attestations", "attestations")
+        signed = SignedAttestations(registry, keyring, items)
+    return ContextSources(
+        registry=RegistrySource(registry) if registry is not None else None, config=config, attestations=signed
+    )
 
 
 class SwappableAuthenticator:
@@ -77,16 +109,25 @@ def open_service(
     registry: TrustRegistry | None = None,
     issuer_ids: tuple[str, ...] = (),
     issuer_keyring: Keyring | None = None,
+    config: StaticGateConfig | None = None,
+    attestations: Path | None = None,
+    context: ContextSources | None = None,
     ledger_key: Key | None = None,
     verification: Verification | None = None,
 ) -> GateService:
     """Load the bundle (verified, then planned in a child process), open the store and the ledger.
 
     ``ledger_key`` is the ledger's writer key: it signs every entry and the checkpoints.
+    ``context``: a host embedding the service passes its own sources (else the registry's, the
+    configuration's and the attestation file's).
     """
     metrics = Metrics()
     timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
-    gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache, verification_keys=verification)
+    if context is None:
+        context = service_context(registry, config, attestations, issuer_keyring)
+    gate = Gate.from_bundle(
+        bundle, ledger=timed, plan_cache=plan_cache, context=context, verification_keys=verification
+    )
     stores = open_stores(store)
     if keyring is None:  # kept with the store: receipts survive a restart (kcp_opa/service/receiptkey.py)
         keyring = store_receipt_keyring(stores.decisions.seal_key())
@@ -175,19 +216,21 @@ class Reloader:
             try:
                 registry = load_trust(self.sources.trust) if self.sources.trust is not None else None
                 ledger = before.audit.ledger if before.audit is not None else None
-                gate = Gate.from_bundle(
-                    bundle or self.sources.bundle,
-                    ledger=ledger,
-                    plan_cache=self.sources.plan_cache,
-                    verification_keys=self.sources.verification,
-                )
-                gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
-                issuers = None
+                issuers, keys = None, None
                 if registry is not None:
                     if self.sources.issuer_keyring is None:
                         raise CodedError("--trust needs the issuer keyring", "issuer_config")
                     keys = load_keyring(self.sources.issuer_keyring)
                     issuers = ServiceIssuers.load(registry, self.sources.issuer_ids, keys)
+                context = service_context(registry, self.sources.config, self.sources.attestations, keys)
+                gate = Gate.from_bundle(
+                    bundle or self.sources.bundle,
+                    ledger=ledger,
+                    plan_cache=self.sources.plan_cache,
+                    verification_keys=self.sources.verification,
+                    context=context,
+                )
+                gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
                 keyring: Keyring | None = None
                 if self.sources.receipt_keyring is not None:
                     keyring = load_keyring(self.sources.receipt_keyring)
