@@ -19,6 +19,7 @@ from servicekit import start_server, stop_server, write_tokens
 DEPLOY = REPO / "tests" / "deployments" / "hr-sick-leave"
 KEYS = str(DEPLOY / "TEST-ONLY-keys.json")
 ACTION = json.loads((DEPLOY / "action.json").read_text())
+HOUR = dt.timedelta(hours=1)
 SECRET = {"KCP_OPA_DESK_SECRET": "desk-seal-secret-for-tests-0123456789"}
 
 
@@ -64,7 +65,7 @@ def test_its_decision_cases_pass_on_both_engines() -> None:
 def test_the_cli_takes_it_from_manifest_to_an_executed_action(tmp_path: Path) -> None:
     bundle = _compile(tmp_path / "hr-sick-leave.tar.gz")
     desk = ["--bundle", str(bundle), "--trust", str(DEPLOY / "trust.yaml"), "--ledger", str(tmp_path / "l.jsonl")]
-    desk += ["--gate-keyring", KEYS]
+    desk += ["--gate-keyring", KEYS, "--context", str(DEPLOY / "context.yaml")]
     record = str(tmp_path / "record.json")
     opened = _cli("controls", "challenge", *desk, "--action", str(DEPLOY / "action.json"), "--record", record,
                   "--now", "2026-11-29T10:00:00Z")  # fmt: skip
@@ -122,7 +123,17 @@ def test_the_service_takes_it_from_manifest_to_an_executed_action(tmp_path: Path
     args = ["--bundle", str(bundle), "--trust", str(DEPLOY / "trust.yaml"), "--tokens", str(tokens)]
     args += ["--issuer-id", "kcp-opa-gate", "--issuer-id", "hr-approvals", "--issuer-keyring", KEYS]
     args += ["--store", str(tmp_path / "service.db"), "--ledger", str(tmp_path / "service.jsonl")]
-    args += ["--handlers", str(tmp_path / "handlers.json")]
+    args += ["--handlers", str(tmp_path / "handlers.json"), "--region", "EU"]
+    # The HR system attests the employee's sick-note evidence (a signed fact, bound to the subject).
+    from kcp_opa.context import sign_fact
+    from kcp_opa.core.signing import load_keyring
+
+    now = dt.datetime.now(dt.UTC)
+    times = {k: (now + d).strftime("%Y-%m-%dT%H:%M:%SZ") for k, d in (("issued_at", -HOUR), ("expires_at", HOUR))}
+    fact = {"fact": "evidence_status", "value": "present", "subject_id": "emp_042", **times}
+    signed = sign_fact(fact, "hr-facts", load_keyring(KEYS).keys["hr-facts-ed25519-test"])
+    (tmp_path / "attestations.json").write_text(json.dumps([signed]))
+    args += ["--attestations", str(tmp_path / "attestations.json")]
     # Over the service the caller is the agent: the action states it as the authenticated principal.
     action = json.loads(json.dumps(ACTION))
     action["authorization_context"]["authenticated_principal"] = "agent_hr_001"

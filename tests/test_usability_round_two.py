@@ -28,6 +28,7 @@ def _deployment(tmp_path: Path, *, categories: str = "[personal]", matrix_typo: 
     cases = {
         "deployment": "hr",
         "now": "2026-11-29T10:00:00Z",
+        "context": {"from_action": True},
         "base_action": action,
         "cases": [
             {"case_id": "hr-approve", "description": "a", "action": {}, "expect": {"decision": "HUMAN_APPROVAL"}},
