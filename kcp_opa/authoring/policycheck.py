@@ -87,11 +87,10 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
         column = f"column {problem.column}, " if problem.column else ""
         message = f"{problem.message} ({column}{problem.engine} parser)"
         findings.append(CheckFinding(problem.file, problem.line, "error", "syntax_error", message))
-    unparsed = {p.file for p in broken}
-    findings += [f for f in _opa_compile(modules) if f.file not in unparsed]
-    if not broken:
+    findings += _opa_compile(modules)
+    if not broken:  # regopy's child dies on a parse error: that is no planning abort
         findings += _regopy_compile(modules)
-    findings += _lint({k: v for k, v in modules.items() if k not in unparsed}, data or {})
+    findings += _lint(modules, data or {})
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
 
 
