@@ -34,17 +34,21 @@ from kcp_opa.trail.ledger import verify_ledger
     "--format",
     "fmt",
     type=click.Choice(["json", "markdown", "text"]),
-    default="json",
-    show_default=True,
-    help="json for tools, markdown for a wiki or a ticket, text for a terminal (values never cut).",
+    default=None,
+    help="json for tools, markdown for a wiki or a ticket, text for a terminal (values never cut). "
+    "Default: text on a terminal, json when piped.",
 )
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here instead of stdout.")
 @MAX_BYTES
-def ropa(manifests: Sequence[Path], fmt: str, output: Path | None, max_bytes: int) -> None:
+def ropa(manifests: Sequence[Path], fmt: str | None, output: Path | None, max_bytes: int) -> None:
     """GDPR Article 30 records of processing from KCP manifests (one record per personal-data unit).
 
-    Units missing a field get "not declared" and a warning on stderr, never a silent gap.
+    The controller is the manifest's trust.provenance.publisher; special categories need
+    compliance.article_9_condition (any Art. 9(2) condition, docs/auditing.md). Units missing a
+    field get "not declared" and a warning on stderr, never a silent gap.
     """
+    if fmt is None:
+        fmt = "json" if output is not None or as_json(None) else "text"
     loaded = [load_manifest(path, max_bytes=max_bytes) for path in manifests]
     records = build_ropa(loaded)
     renderers = {"markdown": to_markdown, "text": to_text}
