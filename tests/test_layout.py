@@ -30,6 +30,7 @@ LAYERS: tuple[str, ...] = (
     "execute",
     "audit",
     "authoring",
+    "analysis",
     "service",
     "cli",
 )

@@ -134,15 +134,15 @@ def prove(
     exhaustive = space.size * (1 + len(MONOTONE)) <= budget
     report = ProofReport(space.deployment, bundle.source, ev.engines, budget, seed, space.size, exhaustive)
     report.invariants = builtin_invariants(users)
-    clean: list[tuple[tuple[int, ...], Outcome]] = []
-    for phase, row in _plan(space, seed, exhaustive, clean):
+    clean: list[tuple[tuple[int, ...], str]] = []
+    for phase, row in plan_rows(space, seed, exhaustive, clean):
         if ev.decisions >= budget:
             break
         sample = space.sample(row)
         outcome = _examine(ev, space, sample, report, seed)
         report.phases[phase] += 1
-        if phase == "clean" and outcome is not None:
-            clean.append((row, outcome))
+        if phase == "clean" and outcome is not None and outcome.decision is not None:
+            clean.append((row, str(outcome.decision.get("decision"))))
         if phase == "pairs":
             report.pairs_complete = True  # reset below if the plan stopped before the last pair row
     report.pairs_complete = report.pairs_complete and report.phases["pairs"] == _pair_rows(space, seed)
@@ -157,9 +157,11 @@ def _pair_rows(space: Space, seed: int) -> int:
     return len(all_pairs([len(d.choices) for d in space.dims], seed))
 
 
-def _plan(
-    space: Space, seed: int, exhaustive: bool, clean: list[tuple[tuple[int, ...], Outcome]]
+def plan_rows(
+    space: Space, seed: int, exhaustive: bool, clean: list[tuple[tuple[int, ...], str]]
 ) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """(phase, row) in the order the budget is spent; CLEAN is filled by the caller with each
+    clean row's decision as it goes (one fact at a time is varied around those not DENY)."""
     sizes = [len(d.choices) for d in space.dims]
     if exhaustive:
         for row in full_product(sizes):
@@ -169,8 +171,8 @@ def _plan(
     for unit in range(units):
         for task in range(tasks):
             yield "clean", (unit, task, *([0] * (len(sizes) - 2)))
-    for row, outcome in list(clean):
-        if outcome.decision is None or outcome.decision.get("decision") == "DENY":
+    for row, state in list(clean):
+        if state == "DENY":
             continue
         for dim in range(2, len(sizes)):
             for value in range(1, sizes[dim]):

@@ -87,9 +87,20 @@ class Space:
             "knowledge_bound": unit_named,
             "unit_known": bool(unit_known) or not unit_named,
             "task_known": action.get("action_type") in self.context.known_tasks,
-            "absent_needed": sorted(p for p in self.needed if not _present(action, p)),
+            "absent_needed": sorted(p for p in self._needed_for(knowledge) if not _present(action, p)),
         }
         return Sample(labels or {}, action, now, facts)
+
+
+    def _needed_for(self, knowledge: Any) -> set[str]:
+        needed = set(self.needed)
+        if isinstance(knowledge, dict):
+            entry = self.context.units.get((str(knowledge.get("project")), str(knowledge.get("unit"))))
+            needs = entry[0].get("effective_visibility", {}) if entry else {}
+            for need in (needs.get("needs") if isinstance(needs, dict) else None) or []:
+                if need in self.context.conditional:
+                    needed.add(self.context.conditional[need])
+        return needed
 
 
 def derive_space(bundle: LoadedBundle, *, requires_from: Sequence[LoadedBundle] = ()) -> Space:
@@ -98,23 +109,38 @@ def derive_space(bundle: LoadedBundle, *, requires_from: Sequence[LoadedBundle] 
     context = DimContext.from_bundle(bundle, builtin_tasks(bundle.modules), attribute_flags(bundle.modules))
     base = _base_action(context)
     needed = sorted({p for b in (bundle, *requires_from) for p in required_facts(b.modules)})
+    context.conditional = {k: v for b in (bundle, *requires_from) for k, v in conditional_facts(b.modules).items()}
     dims = [Dimension(name, tuple(Choice(label, fn) for label, fn in choices)) for name, choices in dimensions(context)]
     return Space(context.deployment, dims, base, context.now, context, needed)
 
 
 _REQUIRES = re.compile(r"^#\s+requires:\s*\[([^\]]*)\]", re.M)
+_NEEDED_SET = re.compile(r"^(?:always|when_bound)\s*:=\s*\{([^}]*)\}", re.M)
 _LITERAL = re.compile(r'"(input\.action(?:\.[a-z_]+)+)"')
+_CONDITIONAL = re.compile(r'"([a-z_]+)":\s*"(input\.action(?:\.[a-z_]+)+)"')
 
 
 def required_facts(modules: Mapping[str, str]) -> set[str]:
-    """input.action paths the rules say they need: METADATA ``requires`` and path literals."""
+    """input.action paths the rules say every (knowledge-bound) action needs: METADATA
+    ``requires`` and the context evaluator's ``always`` and ``when_bound`` sets."""
     found: set[str] = set()
     for name, source in modules.items():
         if name.endswith("_test.rego"):
             continue
         for listed in _REQUIRES.findall(source):
             found |= {p.strip() for p in listed.split(",") if p.strip().startswith("input.action.")}
-        found |= set(_LITERAL.findall(source))
+        for listed in _NEEDED_SET.findall(source):
+            found |= set(_LITERAL.findall(listed))
+    return found
+
+
+def conditional_facts(modules: Mapping[str, str]) -> dict[str, str]:
+    """Facts needed only where a unit's visibility condition reads them: {need: path}
+    (``effective_visibility.needs`` in the unit's profile names the needs)."""
+    found: dict[str, str] = {}
+    for name, source in modules.items():
+        if not name.endswith("_test.rego"):
+            found |= dict(_CONDITIONAL.findall(source))
     return found
 
 

@@ -49,6 +49,7 @@ class DimContext:
     profile: Mapping[str, Any] = field(default_factory=dict)
     slot: Mapping[str, Any] = field(default_factory=dict)
     now: str = ""
+    conditional: dict[str, str] = field(default_factory=dict)
 
     @property
     def known_tasks(self) -> set[str]:
