@@ -131,7 +131,7 @@ def _without_unit_rule(tmp: Path) -> Path:
 
 def test_diff_reports_a_removed_rule_as_weakening(bundles: dict[str, Path], tmp_path: Path) -> None:
     weaker = compiled(tmp_path, "support-desk", _without_unit_rule(tmp_path))
-    done = run_cli("diff", str(bundles["support-desk"]), str(weaker), "--budget", "300", "--format", "json")
+    done = run_cli("diff", str(bundles["support-desk"]), str(weaker), "--budget", "200", "--format", "json")
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     assert report["weakens"] and any(t.startswith("DENY -> ") for t in report["weakening"])
@@ -148,18 +148,20 @@ def test_diff_of_a_bundle_against_itself_is_empty(bundles: dict[str, Path]) -> N
     assert "no change" in done.stdout
 
 
-def test_diff_reports_a_matrix_cell_lowered_from_approve_to_confirm(bundles: dict[str, Path], tmp_path: Path) -> None:
-    matrix = yaml.safe_load((DEPLOYMENTS / "support-desk" / "matrix.yaml").read_text(encoding="utf-8"))
-    assert matrix["task_types"]["refund"]["data_categories"]["financial"] == "approve"
-    matrix["task_types"]["refund"]["data_categories"]["financial"] = "confirm"
+def test_diff_reports_a_matrix_cell_lowered_from_approve_to_confirm(tmp_path: Path) -> None:
+    """kcp-visibility-access: reading restricted data needs approval; the cell lowered to confirm."""
+    name = "kcp-visibility-access"
+    matrix = yaml.safe_load((DEPLOYMENTS / name / "matrix.yaml").read_text(encoding="utf-8"))
+    assert matrix["task_types"]["read"]["sensitivity"]["restricted"] == "approve"
+    matrix["task_types"]["read"]["sensitivity"]["restricted"] = "confirm"
     lowered = tmp_path / "matrix-lowered.yaml"
     lowered.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
-    report = diff(read_bundle(bundles["support-desk"]), read_bundle(compiled(tmp_path, "support-desk", matrix=lowered)),
-                  budget=300)
+    old = read_bundle(compiled(tmp_path, name))
+    report = diff(old, read_bundle(compiled(tmp_path, name, matrix=lowered)), budget=120)
     assert report.weakens, report.to_dict()
     weakening = [c for cs in report.examples.values() for c in cs if c.weakens]
-    assert any(c.action["action_type"] == "refund" for c in weakening)
-    assert any("independent_human_approval" in " ".join(c.why) or "weaker" in " ".join(c.why) for c in weakening)
+    assert weakening and all(c.action["action_type"] == "read" for c in weakening)
+    assert any("no longer requires independent_human_approval" in c.why for c in weakening)
 
 
 def _ledger_decision(tmp: Path, bundle: Path) -> tuple[Path, str, dict[str, object]]:

@@ -168,8 +168,8 @@ def plan_rows(
             yield "exhaustive", row
         return
     units, tasks = sizes[0], sizes[1]
-    for unit in range(units):
-        for task in range(tasks):
+    for task in range(tasks):  # every unit (the unknown one too) early, whatever the budget
+        for unit in range(units):
             yield "clean", (unit, task, *([0] * (len(sizes) - 2)))
     for row, state in list(clean):
         if state == "DENY":

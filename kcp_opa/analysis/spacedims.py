@@ -136,6 +136,8 @@ def dimensions(ctx: DimContext) -> list[tuple[str, list[tuple[str, Edit]]]]:
                        ("other", _set("authorization_context.authenticated_principal", "user_2")),
                        ("absent", _drop("authorization_context.authenticated_principal"))]),
         ("trace", [("present", _noop), ("absent", _drop("trace"))]),
+        ("scopes", [("unit_scope", _noop), ("none", _drop("authorization_context.principal_scopes")),
+                    ("other", _set("authorization_context.principal_scopes", ["analysis:other"]))]),
     ]
     for name, path in (("budget_state", "runtime.budget_state"), ("evidence_status", "runtime.evidence_status"),
                        ("risk_level", "runtime.risk_level"), ("hosting", "runtime.model.hosting")):
@@ -155,6 +157,9 @@ def _units(ctx: DimContext) -> list[tuple[str, Edit]]:
         def bind(action: dict[str, Any], c: DimContext, p: str = project, u: str = unit,
                  pr: Mapping[str, Any] = profile, sl: Mapping[str, Any] = slot) -> None:
             action["knowledge"] = {"project": p, "unit": u, "fields_read": []}
+            scope = pr.get("auth_scope")
+            if isinstance(scope, str) and scope:  # the clean principal holds the unit's scope
+                action["authorization_context"]["principal_scopes"] = [scope]
             c.profile, c.slot = pr, sl
         choices.append((f"{project}/{unit}", bind))
     project = next(iter(ctx.units))[0] if ctx.units else ctx.deployment
