@@ -177,8 +177,20 @@ def _ledger_decision(tmp: Path, bundle: Path) -> tuple[Path, str, dict[str, obje
 def test_cases_pin_turns_an_archived_decision_into_a_failing_case(bundles: dict[str, Path], tmp_path: Path) -> None:
     ledger, decision_id, action = _ledger_decision(tmp_path, bundles["support-desk"])
     target = tmp_path / "pinned.yaml"
-    done = run_cli("cases", "pin", str(ledger), decision_id, "--expect", "DENY", "--reason", "tenant_boundary",
-                   "--to", str(target), "--deployment", "support-desk")
+    done = run_cli(
+        "cases",
+        "pin",
+        str(ledger),
+        decision_id,
+        "--expect",
+        "DENY",
+        "--reason",
+        "tenant_boundary",
+        "--to",
+        str(target),
+        "--deployment",
+        "support-desk",
+    )
     assert done.returncode == 0, done.stderr
     (case,) = load_cases(target)
     assert case.action == action and case.expect.decision == "DENY"
@@ -192,8 +204,18 @@ def test_cases_pin_turns_an_archived_decision_into_a_failing_case(bundles: dict[
     after = load_cases(existing)
     assert len(after) == before + 1 and after[-1].action == action
     assert existing.read_text(encoding="utf-8").startswith("# Decision cases for the support-desk")
-    again = run_cli("cases", "pin", str(ledger), decision_id, "--expect", "DENY", "--to", str(existing),
-                    "--case-id", "pinned-clean-read")
+    again = run_cli(
+        "cases",
+        "pin",
+        str(ledger),
+        decision_id,
+        "--expect",
+        "DENY",
+        "--to",
+        str(existing),
+        "--case-id",
+        "pinned-clean-read",
+    )
     assert again.returncode == 2 and "already pinned" in again.stderr
     missing = run_cli("cases", "pin", str(ledger), "dec_nope", "--expect", "DENY", "--to", str(existing))
     assert missing.returncode == 2 and "no decision dec_nope" in missing.stderr
@@ -201,11 +223,20 @@ def test_cases_pin_turns_an_archived_decision_into_a_failing_case(bundles: dict[
 
 def test_prove_cli_prints_the_meaning_and_exits_1_on_a_violation(bundles: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "found.yaml"
-    done = run_cli("prove", str(ROUND_ONE), "--requires-from", str(bundles["support-desk"]), "--budget", "120",
-                   "--engines", "regopy", "--cases-out", str(out))
+    done = run_cli(
+        "prove",
+        str(ROUND_ONE),
+        "--requires-from",
+        str(bundles["support-desk"]),
+        "--budget",
+        "120",
+        "--engines",
+        "regopy",
+        "--cases-out",
+        str(out),
+    )
     assert done.returncode == 1, done.stderr
     assert "what was proved: sampled:" in done.stdout and "VIOLATION contract.absent_needed_fact" in done.stdout
     assert load_cases(out)
     bad = run_cli("prove", str(ROUND_ONE), "--invariants", str(out))
     assert bad.returncode == 2 and "no package line" in bad.stderr
-

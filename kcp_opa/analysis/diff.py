@@ -24,8 +24,14 @@ DEFAULT_BUDGET = 1500
 EXAMPLES = 3
 #: The contract's routing order, weakest first (gate contract section 2).
 STATE_ORDER = (
-    "ALLOW", "USER_CONFIRMATION", "STEP_UP_AUTHENTICATION", "IDENTITY_VERIFICATION",
-    "HUMAN_APPROVAL", "ESCALATE", "COMPLIANCE_REVIEW", "DENY",
+    "ALLOW",
+    "USER_CONFIRMATION",
+    "STEP_UP_AUTHENTICATION",
+    "IDENTITY_VERIFICATION",
+    "HUMAN_APPROVAL",
+    "ESCALATE",
+    "COMPLIANCE_REVIEW",
+    "DENY",
 )
 
 
@@ -40,8 +46,15 @@ class Change:
     new: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"transition": self.transition, "weakens": self.weakens, "why": self.why, "action": self.action,
-                "now": self.now, "old": self.old, "new": self.new}
+        return {
+            "transition": self.transition,
+            "weakens": self.weakens,
+            "why": self.why,
+            "action": self.action,
+            "now": self.now,
+            "old": self.old,
+            "new": self.new,
+        }
 
 
 @dataclass
@@ -69,9 +82,16 @@ class DiffReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "old": self.old, "new": self.new, "budget": self.budget, "seed": self.seed,
-            "actions": self.actions, "decisions": self.decisions, "rejected": self.rejected,
-            "unchanged": self.unchanged, "changed": self.changed, "weakens": self.weakens,
+            "old": self.old,
+            "new": self.new,
+            "budget": self.budget,
+            "seed": self.seed,
+            "actions": self.actions,
+            "decisions": self.decisions,
+            "rejected": self.rejected,
+            "unchanged": self.unchanged,
+            "changed": self.changed,
+            "weakens": self.weakens,
             "transitions": dict(sorted(self.transitions.items())),
             "weakening": dict(sorted(self.weakening.items())),
             "examples": {k: [c.to_dict() for c in v] for k, v in sorted(self.examples.items())},

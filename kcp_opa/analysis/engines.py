@@ -129,7 +129,9 @@ class Evaluator:
                 outcome.divergence = first_difference(result.value, other.value)
         return outcome
 
-    def check(self, outcome: Outcome, facts: Mapping[str, Any], before: Outcome | None = None, change: str = "") -> list[str]:
+    def check(
+        self, outcome: Outcome, facts: Mapping[str, Any], before: Outcome | None = None, change: str = ""
+    ) -> list[str]:
         """The invariants OUTCOME breaks (and engine disagreement, which is a comparison)."""
         if outcome.decision is None or outcome.document is None:
             return []

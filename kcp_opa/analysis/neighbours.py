@@ -71,7 +71,9 @@ def _without(action: Mapping[str, Any], path: tuple[Any, ...]) -> dict[str, Any]
     return out
 
 
-def shrink(action: Mapping[str, Any], still_fails: Callable[[dict[str, Any]], bool], attempts: int) -> tuple[dict[str, Any], int]:
+def shrink(
+    action: Mapping[str, Any], still_fails: Callable[[dict[str, Any]], bool], attempts: int
+) -> tuple[dict[str, Any], int]:
     """Greedy: drop one key or item at a time while STILL_FAILS holds; (smallest action, tries)."""
     current = copy.deepcopy(dict(action))
     tried = 0

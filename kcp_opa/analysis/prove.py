@@ -109,9 +109,13 @@ class ProofReport:
 
 def builtin_invariants(users: Sequence[UserInvariants]) -> list[str]:
     names = [
-        "contract.no_engine_error", "contract.engines_agree", "contract.executable_only_with_every_control",
-        "contract.unknown_unit_never_allows", "contract.unknown_task_type_never_allows",
-        "contract.absent_needed_fact_never_allows", "contract.deny_is_terminal",
+        "contract.no_engine_error",
+        "contract.engines_agree",
+        "contract.executable_only_with_every_control",
+        "contract.unknown_unit_never_allows",
+        "contract.unknown_task_type_never_allows",
+        "contract.absent_needed_fact_never_allows",
+        "contract.deny_is_terminal",
         *(f"contract.monotone_{change}" for change in MONOTONE),
     ]
     return names + [f"{u.package}.{rule}" for u in users for rule in u.rules]
@@ -210,7 +214,11 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
 
 
 def _record(
-    report: ProofReport, found: list[str], outcome: Outcome, sample: Sample, change: str = "",
+    report: ProofReport,
+    found: list[str],
+    outcome: Outcome,
+    sample: Sample,
+    change: str = "",
     before: Outcome | None = None,
 ) -> None:
     for name in found:
@@ -218,8 +226,15 @@ def _record(
         if any(v.invariant == name for v in report.violations) or outcome.decision is None:
             continue
         report.violations.append(
-            Violation(name, outcome.decision, dict(sample.labels), sample.action, sample.now, change,
-                      before.decision if before is not None else None)
+            Violation(
+                name,
+                outcome.decision,
+                dict(sample.labels),
+                sample.action,
+                sample.now,
+                change,
+                before.decision if before is not None else None,
+            )
         )
 
 
@@ -265,7 +280,9 @@ def _last_found(ev: Evaluator) -> list[str]:
 
 def cases_document(report: ProofReport, deployment: str | None = None) -> dict[str, Any]:
     """Every counterexample as a decision-case file (kcp_opa/schemas/decision-cases.schema.json)."""
-    cases = [counterexample_case(v.invariant, v.action, v.decision, v.now, v.change, v.before) for v in report.violations]
+    cases = [
+        counterexample_case(v.invariant, v.action, v.decision, v.now, v.change, v.before) for v in report.violations
+    ]
     now = report.violations[0].now if report.violations else ""
     return {"deployment": deployment or report.deployment, "now": now, "cases": cases}
 

@@ -49,8 +49,12 @@ def diff_text(report: DiffReport) -> str:
     for transition, examples in sorted(report.examples.items()):
         for change in examples:
             flag = "WEAKENS: " + "; ".join(change.why) if change.weakens else "example"
-            lines += [f"    {transition} {flag}", f"      action: {_compact(change.action)}",
-                      f"      old: {_compact(change.old)}", f"      new: {_compact(change.new)}"]
+            lines += [
+                f"    {transition} {flag}",
+                f"      action: {_compact(change.action)}",
+                f"      old: {_compact(change.old)}",
+                f"      new: {_compact(change.new)}",
+            ]
     return "\n".join(lines)
 
 
@@ -70,9 +74,20 @@ def diff_markdown(report: DiffReport) -> str:
     for transition, examples in sorted(report.examples.items()):
         for change in examples[:1] + [c for c in examples[1:] if c.weakens][:1]:
             why = f" (weakens: {'; '.join(change.why)})" if change.weakens else ""
-            lines += [f"<details><summary><code>{_escape(transition)}</code>{_escape(why)}</summary>", "",
-                      "```json", json.dumps({"action": change.action, "now": change.now, "old": change.old,
-                                             "new": change.new}, indent=2, sort_keys=True), "```", "", "</details>", ""]
+            lines += [
+                f"<details><summary><code>{_escape(transition)}</code>{_escape(why)}</summary>",
+                "",
+                "```json",
+                json.dumps(
+                    {"action": change.action, "now": change.now, "old": change.old, "new": change.new},
+                    indent=2,
+                    sort_keys=True,
+                ),
+                "```",
+                "",
+                "</details>",
+                "",
+            ]
     return "\n".join(lines)
 
 

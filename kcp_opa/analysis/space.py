@@ -91,7 +91,6 @@ class Space:
         }
         return Sample(labels or {}, action, now, facts)
 
-
     def _needed_for(self, knowledge: Any) -> set[str]:
         needed = set(self.needed)
         if isinstance(knowledge, dict):

@@ -82,7 +82,9 @@ class DimContext:
             cells = _get(profile, "effective_visibility", "cells") or {}
             envs |= {e for e in cells if e}
             roles |= {r for by_role in cells.values() if isinstance(by_role, Mapping) for r in by_role if r}
-        days = [s.get("validated_epoch_day", 0) for _, s in units.values() if isinstance(s.get("validated_epoch_day"), int)]
+        days = [
+            s.get("validated_epoch_day", 0) for _, s in units.values() if isinstance(s.get("validated_epoch_day"), int)
+        ]
         now_seconds = ((max(days) + 1) if days else 20786) * _DAY + 36000
         context = params.get("context", {})
         projects = sorted(kcp.get("deployment", {}).get("projects", {})) or sorted({p for p, _ in units})
@@ -124,43 +126,84 @@ def dimensions(ctx: DimContext) -> list[tuple[str, list[tuple[str, Edit]]]]:
         ("unit", _units(ctx)),
         ("task", [(t, _task(t)) for t in [*ctx.matrix_tasks, *ctx.builtin, UNKNOWN_TASK]]),
         ("fields", [("declared", _fields(0)), ("undeclared", _fields(1)), ("empty", _fields(2))]),
-        ("tenant", [("same", _set("target.tenant_id", "tenant_a")), ("other", _set("target.tenant_id", "tenant_b")),
-                    ("absent", _drop("target.tenant_id"))]),
+        (
+            "tenant",
+            [
+                ("same", _set("target.tenant_id", "tenant_a")),
+                ("other", _set("target.tenant_id", "tenant_b")),
+                ("absent", _drop("target.tenant_id")),
+            ],
+        ),
         ("amount", _amounts(ctx)),
-        ("region", [(r, _set("runtime.deployment_region", r)) for r in [*ctx.regions, "ZZ"]]
-         + [("absent", _drop("runtime.deployment_region"))]),
+        (
+            "region",
+            [(r, _set("runtime.deployment_region", r)) for r in [*ctx.regions, "ZZ"]]
+            + [("absent", _drop("runtime.deployment_region"))],
+        ),
         ("delegation", _delegation()),
         ("attributes", [("none", _drop("attributes"))] + [(f, _set("attributes", {f: True})) for f in ctx.flags]),
         ("clock", _clock(ctx)),
-        ("principal", [("same", _set("authorization_context.authenticated_principal", "user_1")),
-                       ("other", _set("authorization_context.authenticated_principal", "user_2")),
-                       ("absent", _drop("authorization_context.authenticated_principal"))]),
+        (
+            "principal",
+            [
+                ("same", _set("authorization_context.authenticated_principal", "user_1")),
+                ("other", _set("authorization_context.authenticated_principal", "user_2")),
+                ("absent", _drop("authorization_context.authenticated_principal")),
+            ],
+        ),
         ("trace", [("present", _noop), ("absent", _drop("trace"))]),
-        ("scopes", [("unit_scope", _noop), ("none", _drop("authorization_context.principal_scopes")),
-                    ("other", _set("authorization_context.principal_scopes", ["analysis:other"]))]),
+        (
+            "scopes",
+            [
+                ("unit_scope", _noop),
+                ("none", _drop("authorization_context.principal_scopes")),
+                ("other", _set("authorization_context.principal_scopes", ["analysis:other"])),
+            ],
+        ),
     ]
-    for name, path in (("budget_state", "runtime.budget_state"), ("evidence_status", "runtime.evidence_status"),
-                       ("risk_level", "runtime.risk_level"), ("hosting", "runtime.model.hosting")):
+    for name, path in (
+        ("budget_state", "runtime.budget_state"),
+        ("evidence_status", "runtime.evidence_status"),
+        ("risk_level", "runtime.risk_level"),
+        ("hosting", "runtime.model.hosting"),
+    ):
         schema = runtime["model"]["properties"]["hosting"] if name == "hosting" else runtime[name]
         values = sorted(schema["enum"], key=lambda v, p=path: v != _BASE_VALUES.get(p))
         dims.append((name, [(v, _set(path, v)) for v in values] + [("absent", _drop(path))]))
-    dims.append(("environment", [("absent", _noop)]
-                 + [(e, _set("runtime.environment", e)) for e in [*ctx.environments, "analysis-env"]]))
-    dims.append(("actor_role", [(r, _set("authorization_context.actor_role", r)) for r in [*ctx.roles, "analysis_role"]]
-                 + [("absent", _noop)]))
+    dims.append(
+        (
+            "environment",
+            [("absent", _noop)] + [(e, _set("runtime.environment", e)) for e in [*ctx.environments, "analysis-env"]],
+        )
+    )
+    dims.append(
+        (
+            "actor_role",
+            [(r, _set("authorization_context.actor_role", r)) for r in [*ctx.roles, "analysis_role"]]
+            + [("absent", _noop)],
+        )
+    )
     return dims
 
 
 def _units(ctx: DimContext) -> list[tuple[str, Edit]]:
     choices: list[tuple[str, Edit]] = []
     for (project, unit), (profile, slot) in ctx.units.items():
-        def bind(action: dict[str, Any], c: DimContext, p: str = project, u: str = unit,
-                 pr: Mapping[str, Any] = profile, sl: Mapping[str, Any] = slot) -> None:
+
+        def bind(
+            action: dict[str, Any],
+            c: DimContext,
+            p: str = project,
+            u: str = unit,
+            pr: Mapping[str, Any] = profile,
+            sl: Mapping[str, Any] = slot,
+        ) -> None:
             action["knowledge"] = {"project": p, "unit": u, "fields_read": []}
             scope = pr.get("auth_scope")
             if isinstance(scope, str) and scope:  # the clean principal holds the unit's scope
                 action["authorization_context"]["principal_scopes"] = [scope]
             c.profile, c.slot = pr, sl
+
         choices.append((f"{project}/{unit}", bind))
     project = next(iter(ctx.units))[0] if ctx.units else ctx.deployment
 
@@ -178,6 +221,7 @@ def _task(task: str) -> Edit:
         action["action_type"] = task
         action["requested_action"] = task
         action["authorization_context"]["agent_scope"] = [task]
+
     return edit
 
 
@@ -188,6 +232,7 @@ def _fields(kind: int) -> Edit:
             return
         declared = list(_get(c.profile, "compliance", "declared_fields") or [])[:2]
         knowledge["fields_read"] = [declared, [*declared, UNDECLARED_FIELD], []][kind]
+
     return edit
 
 
@@ -209,15 +254,22 @@ def _delegation() -> list[tuple[str, Edit]]:
             if widened:
                 links[-1]["capabilities"] = [*scope, "analysis.widened"]
             action["delegation_chain"] = links
+
         return edit
-    return [("none", _drop("delegation_chain")), ("max_depth", chain(0)), ("max_depth+1", chain(1)),
-            ("widened", chain(0, widened=True))]
+
+    return [
+        ("none", _drop("delegation_chain")),
+        ("max_depth", chain(0)),
+        ("max_depth+1", chain(1)),
+        ("widened", chain(0, widened=True)),
+    ]
 
 
 def _clock(ctx: DimContext) -> list[tuple[str, Edit]]:
     def created(offset: int) -> Edit:
         def edit(action: dict[str, Any], c: DimContext) -> None:
             action["created_at"] = _iso(c.now_seconds + offset)
+
         return edit
 
     def stale(extra_days: int) -> Edit:
@@ -228,11 +280,18 @@ def _clock(ctx: DimContext) -> list[tuple[str, Edit]]:
                 seconds = (day + age + extra_days) * _DAY + 36000
                 c.now = _iso(seconds)
                 action["created_at"] = _iso(seconds - 60)
+
         return edit
 
-    return [("fresh", _noop), ("max_age", created(-ctx.max_age)), ("max_age+1", created(-ctx.max_age - 1)),
-            ("skew", created(ctx.max_skew)), ("skew+1", created(ctx.max_skew + 1)),
-            ("unit_stale_edge", stale(0)), ("unit_stale+1", stale(1))]
+    return [
+        ("fresh", _noop),
+        ("max_age", created(-ctx.max_age)),
+        ("max_age+1", created(-ctx.max_age - 1)),
+        ("skew", created(ctx.max_skew)),
+        ("skew+1", created(ctx.max_skew + 1)),
+        ("unit_stale_edge", stale(0)),
+        ("unit_stale+1", stale(1)),
+    ]
 
 
 def _set(path: str, value: Any) -> Edit:
@@ -242,6 +301,7 @@ def _set(path: str, value: Any) -> Edit:
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
+
     return edit
 
 
@@ -253,6 +313,7 @@ def _drop(path: str) -> Edit:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict):
             node.pop(last, None)
+
     return edit
 
 
