@@ -81,8 +81,8 @@ class Space:
         """The facts the built-in invariants read about ACTION (known unit and task, absent needs)."""
         knowledge = action.get("knowledge")
         unit_named = isinstance(knowledge, dict) and "unit" in knowledge
-        known = self.context.units
-        unit_known = unit_named and (str(knowledge.get("project")), str(knowledge.get("unit"))) in known
+        named = (str(knowledge.get("project")), str(knowledge.get("unit"))) if isinstance(knowledge, dict) else None
+        unit_known = unit_named and named in self.context.units
         facts = {
             "knowledge_bound": unit_named,
             "unit_known": bool(unit_known) or not unit_named,

@@ -168,7 +168,8 @@ def dimensions(ctx: DimContext) -> list[tuple[str, list[tuple[str, Edit]]]]:
         ("hosting", "runtime.model.hosting"),
     ):
         schema = runtime["model"]["properties"]["hosting"] if name == "hosting" else runtime[name]
-        values = sorted(schema["enum"], key=lambda v, p=path: v != _BASE_VALUES.get(p))
+        base = _BASE_VALUES.get(path)
+        values: list[str] = sorted(schema["enum"], key=lambda value: value != base)
         dims.append((name, [(v, _set(path, v)) for v in values] + [("absent", _drop(path))]))
     dims.append(
         (
