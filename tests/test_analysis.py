@@ -229,7 +229,7 @@ def test_prove_cli_prints_the_meaning_and_exits_1_on_a_violation(bundles: dict[s
         "--requires-from",
         str(bundles["support-desk"]),
         "--budget",
-        "120",
+        "250",
         "--engines",
         "regopy",
         "--cases-out",

@@ -15,24 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcp_opa.analysis.engines import Evaluator
-from kcp_opa.analysis.prove import plan_rows
+from kcp_opa.analysis.prove import STATE_ORDER, plan_rows
 from kcp_opa.analysis.space import derive_space
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 
 DEFAULT_BUDGET = 1500
 EXAMPLES = 3
-#: The contract's routing order, weakest first (gate contract section 2).
-STATE_ORDER = (
-    "ALLOW",
-    "USER_CONFIRMATION",
-    "STEP_UP_AUTHENTICATION",
-    "IDENTITY_VERIFICATION",
-    "HUMAN_APPROVAL",
-    "ESCALATE",
-    "COMPLIANCE_REVIEW",
-    "DENY",
-)
 
 
 @dataclass

@@ -43,7 +43,7 @@ def counterexample_case(
     subject = dict(action)
     if change and change != EVIDENCE:
         subject = stronger(action, change) or subject
-    expected = _EXPECTED.get(invariant)
+    expected = _EXPECTED.get(invariant.split("[", 1)[0])
     if expected is None and change and change != EVIDENCE and before is not None:
         expected = str(before.get("decision", "DENY"))  # at least as strong as the weaker action's
     if expected is None:

@@ -175,17 +175,40 @@ def plan_rows(
     for task in range(tasks):  # every unit (the unknown one too) early, whatever the budget
         for unit in range(units):
             yield "clean", (unit, task, *([0] * (len(sizes) - 2)))
-    for row, state in list(clean):
-        if state == "DENY":
-            continue
-        for dim in range(2, len(sizes)):
-            for value in range(1, sizes[dim]):
-                yield "one_fact", (*row[:dim], value, *row[dim + 1 :])
+    # One fact at a time around each clean action that is not a DENY, weakest first (where an
+    # allow can appear), absences first, spread: each pass gives every such action a different
+    # deviation, so a small budget still varies every fact on some action.
+    around = [row for row, state in sorted(clean, key=lambda item: _strength(item[1])) if state != "DENY"]
+    deviations = sorted(
+        ((dim, value) for dim in range(2, len(sizes)) for value in range(1, sizes[dim])),
+        key=lambda dv: space.dims[dv[0]].choices[dv[1]].label not in ("absent", "none", "empty"),
+    )
+    for k in range(len(deviations) if around else 0):
+        for i, row in enumerate(around):
+            dim, value = deviations[(k + i) % len(deviations)]
+            yield "one_fact", (*row[:dim], value, *row[dim + 1 :])
     for row in all_pairs(sizes, seed):
         yield "pairs", row
     while True:
         for row in sampled(sizes, 256, seed := seed + 1):
             yield "sampled", row
+
+
+#: The contract's routing order, weakest first (gate contract section 2).
+STATE_ORDER = (
+    "ALLOW",
+    "USER_CONFIRMATION",
+    "STEP_UP_AUTHENTICATION",
+    "IDENTITY_VERIFICATION",
+    "HUMAN_APPROVAL",
+    "ESCALATE",
+    "COMPLIANCE_REVIEW",
+    "DENY",
+)
+
+
+def _strength(state: str) -> int:
+    return STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER)
 
 
 def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, seed: int) -> Outcome | None:
