@@ -46,6 +46,9 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
 	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
 	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
+	$(BIN)/kcp-opa prove bundles/support-desk.tar.gz --budget 300
+	$(BIN)/kcp-opa diff tests/fixtures/analysis/round-one-support-desk.tar.gz bundles/support-desk.tar.gz \
+	  --budget 300 --allow-weakening
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null
@@ -105,6 +108,7 @@ mutate: mutate-policies mutate-python mutate-controls ## every mutation run (not
 bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~10 min)
 	$(BIN)/python bench/suite.py
 	$(BIN)/python bench/bench_service.py
+	$(BIN)/python bench/bench_analysis.py
 
 bench-quick: $(STAMP) ## the suite without the 100,000-unit deployment and the service, fewer rounds (~4 min)
 	$(BIN)/python bench/suite.py --quick

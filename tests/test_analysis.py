@@ -13,7 +13,7 @@ import yaml
 from conftest import DEPLOYMENTS, REPO, run_cli
 
 from kcp_opa.analysis.covering import all_pairs
-from kcp_opa.analysis.diff import diff
+from kcp_opa.analysis.diff import classify, diff
 from kcp_opa.analysis.engines import UserInvariants
 from kcp_opa.analysis.pin import pin
 from kcp_opa.analysis.prove import cases_document, prove
@@ -240,3 +240,23 @@ def test_prove_cli_prints_the_meaning_and_exits_1_on_a_violation(bundles: dict[s
     assert load_cases(out)
     bad = run_cli("prove", str(ROUND_ONE), "--invariants", str(out))
     assert bad.returncode == 2 and "no package line" in bad.stderr
+
+
+def test_classify_weakening() -> None:
+    approve = {"decision": "HUMAN_APPROVAL", "required_controls": ["independent_human_approval", "user_confirmation"]}
+    confirm = {"decision": "HUMAN_APPROVAL", "required_controls": ["user_confirmation"]}
+    assert classify(approve, confirm)[1] == ["no longer requires independent_human_approval"]
+    assert classify(confirm, approve)[1] == []
+    deny = {"decision": "DENY", "required_controls": ["standard_audit_logging"]}
+    assert classify(deny, {"decision": "DENY", "required_controls": []})[1] == []  # a DENY's controls are moot
+    assert classify(deny, {"decision": "ALLOW", "execution_allowed": True})[1] == [
+        "state DENY -> ALLOW is weaker",
+        "execution is now allowed",
+        "no longer requires standard_audit_logging",
+    ]
+
+
+def test_diff_round_one_to_today_only_strengthens(bundles: dict[str, Path]) -> None:
+    report = diff(read_bundle(ROUND_ONE), read_bundle(bundles["support-desk"]), budget=120)
+    assert not report.weakens, report.weakening
+    assert report.transitions["ALLOW -> ESCALATE"] > 0  # the absent tenant and budget now escalate

@@ -101,7 +101,7 @@ def classify(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str],
     dropped = sorted(set(old.get("required_controls", [])) - set(new.get("required_controls", [])))
     if set(old.get("required_controls", [])) != set(new.get("required_controls", [])):
         changed.append("controls")
-    if dropped:
+    if dropped and after != "DENY":  # a DENY is terminal: the controls listed beside it are moot
         weaker.append(f"no longer requires {', '.join(dropped)}")
     if set(old.get("reason_codes", [])) != set(new.get("reason_codes", [])):
         changed.append("reasons")
