@@ -17,11 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from kcp_opa import Gate, load_cases
+from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.trail.ledger import AuditLedger
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
+#: `make demo` signs the bundles: the public key they must verify under (unset: unsigned bundles).
+VERIFY = [os.environ["KCP_OPA_VERIFICATION_KEY"]] if os.environ.get("KCP_OPA_VERIFICATION_KEY") else None
 SHOWN = [
     ("support-desk", "sd-read-clean", "support agent reads a customer (own tenant)"),
     ("support-desk", "sd-cross-tenant-read", "support agent reads another tenant's customer"),
@@ -48,9 +51,13 @@ def main() -> int:
         table.add_column(column, overflow="fold")
     for deployment, case_id, label in SHOWN:
         if deployment not in gates:
-            gates[deployment] = Gate.from_bundle(BUNDLES / f"{deployment}.tar.gz", ledger=AuditLedger(LEDGER))
+            gates[deployment] = Gate.from_bundle(
+                BUNDLES / f"{deployment}.tar.gz", ledger=AuditLedger(LEDGER), verification_keys=VERIFY
+            )
         case = cases[(deployment, case_id)]
-        decision = gates[deployment].decide(case.action, now=case.now)
+        # What the gate knows for this case (its context: docs/decision-cases.md), never the action's word.
+        sources, principal = case_sources(case.action, case.context, case.now)
+        decision = gates[deployment].decide(case.action, now=case.now, principal=principal, context=sources)
         state = decision.decision.value
         table.add_row(
             f"{label}\n[dim]{deployment} · {case_id}[/dim]",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kcp_opa import Gate
+from kcp_opa import ContextSources, Gate, RegistrySource, SignedAttestations, sign_fact
 from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import ControlDesk, evidence_for
 from kcp_opa.authorize.store import SQLiteStore
@@ -36,6 +36,8 @@ from kcp_opa.trail.ledger import AuditLedger
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
+#: `make demo` signs the bundles: the public key they must verify under (unset: unsigned bundles).
+VERIFY = [os.environ["KCP_OPA_VERIFICATION_KEY"]] if os.environ.get("KCP_OPA_VERIFICATION_KEY") else None
 TRUST = ROOT / "fixtures" / "trust"
 SIX = [  # control, issuer that attests it, principal who acted
     ("standard_audit_logging", "kcp-opa-gate", "kcp-opa-ledger"),
@@ -54,15 +56,32 @@ def main() -> int:
     action = json.loads((ROOT / "fixtures" / "kya-supplier-payment-action.json").read_text())
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER))
     issuer_keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
 
     def key_of(issuer: str) -> Key:
         return issuer_keys[f"{issuer}-ed25519-test"]
 
-    desk = ControlDesk(gate, load_trust(TRUST / "registry.yaml"), gate_key=key_of("kcp-opa-gate"))
+    registry = load_trust(TRUST / "registry.yaml")
+    # What the gate knows: the agent's scope and model from the registry, the beneficiary and
+    # screening status attested by the beneficiary registry (never what the action says).
+    expires = (now + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    attested = [
+        sign_fact(
+            {"fact": fact, "value": value, "subject_id": "user_001", "issued_at": stamp, "expires_at": expires},
+            "bank-registry",
+            key_of("bank-registry"),
+        )
+        for fact, value in (("new_beneficiary", True), ("modified_beneficiary", False), ("screening_uncertain", False))
+    ]
+    sources = ContextSources(
+        registry=RegistrySource(registry), attestations=SignedAttestations(registry, None, attested)
+    )
+    gate = Gate.from_bundle(
+        BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER), context=sources, verification_keys=VERIFY
+    )
+    desk = ControlDesk(gate, registry, gate_key=key_of("kcp-opa-gate"))
 
-    record = desk.open(action, now=now)
+    record = desk.open(action, now=now, principal="agent_payments_001")
     d = record.decision
     console.rule("[bold]1. decide")
     console.print(f"{d.decision.value} / {d.authorization_status.value}, risk {d.risk_level.value}")
@@ -115,6 +134,10 @@ def main() -> int:
     receipt = desk.issue(record, signer, now=now)
     console.print(f"{receipt['receipt_id']} {receipt['signature']['alg']} kid={receipt['signature']['kid']}")
     console.print(f"valid {receipt['issued_at']} .. {receipt['expires_at']}, nonce {receipt['nonce']}")
+    # For the auditor's case file: the receipt and the public key that verifies it (never the private one).
+    (LEDGER.parent / "demo-receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
+    public = Keyring({signer.kid: signer}).public().to_file_dict(include_private=False)
+    (LEDGER.parent / "demo-receipt-keys.json").write_text(json.dumps(public, indent=2) + "\n")
 
     console.rule("[bold]4. execute (the executor holds the public key only)")
     with tempfile.TemporaryDirectory() as tmp:

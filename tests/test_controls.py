@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, VOUCH, run_cli, vouched_gate
 from trustkit import KYA_APPROVALS, REGISTRY, compile_with_trust, issuer_key, make_desk, registry, signed
 
 from kcp_opa.authorize.attestations import attestation_bytes, sign_attestation, verify_attestation
@@ -19,8 +19,7 @@ from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import ActionRejectedError, EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import generate_ed25519, hmac_key
-from kcp_opa.decide.gate import Gate
+from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key
 from kcp_opa.trail.ledger import AuditLedger
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -37,7 +36,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def desk(bundle: Path) -> ControlDesk:
-    return make_desk(Gate.from_bundle(bundle))
+    return make_desk(vouched_gate(bundle))
 
 
 def _code(desk: ControlDesk, record: GateDecision, item: Any, action: Any = None) -> str:
@@ -214,7 +213,7 @@ def test_passed_then_failed_unsatisfies(desk: ControlDesk) -> None:
 
 def test_an_edited_prepared_input_is_refused(bundle: Path, tmp_path: Path) -> None:
     ledger = AuditLedger(tmp_path / "ledger.jsonl")
-    gate = Gate.from_bundle(bundle, ledger=ledger)
+    gate = vouched_gate(bundle, ledger=ledger)
     prepared = gate.prepare(KYA, now=DECIDED)
     edited = copy.deepcopy(dict(prepared.document))
     edited["context"]["satisfied_controls"] = sorted(SIX_CONTROLS)
@@ -273,7 +272,7 @@ def test_a_desk_refuses_a_bundle_compiled_with_another_registry(tmp_path: Path) 
     base = DEPLOYMENTS / "finance"
     out = compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, tmp_path / "plain.tar.gz").output
     with pytest.raises(EvidenceRejectedError) as caught:
-        make_desk(Gate.from_bundle(out, preflight=False))
+        make_desk(vouched_gate(out, preflight=False))
     assert caught.value.code == "registry_mismatch"
 
 
@@ -326,11 +325,33 @@ def test_attestation_verify_cost(desk: ControlDesk) -> None:
 KYA_ITEM_FIELDS = ("control", "status", "actor_type", "actor_id", "evidence_reference", "completed_at")
 
 
-def _kya_document(record: GateDecision) -> dict[str, Any]:
-    """The decision as the KYA reference gate writes it: evidence items without binding fields."""
+GATE_SECRET = b"kya-gate-hmac-secret-0123456789abcdef"
+
+
+def _kya_document(record: GateDecision, *, signed_by: Any = None) -> dict[str, Any]:
+    """The decision as the KYA reference gate writes it: evidence items without binding fields,
+    the document signed with the gate's registered key (kid kya-gate)."""
     document = record.to_dict()
     document["control_evidence"] = [{k: e[k] for k in KYA_ITEM_FIELDS} for e in document["control_evidence"]]
+    key = signed_by or hmac_key("kya-gate", GATE_SECRET)
+    document["signature"] = {"alg": key.alg, "kid": key.kid}
+    document["signature"]["value"] = key.sign(attestation_bytes(document))
     return document
+
+
+def _kya_document_resigned(document: dict[str, Any]) -> dict[str, Any]:
+    """The gate signs what it wrote: an edited document signed again (what the policy then judges)."""
+    key = hmac_key("kya-gate", GATE_SECRET)
+    body = {k: v for k, v in document.items() if k != "signature"} | {"signature": {"alg": key.alg, "kid": key.kid}}
+    body["signature"]["value"] = key.sign(attestation_bytes(body))
+    return body
+
+
+def _gate_keyring(tmp_path: Path) -> Path:
+    path = tmp_path / "gate-keyring.json"
+    entry = {"kid": "kya-gate", "alg": "HMAC-SHA256", "secret_env": "KYA_GATE_SECRET"}
+    path.write_text(json.dumps({"signing_kid": "kya-gate", "keys": [entry]}))
+    return path
 
 
 def _kya_mac(receipt: dict[str, Any]) -> str:
@@ -347,6 +368,7 @@ def test_kya_decision_from_a_trusted_gate_issues_a_kya_verifiable_receipt(
     desk: ControlDesk, bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KYA_RECEIPT_SECRET", SECRET.decode())
+    monkeypatch.setenv("KYA_GATE_SECRET", GATE_SECRET.decode())
     document = _kya_document(_approve(desk))
     (tmp_path / "decision.json").write_text(json.dumps(document))
     action = REPO / "fixtures" / "kya-supplier-payment-action.json"
@@ -366,6 +388,7 @@ def test_kya_decision_from_a_trusted_gate_issues_a_kya_verifiable_receipt(
     assert error["code"] == "controls_missing"
     assert "evidence item 1 (standard_audit_logging) lacks decision_id binding" in error["error"]
     trusted = [*base, "--trust", str(REGISTRY), "--bundle", str(bundle), "--now", "2026-11-29T10:02:00Z"]
+    trusted += ["--issuer-keyring", str(_gate_keyring(tmp_path))]
     untrusted = run_cli(*trusted, "--issuer", "rogue-gate")
     assert untrusted.returncode == 2 and json.loads(untrusted.stderr)["code"] == "untrusted_gate"
     assert "'rogue-gate' is not a registered gate issuer" in json.loads(untrusted.stderr)["error"]
@@ -400,10 +423,11 @@ def test_a_trusted_gate_s_evidence_is_still_judged(
 
     document = _kya_document(_approve(desk))
     edit(document["control_evidence"])
+    document = _kya_document_resigned(document)
     with pytest.raises(ReceiptIssueError) as caught:
         issue_for_foreign_decision(
             document, KYA, hmac_key("kya-1", SECRET), gate="kya-reference-gate", registry=registry(),
-            bundle=read_bundle(bundle),
+            bundle=read_bundle(bundle), keyring=Keyring({"kya-gate": hmac_key("kya-gate", GATE_SECRET)}),
         )  # fmt: skip
     assert caught.value.code == code and message in str(caught.value)
 
@@ -423,7 +447,7 @@ def test_cli_flow_from_challenge_to_verified_receipt(
     action = str(REPO / "fixtures" / "kya-supplier-payment-action.json")
     record = tmp_path / "record.json"
     desk_args = ["--bundle", str(bundle), "--trust", str(REGISTRY), "--ledger", str(tmp_path / "ledger.jsonl")]
-    desk_args += ["--gate-keyring", str(gate_ring)]
+    desk_args += ["--gate-keyring", str(gate_ring), *VOUCH]  # the test wrote the action: the host vouches
     opened = run_cli("controls", "challenge", *desk_args, "--action", action, "--record", str(record), "--now", DECIDED)
     assert opened.returncode == 0, opened.stderr
     state = json.loads(opened.stdout)

@@ -120,6 +120,7 @@ def test_hazard_7_data_cannot_shadow_a_policy_package(tmp_path: Path) -> None:
     original = read_bundle(_finance())
     manifest = json.loads(json.dumps(original.manifest))
     del manifest["metadata"]["kcp_opa"]["files"]  # as an older compiler wrote it: the engine check still holds
+    manifest["revision"] = "hazard-7"  # a named revision: the content digest would refuse the edit first
     files = [BundleFile(".manifest", json.dumps(manifest).encode())]
     files += [BundleFile(name, source.encode()) for name, source in original.modules.items()]
     files.append(BundleFile("kcp_data/data.json", json.dumps(original.data["kcp_data"]).encode()))
@@ -237,8 +238,8 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
     """rego-cpp's binary plan (Gate plan_cache) must give the same result as a fresh build on
     every decision case; a string formatting difference between the two once broke the JSON
     output (docs/engine-findings.md item 19)."""
+    from kcp_opa.authoring.casecontext import case_input
     from kcp_opa.authoring.cases import case_files, load_cases
-    from kcp_opa.decide.gate import build_input
 
     cases = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
     for name in ("customer-onboarding", "support-desk", "finance"):
@@ -249,7 +250,7 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
         assert list((tmp_path / "plans").glob("*.rbb"))
         cached = Gate.from_bundle(bundle, plan_cache=tmp_path / "plans")  # loads the saved plan
         for case in (c for c in cases if c.deployment == name):
-            document = build_input(case.action, now=case.now, bundle_revision=fresh.bundle_revision).document
+            document = case_input(case, bundle_revision=fresh.bundle_revision).document
             built, loaded = fresh.engine.evaluate(document), cached.engine.evaluate(document)
             assert built.error is None and loaded.error is None, (case.case_id, loaded.error)
             assert built.value == loaded.value, case.case_id

@@ -17,13 +17,23 @@ import anyio
 import pytest
 from conftest import REPO
 from mcp import Client
-from servicekit import CONFIRM_ONLY, GATE_ISSUER, PRINCIPALS, SERVICE_ISSUER, compile_finance, write_registry
+from servicekit import (
+    CONFIRM_ONLY,
+    GATE_ISSUER,
+    PRINCIPALS,
+    SERVICE_ISSUER,
+    compile_finance,
+    local_context,
+    served_context,
+    write_registry,
+)
 
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.handlers import bound
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
 from kcp_opa.service.tools import TOOL_NAMES, build_server
@@ -54,8 +64,9 @@ def open_service(trusted: tuple[Path, Path, Path], work: Path, *issuers: str) ->
         bundle,
         store=work / "service.db",
         ledger=work / "ledger.jsonl",
-        handlers={"pay": pay},
+        handlers={"pay": bound(pay, "execute_payment")},
         registry=load_trust(registry),
+        **served_context(registry),
         issuer_ids=issuers or (SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),
     )
@@ -346,7 +357,7 @@ def test_a_malformed_answer_does_not_spend_the_challenge_and_secrets_never_reach
         error, answer = await call(
             APPROVER, "record_control_result", {"challenge_id": challenge, "status": "OK", "evidence_reference": "a"}
         )
-        assert error and answer["code"] == "malformed_evidence"
+        assert error and answer["code"] == "bad_arguments"  # outside the tool's input schema (PASSED|FAILED)
         error, answer = await call(
             APPROVER,
             "record_control_result",
@@ -392,7 +403,8 @@ def test_without_a_registry_decisions_and_challenges_work_and_every_control_resu
     tmp_path: Path,
 ) -> None:
     bundle = compile_finance(tmp_path / "plain.tar.gz", None)
-    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl")
+    context = local_context("user_001")
+    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl", context=context)
     assert service.desk is None and service.status()["trust"] is None
     approver = Principal.of("treasury_approver_anna", "human", {"approver", "treasury_approver"})
     issuer = Principal.of("approval-desk", "system", {"issuer"})

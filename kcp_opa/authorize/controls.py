@@ -26,7 +26,8 @@ from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.engine import RegopyEngine
-from kcp_opa.decide.gate import DecisionInput, Gate, build_input
+from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateinput import DecisionInput, build_input, built_context
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.models.decision import Decision
 
@@ -71,6 +72,12 @@ class ControlEvidence:
         }
 
 
+def context_sources(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Where each gate and attested fact of a decision came from: ``{fact: {class, source}}``."""
+    facts = document.get("context", {}).get("facts") or {}
+    return {name: {"class": f.get("class"), "source": f.get("source")} for name, f in sorted(facts.items())}
+
+
 @dataclass(frozen=True)
 class GateDecision:
     """A decision with the control evidence recorded for it, sealed by the desk that made it."""
@@ -94,6 +101,7 @@ class GateDecision:
         document["control_evidence"] = [e.to_dict() for e in self.evidence]
         document["blocked_actions"] = [] if approved else [str(self.action.get("requested_action", ""))]
         document["receipt_ttl_seconds"] = self.receipt_ttl_seconds
+        document["context_sources"] = context_sources(self.prepared.document)
         return document
 
     def sealed_content(self) -> bytes:
@@ -152,10 +160,10 @@ class ControlDesk:
         if not hmac.compare_digest(record.seal, expected):
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
-    def open(self, action: Mapping[str, Any], *, now: Any = None) -> GateDecision:
+    def open(self, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
         frozen = copy.deepcopy(dict(action))
-        prepared = self.gate.prepare(frozen, now=now)
+        prepared = self.gate.prepare(frozen, now=now, principal=principal)
         decision, entry = self.gate.decide_recorded(prepared)
         record = self._sealed(
             GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,))
@@ -309,6 +317,7 @@ class ControlDesk:
                 satisfied_controls=sorted(set(satisfied) | set(self.gate.system_controls)),
                 bundle_revision=self.gate.bundle_revision,
                 decision_id=record.decision.decision_id,
+                built=built_context(record.prepared.document),
             )
         )
         decision = self.gate.decide_prepared(prepared)

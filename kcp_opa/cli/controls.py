@@ -20,6 +20,7 @@ import click
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.records import export_record, load_record
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signer_from, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
@@ -69,10 +70,16 @@ def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
             help="Private keyring (or pkcs11: URI) whose key signs the gate's own attestations (audit logging).",
         ),
         click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Audit ledger (JSONL)."),
+        click.option(
+            "--context",
+            "context_path",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="What the gate knows (as `kcp-opa decide --context`); without it every gate fact is missing.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return verification_options(fn)
 
 
 def _desk(
@@ -82,6 +89,9 @@ def _desk(
     issuer_keyring: Path | None,
     gate_keyring: str | None,
     ledger: Path | None,
+    verification_keys: tuple[str, ...] = (),
+    verification_scope: str = "",
+    context_path: Path | None = None,
 ) -> ControlDesk:
     secret = os.environ.get(seal_secret_env, "").encode("utf-8")
     if len(secret) < MIN_SECRET_BYTES:
@@ -89,7 +99,16 @@ def _desk(
             f"environment variable {seal_secret_env} must hold the desk's sealing secret (>= {MIN_SECRET_BYTES} bytes)",
             "no_secret",
         )
-    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger) if ledger is not None else None)
+    gate = Gate.from_bundle(
+        bundle,
+        ledger=AuditLedger(ledger) if ledger is not None else None,
+        verification_keys=verification_of(verification_keys, verification_scope),
+    )
+    if context_path is not None:
+        from kcp_opa.authoring.casecontext import vouching
+        from kcp_opa.cli.decide import declared_context
+
+        gate = vouching(gate, declared_context(context_path))
     return ControlDesk(
         gate,
         load_trust(trust),

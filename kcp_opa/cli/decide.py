@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+import yaml
 
+from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import load_verified, verification_of, verification_options
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
-from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, QueryError
 from kcp_opa.core.signing import load_signing_key
@@ -63,6 +66,14 @@ from kcp_opa.trail.ledger import AuditLedger
     is_flag=True,
     help="Also evaluate on the OPA reference engine; any difference is a DENY engine_divergence.",
 )
+@verification_options
+@click.option(
+    "--context",
+    "context_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="YAML/JSON: what the gate knows (config, registry, attested; from_action: true vouches for what "
+    "the action states). Without it every gate and attested fact is missing (docs/contract.md, Facts).",
+)
 @FORMAT
 def decide(
     bundle: Path,
@@ -73,6 +84,9 @@ def decide(
     ledger: Path | None,
     ledger_key: str | None,
     cross_check: bool,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+    context_path: Path | None,
     fmt: str | None,
 ) -> None:
     """Decide one action with the bundle's policy and print the decision (JSON when piped).
@@ -91,7 +105,14 @@ def decide(
         raise click.UsageError("--ledger-key needs --ledger")
     key = load_signing_key(ledger_key) if ledger_key is not None else None
     audit = AuditLedger(ledger, checkpoint_key=key) if ledger is not None else None
-    gate = Gate.from_bundle(bundle, ledger=audit, cross_check="opa" if cross_check else None)
+    gate = Gate.from_bundle(
+        bundle,
+        ledger=audit,
+        cross_check="opa" if cross_check else None,
+        verification_keys=verification_of(verification_keys, verification_scope),
+    )
+    if context_path is not None:
+        gate = vouching(gate, declared_context(context_path))
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
@@ -108,6 +129,20 @@ def decide(
             click.echo(f"kcp-opa: warning: no checkpoint: {exc}", err=True)
     if enforce and not decision.execution_allowed:
         sys.exit(EXIT_NOT_ALLOWED)
+
+
+def declared_context(path: Path) -> dict[str, Any]:
+    """The --context file, checked against the decision-case schema's context."""
+    from kcp_opa.authoring.cases import check_context
+
+    try:
+        loaded = yaml.safe_load(read_text(str(path), "context"))
+    except yaml.YAMLError as exc:
+        raise click.UsageError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    problem = check_context(loaded)
+    if problem is not None:
+        raise click.UsageError(f"{path}: {problem}")
+    return dict(loaded)
 
 
 @click.command(name="eval")
@@ -136,8 +171,17 @@ def decide(
     show_default=True,
     help="regopy (the gate's engine) or opa (the Go reference engine, from opa-golib-python-bindings).",
 )
+@verification_options
 @click.argument("query")
-def eval_command(bundle: Path, input_path: str | None, fmt: str, engine: str, query: str) -> None:
+def eval_command(
+    bundle: Path,
+    input_path: str | None,
+    fmt: str,
+    engine: str,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+    query: str,
+) -> None:
     """Evaluate QUERY over a bundle, answering as `opa eval -b BUNDLE -i INPUT QUERY` does.
 
     For auditors: replay an archived input against the bundle revision it names, e.g.
@@ -145,7 +189,7 @@ def eval_command(bundle: Path, input_path: str | None, fmt: str, engine: str, qu
     engine that decided) or with --engine opa on OPA itself (docs/auditing.md).
     An undefined query prints {} (as opa eval does); an evaluation error exits 2.
     """
-    loaded = read_bundle(bundle)
+    loaded = load_verified(bundle, verification_keys, verification_scope)
     input_doc = None
     if input_path is not None:
         text = read_text(input_path, "input")

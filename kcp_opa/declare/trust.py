@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from kcp_opa import schemas
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring, ReceiptKey
+from kcp_opa.declare.declstrings import TRUST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
@@ -37,6 +38,12 @@ class Principal:
     roles: tuple[str, ...]
     #: KCP auth scopes the principal holds: what the service lets its actions state (not in the bundle).
     auth_scopes: tuple[str, ...] = ()
+    #: Gate facts the context stage reads for an agent principal (kcp_opa.context): the role its
+    #: actions run as, the scope it was granted, the model it is registered with and its hosting.
+    actor_role: str | None = None
+    agent_scope: tuple[str, ...] | None = None
+    model_id: str | None = None
+    model_hosting: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,10 @@ class Issuer:
     type: str
     controls: frozenset[str]
     keys: Mapping[str, Mapping[str, Any]]
+    #: The registry marks this gate's decision documents as unsigned (``unsigned_decisions: true``).
+    unsigned_decisions: bool = False
+    #: The context facts this issuer may attest (evidence_status, new_beneficiary, ...).
+    facts: frozenset[str] = frozenset()
 
     def key(self, kid: str, keyring: Keyring | None) -> Key | None:
         """The verification key for ``kid``: an inline Ed25519 public key, or an HMAC secret from the keyring."""
@@ -71,21 +82,18 @@ class TrustRegistry:
 
     @cached_property
     def principals(self) -> dict[str, Principal]:
-        return {
-            canonical_id(p["id"]): Principal(
-                canonical_id(p["id"]),
-                p["type"],
-                tuple(sorted(set(p.get("roles") or []))),
-                tuple(sorted(set(p.get("auth_scopes") or []))),
-            )
-            for p in self.data["principals"]
-        }
+        return {canonical_id(p["id"]): _principal(p) for p in self.data["principals"]}
 
     @cached_property
     def issuers(self) -> dict[str, Issuer]:
         return {
             canonical_id(i["id"]): Issuer(
-                canonical_id(i["id"]), i["type"], frozenset(i["controls"]), {k["kid"]: k for k in i["keys"]}
+                canonical_id(i["id"]),
+                i["type"],
+                frozenset(i["controls"]),
+                {k["kid"]: k for k in i["keys"]},
+                i.get("unsigned_decisions") is True,
+                frozenset(i.get("facts") or []),
             )
             for i in self.data["issuers"]
         }
@@ -111,7 +119,25 @@ class TrustRegistry:
         }
 
 
+def _principal(entry: Mapping[str, Any]) -> Principal:
+    roles = tuple(sorted(set(entry.get("roles") or [])))
+    model = entry.get("model") or {}
+    scope = entry.get("agent_scope")
+    return Principal(
+        canonical_id(entry["id"]),
+        entry["type"],
+        roles,
+        tuple(sorted(set(entry.get("auth_scopes") or []))),
+        # One role is the actor role; several need it named (the gate never picks one).
+        entry.get("actor_role") or (roles[0] if len(roles) == 1 else None),
+        tuple(sorted(set(scope))) if isinstance(scope, list) else None,
+        model.get("id"),
+        model.get("hosting"),
+    )
+
+
 def _check(doc: dict[str, Any], findings: Findings) -> None:
+    check_declaration_strings(doc, TRUST_RULES, findings)
     for section in ("principals", "issuers"):
         entries = doc.get(section)
         if not isinstance(entries, list):

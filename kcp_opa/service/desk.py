@@ -27,9 +27,10 @@ from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.service.challenges import ChallengeError, action_summary, addressees, check_open
+from kcp_opa.service.handlers import bound_handler
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
-from kcp_opa.service.observe import Metrics, set_attributes, span, traceparent_of, writable
+from kcp_opa.service.observe import Metrics, health, set_attributes, span, traceparent_of
 from kcp_opa.service.records import (
     StoredDecision,
     UnknownRecordError,
@@ -187,7 +188,7 @@ class GateService:
         except KcpOpaError as exc:
             self.refuse(principal, tool, exc)
             raise
-        except (ValueError, TypeError) as exc:  # a malformed argument (e.g. ttl_seconds "x"): refused too
+        except (ValueError, TypeError, ArithmeticError) as exc:  # a malformed argument (ttl_seconds "x", 1e309)
             refusal = CodedError(f"bad arguments: {exc}", "bad_arguments")
             self.refuse(principal, tool, refusal)
             raise refusal from None
@@ -203,7 +204,7 @@ class GateService:
         traceparent = traceparent_of(action)
         with span("kcp_opa.decision", {"kcp.caller": principal.id}, traceparent) as current:
             started = time.perf_counter()
-            record = self._open(loaded, action)
+            record = self._open(loaded, action, principal.id)
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             decision = record.decision
             self.metrics.decisions.labels(state=decision.decision.value).inc()
@@ -221,12 +222,12 @@ class GateService:
         return record.to_dict()
 
     @staticmethod
-    def _open(loaded: Loaded, action: Mapping[str, Any]) -> GateDecision:
-        """The desk's sealed record; without a registry an unsealed one that nothing can be recorded on."""
+    def _open(loaded: Loaded, action: Mapping[str, Any], principal: str) -> GateDecision:
+        """The desk's sealed record (facts established for the caller); without a registry, unsealed."""
         if loaded.desk is not None:
-            return loaded.desk.open(action)
+            return loaded.desk.open(action, principal=principal)
         frozen = copy.deepcopy(dict(action))
-        prepared = loaded.gate.prepare(frozen)
+        prepared = loaded.gate.prepare(frozen, principal=principal)
         decision, _ = loaded.gate.decide_recorded(prepared)
         return GateDecision(frozen, prepared, decision, inputs=(prepared.document,))
 
@@ -235,7 +236,7 @@ class GateService:
         principal.require(Scope.EVALUATE, "evaluate actions")
         check_caller_action(principal, action)
         started = time.perf_counter()
-        decision = self.gate.decide(action)
+        decision = self.gate.decide(action, principal=principal.id)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         self.metrics.decisions.labels(state=decision.decision.value).inc()
         return decision.to_dict()
@@ -356,10 +357,7 @@ class GateService:
 
     def execute(self, principal: Principal, action: Any, receipt: Any, handler: str) -> dict[str, Any]:
         principal.require(Scope.EXECUTE, "execute actions")
-        function = self.handlers.get(handler)
-        if function is None:
-            known = ", ".join(sorted(self.handlers)) or "none registered"
-            raise CodedError(f"no handler {handler!r} ({known})", "unknown_handler")
+        function = bound_handler(self.handlers, handler, action)  # before the receipt is consumed
         try:  # the consumer is the caller: a receipt it verified (and so consumed) is executed once
             result = self._loaded.executor.execute_authorized_action(action, receipt, function, consumer=principal.id)
         except (ValueError, TypeError) as exc:  # past the claim it is not the caller's argument: never bad_arguments
@@ -382,17 +380,16 @@ class GateService:
 
     # -- health ------------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        ledger_ok = self.ledger_path is not None and writable(self.ledger_path)
-        store_ok = self.challenges.healthy()
+    def status(self, principal: Principal | None = None, *, admin: bool = True) -> dict[str, Any]:
+        """Health; file paths only to an admin (``admin``: an in-process caller, no principal)."""
+        shown = admin if principal is None else Scope.ADMIN in principal.scopes
+        files = health(self.location, self.challenges.healthy(), self.ledger_path, shown=shown)
         return {
-            "ok": ledger_ok and store_ok,
-            "bundle_revision": self.gate.bundle_revision,
-            "policy_version": self.gate.policy_version,
-            "store": {"ok": store_ok, "path": self.location},
-            "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
-            "decisions_held": self.records.count(),
+            **files,
+            **self.gate.status(),  # bundle_revision, policy_version, bundle {revision, sha256, signer, ...}
+            "decisions_held": self.records.count() if files["store"]["ok"] else None,
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
+            "context": self.gate.context.describe() if self.gate.context is not None else None,
             "callers": "registry principals" if self.registry is not None else f"local-agent only: {LOCAL_ONLY}",
         }

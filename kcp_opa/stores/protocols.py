@@ -66,6 +66,23 @@ class ExecutionStore(Protocol):
 class ExecutorStore(NonceStore, ExecutionStore, Protocol):
     """What the :class:`~kcp_opa.execute.executor.Executor` needs: consumes and executions together."""
 
+    def consume_and_claim(
+        self,
+        nonce: str,
+        receipt_id: str,
+        expires_at: str,
+        *,
+        idempotency_key: str,
+        action_hash: str,
+        lease_seconds: float = 300.0,
+    ) -> tuple[bool, ExecutionRecord | None]:
+        """``consume``, then (only if consumed now) ``claim_execution``, in ONE transaction.
+
+        Returns (consumed, existing record or None when claimed now). No crash can leave the
+        receipt consumed without the claim, or the claim without the consume.
+        """
+        ...
+
 
 class HandoffStore(Protocol):
     """Receipts verified and consumed by one principal, to be executed by that principal once."""
@@ -130,6 +147,10 @@ class ChallengeStore(Protocol):
 
     def for_decision(self, decision_id: str) -> list[Challenge]:
         """The decision's challenges, oldest first."""
+        ...
+
+    def open_challenges(self, *, now: dt.datetime | None = None, limit: int = 500) -> list[Challenge]:
+        """Open, unexpired challenges, oldest first (an approver's inbox filters them by addressee)."""
         ...
 
     def consume(self, challenge_id: str, principal_id: str, *, now: dt.datetime | None = None) -> Challenge:

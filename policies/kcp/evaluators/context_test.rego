@@ -4,7 +4,7 @@ import rego.v1
 
 import data.kcp.evaluators.context
 
-_clock := {"decision_epoch_seconds": 1764410400, "decision_epoch_day": 20421, "action_created_epoch_seconds": 1764410100}
+_clock := {"decision_epoch_seconds": 1764410400, "decision_epoch_day": 20421, "action_created_epoch_seconds": 1764410100, "facts": {"evidence_status": {"value": "present", "class": "attested", "source": "test"}}}
 
 _bound := {
 	"action_type": "read",
@@ -59,24 +59,42 @@ test_no_settings_in_data_means_all_bound if {
 
 test_unbound_task_type_needs_only_the_clock if {
 	c := _clock
-	a := {"action_type": "payment", "target": {"type": "beneficiary"}}
+	a := {"action_type": "notify", "target": {"type": "email"}}
 	m := _reads_only
-	count(context.findings) == 0 with input.action as a with input.context as c with data.kcp_data.matrix as m
+	# An unbound payment needs only the clock and the gate facts of a value transfer to a beneficiary.
+	_paths(context.findings) == {"input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"} with input.action as a with input.context as c with data.kcp_data.matrix as m
 	b := json.patch(a, [{"op": "replace", "path": "/action_type", "value": "read"}])
 	count(_paths(context.findings)) == 4 with input.action as b with input.context as c with data.kcp_data.matrix as m
+}
+
+test_a_value_transfer_needs_the_resource_tenant if {
+	c := _clock
+	m := _reads_only
+	a := {"action_type": "payment", "target": {"type": "beneficiary"}}
+	_paths(context.findings) == {"input.action.target.tenant_id"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	# any positive amount is a value transfer, whatever the action type says
+	b := {"action_type": "notify", "target": {"type": "email"}, "amount": {"value_minor": 1, "currency": "EUR"}}
+	_paths(context.findings) == {"input.action.target.tenant_id"} with input.action as b with input.context as c with data.kcp_data.matrix as m
+	t := json.patch(a, [{"op": "add", "path": "/target/tenant_id", "value": "tenant_demo"}])
+	count(context.findings) == 0 with input.action as t with input.context as c with data.kcp_data.matrix as m
+	# a target type the deployment declares outside every tenant (an external payee) needs none
+	e := json.patch(m, [{"op": "add", "path": "/parameters/context/external_target_types", "value": ["beneficiary"]}])
+	count(context.findings) == 0 with input.action as a with input.context as c with data.kcp_data.matrix as e
+	o := json.patch(a, [{"op": "replace", "path": "/target/type", "value": "account"}])
+	_paths(context.findings) == {"input.action.target.tenant_id"} with input.action as o with input.context as c with data.kcp_data.matrix as e
 }
 
 test_naming_a_unit_binds_any_task_type if {
 	c := _clock
 	a := {"action_type": "payment", "target": {"type": "beneficiary"}, "knowledge": {"project": "p", "unit": "u"}}
 	m := _reads_only
-	_paths(context.findings) == {"input.action.target.tenant_id", "input.action.runtime.budget_state"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.target.tenant_id", "input.action.runtime.budget_state", "input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"} with input.action as a with input.context as c with data.kcp_data.matrix as m
 }
 
 test_missing_clock_is_named if {
 	a := _bound
 	m := _all
-	_paths(context.findings) == {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds"} with input.action as a with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds", "input.context.facts.evidence_status"} with input.action as a with data.kcp_data.matrix as m
 }
 
 test_stale_and_skewed_actions if {
