@@ -18,6 +18,7 @@ from kcp_opa.analysis.engines import UserInvariants
 from kcp_opa.analysis.pin import pin
 from kcp_opa.analysis.prove import cases_document, prove
 from kcp_opa.analysis.space import derive_space
+from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.authoring.caserun import run_cases
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.bundle import read_bundle
@@ -169,7 +170,8 @@ def _ledger_decision(tmp: Path, bundle: Path) -> tuple[Path, str, dict[str, obje
     action = cases["base_action"]
     ledger = tmp / "ledger.jsonl"
     gate = Gate(read_bundle(bundle), preflight=False, ledger=AuditLedger(ledger))
-    decision = gate.decide(action, now=cases["now"])
+    sources, principal = case_sources(action, {"from_action": True}, cases["now"])
+    decision = gate.decide_prepared(gate.prepare(action, now=cases["now"], principal=principal, context=sources))
     assert decision.decision.value == "ALLOW"
     return ledger, decision.decision_id, action
 

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import ActionRejectedError, AnalysisError
@@ -23,6 +24,8 @@ from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import build_input
 
 INVARIANTS_ENTRYPOINT = "kcp/analysis/run/report"
+#: The context every generated action is decided with (and its counterexample cases declare).
+HOST_VOUCHED = {"from_action": True}
 _PACKAGE = re.compile(r"^package\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$", re.M)
 _RULE = re.compile(r"^(invariant_[A-Za-z0-9_]+)\s*(?:if\b|:=|=|\{)", re.M)
 
@@ -112,8 +115,17 @@ class Evaluator:
     def decide(self, action: Mapping[str, Any], now: str, controls: Sequence[str] = ()) -> Outcome:
         """Decide ACTION at NOW (controls counted satisfied beside the system's); no invariants."""
         try:
+            # The host vouches for what a generated action states (as a decision case with
+            # `context: {from_action: true}`): each stated fact reaches the policy through the
+            # same sources a deployment uses, and a fact the action omits is absent.
+            sources, principal = case_sources(action, HOST_VOUCHED, now)
             prepared = build_input(
-                action, now=now, satisfied_controls=(*SYSTEM_CONTROLS, *controls), bundle_revision=self.bundle.revision
+                action,
+                now=now,
+                satisfied_controls=(*SYSTEM_CONTROLS, *controls),
+                bundle_revision=self.bundle.revision,
+                context=sources,
+                principal=principal,
             )
         except ActionRejectedError as exc:
             return Outcome(None, rejected=str(exc))

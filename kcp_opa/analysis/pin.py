@@ -62,6 +62,7 @@ def counterexample_case(
             "fail-closed answer: edit it to the intended state before pinning."
         ),
         "now": now,
+        "context": {"from_action": True},
         "action": subject,
         "expect": expect,
     }
@@ -108,6 +109,7 @@ def pin(
         "description": f"Pinned from the ledger: {decision_id} was decided {decided} {entry.get('reason_codes', [])}; "
         f"the corrected expectation is {expect}.",
         "now": now,
+        "context": {"from_action": True},
         "action": action,
         "expect": {"decision": expect, **({"reason_codes": sorted(set(reasons))} if reasons else {})},
     }

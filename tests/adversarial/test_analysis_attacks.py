@@ -14,6 +14,7 @@ from conftest import DEPLOYMENTS, REPO
 
 from kcp_opa.analysis.diff import diff
 from kcp_opa.analysis.prove import prove
+from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
@@ -47,7 +48,9 @@ def test_prove_catches_a_deleted_unknown_unit_rule_with_a_real_counterexample(tm
     violation = found[UNKNOWN]
     # The counterexample is the gate's own answer, not the analysis's say-so.
     gate = Gate(weakened, preflight=False)
-    decision = gate.decide(violation.action, now=violation.now)
+    sources, principal = case_sources(violation.action, {"from_action": True}, violation.now)
+    prepared = gate.prepare(violation.action, now=violation.now, principal=principal, context=sources)
+    decision = gate.decide_prepared(prepared)
     assert decision.decision.value == "ALLOW"
     assert violation.action["knowledge"]["unit"] == "analysis-unknown-unit"
 
