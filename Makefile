@@ -62,6 +62,9 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json
 	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --receipt-keyring audit/demo-receipt-keys.json \
 	  --expect-head $$(($$(wc -l < audit/demo.jsonl) - 1)) --format text
+	$(BIN)/kcp-opa prove bundles/support-desk.tar.gz --budget 300
+	$(BIN)/kcp-opa diff tests/fixtures/analysis/round-one-support-desk.tar.gz bundles/support-desk.tar.gz \
+	  --budget 300 --allow-weakening
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null
@@ -130,6 +133,7 @@ mutate: mutate-policies mutate-python mutate-controls ## every mutation run (not
 bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~10 min)
 	$(BIN)/python bench/suite.py
 	$(BIN)/python bench/bench_service.py
+	$(BIN)/python bench/bench_analysis.py
 
 bench-quick: $(STAMP) ## the suite without the 100,000-unit deployment and the service, fewer rounds (~4 min)
 	$(BIN)/python bench/suite.py --quick

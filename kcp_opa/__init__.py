@@ -5,13 +5,18 @@ The pipeline, one package per stage, imports pointing down it (docs/architecture
 gate) -> ``authorize`` (controls, receipts) -> ``execute`` (run once) -> ``audit``
 (verify, replay, export, ROPA). ``trail`` (the hash-chained ledger) sits below decide so every
 stage can write to it; ``models`` holds the typed decision; ``stores`` the state's Protocols and
-their backends; ``core`` the shared leaves; ``authoring`` the policy test tools; ``cli`` the
-command on top. This module is the public API.
+their backends; ``core`` the shared leaves; ``authoring`` the policy test tools; ``analysis`` prove,
+diff and case pinning over generated input spaces; ``cli`` the command on top. This module is the public API.
 """
 
 from __future__ import annotations
 
 from kcp_opa import _moved
+from kcp_opa.analysis.diff import DiffReport, diff
+from kcp_opa.analysis.engines import UserInvariants
+from kcp_opa.analysis.pin import pin
+from kcp_opa.analysis.prove import ProofReport, prove
+from kcp_opa.analysis.space import Space, derive_space
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.case import build_case
 from kcp_opa.audit.casecheck import verify_case
@@ -33,6 +38,7 @@ from kcp_opa.context import (
 )
 from kcp_opa.core.errors import (
     ActionRejectedError,
+    AnalysisError,
     BundleError,
     BundleProvenanceError,
     BundleSignatureError,
@@ -100,6 +106,7 @@ _moved.install()
 __all__ = [
     "ActionRejectedError",
     "ActiveBundle",
+    "AnalysisError",
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
@@ -118,6 +125,7 @@ __all__ = [
     "DecisionStore",
     "DelegationMatrix",
     "Diagnostic",
+    "DiffReport",
     "DirectorySource",
     "Ed25519Key",
     "EffectiveUnit",
@@ -145,6 +153,7 @@ __all__ = [
     "Outcome",
     "Pkcs11Key",
     "PolicyVerdict",
+    "ProofReport",
     "QueryError",
     "Reason",
     "ReceiptIssueError",
@@ -163,8 +172,10 @@ __all__ = [
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
+    "Space",
     "StaticGateConfig",
     "UnitNotFoundError",
+    "UserInvariants",
     "ValidationFailedError",
     "Verification",
     "VerificationKey",
@@ -179,6 +190,8 @@ __all__ = [
     "check_action",
     "check_case",
     "compile_bundle",
+    "derive_space",
+    "diff",
     "effective_unit",
     "effective_units",
     "export_decision",
@@ -192,6 +205,8 @@ __all__ = [
     "load_matrix",
     "load_signing_key",
     "parse_action",
+    "pin",
+    "prove",
     "query",
     "read_bundle",
     "replay",
