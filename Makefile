@@ -59,8 +59,8 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	@id=$$($(BIN)/kcp-opa audit query audit/demo.jsonl --type receipt --format json \
 	  | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[-1]["decision_id"])') && \
 	$(BIN)/kcp-opa audit case audit/demo.jsonl $$id -o audit/case --trust $(TRUST) --keyring audit/checkpoint-keys.json \
-	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json
-	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --receipt-keyring audit/demo-receipt-keys.json \
+	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json $(VERIFY)
+	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --receipt-keyring audit/demo-receipt-keys.json $(VERIFY) \
 	  --expect-head $$(($$(wc -l < audit/demo.jsonl) - 1)) --format text
 	$(BIN)/kcp-opa prove bundles/support-desk.tar.gz --budget 300
 	$(BIN)/kcp-opa diff tests/fixtures/analysis/round-one-support-desk.tar.gz bundles/support-desk.tar.gz \

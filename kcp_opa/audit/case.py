@@ -25,6 +25,7 @@ from typing import Any
 
 from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
 from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError, LedgerError
 from kcp_opa.core.signing import Keyring
@@ -143,8 +144,11 @@ def build_case(
     checkpoints: Sequence[Path] = (),
     receipt: Mapping[str, Any] | None = None,
     receipt_keyring: Keyring | None = None,
+    verification: Verification | None = None,
 ) -> dict[str, Any]:
-    """Write the case directory for ``decision_id`` and return its ``case.json`` document."""
+    """Write the case directory for ``decision_id`` and return its ``case.json`` document.
+
+    ``verification``: the keys a signed bundle must verify with (as for ``audit replay``)."""
     path = Path(ledger)
     report = verify_ledger(path)
     if not report.ok:
@@ -165,11 +169,13 @@ def build_case(
         named = ", ".join(sorted(f"{r} ({s or 'no sha256'})" for r, s in refs))
         raise BundleError(f"decision {decision_id} names several bundles: {named}")
     revision, sha256 = refs.pop()
-    found = BundleIndex(bundles).find(revision, sha256, f"decision {decision_id}")
+    found = BundleIndex(bundles, verification).find(revision, sha256, f"decision {decision_id}")
     if found is None:
         raise BundleError(f"no bundle with {f'sha256 {sha256}' if sha256 else f'revision {revision}'} in {bundles}")
     registry = load_trust(trust)
-    bundle_trust = (read_bundle(found).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
+    bundle_trust = (
+        (read_bundle(found, verification=verification).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
+    )
     if not isinstance(bundle_trust, Mapping) or bundle_trust.get("sha256") != registry.sha256:
         raise BundleError(f"{trust} is not the trust registry bundle {revision[:12]} was compiled with")
     seqs = [int(e["seq"]) for e in case_entries]

@@ -36,6 +36,7 @@ from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, _canonical_or_empty, parties
 from kcp_opa.compile.bundle import BundleFile, LoadedBundle, content_revision, read_bundle
+from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.signing import load_keyring
@@ -66,8 +67,11 @@ class Check:
 class _Case:
     """The case directory read lazily; any unreadable part fails the check that needs it."""
 
-    def __init__(self, root: Path, trust: Path | None, keyring: Path | None, pins: _Pins) -> None:
+    def __init__(
+        self, root: Path, trust: Path | None, keyring: Path | None, pins: _Pins, verification: Verification | None
+    ) -> None:
         self.root, self.trust_pin, self.keyring_pin, self.pins = root, trust, keyring, pins
+        self.verification = verification  # the bundle signing keys the auditor holds (a signed bundle needs them)
         self.document: dict[str, Any] = json.loads((root / "case.json").read_text(encoding="utf-8"))
         if self.document.get("format") != layout.CASE_FORMAT:
             raise ValueError(f"format {self.document.get('format')!r}, not {layout.CASE_FORMAT}; gather the case again")
@@ -98,7 +102,7 @@ class _Case:
 
     def bundle(self) -> LoadedBundle:
         if self._bundle is None:
-            self._bundle = read_bundle(self.root / layout.BUNDLE)
+            self._bundle = read_bundle(self.root / layout.BUNDLE, verification=self.verification)
         return self._bundle
 
     def registry(self) -> TrustRegistry:
@@ -319,10 +323,11 @@ def verify_case(
     receipt_keyring: Path | None = None,
     checkpoint: Path | None = None,
     expect_head: int | None = None,
+    verification: Verification | None = None,
 ) -> list[Check]:
     """Every check, in order; a check that cannot run (a missing or unreadable part) fails."""
     try:
-        case = _Case(Path(root), trust, keyring, _Pins(receipt_keyring, checkpoint, expect_head))
+        case = _Case(Path(root), trust, keyring, _Pins(receipt_keyring, checkpoint, expect_head), verification)
     except _CHECK_ERRORS as exc:
         return [Check("case", False, f"case.json unreadable: {exc}")]
     steps: list[tuple[str, Callable[[], str | tuple[bool | None, str]]]] = [
