@@ -35,7 +35,7 @@ from kcp_opa.audit.casepins import anchor as _anchor
 from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, _canonical_or_empty, parties
-from kcp_opa.compile.bundle import BundleFile, LoadedBundle, content_revision, read_bundle
+from kcp_opa.compile.bundle import LoadedBundle, is_content_revision, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KcpOpaError
@@ -175,30 +175,19 @@ def _entries(case: _Case) -> str:
 
 
 def _bundle(case: _Case) -> str:
-    bundle = case.bundle()  # read_bundle first: format, limits and the .manifest's file hashes
-    metadata = canonical_json(bundle.manifest["metadata"]["kcp_opa"])
-    recomputed = content_revision([*_members(bundle), BundleFile(".metadata", metadata)])
+    # read_bundle: format, limits, the .manifest's file hashes, the signature when keys are given,
+    # and a content-derived revision recomputed from the members (compile's own rule).
+    bundle = case.bundle()
+    if not is_content_revision(bundle.revision):
+        raise ValueError(f"the bundle's revision {bundle.revision!r} does not name its content")
     refs = {bundle_ref(e) for e in case.decisions()}
     named = {revision for revision, _ in refs}
-    if recomputed != bundle.revision or named != {recomputed}:
-        raise ValueError(f"the bundle's content is revision {recomputed[:12]}, the decisions name {sorted(named)}")
+    if named != {bundle.revision}:
+        raise ValueError(f"the bundle's content is revision {bundle.revision[:12]}, the decisions name {sorted(named)}")
     digests = {sha256 for _, sha256 in refs if sha256}
     if digests and digests != {bundle.sha256}:
         raise ValueError(f"the bundle's bytes are sha256 {bundle.sha256[:12]}, the decisions name {sorted(digests)}")
-    return f"revision {recomputed[:12]} recomputed from the bytes; every decision names it and its sha256"
-
-
-def _members(bundle: LoadedBundle) -> list[BundleFile]:
-    """Every member but .manifest, as bytes (the revision is computed over these)."""
-    import tarfile
-
-    found: list[BundleFile] = []
-    with tarfile.open(bundle.source, "r:gz") as archive:
-        for member in archive.getmembers():
-            handle = archive.extractfile(member) if member.isfile() else None
-            if handle is not None and member.name.lstrip("/") != ".manifest":
-                found.append(BundleFile(member.name.lstrip("/"), handle.read()))
-    return found
+    return f"revision {bundle.revision[:12]} recomputed from the bytes; every decision names it and its sha256"
 
 
 def _registry(case: _Case) -> str:
