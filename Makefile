@@ -62,8 +62,11 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json $(VERIFY)
 	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --receipt-keyring audit/demo-receipt-keys.json $(VERIFY) \
 	  --expect-head $$(($$(wc -l < audit/demo.jsonl) - 1)) --format text
-	$(BIN)/kcp-opa prove bundles/support-desk.tar.gz --budget 300
-	$(BIN)/kcp-opa diff tests/fixtures/analysis/round-one-support-desk.tar.gz bundles/support-desk.tar.gz \
+	@# prove and diff read unsigned bundles: an unsigned build of the same deployment for them
+	$(BIN)/kcp-opa compile $(DEPLOY)/support-desk/knowledge*.yaml --matrix $(DEPLOY)/support-desk/matrix.yaml \
+	  --trust $(TRUST) --policies policies --output audit/support-desk-unsigned.tar.gz --format text
+	$(BIN)/kcp-opa prove audit/support-desk-unsigned.tar.gz --budget 300
+	$(BIN)/kcp-opa diff tests/fixtures/analysis/round-one-support-desk.tar.gz audit/support-desk-unsigned.tar.gz \
 	  --budget 300 --allow-weakening
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
