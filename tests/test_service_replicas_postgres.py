@@ -202,7 +202,7 @@ def test_a_database_outage_is_refused_by_every_replica_and_recovered_from(cluste
                 break
             assert time.monotonic() < deadline, status.text
             time.sleep(0.3)
-        assert status.json()["store"]["path"].startswith("postgresql://postgres@127.0.0.1:")
+        assert "path" not in status.json()["store"]  # an agent is never shown where the store is
     again = post(cluster.urls[1], "/v1/executions", "payments-executor", _run(action, receipts[0]))
     assert again.status_code == 409 and again.json()["code"] == "replay"  # consumed before the outage: kept
     after = post(cluster.urls[2], "/v1/executions", "payments-executor", _run(action, receipts[1]))
