@@ -125,7 +125,7 @@ def test_a_tar_member_announcing_1_gib_is_refused_from_its_header(tmp_path: Path
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
     refused, peak = proc.stdout.strip().splitlines()
     assert refused.startswith("refused:"), proc.stdout + proc.stderr
-    assert int(peak) < 200, f"peak memory {peak} MB before the refusal"  # was ~590 MB: read to the cap first
+    assert int(peak) < 300, f"peak memory {peak} MB before the refusal"  # was ~590 MB: read to the cap first
     assert "declares 1073741824 bytes" in refused  # refused from the member's header
 
 
