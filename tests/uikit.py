@@ -119,6 +119,15 @@ def _sign_in(driver: Any, server: dict[str, Any], party: str) -> None:
     WebDriverWait(driver, 30).until(lambda d: not d.current_url.endswith("/ui/login"))
 
 
+def _wait_for(driver: Any, element_id: str) -> Any:
+    """The element once the page that holds it has loaded: a click's navigation is not synchronous."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, 30).until(expected_conditions.presence_of_element_located((By.ID, element_id)))
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     driver = chromium()
