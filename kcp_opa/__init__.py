@@ -24,7 +24,9 @@ from kcp_opa.audit.ropa import build_ropa
 from kcp_opa.audit.summary import summarize
 from kcp_opa.authoring.cases import DecisionCase, check_case, load_cases
 from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
-from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.documents import Attestation, Receipt
+from kcp_opa.authorize.issuance import issue_receipt
+from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
@@ -49,6 +51,7 @@ from kcp_opa.core.errors import (
     KcpOpaError,
     KeyringError,
     LedgerError,
+    MalformedDocumentError,
     QueryError,
     ReceiptIssueError,
     ReceiptVerificationError,
@@ -99,6 +102,7 @@ from kcp_opa.stores import (
     NonceStore,
 )
 from kcp_opa.stores.sqlite import SQLiteStore
+from kcp_opa.trail.checkpoint import Checkpoint
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 _moved.install()
@@ -107,6 +111,7 @@ __all__ = [
     "ActionRejectedError",
     "ActiveBundle",
     "AnalysisError",
+    "Attestation",
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
@@ -114,6 +119,7 @@ __all__ = [
     "BundleProvenanceError",
     "BundleSignatureError",
     "ChallengeStore",
+    "Checkpoint",
     "CompileError",
     "CompileResult",
     "ContextSources",
@@ -148,6 +154,7 @@ __all__ = [
     "KeyringError",
     "LedgerError",
     "LoadedBundle",
+    "MalformedDocumentError",
     "Manifest",
     "NonceStore",
     "Outcome",
@@ -156,6 +163,7 @@ __all__ = [
     "ProofReport",
     "QueryError",
     "Reason",
+    "Receipt",
     "ReceiptIssueError",
     "ReceiptKey",
     "ReceiptVerificationError",
