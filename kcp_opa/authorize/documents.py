@@ -9,10 +9,9 @@ signature made before still verifies).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-from kcp_opa.core.documents import Fields, Signature
-from kcp_opa.core.keys import Signer, Verifier, document_verifies, signed_bytes
+from kcp_opa.core.documents import Fields, JsonDict, Signature, sign
+from kcp_opa.core.keys import Signer, Verifier, document_verifies
 
 RECEIPT_SCHEMA_VERSION = "2.0"
 #: The action's fields a receipt repeats, so an executor can compare them (tenant first).
@@ -56,12 +55,6 @@ ATTESTATION_FIELDS = (
 )
 
 
-def _signed(document: Any, key: Signer) -> Any:
-    """``document`` with its signature made by ``key`` over the wire form (``value`` left out)."""
-    draft = replace(document, signature=Signature(key.alg, key.kid, ""))
-    return replace(draft, signature=Signature(key.alg, key.kid, key.sign(signed_bytes(draft.to_dict()))))
-
-
 @dataclass(frozen=True)
 class Receipt:
     """A KYA v2.0 one-time delegation receipt, as signed."""
@@ -90,11 +83,11 @@ class Receipt:
         return self.bound_value("tenant_id")
 
     @classmethod
-    def from_dict(cls, raw: Any) -> Receipt:
+    def from_dict(cls, raw: object) -> Receipt:
         fields = Fields(raw, "receipt", required=RECEIPT_FIELDS, optional=("decision_authentication",))
-        if raw["schema_version"] != RECEIPT_SCHEMA_VERSION:
+        if fields.raw["schema_version"] != RECEIPT_SCHEMA_VERSION:
             raise fields.error(f"schema_version must be {RECEIPT_SCHEMA_VERSION}")
-        if raw["one_time_use"] is not True:
+        if fields.raw["one_time_use"] is not True:
             raise fields.error("one_time_use must be true")
         satisfied = fields.strings("satisfied_controls")
         if list(satisfied) != sorted(set(satisfied)):
@@ -117,8 +110,8 @@ class Receipt:
             decision_authentication=fields.optional_text("decision_authentication"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
+    def to_dict(self) -> JsonDict:
+        document: JsonDict = {
             "schema_version": RECEIPT_SCHEMA_VERSION,
             "receipt_id": self.receipt_id,
             "decision_id": self.decision_id,
@@ -140,9 +133,11 @@ class Receipt:
         document["signature"] = self.signature.to_dict()
         return document
 
+    def with_signature(self, signature: Signature) -> Receipt:
+        return replace(self, signature=signature)
+
     def signed_by(self, key: Signer) -> Receipt:
-        signed: Receipt = _signed(self, key)
-        return signed
+        return sign(self, key)
 
     def verifies(self, key: Verifier) -> bool:
         return document_verifies(self.to_dict(), key)
@@ -164,7 +159,7 @@ class Attestation:
     actor_type: str | None = None  # a type the issuer declared; only compared with the registry's
 
     @classmethod
-    def from_dict(cls, raw: Any) -> Attestation:
+    def from_dict(cls, raw: object) -> Attestation:
         fields = Fields(raw, "evidence", required=(*ATTESTATION_FIELDS, "signature"), optional=("actor_type",))
         text = {name: fields.text(name, nonempty=True) for name in ATTESTATION_FIELDS}
         return cls(
@@ -180,20 +175,22 @@ class Attestation:
             actor_type=fields.optional_text("actor_type"),
         )
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonDict:
         """The item without its signature (what the control policy reads)."""
-        item: dict[str, Any] = {name: getattr(self, name) for name in ATTESTATION_FIELDS[:-1]}
+        item: JsonDict = {name: getattr(self, name) for name in ATTESTATION_FIELDS[:-1]}
         if self.actor_type is not None:
             item["actor_type"] = self.actor_type
         item["issuer"] = self.issuer
         return item
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {**self.body(), "signature": self.signature.to_dict()}
 
+    def with_signature(self, signature: Signature) -> Attestation:
+        return replace(self, signature=signature)
+
     def signed_by(self, key: Signer) -> Attestation:
-        signed: Attestation = _signed(self, key)
-        return signed
+        return sign(self, key)
 
     def verifies(self, key: Verifier) -> bool:
         return document_verifies(self.to_dict(), key)

@@ -3,19 +3,38 @@
 Each document is a frozen dataclass with one ``from_dict`` (through :class:`Fields`: an unknown
 or missing field, or a field of the wrong type, is a :class:`MalformedDocumentError`) and one
 ``to_dict`` that gives back the wire form key for key, so a signature over the canonical JSON of
-what was read still verifies. ``Any`` appears only here, where JSON is read.
+what was read still verifies. What comes from JSON is an ``object`` until a field is checked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, Self, TypeVar
 
 from kcp_opa.core.errors import MalformedDocumentError
+from kcp_opa.core.keys import Signer, signed_bytes
 
-#: A JSON value (what ``json.loads`` returns) at the boundary a document is read from.
-JsonObject = Mapping[str, Any]
+#: A document's wire form: a JSON object (``to_dict``), what ``json.dumps`` and the signers take.
+JsonDict = dict[str, object]
+
+
+class SignedDocument(Protocol):
+    """A typed document with a signature block: what :func:`sign` signs."""
+
+    def to_dict(self) -> JsonDict: ...
+
+    def with_signature(self, signature: Signature) -> Self: ...
+
+
+Document = TypeVar("Document", bound=SignedDocument)
+
+
+def sign(document: Document, key: Signer) -> Document:
+    """``document`` signed by ``key`` over its wire form with only ``signature.value`` left out
+    (``alg`` and ``kid`` are signed too), as every signed document always was."""
+    draft = document.with_signature(Signature(key.alg, key.kid, ""))
+    return draft.with_signature(Signature(key.alg, key.kid, key.sign(signed_bytes(draft.to_dict()))))
 
 
 @dataclass(frozen=True)
@@ -27,7 +46,7 @@ class Signature:
     value: str
 
     @classmethod
-    def from_dict(cls, raw: Any, kind: str = "document") -> Signature:
+    def from_dict(cls, raw: object, kind: str = "document") -> Signature:
         fields = Fields(raw, kind, required=("alg", "kid", "value"), where="signature")
         return cls(alg=fields.text("alg"), kid=fields.text("kid"), value=fields.text("value"))
 
@@ -40,7 +59,7 @@ class Fields:
 
     def __init__(
         self,
-        raw: Any,
+        raw: object,
         kind: str,
         *,
         required: Collection[str],
@@ -56,7 +75,7 @@ class Fields:
         missing = [name for name in required if name not in raw]
         if missing:
             raise self.error(f"{self.where} lacks {', '.join(missing)}")
-        self.raw: JsonObject = raw
+        self.raw: Mapping[str, object] = raw
 
     def error(self, message: str) -> MalformedDocumentError:
         return MalformedDocumentError(message, f"malformed_{self.kind}")
