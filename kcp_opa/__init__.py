@@ -2,10 +2,11 @@
 
 The pipeline, one package per stage, imports pointing down it (docs/architecture.md):
 ``declare`` (manifests, matrix) -> ``compile`` (Rego data, bundle) -> ``decide`` (action, engine,
-gate) -> ``authorize`` (controls, receipts, stores) -> ``execute`` (run once) -> ``audit``
+gate) -> ``authorize`` (controls, receipts) -> ``execute`` (run once) -> ``audit``
 (verify, replay, export, ROPA). ``trail`` (the hash-chained ledger) sits below decide so every
-stage can write to it; ``models`` holds the typed decision; ``core`` the shared leaves;
-``authoring`` the policy test tools; ``cli`` the command on top. This module is the public API.
+stage can write to it; ``models`` holds the typed decision; ``stores`` the state's Protocols and
+their backends; ``core`` the shared leaves; ``authoring`` the policy test tools; ``cli`` the
+command on top. This module is the public API.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from kcp_opa.audit.ropa import build_ropa
 from kcp_opa.authoring.cases import DecisionCase, check_case, load_cases
 from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
@@ -57,6 +57,16 @@ from kcp_opa.models.decision import (
     RoutingState,
     Violation,
 )
+from kcp_opa.stores import (
+    ChallengeStore,
+    DecisionStore,
+    ExecutionRecord,
+    ExecutionStore,
+    ExecutorStore,
+    HandoffStore,
+    NonceStore,
+)
+from kcp_opa.stores.sqlite import SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 _moved.install()
@@ -66,6 +76,7 @@ __all__ = [
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
+    "ChallengeStore",
     "CompileError",
     "CompileResult",
     "ControlDesk",
@@ -73,22 +84,28 @@ __all__ = [
     "Decision",
     "DecisionCase",
     "DecisionInput",
+    "DecisionStore",
     "DelegationMatrix",
     "Diagnostic",
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
     "ExecutionError",
+    "ExecutionRecord",
     "ExecutionResult",
+    "ExecutionStore",
     "Executor",
+    "ExecutorStore",
     "Gate",
     "GateDecision",
+    "HandoffStore",
     "KcpOpaError",
     "Keyring",
     "KeyringError",
     "LedgerError",
     "LoadedBundle",
     "Manifest",
+    "NonceStore",
     "Outcome",
     "PolicyVerdict",
     "QueryError",

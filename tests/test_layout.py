@@ -21,6 +21,7 @@ LAYERS: tuple[str, ...] = (
     "core",
     "schemas",
     "models",
+    "stores",
     "declare",
     "compile",
     "trail",

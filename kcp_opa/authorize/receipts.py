@@ -3,7 +3,7 @@
 Field for field the KYA v2.0 receipt: the signature is over the canonical JSON (KYA-CJ-1) of
 the receipt with only ``signature.value`` removed, so ``alg`` and ``kid`` are signed too.
 Verification runs the contract's checks in its order and stops at the first failure, each
-with its own code; the last step consumes the nonce atomically in a :class:`NonceStore`.
+with its own code; the last step consumes the nonce atomically in a :class:`~kcp_opa.stores.protocols.NonceStore`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import secrets
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
 from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
 from kcp_opa.decide.action import action_hash
+from kcp_opa.stores.protocols import NonceStore
 
 SCHEMA_VERSION = "2.0"
 MIN_TTL_SECONDS, MAX_TTL_SECONDS, DEFAULT_TTL_SECONDS = 30, 900, 300
@@ -171,14 +172,6 @@ def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -
 
 def _strings(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-class NonceStore(Protocol):
-    """Where consumed receipts are remembered; ``consume`` must be atomic across processes."""
-
-    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
-        """Record the nonce and receipt id; False when either was consumed before."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -21,7 +20,6 @@ from typing import Any
 
 import click
 
-from kcp_opa.authorize.store import AMBIGUOUS, SQLiteStore
 from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, fail, now_option, read_text
 from kcp_opa.compile.bundle import read_bundle
@@ -31,6 +29,9 @@ from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.protocols import ExecutorStore
+from kcp_opa.stores.records import AMBIGUOUS
+from kcp_opa.stores.sqlite import SQLiteStore
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -43,12 +44,12 @@ STORE = click.option(
 )
 
 
-def _open(store_path: Path) -> SQLiteStore:
+def _open(store_path: Path) -> ExecutorStore:
     if not store_path.is_file():
         fail(f"{store_path}: no such executor store", EXIT_USAGE)
     try:
         return SQLiteStore(store_path)
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         fail(f"{store_path}: not an executor store ({exc})", EXIT_USAGE)
         raise  # unreachable: fail exits
 
@@ -65,7 +66,7 @@ def executions_list(store_path: Path, fmt: str | None) -> None:
     """Claims whose lease expired without an outcome (exit 1 when there is any)."""
     try:
         records = _open(store_path).ambiguous_executions()
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         fail(f"{store_path}: cannot read the executor store ({exc})", EXIT_USAGE)
         raise
     rows = [
@@ -101,10 +102,9 @@ def executions_reconcile(key: str, outcome: str, evidence: str, store_path: Path
     try:
         record = store.reconcile(key, outcome, evidence)
     except StoreError as exc:
+        if exc.code == StoreError.code:  # the store itself failed, not a refused reconciliation
+            fail(f"{store_path}: cannot update the executor store ({exc})", EXIT_USAGE)
         fail(f"{exc} ({exc.code})", EXIT_INVALID)
-        raise
-    except sqlite3.Error as exc:
-        fail(f"{store_path}: cannot update the executor store ({exc})", EXIT_USAGE)
         raise
     if ledger is not None:
         AuditLedger(ledger).append(

@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.cli import render
 from kcp_opa.cli.output import EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
@@ -21,6 +20,7 @@ from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError, ReceiptIs
 from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key_from_env, load_keyring
 from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
+from kcp_opa.stores.sqlite import SQLiteStore
 
 
 def _receipt_errors(fn: Callable[..., None]) -> Callable[..., None]:

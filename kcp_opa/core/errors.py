@@ -108,7 +108,7 @@ class ExecutionError(CodedError):
 
 
 class StoreError(CodedError):
-    """The executor's SQLite store failed; nothing was consumed or executed (fail closed)."""
+    """A store failed (any backend: kcp_opa.stores); nothing was consumed or executed (fail closed)."""
 
     code = "store_unavailable"
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcp_opa.authorize.receipts import verify_receipt
-from kcp_opa.authorize.store import AMBIGUOUS, SQLiteStore
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring
 from kcp_opa.decide.action import action_hash, check_action
+from kcp_opa.stores.protocols import ExecutorStore, HandoffStore, NonceStore
+from kcp_opa.stores.records import AMBIGUOUS
 from kcp_opa.trail.entries import AuditTrail
 
 Handler = Callable[[Mapping[str, Any]], Any]
@@ -42,6 +43,18 @@ def _loggable(value: Any) -> bool:
     return True
 
 
+class _HandedOff:
+    """The consume step for ``consumer``: a receipt it verified and consumed counts once, else a consume."""
+
+    def __init__(self, nonces: NonceStore, handoffs: HandoffStore, consumer: str) -> None:
+        self.nonces, self.handoffs, self.consumer = nonces, handoffs, consumer
+
+    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        if self.handoffs.take(nonce, receipt_id, self.consumer):
+            return True
+        return self.nonces.consume(nonce, receipt_id, expires_at)
+
+
 @dataclass(frozen=True)
 class ExecutionResult:
     idempotency_key: str
@@ -52,16 +65,21 @@ class ExecutionResult:
 
 
 class Executor:
-    """Verify-and-consume, then execute at most once per idempotency key."""
+    """Verify-and-consume, then execute at most once per idempotency key.
+
+    With ``handoffs``, a call naming its ``consumer`` may execute a receipt that same principal
+    verified and consumed before (the KYA sequence's hand-off), once; any other reuse is ``replay``.
+    """
 
     def __init__(
         self,
         *,
         keyring: Keyring,
         policy_versions: Collection[str],
-        store: SQLiteStore,
+        store: ExecutorStore,
         audit: AuditTrail | None = None,
         lease_seconds: float = 300.0,
+        handoffs: HandoffStore | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -70,6 +88,7 @@ class Executor:
         self.policy_versions = frozenset(policy_versions)
         self.store = store
         self.audit = audit
+        self.handoffs = handoffs
 
     def _emit(self, kind: str, action: Mapping[str, Any], **fields: Any) -> None:
         if self.audit is not None:
@@ -82,19 +101,26 @@ class Executor:
         handler: Handler,
         *,
         now: dt.datetime | None = None,
+        consumer: str | None = None,
     ) -> ExecutionResult:
-        """Run ``handler(action)`` under ``receipt``; raises ReceiptVerificationError or ExecutionError."""
+        """Run ``handler(action)`` under ``receipt``; raises ReceiptVerificationError or ExecutionError.
+
+        ``consumer``: the principal executing, whose own hand-off (see the class) is accepted once.
+        """
         check_action(action)
         digest = action_hash(action)
         raw_id = receipt.get("receipt_id") if isinstance(receipt, Mapping) else None
         receipt_id = raw_id if _loggable(raw_id) else None
+        nonces: NonceStore = self.store
+        if consumer is not None and self.handoffs is not None:
+            nonces = _HandedOff(self.store, self.handoffs, consumer)
         try:
             verify_receipt(
                 receipt,
                 action,
                 keyring=self.keyring,
                 policy_versions=self.policy_versions,
-                nonce_store=self.store,
+                nonce_store=nonces,
                 now=now,
             )
         except ReceiptVerificationError as exc:

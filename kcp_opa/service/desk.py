@@ -1,9 +1,8 @@
 """The service's desk: every tool's work, scoped by the caller's principal, refusals audited.
 
 Transports (MCP over stdio or streamable HTTP, the HTTP JSON API) resolve the caller and call
-these methods; they hold no state of their own. Challenges and decision records live in the
-store (every server process on one store file serves the same decisions), consumed receipts and
-executions in the executor's store. Nothing a caller sends names who the caller is. Bundle,
+these methods; they hold no state of their own. All state is in the stores (``kcp_opa.stores``),
+shared by every server process on them. Nothing a caller sends names who the caller is. Bundle,
 registry and keys are one immutable :class:`Loaded` a reload swaps whole (see loading.py).
 """
 
@@ -27,13 +26,11 @@ from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
-from kcp_opa.service.challenges import ChallengeError, ChallengeStore, action_summary, addressees
-from kcp_opa.service.handoff import HandoffStore, executing_as
+from kcp_opa.service.challenges import ChallengeError, action_summary, addressees, check_open
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
 from kcp_opa.service.observe import Metrics, set_attributes, span, traceparent_of, writable
 from kcp_opa.service.records import (
-    DecisionStore,
     StoredDecision,
     UnknownRecordError,
     canonical_or_none,
@@ -41,6 +38,7 @@ from kcp_opa.service.records import (
     export,
     restore,
 )
+from kcp_opa.stores.protocols import ChallengeStore, DecisionStore, ExecutorStore, HandoffStore
 
 _log = structlog.get_logger("kcp_opa.service")
 LOCAL_ONLY = (
@@ -77,19 +75,20 @@ class GateService:
         self,
         gate: Gate,
         *,
-        store: HandoffStore,
+        store: ExecutorStore,
+        handoffs: HandoffStore,
         challenges: ChallengeStore,
+        records: DecisionStore,
+        location: str,
         keyring: Keyring,
         handlers: Mapping[str, Handler] | None = None,
         metrics: Metrics | None = None,
         ledger_path: Path | None = None,
         registry: TrustRegistry | None = None,
         issuers: ServiceIssuers | None = None,
-        records: DecisionStore | None = None,
     ) -> None:
-        self.store = store
-        self.challenges = challenges
-        self.records = records or DecisionStore(store.path)
+        self.store, self.handoffs, self.challenges, self.records = store, handoffs, challenges, records
+        self.location = location  # where the stores are, for status (a path; never a credential)
         self.handlers = dict(handlers or {})
         self.metrics = metrics or Metrics()
         self.ledger_path = ledger_path
@@ -110,7 +109,10 @@ class GateService:
         if registry is not None and issuers is not None:
             desk = issuers.desk(gate, registry, seal_key=self.records.seal_key())
         keyring = keyring or self._loaded.keyring
-        executor = Executor(keyring=keyring, policy_versions={gate.policy_version}, store=self.store, audit=gate.audit)
+        versions = {gate.policy_version}
+        executor = Executor(
+            keyring=keyring, policy_versions=versions, store=self.store, audit=gate.audit, handoffs=self.handoffs
+        )
         return Loaded(gate, desk, registry, issuers, executor, keyring)
 
     def swap(self, loaded: Loaded) -> None:
@@ -298,7 +300,7 @@ class GateService:
             # Checked before the challenge is consumed: a malformed answer does not spend it.
             raise CodedError("status is PASSED or FAILED, with a non-empty evidence_reference", "malformed_evidence")
         challenge = self.challenges.get(challenge_id)
-        self.challenges.check_open(challenge)
+        check_open(challenge)
         check_addressed(principal, challenge)
         issuers.for_control(registry, challenge.control)  # an answer it cannot sign does not spend it
         check_current(loaded.gate, self.records.get(challenge.decision_id).document)  # nor one it cannot load
@@ -339,7 +341,7 @@ class GateService:
         verified = verify_receipt(
             receipt, action, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=self.store
         )
-        self.store.hand_off(verified.receipt["nonce"], verified.receipt["receipt_id"], principal.id)
+        self.handoffs.hand_off(verified.receipt["nonce"], verified.receipt["receipt_id"], principal.id)
         if gate.audit is not None:
             gate.audit.event(
                 "receipt",
@@ -358,13 +360,10 @@ class GateService:
         if function is None:
             known = ", ".join(sorted(self.handlers)) or "none registered"
             raise CodedError(f"no handler {handler!r} ({known})", "unknown_handler")
-        token = executing_as.set(principal.id)  # a receipt this principal verified may be executed once
-        try:
-            result = self._loaded.executor.execute_authorized_action(action, receipt, function)
+        try:  # the consumer is the caller: a receipt it verified (and so consumed) is executed once
+            result = self._loaded.executor.execute_authorized_action(action, receipt, function, consumer=principal.id)
         except (ValueError, TypeError) as exc:  # past the claim it is not the caller's argument: never bad_arguments
             raise CodedError(f"the execution failed: {type(exc).__name__}: {exc}", "handler_error") from None
-        finally:
-            executing_as.reset(token)
         return {
             "idempotency_key": result.idempotency_key,
             "receipt_id": result.receipt_id,
@@ -390,7 +389,7 @@ class GateService:
             "ok": ledger_ok and store_ok,
             "bundle_revision": self.gate.bundle_revision,
             "policy_version": self.gate.policy_version,
-            "store": {"ok": store_ok, "path": str(self.store.path)},
+            "store": {"ok": store_ok, "path": self.location},
             "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
             "decisions_held": self.records.count(),
             "handlers": sorted(self.handlers),

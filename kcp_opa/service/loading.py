@@ -23,12 +23,11 @@ from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
-from kcp_opa.service.challenges import ChallengeStore
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.handoff import HandoffStore
 from kcp_opa.service.identity import Authenticator, Principal, Scope
 from kcp_opa.service.issuing import ServiceIssuers
 from kcp_opa.service.observe import Metrics, TimedLedger
+from kcp_opa.stores.opening import open_stores
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -88,10 +87,14 @@ def open_service(
         if not issuer_ids or issuer_keyring is None:
             raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
         issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
+    stores = open_stores(store)
     return GateService(
         gate,
-        store=HandoffStore(store),
-        challenges=ChallengeStore(store),
+        store=stores.executions,
+        handoffs=stores.handoffs,
+        challenges=stores.challenges,
+        records=stores.decisions,
+        location=stores.location,
         keyring=keyring,
         handlers=handlers,
         metrics=metrics,

@@ -1,0 +1,31 @@
+"""The gate's state behind one seam: a Protocol per piece of state, one package per backend.
+
+:mod:`kcp_opa.stores.protocols` says what each store must guarantee; :mod:`kcp_opa.stores.records`
+holds the documents they return; :mod:`kcp_opa.stores.sqlite` is the embedded backend. Callers
+(the executor, the service) are typed to the Protocols, so another backend is a new package here
+implementing them, chosen where the service builds its stores.
+"""
+
+from kcp_opa.stores.protocols import (
+    ChallengeStore,
+    DecisionStore,
+    ExecutionStore,
+    ExecutorStore,
+    HandoffStore,
+    NonceStore,
+)
+from kcp_opa.stores.records import AMBIGUOUS, Challenge, ChallengeError, ExecutionRecord, StoredDecision
+
+__all__ = [
+    "AMBIGUOUS",
+    "Challenge",
+    "ChallengeError",
+    "ChallengeStore",
+    "DecisionStore",
+    "ExecutionRecord",
+    "ExecutionStore",
+    "ExecutorStore",
+    "HandoffStore",
+    "NonceStore",
+    "StoredDecision",
+]

@@ -1,0 +1,141 @@
+"""What the gate asks of its state, whatever holds it: one Protocol per piece of state.
+
+Every guarantee that rests on state is stated here as the contract of a method, so a backend
+(SQLite in :mod:`kcp_opa.stores.sqlite`; another database in its own package beside it) is
+correct when it keeps these contracts, across processes and, for a shared database, machines.
+Every method raises :class:`~kcp_opa.core.errors.StoreError` (or a subclass of
+:class:`~kcp_opa.core.errors.CodedError` it names) when the backend fails: never a driver's own
+exception, so callers fail closed on one error root.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from kcp_opa.stores.records import Challenge, ExecutionRecord, StoredDecision
+
+DEFAULT_CHALLENGE_TTL_SECONDS = 900
+
+
+class NonceStore(Protocol):
+    """Where consumed receipts are remembered; ``consume`` must be atomic across processes."""
+
+    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        """Durably record the nonce and receipt id; False when either was consumed before."""
+        ...
+
+
+class ExecutionStore(Protocol):
+    """Executions, one per idempotency key, each claimed under a lease before its handler runs."""
+
+    def claim_execution(
+        self, idempotency_key: str, action_hash: str, receipt_id: str, *, lease_seconds: float = 300.0
+    ) -> ExecutionRecord | None:
+        """Claim the key (state running, lease from now); None if claimed now, else the existing record.
+
+        Two claims of one key, in any processes, give exactly one None.
+        """
+        ...
+
+    def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
+        """Record the outcome (failed when ``error``) of a running claim; False if it was no longer running."""
+        ...
+
+    def execution(self, idempotency_key: str) -> ExecutionRecord | None:
+        """The key's record; a running claim past its lease reads as ``ambiguous``."""
+        ...
+
+    def ambiguous_executions(self) -> list[ExecutionRecord]:
+        """Every claim whose lease expired without an outcome, oldest first."""
+        ...
+
+    def reconcile(self, idempotency_key: str, outcome: str, evidence: str) -> ExecutionRecord:
+        """Resolve an ambiguous claim as succeeded or failed on an operator's evidence, kept with it.
+
+        Refuses with StoreError codes ``bad_outcome``, ``no_evidence``, ``unknown_key``, ``not_ambiguous``.
+        """
+        ...
+
+    def record_refusal(self, code: str, message: str, *, receipt_id: str | None, action_hash: str | None) -> None:
+        """Keep a refused receipt (its code and message) for the operator."""
+        ...
+
+
+class ExecutorStore(NonceStore, ExecutionStore, Protocol):
+    """What the :class:`~kcp_opa.execute.executor.Executor` needs: consumes and executions together."""
+
+
+class HandoffStore(Protocol):
+    """Receipts verified and consumed by one principal, to be executed by that principal once."""
+
+    def hand_off(self, nonce: str, receipt_id: str, principal: str) -> None:
+        """Record that ``principal`` verified and consumed this receipt (call right after consuming)."""
+        ...
+
+    def take(self, nonce: str, receipt_id: str, principal: str) -> bool:
+        """Accept the hand-off for ``principal`` once (atomically); False for anyone else or a second time."""
+        ...
+
+
+class DecisionStore(Protocol):
+    """Decisions kept by the service (sealed control records), shared by every process on the store."""
+
+    def seal_key(self) -> bytes:
+        """The desk's seal key, made once per store: every process on it seals alike."""
+        ...
+
+    def put(self, decision_id: str, evaluated_by: str, agent_id: str | None, document: Mapping[str, Any]) -> None:
+        """Keep a new decision's record; a decision id is kept once."""
+        ...
+
+    def get(self, decision_id: str) -> StoredDecision:
+        """The kept record; raises UnknownRecordError (``unknown_decision``)."""
+        ...
+
+    def update(self, decision_id: str, change: Callable[[StoredDecision], tuple[Mapping[str, Any], Any]]) -> Any:
+        """Apply ``change`` (row -> new document, result) under the store's write lock; return its result.
+
+        Concurrent updates of one decision are applied one after the other; none is lost.
+        """
+        ...
+
+    def count(self) -> int:
+        """How many decisions are kept (for status and tests)."""
+        ...
+
+
+class ChallengeStore(Protocol):
+    """Control challenges: one-time, expiring, bound to a decision and an action hash."""
+
+    def open(
+        self,
+        *,
+        decision_id: str,
+        action_hash: str,
+        control: str,
+        addressed_to: Mapping[str, list[str]],
+        summary: Mapping[str, Any],
+        created_by: str,
+        ttl_seconds: int = DEFAULT_CHALLENGE_TTL_SECONDS,
+        now: dt.datetime | None = None,
+    ) -> Challenge:
+        """A new open challenge with an unguessable id."""
+        ...
+
+    def get(self, challenge_id: str) -> Challenge:
+        """The challenge; raises ChallengeError (``unknown_challenge``)."""
+        ...
+
+    def for_decision(self, decision_id: str) -> list[Challenge]:
+        """The decision's challenges, oldest first."""
+        ...
+
+    def consume(self, challenge_id: str, principal_id: str, *, now: dt.datetime | None = None) -> Challenge:
+        """Atomically mark an open, unexpired challenge answered; else ChallengeError (used or expired)."""
+        ...
+
+    def healthy(self) -> bool:
+        """Whether the store answers (for the service's readiness check)."""
+        ...

@@ -1,0 +1,94 @@
+"""The documents the stores hand back: the same types whichever backend holds the state.
+
+They live here, below every caller, so a Protocol in :mod:`kcp_opa.stores.protocols` can name
+them and a backend can build them without importing the pipeline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kcp_opa.core.errors import CodedError
+
+#: An execution still ``running`` past its lease: its process died or hung between claim and outcome.
+AMBIGUOUS = "ambiguous"
+#: How challenge times are written (whole seconds, UTC).
+CHALLENGE_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """``state``: running, succeeded, failed, or ambiguous (running past its lease)."""
+
+    idempotency_key: str
+    action_hash: str
+    receipt_id: str
+    state: str
+    outcome: Any
+    error: str | None
+    started_at: str = ""
+    lease_expires_at: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredDecision:
+    """A row: the record's export, and the canonical ids of its evaluator and of the agent it names."""
+
+    decision_id: str
+    evaluated_by: str
+    agent_id: str | None
+    document: Mapping[str, Any]
+
+
+class UnknownRecordError(CodedError):
+    code = "unknown_decision"
+
+
+class ChallengeError(CodedError):
+    """A challenge that cannot be answered: unknown, used, expired, or addressed to someone else."""
+
+
+@dataclass(frozen=True)
+class Challenge:
+    challenge_id: str
+    decision_id: str
+    action_hash: str
+    control: str
+    addressed_to: Mapping[str, list[str]]
+    summary: Mapping[str, Any]
+    created_by: str
+    created_at: str
+    expires_at: str
+    state: str
+    consumed_by: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "challenge_id": self.challenge_id,
+            "decision_id": self.decision_id,
+            "action_hash": self.action_hash,
+            "control": self.control,
+            "addressed_to": dict(self.addressed_to),
+            "summary": dict(self.summary),
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "state": self.state,
+        }
+
+
+def challenge_stamp(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime(CHALLENGE_TIME)
+
+
+def check_open(challenge: Challenge, *, now: dt.datetime | None = None) -> None:
+    """Refuse a used or expired challenge before anything else is looked at (no store needed)."""
+    if challenge.state != "open":
+        raise ChallengeError(f"challenge {challenge.challenge_id} was answered before", "challenge_used")
+    if challenge_stamp(now or dt.datetime.now(dt.UTC)) >= challenge.expires_at:
+        raise ChallengeError(
+            f"challenge {challenge.challenge_id} expired at {challenge.expires_at}", "challenge_expired"
+        )

@@ -1,0 +1,244 @@
+"""SQLite state for the executor: consumed receipts and executions, safe across processes.
+
+Implements :class:`~kcp_opa.stores.protocols.NonceStore` and
+:class:`~kcp_opa.stores.protocols.ExecutionStore` on :class:`~kcp_opa.stores.sqlite.base.SQLiteBase`
+(WAL, ``synchronous=FULL``: every consume and every execution state change is durable when its
+transaction commits, the durability of the KYA reference's fresh-connection pattern). One
+connection per thread and process is kept open, so a consume is one short write transaction.
+Uniqueness is the database's job (primary keys), so two processes can never both consume one
+nonce or both claim one idempotency key.
+
+A claim carries a lease (``lease_expires_at``). A claim still ``running`` after its lease is
+reported as ``ambiguous``: its process died (or hung) between the claim and the outcome, so
+nobody can tell whether the side effect happened. Only :meth:`SQLiteStore.reconcile` (an
+operator, with evidence) resolves it; a retry never runs the handler again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from kcp_opa.core.errors import StoreError
+from kcp_opa.core.groupcommit import GroupCommit
+from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
+from kcp_opa.stores.sqlite.base import SQLiteBase, add_column, statements
+
+_TABLES = statements(
+    """CREATE TABLE IF NOT EXISTS consumed_receipts (
+    nonce TEXT PRIMARY KEY,
+    receipt_id TEXT NOT NULL UNIQUE,
+    expires_at TEXT NOT NULL,
+    consumed_at TEXT NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS executions (
+    idempotency_key TEXT PRIMARY KEY,
+    action_hash TEXT NOT NULL,
+    receipt_id TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed')),
+    outcome TEXT,
+    error TEXT,
+    started_at TEXT NOT NULL,
+    finished_at TEXT
+)""",
+    """CREATE TABLE IF NOT EXISTS reconciliations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    receipt_id TEXT NOT NULL,
+    claimed_at TEXT NOT NULL,
+    at TEXT NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS refusals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    code TEXT NOT NULL,
+    receipt_id TEXT,
+    action_hash TEXT,
+    message TEXT NOT NULL
+)""",
+)
+
+_CONSUME = "INSERT INTO consumed_receipts (nonce, receipt_id, expires_at, consumed_at) VALUES (?, ?, ?, ?)"
+_COUNTED = frozenset({"consumed_receipts", "executions", "refusals", "reconciliations"})
+
+
+class SQLiteStore(SQLiteBase):
+    """Nonce store (``consume``) and execution ledger in one SQLite file (WAL).
+
+    With ``group_commit`` (the default), consumes from all threads of a process go through one
+    writer thread that commits whatever is waiting in a single transaction: one fsync for the
+    batch, and no caller returns before its consume is durable. Each insert still succeeds or
+    fails on its own (a duplicate aborts only its statement), so the answer per receipt is exact.
+    """
+
+    component = "executions"
+    #: v1: the tables; v2: leases (a file made before leases gains the column in place).
+    steps = (_TABLES, add_column("executions", "lease_expires_at", "TEXT"))
+    failure = "executor store failed"
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0, group_commit: bool = True) -> None:
+        super().__init__(path, busy_timeout_s=busy_timeout_s)
+        self.group_commit = group_commit
+        self._inflight_lock = threading.Lock()
+        self._inflight = 0
+        self._group = GroupCommit(self._consume_batch, max_batch=256)
+
+    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        """Atomically and durably remember a receipt; False if its nonce or receipt id was seen before."""
+        with self._inflight_lock:
+            alone = self._inflight == 0
+            self._inflight += 1
+        try:
+            if alone or not self.group_commit:
+                # Nobody to share a commit with: commit directly (no hand-off to the writer).
+                try:
+                    self._connection().execute(_CONSUME, (nonce, receipt_id, expires_at, self.stamp()))
+                except sqlite3.IntegrityError:
+                    return False
+                return True
+            return self._group.submit((nonce, receipt_id, expires_at))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot record the receipt as consumed: {exc}") from None
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _consume_batch(self, batch: list[tuple[str, str, str]]) -> list[bool]:
+        """One transaction for the waiting consumes (runs on the group-commit writer thread)."""
+        connection = self._connection()
+        results: list[bool] = []
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            stamp = self.stamp()
+            for nonce, receipt_id, expires_at in batch:
+                try:
+                    connection.execute(_CONSUME, (nonce, receipt_id, expires_at, stamp))
+                    results.append(True)
+                except sqlite3.IntegrityError:
+                    results.append(False)
+            connection.execute("COMMIT")
+        except sqlite3.Error:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise  # nothing in this batch was consumed: every caller fails closed
+        return results
+
+    def claim_execution(
+        self, idempotency_key: str, action_hash: str, receipt_id: str, *, lease_seconds: float = 300.0
+    ) -> ExecutionRecord | None:
+        """Claim the key for a new execution under a lease; the existing record if it was claimed before."""
+        moment = self.clock()
+
+        def claim(connection: sqlite3.Connection) -> bool:
+            try:
+                connection.execute(
+                    "INSERT INTO executions"
+                    " (idempotency_key, action_hash, receipt_id, state, started_at, lease_expires_at)"
+                    " VALUES (?, ?, ?, 'running', ?, ?)",
+                    (
+                        idempotency_key,
+                        action_hash,
+                        receipt_id,
+                        self.stamp(moment),
+                        self.stamp(moment + dt.timedelta(seconds=lease_seconds)),
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        if self._run(claim, "cannot claim the execution"):
+            return None
+        return self.execution(idempotency_key)
+
+    def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
+        """Record the outcome of a running claim; False if it was no longer running (reconciled)."""
+        state = "failed" if error is not None else "succeeded"
+        document = json.dumps(outcome, sort_keys=True, allow_nan=False)
+        cursor = self._run(
+            lambda c: c.execute(
+                "UPDATE executions SET state = ?, outcome = ?, error = ?, finished_at = ?"
+                " WHERE idempotency_key = ? AND state = 'running'",
+                (state, document, error, self.stamp(), idempotency_key),
+            ),
+            "cannot record the outcome",
+        )
+        return cursor.rowcount == 1
+
+    def execution(self, idempotency_key: str) -> ExecutionRecord | None:
+        rows = self._executions("WHERE idempotency_key = ?", (idempotency_key,))
+        return rows[0] if rows else None
+
+    def ambiguous_executions(self) -> list[ExecutionRecord]:
+        """Every claim whose lease expired without an outcome (what `executions list` shows)."""
+        return [r for r in self._executions("WHERE state = 'running'", ()) if r.state == AMBIGUOUS]
+
+    def _executions(self, where: str, args: tuple[Any, ...]) -> list[ExecutionRecord]:
+        columns = "idempotency_key, action_hash, receipt_id, state, outcome, error, started_at, lease_expires_at"
+        query = f"SELECT {columns} FROM executions {where} ORDER BY started_at"  # noqa: S608 - constant where
+        now = self.stamp()
+        out = []
+        for row in self._run(lambda c: c.execute(query, args).fetchall()):
+            state = row[3]
+            if state == "running" and (row[7] is None or row[7] <= now):
+                state = AMBIGUOUS  # no lease (a pre-lease claim) or an expired one: nobody holds it
+            out.append(ExecutionRecord(row[0], row[1], row[2], state, json.loads(row[4]) if row[4] else None, *row[5:]))
+        return out
+
+    def reconcile(self, idempotency_key: str, outcome: str, evidence: str) -> ExecutionRecord:
+        """Resolve an ambiguous claim as succeeded or failed, on an operator's evidence (recorded)."""
+        if outcome not in {"succeeded", "failed"}:
+            raise StoreError(f"outcome is succeeded or failed, not {outcome!r}", "bad_outcome")
+        if not evidence.strip():
+            raise StoreError("reconciling needs an evidence reference (what shows the outcome)", "no_evidence")
+
+        def resolve(connection: sqlite3.Connection) -> None:
+            record = self.execution(idempotency_key)
+            if record is None:
+                raise StoreError(f"no execution claimed {idempotency_key}", "unknown_key")
+            if record.state != AMBIGUOUS:
+                raise StoreError(
+                    f"{idempotency_key} is {record.state}, not ambiguous; only an expired claim is reconciled",
+                    "not_ambiguous",
+                )
+            note = {"reconciled": outcome, "evidence": evidence}
+            connection.execute(
+                "UPDATE executions SET state = ?, outcome = ?, error = ?, finished_at = ? WHERE idempotency_key = ?",
+                (
+                    outcome,
+                    json.dumps(note, sort_keys=True) if outcome == "succeeded" else None,
+                    f"reconciled as failed (evidence: {evidence})" if outcome == "failed" else None,
+                    self.stamp(),
+                    idempotency_key,
+                ),
+            )
+            connection.execute(
+                "INSERT INTO reconciliations (idempotency_key, outcome, evidence, receipt_id, claimed_at, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (idempotency_key, outcome, evidence, record.receipt_id, record.started_at, self.stamp()),
+            )
+
+        self._transaction(resolve, "cannot reconcile the execution")
+        resolved = self.execution(idempotency_key)
+        assert resolved is not None
+        return resolved
+
+    def record_refusal(self, code: str, message: str, *, receipt_id: str | None, action_hash: str | None) -> None:
+        self._run(
+            lambda c: c.execute(
+                "INSERT INTO refusals (at, code, receipt_id, action_hash, message) VALUES (?, ?, ?, ?, ?)",
+                (self.stamp(), code, receipt_id, action_hash, message),
+            ),
+            "cannot record the refusal",
+        )
+
+    def count(self, table: str) -> int:
+        if table not in _COUNTED:
+            raise ValueError(table)
+        return int(self._run(lambda c: c.execute(f"SELECT count(*) FROM {table}").fetchone()[0]))  # noqa: S608

@@ -1,0 +1,51 @@
+"""Receipt hand-offs in SQLite: a receipt one principal verified and consumed, executed by it once.
+
+Implements :class:`~kcp_opa.stores.protocols.HandoffStore`. The service's
+``verify_and_consume_receipt`` consumes the nonce and records a hand-off; its execute step then
+takes it, for that principal only, in one guarded UPDATE (any other second use is ``replay``).
+"""
+
+from __future__ import annotations
+
+from kcp_opa.stores.sqlite.base import SQLiteBase, statements
+
+_TABLES = statements(
+    """CREATE TABLE IF NOT EXISTS receipt_handoffs (
+    nonce TEXT PRIMARY KEY,
+    receipt_id TEXT NOT NULL UNIQUE,
+    principal TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('verified', 'executed')),
+    verified_at TEXT NOT NULL,
+    executed_at TEXT
+)"""
+)
+
+
+class SQLiteHandoffStore(SQLiteBase):
+    """The ``receipt_handoffs`` table (usually in the executor store's file)."""
+
+    component = "handoffs"
+    steps = (_TABLES,)
+
+    def hand_off(self, nonce: str, receipt_id: str, principal: str) -> None:
+        """Record that ``principal`` verified and consumed this receipt (call right after consuming)."""
+        self._run(
+            lambda c: c.execute(
+                "INSERT INTO receipt_handoffs (nonce, receipt_id, principal, state, verified_at)"
+                " VALUES (?, ?, ?, 'verified', ?)",
+                (nonce, receipt_id, principal, self.stamp()),
+            ),
+            "cannot record the verified receipt",
+        )
+
+    def take(self, nonce: str, receipt_id: str, principal: str) -> bool:
+        """Accept the hand-off for ``principal`` once; False for anyone else, or a second time."""
+        cursor = self._run(
+            lambda c: c.execute(
+                "UPDATE receipt_handoffs SET state = 'executed', executed_at = ?"
+                " WHERE nonce = ? AND receipt_id = ? AND principal = ? AND state = 'verified'",
+                (self.stamp(), nonce, receipt_id, principal),
+            ),
+            "cannot take the verified receipt",
+        )
+        return cursor.rowcount == 1
