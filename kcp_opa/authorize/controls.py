@@ -25,6 +25,7 @@ from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import Keyring, ReceiptKey
 from kcp_opa.decide.action import action_hash
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input
 from kcp_opa.declare.trust import TrustRegistry
@@ -263,8 +264,8 @@ class ControlDesk:
         )
         return item, [str(c) for c in value.get("satisfied") or []]
 
-    def rederive(self, record: GateDecision) -> GateDecision:
-        """Re-verify every attestation and replay the policy over them, from a sealed record."""
+    def rederive(self, record: GateDecision, *, counters: Mapping[str, Any] | None = None) -> GateDecision:
+        """Re-verify every attestation and replay the policy over them (on ``counters``, else the record's)."""
         self.check_seal(record)
         accepted: list[ControlEvidence] = []
         satisfied: list[str] = []
@@ -272,18 +273,31 @@ class ControlDesk:
             attested = verify_attestation(item.attestation, self.registry, self.keyring)
             checked, satisfied = self._judge(record, accepted, attested)
             accepted.append(checked)
-        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied)
+        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, counters)
 
     def issue(
         self, record: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
     ) -> dict[str, Any]:
-        """Issue a receipt for a sealed record, after re-deriving its verdict from verified evidence."""
-        from kcp_opa.authorize.receipts import issue_receipt
+        """Issue a receipt for a sealed record, after re-deriving its verdict from verified evidence
+        (and, when the gate counts from a store, on fresh counts with its budget reserved: reservation.py)."""
+        if isinstance(self.gate.counters, StoreCounters):
+            from kcp_opa.authorize.reservation import issue_reserved
 
+            return issue_reserved(self, self.gate.counters, record, key, ttl_seconds=ttl_seconds, now=now)
+        return self.issue_rederived(self.rederive_for_issue(record), key, ttl_seconds=ttl_seconds, now=now)
+
+    def rederive_for_issue(self, record: GateDecision, counters: Mapping[str, Any] | None = None) -> GateDecision:
         try:
-            rederived = self.rederive(record)
+            return self.rederive(record, counters=counters)
         except EvidenceRejectedError as exc:
             raise ReceiptIssueError(f"the record does not stand: {exc}", exc.code) from None
+
+    def issue_rederived(
+        self, rederived: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
+    ) -> dict[str, Any]:
+        """Sign the receipt for a record just re-derived (and audit it)."""
+        from kcp_opa.authorize.receipts import issue_receipt
+
         receipt = issue_receipt(rederived.to_dict(), rederived.action, key, ttl_seconds=ttl_seconds, now=now)
         if self.gate.audit is not None:
             self.gate.audit.event(
@@ -300,7 +314,9 @@ class ControlDesk:
             )
         return receipt
 
-    def _rederive(self, record: GateDecision, satisfied: Sequence[str]) -> GateDecision:
+    def _rederive(
+        self, record: GateDecision, satisfied: Sequence[str], counters: Mapping[str, Any] | None = None
+    ) -> GateDecision:
         # The gate seals the input the desk built from the policy's satisfied controls only.
         prepared = self.gate._seal(
             build_input(
@@ -309,6 +325,7 @@ class ControlDesk:
                 satisfied_controls=sorted(set(satisfied) | set(self.gate.system_controls)),
                 bundle_revision=self.gate.bundle_revision,
                 decision_id=record.decision.decision_id,
+                counters=counters if counters is not None else record.prepared.document["context"].get("counters"),
             )
         )
         decision = self.gate.decide_prepared(prepared)

@@ -23,8 +23,9 @@ import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.core.canonical import canonical_json
-from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError
+from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, StoreError
 from kcp_opa.decide.action import action_hash, check_action, folded_strings, trace_id_of
+from kcp_opa.decide.counting import CounterSource
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
@@ -93,8 +94,13 @@ def build_input(
     satisfied_controls: Sequence[str] = (),
     bundle_revision: str = "",
     decision_id: str | None = None,
+    counters: Mapping[str, Any] | None = None,
 ) -> DecisionInput:
-    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`."""
+    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
+
+    ``counters`` (the gate's counts from its own history, docs/budgets.md) go to
+    ``context.counters``; without them a declared budget or rate limit is ``context_missing``.
+    """
     check_action(action)
     moment = decision_time(now)
     evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -103,7 +109,7 @@ def build_input(
     digest = action_hash(action)
     given_trace = trace_id_of(action)
     trace_id = given_trace or uuid.uuid4().hex
-    document = {
+    document: dict[str, Any] = {
         "action": action,
         "context": {
             "decision_id": the_id,
@@ -119,6 +125,8 @@ def build_input(
             "folded": folded_strings(action),
         },
     }
+    if counters is not None:
+        document["context"]["counters"] = dict(counters)
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)
 
 
@@ -143,8 +151,12 @@ class Gate:
         ledger: AuditLedger | None = None,
         plan_cache: Path | None = None,
         cross_check: str | None = None,
+        counters: CounterSource | None = None,
     ) -> None:
         self.bundle = bundle
+        #: Where ``input.context.counters`` comes from (class gate); None: no counts, so a
+        #: declared budget or rate limit is context_missing (ESCALATE).
+        self.counters = counters
         self.plan_cache = plan_cache
         self.engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight, plan_cache=plan_cache)
         self.cross_check = cross_check
@@ -170,6 +182,7 @@ class Gate:
         ledger: AuditLedger | None = None,
         plan_cache: str | Path | None = None,
         cross_check: str | None = None,
+        counters: CounterSource | None = None,
     ) -> Gate:
         """Load a bundle written by ``kcp-opa compile``.
 
@@ -182,7 +195,14 @@ class Gate:
         difference is a DENY ``engine_divergence`` with both results in the ledger.
         """
         cache = Path(plan_cache) if plan_cache is not None else None
-        return cls(read_bundle(path), preflight=preflight, ledger=ledger, plan_cache=cache, cross_check=cross_check)
+        return cls(
+            read_bundle(path),
+            preflight=preflight,
+            ledger=ledger,
+            plan_cache=cache,
+            cross_check=cross_check,
+            counters=counters,
+        )
 
     @property
     def system_controls(self) -> tuple[str, ...]:
@@ -194,8 +214,21 @@ class Gate:
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
+        counted = None
+        if self.counters is not None:
+            check_action(action)  # a refused action is not counted as a request
+            try:
+                counted = self.counters.counters(action, now=decision_time(now))
+            except StoreError as exc:  # no counts: a declared limit is context_missing, never an allow
+                _log.error("counters_unavailable", error=str(exc))
         return self._seal(
-            build_input(action, now=now, satisfied_controls=self.system_controls, bundle_revision=self.bundle_revision)
+            build_input(
+                action,
+                now=now,
+                satisfied_controls=self.system_controls,
+                bundle_revision=self.bundle_revision,
+                counters=counted,
+            )
         )
 
     def _seal_of(self, prepared: DecisionInput) -> str:

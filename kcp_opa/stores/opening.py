@@ -10,8 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kcp_opa.stores.protocols import ChallengeStore, DecisionStore, ExecutorStore, HandoffStore
-from kcp_opa.stores.sqlite import SQLiteChallengeStore, SQLiteDecisionStore, SQLiteHandoffStore, SQLiteStore
+from kcp_opa.stores.protocols import ChallengeStore, CounterStore, DecisionStore, ExecutorStore, HandoffStore
+from kcp_opa.stores.sqlite import (
+    SQLiteChallengeStore,
+    SQLiteCounterStore,
+    SQLiteDecisionStore,
+    SQLiteHandoffStore,
+    SQLiteStore,
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,7 @@ class Stores:
     challenges: ChallengeStore
     decisions: DecisionStore
     location: str
+    counters: CounterStore | None = None
 
 
 def open_stores(location: str | Path) -> Stores:
@@ -34,4 +41,5 @@ def open_stores(location: str | Path) -> Stores:
         challenges=SQLiteChallengeStore(path),
         decisions=SQLiteDecisionStore(path),
         location=str(path),
+        counters=SQLiteCounterStore(path),
     )
