@@ -59,6 +59,7 @@ def test_corpus_is_substantial() -> None:
         "finance",
         "kcp-governance",
         "kcp-visibility-access",
+        "budget",
     }
 
 
@@ -66,7 +67,11 @@ def test_corpus_is_substantial() -> None:
 def test_case(case: DecisionCase, deployments: _Deployments) -> None:
     gate = deployments.gate(case.deployment)
     prepared = build_input(
-        case.action, now=case.now, satisfied_controls=SYSTEM_CONTROLS, bundle_revision=gate.bundle_revision
+        case.action,
+        now=case.now,
+        satisfied_controls=SYSTEM_CONTROLS,
+        bundle_revision=gate.bundle_revision,
+        counters=case.counters,
     )
     decision, on_regopy = gate.evaluate(prepared)
     assert decision.engine_error is None, decision.engine_error
@@ -91,7 +96,7 @@ def test_every_finding_has_the_one_shape(deployment: str, deployments: _Deployme
     opa = deployments.opa_engine(deployment)
     seen = 0
     for case in (c for c in CASES if c.deployment == deployment):
-        prepared = build_input(case.action, now=case.now, bundle_revision=gate.bundle_revision)
+        prepared = build_input(case.action, now=case.now, bundle_revision=gate.bundle_revision, counters=case.counters)
         for finding in opa.eval_document("kcp.gate.findings", dict(prepared.document)):
             seen += 1
             assert set(finding) == FINDING_KEYS, (case.case_id, finding)

@@ -249,7 +249,9 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
         assert list((tmp_path / "plans").glob("*.rbb"))
         cached = Gate.from_bundle(bundle, plan_cache=tmp_path / "plans")  # loads the saved plan
         for case in (c for c in cases if c.deployment == name):
-            document = build_input(case.action, now=case.now, bundle_revision=fresh.bundle_revision).document
+            document = build_input(
+                case.action, now=case.now, bundle_revision=fresh.bundle_revision, counters=case.counters
+            ).document
             built, loaded = fresh.engine.evaluate(document), cached.engine.evaluate(document)
             assert built.error is None and loaded.error is None, (case.case_id, loaded.error)
             assert built.value == loaded.value, case.case_id

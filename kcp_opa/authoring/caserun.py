@@ -145,6 +145,7 @@ def run_cases(
                         now=case.now,
                         satisfied_controls=SYSTEM_CONTROLS,
                         bundle_revision=gate.bundle_revision,
+                        counters=case.counters,
                     )
                     decision, raw = gate.evaluate(prepared)
                     document = prepared.document
@@ -183,6 +184,16 @@ def _through_ledger(
         ledgers[case.deployment] = Gate(gate.bundle, preflight=False, ledger=ledger)
     ledger_gate = ledgers[case.deployment]
     prepared = ledger_gate.prepare(case.action, now=case.now)
+    if case.counters is not None:  # the case's counts stand in for the gate's counter source
+        prepared = ledger_gate._seal(
+            build_input(
+                case.action,
+                now=case.now,
+                satisfied_controls=ledger_gate.system_controls,
+                bundle_revision=ledger_gate.bundle_revision,
+                counters=case.counters,
+            )
+        )
     decision, entry = ledger_gate.decide_recorded(prepared)
     if entry is None:
         problems.append("the decision was not written to the ledger")

@@ -3,10 +3,11 @@
 # description: |
 #   The risk of an action from what the gate knows, never from what the agent says about
 #   itself: HIGH for a high-value amount, a cross-border payment or a high-risk country, a first
-#   payment to a beneficiary (the gate's history shows none before), a velocity rule exceeded,
-#   restricted data or a special data category; MEDIUM for an amount at or above the currency's
-#   confirmation threshold, confidential data, a new or modified beneficiary flag, a value
-#   transfer whose beneficiary history the gate did not count; else LOW. A
+#   payment to a beneficiary (the gate's history shows none before), a velocity rule exceeded;
+#   MEDIUM for an amount at or above the currency's confirmation threshold, restricted data, a
+#   special data category (health, biometric, genetic, special_category, criminal, children), a
+#   new or modified beneficiary flag, a value transfer whose beneficiary history the gate did
+#   not count; else LOW. A
 #   stated runtime.risk_level can only raise it (an agent can make itself stricter, never laxer).
 package kcp.lib.risk
 
@@ -55,9 +56,9 @@ _history_known if input.context.counters.beneficiary.key == budget.key("benefici
 
 factors contains ["velocity_exceeded", "HIGH"] if count(budget.velocity_exceeded) > 0
 
-factors contains ["restricted_data", "HIGH"] if visibility.sensitivity == "restricted"
+factors contains ["restricted_data", "MEDIUM"] if visibility.sensitivity == "restricted"
 
-factors contains ["special_data_category", "HIGH"] if {
+factors contains ["special_data_category", "MEDIUM"] if {
 	some category in facts.profile.compliance.data_categories
 	category in _special
 }
@@ -66,8 +67,6 @@ factors contains ["confirmation_amount", "MEDIUM"] if {
 	financial.value_transfer
 	_action.amount.value_minor >= _money.confirmation_minor[_action.amount.currency]
 }
-
-factors contains ["confidential_data", "MEDIUM"] if visibility.sensitivity == "confidential"
 
 factors contains ["beneficiary_flag", "MEDIUM"] if {
 	some flag in ["new_beneficiary", "modified_beneficiary"]
