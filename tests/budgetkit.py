@@ -75,11 +75,12 @@ def payment(n: int, *, value: int = 100000, beneficiary: str = "supplier_1", **e
     }
 
 
-def parts(bundle: Path, store: Path) -> tuple[Gate, ControlDesk, Executor]:
+def parts(bundle: Path, store: Path, *, plan_cache: Path | None = None) -> tuple[Gate, ControlDesk, Executor]:
     counters = SQLiteCounterStore(store)
-    gate = Gate.from_bundle(bundle, preflight=False)
+    gate = Gate.from_bundle(bundle, preflight=False, plan_cache=plan_cache)
     gate.counters = StoreCounters.for_bundle(counters, gate.bundle.data)
-    executor = Executor(keyring=Keyring({KEY.kid: KEY}, KEY.kid), policy_versions=[gate.policy_version], store=SQLiteStore(store))
+    keyring = Keyring({KEY.kid: KEY}, KEY.kid)
+    executor = Executor(keyring=keyring, policy_versions=[gate.policy_version], store=SQLiteStore(store))
     return gate, make_desk(gate), executor
 
 
