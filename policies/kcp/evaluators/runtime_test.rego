@@ -36,12 +36,22 @@ test_refund_and_memory_reviewers if {
 	f.details.approver_role == "finance_reviewer"
 	some g in runtime.findings with input.action as {"action_type": "remember", "runtime": {"risk_level": "high"}} with data.kcp_data.matrix as m
 	g.details.approver_role == "manager"
-	count(runtime.findings) == 0 with input.action as {"action_type": "refund", "runtime": {"risk_level": "low"}} with data.kcp_data.matrix as m
+	count(runtime.findings) == 0 with input.action as _known_refund with input.context.counters as _history with data.kcp_data.matrix as m
 }
 
-test_unstated_risk_is_not_low if {
+# A small refund to a beneficiary the gate has paid before carries no risk factor (kcp.lib.risk).
+_known_refund := {"tenant_id": "t", "action_type": "refund", "target": {"reference": "order_1"}, "runtime": {"risk_level": "low"}}
+
+_history := {"beneficiary": {"key": "t/order_1", "prior_payments": 1}}
+
+test_stated_low_risk_does_not_lower_the_computed_risk if {
 	m := _matrix
+	# Without the gate's beneficiary history a refund is not low risk, whatever is stated.
+	{f.code | some f in runtime.findings} == {"refund_requires_review"} with input.action as {"action_type": "refund", "runtime": {"risk_level": "low"}} with data.kcp_data.matrix as m
 	{f.code | some f in runtime.findings} == {"refund_requires_review"} with input.action as {"action_type": "refund"} with data.kcp_data.matrix as m
+	# A first payment to the beneficiary is high risk.
+	first := {"beneficiary": {"key": "t/order_1", "prior_payments": 0}}
+	{f.code | some f in runtime.findings} == {"refund_requires_review"} with input.action as _known_refund with input.context.counters as first with data.kcp_data.matrix as m
 }
 
 test_only_support_agents_send if {
