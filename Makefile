@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
 
-.PHONY: help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
+.PHONY: sysdeps-softhsm help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -53,7 +53,10 @@ serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable 
 	$(BIN)/python examples/serve_demo.py
 	$(BIN)/kcp-opa audit verify --format text audit/serve-demo.jsonl
 
-test: $(STAMP) ## lint, type-check, the policy suite and the test suite (what CI runs)
+sysdeps-softhsm: ## SoftHSM2 (a PKCS#11 token) for the HSM signer's tests; installed only when missing
+	@command -v softhsm2-util >/dev/null || (apt-get update -qq && apt-get install -y -qq softhsm2)
+
+test: $(STAMP) sysdeps-softhsm ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy

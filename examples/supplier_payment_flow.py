@@ -28,7 +28,7 @@ from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import ControlDesk, evidence_for
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptVerificationError
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, load_keyring
+from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.execute.executor import Executor
 from kcp_opa.trail.ledger import AuditLedger
@@ -57,7 +57,7 @@ def main() -> int:
     gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER))
     issuer_keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
 
-    def key_of(issuer: str) -> ReceiptKey:
+    def key_of(issuer: str) -> Key:
         return issuer_keys[f"{issuer}-ed25519-test"]
 
     desk = ControlDesk(gate, load_trust(TRUST / "registry.yaml"), gate_key=key_of("kcp-opa-gate"))

@@ -38,7 +38,19 @@ from kcp_opa.core.errors import (
     UnitNotFoundError,
     ValidationFailedError,
 )
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.core.signing import (
+    Ed25519Key,
+    HmacKey,
+    Keyring,
+    Pkcs11Key,
+    ReceiptKey,
+    Signer,
+    Verifier,
+    generate_ed25519,
+    hmac_key,
+    load_keyring,
+    load_signing_key,
+)
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input
@@ -87,6 +99,7 @@ __all__ = [
     "DecisionStore",
     "DelegationMatrix",
     "Diagnostic",
+    "Ed25519Key",
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
@@ -99,6 +112,7 @@ __all__ = [
     "Gate",
     "GateDecision",
     "HandoffStore",
+    "HmacKey",
     "KcpOpaError",
     "Keyring",
     "KeyringError",
@@ -107,6 +121,7 @@ __all__ = [
     "Manifest",
     "NonceStore",
     "Outcome",
+    "Pkcs11Key",
     "PolicyVerdict",
     "QueryError",
     "Reason",
@@ -118,11 +133,13 @@ __all__ = [
     "RoutingState",
     "SQLiteStore",
     "Severity",
+    "Signer",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
     "UnitNotFoundError",
     "ValidationFailedError",
+    "Verifier",
     "Violation",
     "__version__",
     "action_hash",
@@ -143,6 +160,7 @@ __all__ = [
     "load_keyring",
     "load_manifest",
     "load_matrix",
+    "load_signing_key",
     "parse_action",
     "query",
     "read_bundle",

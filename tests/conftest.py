@@ -85,3 +85,18 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
+
+
+@pytest.fixture(scope="session")
+def softhsm_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A throwaway SoftHSM2 token (tests/softhsm.py); its config and PIN in this process's environment."""
+    import softhsm
+
+    reason = softhsm.available()
+    if reason is not None:
+        pytest.fail(reason)  # the Makefile's sysdeps-softhsm installs it: a missing HSM is a failure, not a skip
+    token = softhsm.make_token(tmp_path_factory.mktemp("softhsm"))
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in token.env().items():
+            patch.setenv(name, value)
+        yield token

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, run_cli
-from trustkit import REGISTRY, compile_with_trust, issuer_key, make_desk, registry, signed
+from trustkit import KYA_APPROVALS, REGISTRY, compile_with_trust, issuer_key, make_desk, registry, signed
 
 from kcp_opa.authorize.attestations import attestation_bytes, sign_attestation, verify_attestation
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
@@ -27,14 +27,7 @@ KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_t
 SCREENING = {**KYA, "action_id": "act_screening", "attributes": {**KYA["attributes"], "screening_uncertain": True}}
 DECIDED = "2026-11-29T10:00:00Z"
 SECRET = b"kya-receipt-secret-0123456789abcdef"
-SIX = [
-    ("standard_audit_logging", "kcp-opa-ledger"),
-    ("user_confirmation", "user_001"),
-    ("identity_verification", "kyc-provider"),
-    ("authority_verification", "scope-service"),
-    ("beneficiary_verification", "bank-registry"),
-    ("independent_human_approval", "treasury_approver_anna"),
-]
+SIX = list(KYA_APPROVALS)
 
 
 @pytest.fixture(scope="module")

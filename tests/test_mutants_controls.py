@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from trustkit import bundle_cache, compile_with_trust, issuer_key, make_desk, registry, signed
+from trustkit import KYA_APPROVALS, bundle_cache, compile_with_trust, issuer_key, make_desk, registry, signed
 
 from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, evidence_for, parties
 from kcp_opa.compile.bundle import read_bundle
@@ -31,14 +31,7 @@ from kcp_opa.trail.ledger import AuditLedger, read_entries
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 DECIDED = "2026-11-29T10:00:00Z"
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
-SIX = [
-    ("standard_audit_logging", "kcp-opa-ledger"),
-    ("user_confirmation", "user_001"),
-    ("identity_verification", "kyc-provider"),
-    ("authority_verification", "scope-service"),
-    ("beneficiary_verification", "bank-registry"),
-    ("independent_human_approval", "treasury_approver_anna"),
-]
+SIX = list(KYA_APPROVALS)
 HUMAN = [(c, a) for c, a in SIX if c != "standard_audit_logging"]
 KEY = hmac_key("kya-1", b"mutant-controls-secret-0123456789abcdef")
 

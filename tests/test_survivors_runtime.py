@@ -34,14 +34,7 @@ ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
 LATER = ISSUED + dt.timedelta(seconds=30)
 SECRET = b"kya-receipt-secret-0123456789abcdef"
 #: The six controls of the KYA payment and who satisfies each (principals of the reference registry).
-SIX = [
-    ("standard_audit_logging", "kcp-opa-ledger"),
-    ("user_confirmation", "user_001"),
-    ("identity_verification", "kyc-provider"),
-    ("authority_verification", "scope-service"),
-    ("beneficiary_verification", "bank-registry"),
-    ("independent_human_approval", "treasury_approver_anna"),
-]
+SIX = list(trustkit.KYA_APPROVALS)
 
 
 @pytest.fixture(scope="module")

@@ -125,3 +125,22 @@ def _inputs_key(deployment: Path) -> str:
         name = path.relative_to(REPO) if path.is_relative_to(REPO) else path  # the same key in every checkout
         digest.update(str(name).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:32]
+
+
+#: The KYA supplier payment's six controls and who answers each (their usual issuers sign).
+KYA_APPROVALS = (
+    ("standard_audit_logging", "kcp-opa-ledger"),
+    ("user_confirmation", "user_001"),
+    ("identity_verification", "kyc-provider"),
+    ("authority_verification", "scope-service"),
+    ("beneficiary_verification", "bank-registry"),
+    ("independent_human_approval", "treasury_approver_anna"),
+)
+
+
+def approve_all(desk: ControlDesk, action: dict[str, Any], now: str = "2026-11-29T10:00:00Z") -> GateDecision:
+    """Open ``action`` at the desk and record every KYA approval for it."""
+    record = desk.open(action, now=now)
+    for control, actor in KYA_APPROVALS:
+        record = desk.record_control_result(record, signed(record, control, actor), action=action)
+    return record

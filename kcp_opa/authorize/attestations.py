@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document, signed_bytes
 from kcp_opa.declare.trust import TrustRegistry
 
 SIGNED_FIELDS = (
@@ -41,22 +40,15 @@ _DECLARABLE = {
 }
 
 
-def attestation_bytes(item: Mapping[str, Any]) -> bytes:
-    """What an issuer signs: the item with only ``signature.value`` removed."""
-    body = dict(item)
-    signature = body.get("signature")
-    if isinstance(signature, Mapping):
-        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
-    return canonical_json(body)
+#: What an issuer signs: the item with only ``signature.value`` removed.
+attestation_bytes = signed_bytes
 
 
-def sign_attestation(fields: Mapping[str, Any], issuer: str, key: ReceiptKey) -> dict[str, Any]:
+def sign_attestation(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
     """Sign one evidence item as ``issuer`` (an approval app, an IdP, the gate for its ledger)."""
     item = {name: fields[name] for name in SIGNED_FIELDS if name in fields and name != "issuer"}
     item["issuer"] = issuer
-    item["signature"] = {"alg": key.alg, "kid": key.kid}
-    item["signature"]["value"] = key.sign(attestation_bytes(item))
-    return item
+    return sign_document(item, key)
 
 
 @dataclass(frozen=True)
@@ -98,7 +90,7 @@ def verify_attestation(raw: Any, registry: TrustRegistry, keyring: Keyring | Non
     key = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
     if key is None or key.alg != alg:
         raise EvidenceRejectedError(f"issuer {issuer.id} has no {alg} key {kid!r}", "unknown_issuer_key")
-    if not key.verify(attestation_bytes(raw), str(signature["value"])):
+    if not document_verifies(raw, key):
         raise EvidenceRejectedError(f"the signature of {issuer.id} does not verify", "bad_signature")
     missing = [name for name in SIGNED_FIELDS if not isinstance(raw.get(name), str) or not raw.get(name)]
     if missing:

@@ -23,7 +23,7 @@ from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import Keyring, ReceiptKey
+from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
@@ -127,7 +127,7 @@ class ControlDesk:
         *,
         keyring: Keyring | None = None,
         gate_issuer: str = "kcp-opa-gate",
-        gate_key: ReceiptKey | None = None,
+        gate_key: Signer | None = None,
         seal_key: bytes | None = None,
     ) -> None:
         compiled = gate.bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
@@ -372,7 +372,7 @@ def evidence_for(
     controls: Sequence[str],
     *,
     issuer: str,
-    key: ReceiptKey,
+    key: Signer,
     actor_id: str,
     completed_at: str,
     reference: str,

@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, parties
 from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.core.signing import ALGORITHMS, Key, Keyring, Signer, document_verifies
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.declare.trust import TrustRegistry
 
@@ -33,7 +32,7 @@ def _refuse(message: str, code: str) -> ReceiptIssueError:
 def issue_for_foreign_decision(
     document: Mapping[str, Any],
     action: Mapping[str, Any],
-    key: ReceiptKey,
+    key: Signer,
     *,
     gate: str,
     registry: TrustRegistry,
@@ -126,8 +125,8 @@ def issue_for_foreign_decision(
     )
 
 
-def _key(issuer: Any, kid: Any, alg: Any, keyring: Keyring | None) -> ReceiptKey | None:
-    key: ReceiptKey | None = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
+def _key(issuer: Any, kid: Any, alg: Any, keyring: Keyring | None) -> Key | None:
+    key: Key | None = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
     return key if key is not None and key.alg == alg else None
 
 
@@ -141,5 +140,5 @@ def _check_document_signature(document: Mapping[str, Any], gate: str, lookup: An
     key = lookup(signature.get("kid"), signature.get("alg"))
     if key is None:
         raise _refuse(f"gate {gate} has no {signature.get('alg')} key {signature.get('kid')!r}", "unknown_issuer_key")
-    if not key.verify(attestation_bytes(document), str(signature["value"])):
+    if not document_verifies(document, key):
         raise _refuse(f"the decision document's signature does not verify with gate {gate}'s key", "bad_signature")

@@ -16,9 +16,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kcp_opa.core.canonical import canonical_hash, canonical_json
+from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
-from kcp_opa.core.signing import ALGORITHMS, Keyring, ReceiptKey
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document, signed_bytes
 from kcp_opa.decide.action import action_hash
 from kcp_opa.stores.protocols import NonceStore
 
@@ -57,13 +57,8 @@ RECEIPT_FIELDS = (
 )
 
 
-def signing_bytes(receipt: Mapping[str, Any]) -> bytes:
-    """The bytes a signature covers: the receipt with only ``signature.value`` removed."""
-    body = dict(receipt)
-    signature = body.get("signature")
-    if isinstance(signature, Mapping):
-        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
-    return canonical_json(body)
+#: The bytes a receipt's signature covers (the receipt with only ``signature.value`` removed).
+signing_bytes = signed_bytes
 
 
 def _utc(moment: dt.datetime | None) -> dt.datetime:
@@ -76,7 +71,7 @@ def _utc(moment: dt.datetime | None) -> dt.datetime:
 def issue_receipt(
     decision: Mapping[str, Any],
     action: Mapping[str, Any],
-    key: ReceiptKey,
+    key: Signer,
     *,
     ttl_seconds: int | None = None,
     now: dt.datetime | None = None,
@@ -140,10 +135,8 @@ def issue_receipt(
         "expires_at": (issued + dt.timedelta(seconds=ttl)).strftime(_TIME),
         "nonce": secrets.token_hex(16),
         "one_time_use": True,
-        "signature": {"alg": key.alg, "kid": key.kid},
     }
-    receipt["signature"]["value"] = key.sign(signing_bytes(receipt))
-    return receipt
+    return sign_document(receipt, key)
 
 
 def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -> str:
@@ -206,7 +199,7 @@ def verify_receipt(
     key = keyring.verifier(kid) if isinstance(kid, str) else None
     if key is None or key.alg != alg:
         raise ReceiptVerificationError(f"signer {kid!r} is not trusted for {alg}", "signer_mismatch")
-    if not isinstance(value, str) or not key.verify(signing_bytes(receipt), value):
+    if not isinstance(value, str) or not document_verifies(receipt, key):
         raise ReceiptVerificationError("signature does not verify", "bad_signature")
     _check_schema(receipt)
     if receipt["policy_version"] not in policy_versions:

@@ -14,10 +14,11 @@ from rich.table import Table
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.cli import render
+from kcp_opa.cli.keys import signer_from, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
-from kcp_opa.core.signing import load_keyring
+from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
 from kcp_opa.trail.ledger import verify_ledger
@@ -76,7 +77,12 @@ def _expect_head(ctx: click.Context, param: click.Parameter, value: str | None) 
     type=click.Path(path_type=Path, dir_okay=False),
     help="Signed checkpoint file(s) (kept off-box); the chain must contain each one's head. Needs --keyring.",
 )
-@click.option("--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help="Checkpoint keys.")
+@click.option(
+    "--keyring",
+    "keyring_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The writer's keys (public ones suffice): checkpoints and every entry's writer signature are checked.",
+)
 @click.option("--expect-head", callback=_expect_head, metavar="SEQ:HASH", help="The chain must contain this entry.")
 @FORMAT
 def audit_verify(
@@ -90,15 +96,18 @@ def audit_verify(
 
     Prints the head it verified (SEQ:HASH): keep it, or a signed `audit checkpoint`, off-box;
     with --checkpoint/--expect-head a later cut, re-chained tail or regenerated file is caught.
-    An empty ledger is not ok.
+    With --keyring, a ledger whose writer signs its entries has each signature checked: an
+    entry appended without the writer's key is reported as a foreign entry. An empty ledger
+    is not ok.
     """
-    anchors, ledger_id = _anchors(checkpoints, keyring_path)
+    keyring = load_keyring(keyring_path) if keyring_path is not None else None
+    anchors, ledger_id = _anchors(checkpoints, keyring)
     if expect_head is not None:
         anchors.append(expect_head)
     conflicting = {seq for seq, digest in anchors if dict(anchors)[seq] != digest}
     if conflicting:
         fail(f"the anchors disagree about seq {min(conflicting)}", EXIT_INVALID)
-    report = verify_ledger(ledger, anchors=anchors, ledger_id=ledger_id)
+    report = verify_ledger(ledger, anchors=anchors, ledger_id=ledger_id, keyring=keyring)
     document = {
         "ledger": str(ledger),
         "ok": report.ok,
@@ -108,6 +117,8 @@ def audit_verify(
         "header": report.headed,
         "anchors": [f"{seq}:{digest}" for seq, digest in report.anchors],
         "torn_tail": report.torn_tail,
+        "writer": report.writer,
+        "entries_authenticated": report.authenticated,
         "problems": [{"line": p.line, "message": p.message} for p in report.problems],
     }
     if as_json(fmt):
@@ -117,6 +128,8 @@ def audit_verify(
         if report.ok:
             anchored = f", {len(report.anchors)} anchor(s) hold" if report.anchors else ""
             out.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact{anchored}, head {report.head}")
+            if report.writer is not None and not report.authenticated:
+                out.print(f"[yellow]note[/] entries are signed by writer {report.writer}: give --keyring to check them")
         for problem in report.problems:
             verified = f"{report.entries} entries verified before it"
             out.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
@@ -124,13 +137,12 @@ def audit_verify(
         sys.exit(EXIT_INVALID)
 
 
-def _anchors(checkpoints: Sequence[Path], keyring_path: Path | None) -> tuple[list[tuple[int, str]], str | None]:
+def _anchors(checkpoints: Sequence[Path], keyring: Keyring | None) -> tuple[list[tuple[int, str]], str | None]:
     """(seq, hash) of every checkpoint after its signature verified; the ledger_id they name."""
     if not checkpoints:
         return [], None
-    if keyring_path is None:
+    if keyring is None:
         raise click.UsageError("--checkpoint needs --keyring (the key that signed it)")
-    keyring = load_keyring(keyring_path)
     anchors: list[tuple[int, str]] = []
     ids: set[str | None] = set()
     for path in checkpoints:
@@ -151,18 +163,20 @@ def _anchors(checkpoints: Sequence[Path], keyring_path: Path | None) -> tuple[li
 @click.option(
     "--keyring",
     "keyring_path",
-    required=True,
     type=click.Path(path_type=Path, dir_okay=False),
     help="Keyring whose signing key (Ed25519 or HMAC via secret_env) signs the checkpoint.",
 )
+@signing_key_option()
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not stdout.")
-def audit_checkpoint(ledger: Path, keyring_path: Path, output: Path | None) -> None:
+def audit_checkpoint(ledger: Path, keyring_path: Path | None, signing_key: str | None, output: Path | None) -> None:
     """Sign the head of a verified ledger (ledger_id, seq, entry_hash, time) for off-box keeping.
 
-    Refused (exit 1) when the ledger does not verify: a broken chain is never vouched for.
+    Refused (exit 1) when the ledger does not verify: a broken chain is never vouched for, nor
+    a ledger whose writer signs its entries when one of them does not verify with this keyring.
     """
-    key = load_keyring(keyring_path).signer()
-    report = verify_ledger(ledger)
+    key = signer_from(signing_key, keyring_path)
+    keyring = load_keyring(keyring_path) if keyring_path is not None else Keyring({key.kid: key})
+    report = verify_ledger(ledger, keyring=keyring)
     if not report.ok:
         problem = report.problems[0]
         fail(f"{ledger}:{problem.line}: {problem.message}; not signing a broken ledger", EXIT_INVALID)

@@ -20,10 +20,11 @@ import click
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.records import export_record, load_record
 from kcp_opa.cli import render
+from kcp_opa.cli.keys import signer_from, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError
-from kcp_opa.core.signing import MIN_SECRET_BYTES, load_keyring
+from kcp_opa.core.signing import MIN_SECRET_BYTES, load_keyring, load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import Gate, decision_time
 from kcp_opa.declare.trust import load_trust
@@ -64,8 +65,8 @@ def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--gate-keyring",
-            type=click.Path(path_type=Path, dir_okay=False),
-            help="Private keyring whose signing key signs the gate's own attestations (audit logging).",
+            metavar="KEYRING|URI",
+            help="Private keyring (or pkcs11: URI) whose key signs the gate's own attestations (audit logging).",
         ),
         click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Audit ledger (JSONL)."),
     ]
@@ -79,7 +80,7 @@ def _desk(
     trust: Path,
     seal_secret_env: str,
     issuer_keyring: Path | None,
-    gate_keyring: Path | None,
+    gate_keyring: str | None,
     ledger: Path | None,
 ) -> ControlDesk:
     secret = os.environ.get(seal_secret_env, "").encode("utf-8")
@@ -93,7 +94,7 @@ def _desk(
         gate,
         load_trust(trust),
         keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
-        gate_key=load_keyring(gate_keyring).signer() if gate_keyring is not None else None,
+        gate_key=load_signing_key(gate_keyring) if gate_keyring is not None else None,
         seal_key=secret,
     )
 
@@ -187,18 +188,25 @@ def show(record_path: Path, decision_out: Path | None, **desk: Any) -> None:
 @controls.command()
 @_desk_options
 @click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--keyring", "keyring_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help="Receipt keyring.")
+@signing_key_option()
 @click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900.")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
 @now_option("Issue time [default: now].")
 @_errors
 def issue(
-    record_path: Path, keyring_path: Path, ttl_seconds: int | None, output: Path | None, now: str | None, **desk: Any
+    record_path: Path,
+    keyring_path: Path | None,
+    signing_key: str | None,
+    ttl_seconds: int | None,
+    output: Path | None,
+    now: str | None,
+    **desk: Any,
 ) -> None:
     """Issue the receipt for an APPROVED record (re-derived through the policy before signing)."""
     the_desk = _desk(**desk)
     record = load_record(the_desk, _read_json(str(record_path), "record"))
-    signer = load_keyring(keyring_path).signer()
+    signer = signer_from(signing_key, keyring_path)
     receipt = the_desk.issue(record, signer, ttl_seconds=ttl_seconds, now=decision_time(now) if now else None)
     if output is not None:
         _write(output, receipt)
@@ -207,10 +215,9 @@ def issue(
 
 @controls.command()
 @click.option("--issuer", required=True, help="The registered issuer signing (e.g. approval-app).")
-@click.option(
-    "--keyring", "keyring_path", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Issuer's key."
-)
+@click.option("--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help="Issuer's keyring.")
 @click.option("--kid", help="Key id in the keyring [default: its signing kid].")
+@signing_key_option()
 @click.option("--control", required=True)
 @click.option("--status", type=click.Choice(["PASSED", "FAILED"]), default="PASSED", show_default=True)
 @click.option("--actor", "actor_id", required=True, help="The registered principal who acted.")
@@ -221,16 +228,25 @@ def issue(
 @now_option("Completion time [default: now].")
 @_errors
 def attest(
-    issuer: str, keyring_path: Path, kid: str | None, output: Path | None, now: str | None, **fields: Any
+    issuer: str,
+    keyring_path: Path | None,
+    kid: str | None,
+    signing_key: str | None,
+    output: Path | None,
+    now: str | None,
+    **fields: Any,
 ) -> None:
     """The issuer's side: sign one control result (what an approval app or IdP would send)."""
     from kcp_opa.authorize.attestations import sign_attestation
 
     completed = decision_time(now).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ring = load_keyring(keyring_path)
-    if kid is not None and kid not in ring.keys:
-        raise KeyringError(f"kid {kid} is not in {keyring_path}", "unknown_kid")
-    key = ring.keys[kid] if kid is not None else ring.signer()
+    if kid is not None and keyring_path is not None and signing_key is None:
+        ring = load_keyring(keyring_path)
+        if kid not in ring.keys:
+            raise KeyringError(f"kid {kid} is not in {keyring_path}", "unknown_kid")
+        key = ring.keys[kid]
+    else:
+        key = signer_from(signing_key, keyring_path)
     item = sign_attestation({**fields, "completed_at": completed}, issuer, key)
     if output is not None:
         _write(output, item)

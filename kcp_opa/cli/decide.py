@@ -13,7 +13,8 @@ from kcp_opa.cli.native import first_native_error, native_stdout_captured
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
-from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, QueryError
+from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, QueryError
+from kcp_opa.core.signing import load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.crosscheck import opa_query
 from kcp_opa.decide.gate import Gate
@@ -52,6 +53,12 @@ from kcp_opa.trail.ledger import AuditLedger
     help="Append the decision to this audit ledger (JSON Lines; fsynced before printing).",
 )
 @click.option(
+    "--ledger-key",
+    metavar="URI|KEYRING",
+    help="The ledger's writer key (a pkcs11: URI or a keyring file): it signs each entry and a checkpoint of "
+    "the head; a ledger holding entries it did not write is not extended (DENY audit_unavailable).",
+)
+@click.option(
     "--cross-check",
     is_flag=True,
     help="Also evaluate on the OPA reference engine; any difference is a DENY engine_divergence.",
@@ -64,6 +71,7 @@ def decide(
     with_input: bool,
     enforce: bool,
     ledger: Path | None,
+    ledger_key: str | None,
     cross_check: bool,
     fmt: str | None,
 ) -> None:
@@ -79,9 +87,11 @@ def decide(
     An engine failure is not an exit code: it is a DENY with reason `engine_error`.
     """
     action = parse_action(read_text(input_path, "action"))
-    gate = Gate.from_bundle(
-        bundle, ledger=AuditLedger(ledger) if ledger is not None else None, cross_check="opa" if cross_check else None
-    )
+    if ledger_key is not None and ledger is None:
+        raise click.UsageError("--ledger-key needs --ledger")
+    key = load_signing_key(ledger_key) if ledger_key is not None else None
+    audit = AuditLedger(ledger, checkpoint_key=key) if ledger is not None else None
+    gate = Gate.from_bundle(bundle, ledger=audit, cross_check="opa" if cross_check else None)
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
@@ -91,6 +101,11 @@ def decide(
         render.print_json(document)
     else:
         render.decision(console(), document)
+    if audit is not None and key is not None:
+        try:
+            audit.close()  # a signed checkpoint of the head, only when this writer wrote it
+        except LedgerError as exc:
+            click.echo(f"kcp-opa: warning: no checkpoint: {exc}", err=True)
     if enforce and not decision.execution_allowed:
         sys.exit(EXIT_NOT_ALLOWED)
 

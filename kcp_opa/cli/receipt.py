@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -13,11 +12,19 @@ import click
 
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
 from kcp_opa.cli import render
+from kcp_opa.cli.keys import signing_key_option
 from kcp_opa.cli.output import EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError, ReceiptIssueError
-from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key_from_env, load_keyring
+from kcp_opa.core.signing import (
+    Keyring,
+    create_pkcs11_ed25519,
+    generate_ed25519,
+    hmac_key_from_env,
+    load_keyring,
+    load_signing_key,
+)
 from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.stores.sqlite import SQLiteStore
@@ -105,6 +112,7 @@ def receipt_hash(action_path: str) -> None:
     help="A KYA gate decision document (with control_evidence), from this or another gate.",
 )
 @_key_options(keyring_help="Sign with the keyring's signing key instead (Ed25519 or HMAC).")
+@signing_key_option("Sign with this key instead: a pkcs11: URI (the key stays in the HSM) or a keyring file.")
 @click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900 [default: the decision's, else 300].")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
 @click.option("--issuer", "gate", metavar="GATE", help="The registered gate that wrote the decision (KYA interop).")
@@ -130,6 +138,7 @@ def receipt_issue(
     secret_env: str,
     kid: str,
     keyring_path: Path | None,
+    signing_key: str | None,
     ttl_seconds: int | None,
     output: Path | None,
     gate: str | None,
@@ -149,7 +158,9 @@ def receipt_issue(
     decision = _load_json(decision_path, "decision")
     if not isinstance(decision, dict):
         raise ReceiptIssueError("a decision document is a JSON object", "invalid_json")
-    key = _keyring_for(keyring_path, secret_env, kid).signer()
+    if signing_key is not None and keyring_path is not None:
+        raise KeyringError("give --signing-key or --keyring, not both", "usage")
+    key = load_signing_key(signing_key) if signing_key else _keyring_for(keyring_path, secret_env, kid).signer()
     moment = decision_time(now) if now else None
     if gate is not None:
         if trust_path is None or bundle_path is None:
@@ -236,18 +247,27 @@ def receipt_verify(
     help="Also write the public keyring here, for executors.",
 )
 @click.option("--retire", multiple=True, metavar="KID", help="Retire this kid (it stops verifying).")
+@click.option(
+    "--pkcs11",
+    "pkcs11_uri",
+    metavar="URI",
+    help="Generate the key pair inside this HSM token instead (pkcs11:token=T;object=LABEL): sensitive, never "
+    "extractable; the keyring holds its URI and public key only.",
+)
 @_receipt_errors
-def receipt_keygen(kid: str, keyring_path: Path, public_path: Path | None, retire: tuple[str, ...]) -> None:
+def receipt_keygen(
+    kid: str, keyring_path: Path, public_path: Path | None, retire: tuple[str, ...], pkcs11_uri: str | None
+) -> None:
     """Add an Ed25519 key and make it the signer; rotate by adding, then retiring the old kid."""
     existing = load_keyring(keyring_path) if keyring_path.exists() else Keyring({}, None)
     if kid in existing.keys:
         raise KeyringError(f"kid {kid} is already in {keyring_path}", "duplicate_kid")
     keys = dict(existing.keys)
-    keys[kid] = generate_ed25519(kid)
+    keys[kid] = create_pkcs11_ed25519(pkcs11_uri, kid=kid) if pkcs11_uri else generate_ed25519(kid)
     for old in retire:
         if old not in keys:
             raise KeyringError(f"cannot retire {old}: not in the keyring", "unknown_kid")
-        keys[old] = dataclasses.replace(keys[old], retired=True)
+        keys[old] = keys[old].retire()
     ring = Keyring(keys, kid)
     write_atomically(keyring_path, json.dumps(ring.to_file_dict(include_private=True), indent=2).encode() + b"\n")
     keyring_path.chmod(0o600)

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
+from kcp_opa.cli.keys import signing_key_option
 from kcp_opa.core.errors import KcpOpaError
-from kcp_opa.core.signing import load_keyring
+from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 
 
 class ServeConfigError(KcpOpaError):
@@ -96,6 +97,14 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option("--principal", "stdio_principal", help="With --trust and stdio: the registered principal calling.")
 @click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Receipt signing keyring.")
+@signing_key_option(
+    "Sign receipts with this key instead of --keyring: a pkcs11: URI (the key stays in the HSM; kept across reloads)."
+)
+@click.option(
+    "--ledger-key",
+    metavar="URI|KEYRING",
+    help="The ledger's writer key (a pkcs11: URI or a keyring file): signs every entry and the checkpoints.",
+)
 @click.option(
     "--handlers",
     "handlers_path",
@@ -123,6 +132,8 @@ def serve(
     tokens_path: Path | None,
     stdio_principal: str | None,
     keyring: Path | None,
+    signing_key: str | None,
+    ledger_key: str | None,
     handlers_path: Path | None,
     token_env: str,
     plan_cache: Path | None,
@@ -166,6 +177,8 @@ def serve(
                 f"in ${token_env}"
             )
         tokens[token] = LOCAL_AGENT
+    if keyring is not None and signing_key is not None:
+        raise click.UsageError("give --keyring or --signing-key, not both")
     if otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
     registry = load_trust(trust) if trust is not None else None
@@ -173,12 +186,13 @@ def serve(
         bundle,
         store=store,
         ledger=ledger,
-        keyring=load_keyring(keyring) if keyring is not None else None,
+        keyring=load_keyring(keyring) if keyring is not None else _signing_keyring(signing_key),
         handlers=_handlers(handlers_path),
         plan_cache=plan_cache,
         registry=registry,
         issuer_ids=issuer_ids,
         issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
+        ledger_key=load_signing_key(ledger_key) if ledger_key is not None else None,
     )
 
     def make_authenticator(loaded: Any, data: Any) -> Any:
@@ -192,10 +206,29 @@ def serve(
     sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache)
     reloader = Reloader(service, sources, authenticator, make_authenticator)
     _on_sighup(reloader)
-    if transport == "stdio":
-        _serve_stdio(service, authenticator)
-    else:
-        _serve_http(service, authenticator, host, port, reloader)
+    try:
+        if transport == "stdio":
+            _serve_stdio(service, authenticator)
+        else:
+            _serve_http(service, authenticator, host, port, reloader)
+    finally:
+        _checkpoint_on_exit(service)
+
+
+def _checkpoint_on_exit(service: Any) -> None:
+    """With --ledger-key, a signed checkpoint of the head this server wrote, when it stops."""
+    audit = service.gate.audit
+    if audit is None or audit.ledger.checkpoint_key is None:
+        return
+    try:
+        audit.ledger.close()
+    except KcpOpaError as exc:
+        click.echo(f"kcp-opa: warning: no checkpoint on exit: {exc}", err=True)
+
+
+def _signing_keyring(signing_key: str | None) -> Keyring | None:
+    """--signing-key as the receipt keyring (None: the service makes its own)."""
+    return load_signing_keyring(signing_key) if signing_key else None
 
 
 def _on_sighup(reloader: Any) -> None:

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcp_opa import schemas
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey
+from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring, ReceiptKey
 from kcp_opa.declare.diagnostics import Findings, Report
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
@@ -46,18 +46,17 @@ class Issuer:
     controls: frozenset[str]
     keys: Mapping[str, Mapping[str, Any]]
 
-    def key(self, kid: str, keyring: Keyring | None) -> ReceiptKey | None:
+    def key(self, kid: str, keyring: Keyring | None) -> Key | None:
         """The verification key for ``kid``: an inline Ed25519 public key, or an HMAC secret from the keyring."""
         entry = self.keys.get(kid)
         if entry is None:
             return None
         if entry["alg"] == ED25519:
             raw = base64.b64decode(str(entry["public_key"]))
-            return ReceiptKey(kid=kid, alg=ED25519, public_key=Ed25519PublicKey.from_public_bytes(raw))
+            return Ed25519Key(kid, public_key=Ed25519PublicKey.from_public_bytes(raw))
         held = keyring.verifier(str(entry.get("keyring_kid", kid))) if keyring is not None else None
-        if held is None or held.alg != HMAC_SHA256 or held.secret is None:
-            return None
-        return ReceiptKey(kid=kid, alg=HMAC_SHA256, secret=held.secret)
+        material = held.key() if isinstance(held, ReceiptKey) else held
+        return HmacKey(kid, material.secret) if isinstance(material, HmacKey) else None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import structlog
 from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
-from kcp_opa.core.signing import Keyring, ReceiptKey
+from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
@@ -331,7 +331,7 @@ class GateService:
         if loaded.desk is None:
             raise AccessDeniedError("issuing receipts needs a trust registry: start the server with --trust REGISTRY")
         _, record = self._record(loaded, decision_id)
-        signer: ReceiptKey = loaded.keyring.signer()
+        signer: Signer = loaded.keyring.signer()
         return {"receipt": loaded.desk.issue(record, signer, ttl_seconds=ttl_seconds), "action": dict(record.action)}
 
     def verify_and_consume(self, principal: Principal, receipt: Any, action: Any) -> dict[str, Any]:

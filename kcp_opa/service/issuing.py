@@ -20,7 +20,7 @@ from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.core.errors import CodedError, EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.secretkeys import secret_name
-from kcp_opa.core.signing import Keyring, ReceiptKey
+from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.service.challenges import Challenge
@@ -45,12 +45,12 @@ class IssuerConfigError(CodedError):
 class ServiceIssuers:
     """The registered issuers the service signs as, each with its private key, in preference order."""
 
-    keys: tuple[tuple[str, ReceiptKey], ...]
+    keys: tuple[tuple[str, Key], ...]
 
     @classmethod
     def load(cls, registry: TrustRegistry, issuer_ids: Sequence[str], keyring: Keyring) -> ServiceIssuers:
         """Each issuer must be in the registry and the keyring must hold a private key it lists."""
-        found: list[tuple[str, ReceiptKey]] = []
+        found: list[tuple[str, Key]] = []
         for raw in issuer_ids:
             try:
                 issuer = registry.issuer(raw)
@@ -88,7 +88,7 @@ class ServiceIssuers:
             return ControlDesk(gate, registry, seal_key=seal_key)
         return ControlDesk(gate, registry, gate_issuer=found[0], gate_key=found[1], seal_key=seal_key)
 
-    def held_for(self, registry: TrustRegistry, control: str) -> tuple[str, ReceiptKey] | None:
+    def held_for(self, registry: TrustRegistry, control: str) -> tuple[str, Key] | None:
         """The first held issuer the registry allows to attest ``control``."""
         for issuer_id, key in self.keys:
             issuer = registry.issuer(issuer_id)
@@ -96,7 +96,7 @@ class ServiceIssuers:
                 return issuer_id, key
         return None
 
-    def for_control(self, registry: TrustRegistry, control: str) -> tuple[str, ReceiptKey]:
+    def for_control(self, registry: TrustRegistry, control: str) -> tuple[str, Key]:
         found = self.held_for(registry, control)
         if found is not None:
             return found

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
-from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
+from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
@@ -74,10 +74,14 @@ def open_service(
     registry: TrustRegistry | None = None,
     issuer_ids: tuple[str, ...] = (),
     issuer_keyring: Keyring | None = None,
+    ledger_key: Key | None = None,
 ) -> GateService:
-    """Load the bundle (planned in a child process first), open the store and the ledger."""
+    """Load the bundle (planned in a child process first), open the store and the ledger.
+
+    ``ledger_key`` is the ledger's writer key: it signs every entry and the checkpoints.
+    """
     metrics = Metrics()
-    timed = TimedLedger(ledger, metrics, durability="group")
+    timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
     gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache)
     if keyring is None:  # receipts verify only here: a replica needs the shared --keyring
         signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")

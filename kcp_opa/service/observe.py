@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kcp_opa.core.signing import Key
 from kcp_opa.decide.action import trace_id_of
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -52,8 +53,10 @@ class Metrics:
 class TimedLedger(AuditLedger):
     """The audit ledger, with each durable append timed into the service's metrics."""
 
-    def __init__(self, path: Any, metrics: Metrics, *, durability: str = "fsync") -> None:
-        super().__init__(path, durability=durability)
+    def __init__(
+        self, path: Any, metrics: Metrics, *, durability: str = "fsync", checkpoint_key: Key | None = None
+    ) -> None:
+        super().__init__(path, durability=durability, checkpoint_key=checkpoint_key)
         self.metrics = metrics
 
     def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:

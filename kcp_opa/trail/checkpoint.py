@@ -18,22 +18,18 @@ from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import LedgerError
-from kcp_opa.core.signing import Keyring, ReceiptKey
+from kcp_opa.core.signing import Keyring, Signer, document_verifies, sign_document, signed_bytes
 
 CHECKPOINT_FORMAT = "kcp-opa-checkpoint/1"
 MAX_CHECKPOINT_FILE = 16 * 1024 * 1024
 
 
-def checkpoint_bytes(checkpoint: Mapping[str, Any]) -> bytes:
-    body = dict(checkpoint)
-    signature = body.get("signature")
-    if isinstance(signature, Mapping):
-        body["signature"] = {k: v for k, v in signature.items() if k != "value"}
-    return canonical_json(body)
+#: What a checkpoint's signature covers (the checkpoint with only ``signature.value`` removed).
+checkpoint_bytes = signed_bytes
 
 
 def make_checkpoint(
-    ledger_id: str | None, seq: int, head_hash: str, key: ReceiptKey, *, now: dt.datetime | None = None
+    ledger_id: str | None, seq: int, head_hash: str, key: Signer, *, now: dt.datetime | None = None
 ) -> dict[str, Any]:
     moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     checkpoint: dict[str, Any] = {
@@ -42,10 +38,8 @@ def make_checkpoint(
         "seq": seq,
         "entry_hash": head_hash,
         "time": moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        "signature": {"alg": key.alg, "kid": key.kid},
     }
-    checkpoint["signature"]["value"] = key.sign(checkpoint_bytes(checkpoint))
-    return checkpoint
+    return sign_document(checkpoint, key)
 
 
 def append_checkpoint(path: Path, checkpoint: Mapping[str, Any]) -> None:
@@ -104,5 +98,5 @@ def verify_checkpoint(checkpoint: Mapping[str, Any], keyring: Keyring) -> None:
     key = keyring.verifier(kid) if isinstance(kid, str) else None
     if key is None or key.alg != alg:
         raise LedgerError(f"checkpoint signer {kid!r} is not trusted for {alg}")
-    if not isinstance(value, str) or not key.verify(checkpoint_bytes(checkpoint), value):
+    if not isinstance(value, str) or not document_verifies(checkpoint, key):
         raise LedgerError(f"checkpoint at seq {checkpoint.get('seq')}: signature does not verify")

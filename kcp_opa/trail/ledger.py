@@ -17,6 +17,13 @@ with the header, or a headerless ledger written before headers existed (its firs
 genesis entry). It repairs (cuts) a torn tail only in a file with the header: it never
 truncates a file it cannot prove is a ledger. Signed checkpoints of the head anchor the chain
 against truncation and regeneration (``kcp_opa.trail.checkpoint``).
+
+A writer with a key (``checkpoint_key``) binds the ledger to it: the header it creates names the
+key (``entry_auth``), every entry it writes carries ``entry_signature``, and it extends or
+checkpoints only a file whose entries it can authenticate. On its first write it verifies the
+whole file against its own last checkpoint; before every batch and every checkpoint it checks
+that the last entry is its own. A validly chained entry appended without the key is refused
+(the writer neither extends nor signs past it) and reported by ``audit verify --keyring``.
 """
 
 from __future__ import annotations
@@ -35,16 +42,20 @@ from typing import Any
 import structlog
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
-from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.errors import KeyringError, LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
-from kcp_opa.core.signing import ReceiptKey
-from kcp_opa.trail.checkpoint import append_checkpoint, make_checkpoint
+from kcp_opa.core.signing import Key, Keyring, sign_document
+from kcp_opa.trail.checkpoint import append_checkpoint, load_checkpoints, make_checkpoint, verify_checkpoint
 from kcp_opa.trail.verify import (
+    AUTH_KEY,
+    ENTRY_SIGNATURE,
     GENESIS,
     HEADER_KEY,
     LedgerProblem,
     VerifyReport,
+    declared_writer,
     entry_hash,
+    foreign_entry,
     is_header,
     verify_ledger,
 )
@@ -63,8 +74,9 @@ def checkpoint_path(path: Path) -> Path:
 class AuditLedger:
     """Append entries to one JSON Lines file; ``durability`` is "fsync" (default) or "group".
 
-    With ``checkpoint_key``, a signed checkpoint of the head is appended to
-    ``<ledger>.checkpoints`` every ``checkpoint_every`` entries and on :meth:`close`.
+    With ``checkpoint_key`` (the writer's key), every entry is signed, and a signed checkpoint
+    of the head is appended to ``<ledger>.checkpoints`` every ``checkpoint_every`` entries and
+    on :meth:`close`; only entries this key wrote are extended and checkpointed.
     """
 
     def __init__(
@@ -72,7 +84,7 @@ class AuditLedger:
         path: str | Path,
         *,
         durability: str = "fsync",
-        checkpoint_key: ReceiptKey | None = None,
+        checkpoint_key: Key | None = None,
         checkpoint_every: int = 1000,
     ) -> None:
         if durability not in {"fsync", "group"}:
@@ -83,6 +95,8 @@ class AuditLedger:
         self.durability = durability
         self.checkpoint_key = checkpoint_key
         self.checkpoint_every = checkpoint_every
+        self._trusted = Keyring({checkpoint_key.kid: checkpoint_key}) if checkpoint_key is not None else None
+        self._verified = False
         self._lock = threading.Lock()
         self._group = GroupCommit(self._write_batch, max_batch=512)
 
@@ -103,7 +117,8 @@ class AuditLedger:
         fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _, ledger_id, previous, seq, _ = _prepare(fd, self.path)
+            _, ledger_id, previous, seq, header, head, last = _prepare(fd, self.path, self.checkpoint_key)
+            self._admit(head, last, seq, created=bool(header))
             if seq == 0:
                 return None
             checkpoint = make_checkpoint(ledger_id, seq, previous, self.checkpoint_key)
@@ -130,12 +145,13 @@ class AuditLedger:
         start = -1
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            start, ledger_id, previous, seq, header = _prepare(fd, self.path)
+            start, ledger_id, previous, seq, header, head, last = _prepare(fd, self.path, self.checkpoint_key)
+            self._admit(head, last, seq, created=bool(header))
             lines = [header] if header else []
             written = []
             for entry in entries:
                 seq += 1
-                chained = {**entry, "seq": seq, "previous_hash": previous}
+                chained = self._sign({**entry, "seq": seq, "previous_hash": previous})
                 chained["entry_hash"] = previous = entry_hash(chained)
                 lines.append(canonical_json(chained) + b"\n")
                 written.append(chained)
@@ -154,6 +170,56 @@ class AuditLedger:
             os.close(fd)  # closing releases the flock
         self._maybe_checkpoint(ledger_id, written)
         return written
+
+    def _sign(self, entry: dict[str, Any]) -> dict[str, Any]:
+        if self.checkpoint_key is None:
+            return entry
+        try:
+            return sign_document(entry, self.checkpoint_key, ENTRY_SIGNATURE)
+        except KeyringError as exc:  # an HSM that does not answer: the entry is not written
+            raise LedgerError(f"{self.path}: cannot sign the entry: {exc}") from None
+
+    def _admit(self, head: Any, last: Any, seq: int, *, created: bool) -> None:
+        """A keyed writer extends and signs only its own ledger: its header, its entries.
+
+        The first time, the whole file is verified against this writer's last checkpoint;
+        every time, the last entry must carry this writer's signature.
+        """
+        if self._trusted is None or created:
+            self._verified = self._verified or created
+            return
+        declared = declared_writer(head)
+        if declared is None:
+            raise LedgerError(
+                f"{self.path}: this ledger was not started by a writer key, so its entries cannot be "
+                "authenticated; a keyed writer starts its own ledger file"
+            )
+        if self.checkpoint_key is not None and declared.get("kid") != self.checkpoint_key.kid:
+            raise LedgerError(
+                f"{self.path}: this ledger's writer key is {declared.get('kid')!r}, not "
+                f"{self.checkpoint_key.kid!r}; a keyed writer starts its own ledger file"
+            )
+        problem = foreign_entry(last, declared, self._trusted) if seq else None
+        if problem is not None:
+            raise LedgerError(
+                f"{self.path}: {problem}; refusing to extend or checkpoint it (run `kcp-opa audit verify`)"
+            )
+        if not self._verified and seq:
+            anchors, ledger_id = self._own_anchor()
+            report = verify_ledger(self.path, anchors=anchors, ledger_id=ledger_id, keyring=self._trusted)
+            if not report.ok:
+                found = report.problems[0]
+                raise LedgerError(f"{self.path}:{found.line}: {found.message}; refusing to extend or checkpoint it")
+        self._verified = True
+
+    def _own_anchor(self) -> tuple[list[tuple[int, str]], str | None]:
+        """The last checkpoint this writer left, verified with its key (none: no anchor yet)."""
+        path = checkpoint_path(self.path)
+        if self._trusted is None or not path.exists():
+            return [], None
+        last = load_checkpoints(path)[-1]
+        verify_checkpoint(last, self._trusted)
+        return [(int(last["seq"]), str(last["entry_hash"]))], last.get("ledger_id")
 
     def _maybe_checkpoint(self, ledger_id: str | None, written: list[dict[str, Any]]) -> None:
         if self.checkpoint_key is None or not written:
@@ -180,9 +246,12 @@ def _rollback(fd: int, start: int) -> None:
         _log.error("ledger_rollback_failed", error=str(exc))
 
 
-def _header_line() -> bytes:
+def _header_line(key: Key | None = None) -> bytes:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return canonical_json({HEADER_KEY: 1, "ledger_id": uuid.uuid4().hex, "created_at": stamp}) + b"\n"
+    header: dict[str, Any] = {HEADER_KEY: 1, "ledger_id": uuid.uuid4().hex, "created_at": stamp}
+    if key is not None:
+        header[AUTH_KEY] = {"alg": key.alg, "kid": key.kid}
+    return canonical_json(header) + b"\n"
 
 
 def _last_newline(fd: int, end: int) -> int:
@@ -204,16 +273,17 @@ def _parse(line: bytes) -> Any:
         return None
 
 
-def _prepare(fd: int, path: Path) -> tuple[int, str | None, str, int, bytes]:
+def _prepare(fd: int, path: Path, key: Key | None = None) -> tuple[int, str | None, str, int, bytes, Any, Any]:
     """Check the file is a ledger, cut a torn tail (headed files only) and read the head.
 
-    Returns (offset the batch starts at, ledger_id, last entry hash, last seq, header to write).
+    Returns (offset the batch starts at, ledger_id, last entry hash, last seq, header to write,
+    the first line, the last entry or None).
     """
     size = os.fstat(fd).st_size
     if size == 0:
-        header = _header_line()
+        header = _header_line(key)
         parsed = json.loads(header)
-        return 0, str(parsed["ledger_id"]), canonical_hash(parsed), 0, header
+        return 0, str(parsed["ledger_id"]), canonical_hash(parsed), 0, header, parsed, None
     first = os.pread(fd, _TAIL_CHUNK, 0)
     end = first.find(b"\n")
     head: Any = _parse(first[:end]) if end >= 0 else None
@@ -222,7 +292,7 @@ def _prepare(fd: int, path: Path) -> tuple[int, str | None, str, int, bytes]:
     if end < 0 and size < 160 and _header_line().startswith(first[:15]) and first.startswith(b'{"created_at":"'):
         os.ftruncate(fd, 0)  # only a torn header: the first batch never completed
         os.fsync(fd)
-        return _prepare(fd, path)
+        return _prepare(fd, path, key)
     if not headed and not legacy:
         raise LedgerError(f"{path}: not a kcp-opa audit ledger (no ledger header); refusing to write to it")
     last = _last_newline(fd, size)
@@ -234,11 +304,11 @@ def _prepare(fd: int, path: Path) -> tuple[int, str | None, str, int, bytes]:
         size = last + 1
     ledger_id = str(head["ledger_id"]) if headed else None
     if headed and size == end + 1:
-        return size, ledger_id, canonical_hash(head), 0, b""
+        return size, ledger_id, canonical_hash(head), 0, b"", head, None
     begin = _last_newline(fd, size - 1) + 1
     entry = _parse(os.pread(fd, size - 1 - begin, begin))
     try:
-        return size, ledger_id, str(entry["entry_hash"]), int(entry["seq"]), b""
+        return size, ledger_id, str(entry["entry_hash"]), int(entry["seq"]), b"", head, entry
     except (KeyError, TypeError, ValueError):
         raise LedgerError(f"{path}: the last entry is not a ledger entry; run `kcp-opa audit verify`") from None
 

@@ -1,8 +1,14 @@
-"""Verify a ledger file: every line, the chain, and (optionally) anchors the chain must contain.
+"""Verify a ledger file: every line, the chain, each entry's writer signature, and anchors.
 
 An anchor is (seq, entry_hash) from a signed checkpoint or from ``--expect-head``: the entry
 with that seq must exist and carry that hash. A cut at an entry boundary, a re-chained
 rewritten tail or a regenerated file all pass the chain check and fail this one.
+
+The chain has no secret, so anyone can append a validly chained entry. A ledger whose header
+names a writer key (``entry_auth {alg, kid}``) carries ``entry_signature`` on every entry: the
+writer's signature over the entry (its seq and previous_hash included) without ``entry_hash``,
+itself covered by ``entry_hash``. With the writer's keyring, an entry appended or changed
+without the key is a *foreign entry*, reported with its line and seq.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from typing import Any, BinaryIO
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.signing import Keyring, document_verifies
 
 GENESIS = "sha256:" + "0" * 64
 HEADER_KEY = "kcp_opa_ledger"
+AUTH_KEY = "entry_auth"
+ENTRY_SIGNATURE = "entry_signature"
 
 
 def entry_hash(entry: Mapping[str, Any]) -> str:
@@ -32,6 +41,36 @@ def is_header(line: Any) -> bool:
         and isinstance(line.get("ledger_id"), str)
         and "entry_hash" not in line
     )
+
+
+def declared_writer(header: Any) -> Mapping[str, Any] | None:
+    """The header's ``entry_auth {alg, kid}``: every entry of this ledger is signed by its writer."""
+    auth = header.get(AUTH_KEY) if isinstance(header, dict) else None
+    return auth if isinstance(auth, Mapping) else None
+
+
+def foreign_entry(entry: Mapping[str, Any], declared: Mapping[str, Any] | None, keyring: Keyring | None) -> str | None:
+    """Why ``entry`` was not written by a holder of the writer's key, or None.
+
+    Without ``keyring`` only the signature's presence is checked (its value cannot be).
+    """
+    if declared is None:
+        return None
+    seq = entry.get("seq")
+    signature = entry.get(ENTRY_SIGNATURE)
+    if not isinstance(signature, Mapping) or not all(
+        isinstance(signature.get(k), str) for k in ("alg", "kid", "value")
+    ):
+        return f"foreign entry: seq {seq} carries no writer signature (appended without the writer's key)"
+    if keyring is None:
+        return None
+    key = keyring.verifier(signature["kid"])
+    if key is None or key.alg != signature["alg"]:
+        return f"foreign entry: seq {seq} is signed by {signature['kid']!r}, not a trusted writer key"
+    body = {k: v for k, v in entry.items() if k != "entry_hash"}
+    if not document_verifies(body, key, ENTRY_SIGNATURE):
+        return f"foreign entry: seq {seq}: its writer signature does not verify (written without the writer's key)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,6 +89,8 @@ class VerifyReport:
     ledger_id: str | None = None
     headed: bool = False
     anchors: tuple[tuple[int, str], ...] = field(default=())
+    writer: str | None = None
+    authenticated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -61,24 +102,33 @@ class VerifyReport:
 
 
 def verify_ledger(
-    path: str | Path, *, anchors: Iterable[tuple[int, str]] = (), ledger_id: str | None = None
+    path: str | Path,
+    *,
+    anchors: Iterable[tuple[int, str]] = (),
+    ledger_id: str | None = None,
+    keyring: Keyring | None = None,
 ) -> VerifyReport:
-    """Check every line, its hash, link and seq; then that every anchor is in the chain.
+    """Check every line, its hash, link, seq and writer signature; then that every anchor is in the chain.
 
     ``ledger_id`` (from a checkpoint) must match the header's. A file without entries is a
-    problem (there is nothing to trust), not an empty success.
+    problem (there is nothing to trust), not an empty success. ``keyring`` holds the writer's
+    verification keys; without it the writer signatures of an authenticated ledger are not
+    checked (``authenticated`` is then False).
     """
     try:
         with Path(path).open("rb") as handle:
-            return _verify_lines(handle, dict(anchors), ledger_id)
+            return _verify_lines(handle, dict(anchors), ledger_id, keyring)
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
 
 
-def _verify_lines(handle: BinaryIO, anchors: dict[int, str], expected_id: str | None) -> VerifyReport:
+def _verify_lines(
+    handle: BinaryIO, anchors: dict[int, str], expected_id: str | None, keyring: Keyring | None
+) -> VerifyReport:
     problems: list[LedgerProblem] = []
     previous, expected_seq, entries, torn = GENESIS, 1, 0, False
     ledger_id: str | None = None
+    declared: Mapping[str, Any] | None = None
     headed = False
     number = 0
     for number, raw in enumerate(handle, start=1):
@@ -93,17 +143,33 @@ def _verify_lines(handle: BinaryIO, anchors: dict[int, str], expected_id: str | 
                 entry = None
             if number == 1 and is_header(entry) and raw == canonical_json(entry) + b"\n":
                 headed, ledger_id, previous = True, entry["ledger_id"], canonical_hash(entry)
+                declared = declared_writer(entry)
                 continue
             problem = _line_problem(raw, entry, previous, expected_seq)
             if problem is None and anchors.get(expected_seq, entry["entry_hash"]) != entry["entry_hash"]:
                 problem = f"seq {expected_seq} differs from the anchored checkpoint (rewritten or regenerated)"
+            if problem is None:
+                problem = foreign_entry(entry, declared, keyring)
         if problem is not None:
             problems.append(LedgerProblem(number, problem))
             break
         previous, expected_seq, entries = entry["entry_hash"], expected_seq + 1, entries + 1
     if not problems:
         problems.extend(_end_problems(number, entries, anchors, ledger_id, expected_id, headed))
-    return VerifyReport(entries, tuple(problems), torn, entries, previous, ledger_id, headed, tuple(anchors.items()))
+    writer = str(declared.get("kid")) if declared is not None else None
+    authenticated = declared is not None and keyring is not None and not problems
+    return VerifyReport(
+        entries,
+        tuple(problems),
+        torn,
+        entries,
+        previous,
+        ledger_id,
+        headed,
+        tuple(anchors.items()),
+        writer,
+        authenticated,
+    )
 
 
 def _line_problem(raw: bytes, entry: Any, previous: str, expected_seq: int) -> str | None:

@@ -1,0 +1,37 @@
+"""The ``--signing-key`` option every signing command shares: a ``pkcs11:`` URI or a keyring file.
+
+A URI names a key held in an HSM (RFC 7512: ``pkcs11:token=T;object=LABEL``, the PIN from
+``pin-source`` or ``$KCP_OPA_PKCS11_PIN``, never argv); a path names a keyring file whose
+signing kid signs. Either way the command holds a :class:`~kcp_opa.core.keys.Signer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kcp_opa.core.errors import KeyringError
+from kcp_opa.core.signing import Key, load_keyring, load_signing_key
+
+SIGNING_KEY_HELP = (
+    "The signing key: a pkcs11: URI (RFC 7512; the key stays in the HSM, the PIN from pin-source or "
+    "$KCP_OPA_PKCS11_PIN) or a keyring file (its signing kid)."
+)
+
+
+def signing_key_option(help_text: str = SIGNING_KEY_HELP) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--signing-key", "signing_key", metavar="URI|KEYRING", help=help_text)
+
+
+def signer_from(signing_key: str | None, keyring_path: Path | None, *, what: str = "--keyring") -> Key:
+    """The key that signs: ``--signing-key`` or the keyring's signer; exactly one must be given."""
+    if signing_key is not None and keyring_path is not None:
+        raise KeyringError(f"give --signing-key or {what}, not both", "usage")
+    if signing_key is not None:
+        return load_signing_key(signing_key)
+    if keyring_path is None:
+        raise KeyringError(f"a signing key is needed: --signing-key URI|KEYRING or {what}", "no_signing_key")
+    return load_keyring(keyring_path).signer()
