@@ -20,6 +20,7 @@ import structlog
 
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
@@ -92,6 +93,8 @@ def open_service(
             raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
         issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
     stores = open_stores(store)
+    if stores.counters is not None:  # budgets and rate limits count on the service's own store
+        gate.counters = StoreCounters.for_bundle(stores.counters, gate.bundle.data)
     return GateService(
         gate,
         store=stores.executions,
@@ -151,6 +154,8 @@ class Reloader:
                 registry = load_trust(self.sources.trust) if self.sources.trust is not None else None
                 ledger = before.audit.ledger if before.audit is not None else None
                 gate = Gate.from_bundle(self.sources.bundle, ledger=ledger, plan_cache=self.sources.plan_cache)
+                if isinstance(before.counters, StoreCounters):  # the same store, the new bundle's limits
+                    gate.counters = StoreCounters.for_bundle(before.counters.store, gate.bundle.data)
                 issuers = None
                 if registry is not None:
                     if self.sources.issuer_keyring is None:
