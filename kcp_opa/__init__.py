@@ -53,6 +53,7 @@ from kcp_opa.core.signing import (
 )
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
+from kcp_opa.decide.counting import CounterSource, StoreCounters
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import EffectiveUnit, Sourced, effective_unit, effective_units
@@ -71,6 +72,7 @@ from kcp_opa.models.decision import (
 )
 from kcp_opa.stores import (
     ChallengeStore,
+    CounterStore,
     DecisionStore,
     ExecutionRecord,
     ExecutionStore,
@@ -78,7 +80,7 @@ from kcp_opa.stores import (
     HandoffStore,
     NonceStore,
 )
-from kcp_opa.stores.sqlite import SQLiteStore
+from kcp_opa.stores.sqlite import SQLiteCounterStore, SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 _moved.install()
@@ -93,6 +95,8 @@ __all__ = [
     "CompileResult",
     "ControlDesk",
     "ControlEvidence",
+    "CounterSource",
+    "CounterStore",
     "Decision",
     "DecisionCase",
     "DecisionInput",
@@ -131,12 +135,14 @@ __all__ = [
     "Report",
     "RiskLevel",
     "RoutingState",
+    "SQLiteCounterStore",
     "SQLiteStore",
     "Severity",
     "Signer",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
+    "StoreCounters",
     "UnitNotFoundError",
     "ValidationFailedError",
     "Verifier",
