@@ -19,8 +19,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from kcp_opa.decide import counting
 from kcp_opa.core.errors import ValidationFailedError
+from kcp_opa.decide import counting
 from kcp_opa.declare.yamlsource import YamlSource, load_yaml
 from kcp_opa.models.decision import Decision
 

@@ -83,7 +83,9 @@ def build_suite(
                 data[case.deployment] = bundle.data
                 metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
                 versions[case.deployment] = (str(metadata.get("policy_version", "")), bundle.revision)
-            prepared = build_input(case.action, now=case.now, satisfied_controls=SYSTEM_CONTROLS, counters=case.counters)
+            prepared = build_input(
+                case.action, now=case.now, satisfied_controls=SYSTEM_CONTROLS, counters=case.counters
+            )
             by_deployment.setdefault(case.deployment, []).append((case, prepared))
     return Suite(
         dict(modules),
