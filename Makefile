@@ -6,8 +6,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEPLOY := fixtures/deployments
 TRUST  := fixtures/trust/registry.yaml
+# The demo's bundle signing key: generated on first use, git-ignored (a real one lives in CI's secret store).
+SIGNING_KEY := .demo-keys/bundle-signing.pem
+VERIFY      := --verification-key $(SIGNING_KEY).pub
 
-.PHONY: sysdeps-softhsm help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
+.PHONY: sysdeps-softhsm sysdeps-chromium help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -26,11 +29,15 @@ install: $(STAMP) ## create .venv with kcp-opa, dev tools and the OPA reference 
 docs: $(STAMP) ## regenerate the gate's evaluator union and docs/reference.md from the policies
 	$(BIN)/kcp-opa generate --policies policies --reference docs/reference.md --format text
 
-bundle: $(STAMP) ## validate and compile the reference deployments into bundles/
+$(SIGNING_KEY): | $(STAMP)
+	$(BIN)/kcp-opa bundle keygen $(SIGNING_KEY)
+
+bundle: $(STAMP) $(SIGNING_KEY) ## validate, compile and sign the reference deployments into bundles/
 	@for d in $(DEPLOY)/*/; do \
 	  name=$$(basename $$d); \
 	  $(BIN)/kcp-opa compile $$d/knowledge*.yaml --matrix $$d/matrix.yaml --trust $(TRUST) \
-	    --policies policies --output bundles/$$name.tar.gz --format text || exit $$?; \
+	    --policies policies --output bundles/$$name.tar.gz --signing-key $(SIGNING_KEY) --format text || exit $$?; \
+	  $(BIN)/kcp-opa bundle verify bundles/$$name.tar.gz $(VERIFY) --format text || exit $$?; \
 	done
 
 demo: $(STAMP) ## the main job on the reference deployments: validate, compile, decide, audit
@@ -38,25 +45,37 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	$(BIN)/kcp-opa validate --format text $(DEPLOY)/*/*.yaml $(TRUST)
 	$(BIN)/kcp-opa explain --format text $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
 	@$(MAKE) --no-print-directory bundle
-	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz
+	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz $(VERIFY)
 	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
-	  --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl
-	$(BIN)/python examples/decide_demo.py
-	$(BIN)/python examples/supplier_payment_flow.py
+	  --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl $(VERIFY)
+	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/decide_demo.py
+	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/supplier_payment_flow.py
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
-	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles
+	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles $(VERIFY)
 	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
+	$(BIN)/kcp-opa audit report audit/demo.jsonl --trust $(TRUST) --html audit/report.html
+	@rm -rf audit/case audit/checkpoint-keys.json
+	@$(BIN)/kcp-opa receipt keygen --kid demo-checkpoint --keyring audit/checkpoint-keys.json >/dev/null
+	@id=$$($(BIN)/kcp-opa audit query audit/demo.jsonl --type receipt --format json \
+	  | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[-1]["decision_id"])') && \
+	$(BIN)/kcp-opa audit case audit/demo.jsonl $$id -o audit/case --trust $(TRUST) --keyring audit/checkpoint-keys.json \
+	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json
+	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --format text
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null
 	@rm -f audit/serve-demo.jsonl
-	$(BIN)/python examples/serve_demo.py
+	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/serve_demo.py
 	$(BIN)/kcp-opa audit verify --format text audit/serve-demo.jsonl
 
 sysdeps-softhsm: ## SoftHSM2 (a PKCS#11 token) for the HSM signer's tests; installed only when missing
 	@command -v softhsm2-util >/dev/null || (apt-get update -qq && apt-get install -y -qq softhsm2)
 
-test: $(STAMP) sysdeps-softhsm ## lint, type-check, the policy suite and the test suite (what CI runs)
+sysdeps-chromium: ## Debian's chromium and chromedriver for the browser tests (installed only when missing; root)
+	@command -v chromium >/dev/null && test -x /usr/bin/chromedriver || \
+	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
+
+test: $(STAMP) sysdeps-softhsm sysdeps-chromium ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy

@@ -16,8 +16,9 @@ Not a test. Two parts, both written to bench/results-growth.json:
 - ``hostile``: the worst an agent can send within the action contract's caps, on the same
   1,000-unit bundle: 1,024 undeclared fields, 1,024 fields of a unit declaring 1,024, a
   16-hop chain of 64 capabilities that widens at every hop / never widens / narrows by a ':'
-  suffix at every hop, an ``attributes`` object filling the 1 MiB action limit, and all the
-  lists at once. regopy beside OPA; the suite exits 1 if the two engines' documents differ.
+  suffix at every hop, ``attributes`` at its caps (1,024 ``true`` values under 256 keys; 1,024
+  strings of 1,024 characters, ~1 MiB), and all the lists at once. regopy beside OPA; the
+  suite exits 1 if the two engines' documents differ.
 - ``slopes``: the cost of one more hop / field (us), between the smallest and the largest size
   of a dimension that give the same decision (state and reason codes), so a change of decision
   is never counted as growth.
@@ -159,9 +160,20 @@ def _hostile_actions(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
         f"chain {hops}x{capabilities}, widens at every hop": changed(base, delegation_chain=chain("widens")),
         f"chain {hops}x{capabilities}, never widens": changed(base, delegation_chain=chain("same")),
         f"chain {hops}x{capabilities}, narrows by suffix": changed(base, delegation_chain=chain("narrows")),
-        "attributes, 30,000 keys (~0.5 MiB)": changed(base, attributes={f"k{i:05d}": i for i in range(30_000)}),
+        "attributes at the caps: 256 keys, 1,024 true values": changed(base, attributes=_flags_at_cap()),
+        "attributes at the caps: 1,024 strings (~1 MiB)": changed(
+            base, attributes={f"note_{i:02d}": ["n" * 1024] * 63 for i in range(16)}
+        ),
         "all lists at their caps": everything,
     }
+
+
+def _flags_at_cap() -> dict[str, Any]:
+    """The worst ``attributes`` the contract admits for the flag reads: 256 keys of 128 characters
+    (4 trigger flags among them), 1,024 ``true`` values in all (docs/input-contract.md "Sizes")."""
+    triggers = {name: True for name in ("new_beneficiary", "screening_uncertain", "geo_anomaly", "irreversible")}
+    flags = {f"flag_{i:03d}".ljust(128, "f"): [True] * (4 if i < 12 else 3) for i in range(256 - len(triggers))}
+    return triggers | flags
 
 
 def hostile(gate: Gate, opa: Any, rounds: int, per_round: int) -> list[dict[str, Any]]:

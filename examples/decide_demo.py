@@ -22,6 +22,8 @@ from kcp_opa.trail.ledger import AuditLedger
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
+#: `make demo` signs the bundles: the public key they must verify under (unset: unsigned bundles).
+VERIFY = [os.environ["KCP_OPA_VERIFICATION_KEY"]] if os.environ.get("KCP_OPA_VERIFICATION_KEY") else None
 SHOWN = [
     ("support-desk", "sd-read-clean", "support agent reads a customer (own tenant)"),
     ("support-desk", "sd-cross-tenant-read", "support agent reads another tenant's customer"),
@@ -48,7 +50,9 @@ def main() -> int:
         table.add_column(column, overflow="fold")
     for deployment, case_id, label in SHOWN:
         if deployment not in gates:
-            gates[deployment] = Gate.from_bundle(BUNDLES / f"{deployment}.tar.gz", ledger=AuditLedger(LEDGER))
+            gates[deployment] = Gate.from_bundle(
+                BUNDLES / f"{deployment}.tar.gz", ledger=AuditLedger(LEDGER), verification_keys=VERIFY
+            )
         case = cases[(deployment, case_id)]
         decision = gates[deployment].decide(case.action, now=case.now)
         state = decision.decision.value

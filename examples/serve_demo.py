@@ -36,8 +36,10 @@ from mcp.client.streamable_http import streamable_http_client
 from rich.console import Console
 
 from kcp_opa.core.signing import load_keyring
+from kcp_opa.decide.gate import as_verification
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.handlers import bound
 from kcp_opa.service.http import build_app
 from kcp_opa.service.identity import token_hash
 from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
@@ -45,6 +47,8 @@ from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticato
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "serve-demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
+#: `make demo` signs the bundles: the public key they must verify under (unset: unsigned bundles).
+VERIFY = [os.environ["KCP_OPA_VERIFICATION_KEY"]] if os.environ.get("KCP_OPA_VERIFICATION_KEY") else None
 TRUST = ROOT / "fixtures" / "trust" / "registry.yaml"
 TEST_ONLY_KEYS = ROOT / "fixtures" / "trust" / "TEST-ONLY-issuer-keys.json"
 #: The registered issuers the service signs answers as (per control, the first allowed for it).
@@ -139,10 +143,11 @@ def main() -> int:
             BUNDLES / "finance.tar.gz",
             store=Path(tmp) / "service.db",
             ledger=LEDGER,
-            handlers={"pay": pay},
+            handlers={"pay": bound(pay, "execute_payment")},
             registry=registry,
             issuer_ids=ISSUERS,
             issuer_keyring=load_keyring(TEST_ONLY_KEYS),
+            verification=as_verification(VERIFY),
         )
         authenticator = registry_authenticator(
             registry,

@@ -36,6 +36,8 @@ from kcp_opa.trail.ledger import AuditLedger
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "demo.jsonl"))
 BUNDLES = Path(os.environ.get("KCP_OPA_BUNDLES", ROOT / "bundles"))
+#: `make demo` signs the bundles: the public key they must verify under (unset: unsigned bundles).
+VERIFY = [os.environ["KCP_OPA_VERIFICATION_KEY"]] if os.environ.get("KCP_OPA_VERIFICATION_KEY") else None
 TRUST = ROOT / "fixtures" / "trust"
 SIX = [  # control, issuer that attests it, principal who acted
     ("standard_audit_logging", "kcp-opa-gate", "kcp-opa-ledger"),
@@ -54,7 +56,7 @@ def main() -> int:
     action = json.loads((ROOT / "fixtures" / "kya-supplier-payment-action.json").read_text())
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER))
+    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER), verification_keys=VERIFY)
     issuer_keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
 
     def key_of(issuer: str) -> Key:
@@ -115,6 +117,10 @@ def main() -> int:
     receipt = desk.issue(record, signer, now=now)
     console.print(f"{receipt['receipt_id']} {receipt['signature']['alg']} kid={receipt['signature']['kid']}")
     console.print(f"valid {receipt['issued_at']} .. {receipt['expires_at']}, nonce {receipt['nonce']}")
+    # For the auditor's case file: the receipt and the public key that verifies it (never the private one).
+    (LEDGER.parent / "demo-receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
+    public = Keyring({signer.kid: signer}).public().to_file_dict(include_private=False)
+    (LEDGER.parent / "demo-receipt-keys.json").write_text(json.dumps(public, indent=2) + "\n")
 
     console.rule("[bold]4. execute (the executor holds the public key only)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,16 +13,22 @@ from __future__ import annotations
 
 from kcp_opa import _moved
 from kcp_opa.audit.auditor import export_decision, query, replay
+from kcp_opa.audit.case import build_case
+from kcp_opa.audit.casecheck import verify_case
 from kcp_opa.audit.ropa import build_ropa
+from kcp_opa.audit.summary import summarize
 from kcp_opa.authoring.cases import DecisionCase, check_case, load_cases
 from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
+from kcp_opa.compile.signatures import SignatureInfo, SigningKey, Verification, VerificationKey
 from kcp_opa.core.errors import (
     ActionRejectedError,
     BundleError,
+    BundleProvenanceError,
+    BundleSignatureError,
     CompileError,
     EngineLoadError,
     EvidenceRejectedError,
@@ -54,7 +60,8 @@ from kcp_opa.core.signing import (
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
 from kcp_opa.decide.counting import CounterSource, StoreCounters
-from kcp_opa.decide.gate import DecisionInput, Gate, build_input
+from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
+from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import EffectiveUnit, Sourced, effective_unit, effective_units
 from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
@@ -87,9 +94,13 @@ _moved.install()
 
 __all__ = [
     "ActionRejectedError",
+    "ActiveBundle",
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
+    "BundleFollower",
+    "BundleProvenanceError",
+    "BundleSignatureError",
     "ChallengeStore",
     "CompileError",
     "CompileResult",
@@ -103,6 +114,7 @@ __all__ = [
     "DecisionStore",
     "DelegationMatrix",
     "Diagnostic",
+    "DirectorySource",
     "Ed25519Key",
     "EffectiveUnit",
     "EngineLoadError",
@@ -113,10 +125,12 @@ __all__ = [
     "ExecutionStore",
     "Executor",
     "ExecutorStore",
+    "FileSource",
     "Gate",
     "GateDecision",
     "HandoffStore",
     "HmacKey",
+    "HttpSource",
     "KcpOpaError",
     "Keyring",
     "KeyringError",
@@ -138,17 +152,22 @@ __all__ = [
     "SQLiteCounterStore",
     "SQLiteStore",
     "Severity",
+    "SignatureInfo",
     "Signer",
+    "SigningKey",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
     "StoreCounters",
     "UnitNotFoundError",
     "ValidationFailedError",
+    "Verification",
+    "VerificationKey",
     "Verifier",
     "Violation",
     "__version__",
     "action_hash",
+    "build_case",
     "build_data",
     "build_input",
     "build_ropa",
@@ -171,8 +190,10 @@ __all__ = [
     "query",
     "read_bundle",
     "replay",
+    "summarize",
     "validate_manifest",
     "validate_matrix",
+    "verify_case",
     "verify_ledger",
     "verify_receipt",
 ]

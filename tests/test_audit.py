@@ -197,7 +197,7 @@ def test_with_the_ledger_on_a_clean_read_may_execute_and_is_recorded(bundles: Pa
     assert entry["kcp_unit_applied"] == "support-desk/customer-records"
     assert entry["fields_declared"] == ["customer_id", "email", "name", "plan", "tenant_id"]
     assert entry["legal_basis"] == "contract" and entry["passed"] is True
-    assert entry["bundles"] == {"kcp-opa": {"revision": gate.bundle_revision}}
+    assert entry["bundles"] == {"kcp-opa": {"revision": gate.bundle_revision, "sha256": gate.bundle.sha256}}
 
 
 # --- no-logging ----------------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def test_export_evaluates_to_the_archived_result_in_opa(demo_ledger: tuple[Path,
         "audit", "export", str(ledger), "--decision-id", entry["decision_id"], "--bundles", str(bundles), "-o", str(out)
     )
     assert proc.returncode == 0, proc.stderr
-    (bundle_file,) = out.glob("bundle-*.tar.gz")
+    bundle_file = out / "bundle.tar.gz"  # the name docs/auditing.md uses
     assert f"opa eval -b {bundle_file.name} -i input.json 'data.kcp.gate.decision'" in (out / "README.md").read_text()
     bundle = read_bundle(bundle_file)
     engine = OpaEngine()
@@ -314,6 +314,47 @@ def test_query_filters(demo_ledger: tuple[Path, Path]) -> None:
     assert count("--type", "receipt")[0]["signature"]["alg"] == "Ed25519"
     assert count("--since", "2999-01-01T00:00:00Z") == []
     assert count("--agent", "nobody") == []
+    several = count("--type", "control")[-1]["decision_id"]
+    of_one = count("--decision-id", several)
+    assert {e["type"] for e in of_one} >= {"decision", "control", "receipt", "failure"}
+    refusals = count("--decision-id", several, "--type", "failure")
+    assert refusals and all(e["evidence"]["decision_id"] == several for e in refusals)
+    assert {e["code"] for e in count("--code", "replay")} == {"replay"}
+    assert count("--type", "note") == []
+
+
+def test_query_text_names_decision_control_actor_issuer(demo_ledger: tuple[Path, Path]) -> None:
+    ledger, _ = demo_ledger
+    proc = subprocess.run(
+        [sys.executable, "-m", "kcp_opa", "audit", "query", str(ledger), "--format", "text", "--type", "control"],
+        env={**os.environ, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(run_cli("audit", "query", str(ledger), "--format", "json", "--type", "control").stdout)[-1]
+    assert entry["decision_id"] in proc.stdout
+    assert f"{entry['evidence']['actor_id']} · {entry['evidence']['control']} PASSED · issuer" in proc.stdout
+    assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) <= 80
+
+
+def test_export_refuses_to_pick_among_several_entries(demo_ledger: tuple[Path, Path], tmp_path: Path) -> None:
+    ledger, bundles = demo_ledger
+    entries = json.loads(run_cli("audit", "query", str(ledger), "--format", "json", "--type", "decision").stdout)
+    seqs: dict[str, list[int]] = {}
+    for entry in entries:
+        seqs.setdefault(entry["decision_id"], []).append(entry["seq"])
+    decision_id, several = next((d, s) for d, s in seqs.items() if len(s) > 1)
+    base = ("audit", "export", str(ledger), "--decision-id", decision_id, "--bundles", str(bundles))
+    refused = run_cli(*base, "-o", str(tmp_path / "a"))
+    assert refused.returncode != 0 and f"has {len(several)} entries" in refused.stderr
+    assert not (tmp_path / "a").exists()
+    chosen = run_cli(*base, "--seq", str(several[0]), "-o", str(tmp_path / "b"))
+    assert chosen.returncode == 0, chosen.stderr
+    first = next(e for e in entries if e["seq"] == several[0])
+    assert json.loads((tmp_path / "b" / "result.json").read_text()) == first["result"]
 
 
 # --- ROPA --------------------------------------------------------------------------------------------------------
@@ -336,3 +377,35 @@ def test_ropa_records_from_manifests() -> None:
     assert ropa["summary"]["activities"] == len(ropa["records"])
     markdown = run_cli("ropa", str(DEPLOYMENTS / "support-desk" / "knowledge.yaml"), "--format", "markdown")
     assert "## support-desk/customer-records" in markdown.stdout and "Art. 6(1)(b)" in markdown.stdout
+
+
+def test_report_counts_what_the_ledger_holds(demo_ledger: tuple[Path, Path], tmp_path: Path) -> None:
+    ledger, _ = demo_ledger
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()[1:]]
+    final: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        if entry["type"] == "decision":
+            final[entry["decision_id"]] = entry
+    trust = REPO / "fixtures" / "trust" / "registry.yaml"
+    proc = run_cli("audit", "report", str(ledger), "--format", "json", "--trust", str(trust))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["chain"]["ok"] and report["entries"] == len(entries)
+    assert report["decisions"] == len(final)
+    states: dict[str, int] = {}
+    for entry in final.values():
+        states[entry["decision"]] = states.get(entry["decision"], 0) + 1
+    assert report["by_state"] == states
+    assert report["refusals"] == {
+        code: sum(1 for e in entries if e.get("code") == code) for code in {e["code"] for e in entries if "code" in e}
+    }
+    approvals = [a for a in report["approvals"] if a["control"] == "independent_human_approval"]
+    assert approvals and approvals[-1]["actor_id"] == "treasury_approver_anna" and approvals[-1]["latency_seconds"] >= 0
+    assert approvals[-1]["roles"] == ["treasury_approver"]
+    page = tmp_path / "report.html"
+    assert run_cli("audit", "report", str(ledger), "--html", str(page)).returncode == 0
+    markup = page.read_text()
+    assert 'http-equiv="Content-Security-Policy" content="default-src &#x27;none&#x27;' in markup
+    assert "<script" not in markup and "src=" not in markup and markup.count("<svg") >= 3
+    for decision_id in final:
+        assert f'id="d-{decision_id}"' in markup

@@ -19,7 +19,7 @@ from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import ActionRejectedError, EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import generate_ed25519, hmac_key
+from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key
 from kcp_opa.decide.gate import Gate
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -326,11 +326,33 @@ def test_attestation_verify_cost(desk: ControlDesk) -> None:
 KYA_ITEM_FIELDS = ("control", "status", "actor_type", "actor_id", "evidence_reference", "completed_at")
 
 
-def _kya_document(record: GateDecision) -> dict[str, Any]:
-    """The decision as the KYA reference gate writes it: evidence items without binding fields."""
+GATE_SECRET = b"kya-gate-hmac-secret-0123456789abcdef"
+
+
+def _kya_document(record: GateDecision, *, signed_by: Any = None) -> dict[str, Any]:
+    """The decision as the KYA reference gate writes it: evidence items without binding fields,
+    the document signed with the gate's registered key (kid kya-gate)."""
     document = record.to_dict()
     document["control_evidence"] = [{k: e[k] for k in KYA_ITEM_FIELDS} for e in document["control_evidence"]]
+    key = signed_by or hmac_key("kya-gate", GATE_SECRET)
+    document["signature"] = {"alg": key.alg, "kid": key.kid}
+    document["signature"]["value"] = key.sign(attestation_bytes(document))
     return document
+
+
+def _kya_document_resigned(document: dict[str, Any]) -> dict[str, Any]:
+    """The gate signs what it wrote: an edited document signed again (what the policy then judges)."""
+    key = hmac_key("kya-gate", GATE_SECRET)
+    body = {k: v for k, v in document.items() if k != "signature"} | {"signature": {"alg": key.alg, "kid": key.kid}}
+    body["signature"]["value"] = key.sign(attestation_bytes(body))
+    return body
+
+
+def _gate_keyring(tmp_path: Path) -> Path:
+    path = tmp_path / "gate-keyring.json"
+    entry = {"kid": "kya-gate", "alg": "HMAC-SHA256", "secret_env": "KYA_GATE_SECRET"}
+    path.write_text(json.dumps({"signing_kid": "kya-gate", "keys": [entry]}))
+    return path
 
 
 def _kya_mac(receipt: dict[str, Any]) -> str:
@@ -347,6 +369,7 @@ def test_kya_decision_from_a_trusted_gate_issues_a_kya_verifiable_receipt(
     desk: ControlDesk, bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KYA_RECEIPT_SECRET", SECRET.decode())
+    monkeypatch.setenv("KYA_GATE_SECRET", GATE_SECRET.decode())
     document = _kya_document(_approve(desk))
     (tmp_path / "decision.json").write_text(json.dumps(document))
     action = REPO / "fixtures" / "kya-supplier-payment-action.json"
@@ -366,6 +389,7 @@ def test_kya_decision_from_a_trusted_gate_issues_a_kya_verifiable_receipt(
     assert error["code"] == "controls_missing"
     assert "evidence item 1 (standard_audit_logging) lacks decision_id binding" in error["error"]
     trusted = [*base, "--trust", str(REGISTRY), "--bundle", str(bundle), "--now", "2026-11-29T10:02:00Z"]
+    trusted += ["--issuer-keyring", str(_gate_keyring(tmp_path))]
     untrusted = run_cli(*trusted, "--issuer", "rogue-gate")
     assert untrusted.returncode == 2 and json.loads(untrusted.stderr)["code"] == "untrusted_gate"
     assert "'rogue-gate' is not a registered gate issuer" in json.loads(untrusted.stderr)["error"]
@@ -400,10 +424,11 @@ def test_a_trusted_gate_s_evidence_is_still_judged(
 
     document = _kya_document(_approve(desk))
     edit(document["control_evidence"])
+    document = _kya_document_resigned(document)
     with pytest.raises(ReceiptIssueError) as caught:
         issue_for_foreign_decision(
             document, KYA, hmac_key("kya-1", SECRET), gate="kya-reference-gate", registry=registry(),
-            bundle=read_bundle(bundle),
+            bundle=read_bundle(bundle), keyring=Keyring({"kya-gate": hmac_key("kya-gate", GATE_SECRET)}),
         )  # fmt: skip
     assert caught.value.code == code and message in str(caught.value)
 

@@ -120,6 +120,7 @@ def test_hazard_7_data_cannot_shadow_a_policy_package(tmp_path: Path) -> None:
     original = read_bundle(_finance())
     manifest = json.loads(json.dumps(original.manifest))
     del manifest["metadata"]["kcp_opa"]["files"]  # as an older compiler wrote it: the engine check still holds
+    manifest["revision"] = "hazard-7"  # a named revision: the content digest would refuse the edit first
     files = [BundleFile(".manifest", json.dumps(manifest).encode())]
     files += [BundleFile(name, source.encode()) for name, source in original.modules.items()]
     files.append(BundleFile("kcp_data/data.json", json.dumps(original.data["kcp_data"]).encode()))

@@ -91,9 +91,11 @@ def test_decision_json_has_the_contract_fields_in_order(gate: Gate) -> None:
         "approver_roles",
         "policy_version",
         "bundle_revision",
+        "bundle_sha256",
         "trace_id",
         "evaluated_at",
     ]
+    assert document["bundle_sha256"] == gate.bundle.sha256
     assert document["schema_version"] == "2.0"
     assert json.loads(json.dumps(document)) == document
 

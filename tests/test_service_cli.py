@@ -175,9 +175,10 @@ def test_a_missing_bundle_is_one_line_and_exit_2(workdir: Path) -> None:
 
 def test_handlers_name_importable_callables_or_serve_refuses_to_start(workdir: Path) -> None:
     from kcp_opa.core.errors import CodedError
-    from kcp_opa.service.handlers import load_handlers
+    from kcp_opa.service.handlers import bound, load_handlers
 
-    assert load_handlers({"dumps": "json:dumps"}) == {"dumps": json.dumps}
+    assert load_handlers({"dumps": "json:dumps"}) == {"dumps": bound(json.dumps, "dumps")}
+    assert load_handlers({"d": {"target": "json:dumps", "actions": ["x"]}}) == {"d": bound(json.dumps, "x")}
     for bad in ("json", "json:nope", "no_such_module_kcp:run", "json:__doc__"):
         with pytest.raises(CodedError) as refused:
             load_handlers({"x": bad})

@@ -19,6 +19,7 @@ from test_service_mcp import Call, cast, run
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.handlers import bound
 from kcp_opa.service.identity import LOCAL_AGENT
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -44,7 +45,7 @@ def test_a_result_that_cannot_be_recorded_fails_the_execution_clearly(tmp_path: 
         compile_finance(tmp_path / "finance.tar.gz", registry),
         store=tmp_path / "service.db",
         ledger=tmp_path / "ledger.jsonl",
-        handlers={"mixed_keys": mixed_keys, "not_json": not_json},
+        handlers={"mixed_keys": bound(mixed_keys, "execute_payment"), "not_json": bound(not_json, "execute_payment")},
         registry=load_trust(registry),
         issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),

@@ -24,6 +24,7 @@ from kcp_opa.core.errors import CodedError
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.handlers import bound
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
 from kcp_opa.service.tools import TOOL_NAMES, build_server
@@ -54,7 +55,7 @@ def open_service(trusted: tuple[Path, Path, Path], work: Path, *issuers: str) ->
         bundle,
         store=work / "service.db",
         ledger=work / "ledger.jsonl",
-        handlers={"pay": pay},
+        handlers={"pay": bound(pay, "execute_payment")},
         registry=load_trust(registry),
         issuer_ids=issuers or (SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),
@@ -346,7 +347,7 @@ def test_a_malformed_answer_does_not_spend_the_challenge_and_secrets_never_reach
         error, answer = await call(
             APPROVER, "record_control_result", {"challenge_id": challenge, "status": "OK", "evidence_reference": "a"}
         )
-        assert error and answer["code"] == "malformed_evidence"
+        assert error and answer["code"] == "bad_arguments"  # outside the tool's input schema (PASSED|FAILED)
         error, answer = await call(
             APPROVER,
             "record_control_result",

@@ -11,6 +11,7 @@ against, and that is what an auditor must look at.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Iterable, Mapping
@@ -18,15 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-from kcp_opa.core.errors import BundleError, LedgerError
+from kcp_opa.compile.bundle import LoadedBundle, peek_revision, read_bundle
+from kcp_opa.compile.signatures import Verification
+from kcp_opa.core.errors import BundleError, BundleProvenanceError, LedgerError
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
+from kcp_opa.trail.entries import BUNDLE_NAME
 from kcp_opa.trail.ledger import read_entries
 
-_README = """# Decision {decision_id}
+_README = """# Decision {decision_id} (ledger seq {seq})
 
 Archived by kcp-opa on {timestamp}: {decision} ({authorization_status}), reasons {reasons}.
-The bundle that decided it is `{bundle}` (revision `{revision}`, policy version {policy_version}).
+The bundle that decided it is `{bundle}` (revision `{revision}`, policy version {policy_version},
+sha256 `{sha256}`{signer}).
 
 Reproduce with the OPA reference (`opa eval`):
 
@@ -43,14 +47,66 @@ The value must equal `result.json` exactly.{erased_note}
 """
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path
+    sha256: str
+    revision: str
+    refused: str | None  # why read_bundle refused it (tampered, unverified), None when it loads
+
+
+class BundleIndex:
+    """The bundles in a directory, by the sha256 of their bytes and by the revision they claim.
+
+    An entry that names a sha256 is replayed only with the file of those bytes: a bundle that
+    claims the entry's revision with other bytes is refused with one line that says so.
+    Entries written before bundles were bound to bytes name only a revision and match by it.
+    """
+
+    def __init__(self, directory: str | Path, verification: Verification | None = None) -> None:
+        self.directory = Path(directory)
+        self.verification = verification
+        self.candidates: list[_Candidate] = []
+        for path in sorted(self.directory.glob("*.tar.gz")):
+            try:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                continue
+            try:
+                revision, refused = read_bundle(path, verification=verification).revision, None
+            except BundleError as exc:
+                revision, refused = peek_revision(path), str(exc)
+            self.candidates.append(_Candidate(path, digest, revision, refused))
+
+    def find(self, revision: str, sha256: str | None, where: str) -> Path | None:
+        """The bundle that decided ``where`` (an entry), None when the directory has no candidate."""
+        if sha256:
+            for candidate in self.candidates:
+                if candidate.sha256 == sha256:
+                    if candidate.refused is not None:
+                        raise BundleProvenanceError(
+                            f"{where}: its bundle {candidate.path} is refused: {candidate.refused}"
+                        )
+                    return candidate.path
+            for candidate in self.candidates:
+                if candidate.revision == revision:
+                    raise BundleProvenanceError(
+                        f"{where} names bundle revision {revision} with sha256 {sha256}; {candidate.path} claims that "
+                        f"revision but its sha256 is {candidate.sha256}: not the bundle that decided, refused"
+                    )
+            return None
+        for candidate in self.candidates:
+            if candidate.revision == revision and candidate.refused is None:
+                return candidate.path
+        return None
+
+
 def bundles_by_revision(directory: str | Path) -> dict[str, Path]:
     """Every readable bundle in ``directory``, by its .manifest revision."""
     found: dict[str, Path] = {}
-    for path in sorted(Path(directory).glob("*.tar.gz")):
-        try:
-            found.setdefault(read_bundle(path).revision, path)
-        except BundleError:
-            continue
+    for candidate in BundleIndex(directory).candidates:
+        if candidate.refused is None:
+            found.setdefault(candidate.revision, candidate.path)
     return found
 
 
@@ -58,29 +114,65 @@ def decision_entries(ledger: str | Path) -> Iterable[tuple[int, dict[str, Any]]]
     return ((line, entry) for line, entry in read_entries(ledger) if entry.get("type") == "decision")
 
 
-def _revision(entry: Mapping[str, Any]) -> str:
+def bundle_ref(entry: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The revision and (for entries bound to bytes) the sha256 of the bundle an entry names."""
     bundles = entry.get("bundles")
     if isinstance(bundles, Mapping):
         for value in bundles.values():
             if isinstance(value, Mapping) and isinstance(value.get("revision"), str):
-                return str(value["revision"])
-    return ""
+                sha256 = value.get("sha256")
+                return str(value["revision"]), sha256 if isinstance(sha256, str) and sha256 else None
+    return "", None
 
 
-def export_decision(ledger: str | Path, decision_id: str, bundles: str | Path, output: str | Path) -> Path:
-    """Write input.json, result.json, the deciding bundle and a README into ``output``."""
+def pick_decision(ledger: str | Path, decision_id: str, seq: int | None) -> dict[str, Any]:
+    """The one decision entry to export: the only one for the id, or the one at ``seq``.
+
+    A decision re-evaluated as control results arrive has several entries (PENDING_CONTROLS,
+    then APPROVED); picking one silently would hide which state is being proved.
+    """
     matches = [entry for _, entry in decision_entries(ledger) if entry.get("decision_id") == decision_id]
     if not matches:
         raise LedgerError(f"{ledger}: no decision {decision_id}")
-    entry = matches[-1]
-    revision = _revision(entry)
-    available = bundles_by_revision(bundles)
-    if revision not in available:
-        raise BundleError(f"no bundle with revision {revision} in {bundles}; the decision names it")
+    if seq is not None:
+        chosen = [entry for entry in matches if entry.get("seq") == seq]
+        if not chosen:
+            seqs = ", ".join(str(entry.get("seq")) for entry in matches)
+            raise LedgerError(f"{ledger}: decision {decision_id} has no entry at seq {seq} (its entries: {seqs})")
+        return chosen[0]
+    if len(matches) > 1:
+        states = ", ".join(f"{entry.get('seq')} {entry.get('authorization_status')}" for entry in matches)
+        raise LedgerError(
+            f"{ledger}: decision {decision_id} has {len(matches)} entries (seq {states}); choose one with --seq,"
+            " or take them all with `audit case`"
+        )
+    return matches[0]
+
+
+def export_decision(
+    ledger: str | Path,
+    decision_id: str,
+    bundles: str | Path,
+    output: str | Path,
+    *,
+    seq: int | None = None,
+    verification: Verification | None = None,
+) -> Path:
+    """Write input.json, result.json, the deciding bundle (bundle.tar.gz) and a README into ``output``.
+
+    The bundle must be the bytes the entry names (its sha256): another file with the same
+    revision is refused (:class:`BundleProvenanceError`).
+    """
+    entry = pick_decision(ledger, decision_id, seq)
+    revision, sha256 = bundle_ref(entry)
+    found = BundleIndex(bundles, verification).find(revision, sha256, f"seq {entry.get('seq')} decision {decision_id}")
+    if found is None:
+        named = f"sha256 {sha256}" if sha256 else f"revision {revision}"
+        raise BundleError(f"no bundle with {named} in {bundles}; the decision names it")
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    bundle_name = f"bundle-{revision[:12]}.tar.gz"
-    shutil.copyfile(available[revision], out / bundle_name)
+    bundle_name = "bundle.tar.gz"
+    shutil.copyfile(found, out / bundle_name)
     (out / "input.json").write_text(json.dumps(entry["input"], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out / "result.json").write_text(json.dumps(entry["result"], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     erased = entry.get("erased") or []
@@ -93,18 +185,26 @@ def export_decision(ledger: str | Path, decision_id: str, bundles: str | Path, o
     (out / "README.md").write_text(
         _README.format(
             decision_id=decision_id,
+            seq=entry.get("seq"),
             timestamp=entry.get("timestamp"),
             decision=entry.get("decision"),
             authorization_status=entry.get("authorization_status"),
             reasons=", ".join(entry.get("reason_codes") or []),
             bundle=bundle_name,
             revision=revision,
+            sha256=sha256 or "not recorded by this entry",
+            signer=f", signed by key `{entry['bundles'][BUNDLE_NAME].get('keyid')}`" if _signed(entry) else "",
             policy_version=(entry.get("labels") or {}).get("policy_version"),
             erased_note=note,
         ),
         encoding="utf-8",
     )
     return out
+
+
+def _signed(entry: Mapping[str, Any]) -> bool:
+    named = (entry.get("bundles") or {}).get(BUNDLE_NAME)
+    return isinstance(named, Mapping) and isinstance(named.get("keyid"), str)
 
 
 @dataclass
@@ -155,24 +255,31 @@ class _Engines:
         return results
 
 
-def replay(ledger: str | Path, bundles: str | Path, *, with_opa: bool = True) -> ReplayReport:
-    """Re-evaluate every archived decision with the bundle revision it names, on both engines."""
-    available = bundles_by_revision(bundles)
-    engines: dict[str, _Engines] = {}
+def replay(
+    ledger: str | Path, bundles: str | Path, *, with_opa: bool = True, verification: Verification | None = None
+) -> ReplayReport:
+    """Re-evaluate every archived decision with the bundle it names, on both engines.
+
+    An entry bound to bytes (``bundles.*.sha256``) is replayed only with that file; a bundle
+    that claims its revision with other bytes stops the replay (:class:`BundleProvenanceError`).
+    """
+    index = BundleIndex(bundles, verification)
+    engines: dict[Path, _Engines] = {}
     report = ReplayReport()
     for line, entry in decision_entries(ledger):
         report.decisions += 1
-        revision = _revision(entry)
-        if revision not in available:
+        revision, sha256 = bundle_ref(entry)
+        found = index.find(revision, sha256, f"line {line} decision {entry.get('decision_id')}")
+        if found is None:
             report.missing_bundles[revision] = report.missing_bundles.get(revision, 0) + 1
             continue
-        if revision not in engines:
-            engines[revision] = _Engines(read_bundle(available[revision]), with_opa)
+        if found not in engines:
+            engines[found] = _Engines(read_bundle(found, verification=verification), with_opa)
         unusable = _unusable_result(entry)
         if unusable is not None:
             report.mismatches.append({"line": line, "decision_id": entry.get("decision_id"), **unusable})
             continue
-        for engine, value in engines[revision].evaluate(entry["input"]).items():
+        for engine, value in engines[found].evaluate(entry["input"]).items():
             if entry.get("erased"):
                 # The archived input is partial (no-logging): even an equal result would only show
                 # that the kept facts suffice, not that the decided input was this one.
@@ -199,6 +306,24 @@ def _unusable_result(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"engine": "archive", "reason": "result_unparsable", "got": result}
 
 
+def entry_decision_id(entry: Mapping[str, Any]) -> str | None:
+    """The decision an entry belongs to: its own id, or the one its (refused) evidence names."""
+    if isinstance(entry.get("decision_id"), str):
+        return str(entry["decision_id"])
+    evidence = entry.get("evidence")
+    if isinstance(evidence, Mapping) and isinstance(evidence.get("decision_id"), str):
+        return str(evidence["decision_id"])
+    return None
+
+
+def entry_principal(entry: Mapping[str, Any]) -> str | None:
+    """The authenticated principal of a service entry (refusals, notes), by id."""
+    principal = entry.get("principal")
+    if isinstance(principal, Mapping) and isinstance(principal.get("id"), str):
+        return str(principal["id"])
+    return principal if isinstance(principal, str) else None
+
+
 def query(
     ledger: str | Path,
     *,
@@ -209,8 +334,15 @@ def query(
     event_type: str | None = None,
     since: str | None = None,
     until: str | None = None,
+    principal: str | None = None,
+    code: str | None = None,
+    decision_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Entries matching every given filter (timestamps compare as RFC 3339 strings in UTC)."""
+    """Entries matching every given filter (timestamps compare as RFC 3339 strings in UTC).
+
+    ``decision_id`` also selects the refusals whose evidence named that decision; ``principal``
+    matches the service principal of an entry or, failing that, its agent.
+    """
     selected = []
     for _, entry in read_entries(ledger):
         if (
@@ -226,6 +358,12 @@ def query(
         if decision is not None and entry.get("decision") != decision:
             continue
         if event_type is not None and entry.get("type") != event_type:
+            continue
+        if principal is not None and (entry_principal(entry) or entry.get("agent_id")) != principal:
+            continue
+        if code is not None and entry.get("code") != code:
+            continue
+        if decision_id is not None and entry_decision_id(entry) != decision_id:
             continue
         stamp = str(entry.get("timestamp") or "")
         if since is not None and stamp < since:

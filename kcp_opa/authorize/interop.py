@@ -40,8 +40,14 @@ def issue_for_foreign_decision(
     keyring: Keyring | None = None,
     ttl_seconds: int | None = None,
     now: Any = None,
+    accept_unsigned: bool = False,
 ) -> dict[str, Any]:
-    """Issue a receipt under a decision document written by the registered gate ``gate``."""
+    """Issue a receipt under a decision document written by the registered gate ``gate``.
+
+    The document must carry a signature that verifies with one of the gate's registered keys.
+    Unsigned is accepted only when the registry marks the gate ``unsigned_decisions`` AND the
+    caller passes ``accept_unsigned``; the receipt then says ``decision_authentication: unsigned``.
+    """
     try:
         issuer = registry.issuer(gate)
     except IdentityError as exc:
@@ -55,6 +61,19 @@ def issue_for_foreign_decision(
     compiled = bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
     if compiled.get("sha256") != registry.sha256:
         raise _refuse("the bundle was compiled with another trust registry (compile with --trust)", "registry_mismatch")
+    if document.get("signature") is None:
+        if not issuer.unsigned_decisions:
+            raise _refuse(
+                f"gate {issuer.id} has registered keys: its decision document must carry a signature that verifies"
+                " with one of them (a registry may mark a gate unsigned_decisions)",
+                "unsigned_decision",
+            )
+        if not accept_unsigned:
+            raise _refuse(
+                f"the registry marks gate {issuer.id} unsigned: accepting its unsigned decision needs"
+                " --accept-unsigned-decision",
+                "unsigned_decision",
+            )
     _check_document_signature(document, issuer.id, lambda kid, alg: _key(issuer, kid, alg, keyring))
     decision_id, digest = document.get("decision_id"), document.get("action_hash")
     if not isinstance(decision_id, str) or not isinstance(digest, str):
@@ -122,6 +141,7 @@ def issue_for_foreign_decision(
         ttl_seconds=ttl_seconds,
         now=now,
         decision_hash=canonical_hash(dict(document)),
+        unsigned_decision=document.get("signature") is None,
     )
 
 

@@ -76,6 +76,7 @@ def issue_receipt(
     ttl_seconds: int | None = None,
     now: dt.datetime | None = None,
     decision_hash: str | None = None,
+    unsigned_decision: bool = False,
 ) -> dict[str, Any]:
     """Sign a receipt for ``action`` under a KYA gate decision document (ours or another gate's).
 
@@ -136,6 +137,8 @@ def issue_receipt(
         "nonce": secrets.token_hex(16),
         "one_time_use": True,
     }
+    if unsigned_decision:  # signed with the rest: a verifier and an auditor see what the issuer accepted
+        receipt["decision_authentication"] = "unsigned"
     return sign_document(receipt, key)
 
 
@@ -222,6 +225,10 @@ def verify_receipt(
         raise ReceiptVerificationError("issued_at is in the future", "not_yet_valid")
     if expires <= issued:
         raise ReceiptVerificationError("expires_at is not after issued_at", "invalid_validity")
+    if expires - issued > dt.timedelta(seconds=MAX_TTL_SECONDS):  # the contract's cap, whoever signed it
+        raise ReceiptVerificationError(
+            f"valid for {int((expires - issued).total_seconds())} s, over the {MAX_TTL_SECONDS} s cap", "ttl_over_cap"
+        )
     if moment >= expires:
         raise ReceiptVerificationError("the receipt has expired", "expired")
     if not _NONCE.match(receipt["nonce"]):

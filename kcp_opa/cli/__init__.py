@@ -15,7 +15,9 @@ from typing import Any
 import click
 
 from kcp_opa.cli.audit import audit, ropa
+from kcp_opa.cli.auditcase import audit_case, audit_report
 from kcp_opa.cli.authoring import check, mutate_command, test_command
+from kcp_opa.cli.bundlekeys import bundle
 from kcp_opa.cli.controls import controls
 from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
@@ -24,6 +26,7 @@ from kcp_opa.cli.generate import generate
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
+from kcp_opa.cli.tokens import serve_group
 from kcp_opa.core.errors import (
     ActionRejectedError,
     KcpOpaError,
@@ -58,6 +61,7 @@ COMMANDS = (
     explain,
     compile_command,
     inspect,
+    bundle,
     decide,
     eval_command,
     controls,
@@ -69,10 +73,12 @@ COMMANDS = (
     generate,
     ropa,
     audit,
-    serve,
+    serve_group(serve),
 )
 for _command in COMMANDS:
     cli.add_command(_command)
+audit.add_command(audit_case)
+audit.add_command(audit_report)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

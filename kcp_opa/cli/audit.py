@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 import click
-from rich.table import Table
+from rich.console import Console
 
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
+from kcp_opa.audit.rows import row
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signer_from, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
@@ -192,6 +196,9 @@ def audit_checkpoint(ledger: Path, keyring_path: Path | None, signing_key: str |
 @click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--decision-id", required=True, help="The decision to export.")
 @click.option(
+    "--seq", type=click.IntRange(min=1), help="Which of its entries, when the decision has several (see audit query)."
+)
+@click.option(
     "--bundles",
     "bundles_dir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -206,9 +213,24 @@ def audit_checkpoint(ledger: Path, keyring_path: Path | None, signing_key: str |
     type=click.Path(path_type=Path, file_okay=False),
     help="Directory for input.json, result.json, the bundle and a README.",
 )
-def audit_export(ledger: Path, decision_id: str, bundles_dir: Path, output: Path) -> None:
-    """Export one decision so it can be re-run with `opa eval -b <bundle> -i input.json`."""
-    out = export_decision(ledger, decision_id, bundles_dir, output)
+@verification_options
+def audit_export(
+    ledger: Path,
+    decision_id: str,
+    seq: int | None,
+    bundles_dir: Path,
+    output: Path,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+) -> None:
+    """Export one decision entry so it can be re-run with `opa eval -b bundle.tar.gz -i input.json`.
+
+    A decision with several entries (re-evaluated as controls arrived) needs --seq: export never
+    picks one silently. `audit case` gathers them all, with the evidence, and proves them. Only
+    the bundle file whose sha256 the decision names is exported; another with its revision is refused.
+    """
+    verification = verification_of(verification_keys, verification_scope)
+    out = export_decision(ledger, decision_id, bundles_dir, output, seq=seq, verification=verification)
     render.print_json({"ok": True, "output": str(out), "files": sorted(p.name for p in out.iterdir())})
 
 
@@ -223,10 +245,23 @@ def audit_export(ledger: Path, decision_id: str, bundles_dir: Path, output: Path
     help="Directory of bundles; each decision is replayed with the revision it names.",
 )
 @click.option("--no-opa", is_flag=True, help="Replay on regopy only (default: also on the OPA reference if installed).")
+@verification_options
 @FORMAT
-def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None) -> None:
-    """Re-evaluate every archived decision and report any that does not reproduce (exit 1)."""
-    report = replay(ledger, bundles_dir, with_opa=not no_opa)
+def audit_replay(
+    ledger: Path,
+    bundles_dir: Path,
+    no_opa: bool,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+    fmt: str | None,
+) -> None:
+    """Re-evaluate every archived decision and report any that does not reproduce (exit 1).
+
+    Each decision is replayed with the bundle file whose sha256 its entry names; a bundle that
+    claims the entry's revision with other bytes is refused (exit 2, one line).
+    """
+    verification = verification_of(verification_keys, verification_scope)
+    report = replay(ledger, bundles_dir, with_opa=not no_opa, verification=verification)
     if as_json(fmt):
         render.print_json(report.to_dict())
     else:
@@ -250,42 +285,49 @@ def audit_replay(ledger: Path, bundles_dir: Path, no_opa: bool, fmt: str | None)
 @click.option("--agent", help="agent_id.")
 @click.option("--model", help="runtime model id.")
 @click.option("--decision", help="Routing state, e.g. DENY.")
-@click.option("--type", "event_type", type=click.Choice(["decision", "control", "receipt", "execution", "failure"]))
+@click.option("--decision-id", help="One decision: its entries and the refusals of evidence for it.")
+@click.option("--principal", help="The service principal (or, for gate entries, the agent).")
+@click.option("--code", help="Refusal code, e.g. replay or not_authorized.")
+@click.option(
+    "--type", "event_type", type=click.Choice(["decision", "control", "receipt", "execution", "failure", "note"])
+)
 @click.option("--since", metavar="RFC3339", help="From this time (UTC, e.g. 2026-11-29T00:00:00Z).")
 @click.option("--until", metavar="RFC3339", help="Up to this time.")
 @FORMAT
-def audit_query(
-    ledger: Path,
-    unit: str | None,
-    agent: str | None,
-    model: str | None,
-    decision: str | None,
-    event_type: str | None,
-    since: str | None,
-    until: str | None,
-    fmt: str | None,
-) -> None:
-    """Entries matching every filter: "every action by model X on unit Y" is one command."""
-    entries = query(
-        ledger, unit=unit, agent=agent, model=model, decision=decision, event_type=event_type, since=since, until=until
-    )
+def audit_query(ledger: Path, fmt: str | None, **filters: str | None) -> None:
+    """Entries matching every filter: "every action by model X on unit Y" is one command.
+
+    Text shows one row per entry (decision id whole; who acted, what, and the detail folded to
+    the terminal's width); json keeps every field.
+    """
+    entries = query(ledger, **filters)
     if as_json(fmt):
         render.print_json(entries)
         return
-    table = Table(title=f"{len(entries)} entries in {ledger}")
-    for column in ("seq", "time", "type", "agent", "unit", "model", "decision", "reasons / detail"):
-        table.add_column(column, overflow="fold")
+    width = int(os.environ.get("COLUMNS", "0") or 0) or 100
+    out = Console(highlight=False) if sys.stdout.isatty() else Console(width=width, highlight=False)
+    out.print(f"{len(entries)} entries in {ledger}", markup=False)
     for entry in entries:
-        detail = ", ".join(entry.get("reason_codes") or []) or str(entry.get("code") or entry.get("receipt_id") or "")
-        table.add_row(
-            str(entry.get("seq")),
-            str(entry.get("timestamp", ""))[:19],
-            str(entry.get("type")),
-            str(entry.get("agent_id") or ""),
-            str(entry.get("kcp_unit_applied") or ""),
-            str(entry.get("model") or ""),
-            str(entry.get("decision") or entry.get("authorization_status") or ""),
-            detail,
+        cells = row(entry)
+        head = f"{cells['seq']:>5}  {cells['time']}  {cells['type']:<9} {cells['decision_id']}"
+        out.print(head.rstrip(), markup=False)
+        said = " · ".join(cells[name] for name in ("who", "what", "detail") if cells[name])
+        out.print(
+            textwrap.fill(said, width=max(out.width, 40), initial_indent=" " * 7, subsequent_indent=" " * 7),
+            markup=False,
         )
-    out = console()
-    out.print(table)
+
+
+@audit.command(name="shadow-report")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
+def audit_shadow_report(ledger: Path, fmt: str) -> None:
+    """Summarise what a shadowed candidate bundle would have changed: how many decisions, from what
+    to what, which weaken, with examples (the `shadow` entries a gate with a shadow writes)."""
+    from kcp_opa.audit.shadowreport import shadow_report, to_markdown
+
+    report = shadow_report(ledger)
+    if fmt == "markdown":
+        click.echo(to_markdown(report), nl=False)
+    else:
+        render.print_json(report)

@@ -20,6 +20,7 @@ import click
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.records import export_record, load_record
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signer_from, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
@@ -72,7 +73,7 @@ def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return verification_options(fn)
 
 
 def _desk(
@@ -82,6 +83,8 @@ def _desk(
     issuer_keyring: Path | None,
     gate_keyring: str | None,
     ledger: Path | None,
+    verification_keys: tuple[str, ...] = (),
+    verification_scope: str = "",
 ) -> ControlDesk:
     secret = os.environ.get(seal_secret_env, "").encode("utf-8")
     if len(secret) < MIN_SECRET_BYTES:
@@ -89,7 +92,11 @@ def _desk(
             f"environment variable {seal_secret_env} must hold the desk's sealing secret (>= {MIN_SECRET_BYTES} bytes)",
             "no_secret",
         )
-    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger) if ledger is not None else None)
+    gate = Gate.from_bundle(
+        bundle,
+        ledger=AuditLedger(ledger) if ledger is not None else None,
+        verification_keys=verification_of(verification_keys, verification_scope),
+    )
     return ControlDesk(
         gate,
         load_trust(trust),

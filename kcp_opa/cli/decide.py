@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import load_verified, verification_of, verification_options
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
-from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, QueryError
 from kcp_opa.core.signing import load_signing_key
@@ -63,6 +63,7 @@ from kcp_opa.trail.ledger import AuditLedger
     is_flag=True,
     help="Also evaluate on the OPA reference engine; any difference is a DENY engine_divergence.",
 )
+@verification_options
 @FORMAT
 def decide(
     bundle: Path,
@@ -73,6 +74,8 @@ def decide(
     ledger: Path | None,
     ledger_key: str | None,
     cross_check: bool,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
     fmt: str | None,
 ) -> None:
     """Decide one action with the bundle's policy and print the decision (JSON when piped).
@@ -91,7 +94,12 @@ def decide(
         raise click.UsageError("--ledger-key needs --ledger")
     key = load_signing_key(ledger_key) if ledger_key is not None else None
     audit = AuditLedger(ledger, checkpoint_key=key) if ledger is not None else None
-    gate = Gate.from_bundle(bundle, ledger=audit, cross_check="opa" if cross_check else None)
+    gate = Gate.from_bundle(
+        bundle,
+        ledger=audit,
+        cross_check="opa" if cross_check else None,
+        verification_keys=verification_of(verification_keys, verification_scope),
+    )
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
@@ -136,8 +144,17 @@ def decide(
     show_default=True,
     help="regopy (the gate's engine) or opa (the Go reference engine, from opa-golib-python-bindings).",
 )
+@verification_options
 @click.argument("query")
-def eval_command(bundle: Path, input_path: str | None, fmt: str, engine: str, query: str) -> None:
+def eval_command(
+    bundle: Path,
+    input_path: str | None,
+    fmt: str,
+    engine: str,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+    query: str,
+) -> None:
     """Evaluate QUERY over a bundle, answering as `opa eval -b BUNDLE -i INPUT QUERY` does.
 
     For auditors: replay an archived input against the bundle revision it names, e.g.
@@ -145,7 +162,7 @@ def eval_command(bundle: Path, input_path: str | None, fmt: str, engine: str, qu
     engine that decided) or with --engine opa on OPA itself (docs/auditing.md).
     An undefined query prints {} (as opa eval does); an evaluation error exits 2.
     """
-    loaded = read_bundle(bundle)
+    loaded = load_verified(bundle, verification_keys, verification_scope)
     input_doc = None
     if input_path is not None:
         text = read_text(input_path, "input")

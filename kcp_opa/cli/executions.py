@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, fail, now_option, read_text
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
@@ -138,6 +139,7 @@ def executions_reconcile(key: str, outcome: str, evidence: str, store_path: Path
 @click.option("--bundle", type=click.Path(path_type=Path, dir_okay=False), help="With --ledger: the gate's bundle.")
 @click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Record the execution in this ledger.")
 @now_option("Verification time [default: now].")
+@verification_options
 @click.argument("handler", nargs=-1, required=True, type=click.UNPROCESSED)
 def executions_run(
     action_path: str,
@@ -148,6 +150,8 @@ def executions_run(
     bundle: Path | None,
     ledger: Path | None,
     now: str | None,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
     handler: tuple[str, ...],
 ) -> None:
     """Execute an action under its receipt, at most once: verify, consume, then run HANDLER.
@@ -168,7 +172,10 @@ def executions_run(
         receipt = strictjson.loads(read_text(receipt_path, "receipt"))
     except (ValueError, RecursionError) as exc:
         fail(f"receipt {receipt_path} is not valid JSON: {exc}", EXIT_INVALID)
-    audit = AuditTrail(AuditLedger(ledger), read_bundle(bundle)) if ledger is not None and bundle is not None else None
+    audit = None
+    if ledger is not None and bundle is not None:
+        verification = verification_of(verification_keys, verification_scope)
+        audit = AuditTrail(AuditLedger(ledger), read_bundle(bundle, verification=verification))
     executor = Executor(
         keyring=load_keyring(keyring_path),
         policy_versions=set(policy_versions),

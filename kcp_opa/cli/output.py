@@ -6,13 +6,13 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
 from kcp_opa.core.errors import ActionRejectedError, SourceUnreadableError
+from kcp_opa.core.files import read_regular_text
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
@@ -81,7 +81,7 @@ def read_text(path: str, what: str) -> str:
     if path == "-":
         return sys.stdin.read()
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_regular_text(path)  # a FIFO or device is refused, never waited on
     except UnicodeDecodeError:
         raise ActionRejectedError("", f"{what} {path} is not UTF-8 text") from None
     except OSError as exc:

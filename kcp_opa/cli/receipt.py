@@ -12,6 +12,7 @@ import click
 
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signing_key_option
 from kcp_opa.cli.output import EXIT_USAGE, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
@@ -130,7 +131,13 @@ def receipt_hash(action_path: str) -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Keyring with the HMAC secrets of issuers registered by keyring kid.",
 )
+@click.option(
+    "--accept-unsigned-decision",
+    is_flag=True,
+    help="With --issuer: accept an unsigned decision document, only from a gate the registry marks unsigned.",
+)
 @now_option("Issue time [default: now].")
+@verification_options
 @_receipt_errors
 def receipt_issue(
     action_path: str,
@@ -145,7 +152,10 @@ def receipt_issue(
     trust_path: Path | None,
     bundle_path: Path | None,
     issuer_keyring: Path | None,
+    accept_unsigned_decision: bool,
     now: str | None,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
 ) -> None:
     """Issue a receipt: only for an APPROVED decision whose required controls all PASSED.
 
@@ -175,10 +185,11 @@ def receipt_issue(
             key,
             gate=gate,
             registry=load_trust(trust_path),
-            bundle=read_bundle(bundle_path),
+            bundle=read_bundle(bundle_path, verification=verification_of(verification_keys, verification_scope)),
             keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
             ttl_seconds=ttl_seconds,
             now=moment,
+            accept_unsigned=accept_unsigned_decision,
         )
     else:
         issued = issue_receipt(decision, action, key, ttl_seconds=ttl_seconds, now=moment)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signing_key_option
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.files import read_regular
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 
 
@@ -24,7 +26,7 @@ def _handlers(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))
     except (OSError, ValueError) as exc:
         raise ServeConfigError(f"{path}: cannot read the handlers file: {exc}") from None
     spec = raw.get("handlers") if isinstance(raw, dict) else None
@@ -38,7 +40,7 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))
     except (OSError, ValueError) as exc:
         raise ServeConfigError(f"{path}: cannot read the tokens file: {exc}") from None
     tokens = raw.get("tokens") if isinstance(raw, dict) else None
@@ -119,6 +121,29 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option("--plan-cache", type=click.Path(path_type=Path, file_okay=False), help="rego-cpp plan cache directory.")
 @click.option("--otel", is_flag=True, help="Emit OpenTelemetry spans (needs the [otel] extra and a configured SDK).")
+@click.option(
+    "--bundle-source",
+    metavar="URL|PATH",
+    help="Follow new bundle versions (HTTP(S) with ETags, a file, a directory); --bundle keeps the last good one.",
+)
+@click.option(
+    "--poll-seconds", type=click.FloatRange(0.05), default=30.0, show_default=True, help="Bundle source poll."
+)
+@click.option(
+    "--mode",
+    "start_mode",
+    type=click.Choice(["enforce", "log_only"]),
+    default="enforce",
+    show_default=True,
+    help="log_only: decide and archive as usual, but tell callers it was not enforced (recorded).",
+)
+@click.option("--mode-second-approval", is_flag=True, help="Leaving enforce needs a second service_admin's request.")
+@click.option(
+    "--shadow-bundle",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A candidate bundle evaluated beside the active one; it never decides (audit shadow-report).",
+)
+@verification_options
 def serve(
     transport: str,
     bundle: Path,
@@ -138,6 +163,13 @@ def serve(
     token_env: str,
     plan_cache: Path | None,
     otel: bool,
+    bundle_source: str | None,
+    poll_seconds: float,
+    start_mode: str,
+    mode_second_approval: bool,
+    shadow_bundle: Path | None,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
 ) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
 
@@ -151,6 +183,8 @@ def serve(
     registered --issuer-id, with its key from --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING).
     SIGHUP (or POST /v1/admin/reload by a service_admin) re-reads the bundle, registry, tokens
     and keyrings and swaps them in only if they all load; replicas share --store and --keyring.
+    --bundle-source polls for new bundle versions and reloads each (verified with
+    --verification-key); a version that does not load keeps the old one serving (GET /v1/status).
     """
     from kcp_opa.declare.trust import load_trust
     from kcp_opa.service.desk import GateService
@@ -182,6 +216,7 @@ def serve(
     if otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
     registry = load_trust(trust) if trust is not None else None
+    verification = verification_of(verification_keys, verification_scope)
     service = GateService.open(
         bundle,
         store=store,
@@ -192,6 +227,7 @@ def serve(
         registry=registry,
         issuer_ids=issuer_ids,
         issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
+        verification=verification,
         ledger_key=load_signing_key(ledger_key) if ledger_key is not None else None,
     )
 
@@ -202,10 +238,25 @@ def serve(
         roles = bundle_approver_roles(data)
         return registry_authenticator(loaded, _token_hashes(tokens_path), stdio=stdio_principal, approver_roles=roles)
 
+    if shadow_bundle is not None:
+        service.gate.set_shadow(shadow_bundle)
+    service.gate.modes.second_approval = mode_second_approval
+    if start_mode != "enforce":  # the operator's start configuration, recorded like any change
+        service.gate.modes.second_approval = False
+        service.gate.modes.request(start_mode, "serve:startup", service.gate.audit)
+        service.gate.modes.second_approval = mode_second_approval
     authenticator = SwappableAuthenticator(make_authenticator(registry, service.gate.bundle.data))
-    sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache)
+    sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache, verification)
     reloader = Reloader(service, sources, authenticator, make_authenticator)
     _on_sighup(reloader)
+    if bundle_source is not None:
+        from kcp_opa.decide.follow import BundleFollower, source_of
+
+        reloader.follower = BundleFollower(
+            source_of(bundle_source), reloader.reload_bundle, bundle, interval_seconds=poll_seconds
+        )
+        reloader.follower.poll_once()
+        reloader.follower.start()
     try:
         if transport == "stdio":
             _serve_stdio(service, authenticator)
@@ -241,19 +292,11 @@ def _on_sighup(reloader: Any) -> None:
 
 
 def _serve_stdio(service: Any, authenticator: Any) -> None:
-    import anyio
-    from mcp.server.stdio import stdio_server
-
+    from kcp_opa.service.stdio import run_stdio
     from kcp_opa.service.tools import build_server
 
     principal = authenticator.fixed()
-    server = build_server(service, lambda ctx: principal)
-
-    async def run() -> None:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-
-    anyio.run(run)
+    run_stdio(build_server(service, lambda ctx: principal), service)
 
 
 def _serve_http(service: Any, authenticator: Any, host: str, port: int, reloader: Any) -> None:

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.compile.signatures import SIGNATURES_NAME, SignatureInfo, Verification, verify_members
+from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError
+from kcp_opa.core.files import read_regular
 
 MANIFEST_NAME = ".manifest"
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
@@ -46,6 +49,13 @@ class LoadedBundle:
     data: Mapping[str, Any]
     modules: Mapping[str, str]
     sha256: str
+    #: The verified signature (None: an unsigned bundle, loaded without verification keys).
+    signature: SignatureInfo | None = None
+
+    @property
+    def signer(self) -> str | None:
+        """The key id that signed the bundle, when it is signed and verified."""
+        return None if self.signature is None else self.signature.key_id
 
     @property
     def revision(self) -> str:
@@ -134,8 +144,20 @@ class BundleLimits:
         )
 
 
-def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> LoadedBundle:
+def read_bundle(
+    path: str | Path,
+    *,
+    limits: BundleLimits | None = None,
+    verification: Verification | None = None,
+    skip_verification: bool = False,
+) -> LoadedBundle:
     """Read and check a bundle tarball; any defect is a :class:`BundleError`.
+
+    Signatures follow OPA: with ``verification`` the bundle must carry a ``.signatures.json``
+    that verifies under one of its keys and scope; without it a signed bundle is refused.
+    ``skip_verification`` is for a child re-reading bytes its parent already verified.
+    A content-derived revision (64 hex, what compile writes by default) must still name the
+    content: an edit that keeps the revision string is refused.
 
     Beyond the format: the inflated size and member count are capped (``limits``), a member
     may appear once, roots may not overlap, and every file's sha256 recorded in the
@@ -144,12 +166,14 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
     """
     source = str(path)
     try:
-        packed = Path(path).read_bytes()
+        packed = read_regular(path, MAX_BUNDLE_BYTES)
     except OSError as exc:
         raise BundleError(f"{source}: cannot read bundle: {exc.strerror or exc}") from None
     if len(packed) > MAX_BUNDLE_BYTES:
         raise BundleError(f"{source}: bundle larger than {MAX_BUNDLE_BYTES >> 20} MiB")
     members = _members(packed, source, limits or BundleLimits.from_env())
+    signature = None if skip_verification else verify_members(members, verification, source)
+    members.pop(SIGNATURES_NAME, None)
     if MANIFEST_NAME not in members:
         raise BundleError(f"{source}: no .manifest: not a kcp-opa bundle")
     manifest = _json(members.pop(MANIFEST_NAME), source, MANIFEST_NAME)
@@ -158,6 +182,7 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
     roots = manifest.get("roots", [""])
     _check_roots(roots, source)
     _check_hashes(manifest, members, source)
+    _check_revision(manifest, members, source)
     data: dict[str, Any] = {}
     modules: dict[str, str] = {}
     for name, content in sorted(members.items()):
@@ -170,29 +195,73 @@ def read_bundle(path: str | Path, *, limits: BundleLimits | None = None) -> Load
                 modules[name] = content.decode("utf-8")
             except UnicodeDecodeError:
                 raise BundleError(f"{source}: {name} is not UTF-8") from None
-    return LoadedBundle(source, manifest, data, modules, hashlib.sha256(packed).hexdigest())
+    return LoadedBundle(source, manifest, data, modules, hashlib.sha256(packed).hexdigest(), signature)
 
 
-def _inflate(packed: bytes, source: str, limit: int) -> bytes:
-    """gunzip at most ``limit`` bytes: a bomb is refused before it is in memory."""
+def peek_revision(path: str | Path) -> str:
+    """The revision a bundle's .manifest claims, read without any check ("" when there is none):
+    for saying which bundle a refused file pretends to be, never for loading it."""
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(packed), mode="rb") as gz:
-            raw = gz.read(limit + 1)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise BundleError(f"{source}: not a gzipped tar bundle ({exc})") from None
-    if len(raw) > limit:
-        raise BundleError(f"{source}: inflates to more than {limit} bytes (KCP_OPA_BUNDLE_MAX_BYTES)")
-    return raw
+        members = _members(Path(path).read_bytes(), str(path), BundleLimits.from_env())
+        manifest = json.loads(members.get(MANIFEST_NAME, b"{}"))
+    except (BundleError, OSError, ValueError):
+        return ""
+    return str(manifest.get("revision", "")) if isinstance(manifest, dict) else ""
+
+
+def is_content_revision(revision: str) -> bool:
+    """64 lowercase hex: the form compile gives a revision derived from the content."""
+    return len(revision) == 64 and all(c in "0123456789abcdef" for c in revision)
+
+
+def _check_revision(manifest: Mapping[str, Any], members: Mapping[str, bytes], source: str) -> None:
+    """A content-derived revision must be the digest of these members and this metadata."""
+    revision = manifest.get("revision")
+    metadata = manifest.get("metadata")
+    kcp = metadata.get("kcp_opa") if isinstance(metadata, Mapping) else None
+    if not isinstance(revision, str) or not is_content_revision(revision) or not isinstance(kcp, Mapping):
+        return
+    files = [BundleFile(name, content) for name, content in members.items()]
+    if content_revision([*files, BundleFile(".metadata", canonical_json(kcp))]) != revision:
+        raise BundleError(f"{source}: revision {revision[:12]}... does not name this content (edited after compile)")
+
+
+class _Inflated(io.RawIOBase):
+    """The gunzipped stream, refused the moment it would pass ``limit`` bytes: a bomb costs
+    at most the limit, never the 1 GiB a member's header announces."""
+
+    def __init__(self, packed: bytes, source: str, limit: int) -> None:
+        self._gz = gzip.GzipFile(fileobj=io.BytesIO(packed), mode="rb")
+        self.source, self.remaining = source, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self.remaining + 1 if size is None or size < 0 else min(size, self.remaining + 1)
+        chunk = self._gz.read(want)
+        self.remaining -= len(chunk)
+        if self.remaining < 0:
+            raise _TooLarge()
+        return chunk
+
+
+class _TooLarge(Exception):
+    """Raised inside tarfile's reads; worded by :func:`_members`."""
 
 
 def _members(packed: bytes, source: str, limits: BundleLimits) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    raw = _inflate(packed, source, limits.max_decompressed_bytes)
+    limit = limits.max_decompressed_bytes
+    too_large = f"{source}: inflates to more than {limit} bytes (KCP_OPA_BUNDLE_MAX_BYTES)"
+    stream = _Inflated(packed, source, limit)
     try:
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
             for count, info in enumerate(tar, start=1):
                 if count > limits.max_members:
                     raise BundleError(f"{source}: more than {limits.max_members} members (KCP_OPA_BUNDLE_MAX_MEMBERS)")
+                if info.size > stream.remaining:  # from the header, before a byte of the member is read
+                    raise BundleError(f"{too_large}: member {info.name[:80]!r} declares {info.size} bytes")
                 name = posixpath.normpath(info.name.removeprefix("./"))
                 if info.isdir():
                     continue
@@ -206,7 +275,9 @@ def _members(packed: bytes, source: str, limits: BundleLimits) -> dict[str, byte
                 if extracted is None:  # pragma: no cover - isfile() guarantees content
                     raise BundleError(f"{source}: member {info.name!r} has no content")
                 out[name] = extracted.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except _TooLarge:
+        raise BundleError(too_large) from None
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise BundleError(f"{source}: not a gzipped tar bundle ({exc})") from None
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from kcp_opa.compile.bundle import (
     BundleFile,
     content_revision,
+    is_content_revision,
     tarball_bytes,
     write_atomically,
 )
@@ -23,9 +24,11 @@ from kcp_opa.compile.datadoc import DATA_ROOT, build_data
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR
 from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
+from kcp_opa.compile.signatures import SIGNATURES_NAME, SigningKey, signatures_file
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
 from kcp_opa.core.version import __version__
+from kcp_opa.declare.declstrings import check_data_strings
 from kcp_opa.declare.diagnostics import Diagnostic
 from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import verify_manifest
@@ -105,8 +108,14 @@ def compile_bundle(
     engine_check: bool = False,
     trust_path: Path | None = None,
     manifest_keys: Sequence[Ed25519PublicKey] = (),
+    signing_key: SigningKey | None = None,
+    claims: Mapping[str, Any] | None = None,
+    scope: str = "",
 ) -> CompileResult:
     """Validate everything, build the data document and write the bundle atomically.
+
+    With ``signing_key`` the bundle carries a ``.signatures.json`` in OPA's format listing
+    every file (``claims`` and ``scope`` go into its payload; kcp_opa.compile.signatures).
 
     A manifest declaring ``trust.content_integrity`` compiles only when its hash and signature
     verify (the signature under one of ``manifest_keys``; kcp_opa.declare.integrity).
@@ -130,6 +139,7 @@ def compile_bundle(
             raise ValidationFailedError(report.file, [str(d) for d in report.errors])
         trust = report.document
     data = build_data(manifests, matrix, trust)
+    check_data_strings(data)  # the backstop: no string regopy would read escaped (declstrings)
     files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]
     files += [BundleFile(m.path, m.source.encode("utf-8")) for m in modules]
     metadata = _metadata(manifests, matrix, modules, version, sorted(data))
@@ -137,14 +147,21 @@ def compile_bundle(
     if trust is not None:
         metadata["trust"] = {"name": trust.name, "file": Path(trust.file).name, "sha256": trust.sha256}
         metadata["sources"][f"trust/{Path(trust.file).name}"] = trust.sha256
-    rev = revision or content_revision([*files, BundleFile(".metadata", canonical_json(metadata))])
+    content = content_revision([*files, BundleFile(".metadata", canonical_json(metadata))])
+    if revision is not None and is_content_revision(revision) and revision != content:
+        raise CompileError(f"--revision {revision[:12]}...: 64 hex digits are reserved for the content digest")
+    rev = revision or content
     manifest = {
         "revision": rev,
         "roots": list(ROOTS),
         "rego_version": 1,
         "metadata": {"kcp_opa": metadata},
     }
-    packed = tarball_bytes([BundleFile(".manifest", canonical_json(manifest)), *files])
+    members = [BundleFile(".manifest", canonical_json(manifest)), *files]
+    if signing_key is not None:
+        signed = signatures_file([(f.path, f.content) for f in members], signing_key, claims=claims, scope=scope)
+        members.append(BundleFile(SIGNATURES_NAME, signed))
+    packed = tarball_bytes(members)
     write_atomically(output, packed, verify=_engine_check if engine_check else None)
     result = CompileResult(
         output=output,
@@ -192,8 +209,8 @@ def _load_manifests(
 
 
 def _verify_integrity(path: Path, manifest: Manifest, keys: Sequence[Ed25519PublicKey], max_bytes: int) -> None:
-    if integrity_declared(manifest.data) is None:
-        return
+    if integrity_declared(manifest.data) is None and not keys:
+        return  # with keys, a manifest that declares nothing is refused by verify_manifest
     # The bytes verified must be the bytes validated: re-read, and refuse a file that changed.
     raw = read_bounded(path, manifest.file, max_bytes)
     if not hmac.compare_digest(hashlib.sha256(raw).hexdigest(), manifest.sha256):

@@ -115,13 +115,18 @@ def _scan(policies: Path) -> tuple[list[Rule], Recognised, Recognised]:
                     Rule(code, rule, state, controls, ev.evaluator_id, requires, str(meta.get("absent", "")), where)
                 )
         _recognised(ev.path, ev.evaluator_id, lines, actions, flags)
+    facts = policies / "kcp" / "lib" / "facts.rego"  # the money-moving types every evaluator shares
+    if facts.is_file():
+        _recognised(
+            "kcp/lib/facts.rego", "kcp.lib.facts", facts.read_text(encoding="utf-8").splitlines(), actions, flags
+        )
     return rules, actions, flags
 
 
 def _recognised(path: str, evaluator_id: str, lines: list[str], actions: Recognised, flags: Recognised) -> None:
     for index, line in enumerate(lines):
         where = f"{evaluator_id} ({path}:{index + 1})"
-        if "action_type ==" in line or line.startswith("_money_moving :="):
+        if "action_type ==" in line or line.startswith(("_money_moving := {", "money_moving := {")):
             for name in _LITERALS.findall(line.split("action_type", 1)[-1] if "==" in line else line):
                 actions.add(name, where)
         for name in re.findall(r'"([a-z_]+)" in _raised', line):

@@ -70,6 +70,18 @@ class EngineLoadError(BundleError):
     """regopy cannot load, plan or safely host a bundle's policies."""
 
 
+class BundleSignatureError(BundleError):
+    """A bundle's ``.signatures.json`` does not hold for the keys and scope configured; ``code`` says how."""
+
+    def __init__(self, message: str, code: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class BundleProvenanceError(BundleError):
+    """A bundle is not the one an archived entry names (its sha256 differs): never replayed against."""
+
+
 class QueryError(KcpOpaError):
     """An ad-hoc query (``kcp-opa eval``) could not be evaluated."""
 

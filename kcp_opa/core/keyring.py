@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KeyringError
+from kcp_opa.core.files import read_regular
 from kcp_opa.core.keys import ALGORITHMS, HMAC_SHA256, Ed25519Key, HmacKey, Key, ReceiptKey
 from kcp_opa.core.pkcs11 import PKCS11_SCHEME, Pkcs11Key, open_pkcs11_key
 
@@ -100,7 +101,7 @@ def hmac_key_from_env(kid: str, variable: str = "KYA_RECEIPT_SECRET") -> HmacKey
 def load_keyring(path: str | Path) -> Keyring:
     """Read a keyring file (JSON). HMAC keys name their secret's environment variable (``secret_env``)."""
     try:
-        raw = strictjson.loads(Path(path).read_text(encoding="utf-8"))
+        raw = strictjson.loads(read_regular(path))  # a FIFO or device: refused, never waited on
     except OSError as exc:
         raise KeyringError(f"{path}: cannot read keyring: {exc.strerror or exc}", "no_keyring") from None
     except json.JSONDecodeError as exc:

@@ -11,6 +11,7 @@ surrogates that later fail to encode. Each of those is refused here with a
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -56,7 +57,10 @@ def _integer(text: str) -> int:
 def _float(text: str) -> float:
     if len(text) > MAX_INT_DIGITS + 16:
         raise StrictJSONError(f"a number literal of {len(text)} characters is over the limit")
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):  # 1e309: Python reads infinity, which no later step can handle
+        raise StrictJSONError(f"{text} is out of range for a number")
+    return value
 
 
 def loads(text: str | bytes) -> Any:

@@ -18,8 +18,8 @@ from typing import Any
 import fastjsonschema
 from jsonschema import Draft202012Validator
 
-from kcp_opa.core import strictjson
-from kcp_opa.core.canonical import canonical_hash
+from kcp_opa.core import strictjson, strings
+from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.textfold import fold_text
@@ -49,12 +49,22 @@ def parse_action(text: str | bytes) -> dict[str, Any]:
     return value  # type: ignore[no-any-return]
 
 
-def check_action(value: Any) -> None:
-    """Raise :class:`ActionRejectedError` unless ``value`` is a well-formed action intent."""
+def check_action(value: Any) -> bytes:
+    """Raise :class:`ActionRejectedError` unless ``value`` is a well-formed action intent.
+
+    Returns the action's canonical JSON (what its KYA-CJ-1 hash is taken over): the 1 MiB cap
+    is measured on those bytes, so a dict handed to ``Gate.decide`` is bounded like a file.
+    """
     if not isinstance(value, Mapping):
         raise ActionRejectedError("", f"must be a JSON object, not {_json_type(value)}")
     _check_values(value)
     check_strings(value)
+    canonical = canonical_json(value)
+    if len(canonical) > MAX_ACTION_BYTES:
+        raise ActionRejectedError(
+            "", f"{len(canonical)} bytes serialized is over the {MAX_ACTION_BYTES >> 10} KiB limit for one action"
+        )
+    _check_attribute_count(value.get("attributes"))
     try:
         _fast_validator()(value)
     except fastjsonschema.JsonSchemaValueException as fast:
@@ -66,6 +76,29 @@ def check_action(value: Any) -> None:
         path = "".join(f"/{part}" for part in first.absolute_path)
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ActionRejectedError(path, f"{_schema_message(first)}{more}") from None
+    return canonical
+
+
+#: Values (containers and scalars) under ``attributes``, all levels: what regopy's input
+#: conversion pays for, linearly (docs/input-contract.md "Sizes"). The schema caps each level.
+MAX_ATTRIBUTE_VALUES = 1024
+
+
+def _check_attribute_count(attributes: Any) -> None:
+    if not isinstance(attributes, Mapping):
+        return
+    count, stack = 0, list(attributes.values())
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_ATTRIBUTE_VALUES:
+            raise ActionRejectedError(
+                "/attributes", f"holds more than {MAX_ATTRIBUTE_VALUES:,} values (all levels); pass a reference instead"
+            )
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def _check_values(root: Mapping[str, Any]) -> None:
@@ -93,17 +126,6 @@ def _check_values(root: Mapping[str, Any]) -> None:
         else:
             raise ActionRejectedError(path, f"{type(value).__name__} is not a JSON value")
 
-
-#: Characters no action string may hold (keys included): C0 controls but TAB, LF and CR, DEL,
-#: C1 controls and lone surrogates. NUL is cut off by rego-cpp's C input API (a false ALLOW on
-#: regopy, engine-findings item 23); the others reach no policy on purpose and only make
-#: messages, logs and replays ambiguous. Free text (messages, purposes) may keep TAB/LF/CR.
-_FORBIDDEN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
-
-#: Identifiers: ASCII letters, digits and ``_ . : / @ + ~ = # * -``. Every one is above ``"``
-#: (0x22), so the engines sort identifiers alike (regopy compares a string with its closing
-#: quote; engine-findings item 25), and none needs a JSON escape.
-IDENTIFIER = re.compile(r"[A-Za-z0-9_.:/@+~=#*-]+")
 
 #: Where the action holds identifiers (``*`` is any array index): what policies match, index,
 #: hash, sort or put in messages.
@@ -137,19 +159,19 @@ _IDENTIFIER_PATH = re.compile("^(?:" + "|".join(re.escape(p).replace(r"\*", "[0-
 def check_strings(root: Mapping[str, Any]) -> None:
     """The string contract (docs/input-contract.md): raise :class:`ActionRejectedError` naming path and character.
 
-    Every string and key: none of :data:`_FORBIDDEN_TEXT`. Strings at :data:`IDENTIFIER_PATHS`:
-    :data:`IDENTIFIER` only. Kept apart from the shape checks: this is the engine-fidelity rule.
+    Every string and key: none of ``strings.FORBIDDEN_TEXT``. Strings at :data:`IDENTIFIER_PATHS`:
+    ``strings.IDENTIFIER`` only (the shared rules, kcp_opa/core/strings.py). Kept apart from the
+    shape checks: this is the engine-fidelity rule.
     """
     stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
         value, path = stack.pop()
         if isinstance(value, str):
             _check_text(value, path)
-            if _IDENTIFIER_PATH.match(path) and not IDENTIFIER.fullmatch(value):
-                bad = next((c for c in value if not IDENTIFIER.fullmatch(c)), None)
-                what = f"character {_char_name(bad)}" if bad is not None else "an empty string"
+            problem = strings.identifier_problem(value) if _IDENTIFIER_PATH.match(path) else None
+            if problem is not None:
                 raise ActionRejectedError(
-                    path, f"{what} is not allowed in an identifier (letters, digits and _ . : / @ + ~ = # * - only)"
+                    path, f"{problem} is not allowed in an identifier ({strings.IDENTIFIER_RULE})"
                 )
         elif isinstance(value, Mapping):
             for key, item in value.items():
@@ -161,27 +183,17 @@ def check_strings(root: Mapping[str, Any]) -> None:
 
 
 def _check_text(text: str, path: str, *, key: bool = False) -> None:
-    if len(text) > 1 and text[0] == text[-1] == '"':
+    if strings.quote_wrapped(text):
         raise ActionRejectedError(
             path, 'a string may not both start and end with U+0022 """: regopy reads it as the string inside the quotes'
         )
-    match = _FORBIDDEN_TEXT.search(text)
-    if match is not None:
+    bad = strings.forbidden_char(text)
+    if bad is not None:
         where = "an object key" if key else "a string"
         raise ActionRejectedError(
-            path, f"character {_char_name(match.group())} is not allowed in {where} of an action (control characters "
+            path, f"character {strings.char_name(bad)} is not allowed in {where} of an action (control characters "
             "other than TAB, LF and CR, and lone surrogates, are refused)",
         )  # fmt: skip
-
-
-def _char_name(char: str) -> str:
-    """``U+0000 "\\x00"``: the code point and an ASCII-only escaped form, safe to print and log."""
-    code = ord(char)
-    if 0x21 <= code <= 0x7E and char not in '"\\':
-        shown = char
-    else:
-        shown = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-    return f'U+{code:04X} "{shown}"'
 
 
 #: Free-text strings the policies compare regardless of case, folded into ``input.context.folded``.
@@ -203,7 +215,7 @@ def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
 
 def _contract_safe(text: str) -> str:
     # A fold can only shrink what the contract let in, but it must never end up quote-wrapped.
-    return text.strip('"') if len(text) > 1 and text[0] == text[-1] == '"' else text
+    return text.strip('"') if strings.quote_wrapped(text) else text
 
 
 def _refuse_secret_key(key: str, path: str) -> None:

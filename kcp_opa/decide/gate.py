@@ -12,21 +12,25 @@ import datetime as dt
 import hashlib
 import hmac
 import secrets
-import uuid
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
+from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.core.canonical import canonical_json
-from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, StoreError
-from kcp_opa.decide.action import action_hash, check_action, folded_strings, trace_id_of
+from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, StoreError
+from kcp_opa.decide.action import check_action
 from kcp_opa.decide.counting import CounterSource
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
+from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
+from kcp_opa.decide.modes import ModeSwitch
+from kcp_opa.decide.shadow import ShadowCandidate
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
     ENGINE_DIVERGENCE_VERDICT,
@@ -39,95 +43,7 @@ from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
 
 _log = structlog.get_logger("kcp_opa.gate")
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-@dataclass(frozen=True)
-class DecisionInput:
-    """The exact ``input`` document evaluated, kept so it can be archived and replayed."""
-
-    document: Mapping[str, Any]
-    decision_id: str
-    action_hash: str
-    trace_id: str
-    trace_id_generated: bool
-    evaluated_at: str
-    #: HMAC by the gate that built it; ``decide_prepared`` refuses an input without a valid one.
-    seal: str = field(default="", repr=False)
-
-
-def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:
-    """The decision time as an aware UTC datetime at whole seconds (what receipts and logs use)."""
-    if now is None:
-        moment = dt.datetime.now(dt.UTC)
-    elif isinstance(now, str):
-        try:
-            moment = dt.datetime.fromisoformat(now.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise ActionRejectedError(
-                "", f"decision time {now!r} is not RFC 3339 (e.g. 2026-11-29T10:00:00Z)"
-            ) from None
-    else:
-        moment = now
-    if moment.tzinfo is None:
-        raise ActionRejectedError("", "the decision time must carry a timezone (e.g. 2026-11-29T10:00:00Z)")
-    return moment.astimezone(dt.UTC).replace(microsecond=0)
-
-
-def created_epoch_seconds(action: Mapping[str, Any]) -> int:
-    """``created_at`` as epoch seconds: the policy cannot parse RFC 3339 the same way on both
-    engines (docs/engine-findings.md), so the freshness rules read this integer from input."""
-    text = action.get("created_at")
-    try:
-        moment = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ActionRejectedError("/created_at", f"{text!r} is not an RFC 3339 time") from None
-    if moment.tzinfo is None:
-        raise ActionRejectedError("/created_at", "must carry a timezone")
-    return int((moment - _EPOCH).total_seconds() // 1)
-
-
-def build_input(
-    action: Mapping[str, Any],
-    *,
-    now: dt.datetime | str | None = None,
-    satisfied_controls: Sequence[str] = (),
-    bundle_revision: str = "",
-    decision_id: str | None = None,
-    counters: Mapping[str, Any] | None = None,
-) -> DecisionInput:
-    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
-
-    ``counters`` (the gate's counts from its own history, docs/budgets.md) go to
-    ``context.counters``; without them a declared budget or rate limit is ``context_missing``.
-    """
-    check_action(action)
-    moment = decision_time(now)
-    evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-    seconds = int((moment - _EPOCH).total_seconds())
-    the_id = decision_id or f"dec_{uuid.uuid4().hex}"
-    digest = action_hash(action)
-    given_trace = trace_id_of(action)
-    trace_id = given_trace or uuid.uuid4().hex
-    document: dict[str, Any] = {
-        "action": action,
-        "context": {
-            "decision_id": the_id,
-            "action_hash": digest,
-            "bundle_revision": bundle_revision,
-            "evaluated_at": evaluated_at,
-            "trace_id": trace_id,
-            "trace_id_generated": given_trace is None,
-            "decision_epoch_seconds": seconds,
-            "decision_epoch_day": seconds // 86400,
-            "action_created_epoch_seconds": created_epoch_seconds(action),
-            "satisfied_controls": sorted(set(satisfied_controls)),
-            "folded": folded_strings(action),
-        },
-    }
-    if counters is not None:
-        document["context"]["counters"] = dict(counters)
-    return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)
+__all__ = ["ActiveBundle", "DecisionInput", "Gate", "build_input", "created_epoch_seconds", "decision_time"]
 
 
 #: Controls the gate satisfies itself when its audit ledger is on: the decision is durably
@@ -135,12 +51,29 @@ def build_input(
 SYSTEM_CONTROLS = ("standard_audit_logging",)
 
 
+@dataclass(frozen=True)
+class ActiveBundle:
+    """One loaded bundle with its engines and audit trail: what a decision runs on, whole."""
+
+    bundle: LoadedBundle
+    engine: RegopyEngine
+    reference: Any
+    policy_version: str
+    audit: AuditTrail | None
+    activated_at: str
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class Gate:
-    """Decisions from one compiled bundle. Thread-safe; build once, call ``decide`` per action.
+    """Decisions from one compiled bundle at a time. Thread-safe; build once, call ``decide`` per action.
 
     With a ``ledger``, every decision is written to it (durably) before ``decide`` returns, and
     ``standard_audit_logging`` counts as satisfied; without one, that control stays missing and
-    no decision allows execution.
+    no decision allows execution. ``activate`` swaps in a new bundle atomically: a decision runs
+    wholly on the bundle it was prepared for (decisions in flight finish on the old one).
     """
 
     def __init__(
@@ -151,27 +84,40 @@ class Gate:
         ledger: AuditLedger | None = None,
         plan_cache: Path | None = None,
         cross_check: str | None = None,
+        verification: Verification | None = None,
         counters: CounterSource | None = None,
     ) -> None:
-        self.bundle = bundle
         #: Where ``input.context.counters`` comes from (class gate); None: no counts, so a
         #: declared budget or rate limit is context_missing (ESCALATE).
         self.counters = counters
         self.plan_cache = plan_cache
-        self.engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight, plan_cache=plan_cache)
         self.cross_check = cross_check
-        self.reference: Any = None
-        if cross_check is not None:
+        self.verification = verification
+        self.ledger = ledger
+        self._swap_lock = threading.Lock()
+        self._recent: dict[str, ActiveBundle] = {}
+        self.last_error: str | None = None
+        self.last_error_at: str | None = None
+        self.shadow: ShadowCandidate | None = None
+        self.modes = ModeSwitch()  # enforce | log_only; changed only through modes.request (ledger)
+        self._active = self._load(bundle, preflight)
+        self._recent[bundle.sha256] = self._active
+        self._seal_key = secrets.token_bytes(32)
+
+    def _load(self, bundle: LoadedBundle, preflight: bool) -> ActiveBundle:
+        engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight, plan_cache=self.plan_cache)
+        reference: Any = None
+        if self.cross_check is not None:
             from kcp_opa.decide.crosscheck import CROSS_CHECK_ENGINES, OpaReference
 
-            if cross_check not in CROSS_CHECK_ENGINES:
-                raise EngineLoadError(f"cross_check={cross_check!r}: the engines are {', '.join(CROSS_CHECK_ENGINES)}")
-            self.reference = OpaReference(bundle, DECISION_ENTRYPOINT)
+            if self.cross_check not in CROSS_CHECK_ENGINES:
+                raise EngineLoadError(
+                    f"cross_check={self.cross_check!r}: the engines are {', '.join(CROSS_CHECK_ENGINES)}"
+                )
+            reference = OpaReference(bundle, DECISION_ENTRYPOINT)
         metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
-        self.policy_version = str(metadata.get("policy_version", ""))
-        self.bundle_revision = bundle.revision
-        self.audit = AuditTrail(ledger, bundle) if ledger is not None else None
-        self._seal_key = secrets.token_bytes(32)
+        audit = AuditTrail(self.ledger, bundle) if self.ledger is not None else None
+        return ActiveBundle(bundle, engine, reference, str(metadata.get("policy_version", "")), audit, _now())
 
     @classmethod
     def from_bundle(
@@ -182,6 +128,8 @@ class Gate:
         ledger: AuditLedger | None = None,
         plan_cache: str | Path | None = None,
         cross_check: str | None = None,
+        verification_keys: Sequence[VerificationKey | str] | Verification | None = None,
+        verification_scope: str = "",
         counters: CounterSource | None = None,
     ) -> Gate:
         """Load a bundle written by ``kcp-opa compile``.
@@ -193,16 +141,109 @@ class Gate:
         saves it, later starts load it (3.7x faster at 10,000 units; docs/performance.md).
         ``cross_check="opa"`` also evaluates every decision on the OPA reference engine; any
         difference is a DENY ``engine_divergence`` with both results in the ledger.
+        ``verification_keys`` (public keys, ``[KEYID=]PEM`` paths or a Verification) make the
+        bundle's OPA signature mandatory; without them a signed bundle is refused, as OPA does.
+        The same keys verify every bundle ``activate`` loads later.
         """
         cache = Path(plan_cache) if plan_cache is not None else None
+        verification = as_verification(verification_keys, verification_scope)
+        loaded = read_bundle(path, verification=verification)
         return cls(
-            read_bundle(path),
+            loaded,
             preflight=preflight,
             ledger=ledger,
             plan_cache=cache,
             cross_check=cross_check,
+            verification=verification,
             counters=counters,
         )
+
+    # -- the active bundle, and swapping it ------------------------------------------------------
+
+    @property
+    def bundle(self) -> LoadedBundle:
+        return self._active.bundle
+
+    @property
+    def engine(self) -> RegopyEngine:
+        return self._active.engine
+
+    @property
+    def reference(self) -> Any:
+        return self._active.reference
+
+    @property
+    def policy_version(self) -> str:
+        return self._active.policy_version
+
+    @property
+    def bundle_revision(self) -> str:
+        return self._active.bundle.revision
+
+    @property
+    def audit(self) -> AuditTrail | None:
+        return self._active.audit
+
+    def activate(self, path: str | Path) -> ActiveBundle:
+        """Read, verify (the gate's keys), plan (in a child) and swap in the bundle at ``path``.
+
+        All or nothing: on any failure the running bundle keeps serving, the error is kept for
+        :meth:`status` and raised. A bundle whose sha256 is already active is not reloaded.
+        """
+        with self._swap_lock:
+            try:
+                loaded = read_bundle(path, verification=self.verification)
+                if loaded.sha256 == self._active.bundle.sha256:
+                    return self._active
+                candidate = self._load(loaded, preflight=True)
+            except KcpOpaError as exc:
+                self.record_refusal(str(exc))
+                raise
+            previous = self._active
+            self._recent[loaded.sha256] = candidate
+            while len(self._recent) > 4:  # inputs prepared on older bundles are refused, not misdecided
+                self._recent.pop(next(iter(self._recent)))
+            self._active = candidate  # one reference assignment: a decision sees old or new, whole
+            self.last_error = self.last_error_at = None
+        _log.info("bundle_activated", revision=loaded.revision, sha256=loaded.sha256, previous=previous.bundle.revision)
+        return candidate
+
+    def record_refusal(self, error: str) -> None:
+        """A new bundle that did not activate (here or in a service reload): kept for :meth:`status`."""
+        self.last_error, self.last_error_at = error, _now()
+        _log.error("bundle_activation_refused", error=error, serving=self._active.bundle.revision)
+
+    def status(self) -> dict[str, Any]:
+        """The active bundle (revision, sha256, signer), when it was activated and the last refused activation."""
+        active = self._active
+        return {
+            "bundle_revision": active.bundle.revision,
+            "policy_version": active.policy_version,
+            "mode": self.modes.status(),
+            "bundle": {
+                "revision": active.bundle.revision,
+                "sha256": active.bundle.sha256,
+                "signer": active.bundle.signer,
+                "verified": active.bundle.signature is not None,
+                "activated_at": active.activated_at,
+                "last_error": self.last_error,
+                "last_error_at": self.last_error_at,
+            },
+        }
+
+    def _active_for(self, prepared: DecisionInput) -> ActiveBundle:
+        active = self._active
+        if not prepared.bundle_sha256 or prepared.bundle_sha256 == active.bundle.sha256:
+            revision = prepared.document.get("context", {}).get("bundle_revision")
+            if not prepared.bundle_sha256 and revision not in ("", active.bundle.revision):
+                raise ActionRejectedError(
+                    "", f"prepared for bundle revision {revision}, which is not active: prepare again"
+                )
+            return active
+        found = self._recent.get(prepared.bundle_sha256)
+        if found is None:
+            raise ActionRejectedError("", "prepared for a bundle that is no longer loaded: prepare again")
+        return found
 
     @property
     def system_controls(self) -> tuple[str, ...]:
@@ -214,6 +255,8 @@ class Gate:
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
+        active = self._active
+        controls = SYSTEM_CONTROLS if active.audit is not None else ()
         counted = None
         if self.counters is not None:
             check_action(action)  # a refused action is not counted as a request
@@ -221,38 +264,41 @@ class Gate:
                 counted = self.counters.counters(action, now=decision_time(now))
             except StoreError as exc:  # no counts: a declared limit is context_missing, never an allow
                 _log.error("counters_unavailable", error=str(exc))
-        return self._seal(
-            build_input(
-                action,
-                now=now,
-                satisfied_controls=self.system_controls,
-                bundle_revision=self.bundle_revision,
-                counters=counted,
-            )
+        built = build_input(
+            action, now=now, satisfied_controls=controls, bundle_revision=active.bundle.revision, counters=counted
         )
+        return self._seal(replace(built, bundle_sha256=active.bundle.sha256))
 
     def _seal_of(self, prepared: DecisionInput) -> str:
         fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
-        message = canonical_json([*fields, prepared.trace_id_generated, prepared.evaluated_at])
+        message = canonical_json([*fields, prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256])
         return hmac.new(self._seal_key, message, hashlib.sha256).hexdigest()
 
     def _seal(self, prepared: DecisionInput) -> DecisionInput:
-        """Seal an input this gate built (``prepare``, or the control desk with recorded controls)."""
+        """Seal an input this gate built (``prepare``, or the control desk with recorded controls),
+        bound to the loaded bundle whose revision it names."""
+        if not prepared.bundle_sha256:
+            revision = prepared.document.get("context", {}).get("bundle_revision")
+            matching = [a for a in (self._active, *reversed(self._recent.values())) if a.bundle.revision == revision]
+            if matching:
+                prepared = replace(prepared, bundle_sha256=matching[0].bundle.sha256)
         return replace(prepared, seal=self._seal_of(prepared))
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
-        decision, result, _ = self._evaluate(prepared)
+        decision, result, _ = self._evaluate(self._active_for(prepared), prepared)
         return decision, result
 
-    def _cross_checked(self, prepared: DecisionInput) -> tuple[EngineResult, dict[str, Any] | None]:
+    def _cross_checked(
+        self, active: ActiveBundle, prepared: DecisionInput
+    ) -> tuple[EngineResult, dict[str, Any] | None]:
         """regopy's result, or a divergence error with both engines' answers (cross_check only)."""
-        result = self.engine.evaluate(prepared.document)
-        if self.reference is None:
+        result = active.engine.evaluate(prepared.document)
+        if active.reference is None:
             return result, None
         from kcp_opa.decide.crosscheck import first_difference
 
-        other = self.reference.evaluate(prepared.document)
+        other = active.reference.evaluate(prepared.document)
         if result.error is not None and other.error is not None:
             return result, None  # no decision on either engine: an engine error, not a divergence
         where = first_difference(result.value, other.value) if result.error is None and other.error is None else "/"
@@ -265,8 +311,10 @@ class Gate:
         _log.error("engine_divergence", decision_id=prepared.decision_id, at=where)
         return EngineResult(None, f"engine_divergence: regopy and OPA differ at {where}"), answers
 
-    def _evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None, dict[str, Any] | None]:
-        result, answers = self._cross_checked(prepared)
+    def _evaluate(
+        self, active: ActiveBundle, prepared: DecisionInput
+    ) -> tuple[Decision, Mapping[str, Any] | None, dict[str, Any] | None]:
+        result, answers = self._cross_checked(active, prepared)
         error = result.error
         verdict = ENGINE_ERROR_VERDICT if answers is None else ENGINE_DIVERGENCE_VERDICT
         if result.value is not None:
@@ -283,11 +331,14 @@ class Gate:
             decision_id=prepared.decision_id,
             action_hash=prepared.action_hash,
             verdict=verdict,
-            policy_version=self.policy_version,
-            bundle_revision=self.bundle_revision,
+            policy_version=active.policy_version,
+            bundle_revision=active.bundle.revision,
             trace_id=trace_id,
             evaluated_at=prepared.evaluated_at,
             engine_error=error,
+            bundle_sha256=active.bundle.sha256,
+            bundle_signer=active.bundle.signer,
+            mode=self.modes.mode,
         )
         return decision, (result.value if error is None else None), answers
 
@@ -307,16 +358,39 @@ class Gate:
         """
         if not hmac.compare_digest(prepared.seal, self._seal_of(prepared)):
             raise ActionRejectedError("", "the prepared input was not built by this gate or was edited after prepare()")
-        decision, result, answers = self._evaluate(prepared)
-        if self.audit is None:
+        active = self._active_for(prepared)
+        decision, result, answers = self._evaluate(active, prepared)
+        if active.audit is None:
             return decision, None
         action = prepared.document["action"]
+        shadow = self.shadow
         try:
-            entry = self.audit.decision(prepared.document, action, decision, result, engine_results=answers)
+            entry = active.audit.decision(
+                prepared.document,
+                action,
+                decision,
+                result,
+                engine_results=answers,
+                shadow=None if shadow is None else shadow.sha256,
+            )
         except LedgerError as exc:
             _log.error("audit_unavailable", decision_id=prepared.decision_id, error=str(exc))
             return replace(decision, verdict=AUDIT_UNAVAILABLE_VERDICT, engine_error=f"audit: {exc}"), None
+        if shadow is not None and active.audit is not None:
+            ref = {"revision": active.bundle.revision, "sha256": active.bundle.sha256}
+            shadow.record(active.audit, ref, prepared.document, decision, result)
         return decision, entry
+
+    def set_shadow(self, path: str | Path | None) -> ShadowCandidate | None:
+        """Evaluate the candidate bundle at ``path`` beside the active one on every recorded
+        decision (None stops); verified with this gate's keys. It never decides: differences are
+        ``shadow`` ledger entries (``kcp-opa audit shadow-report``)."""
+        if path is None:
+            self.shadow = None
+            return None
+        bundle = read_bundle(path, verification=self.verification)
+        self.shadow = ShadowCandidate.of(bundle, plan_cache=self.plan_cache)
+        return self.shadow
 
     def decide_many(
         self,

@@ -52,11 +52,20 @@ def verify_manifest(
     path: Path, raw: bytes, data: Mapping[str, Any], keys: Sequence[Ed25519PublicKey] | None
 ) -> list[str]:
     """Check what the manifest declares; return what was verified. ``keys=None`` (validate without
-    a key) checks the signature's form only and says so; an empty sequence refuses a signature."""
+    a key) checks the signature's form only and says so; an empty sequence refuses a signature.
+
+    Keys given pin the publisher: the manifest must then carry a signature that verifies under one
+    of them. A manifest whose ``content_integrity`` was deleted, nulled or set to ``enabled:
+    false`` is refused, never compiled unsigned: whoever can edit the file can edit that block.
+    ``enabled`` must be a YAML boolean: ``yes``, ``"true"`` or ``1`` are refused, not skipped.
+    """
+    file = str(path)
+    pinned = bool(keys)
     block = declared(data)
     if block is None:
+        if pinned:
+            raise ManifestIntegrityError(f"{file}: {_PINNED} but it declares no trust.content_integrity")
         return []
-    file = str(path)
     if not isinstance(block, Mapping):
         # Declared but unreadable: refused, never skipped as if nothing were declared.
         raise ManifestIntegrityError(f"{file}: trust.content_integrity must be a mapping")
@@ -64,11 +73,22 @@ def verify_manifest(
     if "manifest_hash" in block:
         done.append(_check_hash(file, raw, block["manifest_hash"]))
     signing = block.get("signing")
-    if isinstance(signing, Mapping) and signing.get("enabled") is True:
-        done.append(_check_signature(path, raw, signing, keys))
-    elif signing is not None and not isinstance(signing, Mapping):
+    if signing is not None and not isinstance(signing, Mapping):
         raise ManifestIntegrityError(f"{file}: trust.content_integrity.signing must be a mapping")
+    enabled = signing.get("enabled", False) if isinstance(signing, Mapping) else False
+    if not isinstance(enabled, bool):
+        raise ManifestIntegrityError(
+            f"{file}: trust.content_integrity.signing.enabled must be true or false (a YAML boolean), "
+            f"not {enabled!r}: a value that is no boolean is refused, never read as 'not enabled'"
+        )
+    if enabled and isinstance(signing, Mapping):
+        done.append(_check_signature(path, raw, signing, keys))
+    elif pinned:
+        raise ManifestIntegrityError(f"{file}: {_PINNED} but its signing is not enabled")
     return done
+
+
+_PINNED = "--manifest-key was given, so the manifest must carry a signature that verifies under it,"
 
 
 def _check_hash(file: str, raw: bytes, spec: Any) -> str:

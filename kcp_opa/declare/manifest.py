@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa import schemas
+from kcp_opa.core import strings
 from kcp_opa.declare import vocabulary as vocab
+from kcp_opa.declare.coverage import check_coverage
+from kcp_opa.declare.declstrings import MANIFEST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
 from kcp_opa.declare.governance import check_governance
 from kcp_opa.declare.spec_rules import check_spec_rules
@@ -79,8 +82,10 @@ def load_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Ma
 def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     _check_kcp_version(doc, findings)
     project = doc.get("project")
-    if isinstance(project, str) and _unhashable(project):
-        findings.error("project_characters", f"project {project!r} {_UNHASHABLE_WHY}", ("project",))
+    why = _not_an_id(project) if isinstance(project, str) else None
+    if why is not None:
+        findings.error("project_characters", f"project {project!r}: {why}", ("project",))
+    check_declaration_strings(doc, MANIFEST_RULES, findings)
     units = [u for u in _items(doc.get("units")) if isinstance(u[1], dict)]
     ids = _check_unit_ids(units, findings)
     root_compliance = _mapping(doc.get("compliance"))
@@ -123,16 +128,21 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     _check_federation(doc, findings)
     check_spec_rules(doc, units, ids, findings)
     check_governance(doc, units, ids, findings)
+    check_coverage(doc, units, findings)
 
 
-_UNHASHABLE_WHY = (
-    "contains a quote, backslash or control character; kcp-opa rule: such ids are refused because "
-    "regopy hashes JSON-escaped strings differently from OPA (docs/engine-findings.md)"
-)
+def _not_an_id(value: str) -> str | None:
+    """Why a project or unit id breaks the string contract (kcp_opa/core/strings.py), or None.
 
-
-def _unhashable(value: str) -> bool:
-    return any(ch in '"\\' or ord(ch) < 32 or ord(ch) == 127 for ch in value)
+    The index hashes ``project/unit`` in Rego and an action names both as identifiers, so a quote,
+    backslash or control character (read escaped by regopy) or any non-identifier character
+    (no action could name it) is refused.
+    """
+    problem = strings.data_text_problem(value)
+    if problem is not None or not value.strip():  # a blank project is the schema's finding
+        return problem
+    bad = strings.identifier_problem(value)
+    return None if bad is None else f"{bad} is not allowed in an id ({strings.IDENTIFIER_RULE}: an action names it)"
 
 
 def _check_kcp_version(doc: dict[str, Any], findings: Findings) -> None:
@@ -161,8 +171,9 @@ def _check_unit_ids(units: list[tuple[int, dict[str, Any]]], findings: Findings)
             )
             continue
         first_seen[unit_id] = index
-        if _unhashable(unit_id):
-            findings.error("unit_id_characters", f"unit id {unit_id!r} {_UNHASHABLE_WHY}", ("units", index, "id"))
+        why = _not_an_id(unit_id)
+        if why is not None:
+            findings.error("unit_id_characters", f"unit id {unit_id!r}: {why}", ("units", index, "id"))
         elif not vocab.UNIT_ID_PATTERN.match(unit_id):
             findings.warn(
                 "unit_id_pattern",
@@ -225,7 +236,6 @@ def _check_calendar_date(value: str, path: tuple[PathPart, ...], findings: Findi
 def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
     vocabularies: tuple[tuple[str, Sequence[str]], ...] = (
         ("regulations", vocab.REGULATIONS),
-        ("restrictions", vocab.RESTRICTIONS),
         ("data_categories", vocab.DATA_CATEGORIES),
     )
     for key, known in vocabularies:

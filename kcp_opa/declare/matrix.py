@@ -12,6 +12,7 @@ from typing import Any
 from kcp_opa import schemas
 from kcp_opa.declare import budgets
 from kcp_opa.declare import vocabulary as vocab
+from kcp_opa.declare.declstrings import MATRIX_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report, did_you_mean
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
@@ -113,6 +114,7 @@ def load_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Dele
 
 
 def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
+    check_declaration_strings(doc, MATRIX_RULES, findings)
     roles = {a.get("role") for a in doc.get("agreed_by") or [] if isinstance(a, dict)}
     for role in REQUIRED_SIGNATORIES:
         if role not in roles:

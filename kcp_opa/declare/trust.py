@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from kcp_opa import schemas
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring, ReceiptKey
+from kcp_opa.declare.declstrings import TRUST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
@@ -45,6 +46,8 @@ class Issuer:
     type: str
     controls: frozenset[str]
     keys: Mapping[str, Mapping[str, Any]]
+    #: The registry marks this gate's decision documents as unsigned (``unsigned_decisions: true``).
+    unsigned_decisions: bool = False
 
     def key(self, kid: str, keyring: Keyring | None) -> Key | None:
         """The verification key for ``kid``: an inline Ed25519 public key, or an HMAC secret from the keyring."""
@@ -85,7 +88,11 @@ class TrustRegistry:
     def issuers(self) -> dict[str, Issuer]:
         return {
             canonical_id(i["id"]): Issuer(
-                canonical_id(i["id"]), i["type"], frozenset(i["controls"]), {k["kid"]: k for k in i["keys"]}
+                canonical_id(i["id"]),
+                i["type"],
+                frozenset(i["controls"]),
+                {k["kid"]: k for k in i["keys"]},
+                i.get("unsigned_decisions") is True,
             )
             for i in self.data["issuers"]
         }
@@ -112,6 +119,7 @@ class TrustRegistry:
 
 
 def _check(doc: dict[str, Any], findings: Findings) -> None:
+    check_declaration_strings(doc, TRUST_RULES, findings)
     for section in ("principals", "issuers"):
         entries = doc.get(section)
         if not isinstance(entries, list):

@@ -135,3 +135,38 @@ ISO_ALPHA2 = re.compile(r"^[A-Z]{2}$")
 def sensitivity_rank(level: str | None) -> int:
     """0..3 for public..restricted; -1 for undeclared (unknown is not public)."""
     return SENSITIVITY_ORDER.index(level) if level in SENSITIVITY_ORDER else -1
+
+
+# -- what reads each declared value (issue 26: every declaration is enforced or refused) --------
+#: The policies hold the same table (policies/kcp/lib/declarations.rego, ``table``), checked
+#: against this one and against the rules it names by tests/test_declaration_table.py. A value
+#: read by ``REFUSED`` is a validation error (nothing decides on it); by ``ADVISORY`` it is
+#: recorded (bundle, ROPA, explain) and warned about, never decided on.
+REFUSED = "refused"
+ADVISORY = "advisory"
+RESTRICTION_RULES = {
+    "no-external-llm": "kcp.restrictions.no-external-llm",
+    "no-logging": "kcp.gate.obligations",
+    "no-cross-border": "kcp.restrictions.no-cross-border",
+    "no-ai-training": "kcp.restrictions.no-ai-training",
+    "audit-required": "kcp.gate.obligations",
+    "human-approval-required": "kcp.restrictions.human-approval-required",
+    "no-caching": REFUSED,
+    "no-redistribution": REFUSED,
+    "encryption-at-rest-required": REFUSED,
+    "anonymisation-required": REFUSED,
+}
+
+READ_BY: dict[str, dict[str, str]] = {
+    "restrictions": RESTRICTION_RULES,
+    "regulations": dict.fromkeys(REGULATIONS, ADVISORY),
+    "legal_basis": dict.fromkeys(LEGAL_BASES, ADVISORY),
+    "conditions": {"environment": "kcp.lib.visibility", "agent_role": "kcp.lib.visibility"},
+    "sensitivity": dict.fromkeys(SENSITIVITY_ORDER, "kcp.matrix.cell"),
+    "data_categories": dict.fromkeys(DATA_CATEGORIES, "kcp.matrix.cell"),
+    "regions": dict.fromkeys(REGIONS, "kcp.compliance.data_residency"),
+    "access": dict.fromkeys(ACCESS_LEVELS, "kcp.access.credential"),
+    "on_stale": dict.fromkeys(ON_STALE, "kcp.freshness_policy"),
+    "approval_mechanism": dict.fromkeys(APPROVAL_MECHANISMS, "kcp.restrictions.human-approval-required"),
+    "autonomy": dict.fromkeys(AUTONOMY_LEVELS, "kcp.matrix.cell"),
+}

@@ -21,6 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kcp_opa.core.errors import SourceError, SourceUnreadableError
+from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import PathPart
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
@@ -94,23 +95,27 @@ class YamlSource:
     def line_of(self, path: Sequence[PathPart]) -> int | None:
         """1-based line of the deepest node on ``path`` that exists in the source."""
         node: Node = self.root
+        line = node.start_mark.line
         for part in path:
             child = _child(node, part)
             if child is None:
                 break
-            node = child
-        return node.start_mark.line + 1
+            node, line = child
+        return line + 1
 
 
-def _child(node: Node, part: PathPart) -> Node | None:
+def _child(node: Node, part: PathPart) -> tuple[Node, int] | None:
+    """The child node and the 0-based line that names it: a key's own line when its value is a
+    block starting below it (``task_types:`` then the rows), else the value's line."""
     if isinstance(node, MappingNode) and isinstance(part, str):
         for key, value in node.value:
             if isinstance(key, ScalarNode) and key.value == part:
                 found: Node = value
-                return found
+                collection = isinstance(found, MappingNode | SequenceNode)
+                return found, key.start_mark.line if collection else found.start_mark.line
     if isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
         child: Node = node.value[part]
-        return child
+        return child, child.start_mark.line
     return None
 
 
@@ -144,16 +149,14 @@ def read_bounded(path: Path, file: str, max_bytes: int) -> bytes:
 
 def _read_bounded(path: Path, file: str, max_bytes: int) -> bytes:
     try:
-        if path.is_dir():
-            raise SourceUnreadableError(file, "is a directory, not a file")
-        with path.open("rb") as handle:
-            raw = handle.read(max_bytes + 1)
+        raw = read_regular(path, max_bytes)  # a directory, FIFO or device: refused before any read
     except FileNotFoundError:
         raise SourceUnreadableError(file, "no such file") from None
     except PermissionError:
         raise SourceUnreadableError(file, "permission denied") from None
     except OSError as exc:
-        raise SourceUnreadableError(file, f"cannot read: {exc.strerror or exc}") from None
+        what = exc.strerror or str(exc)
+        raise SourceUnreadableError(file, what if what.startswith("is ") else f"cannot read: {what}") from None
     if len(raw) > max_bytes:
         raise SourceError(
             file,

@@ -199,6 +199,11 @@ class Decision:
     evaluated_at: str
     engine_error: str | None = None
     schema_version: str = field(default=SCHEMA_VERSION)
+    #: The sha256 of the bundle file that decided, and the key id that signed it (when signed).
+    bundle_sha256: str = ""
+    bundle_signer: str | None = None
+    #: ``log_only``: computed and archived as it would be, but the gate did not enforce it.
+    mode: str = "enforce"
 
     @property
     def decision(self) -> RoutingState:
@@ -240,12 +245,14 @@ class Decision:
             "action_hash": self.action_hash,
         }
         out.update(self.verdict.to_dict())
-        out.update(
-            policy_version=self.policy_version,
-            bundle_revision=self.bundle_revision,
-            trace_id=self.trace_id,
-            evaluated_at=self.evaluated_at,
-        )
+        out.update(policy_version=self.policy_version, bundle_revision=self.bundle_revision)
+        if self.bundle_sha256:  # the bytes that decided, beside the revision that names them
+            out["bundle_sha256"] = self.bundle_sha256
+        if self.bundle_signer is not None:
+            out["bundle_signer"] = self.bundle_signer
+        out.update(trace_id=self.trace_id, evaluated_at=self.evaluated_at)
+        if self.mode != "enforce":
+            out.update(mode=self.mode, enforced=False)
         if self.engine_error is not None:
             out["engine_error"] = self.engine_error
         return out

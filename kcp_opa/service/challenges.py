@@ -10,6 +10,7 @@ expiry), so a second answer or a late one is refused whatever the caller holds. 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,35 @@ def addressees(gate: Gate, control: str, record: GateDecision) -> dict[str, list
         return {"principals": [str(record.action.get("subject_id", ""))], "kinds": ["human"], "roles": []}
     if control in APPROVER_CONTROLS:
         return {"principals": [], "kinds": ["human"], "roles": _approval_roles(gate, control, record)}
-    return {"principals": [], "kinds": ["provider"], "roles": []}
+    # A provider, unless the control policy does not admit one (a safe_stop is a system's or a
+    # person's): then whoever it admits, since a challenge no admissible actor can answer never completes.
+    admitted = policy_actor_kinds(gate).get(control, frozenset({"provider"}))
+    kinds = ["provider"] if "provider" in admitted else sorted(admitted & _ANSWERING_KINDS)
+    return {"principals": [], "kinds": kinds or ["provider"], "roles": []}
+
+
+#: Actor types of the control policy that a principal kind answers as ("user" is the subject).
+_ANSWERING_KINDS = frozenset({"provider", "human", "system"})
+_ACTORS: dict[str, dict[str, frozenset[str]]] = {}
+_ACTORS_LOCK = threading.Lock()
+
+
+def policy_actor_kinds(gate: Gate) -> dict[str, frozenset[str]]:
+    """``data.kcp.controls.allowed_actors`` of the gate's bundle, read once per revision."""
+    from kcp_opa.core.errors import QueryError
+    from kcp_opa.decide.query import evaluate_query
+
+    with _ACTORS_LOCK:
+        if gate.bundle_revision not in _ACTORS:
+            try:
+                found = evaluate_query(gate.bundle, "data.kcp.controls.allowed_actors", values_only=True)
+            except QueryError:
+                found = []
+            value = found[0] if isinstance(found, list) and found and isinstance(found[0], dict) else {}
+            _ACTORS[gate.bundle_revision] = {
+                str(k): frozenset(str(a) for a in v) for k, v in value.items() if isinstance(v, list)
+            }
+        return _ACTORS[gate.bundle_revision]
 
 
 def _approval_roles(gate: Gate, control: str, record: GateDecision) -> list[str]:

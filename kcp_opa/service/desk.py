@@ -27,9 +27,10 @@ from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.service.challenges import ChallengeError, action_summary, addressees, check_open
+from kcp_opa.service.handlers import bound_handler
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
-from kcp_opa.service.observe import Metrics, set_attributes, span, traceparent_of, writable
+from kcp_opa.service.observe import Metrics, health, set_attributes, span, traceparent_of
 from kcp_opa.service.records import (
     StoredDecision,
     UnknownRecordError,
@@ -187,7 +188,7 @@ class GateService:
         except KcpOpaError as exc:
             self.refuse(principal, tool, exc)
             raise
-        except (ValueError, TypeError) as exc:  # a malformed argument (e.g. ttl_seconds "x"): refused too
+        except (ValueError, TypeError, ArithmeticError) as exc:  # a malformed argument (ttl_seconds "x", 1e309)
             refusal = CodedError(f"bad arguments: {exc}", "bad_arguments")
             self.refuse(principal, tool, refusal)
             raise refusal from None
@@ -356,10 +357,7 @@ class GateService:
 
     def execute(self, principal: Principal, action: Any, receipt: Any, handler: str) -> dict[str, Any]:
         principal.require(Scope.EXECUTE, "execute actions")
-        function = self.handlers.get(handler)
-        if function is None:
-            known = ", ".join(sorted(self.handlers)) or "none registered"
-            raise CodedError(f"no handler {handler!r} ({known})", "unknown_handler")
+        function = bound_handler(self.handlers, handler, action)  # before the receipt is consumed
         try:  # the consumer is the caller: a receipt it verified (and so consumed) is executed once
             result = self._loaded.executor.execute_authorized_action(action, receipt, function, consumer=principal.id)
         except (ValueError, TypeError) as exc:  # past the claim it is not the caller's argument: never bad_arguments
@@ -382,15 +380,13 @@ class GateService:
 
     # -- health ------------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        ledger_ok = self.ledger_path is not None and writable(self.ledger_path)
-        store_ok = self.challenges.healthy()
+    def status(self, principal: Principal | None = None, *, admin: bool = True) -> dict[str, Any]:
+        """Health; file paths only to an admin (``admin``: an in-process caller, no principal)."""
+        shown = admin if principal is None else Scope.ADMIN in principal.scopes
+        files = health(self.location, self.challenges.healthy(), self.ledger_path, shown=shown)
         return {
-            "ok": ledger_ok and store_ok,
-            "bundle_revision": self.gate.bundle_revision,
-            "policy_version": self.gate.policy_version,
-            "store": {"ok": store_ok, "path": self.location},
-            "ledger": {"ok": ledger_ok, "path": str(self.ledger_path) if self.ledger_path else None},
+            **files,
+            **self.gate.status(),  # bundle_revision, policy_version, bundle {revision, sha256, signer, ...}
             "decisions_held": self.records.count(),
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},

@@ -7,16 +7,65 @@ of these by name, after the receipt is verified and consumed.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kcp_opa.core.errors import CodedError
 from kcp_opa.execute.executor import Handler
 
 
-def load_handlers(spec: Mapping[str, str]) -> dict[str, Handler]:
-    """``{"name": "package.module:function"}`` -> the callables (an importable, callable target each)."""
+class BoundHandler:
+    """A handler with the ``requested_action`` values it may run for (a plain callable runs only
+    for the action its registered name names): a receipt for ``execute_payment`` never runs a
+    handler registered for something else."""
+
+    def __init__(self, function: Handler, actions: Iterable[str]) -> None:
+        self.function, self.actions = function, frozenset(actions)
+
+    def __call__(self, action: Mapping[str, Any]) -> Any:
+        return self.function(action)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BoundHandler) and (self.function, self.actions) == (other.function, other.actions)
+
+    def __hash__(self) -> int:
+        return hash((self.function, self.actions))
+
+
+def bound(function: Handler, *actions: str) -> BoundHandler:
+    """``function`` bound to the ``requested_action`` values ``actions``."""
+    return BoundHandler(function, actions)
+
+
+def bound_handler(handlers: Mapping[str, Handler], name: str, action: Any) -> Handler:
+    """Handler ``name``, refused (``unknown_handler``, ``handler_not_bound``) unless it is registered
+    and may run for the action's ``requested_action``."""
+    function = handlers.get(name)
+    if function is None:
+        known = ", ".join(sorted(handlers)) or "none registered"
+        raise CodedError(f"no handler {name!r} ({known})", "unknown_handler")
+    actions = function.actions if isinstance(function, BoundHandler) else frozenset({name})
+    requested = action.get("requested_action") if isinstance(action, Mapping) else None
+    if requested not in actions:
+        raise CodedError(
+            f"handler {name!r} runs for requested_action {', '.join(sorted(actions))}, not {str(requested)[:128]!r}",
+            "handler_not_bound",
+        )
+    return function
+
+
+def load_handlers(spec: Mapping[str, Any]) -> dict[str, Handler]:
+    """``{"name": "module:function"}`` (runs for ``requested_action`` ``name``) or
+    ``{"name": {"target": "module:function", "actions": ["execute_payment"]}}`` -> the callables."""
     handlers: dict[str, Handler] = {}
-    for name, target in spec.items():
+    for name, entry in spec.items():
+        target: Any = entry
+        actions: Any = [str(name)]
+        if isinstance(entry, Mapping):
+            target, actions = entry.get("target"), entry.get("actions")
+            if not isinstance(actions, list) or not actions or not all(isinstance(a, str) and a for a in actions):
+                refusal = f"handler {name}: 'actions' is a non-empty list of requested_action names"
+                raise CodedError(refusal, "bad_handler")
         module_name, _, attribute = str(target).partition(":")
         if not module_name or not attribute:
             raise CodedError(f"handler {name}: {target!r} is not 'module:function'", "bad_handler")
@@ -26,5 +75,5 @@ def load_handlers(spec: Mapping[str, str]) -> dict[str, Handler]:
             raise CodedError(f"handler {name}: cannot import {target}: {exc}", "bad_handler") from None
         if not callable(found):
             raise CodedError(f"handler {name}: {target} is not callable", "bad_handler")
-        handlers[str(name)] = found
+        handlers[str(name)] = BoundHandler(found, actions)
     return handlers

@@ -12,6 +12,7 @@ session to the credential that opened it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -29,12 +30,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, token_hash
 from kcp_opa.service.loading import Reloader
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, span
 from kcp_opa.service.tools import build_server, dispatch, error_payload
+from kcp_opa.service.ui import ui_routes
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -101,11 +104,14 @@ _STATUS = {
     "unknown_decision": 404,
     "unknown_challenge": 404,
     "unknown_handler": 404,
+    "handler_not_bound": 403,
     "challenge_used": 409,
     "replay": 409,
     "reload_failed": 409,
     "action_rejected": 400,
     "bad_request": 400,
+    "bad_arguments": 400,
+    "unknown_tool": 404,
 }
 
 
@@ -114,17 +120,92 @@ def _refused(exc: KcpOpaError) -> JSONResponse:
     return JSONResponse(payload, _STATUS.get(payload["code"], 422))
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise CodedError(f"body is over {MAX_BODY_BYTES} bytes", "bad_request")
+async def read_capped(receive: Receive, declared: str | None) -> bytes:
+    """The request body, refused past :data:`MAX_BODY_BYTES` before more of it is read."""
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        raise CodedError(f"body is over {MAX_BODY_BYTES} bytes (Content-Length {declared[:20]})", "bad_request")
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise CodedError(f"body is over {MAX_BODY_BYTES} bytes", "bad_request")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def strict_json(raw: bytes) -> Any:
+    """The project's strict reader (duplicate keys, BOM, UTF-16, NaN, 1e309 refused), one-line errors."""
     try:
-        value = json.loads(raw or b"{}")
-    except (ValueError, RecursionError):
-        raise CodedError("body is not JSON", "bad_request") from None
+        return strictjson.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CodedError(f"body is not strict JSON: {str(exc)[:200]}", "bad_request") from None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await read_capped(request.receive, request.headers.get("content-length"))
+    value = strict_json(raw or b"{}")
     if not isinstance(value, dict):
         raise CodedError("body must be a JSON object", "bad_request")
     return value
+
+
+class EdgeGuard:
+    """Before any route: on a loopback listener every request's Host must be loopback (``/metrics``
+    and ``/health`` too, not only the SDK's ``/mcp``); an MCP POST body is read capped and through
+    the strict reader before the SDK parses it. Each refusal is audited."""
+
+    def __init__(self, app: ASGIApp, service: GateService, loopback: bool) -> None:
+        self.app, self.service, self.loopback = app, service, loopback
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        path = str(scope.get("path", ""))
+        if self.loopback and not _loopback_host(headers.get("host", "")):
+            refusal = CodedError(f"Host {headers.get('host', '')[:80]!r} is not this loopback listener", "bad_host")
+            await self._refuse(path, refusal, 421, scope, receive, send)
+            return
+        if path.rstrip("/") == "/mcp" and scope.get("method") == "POST":
+            try:
+                raw = await read_capped(receive, headers.get("content-length"))
+                strict_json(raw)
+            except CodedError as exc:
+                await self._refuse(path, exc, 400, scope, receive, send)
+                return
+            receive = _replay(raw)
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, path: str, exc: CodedError, code: int, scope: Scope, receive: Receive, send: Send) -> None:
+        await anyio.to_thread.run_sync(self.service.refuse, None, path, exc)
+        await JSONResponse({"error": str(exc), "code": exc.code}, code)(scope, receive, send)
+
+
+_LOOPBACK_HOST = re.compile(r"(?:127\.0\.0\.1|localhost|\[::1\])(?::[0-9]{1,5})?", re.IGNORECASE)
+
+
+def _loopback_host(host: str) -> bool:
+    return _LOOPBACK_HOST.fullmatch(host) is not None
+
+
+def _replay(raw: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 Handler = Callable[[Request, dict[str, Any]], tuple[str, dict[str, Any]]]
@@ -189,7 +270,11 @@ def build_app(
         return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     async def status(request: Request) -> Response:
-        return JSONResponse(await anyio.to_thread.run_sync(service.status))
+        principal = principal_of(request)
+        document = await anyio.to_thread.run_sync(lambda: service.status(principal, admin=False))
+        if reloader is not None and reloader.follower is not None and "path" in document["store"]:
+            document["bundle_source"] = reloader.follower.status()  # serve --bundle-source; admins only
+        return JSONResponse(document)
 
     async def challenge(request: Request) -> Response:
         args = {"challenge_id": request.path_params["challenge_id"]}
@@ -208,6 +293,18 @@ def build_app(
             return _refused(exc)
         return JSONResponse(done)
 
+    async def mode(request: Request) -> Response:
+        if reloader is None:
+            return JSONResponse({"error": "this server was started without reload sources", "code": "no_reload"}, 404)
+        try:
+            wanted = (await _body(request)).get("mode")
+            if not isinstance(wanted, str):
+                raise CodedError('expected {"mode": "enforce" | "log_only"}', "bad_arguments")
+            done = await anyio.to_thread.run_sync(reloader.admin_mode, principal_of(request), wanted)
+        except KcpOpaError as exc:
+            return _refused(exc)
+        return JSONResponse(done)
+
     def param(request: Request, name: str) -> str:
         return str(request.path_params[name])
 
@@ -222,6 +319,7 @@ def build_app(
             methods=["GET"],
         ),
         Route("/v1/admin/reload", RequireAuth(endpoint_app(reload), service, "/v1/admin/reload"), methods=["POST"]),
+        Route("/v1/admin/mode", RequireAuth(endpoint_app(mode), service, "/v1/admin/mode"), methods=["POST"]),
         _tool_route(service, "/v1/data/kcp/gate/decision", _opa_input, opa=True),
         _tool_route(service, "/v1/decisions", lambda r, b: ("evaluate_action", b)),
         _tool_route(
@@ -238,9 +336,13 @@ def build_app(
         _tool_route(service, "/v1/receipts/verify", lambda r, b: ("verify_and_consume_receipt", b)),
         _tool_route(service, "/v1/executions", lambda r, b: ("execute_authorized_action", b)),
         _tool_route(service, "/v1/audit-events", lambda r, b: ("write_audit_event", b)),
+        *ui_routes(service, authenticator),  # /ui, GET /v1/challenges, /v1/openapi.json (ui.py)
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(AuthenticationMiddleware, backend=BearerBackend(authenticator))],
+        middleware=[
+            Middleware(EdgeGuard, service=service, loopback=host in LOOPBACK),
+            Middleware(AuthenticationMiddleware, backend=BearerBackend(authenticator)),
+        ],
         lifespan=lambda app: manager.run(),
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.counting import StoreCounters
@@ -49,6 +50,8 @@ class Sources:
     issuer_keyring: Path | None = None
     receipt_keyring: Path | None = None
     plan_cache: Path | None = None
+    #: The keys and scope every bundle (at start and on each reload) must be signed with.
+    verification: Verification | None = None
 
 
 class SwappableAuthenticator:
@@ -76,14 +79,15 @@ def open_service(
     issuer_ids: tuple[str, ...] = (),
     issuer_keyring: Keyring | None = None,
     ledger_key: Key | None = None,
+    verification: Verification | None = None,
 ) -> GateService:
-    """Load the bundle (planned in a child process first), open the store and the ledger.
+    """Load the bundle (verified, then planned in a child process), open the store and the ledger.
 
     ``ledger_key`` is the ledger's writer key: it signs every entry and the checkpoints.
     """
     metrics = Metrics()
     timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
-    gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache)
+    gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache, verification_keys=verification)
     if keyring is None:  # receipts verify only here: a replica needs the shared --keyring
         signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")
         keyring = Keyring({signer.kid: signer}, signer.kid)
@@ -127,6 +131,8 @@ class Reloader:
         self.service, self.sources = service, sources
         self.authenticator, self.make_authenticator = authenticator, make_authenticator
         self._lock = threading.Lock()
+        #: Set by ``serve --bundle-source``: polls the source, activating through :meth:`reload_bundle`.
+        self.follower: Any = None
 
     def admin_reload(self, principal: Principal | None) -> dict[str, Any]:
         """``POST /v1/admin/reload``: for a ``service_admin`` only; a refusal or a failure is audited."""
@@ -137,6 +143,17 @@ class Reloader:
 
         return self.service.call(principal, "reload", work)
 
+    def admin_mode(self, principal: Principal | None, mode: str) -> dict[str, Any]:
+        """``POST /v1/admin/mode``: a ``service_admin`` asks for ``enforce`` or ``log_only``
+        (kcp_opa.decide.modes: recorded in the ledger; leaving enforce may need a second admin)."""
+
+        def work(caller: Principal) -> dict[str, Any]:
+            caller.require(Scope.ADMIN, "change the enforcement mode")
+            gate = self.service.gate
+            return gate.modes.request(mode, caller.id, gate.audit)
+
+        return self.service.call(principal, "mode", work)
+
     def signal_reload(self) -> None:
         """SIGHUP: reload; a failure is logged and audited, the server keeps serving what it had."""
         try:
@@ -146,14 +163,29 @@ class Reloader:
         except Exception as exc:  # a reload must never take the server down
             _log.error("reload_crashed", error=f"{type(exc).__name__}: {exc}")
 
-    def reload(self, by: Principal | None = None) -> dict[str, Any]:
-        """Load everything anew, then swap; raise :class:`ReloadError` and keep serving on failure."""
+    def reload_bundle(self, path: Path) -> None:
+        """A bundle follower's activation: reload with the new version at ``path`` (kcp_opa.decide.follow)."""
+        import hashlib
+
+        if hashlib.sha256(path.read_bytes()).hexdigest() != self.service.gate.bundle.sha256:
+            self.reload(bundle=path)
+
+    def reload(self, by: Principal | None = None, *, bundle: Path | None = None) -> dict[str, Any]:
+        """Load everything anew, then swap; raise :class:`ReloadError` and keep serving on failure.
+
+        ``bundle`` replaces the bundle path given at start (a follower's new version)."""
         with self._lock:
             before = self.service.gate
             try:
                 registry = load_trust(self.sources.trust) if self.sources.trust is not None else None
                 ledger = before.audit.ledger if before.audit is not None else None
-                gate = Gate.from_bundle(self.sources.bundle, ledger=ledger, plan_cache=self.sources.plan_cache)
+                gate = Gate.from_bundle(
+                    bundle or self.sources.bundle,
+                    ledger=ledger,
+                    plan_cache=self.sources.plan_cache,
+                    verification_keys=self.sources.verification,
+                )
+                gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
                 if isinstance(before.counters, StoreCounters):  # the same store, the new bundle's limits
                     gate.counters = StoreCounters.for_bundle(before.counters.store, gate.bundle.data)
                 issuers = None
@@ -171,6 +203,7 @@ class Reloader:
                     authenticator = self.make_authenticator(registry, gate.bundle.data)
             except (KcpOpaError, ValueError) as exc:  # ValueError: a malformed token hash in the tokens file
                 failure = ReloadError(f"reload refused, still serving bundle {before.bundle_revision}: {exc}")
+                before.record_refusal(str(exc))
                 _log.error("reload_refused", error=str(exc))
                 raise failure from None
             self.service.swap(loaded)
@@ -184,7 +217,13 @@ class Reloader:
                     None,
                     None,
                     note="service_reloaded",
-                    detail={"from": before.bundle_revision, "to": gate.bundle_revision, "trust": status["trust"]},
+                    detail={
+                        "from": before.bundle_revision,
+                        "to": gate.bundle_revision,
+                        "from_sha256": before.bundle.sha256,
+                        "to_sha256": gate.bundle.sha256,
+                        "trust": status["trust"],
+                    },
                     principal=by.to_dict() if by is not None else None,
                 )
             except LedgerError as exc:

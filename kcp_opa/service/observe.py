@@ -128,6 +128,16 @@ def writable(path: Path) -> bool:
     return os.access(path.parent if path.parent.exists() else Path.cwd(), os.W_OK)
 
 
+def health(store: str | Path, store_ok: bool, ledger: Path | None, *, shown: bool) -> dict[str, Any]:
+    """The store and ledger part of /v1/status: their paths only when ``shown`` (an admin)."""
+    ledger_ok = ledger is not None and writable(ledger)
+    files: dict[str, Any] = {"ok": ledger_ok and store_ok, "store": {"ok": store_ok}, "ledger": {"ok": ledger_ok}}
+    if shown:
+        files["store"]["path"] = str(store)
+        files["ledger"]["path"] = str(ledger) if ledger else None
+    return files
+
+
 def traceparent_of(action: Mapping[str, Any]) -> str | None:
     """The W3C traceparent an action carries (only with a valid trace id)."""
     trace = action.get("trace")

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
 import anyio.to_thread
+import fastjsonschema
 import mcp_types as types
+import structlog
 from mcp.server import Server, ServerRequestContext
 
-from kcp_opa.core.errors import ActionRejectedError, KcpOpaError
+from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.core.version import __version__
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.schemas import _inline, schema
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Principal
+
+_log = structlog.get_logger("kcp_opa.service")
 
 #: The seven KYA tools in the seed's order, then the two kcp-opa adds.
 TOOL_NAMES = (
@@ -173,8 +178,56 @@ def tool_specs() -> list[types.Tool]:
     ]
 
 
+#: Routes of the JSON API that are not MCP tools, and their arguments.
+_ROUTE_SCHEMAS: dict[str, dict[str, Any]] = {
+    "opa_decision": _object({"action": {"type": "object"}}, ["action"]),
+    "read_challenge": _object({"challenge_id": _STR}, ["challenge_id"]),
+}
+
+
+@cache
+def _argument_checks() -> dict[str, Callable[[Any], Any]]:
+    """Each tool's input schema, compiled. The action inside is checked by the gate's own action
+    contract (the same schema and more, refused with the path named), so here it is an object."""
+    checks: dict[str, Callable[[Any], Any]] = {}
+    relaxed = {"type": "object"}
+    for tool in tool_specs():
+        document = dict(tool.input_schema)
+        properties = dict(document.get("properties", {}))
+        if "action" in properties:
+            properties["action"] = relaxed
+        checks[tool.name] = fastjsonschema.compile(document | {"properties": properties})
+    for name, document in _ROUTE_SCHEMAS.items():
+        checks[name] = fastjsonschema.compile(document)
+    return checks
+
+
+def check_arguments(name: str, args: Any) -> None:
+    """Raise :class:`CodedError` ``bad_arguments`` unless ``args`` match tool ``name``'s input schema."""
+    try:
+        _argument_checks()[name](args)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        where = "".join(f"/{part}" for part in exc.path[1:]) or "arguments"
+        detail = exc.message.removeprefix("data").strip()
+        raise CodedError(f"bad arguments: {where}: {detail}", "bad_arguments") from None
+
+
+def _shown(name: str) -> str:
+    return repr(name[:64].encode("ascii", "backslashreplace").decode("ascii"))
+
+
 def dispatch(service: GateService, principal: Principal | None, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Run tool ``name`` for ``principal`` (blocking: the transports call it off the event loop)."""
+    """Run tool ``name`` for ``principal`` (blocking: the transports call it off the event loop).
+
+    Every call goes through :meth:`GateService.call`, so every refusal is audited: an unknown
+    tool, arguments outside the tool's input schema, and whatever the tool itself refuses.
+    """
+    if name not in _argument_checks():
+
+        def unknown(p: Principal) -> dict[str, Any]:
+            raise CodedError(f"unknown tool {_shown(name)}", "unknown_tool")
+
+        return service.call(principal, "unknown_tool", unknown)
     table: dict[str, Callable[[Principal], dict[str, Any]]] = {
         "evaluate_financial_action": lambda p: service.evaluate(p, args.get("action"), financial=True),
         "evaluate_action": lambda p: service.evaluate(p, args.get("action")),
@@ -198,7 +251,21 @@ def dispatch(service: GateService, principal: Principal | None, name: str, args:
             p, str(args.get("event", "")), args.get("detail") or {}
         ),
     }
-    return service.call(principal, name, table[name])
+    work = table[name]
+
+    def checked(p: Principal) -> dict[str, Any]:
+        check_arguments(name, args)
+        return work(p)
+
+    try:
+        return service.call(principal, name, checked)
+    except KcpOpaError:
+        raise
+    except Exception as exc:  # never a 500 or a traceback to the caller: an audited refusal, logged here
+        _log.error("tool_failed", tool=name, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        refusal = CodedError(f"{name} failed ({type(exc).__name__}); the call is refused", "internal_error")
+        service.refuse(principal, name, refusal)
+        raise refusal from None
 
 
 def error_payload(exc: KcpOpaError) -> dict[str, Any]:
@@ -212,7 +279,6 @@ Resolver = Callable[[ServerRequestContext[Any, Any]], Principal | None]
 def build_server(service: GateService, resolve: Resolver) -> Server[Any]:
     """An MCP server over ``service``; ``resolve`` names the caller of each request."""
     tools = tool_specs()
-    known = {tool.name for tool in tools}
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
@@ -220,8 +286,6 @@ def build_server(service: GateService, resolve: Resolver) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        if params.name not in known:
-            return _error({"error": f"unknown tool {params.name!r}", "code": "unknown_tool"})
         principal = resolve(ctx)
         args = dict(params.arguments or {})
         try:

@@ -134,6 +134,10 @@ class ChallengeStore(Protocol):
         """The decision's challenges, oldest first."""
         ...
 
+    def open_challenges(self, *, now: dt.datetime | None = None, limit: int = 500) -> list[Challenge]:
+        """Open, unexpired challenges, oldest first (an approver's inbox filters them by addressee)."""
+        ...
+
     def consume(self, challenge_id: str, principal_id: str, *, now: dt.datetime | None = None) -> Challenge:
         """Atomically mark an open, unexpired challenge answered; else ChallengeError (used or expired)."""
         ...

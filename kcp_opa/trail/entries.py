@@ -82,6 +82,13 @@ class AuditTrail:
             cache_logger_on_first_use=False,
         )
 
+    def bundles(self) -> dict[str, Any]:
+        """OPA's ``bundles`` field: the revision, and the bytes (sha256) and signer that decided."""
+        named: dict[str, Any] = {"revision": self.bundle.revision, "sha256": self.bundle.sha256}
+        if self.bundle.signer is not None:
+            named["keyid"] = self.bundle.signer
+        return {BUNDLE_NAME: named}
+
     def _unit(self, action: Mapping[str, Any]) -> Mapping[str, Any] | None:
         knowledge = action.get("knowledge")
         if not isinstance(knowledge, Mapping):
@@ -128,10 +135,12 @@ class AuditTrail:
         decision: Decision,
         result: Any,
         engine_results: Mapping[str, Any] | None = None,
+        shadow: str | None = None,
     ) -> dict[str, Any]:
         """The decision-log entry: the exact input (content erased under no-logging) and result.
 
-        ``engine_results`` (a cross-checked gate's divergence) keeps each engine's answer.
+        ``engine_results`` (a cross-checked gate's divergence) keeps each engine's answer;
+        ``shadow`` (the sha256 of a candidate evaluated beside) goes into ``labels``.
         """
         no_logging = "redact_content" in decision.verdict.obligations or self.no_logging(action)
         archived, erased = erase_content(document) if no_logging else (dict(document), [])
@@ -153,8 +162,13 @@ class AuditTrail:
             input=archived,
             result=result,
             engine_error=decision.engine_error,
-            bundles={BUNDLE_NAME: {"revision": decision.bundle_revision}},
-            labels={"app": "kcp-opa", "policy_version": decision.policy_version},
+            bundles=self.bundles(),
+            **({"mode": decision.mode, "enforced": False} if decision.mode != "enforce" else {}),
+            labels={
+                "app": "kcp-opa",
+                "policy_version": decision.policy_version,
+                **({"shadow": shadow} if shadow is not None else {}),
+            },
             erased=erased,
             **extra,
         )
@@ -162,7 +176,7 @@ class AuditTrail:
 
     def event(self, kind: str, action: Mapping[str, Any] | None, decision: Decision | None, **fields: Any) -> None:
         """A control, receipt, execution or failure event, with the KCP fields of its action."""
-        base = self._kcp_fields(action or {}, decision)
+        base = {**self._kcp_fields(action or {}, decision), "bundles": self.bundles()}
         if action is not None and self.no_logging(action):
             kept, erased = redact(fields, EVENT_FIELDS)
             self._log.msg(kind, **base, **kept, erased=erased)

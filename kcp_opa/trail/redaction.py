@@ -80,7 +80,27 @@ _EVIDENCE: Mapping[str, Spec] = {
 #: Fields of control, receipt, execution and failure events (beside the KCP fields, which name
 #: no content). Absent here, and so erased: messages (exception text, refusal wording that may
 #: quote the action), evidence references, handler outcomes.
+#: A shadow entry's two answers: their routing only, never an engine's message.
+_SHAPE: Mapping[str, Spec] = {
+    name: True
+    for name in (
+        "revision",
+        "sha256",
+        "decision",
+        "authorization_status",
+        "execution_allowed",
+        "risk_level",
+        "reason_codes",
+        "required_controls",
+        "missing_controls",
+        "engine_error",
+    )
+}
+
 EVENT_FIELDS: Mapping[str, Spec] = {
+    "active": _SHAPE,
+    "candidate": _SHAPE,
+    "weakens": True,
     "decision_id": True,
     "action_hash": True,
     "authorization_status": True,

@@ -78,6 +78,8 @@ class Deployment:
     environments: list[str] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)
     auth_scopes: list[str] = field(default_factory=list)
+    #: not_for entries as declared: the purposes an action states to hit them (mutated or not).
+    purposes: list[str] = field(default_factory=list)
     regopy: Any = None
     opa: Any = None
 
@@ -93,41 +95,52 @@ class Deployment:
 
 
 def load_world(directory: Path | None = None) -> dict[str, Deployment]:
-    """Compile the three reference deployments and gather what the mutations draw from."""
+    """Compile the reference deployments and gather what the mutations draw from."""
     out = directory or Path(tempfile.mkdtemp(prefix="kcp-opa-fuzz-"))
     world: dict[str, Deployment] = {}
-    by_deployment: dict[str, list[Any]] = {}
-    for path in case_files(REPO / "fixtures" / "cases"):  # pinned fuzz cases sit in files of their own
-        for case in load_cases(path):
-            by_deployment.setdefault(case.deployment, []).append(case)
-    for name, cases in sorted(by_deployment.items()):
+    for name, cases in sorted(cases_by_deployment().items()):
         base = REPO / "fixtures" / "deployments" / name
         bundle = out / f"{name}.tar.gz"
         compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle, engine_check=False)
         manifest = yaml.safe_load((base / "knowledge.yaml").read_text())
         matrix = yaml.safe_load((base / "matrix.yaml").read_text())
-        money = (matrix.get("parameters") or {}).get("money") or {}
-        limits = {**money.get("high_value_minor", {}), **money.get("confirmation_minor", {})}
-        actions = [(c.case_id, dict(c.action), c.now) for c in cases]
-        world[name] = Deployment(
-            name=name,
-            bundle=bundle,
-            cases=actions,
-            projects=[manifest["project"]],
-            units=[u["id"] for u in manifest.get("units", [])],
-            fields=sorted({f for u in manifest.get("units", []) for f in (u.get("compliance") or {}).get(
-                "declared_fields", [])}),
-            task_types=sorted(matrix.get("task_types", {})),
-            currencies=sorted(set(limits) | {"EUR", "USD", "JPY"}),
-            thresholds=sorted({v + d for v in [*money.get("high_value_minor", {}).values(), 0] for d in (-1, 0, 1)}
-                              - {-1}),
-            scopes=sorted({s for _, a, _ in actions for s in a.get("authorization_context", {}).get(
-                "agent_scope", [])}),
-            environments=sorted(_condition_values(manifest, "environment")),
-            roles=sorted(_condition_values(manifest, "agent_role")),
-            auth_scopes=sorted({u["auth_scope"] for u in manifest.get("units", []) if "auth_scope" in u}),
-        )  # fmt: skip
+        world[name] = make_deployment(name, bundle, cases, manifest, matrix)
     return world
+
+
+def cases_by_deployment() -> dict[str, list[Any]]:
+    by_deployment: dict[str, list[Any]] = {}
+    for path in case_files(REPO / "fixtures" / "cases"):  # pinned fuzz cases sit in files of their own
+        for case in load_cases(path):
+            by_deployment.setdefault(case.deployment, []).append(case)
+    return by_deployment
+
+
+def make_deployment(name: str, bundle: Path, cases: list[Any], manifest: dict[str, Any],
+                    matrix: dict[str, Any]) -> Deployment:  # fmt: skip
+    """The deployment, with the ids and values its (possibly mutated) declarations hold."""
+    money = (matrix.get("parameters") or {}).get("money") or {}
+    limits = {**money.get("high_value_minor", {}), **money.get("confirmation_minor", {})}
+    actions = [(c.case_id, dict(c.action), c.now) for c in cases]
+    units = [u for u in manifest.get("units", []) if isinstance(u, dict)]
+    return Deployment(
+        name=name,
+        bundle=bundle,
+        cases=actions,
+        projects=[str(manifest["project"])],
+        units=[str(u["id"]) for u in units],
+        fields=sorted({str(f) for u in units for f in (u.get("compliance") or {}).get("declared_fields", [])}),
+        task_types=sorted(str(t) for t in matrix.get("task_types", {})),
+        currencies=sorted(set(limits) | {"EUR", "USD", "JPY"}),
+        thresholds=sorted({v + d for v in [*money.get("high_value_minor", {}).values(), 0] for d in (-1, 0, 1)}
+                          - {-1}),
+        scopes=sorted({s for _, a, _ in actions for s in a.get("authorization_context", {}).get(
+            "agent_scope", [])}),
+        environments=sorted(_condition_values(manifest, "environment")),
+        roles=sorted(_condition_values(manifest, "agent_role")),
+        auth_scopes=sorted({str(u["auth_scope"]) for u in units if "auth_scope" in u}),
+        purposes=sorted({str(p) for u in units for p in u.get("not_for") or [] if isinstance(p, str)}),
+    )  # fmt: skip
 
 
 def _condition_values(manifest: dict[str, Any], key: str) -> set[str]:
@@ -137,7 +150,7 @@ def _condition_values(manifest: dict[str, Any], key: str) -> set[str]:
     for block in blocks:
         for condition in (block or {}).get("conditions", []) if isinstance(block, dict) else []:
             listed = (condition.get("when") or {}).get(key, [])
-            values.update([listed] if isinstance(listed, str) else listed)
+            values.update(v for v in ([listed] if isinstance(listed, str) else listed) if isinstance(v, str))
     return values
 
 
@@ -191,7 +204,7 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
             else:
                 target.pop("tenant_id", None)
         elif kind == 6:
-            _set(action, ("knowledge", "purpose"), draw(st.sampled_from(PURPOSES) | hostile_text))
+            _set(action, ("knowledge", "purpose"), draw(st.sampled_from([*PURPOSES, *d.purposes]) | hostile_text))
             action["knowledge"].setdefault("project", d.projects[0])
             action["knowledge"].setdefault("unit", draw(st.sampled_from(d.units)))
         elif kind == 7:

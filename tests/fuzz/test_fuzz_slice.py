@@ -45,3 +45,23 @@ def test_engines_agree_on_mutated_cases(world: dict[str, Deployment], name: str)
 
     agree()
     assert tally.decisions > EXAMPLES // 2, "most mutated actions must pass the contract and be decided"
+
+
+def test_mutated_declarations_are_refused_or_decided_alike(tmp_path: Path) -> None:
+    """A few mutated manifests, matrices and registries per deployment (tests/fuzz/declarations.py):
+    refused by validate/compile, or every case of the world decided alike on both engines."""
+    from declarations import DeclarationTally, case_sweep, mutated_deployment
+    from differential import cases_by_deployment
+
+    declared, tally = DeclarationTally(), Tally()
+    for name, cases in sorted(cases_by_deployment().items()):
+        for index in range(3):
+            deployment = mutated_deployment(name, cases, 0, index, tmp_path, declared)
+            if deployment is None:
+                continue
+            for drawn in case_sweep(deployment):
+                problem = compare(deployment, *drawn, tally)
+                assert problem is None, (declared.worlds[deployment.name], tally.divergences[-1:])
+            deployment.opa.close()
+    assert not declared.crashes, declared.crashes
+    assert declared.refused and declared.mutated > declared.refused, declared.to_dict()

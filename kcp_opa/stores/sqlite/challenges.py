@@ -115,6 +115,18 @@ class SQLiteChallengeStore(SQLiteBase):
         )
         return [self.get(row[0]) for row in rows]
 
+    def open_challenges(self, *, now: dt.datetime | None = None, limit: int = 500) -> list[Challenge]:
+        """Open, unexpired challenges, oldest first (an inbox filters them by addressee)."""
+        moment = self.stamp(now, CHALLENGE_TIME)
+        rows = self._run(
+            lambda c: c.execute(
+                "SELECT challenge_id FROM control_challenges WHERE state = 'open' AND expires_at > ?"
+                " ORDER BY created_at, control LIMIT ?",
+                (moment, limit),
+            ).fetchall()
+        )
+        return [self.get(row[0]) for row in rows]
+
     def consume(self, challenge_id: str, principal_id: str, *, now: dt.datetime | None = None) -> Challenge:
         """Atomically mark an open, unexpired challenge answered; refuse anything else with its code."""
         moment = self.stamp(now, CHALLENGE_TIME)

@@ -8,7 +8,9 @@
 #   names a unit or when the deployment binds its task type to knowledge (matrix
 #   parameters.context.knowledge_bound_task_types, default "all"): such an action needs its
 #   knowledge block, the resource tenant and the budget state, and the environment and actor
-#   role its unit's visibility conditions match on (KCP §4.16). Freshness: an action created
+#   role its unit's visibility conditions match on (KCP §4.16). A value transfer needs the
+#   resource tenant (target.tenant_id) unless its target type is one the deployment declares
+#   outside every tenant (parameters.context.external_target_types). Freshness: an action created
 #   more than max_action_age_seconds before the decision is `action_stale`, more than
 #   max_future_skew_seconds after it `clock_skew` (both ESCALATE). Times are integers in input
 #   (Python builds them; the engines parse RFC 3339 differently, docs/engine-findings.md).
@@ -57,6 +59,32 @@ always := {"input.context.decision_epoch_seconds", "input.context.decision_epoch
 when_bound := {"input.action.knowledge.project", "input.action.knowledge.unit", "input.action.target.tenant_id", "input.action.runtime.budget_state"}
 
 # METADATA
+# title: Facts a value transfer needs
+# description: |
+#   The resource tenant: without target.tenant_id a transfer to another tenant's account passes
+#   tenant_boundary unseen and is routed for approval like an in-tenant payment.
+when_transfer := {"input.action.target.tenant_id"} if _tenant_held_transfer
+
+when_transfer := set() if not _tenant_held_transfer
+
+# A deployment names the target types that are outside every tenant (an external payee such as
+# a supplier's `beneficiary`: matrix parameters.context.external_target_types); every other
+# value transfer states the tenant that holds its target.
+_external_targets := object.get(_settings, "external_target_types", [])
+
+default _tenant_held_transfer := false
+
+_tenant_held_transfer if {
+	facts.value_transfer
+	not _external_target
+}
+
+_external_target if {
+	some kind in _external_targets
+	kind == input.action.target.type
+}
+
+# METADATA
 # title: Facts the unit's visibility conditions need
 # description: A condition of the unit's visibility (KCP §4.16) on environment or agent_role needs the action to state it.
 when_visible contains path if {
@@ -78,9 +106,9 @@ required_paths := (always | when_bound) | {"input.action.runtime.environment", "
 
 # METADATA
 # title: Facts this action needs
-required := (always | when_bound) | when_visible if bound
+required := ((always | when_bound) | when_visible) | when_transfer if bound
 
-required := always if not bound
+required := always | when_transfer if not bound
 
 # Present facts, collected positively and subtracted as a set (`not is_string(undefined)`
 # differs between the engines, docs/engine-findings.md item 11).

@@ -20,6 +20,19 @@ default knowledge_bound := false
 
 knowledge_bound if input.action.knowledge.unit
 
+# METADATA
+# title: Money-moving action types
+money_moving := {"payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending"}
+
+# METADATA
+# title: Value transfer
+# description: A money-moving action type, or any positive amount (the KYA controls and the context check read it).
+default value_transfer := false
+
+value_transfer if input.action.action_type in money_moving
+
+value_transfer if input.action.amount.value_minor > 0
+
 _project := input.action.knowledge.project
 
 _unit_id := input.action.knowledge.unit

@@ -1,0 +1,230 @@
+"""A decision case file: everything about one decision, gathered so it proves itself offline.
+
+``audit case LEDGER DECISION_ID`` writes, into one directory: the ledger segment from the
+decision's first entry to a signed checkpoint (``chain.jsonl``, with the ledger header), so each
+entry's hash and its link to the checkpoint can be recomputed; every decision entry's archived
+input and result; the bundle that decided it (``bundle.tar.gz``, the name the docs use); the
+trust registry the bundle was compiled with (its sha256 is in the bundle's metadata); each
+signed control attestation with its issuer's public key; the checkpoint and the public key that
+verifies it; and, when given, the receipt and its public key. ``case.json`` lists the files
+with their sha256 and the seqs of the decision's entries. ``casecheck`` verifies it.
+
+Only public keys are written: Ed25519 public halves from the registry and the keyrings. An
+issuer with an HMAC key cannot be checked offline; verify says so rather than passing it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
+from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.errors import BundleError, LedgerError
+from kcp_opa.core.signing import Keyring
+from kcp_opa.declare.trust import TrustRegistry, load_trust
+from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
+from kcp_opa.trail.verify import is_header, verify_ledger
+
+CASE_FORMAT = "kcp-opa-case/1"
+CHAIN = "chain.jsonl"
+BUNDLE = "bundle.tar.gz"
+REGISTRY = "trust/registry.yaml"
+ISSUER_KEYS = "keys/issuers.json"
+CHECKPOINT = "checkpoint.json"
+CHECKPOINT_KEYS = "keys/checkpoint.json"
+RECEIPT = "receipt.json"
+RECEIPT_KEYS = "keys/receipt.json"
+
+_README = """# Case file for decision {decision_id}
+
+Gathered by kcp-opa from ledger `{ledger_id}` on {created_at}: {count} entries (seq {seqs}),
+anchored by a checkpoint of seq {checkpoint_seq} signed by `{checkpoint_kid}`.
+
+Prove it (offline; exit 1 and the failing check's name on any failure):
+
+    kcp-opa audit case verify .
+
+Pin the trust roots you hold independently of this directory (recommended):
+
+    kcp-opa audit case verify . --trust registry.yaml --keyring checkpoint-public.json
+
+Evaluate the final decision yourself, on either engine:
+
+    kcp-opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
+    kcp-opa eval --engine opa -b {bundle} -i input.json 'data.kcp.gate.decision'
+    opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
+
+The value must equal `result.json`; `kcp-opa audit case verify` compares the canonical bytes.
+"""
+
+
+def _is_case_entry(entry: Mapping[str, Any], decision_id: str, receipt_ids: set[str]) -> bool:
+    if entry_decision_id(entry) == decision_id:
+        return True
+    return entry.get("type") in {"execution", "failure"} and entry.get("receipt_id") in receipt_ids
+
+
+def _read_lines(ledger: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    header: dict[str, Any] | None = None
+    entries: list[dict[str, Any]] = []
+    with ledger.open("rb") as handle:
+        for raw in handle:
+            if not raw.strip():
+                continue
+            item = json.loads(raw)
+            if is_header(item):
+                header = item
+            else:
+                entries.append(item)
+    return header, entries
+
+
+def _checkpoint_for(
+    ledger: Path, last_seq: int, head: tuple[str | None, int, str], keyring: Keyring, given: Sequence[Path]
+) -> dict[str, Any]:
+    """The first given checkpoint at or after ``last_seq`` that verifies, else a new one of the head."""
+    ledger_id, head_seq, head_hash = head
+    for path in given:
+        for checkpoint in sorted(load_checkpoints(path), key=lambda c: int(c["seq"])):
+            if int(checkpoint["seq"]) >= last_seq and checkpoint.get("ledger_id") == ledger_id:
+                verify_checkpoint(checkpoint, keyring)
+                return checkpoint
+    if given:
+        raise LedgerError(f"{ledger}: no checkpoint given covers seq {last_seq}")
+    return make_checkpoint(ledger_id, head_seq, head_hash, keyring.signer())
+
+
+def _public_keyring(keyring: Keyring, kids: Sequence[str]) -> dict[str, Any]:
+    public = keyring.public()
+    wanted = {kid: key for kid, key in public.keys.items() if kid in kids}
+    if len(wanted) != len(set(kids)):
+        missing = sorted(set(kids) - set(wanted))
+        raise LedgerError(f"no Ed25519 public key for {', '.join(missing)} in the keyring")
+    return Keyring(wanted, None).to_file_dict(include_private=False)
+
+
+def _issuer_keys(registry: TrustRegistry, attestations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each attesting issuer's registry entry for the kid it signed with (public parts only)."""
+    keys: dict[str, dict[str, Any]] = {}
+    for item in attestations:
+        issuer = registry.issuer(str(item.get("issuer")))
+        kid = str((item.get("signature") or {}).get("kid"))
+        entry = issuer.keys.get(kid) if issuer is not None else None
+        if issuer is None or entry is None:
+            continue
+        keys.setdefault(issuer.id, {})[kid] = {k: v for k, v in entry.items() if k in {"alg", "public_key", "kid"}}
+    return keys
+
+
+def attestation_of(evidence: Mapping[str, Any]) -> dict[str, Any]:
+    """The signed attestation as the issuer signed it: the logged item without the registry's actor_type."""
+    return {key: value for key, value in evidence.items() if key != "actor_type"}
+
+
+def build_case(
+    ledger: str | Path,
+    decision_id: str,
+    output: str | Path,
+    *,
+    bundles: str | Path,
+    trust: str | Path,
+    keyring: Keyring,
+    checkpoints: Sequence[Path] = (),
+    receipt: Mapping[str, Any] | None = None,
+    receipt_keyring: Keyring | None = None,
+) -> dict[str, Any]:
+    """Write the case directory for ``decision_id`` and return its ``case.json`` document."""
+    path = Path(ledger)
+    report = verify_ledger(path)
+    if not report.ok:
+        problem = report.problems[0]
+        raise LedgerError(f"{path}:{problem.line}: {problem.message}; a broken ledger makes no case")
+    header, entries = _read_lines(path)
+    receipt_ids = {
+        str(e["receipt_id"])
+        for e in entries
+        if e.get("type") == "receipt" and entry_decision_id(e) == decision_id and e.get("receipt_id")
+    }
+    case_entries = [e for e in entries if _is_case_entry(e, decision_id, receipt_ids)]
+    decisions = [e for e in case_entries if e.get("type") == "decision"]
+    if not decisions:
+        raise LedgerError(f"{path}: no decision {decision_id}")
+    refs = {bundle_ref(e) for e in decisions}
+    if len(refs) != 1:
+        named = ", ".join(sorted(f"{r} ({s or 'no sha256'})" for r, s in refs))
+        raise BundleError(f"decision {decision_id} names several bundles: {named}")
+    revision, sha256 = refs.pop()
+    found = BundleIndex(bundles).find(revision, sha256, f"decision {decision_id}")
+    if found is None:
+        raise BundleError(f"no bundle with {f'sha256 {sha256}' if sha256 else f'revision {revision}'} in {bundles}")
+    registry = load_trust(trust)
+    bundle_trust = (read_bundle(found).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
+    if not isinstance(bundle_trust, Mapping) or bundle_trust.get("sha256") != registry.sha256:
+        raise BundleError(f"{trust} is not the trust registry bundle {revision[:12]} was compiled with")
+    seqs = [int(e["seq"]) for e in case_entries]
+    checkpoint = _checkpoint_for(
+        path, max(seqs), (report.ledger_id, report.head_seq, report.head_hash), keyring, checkpoints
+    )
+    segment = [e for e in entries if min(seqs) <= int(e["seq"]) <= int(checkpoint["seq"])]
+
+    out = Path(output)
+    if out.exists() and any(out.iterdir()):
+        raise LedgerError(f"{out} exists and is not empty; a case is written into a new directory")
+    files: dict[str, bytes] = {}
+    files[CHAIN] = b"".join(canonical_json(item) + b"\n" for item in ([header] if header else []) + segment)
+    for entry in decisions:
+        files[f"decisions/{entry['seq']:06d}-input.json"] = _pretty(entry["input"])
+        files[f"decisions/{entry['seq']:06d}-result.json"] = _pretty(entry["result"])
+    files["input.json"], files["result.json"] = _pretty(decisions[-1]["input"]), _pretty(decisions[-1]["result"])
+    controls = [e for e in case_entries if e.get("type") == "control" and isinstance(e.get("evidence"), Mapping)]
+    attestations = [attestation_of(e["evidence"]) for e in controls]
+    for entry, item in zip(controls, attestations, strict=True):
+        files[f"attestations/{entry['seq']:06d}-{item.get('control')}.json"] = _pretty(item)
+    files[ISSUER_KEYS] = _pretty(_issuer_keys(registry, attestations))
+    files[REGISTRY] = Path(registry.file).read_bytes()
+    files[BUNDLE] = found.read_bytes()
+    files[CHECKPOINT] = _pretty(checkpoint)
+    files[CHECKPOINT_KEYS] = _pretty(_public_keyring(keyring, [str(checkpoint["signature"]["kid"])]))
+    if receipt is not None:
+        if receipt_keyring is None:
+            raise LedgerError("a receipt needs the keyring whose public key verifies it")
+        files[RECEIPT] = _pretty(receipt)
+        kid = str((receipt.get("signature") or {}).get("kid"))
+        files[RECEIPT_KEYS] = _pretty(_public_keyring(receipt_keyring, [kid]))
+    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    files["README.md"] = _README.format(
+        decision_id=decision_id,
+        ledger_id=report.ledger_id,
+        created_at=created,
+        count=len(seqs),
+        seqs=", ".join(map(str, seqs)),
+        checkpoint_seq=checkpoint["seq"],
+        checkpoint_kid=checkpoint["signature"]["kid"],
+        bundle=BUNDLE,
+    ).encode("utf-8")
+    for sub in ("decisions", "attestations", "keys", "trust"):  # only now: a refused case leaves nothing
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (out / name).write_bytes(content)
+    document = {
+        "format": CASE_FORMAT,
+        "decision_id": decision_id,
+        "ledger_id": report.ledger_id,
+        "created_at": created,
+        "bundle_revision": revision,
+        "seqs": seqs,
+        "checkpoint_seq": checkpoint["seq"],
+        "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
+    }
+    (out / "case.json").write_bytes(_pretty(document))
+    return document
+
+
+def _pretty(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")

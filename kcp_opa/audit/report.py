@@ -1,0 +1,236 @@
+"""`audit report --html`: one self-contained HTML file for auditors and compliance officers.
+
+No network and no JavaScript: the charts are matplotlib figures rendered to SVG and inlined, the
+styles are inline, and a Content-Security-Policy (``default-src 'none'``) forbids anything else.
+Every value from the ledger is HTML-escaped: an action's strings (agent ids, references, reason
+messages) are attacker-controlled. Chart labels are drawn as glyph paths and the SVG's comments
+are removed, so no ledger text reaches the markup inside a chart either.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kcp_opa.audit.summary import LedgerSummary
+from kcp_opa.core.errors import KcpOpaError
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+_STATE_COLOURS = {
+    "ALLOW": "#2e7d32",
+    "USER_CONFIRMATION": "#7cb342",
+    "HUMAN_APPROVAL": "#f9a825",
+    "COMPLIANCE_REVIEW": "#ef6c00",
+    "ESCALATE": "#8e24aa",
+    "DENY": "#c62828",
+}
+_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:#1b1b1b;padding:0 1em}
+h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;margin:.5em 0;display:block;overflow-x:auto}
+td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;
+vertical-align:top}th{background:#f4f4f4}.num{text-align:right}.ok{color:#2e7d32}.bad{color:#c62828}
+.cards{display:flex;flex-wrap:wrap;gap:1em}.card{border:1px solid #ddd;border-radius:6px;padding:.6em 1em}
+.card b{display:block;font-size:1.6em}code{font-size:.9em;word-break:break-all}.chart svg{max-width:100%;height:auto}
+"""
+
+
+class ReportError(KcpOpaError):
+    """The report could not be drawn (matplotlib missing)."""
+
+
+def esc(value: Any) -> str:
+    """Every value that reaches the page: escaped, quotes included (attributes are safe too)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "path"  # glyphs as paths: no <text> with ledger strings
+        matplotlib.rcParams["svg.hashsalt"] = "kcp-opa"  # the same ledger draws the same SVG
+        from matplotlib import pyplot
+    except ImportError:
+        raise ReportError("the HTML report needs matplotlib: pip install 'kcp-opa[report]'") from None
+    return pyplot
+
+
+def _svg(figure: Any) -> str:
+    pyplot = _pyplot()
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    pyplot.close(figure)
+    text = buffer.getvalue()
+    text = text[text.index("<svg") :]
+    return re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
+
+
+def _bars(counts: Mapping[str, int], title: str, *, limit: int = 15) -> str:
+    if not counts:
+        return f"<p>No {esc(title.lower())}.</p>"
+    pyplot = _pyplot()
+    items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit][::-1]
+    figure, axes = pyplot.subplots(figsize=(7, 0.35 * len(items) + 0.9))
+    axes.barh([_short(label) for label, _ in items], [count for _, count in items], color="#3f6fb5")
+    axes.set_title(title)
+    axes.xaxis.get_major_locator().set_params(integer=True)
+    return _svg(figure)
+
+
+def _over_time(summary: LedgerSummary) -> str:
+    if not summary.over_time:
+        return "<p>No decisions.</p>"
+    pyplot = _pyplot()
+    labels = list(summary.over_time)
+    states = sorted({state for counts in summary.over_time.values() for state in counts})
+    figure, axes = pyplot.subplots(figsize=(8, 3.2))
+    bottom = [0] * len(labels)
+    for state in states:
+        values = [summary.over_time[label].get(state, 0) for label in labels]
+        axes.bar(labels, values, bottom=bottom, label=_short(state), color=_STATE_COLOURS.get(state, "#607d8b"))
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    axes.set_title(f"Decisions by final state, per {summary.bucket} of their first entry")
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    axes.yaxis.get_major_locator().set_params(integer=True)
+    pyplot.setp(axes.get_xticklabels(), rotation=30, ha="right", fontsize=8)
+    return _svg(figure)
+
+
+def _short(label: str, width: int = 40) -> str:
+    # matplotlib treats $...$ as mathtext; a ledger string is text, never markup.
+    text = label if len(label) <= width else label[: width - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "None.") -> str:
+    body = "".join(
+        "<tr>" + "".join(_cell(header, value) for header, value in zip(headers, row, strict=True)) + "</tr>"
+        for row in rows
+    )
+    if not body:
+        return f"<p>{esc(empty)}</p>"
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(header: str, value: Any) -> str:
+    if header == "decision" and isinstance(value, str) and value:
+        return f'<td><a href="#{esc(_anchor(value))}"><code>{esc(value)}</code></a></td>'
+    css = ' class="num"' if isinstance(value, int | float) and not isinstance(value, bool) else ""
+    return f"<td{css}>{esc(value)}</td>"
+
+
+def _anchor(decision_id: str) -> str:
+    return "d-" + re.sub(r"[^A-Za-z0-9_-]", "_", decision_id)
+
+
+def _counts_table(title: str, counts: Counter[str]) -> str:
+    rows = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"<h3>{esc(title)}</h3>" + _table([title.split(" ")[-1], "decisions"], rows)
+
+
+def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, list[dict[str, Any]]]) -> str:
+    """The whole page; ``entries_by_decision`` feeds each decision's case view (its entries in order)."""
+    chain = (
+        f'<p class="ok">Chain intact: {esc(summary.chain_detail)}</p>'
+        if summary.chain_ok
+        else f'<p class="bad">Chain BROKEN: {esc(summary.chain_detail)}</p>'
+    )
+    cards = "".join(
+        f'<div class="card"><b>{esc(value)}</b>{esc(label)}</div>'
+        for label, value in (
+            ("decisions", summary.decisions),
+            ("denied", summary.by_state.get("DENY", 0)),
+            ("approved", summary.by_status.get("APPROVED", 0)),
+            ("pending controls", summary.by_status.get("PENDING_CONTROLS", 0)),
+            ("control results", len(summary.approvals)),
+            ("refusals", sum(summary.refusals.values())),
+            ("receipts", summary.receipts),
+            ("executions", summary.executions),
+            ("ambiguous executions", len(summary.ambiguous)),
+            ("engine divergences", len(summary.divergences)),
+        )
+    )
+    approvals = _table(
+        ["decision", "control", "actor", "actor type", "roles", "issuer", "status", "latency (s)", "seq"],
+        (
+            [a["decision_id"], a["control"], a["actor_id"], a["actor_type"], ", ".join(a.get("roles") or []),
+             a["issuer"], a["status"], a.get("latency_seconds"), a["seq"]]
+            for a in summary.approvals
+        ),
+    )  # fmt: skip
+    refusals = _table(
+        ["seq", "code", "principal", "decision", "message"],
+        ([r["seq"], r["code"], r["principal"], r["decision_id"], r["message"]] for r in summary.refusal_rows),
+    )
+    sections = [
+        "<h1>kcp-opa audit report</h1>"
+        f"<p>Ledger <code>{esc(summary.ledger)}</code>: {esc(summary.entries)} entries.</p>",
+        "<h2>Chain and checkpoints</h2>" + chain,
+        f'<div class="cards">{cards}</div>',
+        '<h2>Decisions over time</h2><div class="chart">' + _over_time(summary) + "</div>",
+        '<h2>Reasons</h2><div class="chart">' + _bars(summary.by_reason, "Reason codes") + "</div>",
+        "<h2>By agent, model, unit, tenant</h2>"
+        + '<div class="chart">'
+        + _bars(summary.by_agent, "Decisions by agent")
+        + "</div>"
+        + "".join(
+            _counts_table(title, counts)
+            for title, counts in (
+                ("by state", summary.by_state),
+                ("by model", summary.by_model),
+                ("by unit", summary.by_unit),
+                ("by tenant", summary.by_tenant),
+            )
+        ),
+        "<h2>Approvals and control results</h2>" + approvals,
+        "<h2>Overrides and exceptions</h2>"
+        + _table(
+            ["decision", "control", "actor", "issuer", "seq"],
+            ([o["decision_id"], o["control"], o["actor_id"], o["issuer"], o["seq"]] for o in summary.overrides),
+        ),
+        '<h2>Refusals by code</h2><div class="chart">'
+        + _bars(summary.refusals, "Refusals by code")
+        + "</div>"
+        + refusals,
+        "<h2>Ambiguous executions</h2>"
+        + _table(
+            ["seq", "idempotency key", "message"],
+            ([a["seq"], a["idempotency_key"], a["message"]] for a in summary.ambiguous),
+        ),
+        "<h2>Engine divergences</h2>"
+        + _table(
+            ["seq", "decision", "engines"],
+            ([d["seq"], d["decision_id"], ", ".join(d["engines"])] for d in summary.divergences),
+        ),
+        "<h2>Decisions</h2>" + _decisions(summary, entries_by_decision),
+    ]
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">'
+        '<meta name="referrer" content="no-referrer"><title>kcp-opa audit report</title>'
+        f"<style>{_STYLE}</style></head><body>" + "\n".join(sections) + "</body></html>\n"
+    )
+
+
+def _decisions(summary: LedgerSummary, entries_by_decision: Mapping[str, list[dict[str, Any]]]) -> str:
+    """One case view per decision: its final state, then every entry of it in chain order."""
+    from kcp_opa.audit.rows import row
+
+    parts = []
+    for decision_id, final in summary.final.items():
+        rows = [list(row(entry).values()) for entry in entries_by_decision.get(decision_id, [])]
+        parts.append(
+            f'<section id="{esc(_anchor(decision_id))}"><h3><code>{esc(decision_id)}</code>: '
+            f"{esc(final.get('decision'))} / {esc(final.get('authorization_status'))}</h3>"
+            f"<p>Prove it: <code>kcp-opa audit case {esc(summary.ledger)} {esc(decision_id)} -o case/</code></p>"
+            + _table(["seq", "time", "type", "decision id", "who", "what", "detail"], rows)
+            + "</section>"
+        )
+    return "".join(parts) or "<p>No decisions.</p>"

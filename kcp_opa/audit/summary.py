@@ -1,0 +1,214 @@
+"""What a ledger says, counted: the figures behind `audit report` and the service's dashboard.
+
+A decision is counted once, in its final state (the last entry for its id: a payment that went
+PENDING_CONTROLS -> APPROVED counts as approved); the over-time series counts each decision at
+its first entry. Approvals are the accepted control results, with who acted, the issuer that
+signed and the latency from the decision's first entry. Refusals are the ``failure`` entries,
+by code; ambiguous executions are the executor's ``execution_ambiguous`` refusals; engine
+divergences are decision entries that kept both engines' answers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kcp_opa.audit.auditor import entry_decision_id, entry_principal
+from kcp_opa.core.identity import IdentityError
+from kcp_opa.declare.trust import Principal, TrustRegistry
+from kcp_opa.trail.ledger import read_entries, verify_ledger
+
+OVERRIDE_MARKERS = ("override", "exception")
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _time(text: Any) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass
+class LedgerSummary:
+    """The counts one report or dashboard shows; every value comes from the ledger's entries."""
+
+    ledger: str
+    chain_ok: bool = False
+    chain_detail: str = ""
+    entries: int = 0
+    decisions: int = 0
+    by_state: Counter[str] = field(default_factory=Counter)
+    by_status: Counter[str] = field(default_factory=Counter)
+    by_reason: Counter[str] = field(default_factory=Counter)
+    by_agent: Counter[str] = field(default_factory=Counter)
+    by_model: Counter[str] = field(default_factory=Counter)
+    by_unit: Counter[str] = field(default_factory=Counter)
+    by_tenant: Counter[str] = field(default_factory=Counter)
+    over_time: dict[str, Counter[str]] = field(default_factory=dict)
+    bucket: str = "day"
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
+    refusals: Counter[str] = field(default_factory=Counter)
+    refusal_rows: list[dict[str, Any]] = field(default_factory=list)
+    ambiguous: list[dict[str, Any]] = field(default_factory=list)
+    divergences: list[dict[str, Any]] = field(default_factory=list)
+    receipts: int = 0
+    executions: int = 0
+    final: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ledger": self.ledger,
+            "chain": {"ok": self.chain_ok, "detail": self.chain_detail},
+            "entries": self.entries,
+            "decisions": self.decisions,
+            "by_state": dict(self.by_state),
+            "by_status": dict(self.by_status),
+            "by_reason": dict(self.by_reason),
+            "by_agent": dict(self.by_agent),
+            "by_model": dict(self.by_model),
+            "by_unit": dict(self.by_unit),
+            "by_tenant": dict(self.by_tenant),
+            "over_time": {bucket: dict(counts) for bucket, counts in self.over_time.items()},
+            "bucket": self.bucket,
+            "approvals": self.approvals,
+            "overrides": self.overrides,
+            "refusals": dict(self.refusals),
+            "ambiguous_executions": self.ambiguous,
+            "engine_divergences": self.divergences,
+            "receipts": self.receipts,
+            "executions": self.executions,
+        }
+
+
+def _bucket_of(stamps: Iterable[dt.datetime]) -> str:
+    """Day buckets for a long ledger, hours for a day's, minutes for a demo's."""
+    times = sorted(stamps)
+    if not times:
+        return "day"
+    span = times[-1] - times[0]
+    return "day" if span > dt.timedelta(days=2) else "hour" if span > dt.timedelta(hours=2) else "minute"
+
+
+def _label(moment: dt.datetime, bucket: str) -> str:
+    return moment.strftime({"day": "%Y-%m-%d", "hour": "%Y-%m-%d %H:00", "minute": "%m-%d %H:%M"}[bucket])
+
+
+def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> LedgerSummary:
+    """Count a ledger (verified first: a broken chain is reported, and still counted, never hidden).
+
+    With ``registry``, each control result names its actor's roles there (approver and role).
+    """
+    report = verify_ledger(ledger)
+    summary = LedgerSummary(str(ledger), chain_ok=report.ok)
+    if report.ok:
+        summary.chain_detail = f"{report.entries} entries, chain intact, head {report.head}"
+    else:
+        problem = report.problems[0]
+        summary.chain_detail = f"broken at line {problem.line}: {problem.message}"
+    first_seen: dict[str, dt.datetime] = {}
+    first_state: dict[str, str] = {}
+    for _, entry in read_entries(ledger):
+        summary.entries += 1
+        _count(summary, entry, first_seen, first_state)
+    summary.decisions = len(summary.final)
+    for entry in summary.final.values():
+        summary.by_state[str(entry.get("decision"))] += 1
+        summary.by_status[str(entry.get("authorization_status"))] += 1
+        summary.by_reason.update(str(code) for code in entry.get("reason_codes") or [])
+        summary.by_agent[str(entry.get("agent_id") or "(none)")] += 1
+        summary.by_model[str(entry.get("model") or "(none)")] += 1
+        summary.by_unit[str(entry.get("kcp_unit_applied") or "(none)")] += 1
+        tenant = _mapping(_mapping(entry.get("input")).get("action")).get("tenant_id")
+        summary.by_tenant[str(tenant or "(none)")] += 1
+    summary.bucket = _bucket_of(first_seen.values())
+    for decision_id, moment in sorted(first_seen.items(), key=lambda item: item[1]):
+        label = _label(moment, summary.bucket)
+        final_state = str(summary.final[decision_id].get("decision"))
+        summary.over_time.setdefault(label, Counter())[final_state or first_state[decision_id]] += 1
+    for approval in summary.approvals:
+        start, done = first_seen.get(approval["decision_id"]), _time(approval["timestamp"])
+        approval["latency_seconds"] = round((done - start).total_seconds(), 3) if start and done else None
+        principal = _principal(registry, approval["actor_id"]) if registry is not None else None
+        approval["roles"] = list(principal.roles) if principal is not None else []
+    return summary
+
+
+def _principal(registry: TrustRegistry, actor: str) -> Principal | None:
+    try:
+        return registry.principal(actor)
+    except IdentityError:
+        return None
+
+
+def _count(
+    summary: LedgerSummary, entry: Mapping[str, Any], first_seen: dict[str, dt.datetime], first_state: dict[str, str]
+) -> None:
+    kind = entry.get("type")
+    decision_id = entry_decision_id(entry) or ""
+    if kind == "decision" and decision_id:
+        moment = _time(entry.get("timestamp"))
+        if moment is not None and decision_id not in first_seen:
+            first_seen[decision_id] = moment
+            first_state[decision_id] = str(entry.get("decision"))
+        summary.final[decision_id] = dict(entry)
+        if "engine_results" in entry:
+            summary.divergences.append(
+                {
+                    "seq": entry.get("seq"),
+                    "decision_id": decision_id,
+                    "engines": sorted(_mapping(entry["engine_results"])),
+                }
+            )
+    elif kind == "control":
+        evidence = _mapping(entry.get("evidence"))
+        control = str(evidence.get("control"))
+        row: dict[str, Any] = {
+            "seq": entry.get("seq"),
+            "decision_id": decision_id,
+            "control": control,
+            "actor_id": str(evidence.get("actor_id")),
+            "actor_type": str(evidence.get("actor_type")),
+            "issuer": str(evidence.get("issuer")),
+            "status": str(evidence.get("status")),
+            "timestamp": str(entry.get("timestamp")),
+        }
+        summary.approvals.append(row)
+        if any(marker in control for marker in OVERRIDE_MARKERS):
+            summary.overrides.append(row)
+    elif kind == "failure":
+        code = str(entry.get("code"))
+        summary.refusals[code] += 1
+        row = {
+            "seq": entry.get("seq"),
+            "code": code,
+            "principal": entry_principal(entry) or str(entry.get("agent_id") or ""),
+            "decision_id": decision_id,
+            "message": str(entry.get("message") or ""),
+            "timestamp": str(entry.get("timestamp")),
+        }
+        summary.refusal_rows.append(row)
+        if code == "execution_ambiguous":
+            summary.ambiguous.append({**row, "idempotency_key": str(entry.get("idempotency_key") or "")})
+    elif kind == "receipt":
+        summary.receipts += 1
+    elif kind == "execution":
+        summary.executions += 1
+
+
+def entries_by_decision(ledger: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """Every entry that belongs to a decision (its id, or its evidence's), grouped in chain order."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for _, entry in read_entries(ledger):
+        decision_id = entry_decision_id(entry)
+        if decision_id:
+            grouped.setdefault(decision_id, []).append(dict(entry))
+    return grouped

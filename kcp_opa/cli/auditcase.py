@@ -1,0 +1,151 @@
+"""The auditor's case file and report commands: `audit case`, `audit case verify`, `audit report`.
+
+Thin: the work is in kcp_opa.audit.case, .casecheck and .report; these parse and print.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from kcp_opa.audit.case import build_case
+from kcp_opa.audit.casecheck import verify_case
+from kcp_opa.audit.report import render_html
+from kcp_opa.audit.summary import entries_by_decision, summarize
+from kcp_opa.cli import render
+from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json
+from kcp_opa.compile.bundle import write_atomically
+from kcp_opa.core.signing import load_keyring
+
+
+class _CaseGroup(click.Group):
+    """`audit case LEDGER DECISION_ID ...` gathers; `audit case verify DIR` proves."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["gather", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(name="case", cls=_CaseGroup)
+def audit_case() -> None:
+    """A decision case file: `audit case LEDGER DECISION_ID -o DIR`, then `audit case verify DIR`.
+
+    The case holds every entry of the decision, the ledger segment to a signed checkpoint, the
+    archived inputs, the bundle, the trust registry, each signed attestation with its issuer's
+    key, and (given --receipt) the receipt: verify proves it offline, one line per check.
+    """
+
+
+@audit_case.command(name="gather", hidden=True)
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("decision_id")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path, file_okay=False), help="New directory.")
+@click.option("--bundles", "bundles_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("bundles"))
+@click.option(
+    "--trust", required=True, type=click.Path(path_type=Path, dir_okay=False), help="The bundle's trust registry."
+)
+@click.option(
+    "--keyring",
+    "keyring_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Checkpoint keys: verifies --checkpoint, or (with a signing key) signs a checkpoint of the head.",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoints",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Signed checkpoint file(s); the first at or after the decision's last entry anchors the case.",
+)
+@click.option("--receipt", "receipt_path", type=click.Path(path_type=Path, dir_okay=False), help="The receipt JSON.")
+@click.option(
+    "--receipt-keyring", type=click.Path(path_type=Path, dir_okay=False), help="The keyring that verifies it."
+)
+def audit_case_gather(
+    ledger: Path,
+    decision_id: str,
+    output: Path,
+    bundles_dir: Path,
+    trust: Path,
+    keyring_path: Path,
+    checkpoints: Sequence[Path],
+    receipt_path: Path | None,
+    receipt_keyring: Path | None,
+) -> None:
+    receipt = json.loads(receipt_path.read_text(encoding="utf-8")) if receipt_path is not None else None
+    document = build_case(
+        ledger,
+        decision_id,
+        output,
+        bundles=bundles_dir,
+        trust=trust,
+        keyring=load_keyring(keyring_path),
+        checkpoints=checkpoints,
+        receipt=receipt,
+        receipt_keyring=load_keyring(receipt_keyring) if receipt_keyring is not None else None,
+    )
+    anchored = f"anchored at seq {document['checkpoint_seq']}"
+    click.echo(f"wrote {output}: {len(document['seqs'])} entries of {decision_id}, {anchored}")
+
+
+@audit_case.command(name="verify")
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--trust", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the registry you hold.")
+@click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the checkpoint keys you hold.")
+@click.option("--no-opa", is_flag=True, help="Skip the OPA replay (regopy only); the case is then not fully proved.")
+@FORMAT
+def audit_case_verify(directory: Path, trust: Path | None, keyring: Path | None, no_opa: bool, fmt: str | None) -> None:
+    """Prove a case offline: one line per check; exit 1 on any failure."""
+    checks = verify_case(directory, trust=trust, keyring=keyring, with_opa=not no_opa)
+    ok = all(check.ok is not False for check in checks)
+    if as_json(fmt):
+        render.print_json({"ok": ok, "case": str(directory), "checks": [c.to_dict() for c in checks]})
+    else:
+        for check in checks:
+            mark = {True: "ok  ", False: "FAIL", None: "n/a "}[check.ok]
+            click.echo(f"{mark} {check.name:<21} {check.detail}")
+        click.echo(f"{'ok' if ok else 'FAILED'}: case {directory}")
+    if not ok:
+        sys.exit(EXIT_INVALID)
+
+
+@click.command(name="report")
+@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here."
+)
+@click.option("--trust", type=click.Path(path_type=Path, dir_okay=False), help="Trust registry: each approver's roles.")
+@FORMAT
+def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: str | None) -> None:
+    """Decisions by state, reason, agent, model, unit and tenant; approvals; refusals; chain status.
+
+    --html writes one self-contained page (charts inlined as SVG, no network, no scripts);
+    without it the counts are printed (json when piped).
+    """
+    from kcp_opa.declare.trust import load_trust
+
+    summary = summarize(ledger, registry=load_trust(trust) if trust is not None else None)
+    if html_path is not None:
+        page = render_html(summary, entries_by_decision=entries_by_decision(ledger))
+        write_atomically(html_path, page.encode("utf-8"))
+        click.echo(f"wrote {html_path}: {summary.decisions} decisions, {summary.entries} entries", err=True)
+        return
+    if as_json(fmt):
+        render.print_json(summary.to_dict())
+        return
+    chain = "chain intact" if summary.chain_ok else "CHAIN BROKEN"
+    click.echo(f"{ledger}: {summary.entries} entries, {summary.decisions} decisions, {chain}")
+    for title, counts in (
+        ("state", summary.by_state),
+        ("reason", summary.by_reason),
+        ("agent", summary.by_agent),
+        ("refusal", summary.refusals),
+    ):
+        shown = ", ".join(f"{name} {count}" for name, count in counts.most_common())
+        click.echo(f"  by {title}: {shown or 'none'}")

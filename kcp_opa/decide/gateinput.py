@@ -1,0 +1,121 @@
+"""The gate's input: the action checked and hashed, the decision time, the context the policy reads.
+
+Everything the policy reads is in ``input``, so an archived input and the bundle it names
+reproduce the decision on regopy and on ``opa eval`` alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.decide.action import check_action, folded_strings, trace_id_of
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: The decision times the gate accepts: epoch seconds and days stay non-negative and every
+#: later step (a receipt expiry, a ledger timestamp) stays inside datetime's years.
+_FIRST, _LAST = _EPOCH, dt.datetime(9998, 12, 31, 23, 59, 59, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """The exact ``input`` document evaluated, kept so it can be archived and replayed."""
+
+    document: Mapping[str, Any]
+    decision_id: str
+    action_hash: str
+    trace_id: str
+    trace_id_generated: bool
+    evaluated_at: str
+    #: The sha256 of the bundle it was prepared for: it is decided on that bundle or refused.
+    bundle_sha256: str = ""
+    #: HMAC by the gate that built it; ``decide_prepared`` refuses an input without a valid one.
+    seal: str = field(default="", repr=False)
+
+
+def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:
+    """The decision time as an aware UTC datetime at whole seconds (what receipts and logs use)."""
+    if now is None:
+        moment = dt.datetime.now(dt.UTC)
+    elif isinstance(now, str):
+        try:
+            moment = dt.datetime.fromisoformat(now.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ActionRejectedError(
+                "", f"decision time {now!r} is not RFC 3339 (e.g. 2026-11-29T10:00:00Z)"
+            ) from None
+    else:
+        moment = now
+    if moment.tzinfo is None:
+        raise ActionRejectedError("", "the decision time must carry a timezone (e.g. 2026-11-29T10:00:00Z)")
+    try:
+        utc = moment.astimezone(dt.UTC).replace(microsecond=0)
+    except (OverflowError, ValueError):  # 9999-12-31T23:59:59-14:00 is past the last representable year
+        utc = None
+    if utc is None or not _FIRST <= utc <= _LAST:
+        raise ActionRejectedError("", f"decision time {str(now)[:64]!r} is outside {_FIRST:%Y}-{_LAST:%Y} (UTC)")
+    return utc
+
+
+def created_epoch_seconds(action: Mapping[str, Any]) -> int:
+    """``created_at`` as epoch seconds: the policy cannot parse RFC 3339 the same way on both
+    engines (docs/engine-findings.md), so the freshness rules read this integer from input."""
+    text = action.get("created_at")
+    try:
+        moment = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ActionRejectedError("/created_at", f"{text!r} is not an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise ActionRejectedError("/created_at", "must carry a timezone")
+    try:
+        return int((moment - _EPOCH).total_seconds() // 1)
+    except OverflowError:
+        raise ActionRejectedError("/created_at", f"{text!r} is outside the representable years") from None
+
+
+def build_input(
+    action: Mapping[str, Any],
+    *,
+    now: dt.datetime | str | None = None,
+    satisfied_controls: Sequence[str] = (),
+    bundle_revision: str = "",
+    decision_id: str | None = None,
+    counters: Mapping[str, Any] | None = None,
+) -> DecisionInput:
+    """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
+
+    ``counters`` (the gate's counts from its own history, docs/budgets.md) go to
+    ``context.counters``; without them a declared budget or rate limit is ``context_missing``.
+    """
+    canonical = check_action(action)
+    moment = decision_time(now)
+    evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    seconds = int((moment - _EPOCH).total_seconds())
+    the_id = decision_id or f"dec_{uuid.uuid4().hex}"
+    digest = "sha256:" + hashlib.sha256(canonical).hexdigest()  # action_hash(action), serialized once
+    given_trace = trace_id_of(action)
+    trace_id = given_trace or uuid.uuid4().hex
+    document: dict[str, Any] = {
+        "action": action,
+        "context": {
+            "decision_id": the_id,
+            "action_hash": digest,
+            "bundle_revision": bundle_revision,
+            "evaluated_at": evaluated_at,
+            "trace_id": trace_id,
+            "trace_id_generated": given_trace is None,
+            "decision_epoch_seconds": seconds,
+            "decision_epoch_day": seconds // 86400,
+            "action_created_epoch_seconds": created_epoch_seconds(action),
+            "satisfied_controls": sorted(set(satisfied_controls)),
+            "folded": folded_strings(action),
+        },
+    }
+    if counters is not None:
+        document["context"]["counters"] = dict(counters)
+    return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)

@@ -1,0 +1,380 @@
+"""The service's UI at ``/ui`` (same port): sign-in, a live dashboard, an approvals inbox.
+
+Sign-in takes the principal's bearer token; the session cookie (random, HttpOnly,
+SameSite=Strict, Path=/ui) names a server-side session that keeps the token in memory only and
+re-resolves it on every request, so a token revoked by a reload ends its sessions at once. A
+session lives ``KCP_OPA_UI_SESSION_SECONDS`` (default 900) from sign-in, never longer.
+
+Views follow the principal's scopes: ``read`` sees the dashboard and the report; ``record_result``
+sees the challenges addressed to it and answers them through ``record_control_result``, the
+same tool path the API and MCP use (the service signs as the registered issuer); an agent sees
+neither. Every POST needs the session's CSRF token (and a same-origin Origin when the browser
+sends one); every response carries a strict Content-Security-Policy with no script source;
+every value is escaped (uipages). Every answer is audited: the tool path writes the control
+result or the refusal, and a ``ui.answer`` note records the answer given through the UI.
+
+Also here, for the same inbox: ``GET /v1/challenges?addressed_to=me`` and ``/v1/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import anyio.to_thread
+import structlog
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from kcp_opa.audit.report import render_html
+from kcp_opa.audit.summary import LedgerSummary, entries_by_decision, summarize
+from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
+from kcp_opa.service import uipages
+from kcp_opa.service.desk import GateService
+from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope
+from kcp_opa.service.issuing import check_addressed
+from kcp_opa.service.openapi import openapi_document
+from kcp_opa.service.tools import dispatch, error_payload
+
+COOKIE = "kcp_ui"
+LOGIN_COOKIE = "kcp_ui_login"
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+REPORT_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+MAX_FORM_BYTES = 16 * 1024
+REFRESH_SECONDS = 15
+_log = structlog.get_logger(__name__)
+
+
+def session_seconds() -> int:
+    raw = os.environ.get("KCP_OPA_UI_SESSION_SECONDS", "900")
+    return max(5, min(int(raw), 8 * 3600)) if raw.isdigit() else 900
+
+
+@dataclass(frozen=True)
+class Session:
+    token: str = ""
+    csrf: str = ""
+    expires: float = 0.0
+
+
+class Sessions:
+    """Server-side sessions by the sha256 of their cookie value (the cookie itself is not kept)."""
+
+    def __init__(self, lifetime: int) -> None:
+        self.lifetime = lifetime
+        self._held: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(cookie: str) -> str:
+        return hashlib.sha256(cookie.encode("utf-8")).hexdigest()
+
+    def open(self, token: str) -> tuple[str, Session]:
+        cookie = secrets.token_urlsafe(32)
+        session = Session(token, secrets.token_urlsafe(32), time.monotonic() + self.lifetime)
+        with self._lock:
+            now = time.monotonic()
+            self._held = {k: s for k, s in self._held.items() if s.expires > now}
+            self._held[self._key(cookie)] = session
+        return cookie, session
+
+    def get(self, cookie: str | None) -> Session | None:
+        if not cookie:
+            return None
+        with self._lock:
+            session = self._held.get(self._key(cookie))
+            if session is not None and session.expires <= time.monotonic():
+                del self._held[self._key(cookie)]
+                return None
+        return session
+
+    def close(self, cookie: str | None) -> None:
+        if cookie:
+            with self._lock:
+                self._held.pop(self._key(cookie), None)
+
+
+def list_addressed(service: GateService, principal: Principal | None) -> dict[str, Any]:
+    """The open challenges addressed to ``principal`` (the API's ``addressed_to=me``); refusals audited."""
+
+    def work(caller: Principal) -> dict[str, Any]:
+        caller.require(Scope.RECORD_RESULT, "answer control challenges (it has no inbox)")
+        found = []
+        for challenge in service.challenges.open_challenges():
+            try:
+                check_addressed(caller, challenge)
+            except AccessDeniedError:
+                continue
+            found.append(challenge.to_dict())
+        return {"principal": caller.id, "challenges": found}
+
+    return service.call(principal, "list_challenges", work)
+
+
+def _secure_headers(response: Response, csp: str = CSP) -> Response:
+    response.headers["Content-Security-Policy"] = csp
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"  # no-referrer makes a browser send Origin: null
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _html(text: str, status: int = 200, *, csp: str = CSP) -> Response:
+    return _secure_headers(HTMLResponse(text, status), csp)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    raw = await request.body()
+    if len(raw) > MAX_FORM_BYTES:
+        raise CodedError("form over 16 KiB", "bad_request")
+    parsed = parse_qs(raw.decode("utf-8", errors="replace"), keep_blank_values=True, max_num_fields=20)
+    return {key: values[0] for key, values in parsed.items() if values}
+
+
+def _same_origin(request: Request) -> bool:
+    """A browser's Origin (when sent) must be this server: a cross-site form post is refused."""
+    origin = request.headers.get("origin")
+    return origin is None or origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+def _csrf_ok(expected: str, given: str | None) -> bool:
+    return bool(expected) and hmac.compare_digest(expected.encode("utf-8"), (given or "").encode("utf-8"))
+
+
+class Ui:
+    """The /ui routes over one GateService and the service's authenticator."""
+
+    def __init__(self, service: GateService, authenticator: Authenticator) -> None:
+        self.service, self.authenticator = service, authenticator
+        self.sessions = Sessions(session_seconds())
+
+    def _signed_in(self, request: Request) -> tuple[Session, Principal] | None:
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        principal = self.authenticator.bearer(session.token) if session is not None else None
+        if session is None or principal is None:
+            return None
+        return session, principal
+
+    def _links(self, principal: Principal) -> str:
+        links = []
+        if Scope.READ in principal.scopes:
+            links += [("/ui/dashboard", "Dashboard"), ("/ui/report", "Report")]
+        if Scope.RECORD_RESULT in principal.scopes:
+            links.append(("/ui/inbox", "Inbox"))
+        return uipages.nav(links)
+
+    def _page(self, title: str, body: str, session: Session, principal: Principal, status: int = 200) -> Response:
+        text = uipages.page(title, body, principal=principal.to_dict(), csrf=session.csrf, nav=self._links(principal))
+        return _html(text, status)
+
+    def _refuse(self, principal: Principal | None, what: str, exc: KcpOpaError) -> None:
+        self.service.refuse(principal, what, exc)
+
+    # -- sign-in ----------------------------------------------------------------------------------
+
+    async def login_page(self, request: Request, message: str = "", status: int = 200) -> Response:
+        nonce = secrets.token_urlsafe(32)
+        response = _html(uipages.sign_in(nonce, message), status)
+        response.set_cookie(
+            LOGIN_COOKIE, nonce, max_age=600, path="/ui", httponly=True, samesite="strict", secure=_https(request)
+        )
+        return response
+
+    async def login(self, request: Request) -> Response:
+        form = await _form(request)
+        if not _same_origin(request) or not _csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
+            refusal = AccessDeniedError("sign-in without its form's CSRF token or from another origin", "csrf")
+            await anyio.to_thread.run_sync(self._refuse, None, "/ui/login", refusal)
+            return await self.login_page(request, "The sign-in form expired; try again.", 403)
+        token = form.get("token", "").strip()
+        principal = self.authenticator.bearer(token) if token else None
+        if principal is None:
+            refusal = AccessDeniedError("UI sign-in with an unknown token", "unauthenticated")
+            await anyio.to_thread.run_sync(self._refuse, None, "/ui/login", refusal)
+            return await self.login_page(request, "That token is not known to this service.", 401)
+        cookie, _ = self.sessions.open(token)
+        response = RedirectResponse("/ui", status_code=303)
+        response.set_cookie(
+            COOKIE, cookie, max_age=self.sessions.lifetime, path="/ui", httponly=True, samesite="strict",
+            secure=_https(request),
+        )  # fmt: skip
+        response.delete_cookie(LOGIN_COOKIE, path="/ui")
+        return _secure_headers(response)
+
+    async def logout(self, request: Request) -> Response:
+        signed = self._signed_in(request)
+        form = await _form(request)
+        if signed is not None and _same_origin(request) and _csrf_ok(signed[0].csrf, form.get("csrf")):
+            self.sessions.close(request.cookies.get(COOKIE))
+        response = RedirectResponse("/ui/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/ui")
+        return _secure_headers(response)
+
+    # -- views ------------------------------------------------------------------------------------
+
+    async def home(self, request: Request) -> Response:
+        signed = self._signed_in(request)
+        if signed is None:
+            return _secure_headers(RedirectResponse("/ui/login", status_code=303))
+        session, principal = signed
+        if Scope.READ in principal.scopes:
+            return _secure_headers(RedirectResponse("/ui/dashboard", status_code=303))
+        if Scope.RECORD_RESULT in principal.scopes:
+            return _secure_headers(RedirectResponse("/ui/inbox", status_code=303))
+        return self._page("No views", uipages.nothing_here(principal.to_dict()), session, principal)
+
+    def _summary(self) -> LedgerSummary:
+        path = self.service.ledger_path
+        if path is None or not path.exists():
+            return LedgerSummary(str(path), chain_detail="no ledger yet")
+        return summarize(path)
+
+    async def dashboard(self, request: Request) -> Response:
+        return await self._reader(request, "/ui/dashboard", self._dashboard)
+
+    def _dashboard(self, session: Session, principal: Principal) -> Response:
+        summary = self._summary()
+        body = uipages.dashboard(summary, len(self.service.challenges.open_challenges()))
+        response = self._page("Dashboard", body, session, principal)
+        response.headers["Refresh"] = str(REFRESH_SECONDS)
+        return response
+
+    async def report(self, request: Request) -> Response:
+        def build(session: Session, principal: Principal) -> Response:
+            path = self.service.ledger_path
+            if path is None or not path.exists():
+                return self._page("Report", "<p>No ledger yet.</p>", session, principal)
+            return _html(render_html(summarize(path), entries_by_decision=entries_by_decision(path)), csp=REPORT_CSP)
+
+        return await self._reader(request, "/ui/report", build)
+
+    async def _reader(self, request: Request, what: str, build: Callable[[Session, Principal], Response]) -> Response:
+        signed = self._signed_in(request)
+        if signed is None:
+            return _secure_headers(RedirectResponse("/ui/login", status_code=303))
+        session, principal = signed
+        if Scope.READ not in principal.scopes:
+            refusal = AccessDeniedError(f"{principal.kind.value} {principal.id} may not read the dashboard")
+            await anyio.to_thread.run_sync(self._refuse, principal, what, refusal)
+            return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
+        result: Response = await anyio.to_thread.run_sync(build, session, principal)
+        return result
+
+    async def inbox(self, request: Request) -> Response:
+        signed = self._signed_in(request)
+        if signed is None:
+            return _secure_headers(RedirectResponse("/ui/login", status_code=303))
+        session, principal = signed
+        try:
+            found = await anyio.to_thread.run_sync(list_addressed, self.service, principal)
+        except KcpOpaError:  # refused and audited by the service
+            return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
+        return self._page("Inbox", uipages.inbox(found["challenges"], session.csrf), session, principal)
+
+    async def answer(self, request: Request) -> Response:
+        signed = self._signed_in(request)
+        if signed is None:
+            return _secure_headers(RedirectResponse("/ui/login", status_code=303))
+        session, principal = signed
+        challenge_id = str(request.path_params["challenge_id"])
+        form = await _form(request)
+        if not _same_origin(request) or not _csrf_ok(session.csrf, form.get("csrf")):
+            refusal = AccessDeniedError("an answer without the session's CSRF token or from another origin", "csrf")
+            await anyio.to_thread.run_sync(self._refuse, principal, "/ui/answer", refusal)
+            body = uipages.answered(None, error_payload(refusal))
+            return self._page("Not recorded", body, session, principal, 403)
+        args = {
+            "challenge_id": challenge_id,
+            "status": form.get("status", ""),
+            "evidence_reference": form.get("evidence_reference", ""),
+        }
+        result: dict[str, Any] | None = None
+        error: dict[str, Any] | None = None
+        try:
+            result = await anyio.to_thread.run_sync(dispatch, self.service, principal, "record_control_result", args)
+        except KcpOpaError as exc:  # refused and audited by the tool path
+            error = error_payload(exc)
+        await anyio.to_thread.run_sync(self._note, principal, args, result, error)
+        status = 200 if error is None else 409 if error["code"] == "challenge_used" else 403
+        return self._page("Answer", uipages.answered(result, error), session, principal, status)
+
+    def _note(
+        self, principal: Principal, args: dict[str, Any], result: dict[str, Any] | None, error: dict[str, Any] | None
+    ) -> None:
+        audit = self.service.gate.audit
+        if audit is None:
+            return
+        detail = {
+            "challenge_id": args["challenge_id"],
+            "status": args["status"],
+            "outcome": "recorded" if error is None else str(error["code"]),
+        }
+        if result is not None:
+            detail["authorization_status"] = str(result["decision"].get("authorization_status"))
+        try:
+            audit.event("note", None, None, note="ui.answer", detail=detail, principal=principal.to_dict())
+        except LedgerError as exc:
+            _log.error("ui_answer_not_noted", challenge_id=args["challenge_id"], error=str(exc))
+
+    async def stylesheet(self, request: Request) -> Response:
+        response = Response(uipages.CSS, media_type="text/css")
+        response.headers["Cache-Control"] = "max-age=300"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+
+def _https(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def ui_routes(service: GateService, authenticator: Authenticator) -> list[Route]:
+    """The /ui routes, ``GET /v1/challenges`` and ``GET /v1/openapi.json`` for ``build_app``."""
+    from kcp_opa.service.http import RequireAuth, endpoint_app, principal_of
+
+    ui = Ui(service, authenticator)
+
+    async def challenges(request: Request) -> Response:
+        if request.query_params.get("addressed_to") != "me":
+            refusal = CodedError("GET /v1/challenges needs ?addressed_to=me", "bad_request")
+            await anyio.to_thread.run_sync(service.refuse, principal_of(request), "/v1/challenges", refusal)
+            return JSONResponse(error_payload(refusal), 400)
+        try:
+            found = await anyio.to_thread.run_sync(list_addressed, service, principal_of(request))
+        except KcpOpaError as exc:
+            payload = error_payload(exc)
+            return JSONResponse(payload, 403 if payload["code"] in {"not_authorized", "unauthenticated"} else 422)
+        return JSONResponse(found)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    def get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
+        return Route(path, endpoint, methods=["GET"])
+
+    return [
+        Route("/v1/challenges", RequireAuth(endpoint_app(challenges), service, "/v1/challenges"), methods=["GET"]),
+        get("/v1/openapi.json", openapi),
+        get("/ui", ui.home),
+        get("/ui/login", ui.login_page),
+        Route("/ui/login", ui.login, methods=["POST"]),
+        Route("/ui/logout", ui.logout, methods=["POST"]),
+        get("/ui/dashboard", ui.dashboard),
+        get("/ui/report", ui.report),
+        get("/ui/inbox", ui.inbox),
+        Route("/ui/challenges/{challenge_id}/answer", ui.answer, methods=["POST"]),
+        get("/ui/static/ui.css", ui.stylesheet),
+    ]
