@@ -62,7 +62,7 @@ def payment(n: int, *, value: int = 100000, beneficiary: str = "supplier_1", **e
         "agent_id": "agent_payments_001",
         "action_type": "payment",
         "requested_action": "execute_payment",
-        "target": {"type": "beneficiary", "reference": beneficiary},
+        "target": {"type": "beneficiary", "reference": beneficiary, "tenant_id": "tenant_demo"},
         "amount": {"value_minor": value, "currency": "USD"},
         "authorization_context": {
             "requested_by": "user_001",
