@@ -24,8 +24,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.core.canonical import canonical_json
-from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, StoreError
-from kcp_opa.decide.action import check_action
+from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
 from kcp_opa.decide.counting import CounterSource
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
@@ -87,9 +86,7 @@ class Gate:
         verification: Verification | None = None,
         counters: CounterSource | None = None,
     ) -> None:
-        #: Where ``input.context.counters`` comes from (class gate); None: no counts, so a
-        #: declared budget or rate limit is context_missing (ESCALATE).
-        self.counters = counters
+        self.counters = counters  # input.context.counters (class gate); None: context_missing
         self.plan_cache = plan_cache
         self.cross_check = cross_check
         self.verification = verification
@@ -255,17 +252,9 @@ class Gate:
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
-        active = self._active
-        controls = SYSTEM_CONTROLS if active.audit is not None else ()
-        counted = None
-        if self.counters is not None:
-            check_action(action)  # a refused action is not counted as a request
-            try:
-                counted = self.counters.counters(action, now=decision_time(now))
-            except StoreError as exc:  # no counts: a declared limit is context_missing, never an allow
-                _log.error("counters_unavailable", error=str(exc))
+        active, controls = self._active, (SYSTEM_CONTROLS if self._active.audit is not None else ())
         built = build_input(
-            action, now=now, satisfied_controls=controls, bundle_revision=active.bundle.revision, counters=counted
+            action, now=now, satisfied_controls=controls, bundle_revision=active.bundle.revision, source=self.counters
         )
         return self._seal(replace(built, bundle_sha256=active.bundle.sha256))
 

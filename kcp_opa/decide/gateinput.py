@@ -15,6 +15,7 @@ from typing import Any
 
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.decide.action import check_action, folded_strings, trace_id_of
+from kcp_opa.decide.counting import CounterSource, counters_for
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: The decision times the gate accepts: epoch seconds and days stay non-negative and every
@@ -86,14 +87,18 @@ def build_input(
     bundle_revision: str = "",
     decision_id: str | None = None,
     counters: Mapping[str, Any] | None = None,
+    source: CounterSource | None = None,
 ) -> DecisionInput:
     """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
 
     ``counters`` (the gate's counts from its own history, docs/budgets.md) go to
     ``context.counters``; without them a declared budget or rate limit is ``context_missing``.
+    A ``source`` counts them for this action (recording it as a request) once it is checked.
     """
     canonical = check_action(action)
     moment = decision_time(now)
+    if source is not None:
+        counters = counters_for(source, action, now=moment)
     evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     seconds = int((moment - _EPOCH).total_seconds())
     the_id = decision_id or f"dec_{uuid.uuid4().hex}"
