@@ -10,7 +10,7 @@ TRUST  := fixtures/trust/registry.yaml
 SIGNING_KEY := .demo-keys/bundle-signing.pem
 VERIFY      := --verification-key $(SIGNING_KEY).pub
 
-.PHONY: sysdeps-softhsm sysdeps-chromium help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
+.PHONY: sysdeps-postgres sysdeps-softhsm sysdeps-chromium help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -47,7 +47,7 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	@$(MAKE) --no-print-directory bundle
 	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz $(VERIFY)
 	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
-	  --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl $(VERIFY)
+	  --context fixtures/context/host-vouched.yaml --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl $(VERIFY)
 	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/decide_demo.py
 	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/supplier_payment_flow.py
 	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
@@ -68,6 +68,11 @@ serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable 
 	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/serve_demo.py
 	$(BIN)/kcp-opa audit verify --format text audit/serve-demo.jsonl
 
+PG_BINDIR = $(shell pg_config --bindir 2>/dev/null)
+
+sysdeps-postgres: ## PostgreSQL 15's server binaries (Debian), for the -m postgres tests
+	@test -x "$(PG_BINDIR)/initdb" || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null)
+
 sysdeps-softhsm: ## SoftHSM2 (a PKCS#11 token) for the HSM signer's tests; installed only when missing
 	@command -v softhsm2-util >/dev/null || (apt-get update -qq && apt-get install -y -qq softhsm2)
 
@@ -75,7 +80,7 @@ sysdeps-chromium: ## Debian's chromium and chromedriver for the browser tests (i
 	@command -v chromium >/dev/null && test -x /usr/bin/chromedriver || \
 	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
 
-test: $(STAMP) sysdeps-softhsm sysdeps-chromium ## lint, type-check, the policy suite and the test suite (what CI runs)
+test: $(STAMP) sysdeps-postgres sysdeps-softhsm sysdeps-chromium ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kcp_opa import Gate, load_cases
+from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.trail.ledger import AuditLedger
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,9 @@ def main() -> int:
                 BUNDLES / f"{deployment}.tar.gz", ledger=AuditLedger(LEDGER), verification_keys=VERIFY
             )
         case = cases[(deployment, case_id)]
-        decision = gates[deployment].decide(case.action, now=case.now)
+        # What the gate knows for this case (its context: docs/decision-cases.md), never the action's word.
+        sources, principal = case_sources(case.action, case.context, case.now)
+        decision = gates[deployment].decide(case.action, now=case.now, principal=principal, context=sources)
         state = decision.decision.value
         table.add_row(
             f"{label}\n[dim]{deployment} · {case_id}[/dim]",

@@ -17,6 +17,7 @@ fixtures/trust/TEST-ONLY-issuer-keys.json (published: never trust them in a depl
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
@@ -35,7 +36,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from rich.console import Console
 
-from kcp_opa.core.signing import load_keyring
+from kcp_opa.context import StaticGateConfig, sign_fact
+from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.decide.gate import as_verification
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.desk import GateService
@@ -134,19 +136,46 @@ async def flow(url: str, tokens: dict[str, str], console: Console) -> None:
     console.print(f"[red]refused[/] a call without a token: HTTP {answer.status_code} {answer.json()['code']}")
 
 
+def attest_subject(keys: Keyring, path: Path) -> Path:
+    """What the providers attest about the customer's payment (TEST-ONLY keys): the beneficiary
+    registry says the supplier is a new beneficiary and screening is clear, the IdP that the
+    evidence is current. The gate reads these, never what the agent's action says."""
+    now = dt.datetime.now(dt.UTC)
+    times = {"issued_at": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    times["expires_at"] = (now + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    facts = [
+        ("bank-registry", "new_beneficiary", True),
+        ("bank-registry", "modified_beneficiary", False),
+        ("bank-registry", "screening_uncertain", False),
+        ("bank-idp", "evidence_status", "present"),
+    ]
+    items = [
+        sign_fact(
+            {"fact": f, "value": v, "subject_id": "user_001", **times}, issuer, keys.keys[f"{issuer}-ed25519-test"]
+        )
+        for issuer, f, v in facts
+    ]
+    path.write_text(json.dumps(items))
+    return path
+
+
 def main() -> int:
     console = Console() if sys.stdout.isatty() else Console(width=120)
     tokens = {party: secrets.token_urlsafe(32) for party in PARTIES}
     registry = load_trust(TRUST)
     with tempfile.TemporaryDirectory() as tmp:
+        keys = load_keyring(TEST_ONLY_KEYS)
         service = GateService.open(
             BUNDLES / "finance.tar.gz",
-            store=Path(tmp) / "service.db",
+            # KCP_OPA_STORE=postgresql://... runs the demo on a database, as replicas would share it.
+            store=os.environ.get("KCP_OPA_STORE") or Path(tmp) / "service.db",
             ledger=LEDGER,
             handlers={"pay": bound(pay, "execute_payment")},
             registry=registry,
             issuer_ids=ISSUERS,
-            issuer_keyring=load_keyring(TEST_ONLY_KEYS),
+            issuer_keyring=keys,
+            config=StaticGateConfig(deployment_region="EU"),
+            attestations=attest_subject(keys, Path(tmp) / "attestations.json"),
             verification=as_verification(VERIFY),
         )
         authenticator = registry_authenticator(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kcp_opa import Gate
+from kcp_opa import ContextSources, Gate, RegistrySource, SignedAttestations, sign_fact
 from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import ControlDesk, evidence_for
 from kcp_opa.authorize.store import SQLiteStore
@@ -56,15 +56,32 @@ def main() -> int:
     action = json.loads((ROOT / "fixtures" / "kya-supplier-payment-action.json").read_text())
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER), verification_keys=VERIFY)
     issuer_keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
 
     def key_of(issuer: str) -> Key:
         return issuer_keys[f"{issuer}-ed25519-test"]
 
-    desk = ControlDesk(gate, load_trust(TRUST / "registry.yaml"), gate_key=key_of("kcp-opa-gate"))
+    registry = load_trust(TRUST / "registry.yaml")
+    # What the gate knows: the agent's scope and model from the registry, the beneficiary and
+    # screening status attested by the beneficiary registry (never what the action says).
+    expires = (now + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    attested = [
+        sign_fact(
+            {"fact": fact, "value": value, "subject_id": "user_001", "issued_at": stamp, "expires_at": expires},
+            "bank-registry",
+            key_of("bank-registry"),
+        )
+        for fact, value in (("new_beneficiary", True), ("modified_beneficiary", False), ("screening_uncertain", False))
+    ]
+    sources = ContextSources(
+        registry=RegistrySource(registry), attestations=SignedAttestations(registry, None, attested)
+    )
+    gate = Gate.from_bundle(
+        BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER), context=sources, verification_keys=VERIFY
+    )
+    desk = ControlDesk(gate, registry, gate_key=key_of("kcp-opa-gate"))
 
-    record = desk.open(action, now=now)
+    record = desk.open(action, now=now, principal="agent_payments_001")
     d = record.decision
     console.rule("[bold]1. decide")
     console.print(f"{d.decision.value} / {d.authorization_status.value}, risk {d.risk_level.value}")

@@ -24,6 +24,15 @@ from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
 from kcp_opa.compile.signatures import SignatureInfo, SigningKey, Verification, VerificationKey
+from kcp_opa.context import (
+    ContextSources,
+    CounterSource,
+    RegistrySource,
+    SignedAttestations,
+    StaticCounters,
+    StaticGateConfig,
+    sign_fact,
+)
 from kcp_opa.core.errors import (
     ActionRejectedError,
     BundleError,
@@ -59,7 +68,7 @@ from kcp_opa.core.signing import (
 )
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
-from kcp_opa.decide.counting import CounterSource, StoreCounters
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
 from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
@@ -104,6 +113,7 @@ __all__ = [
     "ChallengeStore",
     "CompileError",
     "CompileResult",
+    "ContextSources",
     "ControlDesk",
     "ControlEvidence",
     "CounterSource",
@@ -146,6 +156,7 @@ __all__ = [
     "ReceiptIssueError",
     "ReceiptKey",
     "ReceiptVerificationError",
+    "RegistrySource",
     "Report",
     "RiskLevel",
     "RoutingState",
@@ -153,11 +164,14 @@ __all__ = [
     "SQLiteStore",
     "Severity",
     "SignatureInfo",
+    "SignedAttestations",
     "Signer",
     "SigningKey",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
+    "StaticCounters",
+    "StaticGateConfig",
     "StoreCounters",
     "UnitNotFoundError",
     "ValidationFailedError",
@@ -190,6 +204,7 @@ __all__ = [
     "query",
     "read_bundle",
     "replay",
+    "sign_fact",
     "summarize",
     "validate_manifest",
     "validate_matrix",

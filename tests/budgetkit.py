@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from conftest import DEPLOYMENTS, POLICIES
+from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 from trustkit import REGISTRY, _inputs_key, bundle_cache, make_desk, signed
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.context import ContextSources
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
@@ -77,8 +78,8 @@ def payment(n: int, *, value: int = 100000, beneficiary: str = "supplier_1", **e
 
 def parts(bundle: Path, store: Path, *, plan_cache: Path | None = None) -> tuple[Gate, ControlDesk, Executor]:
     counters = SQLiteCounterStore(store)
-    gate = Gate.from_bundle(bundle, preflight=False, plan_cache=plan_cache)
-    gate.counters = StoreCounters.for_bundle(counters, gate.bundle.data)
+    gate = vouched_gate(bundle, preflight=False, plan_cache=plan_cache)
+    gate.context = ContextSources(counters=StoreCounters.for_bundle(counters, gate.bundle.data))
     keyring = Keyring({KEY.kid: KEY}, KEY.kid)
     executor = Executor(keyring=keyring, policy_versions=[gate.policy_version], store=SQLiteStore(store))
     return gate, make_desk(gate), executor

@@ -87,6 +87,62 @@ class _Undefined:
 UNDEFINED = _Undefined()
 
 
+def vouched_gate(path: Any, **options: Any) -> Any:
+    """``Gate.from_bundle`` for tests that write their own actions: the host vouches for the
+    facts each action states (kcp_opa.authoring.casecontext.VouchingGate), through the real
+    context sources. The trusted context itself is attacked in tests/adversarial/test_trusted_context.py."""
+    from kcp_opa.authoring.casecontext import vouching
+    from kcp_opa.decide.gate import Gate
+
+    return vouching(Gate.from_bundle(path, **options))
+
+
+#: ``kcp-opa decide --context``: the host vouches for the facts the test's action states.
+VOUCHED = REPO / "fixtures" / "context" / "host-vouched.yaml"
+VOUCH = ("--context", str(VOUCHED))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A real PostgreSQL server for `-m postgres` tests.
+
+    Skips with a one-line reason on a machine without PostgreSQL; on CI (CI=true) a server that
+    cannot start fails the run instead, so these tests never silently skip there.
+    """
+    from pgcluster import ClusterUnavailable, postgres_server
+
+    try:
+        psycopg = __import__("psycopg")
+        del psycopg
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"psycopg is not installed: {exc}")
+        pytest.skip(f"psycopg is not installed: {exc}")
+    try:
+        with postgres_server() as server:
+            yield server
+    except ClusterUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is required on CI: {exc}")
+        pytest.skip(f"PostgreSQL unavailable: {exc}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """The stores on SQLite, then on PostgreSQL (marked ``postgres``): one contract, both backends."""
+    import storekit
+
+    if request.param == "sqlite":
+        chosen = storekit.Backend("sqlite", str(tmp_path / "stores.db"))
+    else:
+        server = request.getfixturevalue("postgres")
+        chosen = storekit.Backend("postgres", server.database(f"kcp_contract_{next(storekit.NAMES)}"), server)
+    try:
+        yield chosen
+    finally:
+        chosen.close()
+
+
 @pytest.fixture(scope="session")
 def softhsm_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A throwaway SoftHSM2 token (tests/softhsm.py); its config and PIN in this process's environment."""

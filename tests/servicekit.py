@@ -6,6 +6,7 @@ control a person or provider answers through it); the bundle is compiled with th
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -23,6 +25,7 @@ from conftest import DEPLOYMENTS, POLICIES
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.signing import Keyring, generate_ed25519
 
+HOUR, DAY = dt.timedelta(hours=1), dt.timedelta(days=1)
 SERVICE_ISSUER = "serve-approvals"
 GATE_ISSUER = "serve-gate"  # signs the gate's own standard_audit_logging (its ledger entry)
 CONFIRM_ONLY = "confirm-idp"  # a second issuer the service can sign as, allowed for one control only
@@ -35,10 +38,19 @@ ANSWERED = [
     "independent_human_approval",
     "compliance_review",
 ]
+#: What the gate knows about the agents (trusted context, docs/contract.md "Facts").
+AGENT_FACTS = {
+    "agent_scope": ["prepare_payment", "execute_payment"],
+    "model": {"id": "treasury-llm", "hosting": "self_hosted"},
+}
+FACT_ISSUER = "serve-facts"  # attests the subjects' evidence, beneficiary and screening status
+#: Attested per subject: the KYA payment's beneficiary is new; evidence current; screening clear.
+SUBJECT_FACTS = {"evidence_status": "present", "new_beneficiary": True, "modified_beneficiary": False}
+SUBJECT_FACTS["screening_uncertain"] = False
 PRINCIPALS = [
-    {"id": "local-agent", "type": "ai_agent"},
+    {"id": "local-agent", "type": "ai_agent", **AGENT_FACTS},
     # The KCP auth scopes it holds: all an action through the service may state as principal_scopes.
-    {"id": "agent_payments_001", "type": "ai_agent", "auth_scopes": ["payments:read", "ledger:view"]},
+    {"id": "agent_payments_001", "type": "ai_agent", "auth_scopes": ["payments:read", "ledger:view"], **AGENT_FACTS},
     {"id": "agent_rogue_002", "type": "ai_agent"},  # another agent: it may not touch the others' decisions
     # The subject also holds the approver's role: only the policy's separation of duties stops it.
     {"id": "user_001", "type": "human", "roles": ["customer", "treasury_approver"]},
@@ -57,8 +69,8 @@ PRINCIPALS = [
 def write_registry(work: Path) -> tuple[Path, Path]:
     """The registry YAML and the issuer keyring file (private key; TEST-ONLY, generated per run)."""
     key, idp = generate_ed25519(f"{SERVICE_ISSUER}-ed25519"), generate_ed25519(f"{CONFIRM_ONLY}-ed25519")
-    gate = generate_ed25519(f"{GATE_ISSUER}-ed25519")
-    keyring = Keyring({key.kid: key, idp.kid: idp, gate.kid: gate}, key.kid)
+    gate, facts = generate_ed25519(f"{GATE_ISSUER}-ed25519"), generate_ed25519(f"{FACT_ISSUER}-ed25519")
+    keyring = Keyring({key.kid: key, idp.kid: idp, gate.kid: gate, facts.kid: facts}, key.kid)
     public = {e["kid"]: e["public_key"] for e in keyring.to_file_dict(include_private=False)["keys"]}
     registry = {
         "kind": "kcp-opa/trust-registry",
@@ -85,13 +97,45 @@ def write_registry(work: Path) -> tuple[Path, Path]:
                 "controls": ["user_confirmation"],
                 "keys": [{"kid": idp.kid, "alg": "Ed25519", "public_key": public[idp.kid]}],
             },
+            {
+                "id": FACT_ISSUER,
+                "type": "provider",
+                "controls": [],
+                "facts": sorted(SUBJECT_FACTS),
+                "keys": [{"kid": facts.kid, "alg": "Ed25519", "public_key": public[facts.kid]}],
+            },
         ],
     }
+    write_attestations(work, facts)
     registry_path, keys_path = work / "trust.yaml", work / "issuer-keys.json"
     registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
     keys_path.write_text(json.dumps(keyring.to_file_dict(include_private=True)))
     keys_path.chmod(0o600)
     return registry_path, keys_path
+
+
+def write_attestations(work: Path, key: Any) -> Path:
+    """``work/attestations.json``: SUBJECT_FACTS for user_001, signed by FACT_ISSUER (valid a day)."""
+    from kcp_opa.context import sign_fact
+
+    now = dt.datetime.now(dt.UTC)
+    times = {k: (now + d).strftime("%Y-%m-%dT%H:%M:%SZ") for k, d in (("issued_at", -HOUR), ("expires_at", DAY))}
+    items = [
+        sign_fact({"fact": f, "value": v, "subject_id": "user_001", **times}, FACT_ISSUER, key)
+        for f, v in SUBJECT_FACTS.items()
+    ]
+    path = work / "attestations.json"
+    path.write_text(json.dumps(items))
+    return path
+
+
+def context_args(args: list[str]) -> list[str]:
+    """A server with --trust also gets its region and the attestations written beside the registry."""
+    if "--trust" not in args or "--attestations" in args:
+        return []
+    attestations = Path(args[args.index("--trust") + 1]).parent / "attestations.json"
+    extra = ["--attestations", str(attestations)] if attestations.exists() else []
+    return [*extra, "--region", "EU"] if "--region" not in args else extra
 
 
 def compile_finance(out: Path, trust: Path | None) -> Path:
@@ -126,6 +170,7 @@ def write_receipt_keyring(work: Path) -> Path:
 def start_server(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     """``kcp-opa serve --transport http ARGS`` on a free loopback port, once /health answers."""
     port = free_port()
+    args = [*args, *context_args(args)]
     command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--port", str(port), *args]
     process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -149,3 +194,51 @@ def stop_server(process: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=30)
+
+
+def served_context(registry: Path) -> dict[str, Any]:
+    """GateService.open options: the gate's region and the attestations beside ``registry``."""
+    from kcp_opa.context import StaticGateConfig
+
+    return {"config": StaticGateConfig(deployment_region="EU"), "attestations": registry.parent / "attestations.json"}
+
+
+def local_context(subject: str, **agent: Any) -> Any:
+    """Real sources for a service without --trust: the local agent's registry entry (support
+    agent, self-hosted model, the support-desk and payment scopes) and SUBJECT_FACTS attested
+    for ``subject`` by a fact issuer with a key generated here; the gate runs in EU."""
+    from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig, sign_fact
+    from kcp_opa.declare.trust import TrustRegistry
+
+    key = generate_ed25519(f"{FACT_ISSUER}-local-ed25519")
+    public = Keyring({key.kid: key}).to_file_dict(include_private=False)["keys"][0]["public_key"]
+    entry = {"actor_role": "support_agent", **AGENT_FACTS, **agent}
+    entry["agent_scope"] = [*AGENT_FACTS["agent_scope"], "crm.get_customer", "email.send", "refunds.create"]
+    data = {
+        "kind": "kcp-opa/trust-registry",
+        "format_version": 1,
+        "name": "local",
+        "version": "1",
+        "principals": [{"id": "local-agent", "type": "ai_agent", **entry}],
+        "issuers": [
+            {
+                "id": FACT_ISSUER,
+                "type": "provider",
+                "controls": [],
+                "facts": sorted(SUBJECT_FACTS),
+                "keys": [{"kid": key.kid, "alg": "Ed25519", "public_key": public}],
+            }
+        ],
+    }
+    registry = TrustRegistry("(local)", "", data)
+    now = dt.datetime.now(dt.UTC)
+    times = {k: (now + d).strftime("%Y-%m-%dT%H:%M:%SZ") for k, d in (("issued_at", -HOUR), ("expires_at", DAY))}
+    items = [
+        sign_fact({"fact": f, "value": v, "subject_id": subject, **times}, FACT_ISSUER, key)
+        for f, v in SUBJECT_FACTS.items()
+    ]
+    return ContextSources(
+        registry=RegistrySource(registry),
+        config=StaticGateConfig(deployment_region="EU"),
+        attestations=SignedAttestations(registry, None, items),
+    )

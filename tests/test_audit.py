@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import LedgerError
-from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.trail.ledger import GENESIS, AuditLedger, verify_ledger
 
@@ -170,7 +169,7 @@ def test_processes_append_to_one_chain(tmp_path: Path, durability: str) -> None:
 @pytest.mark.parametrize("target", ["/dev/full", "directory"])
 def test_a_failed_audit_write_turns_the_decision_into_deny(bundles: Path, tmp_path: Path, target: str) -> None:
     path = Path(target) if target == "/dev/full" else tmp_path  # ENOSPC from the kernel / EISDIR
-    gate = Gate.from_bundle(bundles / "support-desk.tar.gz", ledger=AuditLedger(path))
+    gate = vouched_gate(bundles / "support-desk.tar.gz", ledger=AuditLedger(path))
     case = CASES["sd-read-clean"]
     decision = gate.decide(case.action, now=case.now)
     assert decision.decision is RoutingState.DENY
@@ -182,7 +181,7 @@ def test_a_failed_audit_write_turns_the_decision_into_deny(bundles: Path, tmp_pa
 
 def test_with_the_ledger_on_a_clean_read_may_execute_and_is_recorded(bundles: Path, tmp_path: Path) -> None:
     path = tmp_path / "l.jsonl"
-    gate = Gate.from_bundle(bundles / "support-desk.tar.gz", ledger=AuditLedger(path))
+    gate = vouched_gate(bundles / "support-desk.tar.gz", ledger=AuditLedger(path))
     case = CASES["sd-read-clean"]
     decision = gate.decide(case.action, now=case.now)
     assert decision.execution_allowed and decision.authorization_status.value == "APPROVED"
@@ -205,7 +204,7 @@ def test_with_the_ledger_on_a_clean_read_may_execute_and_is_recorded(bundles: Pa
 
 def test_no_logging_content_never_reaches_the_ledger(bundles: Path, tmp_path: Path) -> None:
     path = tmp_path / "l.jsonl"
-    gate = Gate.from_bundle(bundles / "customer-onboarding.tar.gz", ledger=AuditLedger(path))
+    gate = vouched_gate(bundles / "customer-onboarding.tar.gz", ledger=AuditLedger(path))
     action = dict(CASES["co-gdpr-minimisation-declared"].action)
     action["attributes"] = {"customer_note": "SECRET-CONTENT-7731"}
     action["evidence_references"] = ["crm:SECRET-REF-4410"]
@@ -224,7 +223,7 @@ def test_no_logging_content_never_reaches_the_ledger(bundles: Path, tmp_path: Pa
     assert entry["fields_accessed"] == ["email", "name"]
     # a unit without no-logging keeps its input whole
     other = tmp_path / "o.jsonl"
-    Gate.from_bundle(bundles / "support-desk.tar.gz", ledger=AuditLedger(other)).decide(
+    vouched_gate(bundles / "support-desk.tar.gz", ledger=AuditLedger(other)).decide(
         {**CASES["sd-read-clean"].action, "attributes": {"note": "KEPT-9"}}, now="2026-11-29T10:00:00Z"
     )
     assert b"KEPT-9" in other.read_bytes() and json.loads(other.read_bytes().splitlines()[1])["erased"] == []

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from budgetkit import T0, compile_budget, parts, pay, payment
+from conftest import vouched_gate
 
+from kcp_opa.context import ContextSources
 from kcp_opa.core.errors import StoreError
 from kcp_opa.decide.counting import StoreCounters
-from kcp_opa.decide.gate import Gate
 
 TRACE = {"traceparent": "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01"}
 
@@ -87,14 +88,18 @@ def test_counters_unavailable_is_context_missing_never_an_allow(bundle: Path, tm
         def counters(self, action: Any, *, now: dt.datetime) -> dict[str, Any]:
             raise StoreError("database is locked")
 
-    gate = Gate.from_bundle(bundle, preflight=False, counters=Down())
+    gate = vouched_gate(bundle, preflight=False)
+    gate.context = ContextSources(counters=Down())  # every other fact is vouched: only the counts are missing
     decision = gate.decide(payment(1, runtime={"budget_state": "within_budget"}), now=T0)
     assert decision.decision.value == "ESCALATE" and "context_missing" in decision.reason_codes
+    assert {(r.code, r.rule) for r in decision.verdict.reasons if r.code == "context_missing"} == {
+        ("context_missing", "budget.counters")
+    }
 
 
 def test_the_counts_are_in_the_archived_input(bundle: Path, tmp_path: Path) -> None:
     gate, _, _ = parts(bundle, tmp_path / "store.db")
-    assert isinstance(gate.counters, StoreCounters)
+    assert gate.context is not None and isinstance(gate.context.counters, StoreCounters)
     document = gate.prepare(read(1), now=T0).document
     counters = document["context"]["counters"]
     assert counters["source"] == "gate"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, VOUCH, run_cli, vouched_gate
 from trustkit import KYA_APPROVALS, REGISTRY, compile_with_trust, issuer_key, make_desk, registry, signed
 
 from kcp_opa.authorize.attestations import attestation_bytes, sign_attestation, verify_attestation
@@ -20,7 +20,6 @@ from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import ActionRejectedError, EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import Keyring, generate_ed25519, hmac_key
-from kcp_opa.decide.gate import Gate
 from kcp_opa.trail.ledger import AuditLedger
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -37,7 +36,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def desk(bundle: Path) -> ControlDesk:
-    return make_desk(Gate.from_bundle(bundle))
+    return make_desk(vouched_gate(bundle))
 
 
 def _code(desk: ControlDesk, record: GateDecision, item: Any, action: Any = None) -> str:
@@ -214,7 +213,7 @@ def test_passed_then_failed_unsatisfies(desk: ControlDesk) -> None:
 
 def test_an_edited_prepared_input_is_refused(bundle: Path, tmp_path: Path) -> None:
     ledger = AuditLedger(tmp_path / "ledger.jsonl")
-    gate = Gate.from_bundle(bundle, ledger=ledger)
+    gate = vouched_gate(bundle, ledger=ledger)
     prepared = gate.prepare(KYA, now=DECIDED)
     edited = copy.deepcopy(dict(prepared.document))
     edited["context"]["satisfied_controls"] = sorted(SIX_CONTROLS)
@@ -273,7 +272,7 @@ def test_a_desk_refuses_a_bundle_compiled_with_another_registry(tmp_path: Path) 
     base = DEPLOYMENTS / "finance"
     out = compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, tmp_path / "plain.tar.gz").output
     with pytest.raises(EvidenceRejectedError) as caught:
-        make_desk(Gate.from_bundle(out, preflight=False))
+        make_desk(vouched_gate(out, preflight=False))
     assert caught.value.code == "registry_mismatch"
 
 
@@ -448,7 +447,7 @@ def test_cli_flow_from_challenge_to_verified_receipt(
     action = str(REPO / "fixtures" / "kya-supplier-payment-action.json")
     record = tmp_path / "record.json"
     desk_args = ["--bundle", str(bundle), "--trust", str(REGISTRY), "--ledger", str(tmp_path / "ledger.jsonl")]
-    desk_args += ["--gate-keyring", str(gate_ring)]
+    desk_args += ["--gate-keyring", str(gate_ring), *VOUCH]  # the test wrote the action: the host vouches
     opened = run_cli("controls", "challenge", *desk_args, "--action", action, "--record", str(record), "--now", DECIDED)
     assert opened.returncode == 0, opened.stderr
     state = json.loads(opened.stdout)

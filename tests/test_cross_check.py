@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, VOUCH, run_cli, vouched_gate
 
 from kcp_opa.audit.auditor import replay
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import EngineLoadError
-from kcp_opa.decide.gate import Gate, build_input
+from kcp_opa.decide.gate import build_input
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
@@ -56,13 +56,13 @@ def divergent_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_test_bundle_really_diverges(divergent_bundle: Path) -> None:
     """Without the cross-check, regopy misses the training purpose: the false ALLOW class 4 was."""
-    decision = Gate.from_bundle(divergent_bundle).decide(_memory_action("TRAİNING"), now=NOW)
+    decision = vouched_gate(divergent_bundle).decide(_memory_action("TRAİNING"), now=NOW)
     assert "ai_training_forbidden" not in decision.reason_codes
 
 
 def test_divergence_is_a_deny_with_both_results_in_the_ledger(divergent_bundle: Path, tmp_path: Path) -> None:
     ledger_path = tmp_path / "ledger.jsonl"
-    gate = Gate.from_bundle(divergent_bundle, cross_check="opa", ledger=AuditLedger(ledger_path))
+    gate = vouched_gate(divergent_bundle, cross_check="opa", ledger=AuditLedger(ledger_path))
     decision = gate.decide(_memory_action("TRAİNING"), now=NOW)
     assert decision.decision is RoutingState.DENY
     assert decision.reason_codes == ("engine_divergence",)
@@ -84,26 +84,38 @@ def test_divergence_is_a_deny_with_both_results_in_the_ledger(divergent_bundle: 
 
 def test_agreeing_engines_decide_as_without_cross_check(divergent_bundle: Path) -> None:
     prepared = build_input(_memory_action("training"), now=NOW)
-    plain, _ = Gate.from_bundle(divergent_bundle).evaluate(prepared)
-    checked, _ = Gate.from_bundle(divergent_bundle, cross_check="opa").evaluate(prepared)
+    plain, _ = vouched_gate(divergent_bundle).evaluate(prepared)
+    checked, _ = vouched_gate(divergent_bundle, cross_check="opa").evaluate(prepared)
     assert checked.to_dict() == plain.to_dict()
     assert "ai_training_forbidden" in checked.reason_codes
 
 
 def test_unknown_cross_check_engine_is_refused(divergent_bundle: Path) -> None:
     with pytest.raises(EngineLoadError, match="cross_check"):
-        Gate.from_bundle(divergent_bundle, cross_check="wasm")
+        vouched_gate(divergent_bundle, cross_check="wasm")
 
 
 def test_cli_cross_check(divergent_bundle: Path, tmp_path: Path) -> None:
     action = tmp_path / "action.json"
     action.write_text(json.dumps(_memory_action("TRAİNING"), ensure_ascii=False))
-    proc = run_cli("decide", "-b", str(divergent_bundle), "-i", str(action), "--now", NOW, "--cross-check",
+    proc = run_cli("decide", *VOUCH, "-b", str(divergent_bundle), "-i", str(action), "--now", NOW, "--cross-check",
                    "--format", "json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["reason_codes"] == ["engine_divergence"]
     shipped = _compile(tmp_path, divergent=False)
-    proc = run_cli("decide", "-b", str(shipped), "-i", str(action), "--now", NOW, "--cross-check", "--format", "json")
+    proc = run_cli(
+        "decide",
+        *VOUCH,
+        "-b",
+        str(shipped),
+        "-i",
+        str(action),
+        "--now",
+        NOW,
+        "--cross-check",
+        "--format",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "ai_training_forbidden" in json.loads(proc.stdout)["reason_codes"]
 
@@ -125,7 +137,7 @@ def test_replay_fails_on_a_missing_or_unparsable_result(tmp_path: Path) -> None:
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, bundle, engine_check=False)
     ledger_path = tmp_path / "ledger.jsonl"
     ledger = AuditLedger(ledger_path)
-    decision = Gate.from_bundle(bundle, ledger=ledger).decide(_memory_action("training"), now=NOW)
+    decision = vouched_gate(bundle, ledger=ledger).decide(_memory_action("training"), now=NOW)
     assert decision.reason_codes == ("engine_error",)
     [(_, entry)] = [(n, e) for n, e in read_entries(ledger_path) if e.get("type") == "decision"]
     garbled = {k: v for k, v in entry.items() if k not in {"seq", "previous_hash", "entry_hash"}}

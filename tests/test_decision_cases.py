@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 
+from kcp_opa.authoring.casecontext import case_input
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, case_files, check_case, decision_trace, load_cases
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.decide.gate import Gate, build_input
+from kcp_opa.decide.gate import Gate
 
 CASES = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
 
@@ -66,13 +67,7 @@ def test_corpus_is_substantial() -> None:
 @pytest.mark.parametrize("case", CASES, ids=[case.case_id for case in CASES])
 def test_case(case: DecisionCase, deployments: _Deployments) -> None:
     gate = deployments.gate(case.deployment)
-    prepared = build_input(
-        case.action,
-        now=case.now,
-        satisfied_controls=SYSTEM_CONTROLS,
-        bundle_revision=gate.bundle_revision,
-        counters=case.counters,
-    )
+    prepared = case_input(case, satisfied_controls=SYSTEM_CONTROLS, bundle_revision=gate.bundle_revision)
     decision, on_regopy = gate.evaluate(prepared)
     assert decision.engine_error is None, decision.engine_error
     on_opa = deployments.opa_engine(case.deployment).eval_document("kcp.gate.decision", dict(prepared.document))
@@ -96,7 +91,7 @@ def test_every_finding_has_the_one_shape(deployment: str, deployments: _Deployme
     opa = deployments.opa_engine(deployment)
     seen = 0
     for case in (c for c in CASES if c.deployment == deployment):
-        prepared = build_input(case.action, now=case.now, bundle_revision=gate.bundle_revision, counters=case.counters)
+        prepared = case_input(case, bundle_revision=gate.bundle_revision)
         for finding in opa.eval_document("kcp.gate.findings", dict(prepared.document)):
             seen += 1
             assert set(finding) == FINDING_KEYS, (case.case_id, finding)

@@ -238,8 +238,8 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
     """rego-cpp's binary plan (Gate plan_cache) must give the same result as a fresh build on
     every decision case; a string formatting difference between the two once broke the JSON
     output (docs/engine-findings.md item 19)."""
+    from kcp_opa.authoring.casecontext import case_input
     from kcp_opa.authoring.cases import case_files, load_cases
-    from kcp_opa.decide.gate import build_input
 
     cases = [case for path in case_files(REPO / "fixtures" / "cases") for case in load_cases(path)]
     for name in ("customer-onboarding", "support-desk", "finance"):
@@ -250,9 +250,7 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
         assert list((tmp_path / "plans").glob("*.rbb"))
         cached = Gate.from_bundle(bundle, plan_cache=tmp_path / "plans")  # loads the saved plan
         for case in (c for c in cases if c.deployment == name):
-            document = build_input(
-                case.action, now=case.now, bundle_revision=fresh.bundle_revision, counters=case.counters
-            ).document
+            document = case_input(case, bundle_revision=fresh.bundle_revision).document
             built, loaded = fresh.engine.evaluate(document), cached.engine.evaluate(document)
             assert built.error is None and loaded.error is None, (case.case_id, loaded.error)
             assert built.value == loaded.value, case.case_id

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, VOUCH, run_cli
 
 from kcp_opa.compile.evaluatorgen import GENERATED, evaluators, render_union, stale
 from kcp_opa.core.errors import CompileError
@@ -66,7 +66,7 @@ def test_a_new_evaluator_reaches_the_gate_only_through_generate(tmp_path: Path) 
     action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text(encoding="utf-8"))
     (tmp_path / "action.json").write_text(json.dumps({**action, "scenario": "gift_card_purchase"}), encoding="utf-8")
     decided = run_cli(
-        "decide", "--bundle", str(bundle), "--input", str(tmp_path / "action.json"),
+        "decide", *VOUCH, "--bundle", str(bundle), "--input", str(tmp_path / "action.json"),
         "--now", "2026-11-29T10:00:00Z", "--format", "json",
     )  # fmt: skip
     decision = json.loads(decided.stdout)

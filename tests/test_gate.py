@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, VOUCH, run_cli, vouched_gate
 
 from kcp_opa import ActionRejectedError, Gate
 from kcp_opa.compile.compiler import compile_bundle
@@ -33,7 +33,7 @@ def finance(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def gate(finance: Path) -> Gate:
-    return Gate.from_bundle(finance)
+    return vouched_gate(finance)
 
 
 def _with(**changes: Any) -> dict[str, Any]:
@@ -172,16 +172,16 @@ def test_decision_time_must_be_rfc3339_with_zone(gate: Gate) -> None:
 
 
 def test_cli_decide_prints_the_decision(finance: Path) -> None:
-    proc = run_cli("decide", "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW)
+    proc = run_cli("decide", *VOUCH, "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW)
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     assert document["decision"] == "HUMAN_APPROVAL" and document["action_hash"] == KYA_HASH
-    enforced = run_cli("decide", "-b", str(finance), "-i", str(KYA_PATH), "--enforce")
+    enforced = run_cli("decide", *VOUCH, "-b", str(finance), "-i", str(KYA_PATH), "--enforce")
     assert enforced.returncode == 4
 
 
 def test_cli_decide_reads_stdin(finance: Path) -> None:
-    proc = run_cli("decide", "-b", str(finance), "-i", "-", input_bytes=KYA_PATH.read_bytes())
+    proc = run_cli("decide", *VOUCH, "-b", str(finance), "-i", "-", input_bytes=KYA_PATH.read_bytes())
     assert proc.returncode == 0 and json.loads(proc.stdout)["action_hash"] == KYA_HASH
 
 
@@ -201,7 +201,7 @@ def test_cli_decide_refuses_malformed_actions_in_one_line(
 ) -> None:
     path = tmp_path / "action.json"
     path.write_text(content)
-    proc = run_cli("decide", "-b", str(finance), "-i", str(path))
+    proc = run_cli("decide", *VOUCH, "-b", str(finance), "-i", str(path))
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -209,9 +209,9 @@ def test_cli_decide_refuses_malformed_actions_in_one_line(
 
 
 def test_cli_decide_usage_errors(tmp_path: Path, finance: Path) -> None:
-    missing = run_cli("decide", "-b", str(tmp_path / "nope.tar.gz"), "-i", str(KYA_PATH))
+    missing = run_cli("decide", *VOUCH, "-b", str(tmp_path / "nope.tar.gz"), "-i", str(KYA_PATH))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
-    no_input = run_cli("decide", "-b", str(finance), "-i", str(tmp_path / "nope.json"))
+    no_input = run_cli("decide", *VOUCH, "-b", str(finance), "-i", str(tmp_path / "nope.json"))
     assert no_input.returncode == 2 and "cannot read action" in no_input.stderr
 
 
@@ -220,7 +220,7 @@ def test_cli_eval_replays_an_archived_input_like_opa(tmp_path: Path, finance: Pa
 
     from kcp_opa.compile.bundle import read_bundle
 
-    decided = run_cli("decide", "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW, "--with-input")
+    decided = run_cli("decide", *VOUCH, "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW, "--with-input")
     archived = json.loads(decided.stdout)
     input_path = tmp_path / "input.json"
     input_path.write_text(json.dumps(archived["input"]))
@@ -250,7 +250,7 @@ def test_cli_eval_undefined_and_refused(finance: Path) -> None:
 
 
 def test_cli_eval_engine_opa_answers_as_regopy_does(tmp_path: Path, finance: Path) -> None:
-    decided = run_cli("decide", "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW, "--with-input")
+    decided = run_cli("decide", *VOUCH, "-b", str(finance), "-i", str(KYA_PATH), "--now", NOW, "--with-input")
     input_path = tmp_path / "input.json"
     input_path.write_text(json.dumps(json.loads(decided.stdout)["input"]))
     args = ["eval", "-b", str(finance), "-i", str(input_path), "data.kcp.gate.decision"]

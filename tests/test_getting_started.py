@@ -80,7 +80,7 @@ def test_an_employee_cannot_approve_their_own_leave(tmp_path: Path) -> None:
     assert compiled.returncode == 0, compiled.stderr
     keys = str(DEPLOY / "TEST-ONLY-keys.json")
     desk = ["--bundle", str(bundle), "--trust", str(DEPLOY / "trust.yaml"), "--ledger", str(tmp_path / "l.jsonl")]
-    desk += ["--gate-keyring", keys]
+    desk += ["--gate-keyring", keys, "--context", str(DEPLOY / "context.yaml")]
     record = str(tmp_path / "record.json")
     opened = subprocess.run(
         [sys.executable, "-m", "kcp_opa", "controls", "challenge", *desk, "--action", str(DEPLOY / "action.json"),

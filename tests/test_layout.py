@@ -25,6 +25,7 @@ LAYERS: tuple[str, ...] = (
     "declare",
     "compile",
     "trail",
+    "context",
     "decide",
     "authorize",
     "execute",

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, vouched_gate
 from trustkit import KYA_APPROVALS, bundle_cache, compile_with_trust, issuer_key, make_desk, registry, signed
 
-from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, evidence_for, parties
+from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, evidence_for
+from kcp_opa.authorize.parties import parties
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, hmac_key
@@ -43,7 +44,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _gate(bundle: Path, **kwargs: Any) -> Gate:
     # preflight off: the full suite preflights this same bundle (tests/test_controls.py)
-    return Gate.from_bundle(bundle, preflight=False, plan_cache=bundle_cache(), **kwargs)
+    return vouched_gate(bundle, preflight=False, plan_cache=bundle_cache(), **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -579,7 +580,7 @@ def test_a_desk_s_own_seal_key_is_32_random_bytes(desk: ControlDesk) -> None:
 
 
 def test_the_desk_plans_its_evidence_query_into_the_gate_s_plan_cache(bundle: Path, tmp_path: Path) -> None:
-    gate = Gate.from_bundle(bundle, preflight=False, plan_cache=tmp_path)
+    gate = vouched_gate(bundle, preflight=False, plan_cache=tmp_path)
     assert len(list(tmp_path.glob("*.rbb"))) == 1  # the decision entrypoint
     ControlDesk(gate, registry())
     assert len(list(tmp_path.glob("*.rbb"))) == 2  # and kcp/controls/verdict beside it

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, vouched_gate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trustkit import compile_with_trust, make_desk, signed
@@ -37,7 +37,6 @@ from kcp_opa.core.errors import (
     ReceiptVerificationError,
 )
 from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key
-from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
@@ -61,7 +60,7 @@ SIX = [
 @pytest.fixture(scope="module")
 def desk(tmp_path_factory: pytest.TempPathFactory) -> ControlDesk:
     out = compile_with_trust(tmp_path_factory.mktemp("receipts") / "finance.tar.gz")
-    return make_desk(Gate.from_bundle(out))
+    return make_desk(vouched_gate(out))
 
 
 def _approve(desk: ControlDesk, action: dict[str, Any], skip: str | None = None) -> GateDecision:

@@ -29,7 +29,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def test_stdio_with_only_a_bundle_lists_nine_tools_and_routes_the_payment_to_human_approval(workdir: Path) -> None:
+def test_stdio_with_only_a_bundle_lists_nine_tools_and_holds_a_payment_it_knows_nothing_about(workdir: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "kcp_opa", "serve", "--transport", "stdio", "--bundle", "bundles/finance.tar.gz"],
@@ -44,15 +44,9 @@ def test_stdio_with_only_a_bundle_lists_nine_tools_and_routes_the_payment_to_hum
         assert tools == list(TOOL_NAMES)
         assert not result.is_error and isinstance(result.structured_content, dict)
         decision = result.structured_content
-        assert decision["decision"] == "HUMAN_APPROVAL"
-        assert sorted(decision["required_controls"]) == [
-            "authority_verification",
-            "beneficiary_verification",
-            "identity_verification",
-            "independent_human_approval",
-            "standard_audit_logging",
-            "user_confirmation",
-        ]
+        # Without a registry the server knows neither the agent's scope nor the beneficiary's
+        # status: the payment is held, whatever the action states about them.
+        assert decision["decision"] == "ESCALATE" and "context_missing" in decision["reason_codes"]
 
     anyio.run(main)
     # The defaults: the store and the ledger under ./audit, the decision written to the ledger.
@@ -108,6 +102,7 @@ def test_http_with_trust_maps_token_hashes_from_the_tokens_file_to_registry_prin
         port = int(probe.getsockname()[1])
     command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--bundle", "finance.tar.gz"]
     command += ["--trust", "trust.yaml", "--issuer-id", SERVICE_ISSUER, "--tokens", "tokens.json", "--port", str(port)]
+    command += ["--attestations", "attestations.json"]  # write_registry's: the subject's beneficiary status
     env = {**os.environ, "KCP_OPA_ISSUER_KEYRING": str(keys)}
     process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"

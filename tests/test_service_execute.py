@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, write_registry
+from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, served_context, write_registry
 from test_service_mcp import Call, cast, run
 
 from kcp_opa.core.signing import load_keyring
@@ -47,6 +47,7 @@ def test_a_result_that_cannot_be_recorded_fails_the_execution_clearly(tmp_path: 
         ledger=tmp_path / "ledger.jsonl",
         handlers={"mixed_keys": bound(mixed_keys, "execute_payment"), "not_json": bound(not_json, "execute_payment")},
         registry=load_trust(registry),
+        **served_context(registry),
         issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),
     )

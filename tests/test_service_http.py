@@ -23,6 +23,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from servicekit import local_context
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.trail.ledger import read_entries, verify_ledger
@@ -30,6 +31,9 @@ from kcp_opa.trail.ledger import read_entries, verify_ledger
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 TOKEN = "kcp-opa-test-token-" + "x" * 24
 CLIENTS = 8
+#: Without --trust the server knows none of the agent's facts (its scope, the beneficiary's
+#: status): the KYA payment is held, ESCALATE context_missing, whatever the action states.
+HELD = "ESCALATE"
 
 
 def free_port() -> int:
@@ -124,7 +128,7 @@ def test_concurrent_mcp_clients_over_streamable_http(server: tuple[str, Path]) -
             "execute_authorized_action",
             "write_audit_event",
         ]
-        assert decision == "HUMAN_APPROVAL" and refused and code == "not_authorized"
+        assert decision == HELD and refused and code == "not_authorized"
 
 
 def test_an_action_cannot_state_another_authenticated_principal(server: tuple[str, Path]) -> None:
@@ -149,7 +153,7 @@ def test_an_action_cannot_state_another_authenticated_principal(server: tuple[st
     assert len(audited) - before == 3
     # The caller itself, in another case and width: the same canonical principal, decided as usual.
     own = httpx2.post(f"{url}/v1/decisions", json={"action": stating("LOCAL-AGENT")}, headers=auth())
-    assert own.status_code == 200 and own.json()["decision"] == "HUMAN_APPROVAL"
+    assert own.status_code == 200 and own.json()["decision"] == HELD
 
 
 def test_an_action_cannot_state_a_scope_its_caller_was_not_granted(server: tuple[str, Path]) -> None:
@@ -171,7 +175,7 @@ def test_an_action_cannot_state_a_scope_its_caller_was_not_granted(server: tuple
     audited = [e for _, e in read_entries(ledger) if e["type"] == "failure" and e.get("code") == "scope_not_granted"]
     assert len(audited) - before == 2
     none_stated = httpx2.post(f"{url}/v1/decisions", json={"action": stating([])}, headers=auth())
-    assert none_stated.status_code == 200 and none_stated.json()["decision"] == "HUMAN_APPROVAL"
+    assert none_stated.status_code == 200 and none_stated.json()["decision"] == HELD
 
 
 def test_json_api_opa_compatible_status_and_metrics(server: tuple[str, Path]) -> None:
@@ -192,7 +196,7 @@ def test_json_api_opa_compatible_status_and_metrics(server: tuple[str, Path]) ->
     for answer in anyio.run(main):
         assert answer.status_code == 200
         body = answer.json()
-        assert body["result"]["decision"] == "HUMAN_APPROVAL" and body["decision_id"].startswith("dec_")
+        assert body["result"]["decision"] == HELD and body["decision_id"].startswith("dec_")
     decided = httpx2.post(f"{url}/v1/decisions", json={"action": KYA}, headers=auth()).json()
     opened = httpx2.post(f"{url}/v1/decisions/{decided['decision_id']}/challenges", json={}, headers=auth())
     assert opened.status_code == 200 and len(opened.json()["challenges"]) == 5
@@ -210,7 +214,7 @@ def test_json_api_opa_compatible_status_and_metrics(server: tuple[str, Path]) ->
     metrics = httpx2.get(f"{url}/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
-    assert 'kcp_opa_decisions_total{state="HUMAN_APPROVAL"}' in text
+    assert 'kcp_opa_decisions_total{state="ESCALATE"}' in text
     assert 'kcp_opa_refusals_total{code="not_authorized"}' in text
     assert "kcp_opa_decision_seconds_bucket" in text and "kcp_opa_ledger_write_seconds_count" in text
     assert verify_ledger(ledger).ok
@@ -263,7 +267,9 @@ def test_a_session_opened_with_one_token_is_not_usable_with_another(tmp_path: Pa
     base = DEPLOYMENTS / "finance"
     bundle = tmp_path / "finance.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle)
-    service = GateService.open(bundle, store=tmp_path / "s.db", ledger=tmp_path / "l.jsonl")
+    service = GateService.open(
+        bundle, store=tmp_path / "s.db", ledger=tmp_path / "l.jsonl", context=local_context("user_001")
+    )
     approver = Principal.of("anna", "human", {"approver"})
     agent_token, approver_token = "a" * 40, "b" * 40
     app = build_app(service, StaticAuthenticator({agent_token: LOCAL_AGENT, approver_token: approver}))

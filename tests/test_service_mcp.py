@@ -17,7 +17,16 @@ import anyio
 import pytest
 from conftest import REPO
 from mcp import Client
-from servicekit import CONFIRM_ONLY, GATE_ISSUER, PRINCIPALS, SERVICE_ISSUER, compile_finance, write_registry
+from servicekit import (
+    CONFIRM_ONLY,
+    GATE_ISSUER,
+    PRINCIPALS,
+    SERVICE_ISSUER,
+    compile_finance,
+    local_context,
+    served_context,
+    write_registry,
+)
 
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.core.errors import CodedError
@@ -57,6 +66,7 @@ def open_service(trusted: tuple[Path, Path, Path], work: Path, *issuers: str) ->
         ledger=work / "ledger.jsonl",
         handlers={"pay": bound(pay, "execute_payment")},
         registry=load_trust(registry),
+        **served_context(registry),
         issuer_ids=issuers or (SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),
     )
@@ -393,7 +403,8 @@ def test_without_a_registry_decisions_and_challenges_work_and_every_control_resu
     tmp_path: Path,
 ) -> None:
     bundle = compile_finance(tmp_path / "plain.tar.gz", None)
-    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl")
+    context = local_context("user_001")
+    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl", context=context)
     assert service.desk is None and service.status()["trust"] is None
     approver = Principal.of("treasury_approver_anna", "human", {"approver", "treasury_approver"})
     issuer = Principal.of("approval-desk", "system", {"issuer"})

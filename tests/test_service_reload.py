@@ -22,6 +22,7 @@ from servicekit import (
     GATE_ISSUER,
     SERVICE_ISSUER,
     compile_finance,
+    served_context,
     start_server,
     stop_server,
     write_registry,
@@ -76,6 +77,7 @@ def test_rotation_reload_refuses_a_mismatch_and_never_drops_calls_in_flight(tmp_
         store=tmp_path / "s.db",
         ledger=tmp_path / "l.jsonl",
         registry=load_trust(registry),
+        **served_context(registry),
         issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
         issuer_keyring=load_keyring(keys),
     )

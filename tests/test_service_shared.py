@@ -19,6 +19,7 @@ from servicekit import (
     GATE_ISSUER,
     SERVICE_ISSUER,
     compile_finance,
+    served_context,
     start_server,
     stop_server,
     write_receipt_keyring,
@@ -141,6 +142,7 @@ def test_concurrent_answers_through_two_services_on_one_store_are_all_kept(tmp_p
             store=tmp_path / "service.db",
             ledger=tmp_path / f"{name}.jsonl",
             registry=load_trust(registry),
+            **served_context(registry),
             issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
             issuer_keyring=load_keyring(keys),
         )

@@ -15,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from servicekit import local_context
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.service import observe
@@ -33,7 +34,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> GateService:
     work = tmp_path_factory.mktemp("tracing")
     base = DEPLOYMENTS / "finance"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, work / "finance.tar.gz")
-    return GateService.open(work / "finance.tar.gz", store=work / "s.db", ledger=work / "l.jsonl")
+    context = local_context("user_001")
+    return GateService.open(work / "finance.tar.gz", store=work / "s.db", ledger=work / "l.jsonl", context=context)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import VOUCH, run_cli
 
 _BASE = Path(__file__).parent / "deployments" / "spec-examples"
 _NOW = "2026-11-29T10:00:00Z"
@@ -78,7 +78,18 @@ def test_spec_examples_decide_as_the_spec_says(
 def _decide(bundle: Path, tmp_path: Path, action: dict[str, Any], now: str) -> dict[str, Any]:
     path = tmp_path / "action.json"
     path.write_text(json.dumps(action), encoding="utf-8")
-    proc = run_cli("decide", "-b", str(bundle), "-i", str(path), "--now", now, "--ledger", str(tmp_path / "l.jsonl"))
+    proc = run_cli(
+        "decide",
+        *VOUCH,
+        "-b",
+        str(bundle),
+        "-i",
+        str(path),
+        "--now",
+        now,
+        "--ledger",
+        str(tmp_path / "l.jsonl"),
+    )
     assert proc.returncode == 0, proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout)
     return result

@@ -10,7 +10,7 @@ import shutil
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES
+from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.compile.datadoc import index_depth
@@ -80,7 +80,7 @@ def sized_gate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     knowledge.write_text(HEADER + "".join(_unit(i) for i in range(count)))
     out = tmp / "bundle.tar.gz"
     compile_bundle([knowledge], DEPLOYMENTS / "support-desk" / "matrix.yaml", POLICIES, out)
-    gate = Gate.from_bundle(out)
+    gate = vouched_gate(out)
     assert gate.bundle.data["kcp_data"]["units"]["depth"] == depth
     return gate, count
 
@@ -182,7 +182,7 @@ def lying_gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
     base = DEPLOYMENTS / "support-desk"
     out = tmp / "lying.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", tmp / "policies", out)
-    return Gate.from_bundle(out)
+    return vouched_gate(out)
 
 
 def test_a_policy_that_lies_about_execution_is_an_engine_error(lying_gate: Gate) -> None:

@@ -16,14 +16,13 @@ from typing import Any
 
 import pytest
 import trustkit
-from conftest import REPO
+from conftest import REPO, vouched_gate
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import EvidenceRejectedError, ExecutionError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, hmac_key
-from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
@@ -40,7 +39,7 @@ SIX = list(trustkit.KYA_APPROVALS)
 @pytest.fixture(scope="module")
 def desk(tmp_path_factory: pytest.TempPathFactory) -> ControlDesk:
     out = trustkit.compile_with_trust(tmp_path_factory.mktemp("survivors") / "finance.tar.gz")
-    return trustkit.make_desk(Gate.from_bundle(out))
+    return trustkit.make_desk(vouched_gate(out))
 
 
 def _approve(desk: ControlDesk, action: dict[str, Any]) -> GateDecision:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, VOUCH, run_cli
 
 from kcp_opa.compile.compiler import compile_bundle
 
@@ -113,7 +113,7 @@ def test_inspect_prints_whole_hashes(finance_bundle: Path) -> None:
 
 def test_a_bad_now_is_a_usage_error_not_a_refused_action(finance_bundle: Path) -> None:
     action = REPO / "fixtures" / "kya-supplier-payment-action.json"
-    proc = run_cli("decide", "-b", str(finance_bundle), "-i", str(action), "--now", "yesterday")
+    proc = run_cli("decide", *VOUCH, "-b", str(finance_bundle), "-i", str(action), "--now", "yesterday")
     assert proc.returncode == 2
     assert "Invalid value for '--now'" in proc.stderr and "RFC 3339" in proc.stderr
     assert proc.stdout == ""
@@ -123,7 +123,7 @@ def test_a_bad_now_is_a_usage_error_not_a_refused_action(finance_bundle: Path) -
 
 def test_decide_takes_action_like_receipt_and_prints_text_on_request(finance_bundle: Path) -> None:
     action = REPO / "fixtures" / "kya-supplier-payment-action.json"
-    base = ("decide", "-b", str(finance_bundle), "--now", "2026-11-29T10:00:00Z")
+    base = ("decide", *VOUCH, "-b", str(finance_bundle), "--now", "2026-11-29T10:00:00Z")
     proc = run_cli(*base, "--action", str(action), "--format", "text")
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]

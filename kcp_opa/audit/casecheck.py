@@ -27,7 +27,8 @@ from typing import Any
 from kcp_opa.audit import case as layout
 from kcp_opa.audit.auditor import _Engines, bundle_ref
 from kcp_opa.authorize.attestations import verify_attestation
-from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, _canonical_or_empty, parties
+from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
+from kcp_opa.authorize.parties import canonical_or_empty, parties
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.compile.bundle import BundleFile, LoadedBundle, content_revision, read_bundle
 from kcp_opa.core.canonical import canonical_json
@@ -250,7 +251,7 @@ def _separation_of_duties(case: _Case, with_opa: bool) -> str:
                     "issuer": attested.issuer,
                     "prior": list(prior),
                     "action": action,
-                    "subject": _canonical_or_empty(action.get("subject_id")),
+                    "subject": canonical_or_empty(action.get("subject_id")),
                     "parties": parties(action),
                     "required_controls": list(result.get("required_controls") or []),
                     "approver_roles": list(result.get("approver_roles") or []),

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.authoring.casecontext import case_input, case_sources
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, check_case, decision_trace
 from kcp_opa.authoring.regotest import CoverageMerger
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.decide.gate import Gate, build_input
+from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import Decision
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
@@ -140,12 +141,8 @@ def run_cases(
                 if case.ledger:
                     decision, raw, document = _through_ledger(case, gate, Path(tmp), ledgers, problems)
                 else:
-                    prepared = build_input(
-                        case.action,
-                        now=case.now,
-                        satisfied_controls=SYSTEM_CONTROLS,
-                        bundle_revision=gate.bundle_revision,
-                        counters=case.counters,
+                    prepared = case_input(
+                        case, satisfied_controls=SYSTEM_CONTROLS, bundle_revision=gate.bundle_revision
                     )
                     decision, raw = gate.evaluate(prepared)
                     document = prepared.document
@@ -183,17 +180,8 @@ def _through_ledger(
         ledger = AuditLedger(tmp / f"{case.deployment}.jsonl")
         ledgers[case.deployment] = Gate(gate.bundle, preflight=False, ledger=ledger)
     ledger_gate = ledgers[case.deployment]
-    prepared = ledger_gate.prepare(case.action, now=case.now)
-    if case.counters is not None:  # the case's counts stand in for the gate's counter source
-        prepared = ledger_gate._seal(
-            build_input(
-                case.action,
-                now=case.now,
-                satisfied_controls=ledger_gate.system_controls,
-                bundle_revision=ledger_gate.bundle_revision,
-                counters=case.counters,
-            )
-        )
+    sources, principal = case_sources(case.action, case.context, case.now, case.counters)
+    prepared = ledger_gate.prepare(case.action, now=case.now, principal=principal, context=sources)
     decision, entry = ledger_gate.decide_recorded(prepared)
     if entry is None:
         problems.append("the decision was not written to the ledger")

@@ -62,6 +62,9 @@ class DecisionCase:
     ledger: bool = False
     #: ``input.context.counters`` as the gate would count them (docs/budgets.md), or None.
     counters: Mapping[str, Any] | None = None
+    #: What the gate knows for this case (file-level ``context`` merged with the case's;
+    #: kcp_opa.authoring.casecontext). None: no source, every gate fact missing.
+    context: Mapping[str, Any] | None = None
 
 
 def merge(base: Any, patch: Any) -> Any:
@@ -75,6 +78,25 @@ def merge(base: Any, patch: Any) -> Any:
         else:
             merged[key] = merge(merged.get(key), value)
     return merged
+
+
+def _merge_context(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Like :func:`merge`, but a null stays (it says: the gate does not know this fact)."""
+    merged = {key: copy.deepcopy(value) for key, value in base.items()}
+    for key, value in patch.items():
+        old = merged.get(key)
+        merged[key] = _merge_context(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+    return merged
+
+
+def check_context(value: Any) -> str | None:
+    """Why ``value`` is not a gate context as a case (or ``kcp-opa decide --context``) declares it."""
+    schema: dict[str, Any] = dict(_validator().schema)  # type: ignore[arg-type]
+    checker = Draft202012Validator({**schema["$defs"]["context"], "$defs": schema["$defs"]})
+    error = next(iter(checker.iter_errors(value)), None)
+    if error is None:
+        return None
+    return f"{'/'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
 
 
 @cache
@@ -113,6 +135,7 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
                 line=source.line_of(["cases", index]),
                 ledger=bool(document.get("ledger", False)),
                 counters=_counters(document, raw),
+                context=_merge_context(document.get("context") or {}, raw.get("context") or {}) or None,
             )
         )
     return cases

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.authoring.casecontext import case_input
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, check_case, decision_trace
 from kcp_opa.authoring.mutate_ops import Mutant, excuse, generate
 from kcp_opa.authoring.regotest import RegoTest
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.decide.gate import DecisionInput, build_input
+from kcp_opa.decide.gate import DecisionInput
 from kcp_opa.models.decision import ENGINE_ERROR_VERDICT, Decision, MalformedDecisionError, PolicyVerdict
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -83,9 +84,7 @@ def build_suite(
                 data[case.deployment] = bundle.data
                 metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
                 versions[case.deployment] = (str(metadata.get("policy_version", "")), bundle.revision)
-            prepared = build_input(
-                case.action, now=case.now, satisfied_controls=SYSTEM_CONTROLS, counters=case.counters
-            )
+            prepared = case_input(case, satisfied_controls=SYSTEM_CONTROLS)
             by_deployment.setdefault(case.deployment, []).append((case, prepared))
     return Suite(
         dict(modules),

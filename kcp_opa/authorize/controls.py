@@ -20,14 +20,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
+from kcp_opa.authorize.parties import canonical_or_empty, parties
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
-from kcp_opa.decide.gate import DecisionInput, Gate, build_input
+from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateinput import DecisionInput, build_input, built_context
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.models.decision import Decision
 
@@ -72,6 +73,12 @@ class ControlEvidence:
         }
 
 
+def context_sources(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Where each gate and attested fact of a decision came from: ``{fact: {class, source}}``."""
+    facts = document.get("context", {}).get("facts") or {}
+    return {name: {"class": f.get("class"), "source": f.get("source")} for name, f in sorted(facts.items())}
+
+
 @dataclass(frozen=True)
 class GateDecision:
     """A decision with the control evidence recorded for it, sealed by the desk that made it."""
@@ -95,6 +102,7 @@ class GateDecision:
         document["control_evidence"] = [e.to_dict() for e in self.evidence]
         document["blocked_actions"] = [] if approved else [str(self.action.get("requested_action", ""))]
         document["receipt_ttl_seconds"] = self.receipt_ttl_seconds
+        document["context_sources"] = context_sources(self.prepared.document)
         return document
 
     def sealed_content(self) -> bytes:
@@ -153,10 +161,10 @@ class ControlDesk:
         if not hmac.compare_digest(record.seal, expected):
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
-    def open(self, action: Mapping[str, Any], *, now: Any = None) -> GateDecision:
+    def open(self, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
         frozen = copy.deepcopy(dict(action))
-        prepared = self.gate.prepare(frozen, now=now)
+        prepared = self.gate.prepare(frozen, now=now, principal=principal)
         decision, entry = self.gate.decide_recorded(prepared)
         record = self._sealed(
             GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,))
@@ -233,7 +241,7 @@ class ControlDesk:
                 "issuer": attested.issuer,
                 "prior": [{"control": e.control, "status": e.status.value} for e in prior],
                 "action": dict(record.action),
-                "subject": _canonical_or_empty(record.action.get("subject_id")),
+                "subject": canonical_or_empty(record.action.get("subject_id")),
                 "parties": parties(record.action),
                 "required_controls": list(record.decision.required_controls),
                 "approver_roles": list(record.decision.verdict.approver_roles),
@@ -280,10 +288,11 @@ class ControlDesk:
     ) -> dict[str, Any]:
         """Issue a receipt for a sealed record, after re-deriving its verdict from verified evidence
         (and, when the gate counts from a store, on fresh counts with its budget reserved: reservation.py)."""
-        if isinstance(self.gate.counters, StoreCounters):
+        counting = self.gate.context.counters if self.gate.context is not None else None
+        if isinstance(counting, StoreCounters):
             from kcp_opa.authorize.reservation import issue_reserved
 
-            return issue_reserved(self, self.gate.counters, record, key, ttl_seconds=ttl_seconds, now=now)
+            return issue_reserved(self, counting, record, key, ttl_seconds=ttl_seconds, now=now)
         return self.issue_rederived(self.rederive_for_issue(record), key, ttl_seconds=ttl_seconds, now=now)
 
     def rederive_for_issue(self, record: GateDecision, counters: Mapping[str, Any] | None = None) -> GateDecision:
@@ -325,7 +334,7 @@ class ControlDesk:
                 satisfied_controls=sorted(set(satisfied) | set(self.gate.system_controls)),
                 bundle_revision=self.gate.bundle_revision,
                 decision_id=record.decision.decision_id,
-                counters=counters if counters is not None else record.prepared.document["context"].get("counters"),
+                built=_with_counts(built_context(record.prepared.document), counters),
             )
         )
         decision = self.gate.decide_prepared(prepared)
@@ -336,35 +345,9 @@ class ControlDesk:
         )
 
 
-def _canonical_or_empty(value: Any) -> str:
-    try:
-        return canonical_id(value) if isinstance(value, str) else ""
-    except IdentityError:
-        return ""
-
-
-def parties(action: Mapping[str, Any]) -> list[str]:
-    """Canonical ids of the subject, the agent, the requester and every agent of the delegation chain.
-
-    An id that cannot be made canonical refuses the evidence (it could hide a party).
-    """
-    raw: list[Any] = [action.get("subject_id"), action.get("agent_id")]
-    context = action.get("authorization_context")
-    if isinstance(context, Mapping):
-        raw.append(context.get("requested_by"))
-    chain = action.get("delegation_chain")
-    for hop in chain if isinstance(chain, list) else []:
-        if isinstance(hop, Mapping):
-            raw.append(hop.get("agent_id"))
-    ids = []
-    for value in raw:
-        if value is None:
-            continue
-        try:
-            ids.append(canonical_id(value))
-        except IdentityError as exc:
-            raise EvidenceRejectedError(f"the action names a party that cannot be compared: {exc}", exc.code) from None
-    return sorted(set(ids))
+def _with_counts(built: dict[str, Any], counters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The recorded context, on fresh ``counters`` when the reservation re-read them under its lock."""
+    return built if counters is None else {**built, "counters": dict(counters)}
 
 
 def evidence_for(

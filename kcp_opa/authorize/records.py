@@ -19,7 +19,7 @@ from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError
-from kcp_opa.decide.gate import build_input
+from kcp_opa.decide.gateinput import build_input, built_context
 
 RECORD_FORMAT = "kcp-opa/control-record"
 
@@ -39,6 +39,7 @@ def export_record(desk: ControlDesk, record: GateDecision) -> dict[str, Any]:
         "trace_id": record.decision.trace_id,
         "bundle_revision": record.decision.bundle_revision,
         "attestations": [dict(e.attestation) for e in record.evidence],
+        "context": built_context(record.prepared.document),
     }
     return {**body, "seal": _mac(desk, body)}
 
@@ -64,6 +65,7 @@ def load_record(desk: ControlDesk, document: Any) -> GateDecision:
             satisfied_controls=desk.gate.system_controls,
             bundle_revision=desk.gate.bundle_revision,
             decision_id=body["decision_id"],
+            built=body.get("context") if isinstance(body.get("context"), Mapping) else {},
         )
     )
     decision, _ = desk.gate.evaluate(prepared)

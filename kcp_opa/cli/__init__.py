@@ -26,6 +26,7 @@ from kcp_opa.cli.generate import generate
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
+from kcp_opa.cli.store import store
 from kcp_opa.cli.tokens import serve_group
 from kcp_opa.core.errors import (
     ActionRejectedError,
@@ -67,6 +68,7 @@ COMMANDS = (
     controls,
     receipt,
     executions,
+    store,
     test_command,
     mutate_command,
     check,

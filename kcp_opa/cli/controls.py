@@ -70,6 +70,12 @@ def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
             help="Private keyring (or pkcs11: URI) whose key signs the gate's own attestations (audit logging).",
         ),
         click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Audit ledger (JSONL)."),
+        click.option(
+            "--context",
+            "context_path",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="What the gate knows (as `kcp-opa decide --context`); without it every gate fact is missing.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -85,6 +91,7 @@ def _desk(
     ledger: Path | None,
     verification_keys: tuple[str, ...] = (),
     verification_scope: str = "",
+    context_path: Path | None = None,
 ) -> ControlDesk:
     secret = os.environ.get(seal_secret_env, "").encode("utf-8")
     if len(secret) < MIN_SECRET_BYTES:
@@ -97,6 +104,11 @@ def _desk(
         ledger=AuditLedger(ledger) if ledger is not None else None,
         verification_keys=verification_of(verification_keys, verification_scope),
     )
+    if context_path is not None:
+        from kcp_opa.authoring.casecontext import vouching
+        from kcp_opa.cli.decide import declared_context
+
+        gate = vouching(gate, declared_context(context_path))
     return ControlDesk(
         gate,
         load_trust(trust),

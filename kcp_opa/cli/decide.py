@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+import yaml
 
+from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, verification_of, verification_options
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
@@ -64,6 +67,13 @@ from kcp_opa.trail.ledger import AuditLedger
     help="Also evaluate on the OPA reference engine; any difference is a DENY engine_divergence.",
 )
 @verification_options
+@click.option(
+    "--context",
+    "context_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="YAML/JSON: what the gate knows (config, registry, attested; from_action: true vouches for what "
+    "the action states). Without it every gate and attested fact is missing (docs/contract.md, Facts).",
+)
 @FORMAT
 def decide(
     bundle: Path,
@@ -76,6 +86,7 @@ def decide(
     cross_check: bool,
     verification_keys: tuple[str, ...],
     verification_scope: str,
+    context_path: Path | None,
     fmt: str | None,
 ) -> None:
     """Decide one action with the bundle's policy and print the decision (JSON when piped).
@@ -100,6 +111,8 @@ def decide(
         cross_check="opa" if cross_check else None,
         verification_keys=verification_of(verification_keys, verification_scope),
     )
+    if context_path is not None:
+        gate = vouching(gate, declared_context(context_path))
     prepared = gate.prepare(action, now=now)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
@@ -116,6 +129,20 @@ def decide(
             click.echo(f"kcp-opa: warning: no checkpoint: {exc}", err=True)
     if enforce and not decision.execution_allowed:
         sys.exit(EXIT_NOT_ALLOWED)
+
+
+def declared_context(path: Path) -> dict[str, Any]:
+    """The --context file, checked against the decision-case schema's context."""
+    from kcp_opa.authoring.cases import check_context
+
+    try:
+        loaded = yaml.safe_load(read_text(str(path), "context"))
+    except yaml.YAMLError as exc:
+        raise click.UsageError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    problem = check_context(loaded)
+    if problem is not None:
+        raise click.UsageError(f"{path}: {problem}")
+    return dict(loaded)
 
 
 @click.command(name="eval")

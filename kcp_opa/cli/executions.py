@@ -30,9 +30,9 @@ from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.opening import STORE_ENV, is_database, open_executor_store, shown
 from kcp_opa.stores.protocols import ExecutorStore
 from kcp_opa.stores.records import AMBIGUOUS
-from kcp_opa.stores.sqlite import SQLiteStore
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -40,18 +40,19 @@ STORE = click.option(
     "--store",
     "store_path",
     required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="The executor's SQLite store.",
+    envvar=STORE_ENV,
+    show_envvar=True,
+    help="The executor's store: a SQLite file or a postgresql:// database (password in PGPASSWORD).",
 )
 
 
-def _open(store_path: Path) -> ExecutorStore:
-    if not store_path.is_file():
+def _open(store_path: str) -> ExecutorStore:
+    if not is_database(store_path) and not Path(store_path).is_file():
         fail(f"{store_path}: no such executor store", EXIT_USAGE)
     try:
-        return SQLiteStore(store_path)
+        return open_executor_store(store_path)
     except StoreError as exc:
-        fail(f"{store_path}: not an executor store ({exc})", EXIT_USAGE)
+        fail(f"{shown(store_path)}: not an executor store ({exc})", EXIT_USAGE)
         raise  # unreachable: fail exits
 
 
@@ -63,12 +64,12 @@ def executions() -> None:
 @executions.command(name="list")
 @STORE
 @FORMAT
-def executions_list(store_path: Path, fmt: str | None) -> None:
+def executions_list(store_path: str, fmt: str | None) -> None:
     """Claims whose lease expired without an outcome (exit 1 when there is any)."""
     try:
         records = _open(store_path).ambiguous_executions()
     except StoreError as exc:
-        fail(f"{store_path}: cannot read the executor store ({exc})", EXIT_USAGE)
+        fail(f"{shown(store_path)}: cannot read the executor store ({exc})", EXIT_USAGE)
         raise
     rows = [
         {"idempotency_key": r.idempotency_key, "receipt_id": r.receipt_id, "claimed_at": r.started_at, "state": r.state}
@@ -78,7 +79,7 @@ def executions_list(store_path: Path, fmt: str | None) -> None:
         render.print_json(rows)
     else:
         out = console()
-        out.print(f"{len(rows)} ambiguous execution(s) in {store_path}")
+        out.print(f"{len(rows)} ambiguous execution(s) in {shown(store_path)}")
         for row in rows:
             out.print(
                 f"[yellow]{AMBIGUOUS}[/] {row['idempotency_key']} receipt {row['receipt_id']} {row['claimed_at']}"
@@ -97,14 +98,14 @@ def executions_list(store_path: Path, fmt: str | None) -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Audit ledger that records the reconciliation (recommended).",
 )
-def executions_reconcile(key: str, outcome: str, evidence: str, store_path: Path, ledger: Path | None) -> None:
+def executions_reconcile(key: str, outcome: str, evidence: str, store_path: str, ledger: Path | None) -> None:
     """Resolve an AMBIGUOUS execution; refused (exit 1) for a key that is not ambiguous."""
     store = _open(store_path)
     try:
         record = store.reconcile(key, outcome, evidence)
     except StoreError as exc:
         if exc.code == StoreError.code:  # the store itself failed, not a refused reconciliation
-            fail(f"{store_path}: cannot update the executor store ({exc})", EXIT_USAGE)
+            fail(f"{shown(store_path)}: cannot update the executor store ({exc})", EXIT_USAGE)
         fail(f"{exc} ({exc.code})", EXIT_INVALID)
         raise
     if ledger is not None:
@@ -134,8 +135,9 @@ def executions_reconcile(key: str, outcome: str, evidence: str, store_path: Path
     help="Keys that verify receipts (an Ed25519 public keyring is enough).",
 )
 @click.option("--policy-version", "policy_versions", required=True, multiple=True, help="An active policy version.")
-@click.option("--store", "store_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="The executor's SQLite store (created if missing): nonces and idempotency keys.")  # fmt: skip
+@click.option("--store", "store_path", required=True, envvar=STORE_ENV, show_envvar=True,
+              help="The executor's store (a SQLite file, created if missing, or a postgresql:// database):"
+              " nonces and idempotency keys.")  # fmt: skip
 @click.option("--bundle", type=click.Path(path_type=Path, dir_okay=False), help="With --ledger: the gate's bundle.")
 @click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Record the execution in this ledger.")
 @now_option("Verification time [default: now].")
@@ -146,7 +148,7 @@ def executions_run(
     receipt_path: str,
     keyring_path: Path,
     policy_versions: tuple[str, ...],
-    store_path: Path,
+    store_path: str,
     bundle: Path | None,
     ledger: Path | None,
     now: str | None,
@@ -179,7 +181,7 @@ def executions_run(
     executor = Executor(
         keyring=load_keyring(keyring_path),
         policy_versions=set(policy_versions),
-        store=SQLiteStore(store_path),
+        store=open_executor_store(store_path),
         audit=audit,
     )
     try:

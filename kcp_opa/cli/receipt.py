@@ -28,7 +28,7 @@ from kcp_opa.core.signing import (
 )
 from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
-from kcp_opa.stores.sqlite import SQLiteStore
+from kcp_opa.stores.opening import open_executor_store
 
 
 def _receipt_errors(fn: Callable[..., None]) -> Callable[..., None]:
@@ -211,8 +211,8 @@ def receipt_issue(
 @_key_options(keyring_help="Trust the keys in this keyring (e.g. Ed25519 public keys) instead.")
 @click.option(
     "--nonce-db",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Consume the receipt in this SQLite store (without it: verify only, nothing consumed).",
+    help="Consume the receipt in this store, a SQLite file or a postgresql:// database (without it:"
+    " verify only, nothing consumed).",
 )
 @now_option("Verification time [default: now].")
 @_receipt_errors
@@ -223,14 +223,14 @@ def receipt_verify(
     secret_env: str,
     kid: str,
     keyring_path: Path | None,
-    nonce_db: Path | None,
+    nonce_db: str | None,
     now: str | None,
 ) -> None:
     """Verify a receipt in the contract's order; with --nonce-db, consume it atomically."""
     action = parse_action(read_text(action_path, "action"))
     candidate = _load_json(receipt_path, "receipt")
     keyring = _keyring_for(keyring_path, secret_env, kid)
-    store = SQLiteStore(nonce_db) if nonce_db is not None else None
+    store = open_executor_store(nonce_db) if nonce_db is not None else None
     verified = verify_receipt(
         candidate,
         action,

@@ -58,10 +58,12 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option(
     "--store",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("audit/service.db"),
+    default="audit/service.db",
     show_default=True,
-    help="SQLite file: challenges, consumed receipts, executions.",
+    envvar="KCP_OPA_STORE",
+    show_envvar=True,
+    help="SQLite file, or postgresql://user@host/db shared by replicas (password in PGPASSWORD or a"
+    " PGPASSFILE): challenges, consumed receipts, executions.",
 )
 @click.option(
     "--ledger",
@@ -144,10 +146,17 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
     help="A candidate bundle evaluated beside the active one; it never decides (audit shadow-report).",
 )
 @verification_options
+@click.option("--region", help="The gate's deployment region (a gate fact; what an action states is only compared).")
+@click.option("--environment", help="The gate's environment (production, staging, ...), a gate fact like --region.")
+@click.option(
+    "--attestations",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="JSON list of signed fact attestations (evidence status, screening, beneficiary); needs --trust.",
+)
 def serve(
     transport: str,
     bundle: Path,
-    store: Path,
+    store: str,
     ledger: Path,
     host: str,
     port: int,
@@ -170,6 +179,9 @@ def serve(
     shadow_bundle: Path | None,
     verification_keys: tuple[str, ...],
     verification_scope: str,
+    region: str | None,
+    environment: str | None,
+    attestations: Path | None,
 ) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
 
@@ -186,6 +198,7 @@ def serve(
     --bundle-source polls for new bundle versions and reloads each (verified with
     --verification-key); a version that does not load keeps the old one serving (GET /v1/status).
     """
+    from kcp_opa.context import StaticGateConfig
     from kcp_opa.declare.trust import load_trust
     from kcp_opa.service.desk import GateService
     from kcp_opa.service.identity import LOCAL_AGENT, StaticAuthenticator
@@ -217,6 +230,7 @@ def serve(
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
     registry = load_trust(trust) if trust is not None else None
     verification = verification_of(verification_keys, verification_scope)
+    config = StaticGateConfig(deployment_region=region, environment=environment)
     service = GateService.open(
         bundle,
         store=store,
@@ -228,6 +242,8 @@ def serve(
         issuer_ids=issuer_ids,
         issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
         verification=verification,
+        config=config,
+        attestations=attestations,
         ledger_key=load_signing_key(ledger_key) if ledger_key is not None else None,
     )
 
@@ -246,7 +262,17 @@ def serve(
         service.gate.modes.request(start_mode, "serve:startup", service.gate.audit)
         service.gate.modes.second_approval = mode_second_approval
     authenticator = SwappableAuthenticator(make_authenticator(registry, service.gate.bundle.data))
-    sources = Sources(bundle, trust, issuer_ids, issuer_keyring, keyring, plan_cache, verification)
+    sources = Sources(
+        bundle,
+        trust,
+        issuer_ids,
+        issuer_keyring,
+        keyring,
+        plan_cache,
+        verification,
+        config=config,
+        attestations=attestations,
+    )
     reloader = Reloader(service, sources, authenticator, make_authenticator)
     _on_sighup(reloader)
     if bundle_source is not None:

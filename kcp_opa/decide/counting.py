@@ -13,38 +13,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-import structlog
-
-from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.protocols import CounterStore, CounterView
 from kcp_opa.stores.records import Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
 
-_log = structlog.get_logger("kcp_opa.counting")
 RATE_WINDOWS = {"requests_per_minute": 60, "requests_per_hour": 3600}
 _PER_COLUMN = {"tenant": "tenant_id", "agent": "agent_id", "task_type": "task_type", "beneficiary": "beneficiary"}
-
-
-class CounterSource(Protocol):
-    """Where a gate gets ``input.context.counters`` for an action (one call per decision)."""
-
-    def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
-        """The counts for ``action`` at decision time ``now`` (recording it as one request)."""
-        ...
-
-
-def counters_for(source: CounterSource | None, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any] | None:
-    """The counts for a checked action; None without a source or when the store fails (the
-    policy then answers context_missing for a declared limit: never an allow)."""
-    if source is None:
-        return None
-    try:
-        return source.counters(action, now=now)
-    except StoreError as exc:
-        _log.error("counters_unavailable", error=str(exc))
-        return None
 
 
 def _text(value: Any) -> str | None:
@@ -79,7 +55,8 @@ def _filter_value(per: str, action: Mapping[str, Any]) -> str | None:
 
 
 class StoreCounters:
-    """A :class:`CounterSource` over a :class:`~kcp_opa.stores.protocols.CounterStore`.
+    """The context stage's :class:`~kcp_opa.context.CounterSource` over a
+    :class:`~kcp_opa.stores.protocols.CounterStore` (``ContextSources.counters``).
 
     ``parameters`` are the bundle's matrix parameters (budgets and velocity rules to count).
     """

@@ -12,11 +12,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
+
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import EngineLoadError, QueryError
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, forbidden_builtin_calls
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine, forbidden_builtin_calls
 
 CROSS_CHECK_ENGINES = ("opa",)
+
+
+_log = structlog.get_logger("kcp_opa.gate")
+
+
+def cross_checked(
+    engine: RegopyEngine, reference: OpaReference | None, document: Mapping[str, Any], decision_id: str
+) -> tuple[EngineResult, dict[str, Any] | None]:
+    """regopy's result, or a divergence error with both engines' answers (with a reference only)."""
+    result = engine.evaluate(document)
+    if reference is None:
+        return result, None
+    other = reference.evaluate(document)
+    if result.error is not None and other.error is not None:
+        return result, None  # no decision on either engine: an engine error, not a divergence
+    where = first_difference(result.value, other.value) if result.error is None and other.error is None else "/"
+    if where is None:
+        return result, None
+    answers = {
+        "regopy": result.value if result.error is None else {"engine_error": result.error},
+        "opa": other.value if other.error is None else {"engine_error": other.error},
+    }
+    _log.error("engine_divergence", decision_id=decision_id, at=where)
+    return EngineResult(None, f"engine_divergence: regopy and OPA differ at {where}"), answers
 
 
 class OpaReference:

@@ -15,7 +15,7 @@ import secrets
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,12 @@ import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
+from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
-from kcp_opa.decide.counting import CounterSource
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine
+from kcp_opa.decide.active import ActiveBundle, utc_now
+from kcp_opa.decide.crosscheck import cross_checked
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
 from kcp_opa.decide.modes import ModeSwitch
 from kcp_opa.decide.shadow import ShadowCandidate
@@ -50,22 +52,6 @@ __all__ = ["ActiveBundle", "DecisionInput", "Gate", "build_input", "created_epoc
 SYSTEM_CONTROLS = ("standard_audit_logging",)
 
 
-@dataclass(frozen=True)
-class ActiveBundle:
-    """One loaded bundle with its engines and audit trail: what a decision runs on, whole."""
-
-    bundle: LoadedBundle
-    engine: RegopyEngine
-    reference: Any
-    policy_version: str
-    audit: AuditTrail | None
-    activated_at: str
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Gate:
     """Decisions from one compiled bundle at a time. Thread-safe; build once, call ``decide`` per action.
 
@@ -84,9 +70,10 @@ class Gate:
         plan_cache: Path | None = None,
         cross_check: str | None = None,
         verification: Verification | None = None,
-        counters: CounterSource | None = None,
+        context: ContextSources | None = None,
     ) -> None:
-        self.counters = counters  # input.context.counters (class gate); None: context_missing
+        #: Where the gate's facts come from (kcp_opa.context); None: every gate fact is missing.
+        self.context = context
         self.plan_cache = plan_cache
         self.cross_check = cross_check
         self.verification = verification
@@ -114,7 +101,7 @@ class Gate:
             reference = OpaReference(bundle, DECISION_ENTRYPOINT)
         metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
         audit = AuditTrail(self.ledger, bundle) if self.ledger is not None else None
-        return ActiveBundle(bundle, engine, reference, str(metadata.get("policy_version", "")), audit, _now())
+        return ActiveBundle(bundle, engine, reference, str(metadata.get("policy_version", "")), audit, utc_now())
 
     @classmethod
     def from_bundle(
@@ -127,7 +114,7 @@ class Gate:
         cross_check: str | None = None,
         verification_keys: Sequence[VerificationKey | str] | Verification | None = None,
         verification_scope: str = "",
-        counters: CounterSource | None = None,
+        context: ContextSources | None = None,
     ) -> Gate:
         """Load a bundle written by ``kcp-opa compile``.
 
@@ -141,6 +128,8 @@ class Gate:
         ``verification_keys`` (public keys, ``[KEYID=]PEM`` paths or a Verification) make the
         bundle's OPA signature mandatory; without them a signed bundle is refused, as OPA does.
         The same keys verify every bundle ``activate`` loads later.
+        ``context`` holds the sources of the gate and attested facts (docs/contract.md, "Facts");
+        the host builds them from its own configuration, never from model output.
         """
         cache = Path(plan_cache) if plan_cache is not None else None
         verification = as_verification(verification_keys, verification_scope)
@@ -152,7 +141,7 @@ class Gate:
             plan_cache=cache,
             cross_check=cross_check,
             verification=verification,
-            counters=counters,
+            context=context,
         )
 
     # -- the active bundle, and swapping it ------------------------------------------------------
@@ -207,7 +196,7 @@ class Gate:
 
     def record_refusal(self, error: str) -> None:
         """A new bundle that did not activate (here or in a service reload): kept for :meth:`status`."""
-        self.last_error, self.last_error_at = error, _now()
+        self.last_error, self.last_error_at = error, utc_now()
         _log.error("bundle_activation_refused", error=error, serving=self._active.bundle.revision)
 
     def status(self) -> dict[str, Any]:
@@ -246,15 +235,28 @@ class Gate:
     def system_controls(self) -> tuple[str, ...]:
         return SYSTEM_CONTROLS if self.audit is not None else ()
 
-    def prepare(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> DecisionInput:
+    def prepare(
+        self,
+        action: Mapping[str, Any],
+        *,
+        now: dt.datetime | str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
+    ) -> DecisionInput:
         """The input ``decide`` would evaluate (for archiving before the decision, or replay).
 
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
-        active, controls = self._active, (SYSTEM_CONTROLS if self._active.audit is not None else ())
+        active = self._active
+        controls = SYSTEM_CONTROLS if active.audit is not None else ()
         built = build_input(
-            action, now=now, satisfied_controls=controls, bundle_revision=active.bundle.revision, source=self.counters
+            action,
+            now=now,
+            satisfied_controls=controls,
+            bundle_revision=active.bundle.revision,
+            context=context if context is not None else self.context,
+            principal=principal,
         )
         return self._seal(replace(built, bundle_sha256=active.bundle.sha256))
 
@@ -278,32 +280,10 @@ class Gate:
         decision, result, _ = self._evaluate(self._active_for(prepared), prepared)
         return decision, result
 
-    def _cross_checked(
-        self, active: ActiveBundle, prepared: DecisionInput
-    ) -> tuple[EngineResult, dict[str, Any] | None]:
-        """regopy's result, or a divergence error with both engines' answers (cross_check only)."""
-        result = active.engine.evaluate(prepared.document)
-        if active.reference is None:
-            return result, None
-        from kcp_opa.decide.crosscheck import first_difference
-
-        other = active.reference.evaluate(prepared.document)
-        if result.error is not None and other.error is not None:
-            return result, None  # no decision on either engine: an engine error, not a divergence
-        where = first_difference(result.value, other.value) if result.error is None and other.error is None else "/"
-        if where is None:
-            return result, None
-        answers = {
-            "regopy": result.value if result.error is None else {"engine_error": result.error},
-            "opa": other.value if other.error is None else {"engine_error": other.error},
-        }
-        _log.error("engine_divergence", decision_id=prepared.decision_id, at=where)
-        return EngineResult(None, f"engine_divergence: regopy and OPA differ at {where}"), answers
-
     def _evaluate(
         self, active: ActiveBundle, prepared: DecisionInput
     ) -> tuple[Decision, Mapping[str, Any] | None, dict[str, Any] | None]:
-        result, answers = self._cross_checked(active, prepared)
+        result, answers = cross_checked(active.engine, active.reference, prepared.document, prepared.decision_id)
         error = result.error
         verdict = ENGINE_ERROR_VERDICT if answers is None else ENGINE_DIVERGENCE_VERDICT
         if result.value is not None:
@@ -331,9 +311,18 @@ class Gate:
         )
         return decision, (result.value if error is None else None), answers
 
-    def decide(self, action: Mapping[str, Any], *, now: dt.datetime | str | None = None) -> Decision:
-        """Decide one action. Raises :class:`ActionRejectedError` for an action that may not be evaluated."""
-        return self.decide_prepared(self.prepare(action, now=now))
+    def decide(
+        self,
+        action: Mapping[str, Any],
+        *,
+        now: dt.datetime | str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
+    ) -> Decision:
+        """Decide one action (``principal``: whom the facts are established for; ``context``: this
+        decision's sources instead of the gate's). Raises :class:`ActionRejectedError` for an
+        action that may not be evaluated."""
+        return self.decide_prepared(self.prepare(action, now=now, principal=principal, context=context))
 
     def decide_prepared(self, prepared: DecisionInput) -> Decision:
         """Evaluate and, with a ledger, record durably; a failed write turns it into a DENY."""

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kcp_opa.context.builder import ContextSources, build_context
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.decide.action import check_action, folded_strings, trace_id_of
-from kcp_opa.decide.counting import CounterSource, counters_for
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: The decision times the gate accepts: epoch seconds and days stay non-negative and every
@@ -79,6 +79,19 @@ def created_epoch_seconds(action: Mapping[str, Any]) -> int:
         raise ActionRejectedError("/created_at", f"{text!r} is outside the representable years") from None
 
 
+#: The keys of ``input.context`` the context stage builds (kcp_opa.context.builder).
+CONTEXT_KEYS = ("facts", "facts_principal", "attestations_refused", "counters")
+
+
+def built_context(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The context-stage part of an input: re-deciding a recorded decision (recorded controls,
+    a restored record) keeps the facts it was decided on instead of asking the sources again."""
+    context = document.get("context")
+    if not isinstance(context, Mapping):
+        return {}
+    return {key: context[key] for key in CONTEXT_KEYS if key in context}
+
+
 def build_input(
     action: Mapping[str, Any],
     *,
@@ -86,19 +99,21 @@ def build_input(
     satisfied_controls: Sequence[str] = (),
     bundle_revision: str = "",
     decision_id: str | None = None,
-    counters: Mapping[str, Any] | None = None,
-    source: CounterSource | None = None,
+    context: ContextSources | None = None,
+    principal: str | None = None,
+    built: Mapping[str, Any] | None = None,
 ) -> DecisionInput:
     """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
 
-    ``counters`` (the gate's counts from its own history, docs/budgets.md) go to
-    ``context.counters``; without them a declared budget or rate limit is ``context_missing``.
-    A ``source`` counts them for this action (recording it as a request) once it is checked.
+    The gate and attested facts come from ``context`` (the context stage), established for
+    ``principal`` (the authenticated caller; over the library, whom the host runs the agent as).
+    Without a source a fact is absent, and a rule that needs it fails closed; the counts
+    (``context.counters``, docs/budgets.md) come from ``context.counters`` the same way, counted
+    once the action is checked. ``built`` is a context built before (:func:`built_context`),
+    used as it is.
     """
     canonical = check_action(action)
     moment = decision_time(now)
-    if source is not None:
-        counters = counters_for(source, action, now=moment)
     evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     seconds = int((moment - _EPOCH).total_seconds())
     the_id = decision_id or f"dec_{uuid.uuid4().hex}"
@@ -119,8 +134,11 @@ def build_input(
             "action_created_epoch_seconds": created_epoch_seconds(action),
             "satisfied_controls": sorted(set(satisfied_controls)),
             "folded": folded_strings(action),
+            **(
+                dict(built)
+                if built is not None
+                else build_context(context, action, principal=principal, action_hash=digest, now=moment)
+            ),
         },
     }
-    if counters is not None:
-        document["context"]["counters"] = dict(counters)
     return DecisionInput(document, the_id, digest, trace_id, given_trace is None, evaluated_at)

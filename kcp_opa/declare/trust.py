@@ -38,6 +38,12 @@ class Principal:
     roles: tuple[str, ...]
     #: KCP auth scopes the principal holds: what the service lets its actions state (not in the bundle).
     auth_scopes: tuple[str, ...] = ()
+    #: Gate facts the context stage reads for an agent principal (kcp_opa.context): the role its
+    #: actions run as, the scope it was granted, the model it is registered with and its hosting.
+    actor_role: str | None = None
+    agent_scope: tuple[str, ...] | None = None
+    model_id: str | None = None
+    model_hosting: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,8 @@ class Issuer:
     keys: Mapping[str, Mapping[str, Any]]
     #: The registry marks this gate's decision documents as unsigned (``unsigned_decisions: true``).
     unsigned_decisions: bool = False
+    #: The context facts this issuer may attest (evidence_status, new_beneficiary, ...).
+    facts: frozenset[str] = frozenset()
 
     def key(self, kid: str, keyring: Keyring | None) -> Key | None:
         """The verification key for ``kid``: an inline Ed25519 public key, or an HMAC secret from the keyring."""
@@ -74,15 +82,7 @@ class TrustRegistry:
 
     @cached_property
     def principals(self) -> dict[str, Principal]:
-        return {
-            canonical_id(p["id"]): Principal(
-                canonical_id(p["id"]),
-                p["type"],
-                tuple(sorted(set(p.get("roles") or []))),
-                tuple(sorted(set(p.get("auth_scopes") or []))),
-            )
-            for p in self.data["principals"]
-        }
+        return {canonical_id(p["id"]): _principal(p) for p in self.data["principals"]}
 
     @cached_property
     def issuers(self) -> dict[str, Issuer]:
@@ -93,6 +93,7 @@ class TrustRegistry:
                 frozenset(i["controls"]),
                 {k["kid"]: k for k in i["keys"]},
                 i.get("unsigned_decisions") is True,
+                frozenset(i.get("facts") or []),
             )
             for i in self.data["issuers"]
         }
@@ -116,6 +117,23 @@ class TrustRegistry:
             },
             "separation_of_duties": sorted(set(BASE_SOD_CONTROLS) | set(self.data.get("separation_of_duties") or [])),
         }
+
+
+def _principal(entry: Mapping[str, Any]) -> Principal:
+    roles = tuple(sorted(set(entry.get("roles") or [])))
+    model = entry.get("model") or {}
+    scope = entry.get("agent_scope")
+    return Principal(
+        canonical_id(entry["id"]),
+        entry["type"],
+        roles,
+        tuple(sorted(set(entry.get("auth_scopes") or []))),
+        # One role is the actor role; several need it named (the gate never picks one).
+        entry.get("actor_role") or (roles[0] if len(roles) == 1 else None),
+        tuple(sorted(set(scope))) if isinstance(scope, list) else None,
+        model.get("id"),
+        model.get("hosting"),
+    )
 
 
 def _check(doc: dict[str, Any], findings: Findings) -> None:

@@ -26,7 +26,7 @@ from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.stores.protocols import ExecutorStore, HandoffStore, NonceStore
-from kcp_opa.stores.records import AMBIGUOUS
+from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 from kcp_opa.trail.entries import AuditTrail
 
 Handler = Callable[[Mapping[str, Any]], Any]
@@ -53,6 +53,31 @@ class _HandedOff:
         if self.handoffs.take(nonce, receipt_id, self.consumer):
             return True
         return self.nonces.consume(nonce, receipt_id, expires_at)
+
+
+class _ConsumeAndClaim:
+    """The consume step that also claims the key, in the store's one transaction (see ExecutorStore).
+
+    Handed to ``verify_receipt`` as its nonce store: the consume is still the last check, and
+    the claim it makes (or the record it finds) is kept for the executor in ``claim``.
+    """
+
+    def __init__(self, store: ExecutorStore, key: str, digest: str, lease_seconds: float) -> None:
+        self.store, self.key, self.digest, self.lease_seconds = store, key, digest, lease_seconds
+        self.claimed = False
+        self.claim: ExecutionRecord | None = None
+
+    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        consumed, self.claim = self.store.consume_and_claim(
+            nonce,
+            receipt_id,
+            expires_at,
+            idempotency_key=self.key,
+            action_hash=self.digest,
+            lease_seconds=self.lease_seconds,
+        )
+        self.claimed = consumed
+        return consumed
 
 
 @dataclass(frozen=True)
@@ -111,9 +136,11 @@ class Executor:
         digest = action_hash(action)
         raw_id = receipt.get("receipt_id") if isinstance(receipt, Mapping) else None
         receipt_id = raw_id if _loggable(raw_id) else None
-        nonces: NonceStore = self.store
+        key = str(action["idempotency_key"])
+        combined = _ConsumeAndClaim(self.store, key, digest, self.lease_seconds)
+        nonces: NonceStore = combined
         if consumer is not None and self.handoffs is not None:
-            nonces = _HandedOff(self.store, self.handoffs, consumer)
+            nonces = _HandedOff(combined, self.handoffs, consumer)
         try:
             verify_receipt(
                 receipt,
@@ -129,8 +156,10 @@ class Executor:
             )
             self._emit("failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest)
             raise
-        key = str(action["idempotency_key"])
-        existing = self.store.claim_execution(key, digest, str(receipt_id), lease_seconds=self.lease_seconds)
+        if combined.claimed:
+            existing = combined.claim
+        else:  # a hand-off taken: the receipt was consumed before, so claim on its own
+            existing = self.store.claim_execution(key, digest, str(receipt_id), lease_seconds=self.lease_seconds)
         if existing is not None:
             if existing.action_hash != digest:
                 raise ExecutionError(f"idempotency key {key} was used for a different action", "idempotency_key_reused")

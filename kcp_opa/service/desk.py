@@ -204,7 +204,7 @@ class GateService:
         traceparent = traceparent_of(action)
         with span("kcp_opa.decision", {"kcp.caller": principal.id}, traceparent) as current:
             started = time.perf_counter()
-            record = self._open(loaded, action)
+            record = self._open(loaded, action, principal.id)
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             decision = record.decision
             self.metrics.decisions.labels(state=decision.decision.value).inc()
@@ -222,12 +222,12 @@ class GateService:
         return record.to_dict()
 
     @staticmethod
-    def _open(loaded: Loaded, action: Mapping[str, Any]) -> GateDecision:
-        """The desk's sealed record; without a registry an unsealed one that nothing can be recorded on."""
+    def _open(loaded: Loaded, action: Mapping[str, Any], principal: str) -> GateDecision:
+        """The desk's sealed record (facts established for the caller); without a registry, unsealed."""
         if loaded.desk is not None:
-            return loaded.desk.open(action)
+            return loaded.desk.open(action, principal=principal)
         frozen = copy.deepcopy(dict(action))
-        prepared = loaded.gate.prepare(frozen)
+        prepared = loaded.gate.prepare(frozen, principal=principal)
         decision, _ = loaded.gate.decide_recorded(prepared)
         return GateDecision(frozen, prepared, decision, inputs=(prepared.document,))
 
@@ -236,7 +236,7 @@ class GateService:
         principal.require(Scope.EVALUATE, "evaluate actions")
         check_caller_action(principal, action)
         started = time.perf_counter()
-        decision = self.gate.decide(action)
+        decision = self.gate.decide(action, principal=principal.id)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         self.metrics.decisions.labels(state=decision.decision.value).inc()
         return decision.to_dict()
@@ -387,8 +387,9 @@ class GateService:
         return {
             **files,
             **self.gate.status(),  # bundle_revision, policy_version, bundle {revision, sha256, signer, ...}
-            "decisions_held": self.records.count(),
+            "decisions_held": self.records.count() if files["store"]["ok"] else None,
             "handlers": sorted(self.handlers),
             "trust": None if self.registry is None else {"name": self.registry.name, "sha256": self.registry.sha256},
+            "context": self.gate.context.describe() if self.gate.context is not None else None,
             "callers": "registry principals" if self.registry is not None else f"local-agent only: {LOCAL_ONLY}",
         }

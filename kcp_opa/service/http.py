@@ -112,6 +112,7 @@ _STATUS = {
     "bad_request": 400,
     "bad_arguments": 400,
     "unknown_tool": 404,
+    "store_unavailable": 503,  # the database is down, failing or read-only: retry later (nothing was done)
 }
 
 

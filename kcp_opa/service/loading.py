@@ -9,16 +9,18 @@ Calls already running finish on what they started with; a failed reload changes 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from kcp_opa.compile.signatures import Verification
+from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.counting import StoreCounters
@@ -30,6 +32,7 @@ from kcp_opa.service.identity import Authenticator, Principal, Scope
 from kcp_opa.service.issuing import ServiceIssuers
 from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.stores.opening import open_stores
+from kcp_opa.stores.protocols import CounterStore
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -52,6 +55,44 @@ class Sources:
     plan_cache: Path | None = None
     #: The keys and scope every bundle (at start and on each reload) must be signed with.
     verification: Verification | None = None
+    #: The gate's own configuration (--region, --environment) and fact attestations (--attestations).
+    config: StaticGateConfig | None = None
+    attestations: Path | None = None
+
+
+def service_context(
+    registry: TrustRegistry | None,
+    config: StaticGateConfig | None,
+    attestations: Path | None = None,
+    keyring: Keyring | None = None,
+) -> ContextSources:
+    """The service's context sources: the registry for the caller's facts, the gate's own
+    configuration, and the signed fact attestations in ``attestations`` (a JSON list).
+    What the agent states about any of these is only compared (docs/service.md)."""
+    signed: SignedAttestations | None = None
+    if attestations is not None:
+        if registry is None:
+            raise CodedError("--attestations needs --trust (the registry names the issuers)", "issuer_config")
+        try:
+            items = json.loads(attestations.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CodedError(
+                f"{attestations}: not a readable JSON list of attestations: {exc}", "attestations"
+            ) from None
+        if not isinstance(items, list):
+            raise CodedError(f"{attestations}: a JSON list of attestations", "attestations")
+        signed = SignedAttestations(registry, keyring, items)
+    return ContextSources(
+        registry=RegistrySource(registry) if registry is not None else None, config=config, attestations=signed
+    )
+
+
+def with_counters(gate: Gate, store: CounterStore) -> None:
+    """Count on ``store`` what ``gate``'s bundle declares (``input.context.counters``), beside
+    its other context sources; a host's own counter source is kept."""
+    sources = gate.context if gate.context is not None else ContextSources()
+    if sources.counters is None or isinstance(sources.counters, StoreCounters):
+        gate.context = replace(sources, counters=StoreCounters.for_bundle(store, gate.bundle.data))
 
 
 class SwappableAuthenticator:
@@ -78,16 +119,25 @@ def open_service(
     registry: TrustRegistry | None = None,
     issuer_ids: tuple[str, ...] = (),
     issuer_keyring: Keyring | None = None,
+    config: StaticGateConfig | None = None,
+    attestations: Path | None = None,
+    context: ContextSources | None = None,
     ledger_key: Key | None = None,
     verification: Verification | None = None,
 ) -> GateService:
     """Load the bundle (verified, then planned in a child process), open the store and the ledger.
 
     ``ledger_key`` is the ledger's writer key: it signs every entry and the checkpoints.
+    ``context``: a host embedding the service passes its own sources (else the registry's, the
+    configuration's and the attestation file's).
     """
     metrics = Metrics()
     timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
-    gate = Gate.from_bundle(bundle, ledger=timed, plan_cache=plan_cache, verification_keys=verification)
+    if context is None:
+        context = service_context(registry, config, attestations, issuer_keyring)
+    gate = Gate.from_bundle(
+        bundle, ledger=timed, plan_cache=plan_cache, context=context, verification_keys=verification
+    )
     if keyring is None:  # receipts verify only here: a replica needs the shared --keyring
         signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")
         keyring = Keyring({signer.kid: signer}, signer.kid)
@@ -98,7 +148,9 @@ def open_service(
         issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
     stores = open_stores(store)
     if stores.counters is not None:  # budgets and rate limits count on the service's own store
-        gate.counters = StoreCounters.for_bundle(stores.counters, gate.bundle.data)
+        with_counters(gate, stores.counters)
+    else:  # a PostgreSQL store counts nothing yet (docs/budgets.md): a declared limit is context_missing
+        _log.warning("counters_unavailable", reason="the store has no counter store", effect="context_missing")
     return GateService(
         gate,
         store=stores.executions,
@@ -179,21 +231,24 @@ class Reloader:
             try:
                 registry = load_trust(self.sources.trust) if self.sources.trust is not None else None
                 ledger = before.audit.ledger if before.audit is not None else None
-                gate = Gate.from_bundle(
-                    bundle or self.sources.bundle,
-                    ledger=ledger,
-                    plan_cache=self.sources.plan_cache,
-                    verification_keys=self.sources.verification,
-                )
-                gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
-                if isinstance(before.counters, StoreCounters):  # the same store, the new bundle's limits
-                    gate.counters = StoreCounters.for_bundle(before.counters.store, gate.bundle.data)
-                issuers = None
+                issuers, keys = None, None
                 if registry is not None:
                     if self.sources.issuer_keyring is None:
                         raise CodedError("--trust needs the issuer keyring", "issuer_config")
                     keys = load_keyring(self.sources.issuer_keyring)
                     issuers = ServiceIssuers.load(registry, self.sources.issuer_ids, keys)
+                context = service_context(registry, self.sources.config, self.sources.attestations, keys)
+                gate = Gate.from_bundle(
+                    bundle or self.sources.bundle,
+                    ledger=ledger,
+                    plan_cache=self.sources.plan_cache,
+                    verification_keys=self.sources.verification,
+                    context=context,
+                )
+                gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
+                counting = before.context.counters if before.context is not None else None
+                if isinstance(counting, StoreCounters):  # the same store, the new bundle's limits
+                    with_counters(gate, counting.store)
                 keyring: Keyring | None = None
                 if self.sources.receipt_keyring is not None:
                     keyring = load_keyring(self.sources.receipt_keyring)

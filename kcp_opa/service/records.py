@@ -18,7 +18,8 @@ from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.records import RECORD_FORMAT, export_record, load_record
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.decide.gate import Gate, build_input
+from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateinput import build_input, built_context
 from kcp_opa.stores.records import StoredDecision, UnknownRecordError
 
 __all__ = ["StoredDecision", "UnknownRecordError", "canonical_or_none", "check_current", "export", "restore"]
@@ -37,6 +38,7 @@ def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> dict[s
         "trace_id": decision.trace_id,
         "bundle_revision": decision.bundle_revision,
         "attestations": [],
+        "context": built_context(record.prepared.document),
     }
 
 
@@ -63,6 +65,7 @@ def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -
             satisfied_controls=gate.system_controls,
             bundle_revision=gate.bundle_revision,
             decision_id=document["decision_id"],
+            built=document.get("context") if isinstance(document.get("context"), Mapping) else {},
         )
     )
     decision, _ = gate.evaluate(prepared)

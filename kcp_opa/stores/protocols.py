@@ -68,6 +68,23 @@ class ExecutionStore(Protocol):
 class ExecutorStore(NonceStore, ExecutionStore, Protocol):
     """What the :class:`~kcp_opa.execute.executor.Executor` needs: consumes and executions together."""
 
+    def consume_and_claim(
+        self,
+        nonce: str,
+        receipt_id: str,
+        expires_at: str,
+        *,
+        idempotency_key: str,
+        action_hash: str,
+        lease_seconds: float = 300.0,
+    ) -> tuple[bool, ExecutionRecord | None]:
+        """``consume``, then (only if consumed now) ``claim_execution``, in ONE transaction.
+
+        Returns (consumed, existing record or None when claimed now). No crash can leave the
+        receipt consumed without the claim, or the claim without the consume.
+        """
+        ...
+
 
 class HandoffStore(Protocol):
     """Receipts verified and consumed by one principal, to be executed by that principal once."""

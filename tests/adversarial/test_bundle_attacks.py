@@ -13,13 +13,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import BundleError
-from kcp_opa.decide.gate import Gate
 
 CLEAN_READ = next(
     c for c in load_cases(REPO / "fixtures" / "cases" / "support-desk.yaml") if c.case_id == "sd-read-clean"
@@ -133,16 +132,14 @@ def test_bundle_module_edited_under_an_unchanged_manifest_is_refused(tmp_path: P
 
 def test_bundle_plan_planted_under_another_bundles_key_is_not_used(tmp_path: Path, bundles: Path) -> None:
     cache = tmp_path / "plans"
-    fresh = Gate.from_bundle(bundles / "finance.tar.gz").decide(CLEAN_READ.action, now=CLEAN_READ.now)
-    Gate.from_bundle(bundles / "finance.tar.gz", plan_cache=cache)
+    fresh = vouched_gate(bundles / "finance.tar.gz").decide(CLEAN_READ.action, now=CLEAN_READ.now)
+    vouched_gate(bundles / "finance.tar.gz", plan_cache=cache)
     finance_files = {p.name for p in cache.iterdir()}
-    Gate.from_bundle(bundles / "support-desk.tar.gz", plan_cache=cache)
+    vouched_gate(bundles / "support-desk.tar.gz", plan_cache=cache)
     support_files = {p.name for p in cache.iterdir()} - finance_files
     for name in finance_files:  # plant the support-desk plan (and its binding) under finance's key
         planted = next(s for s in support_files if s.endswith(Path(name).suffix))
         shutil.copyfile(cache / planted, cache / name)
-    decision = Gate.from_bundle(bundles / "finance.tar.gz", plan_cache=cache).decide(
-        CLEAN_READ.action, now=CLEAN_READ.now
-    )
+    decision = vouched_gate(bundles / "finance.tar.gz", plan_cache=cache).decide(CLEAN_READ.action, now=CLEAN_READ.now)
     assert decision.decision == fresh.decision and decision.reason_codes == fresh.reason_codes
     assert fresh.decision.value != "ALLOW"  # the support-desk plan would have allowed it

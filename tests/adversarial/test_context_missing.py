@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import vouched_gate
 
 from kcp_opa import Gate
 from kcp_opa.compile.compiler import compile_bundle
@@ -51,7 +52,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
     out = tmp_path_factory.mktemp("ctx")
     base = REPO / "fixtures" / "deployments" / "support-desk"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out / "sd.tar.gz")
-    return Gate.from_bundle(out / "sd.tar.gz", ledger=AuditLedger(out / "ledger.jsonl"))
+    return vouched_gate(out / "sd.tar.gz", ledger=AuditLedger(out / "ledger.jsonl"))
 
 
 def _without(path: str, **changes: Any) -> dict[str, Any]:

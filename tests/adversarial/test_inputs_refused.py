@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import VOUCH
 
 from kcp_opa import ActionRejectedError
 from kcp_opa.compile.compiler import compile_bundle
@@ -56,7 +57,7 @@ def test_cli_decide_refuses_with_exit_1_never_3(bundle: Path, tmp_path: Path, na
     assert text != KYA_TEXT
     path = tmp_path / f"{name}.json"
     path.write_text(text, encoding="utf-8")
-    proc = _cli("decide", "-b", str(bundle), "-i", str(path), "--now", "2026-07-17T08:00:00Z")
+    proc = _cli("decide", *VOUCH, "-b", str(bundle), "-i", str(path), "--now", "2026-07-17T08:00:00Z")
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-500:])
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import trustkit
+from conftest import vouched_gate
 
-from kcp_opa import Gate
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.trail.ledger import AuditLedger
@@ -115,7 +115,7 @@ def test_no_marker_of_action_or_evidence_reaches_the_ledger(bundle: Path, tmp_pa
     action = _plant(copy.deepcopy(ACTION), (), markers)
     assert len(markers) >= 10
     ledger = tmp_path / "ledger.jsonl"
-    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger))
+    gate = vouched_gate(bundle, ledger=AuditLedger(ledger))
     desk = trustkit.make_desk(gate)
     record = desk.open(action, now=NOW)  # decision event
     assert record.decision.decision.value == "HUMAN_APPROVAL"
@@ -159,7 +159,7 @@ def test_audit_replay_reports_the_erased_decision_as_not_reproducible(bundle: Pa
     from kcp_opa.audit.auditor import replay
 
     ledger = tmp_path / "ledger.jsonl"
-    Gate.from_bundle(bundle, ledger=AuditLedger(ledger)).decide(ACTION, now=NOW)
+    vouched_gate(bundle, ledger=AuditLedger(ledger)).decide(ACTION, now=NOW)
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     (bundles / bundle.name).write_bytes(bundle.read_bytes())

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import VOUCH, vouched_gate
 
 from kcp_opa import ActionRejectedError
 from kcp_opa.compile.compiler import compile_bundle
@@ -43,7 +44,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def gate(bundle: Path) -> Gate:
-    return Gate.from_bundle(bundle, cross_check="opa")
+    return vouched_gate(bundle, cross_check="opa")
 
 
 def _action(**changes: Any) -> dict[str, Any]:
@@ -145,7 +146,19 @@ def test_the_cli_refuses_one_hop_past_the_cap_with_exit_1(bundle: Path, tmp_path
     action = tmp_path / "action.json"
     action.write_text(json.dumps(_action(delegation_chain=_chain(MAX_HOPS + 1, 1, widen=False))), encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "kcp_opa", "decide", "-b", str(bundle), "-i", str(action), "--now", NOW],
+        [
+            sys.executable,
+            "-m",
+            "kcp_opa",
+            "decide",
+            *VOUCH,
+            "-b",
+            str(bundle),
+            "-i",
+            str(action),
+            "--now",
+            NOW,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

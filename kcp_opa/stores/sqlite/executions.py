@@ -66,6 +66,10 @@ _TABLES = statements(
 )
 
 _CONSUME = "INSERT INTO consumed_receipts (nonce, receipt_id, expires_at, consumed_at) VALUES (?, ?, ?, ?)"
+_CLAIM = (
+    "INSERT INTO executions (idempotency_key, action_hash, receipt_id, state, started_at, lease_expires_at)"
+    " VALUES (?, ?, ?, 'running', ?, ?)"
+)
 _COUNTED = frozenset({"consumed_receipts", "executions", "refusals", "reconciliations"})
 
 
@@ -136,6 +140,50 @@ class SQLiteStore(SQLiteBase):
             raise  # nothing in this batch was consumed: every caller fails closed
         return results
 
+    def consume_and_claim(
+        self,
+        nonce: str,
+        receipt_id: str,
+        expires_at: str,
+        *,
+        idempotency_key: str,
+        action_hash: str,
+        lease_seconds: float = 300.0,
+    ) -> tuple[bool, ExecutionRecord | None]:
+        """Consume the receipt and, if this call consumed it, claim the key: one write transaction.
+
+        As in :meth:`consume` and :meth:`claim_execution`, the receipt's budget reservation is
+        committed with the consume and released when the claim is lost, in the same transaction.
+        """
+
+        def work(connection: sqlite3.Connection) -> bool | None:
+            moment = self.clock()
+            try:
+                connection.execute(_CONSUME, (nonce, receipt_id, expires_at, self.stamp(moment)))
+            except sqlite3.IntegrityError:
+                return None  # consumed before: nothing claimed
+            connection.execute(COMMIT_TRANSFER, (self.stamp(moment), receipt_id))
+            try:
+                connection.execute(
+                    _CLAIM,
+                    (
+                        idempotency_key,
+                        action_hash,
+                        receipt_id,
+                        self.stamp(moment),
+                        self.stamp(moment + dt.timedelta(seconds=lease_seconds)),
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                connection.execute(RELEASE_TRANSFER, (self.stamp(moment), receipt_id))
+                return False  # consumed now; the key was claimed before: it never runs, spends nothing
+            return True
+
+        claimed = self._transaction(work, "cannot consume the receipt and claim the execution")
+        if claimed is None:
+            return False, None
+        return True, (None if claimed else self.execution(idempotency_key))
+
     def claim_execution(
         self, idempotency_key: str, action_hash: str, receipt_id: str, *, lease_seconds: float = 300.0
     ) -> ExecutionRecord | None:
@@ -149,9 +197,7 @@ class SQLiteStore(SQLiteBase):
         def claim(connection: sqlite3.Connection) -> bool:
             try:
                 connection.execute(
-                    "INSERT INTO executions"
-                    " (idempotency_key, action_hash, receipt_id, state, started_at, lease_expires_at)"
-                    " VALUES (?, ?, ?, 'running', ?, ?)",
+                    _CLAIM,
                     (
                         idempotency_key,
                         action_hash,

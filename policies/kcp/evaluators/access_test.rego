@@ -29,7 +29,8 @@ _profiles := [
 _access_codes(unit, authz, env) := {[f.code, f.state] | some f in fs} if {
 	units := _units
 	profiles := _profiles
-	fs := access.findings with input.action as {"knowledge": {"project": "p", "unit": unit}, "authorization_context": authz, "runtime": {"environment": env}}
+	fs := access.findings with input.action as {"knowledge": {"project": "p", "unit": unit}, "authorization_context": authz}
+		with input.context.facts as {"environment": {"value": env}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 

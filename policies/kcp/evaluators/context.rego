@@ -7,8 +7,12 @@
 #   ESCALATE `context_missing` naming each absent path. An action is knowledge-bound when it
 #   names a unit or when the deployment binds its task type to knowledge (matrix
 #   parameters.context.knowledge_bound_task_types, default "all"): such an action needs its
-#   knowledge block, the resource tenant and the budget state, and the environment and actor
-#   role its unit's visibility conditions match on (KCP §4.16). A value transfer needs the
+#   knowledge block, the resource tenant, the budget state and the attested evidence status, and
+#   the environment and actor role its unit's visibility conditions match on (KCP §4.16). The
+#   gate and attested facts a rule reads are needed from input.context.facts (the context
+#   stage), never the action: a statement the gate cannot confirm is context_missing, and a
+#   statement that differs from the gate's value is a context_conflict (recorded, ALLOW: the
+#   rules themselves apply the stricter of the two, kcp.lib.trusted). A value transfer needs the
 #   resource tenant (target.tenant_id) unless its target type is one the deployment declares
 #   outside every tenant (parameters.context.external_target_types). Freshness: an action created
 #   more than max_action_age_seconds before the decision is `action_stale`, more than
@@ -22,6 +26,7 @@ package kcp.evaluators.context
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.trusted
 
 evaluator := {"id": "context_check", "version": "1.0.0"}
 
@@ -55,8 +60,45 @@ always := {"input.context.decision_epoch_seconds", "input.context.decision_epoch
 
 # METADATA
 # title: Facts a knowledge-bound action needs
-# description: Its unit (every knowledge rule), the resource tenant (tenant_boundary) and the budget state.
-when_bound := {"input.action.knowledge.project", "input.action.knowledge.unit", "input.action.target.tenant_id", "input.action.runtime.budget_state"}
+# description: Its unit (every knowledge rule), the resource tenant (tenant_boundary), the budget state and the evidence status.
+when_bound := {"input.action.knowledge.project", "input.action.knowledge.unit", "input.action.target.tenant_id", "input.action.runtime.budget_state", "input.context.facts.evidence_status"}
+
+# METADATA
+# title: Gate and attested facts the action's rules need
+# description: |
+#   The deployment region under a data_residency, the model's hosting under no-external-llm, the
+#   actor role of a send, the agent's scope for a value transfer, and the beneficiary and
+#   screening status of a value transfer to a beneficiary.
+when_facts contains "input.context.facts.deployment_region" if is_array(_compliance.data_residency)
+
+when_facts contains "input.context.facts.model_hosting" if "no-external-llm" in _restrictions
+
+when_facts contains "input.context.facts.actor_role" if input.action.action_type == "send"
+
+when_facts contains "input.context.facts.agent_scope" if facts.value_transfer
+
+when_facts contains path if {
+	facts.value_transfer
+	input.action.target.type == "beneficiary"
+	some path in {"input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"}
+}
+
+# The profile is read once, with the visibility needs (regopy plans every reference to it anew
+# under mocked data: docs/engine-findings.md item 27).
+_compliance := c if {
+	c := _profile.compliance
+	is_object(c)
+} else := {}
+
+_profile := p if {
+	p := facts.profile
+	is_object(p)
+} else := {}
+
+_restrictions := r if {
+	r := _compliance.restrictions
+	is_array(r)
+} else := []
 
 # METADATA
 # title: Facts a value transfer needs
@@ -92,23 +134,23 @@ when_visible contains path if {
 	path := _visibility_paths[key]
 }
 
-_visibility_paths := {"environment": "input.action.runtime.environment", "agent_role": "input.action.authorization_context.actor_role"}
+_visibility_paths := {"environment": "input.context.facts.environment", "agent_role": "input.context.facts.actor_role"}
 
 # One reference to the profile (regopy plans every reference anew; docs/engine-findings.md item 27).
 _visibility_needs := needs if {
-	needs := facts.profile.effective_visibility.needs
+	needs := _profile.effective_visibility.needs
 	is_array(needs)
 } else := []
 
 # METADATA
 # title: Every path this evaluator can require
-required_paths := (always | when_bound) | {"input.action.runtime.environment", "input.action.authorization_context.actor_role"}
+required_paths := (always | when_bound) | {"input.context.facts.environment", "input.context.facts.actor_role", "input.context.facts.deployment_region", "input.context.facts.model_hosting", "input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"}
 
 # METADATA
 # title: Facts this action needs
-required := ((always | when_bound) | when_visible) | when_transfer if bound
+required := (((always | when_bound) | when_visible) | when_facts) | when_transfer if bound
 
-required := always | when_transfer if not bound
+required := (always | when_facts) | when_transfer if not bound
 
 # Present facts, collected positively and subtracted as a set (`not is_string(undefined)`
 # differs between the engines, docs/engine-findings.md item 11).
@@ -126,9 +168,23 @@ _present contains "input.action.target.tenant_id" if is_string(input.action.targ
 
 _present contains "input.action.runtime.budget_state" if is_string(input.action.runtime.budget_state)
 
-_present contains "input.action.runtime.environment" if is_string(input.action.runtime.environment)
+_present contains "input.context.facts.environment" if "environment" in trusted.established
 
-_present contains "input.action.authorization_context.actor_role" if is_string(input.action.authorization_context.actor_role)
+_present contains "input.context.facts.actor_role" if "actor_role" in trusted.established
+
+_present contains "input.context.facts.deployment_region" if "deployment_region" in trusted.established
+
+_present contains "input.context.facts.model_hosting" if "model_hosting" in trusted.established
+
+_present contains "input.context.facts.agent_scope" if "agent_scope" in trusted.established
+
+_present contains "input.context.facts.evidence_status" if "evidence_status" in trusted.established
+
+_present contains "input.context.facts.new_beneficiary" if "new_beneficiary" in trusted.established
+
+_present contains "input.context.facts.modified_beneficiary" if "modified_beneficiary" in trusted.established
+
+_present contains "input.context.facts.screening_uncertain" if "screening_uncertain" in trusted.established
 
 # METADATA
 # title: Missing facts
@@ -200,3 +256,46 @@ findings contains finding if {
 		"details": {"ahead_seconds": _created - _now, "max_future_skew_seconds": _max_skew},
 	}
 }
+
+# METADATA
+# title: Context conflict
+# description: |
+#   A stated gate or attested fact that differs from the gate's value: recorded (the message names
+#   the fact and both values), deciding nothing itself: the rules already apply the stricter of
+#   the two (kcp.lib.trusted).
+# custom:
+#   requires: []
+findings contains finding if {
+	some conflict in trusted.conflicts
+	text1 := concat("", ["the action states ", conflict.fact, " ", _text(conflict.stated), "; the gate's value is ", _text(conflict.gate), " (", _source(conflict.fact), "): the gate's applies, or the stated one where it is stricter"])
+	finding := {
+		"code": "context_conflict",
+		"rule": "kcp.context.trusted",
+		"evaluator_id": "context_check",
+		"evaluator_version": "1.0.0",
+		"state": "ALLOW",
+		"controls": [],
+		"message": text1,
+		"details": {"fields": [concat(".", array.concat(["input", "action"], trusted.stated_paths[conflict.fact]))], "fact": conflict.fact, "gate": conflict.gate, "stated": conflict.stated},
+	}
+}
+
+# Values are identifiers, booleans or lists of identifiers (the input contract): no sprintf.
+_text(v) := v if is_string(v)
+
+_text(v) := "true" if v == true
+
+_text(v) := "false" if v == false
+
+_text(v) := concat("", ["[", concat(", ", sort([x | x := v[_]; is_string(x)])), "]"]) if is_array(v)
+
+_text(v) := "(a value of another type)" if {
+	not is_string(v)
+	not is_boolean(v)
+	not is_array(v)
+}
+
+_source(name) := s if {
+	s := input.context.facts[name].source
+	is_string(s)
+} else := "source not named"

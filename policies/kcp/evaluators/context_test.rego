@@ -4,7 +4,7 @@ import rego.v1
 
 import data.kcp.evaluators.context
 
-_clock := {"decision_epoch_seconds": 1764410400, "decision_epoch_day": 20421, "action_created_epoch_seconds": 1764410100}
+_clock := {"decision_epoch_seconds": 1764410400, "decision_epoch_day": 20421, "action_created_epoch_seconds": 1764410100, "facts": {"evidence_status": {"value": "present", "class": "attested", "source": "test"}}}
 
 _bound := {
 	"action_type": "read",
@@ -61,7 +61,8 @@ test_unbound_task_type_needs_only_the_clock if {
 	c := _clock
 	a := {"action_type": "notify", "target": {"type": "email"}}
 	m := _reads_only
-	count(context.findings) == 0 with input.action as a with input.context as c with data.kcp_data.matrix as m
+	# An unbound payment needs only the clock and the gate facts of a value transfer to a beneficiary.
+	_paths(context.findings) == {"input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"} with input.action as a with input.context as c with data.kcp_data.matrix as m
 	b := json.patch(a, [{"op": "replace", "path": "/action_type", "value": "read"}])
 	count(_paths(context.findings)) == 4 with input.action as b with input.context as c with data.kcp_data.matrix as m
 }
@@ -87,13 +88,13 @@ test_naming_a_unit_binds_any_task_type if {
 	c := _clock
 	a := {"action_type": "payment", "target": {"type": "beneficiary"}, "knowledge": {"project": "p", "unit": "u"}}
 	m := _reads_only
-	_paths(context.findings) == {"input.action.target.tenant_id", "input.action.runtime.budget_state"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.target.tenant_id", "input.action.runtime.budget_state", "input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"} with input.action as a with input.context as c with data.kcp_data.matrix as m
 }
 
 test_missing_clock_is_named if {
 	a := _bound
 	m := _all
-	_paths(context.findings) == {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds"} with input.action as a with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds", "input.context.facts.evidence_status"} with input.action as a with data.kcp_data.matrix as m
 }
 
 test_stale_and_skewed_actions if {

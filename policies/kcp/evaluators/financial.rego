@@ -5,7 +5,9 @@
 #   (matrix parameters.money, minor units per currency). A currency without a threshold
 #   counts as high value, and a money-moving action without an amount is denied.
 #   kcp-opa rule: a high-value transfer also requires identity and authority verification
-#   (an agent's scope alone does not prove authority for it).
+#   (an agent's scope alone does not prove authority for it). The agent's scope and the
+#   beneficiary and screening flags are the gate's (input.context.facts, kcp.lib.trusted): a
+#   statement can only narrow the scope or raise a flag.
 # custom:
 #   evaluator_id: kya_controls
 #   evaluator_version: "1.0.0"
@@ -14,6 +16,8 @@ package kcp.evaluators.financial
 import rego.v1
 
 import data.kcp.lib.facts
+
+import data.kcp.lib.trusted
 
 evaluator := {"id": "kya_controls", "version": "1.0.0"}
 
@@ -42,6 +46,12 @@ _trigger_flags := {
 _raised contains name if {
 	some name in _trigger_flags
 	_attributes[name] == true
+}
+
+# An attested flag the gate holds raises its trigger whatever the action says.
+_raised contains name if {
+	some name in {"new_beneficiary", "modified_beneficiary", "screening_uncertain"}
+	trusted.raised(name)
 }
 
 # METADATA
@@ -191,10 +201,12 @@ _identity_trigger if {
 # METADATA
 # custom:
 #   requires: [input.action.action_type, input.action.requested_action]
+#   facts: {agent_scope: gate}
 #   absent: "agent_scope absent: empty scope"
 findings contains finding if {
 	value_transfer
-	not _action.requested_action in object.get(_action, ["authorization_context", "agent_scope"], [])
+	some scope in _scopes
+	not _covers(scope)
 	text1 := concat("", ["requested_action ", _requested_label, " is not in the agent's scope"])
 	finding := {
 		"code": "scope_does_not_cover_action",
@@ -211,6 +223,7 @@ findings contains finding if {
 # METADATA
 # custom:
 #   requires: []
+#   facts: {new_beneficiary: attested, modified_beneficiary: attested}
 #   absent: "attributes absent: no trigger raised"
 findings contains finding if {
 	some name in _raised
@@ -251,6 +264,7 @@ _independent_trigger if "material_irreversible" in _raised
 # METADATA
 # custom:
 #   requires: []
+#   facts: {screening_uncertain: attested}
 #   absent: "attributes absent: no trigger raised"
 findings contains finding if {
 	some name in _raised
@@ -304,6 +318,14 @@ _currency_label := _action.amount.currency if is_string(_action.amount.currency)
 _currency_label := "(no currency)" if not _currency_label_given
 
 _currency_label_given if is_string(_action.amount.currency)
+
+# The gate's granted scope and a stated one: the action must be in each (neither: an empty scope).
+# `x in local` aborts regopy's planner under `with input as` (docs/engine-findings.md hazard 4).
+_covers(scope) if scope[_] == _action.requested_action
+
+_scopes := scopes if {
+	scopes := trusted.candidates.agent_scope
+} else := {[]}
 
 _requested_label := _action.requested_action if is_string(_action.requested_action)
 

@@ -123,6 +123,7 @@ findings contains finding if {
 # METADATA
 # custom:
 #   requires: [input.action.action_type, input.action.knowledge.unit]
+#   facts: {environment: gate, actor_role: gate}
 findings contains finding if {
 	some cell in needed
 	agreed := level(cell)

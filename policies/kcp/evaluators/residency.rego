@@ -3,7 +3,9 @@
 # description: |
 #   The deployment region must lie inside the unit's data_residency; under no-cross-border
 #   the target's country or region must too. "global" admits every region and EEA admits
-#   EU. A residency the action cannot be checked against (no deployment_region) denies.
+#   EU. The region is the gate's (input.context.facts, kcp.lib.trusted); a region the action
+#   states is checked too, so it can only make the decision stricter. A residency the gate
+#   cannot check (it does not know its region) denies.
 # custom:
 #   evaluator_id: residency_check
 #   evaluator_version: "1.0.0"
@@ -12,6 +14,7 @@ package kcp.evaluators.residency
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.trusted
 
 evaluator := {"id": "residency_check", "version": "1.0.0"}
 
@@ -29,12 +32,14 @@ admitted("EU", regions) if "EEA" in regions
 # title: Findings
 # custom:
 #   requires: [input.action.knowledge.unit]
+#   facts: {deployment_region: gate}
 #   absent: "region absent: residency_unverifiable"
 findings contains finding if {
 	is_array(_regions)
-	is_string(input.action.runtime.deployment_region)
-	not admitted(input.action.runtime.deployment_region, _regions)
-	text1 := concat("", ["deployment region ", input.action.runtime.deployment_region, " is outside data_residency [", concat(", ", _regions), "]"])
+	some region in _candidates
+	is_string(region)
+	not admitted(region, _regions)
+	text1 := concat("", ["deployment region ", region, " is outside data_residency [", concat(", ", _regions), "]"])
 	finding := {
 		"code": "residency_violation",
 		"rule": "kcp.compliance.data_residency",
@@ -43,13 +48,14 @@ findings contains finding if {
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
-		"details": {"region": input.action.runtime.deployment_region, "data_residency": _regions},
+		"details": {"region": region, "data_residency": _regions},
 	}
 }
 
 # METADATA
 # custom:
 #   requires: [input.action.knowledge.unit]
+#   facts: {deployment_region: gate}
 #   absent: "residency_unverifiable (this rule)"
 findings contains finding if {
 	is_array(_regions)
@@ -61,13 +67,15 @@ findings contains finding if {
 		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
-		"message": "the unit declares data_residency but the action gives no runtime.deployment_region",
+		"message": "the unit declares data_residency but the gate does not know its deployment region (input.context.facts.deployment_region)",
 		"details": {"data_residency": _regions},
 	}
 }
 
 # `not is_string(undefined)` differs between the engines: test a named rule instead.
-_region_given if is_string(input.action.runtime.deployment_region)
+_region_given if "deployment_region" in trusted.established
+
+_candidates := object.get(trusted.candidates, "deployment_region", set())
 
 # METADATA
 # custom:

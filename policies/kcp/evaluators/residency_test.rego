@@ -20,7 +20,7 @@ test_region_outside_residency_is_denied if {
 	units := _units
 	profiles := _profiles
 	codes := {f.code | some f in residency.findings} with input.action.knowledge as {"project": "p", "unit": "eea"}
-		with input.action.runtime as {"deployment_region": "US"}
+		with input.context.facts as {"deployment_region": {"value": "US", "class": "gate", "source": "test"}}
 		with input.action.target.country as "EU"
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"residency_violation"}
@@ -30,7 +30,7 @@ test_eu_inside_eea if {
 	units := _units
 	profiles := _profiles
 	count(residency.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "eea"}
-		with input.action.runtime as {"deployment_region": "EU"}
+		with input.context.facts as {"deployment_region": {"value": "EU", "class": "gate", "source": "test"}}
 		with input.action.target as {"type": "customer_record", "country": "EU"}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
@@ -48,7 +48,7 @@ test_no_cross_border_without_a_target_location_is_denied if {
 	units := _units
 	profiles := _profiles
 	found := residency.findings with input.action.knowledge as {"project": "p", "unit": "eea"}
-		with input.action.runtime as {"deployment_region": "EEA"}
+		with input.context.facts as {"deployment_region": {"value": "EEA", "class": "gate", "source": "test"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	some f in found
 	f.code == "cross_border_transfer"
@@ -59,7 +59,7 @@ test_cross_border_target_is_denied if {
 	units := _units
 	profiles := _profiles
 	codes := {f.code | some f in residency.findings} with input.action.knowledge as {"project": "p", "unit": "eea"}
-		with input.action.runtime as {"deployment_region": "EEA"}
+		with input.context.facts as {"deployment_region": {"value": "EEA", "class": "gate", "source": "test"}}
 		with input.action.target as {"type": "email", "country": "SG"}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"cross_border_transfer"}
@@ -69,7 +69,7 @@ test_global_admits_all_and_no_residency_checks_nothing if {
 	units := _units
 	profiles := _profiles
 	count(residency.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "anywhere"}
-		with input.action.runtime as {"deployment_region": "US"}
+		with input.context.facts as {"deployment_region": {"value": "US", "class": "gate", "source": "test"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	count(residency.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "free"}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles

@@ -2,8 +2,9 @@
 # title: KCP restrictions
 # description: |
 #   no-external-llm, no-ai-training and human-approval-required (or the delegation block's
-#   human_in_the_loop.required). A restriction the action cannot be checked against (no
-#   runtime.model.hosting under no-external-llm) denies: missing context never allows.
+#   human_in_the_loop.required). The model's hosting is the gate's (the trust registry's entry
+#   for the agent, kcp.lib.trusted); a stated hosting is checked too. A restriction the gate
+#   cannot check (no registered hosting under no-external-llm) denies: missing context never allows.
 # custom:
 #   evaluator_id: restriction_check
 #   evaluator_version: "1.0.0"
@@ -12,21 +13,23 @@ package kcp.evaluators.restrictions
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.trusted
 
 evaluator := {"id": "restriction_check", "version": "1.0.0"}
 
-_hosting := input.action.runtime.model.hosting
+_hosting := object.get(trusted.candidates, "model_hosting", set())
 
-_hosting_given if is_string(input.action.runtime.model.hosting)
+_hosting_given if "model_hosting" in trusted.established
 
 # METADATA
 # title: Findings
 # custom:
 #   requires: [input.action.knowledge.unit]
+#   facts: {model_hosting: gate, model_id: gate}
 #   absent: "hosting absent: model_hosting_unknown"
 findings contains finding if {
 	facts.restricted("no-external-llm")
-	_hosting == "external"
+	"external" in _hosting
 	text1 := concat("", ["no-external-llm: model ", _model_label, " is externally hosted"])
 	finding := {
 		"code": "external_llm_forbidden",
@@ -36,13 +39,14 @@ findings contains finding if {
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
-		"details": {"model": input.action.runtime.model},
+		"details": {"model": _model_label, "hosting": "external"},
 	}
 }
 
 # METADATA
 # custom:
 #   requires: [input.action.knowledge.unit]
+#   facts: {model_hosting: gate}
 #   absent: "model_hosting_unknown (this rule)"
 findings contains finding if {
 	facts.restricted("no-external-llm")
@@ -54,7 +58,7 @@ findings contains finding if {
 		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
-		"message": "no-external-llm: the action does not say where its model is hosted (runtime.model.hosting)",
+		"message": "no-external-llm: the gate does not know where the agent's model is hosted (input.context.facts.model_hosting)",
 		"details": {},
 	}
 }
@@ -132,8 +136,8 @@ _human_required if facts.profile.delegation.human_in_the_loop.required == true
 # undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
 # use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
 
-_model_label := input.action.runtime.model.id if is_string(input.action.runtime.model.id)
+_model_label := trusted.gate.model_id if is_string(trusted.gate.model_id)
 
 _model_label := "(no model id)" if not _model_label_given
 
-_model_label_given if is_string(input.action.runtime.model.id)
+_model_label_given if is_string(trusted.gate.model_id)

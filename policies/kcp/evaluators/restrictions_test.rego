@@ -20,7 +20,7 @@ test_external_model_denied if {
 	units := _units
 	profiles := _profiles
 	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm"}
-		with input.action.runtime as {"model": {"id": "gpt", "hosting": "external"}}
+		with input.context.facts as {"model_id": {"value": "gpt"}, "model_hosting": {"value": "external"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"external_llm_forbidden"}
 }
@@ -29,7 +29,7 @@ test_self_hosted_model_passes if {
 	units := _units
 	profiles := _profiles
 	count(restrictions.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "llm"}
-		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
+		with input.context.facts as {"model_id": {"value": "local"}, "model_hosting": {"value": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 
@@ -46,7 +46,7 @@ test_training_purpose_denied if {
 	profiles := _profiles
 	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "TRAİNING"}
 		with input.context.folded as {"purpose": "training"}
-		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
+		with input.context.facts as {"model_id": {"value": "local"}, "model_hosting": {"value": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"ai_training_forbidden"}
 }
@@ -57,7 +57,7 @@ test_raw_purpose_case_is_not_compared if {
 	profiles := _profiles
 	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "support"}
 		with input.context.folded as {"purpose": "support"}
-		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
+		with input.context.facts as {"model_id": {"value": "local"}, "model_hosting": {"value": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == set()
 }
@@ -66,7 +66,7 @@ test_purpose_without_fold_denied if {
 	units := _units
 	profiles := _profiles
 	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "Training"}
-		with input.action.runtime as {"model": {"id": "local", "hosting": "self_hosted"}}
+		with input.context.facts as {"model_id": {"value": "local"}, "model_hosting": {"value": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"purpose_not_folded"}
 }
@@ -92,7 +92,7 @@ test_external_model_without_id_is_still_denied if {
 	profiles := [{"compliance": {"restrictions": ["no-external-llm"]}}]
 	units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0}}}}
 	found := restrictions.findings with input.action.knowledge as {"project": "p", "unit": "u"}
-		with input.action.runtime.model as {"hosting": "external"}
+		with input.context.facts as {"model_hosting": {"value": "external"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	some f in found
 	f.code == "external_llm_forbidden"

@@ -3,7 +3,9 @@
 # description: |
 #   The runtime rules of the gate contract, with their contract reason codes: tenant
 #   boundary, evidence status, budget state, refunds, sending and memory writes. Risk is
-#   computed from facts (kcp.lib.risk); a stated risk_level can only raise it.
+#   computed from facts (kcp.lib.risk); a stated risk_level can only raise it. Evidence
+#   status and the actor role are the gate's (input.context.facts, kcp.lib.trusted): a
+#   statement can only make the decision stricter.
 # custom:
 #   evaluator_id: runtime_rules
 #   evaluator_version: "1.0.0"
@@ -13,6 +15,7 @@ import rego.v1
 
 import data.kcp.lib.facts
 import data.kcp.lib.risk
+import data.kcp.lib.trusted
 
 evaluator := {"id": "runtime_rules", "version": "1.0.0"}
 
@@ -55,10 +58,11 @@ findings contains finding if {
 
 # METADATA
 # custom:
-#   requires: [input.action.runtime.evidence_status]
+#   requires: []
+#   facts: {evidence_status: attested}
 #   absent: "evidence absent: required_evidence_not_current"
 findings contains finding if {
-	_runtime.evidence_status == "forbidden"
+	"forbidden" in _evidence
 	finding := {
 		"code": "evidence_forbidden",
 		"rule": "runtime.evidence_status",
@@ -73,10 +77,11 @@ findings contains finding if {
 
 # METADATA
 # custom:
-#   requires: [input.action.runtime.evidence_status]
-#   absent: "not stated counts as missing (this rule)"
+#   requires: []
+#   facts: {evidence_status: attested}
+#   absent: "not attested counts as missing (this rule)"
 findings contains finding if {
-	_evidence_status in {"missing", "stale", "not stated"}
+	some _evidence_status in _not_current
 	text1 := concat(" ", ["required evidence is", _evidence_status])
 	finding := {
 		"code": "required_evidence_not_current",
@@ -90,11 +95,17 @@ findings contains finding if {
 	}
 }
 
-_evidence_status := _runtime.evidence_status
+_evidence := object.get(trusted.candidates, "evidence_status", set())
 
-_evidence_status := "not stated" if {
+_not_current contains status if {
+	some status in _evidence
+	status in {"missing", "stale"}
+}
+
+# An expired attestation is no longer established: the evidence is stale.
+_not_current contains "not attested" if {
 	facts.knowledge_bound
-	not _runtime.evidence_status
+	not "evidence_status" in trusted.established
 }
 
 # METADATA
@@ -153,9 +164,11 @@ findings contains finding if {
 # METADATA
 # custom:
 #   requires: [input.action.action_type]
+#   facts: {actor_role: gate}
 #   absent: "actor_role absent: not stated, may not send"
 findings contains finding if {
 	_action.action_type == "send"
+	some _role in _roles
 	not _role in _parameters.sender_roles
 	# concat, not sprintf: _role may be a computed string (docs/engine-findings.md item 13).
 	text1 := concat(" ", ["role", _role, "may not send"])
@@ -171,7 +184,10 @@ findings contains finding if {
 	}
 }
 
-_role := object.get(_action, ["authorization_context", "actor_role"], "not stated")
+# The gate's role and a stated one: each must be a sender (neither: "not established").
+_roles := roles if {
+	roles := trusted.candidates.actor_role
+} else := {"not established"}
 
 # METADATA
 # custom:

@@ -6,7 +6,7 @@
 #   payment to a beneficiary (the gate's history shows none before), a velocity rule exceeded;
 #   MEDIUM for an amount at or above the currency's confirmation threshold, restricted data, a
 #   special data category (health, biometric, genetic, special_category, criminal, children), a
-#   new or modified beneficiary flag, a value transfer whose beneficiary history the gate did
+#   new or modified beneficiary flag (attested or stated), a value transfer whose beneficiary history the gate did
 #   not count; else LOW. A
 #   stated runtime.risk_level can only raise it (an agent can make itself stricter, never laxer).
 package kcp.lib.risk
@@ -16,6 +16,7 @@ import rego.v1
 import data.kcp.evaluators.budget
 import data.kcp.evaluators.financial
 import data.kcp.lib.facts
+import data.kcp.lib.trusted
 import data.kcp.lib.visibility
 
 _action := input.action
@@ -68,9 +69,10 @@ factors contains ["confirmation_amount", "MEDIUM"] if {
 	_action.amount.value_minor >= _money.confirmation_minor[_action.amount.currency]
 }
 
+# Attested by the gate or stated by the action (kcp.lib.trusted): either raises it.
 factors contains ["beneficiary_flag", "MEDIUM"] if {
 	some flag in ["new_beneficiary", "modified_beneficiary"]
-	_action.attributes[flag] == true
+	trusted.raised(flag)
 }
 
 factors contains ["stated", level] if {

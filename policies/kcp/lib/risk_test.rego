@@ -45,3 +45,15 @@ test_counts_for_another_beneficiary_are_not_history if {
 	{f[0] | some f in risk.factors} == {"beneficiary_history_unknown"} with input.action as _pay(100) with input.context.counters as other
 		with data.kcp_data.matrix.parameters as p
 }
+
+test_a_beneficiary_flag_raises_it_attested_or_stated if {
+	p := _params
+	attested := {"new_beneficiary": {"value": true, "class": "attested", "source": "attestation:x/k"}}
+	risk.level == "MEDIUM" with input.action as _pay(100) with input.context.counters as _known with input.context.facts as attested
+		with data.kcp_data.matrix.parameters as p
+	stated := object.union(_pay(100), {"attributes": {"modified_beneficiary": true}})
+	risk.level == "MEDIUM" with input.action as stated with input.context.counters as _known with data.kcp_data.matrix.parameters as p
+	lowered := {"new_beneficiary": {"value": false, "class": "attested", "source": "attestation:x/k"}}
+	risk.level == "LOW" with input.action as _pay(100) with input.context.counters as _known with input.context.facts as lowered
+		with data.kcp_data.matrix.parameters as p
+}

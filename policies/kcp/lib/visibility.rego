@@ -2,8 +2,9 @@
 # title: Effective visibility
 # description: |
 #   KCP §4.16: a unit's visibility block (the unit's replaces the root's) gives a default
-#   sensitivity and ordered conditions on the action's runtime.environment and the actor's role
-#   (authorization_context.actor_role); the first condition whose every `when` key lists the
+#   sensitivity and ordered conditions on the gate's environment and the actor's role
+#   (input.context.facts.environment, .actor_role: gate facts, never the action's statement, which
+#   kcp.lib.trusted only compares; the two values are not ordered, so the gate's applies); the first condition whose every `when` key lists the
 #   action's value wins, and its sensitivity and requires_auth apply. A stated environment or
 #   role that no condition lists falls to the default (the spec's MUST). A condition key the
 #   action does not state is missing context (kcp.evaluators.context answers context_missing)
@@ -18,14 +19,15 @@ package kcp.lib.visibility
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.trusted
 
-_env := input.action.runtime.environment if is_string(input.action.runtime.environment) else := ""
+_env := trusted.gate.environment if is_string(trusted.gate.environment) else := ""
 
-_role := input.action.authorization_context.actor_role if is_string(input.action.authorization_context.actor_role) else := ""
+_role := trusted.gate.actor_role if is_string(trusted.gate.actor_role) else := ""
 
-_given contains "environment" if is_string(input.action.runtime.environment)
+_given contains "environment" if is_string(trusted.gate.environment)
 
-_given contains "agent_role" if is_string(input.action.authorization_context.actor_role)
+_given contains "agent_role" if is_string(trusted.gate.actor_role)
 
 # A profile without effective_visibility (a hand-edited bundle) gets "undeclared", which no
 # matrix cell covers: a DENY, never the flat level read past a visibility block.

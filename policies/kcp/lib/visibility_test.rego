@@ -35,9 +35,11 @@ _profiles := [
 _view(unit, env, role) := v if {
 	units := _units
 	profiles := _profiles
-	runtime := {k: env | k := "environment"; env != null}
-	authz := {k: role | k := "actor_role"; role != null}
-	v := visibility.view with input.action as {"knowledge": {"project": "p", "unit": unit}, "runtime": runtime, "authorization_context": authz}
+	# Environment and role are gate facts (kcp.lib.trusted): the gate's values, in input.context.facts.
+	envs := {k: {"value": env} | k := "environment"; env != null}
+	roles := {k: {"value": role} | k := "actor_role"; role != null}
+	v := visibility.view with input.action as {"knowledge": {"project": "p", "unit": unit}}
+		with input.context.facts as object.union(envs, roles)
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 

@@ -1,0 +1,200 @@
+"""The gate's context for a decision case: real sources, declared by the case file.
+
+A case file (or one case) declares what the gate knows under ``context``: ``config``
+(deployment_region, environment), ``registry`` (the acting agent's entry: actor_role,
+agent_scope, model {id, hosting}) and ``attested`` (evidence_status, new_beneficiary,
+modified_beneficiary, screening_uncertain, each signed by a case issuer with a key generated
+per run and bound to the case action's hash). ``from_action: true`` declares that the host
+vouches for what the action states (the case author wrote it; a model never did): each stated
+fact becomes the gate's, an absent flag is attested false, and ``config``/``registry``/
+``attested`` then override fact by fact (null removes one). The facts reach the policy through
+the same sources a deployment uses (kcp_opa.context), so the cases exercise them end to end;
+a case's counts (``base_counters``/``counters``) likewise reach ``input.context.counters`` as a
+fixed counter source in place of the gate's store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import replace
+from functools import cache
+from typing import Any
+
+from kcp_opa.context import (
+    ContextSources,
+    RegistrySource,
+    SignedAttestations,
+    StaticCounters,
+    StaticGateConfig,
+    sign_fact,
+)
+from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
+from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
+from kcp_opa.decide.action import action_hash
+from kcp_opa.decide.gate import DecisionInput, Gate, build_input, decision_time
+from kcp_opa.declare.trust import TrustRegistry
+
+CASE_AGENT = "case-agent"
+CASE_ISSUER = "case-attestor"
+_FLAGS = ("new_beneficiary", "modified_beneficiary", "screening_uncertain")
+
+
+@cache
+def _issuer_key() -> Ed25519Key:
+    """TEST-ONLY: a fresh key per process; it never leaves memory."""
+    return generate_ed25519("case-attestor-ed25519")
+
+
+def _declared_facts(action: Mapping[str, Any], declared: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    kinds: dict[str, dict[str, Any]] = {"config": {}, "registry": {}, "attestation": {}}
+    if declared.get("from_action"):
+        for name, spec in FACTS.items():
+            given, value = stated(action, spec)
+            if given:
+                kinds[spec.source_kind][name] = value
+        for flag in _FLAGS:
+            kinds["attestation"].setdefault(flag, False)
+    for kind, key in (("config", "config"), ("registry", "registry"), ("attestation", "attested")):
+        for name, value in (declared.get(key) or {}).items():
+            if name == "model" and isinstance(value, Mapping):  # the registry's shape: model {id, hosting}
+                for part, fact_name in (("id", "model_id"), ("hosting", "model_hosting")):
+                    if part in value:
+                        _put(kinds[kind], fact_name, value[part])
+                continue
+            _put(kinds[kind], str(name), value)
+    return kinds
+
+
+def _put(facts: dict[str, Any], name: str, value: Any) -> None:
+    if value is None:
+        facts.pop(name, None)
+    else:
+        facts[name] = value
+
+
+def case_sources(
+    action: Mapping[str, Any],
+    declared: Mapping[str, Any] | None,
+    now: str,
+    counters: Mapping[str, Any] | None = None,
+) -> tuple[ContextSources | None, str | None]:
+    """The sources and the principal a case is decided with; (None, None) when it declares none.
+
+    ``counters`` are the case's counts (``base_counters``/``counters``): they stand in for the
+    gate's counter store, through the same ``ContextSources.counters`` a deployment uses.
+    """
+    counted = StaticCounters(counters) if counters is not None else None
+    if not declared:
+        return (ContextSources(counters=counted), None) if counted is not None else (None, None)
+    kinds = _declared_facts(action, declared)
+    config = StaticGateConfig(kinds["config"].get("deployment_region"), kinds["config"].get("environment"), "case")
+    agent: dict[str, Any] = {"id": CASE_AGENT, "type": "ai_agent"}
+    registry_facts = kinds["registry"]
+    if "actor_role" in registry_facts:
+        agent["actor_role"] = registry_facts["actor_role"]
+    if "agent_scope" in registry_facts:
+        agent["agent_scope"] = registry_facts["agent_scope"]
+    model = {k: registry_facts[f] for k, f in (("id", "model_id"), ("hosting", "model_hosting")) if f in registry_facts}
+    if model:
+        agent["model"] = model
+    key = _issuer_key()
+    public = Keyring({key.kid: key}).to_file_dict(include_private=False)["keys"][0]["public_key"]
+    data = {
+        "kind": "kcp-opa/trust-registry",
+        "format_version": 1,
+        "name": "decision-case",
+        "version": "1",
+        "principals": [agent],
+        "issuers": [
+            {
+                "id": CASE_ISSUER,
+                "type": "provider",
+                "controls": [],
+                "facts": sorted(ATTESTED_VALUES),
+                "keys": [{"kid": key.kid, "alg": "Ed25519", "public_key": public}],
+            }
+        ],
+    }
+    registry = TrustRegistry("(decision case)", "", data)
+    moment = dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    issued = (moment - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    expires = str(
+        declared.get("attested_expires_at") or (moment + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    digest = action_hash(action)
+    items = [
+        sign_fact(
+            {"fact": name, "value": value, "action_hash": digest, "issued_at": issued, "expires_at": expires},
+            CASE_ISSUER,
+            key,
+        )
+        for name, value in sorted(kinds["attestation"].items())
+    ]
+    sources = ContextSources(
+        registry=RegistrySource(registry),
+        config=config,
+        attestations=SignedAttestations(registry, None, items),
+        counters=counted,
+    )
+    return sources, CASE_AGENT
+
+
+def case_input(
+    case: Any,
+    *,
+    satisfied_controls: tuple[str, ...] | list[str] = (),
+    bundle_revision: str = "",
+    decision_id: str | None = None,
+) -> DecisionInput:
+    """The input a case is decided on: its action, its time, the context and the counts it declares."""
+    sources, principal = case_sources(case.action, case.context, case.now, case.counters)
+    return build_input(
+        case.action,
+        now=case.now,
+        satisfied_controls=satisfied_controls,
+        bundle_revision=bundle_revision,
+        decision_id=decision_id,
+        context=sources,
+        principal=principal,
+    )
+
+
+class VouchingGate(Gate):
+    """A gate whose host vouches for the facts its own actions state (``from_action``).
+
+    For hosts that write the action themselves, test suites and ``kcp-opa decide --context``:
+    each decision's facts come through the same sources as a case's, declared by ``declared``.
+    Never for actions a model wrote: that is what the context stage exists to refuse.
+    """
+
+    declared: Mapping[str, Any] = {"from_action": True}
+
+    def prepare(
+        self,
+        action: Mapping[str, Any],
+        *,
+        now: dt.datetime | str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
+    ) -> DecisionInput:
+        if context is None:
+            at = decision_time(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+            try:
+                context, principal = case_sources(action, self.declared, at)
+            except (TypeError, ValueError, AttributeError):
+                context = None  # an action the contract refuses: prepare() names why
+            if context is None:
+                return super().prepare(action, now=now, principal=principal)
+            if self.context is not None and self.context.counters is not None:  # the gate's counts stay its own
+                context = replace(context, counters=self.context.counters)
+        return super().prepare(action, now=now, principal=principal, context=context)
+
+
+def vouching(gate: Gate, declared: Mapping[str, Any] | None = None) -> VouchingGate:
+    """``gate`` as a :class:`VouchingGate` (same bundle, engine, ledger and seal key)."""
+    vouched = VouchingGate.__new__(VouchingGate)
+    vouched.__dict__.update(gate.__dict__)
+    if declared is not None:
+        vouched.declared = declared
+    return vouched

@@ -1,0 +1,140 @@
+"""Attested facts: evidence status, screening and beneficiary status signed by a registered issuer.
+
+An attestation is ``{fact, value, action_hash | subject_id, issued_at, expires_at, issuer,
+signature {alg, kid, value}}``, signed like control evidence (the KYA-CJ-1 JSON of the item
+without ``signature.value``; :func:`kcp_opa.core.signing.sign_document`). It counts only when
+the registry lists its issuer for that fact (``issuers[*].facts``), the signature verifies, and
+it is bound to this action's hash or its subject. Whether it is still current is decision
+logic: the fact carries its expiry and the policy compares it with the decision time, so a
+replay judges it exactly as the gate did. A refused attestation is listed, with why, in
+``input.context.attestations_refused`` and never becomes a fact.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, FactClass
+from kcp_opa.context.sources import Fact, fact
+from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
+from kcp_opa.declare.trust import TrustRegistry
+
+SIGNED = ("fact", "value", "issued_at", "expires_at", "issuer")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class AttestationSource(Protocol):
+    """Attested facts for one action: ``(facts, refused)``."""
+
+    def attested_facts(
+        self, action: Mapping[str, Any], action_hash: str
+    ) -> tuple[dict[str, Fact], list[dict[str, str]]]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def sign_fact(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
+    """Sign one fact attestation as ``issuer`` (a KYC provider, a beneficiary registry, ...)."""
+    item = {k: fields[k] for k in (*SIGNED, "action_hash", "subject_id") if k in fields and k != "issuer"}
+    item["issuer"] = issuer
+    return sign_document(item, key)
+
+
+def _epoch(text: Any) -> int | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None
+    return int((moment - _EPOCH).total_seconds() // 1)
+
+
+def _same_id(left: Any, right: Any) -> bool:
+    try:
+        return isinstance(left, str) and isinstance(right, str) and canonical_id(left) == canonical_id(right)
+    except IdentityError:
+        return False
+
+
+class SignedAttestations:
+    """Fact attestations held in memory, verified against the trust registry per action."""
+
+    def __init__(self, registry: TrustRegistry, keyring: Keyring | None = None, items: Iterable[Any] = ()) -> None:
+        self.registry, self.keyring = registry, keyring
+        self._items: list[Any] = list(items)
+        self._lock = threading.Lock()
+
+    def add(self, item: Any) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            held = len(self._items)
+        return {"kind": "attestations", "registry": self.registry.name, "held": held}
+
+    def refusal(self, raw: Any, action: Mapping[str, Any], action_hash: str) -> str | None:
+        """Why ``raw`` does not attest a fact of this action, or None when it does."""
+        if not isinstance(raw, Mapping) or any(not isinstance(raw.get(k), str | bool) for k in SIGNED):
+            return "malformed"
+        name, value = raw["fact"], raw["value"]
+        spec = FACTS.get(str(name))
+        if spec is None or spec.fact_class is not FactClass.ATTESTED:
+            return "not_an_attested_fact"
+        allowed = ATTESTED_VALUES[spec.name]
+        if not any(type(value) is type(v) and value == v for v in allowed):  # True is not 1
+            return "not_an_attested_fact"
+        try:
+            issuer = self.registry.issuer(str(raw["issuer"]))
+        except IdentityError:
+            issuer = None
+        if issuer is None:
+            return "unknown_issuer"
+        if spec.name not in issuer.facts:
+            return "issuer_not_allowed"
+        signature = raw.get("signature")
+        if not isinstance(signature, Mapping) or not isinstance(signature.get("value"), str):
+            return "unsigned"
+        alg, kid = signature.get("alg"), signature.get("kid")
+        key = issuer.key(kid, self.keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
+        if key is None or key.alg != alg or not document_verifies(raw, key):
+            return "bad_signature"
+        if "action_hash" in raw:
+            bound = raw["action_hash"] == action_hash
+        else:
+            bound = _same_id(raw.get("subject_id"), action.get("subject_id"))
+        if not bound:
+            return "not_bound_to_this_action"
+        if _epoch(raw["issued_at"]) is None or _epoch(raw["expires_at"]) is None:
+            return "malformed"
+        return None
+
+    def attested_facts(
+        self, action: Mapping[str, Any], action_hash: str
+    ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
+        with self._lock:
+            items = list(self._items)
+        facts: dict[str, Fact] = {}
+        refused: list[dict[str, str]] = []
+        for raw in items:
+            why = self.refusal(raw, action, action_hash)
+            if why == "not_bound_to_this_action":
+                continue  # another action's attestation: not this decision's business
+            if why is not None:
+                refused.append({"fact": str(raw.get("fact", "")) if isinstance(raw, Mapping) else "", "reason": why})
+                continue
+            issued, expires = _epoch(raw["issued_at"]), _epoch(raw["expires_at"])
+            name = str(raw["fact"])
+            held = facts.get(name)
+            if held is not None and held["issued_epoch_seconds"] >= (issued or 0):
+                continue  # the newest attestation of a fact speaks for it
+            where = f"attestation:{canonical_id(str(raw['issuer']))}/{raw['signature']['kid']}"
+            facts[name] = fact(name, raw["value"], where, issued_epoch_seconds=issued, expires_epoch_seconds=expires)
+        return facts, refused

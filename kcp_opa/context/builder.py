@@ -1,0 +1,96 @@
+"""The context stage: build ``input.context.facts`` from the sources of truth, never the action.
+
+It runs after the action is checked and hashed and before the engine. Each source kind may give
+only the facts of its kind (config: region and environment; registry: the caller's actor role,
+agent scope, model and hosting; attestations: the attested facts), and every fact carries its
+value, class and source, so the archived input shows an auditor where each came from and
+``opa eval`` replays the decision from it. Comparing a stated value with the gate's, choosing
+the stricter and deciding what a missing fact means are the policy's (``kcp.lib.trusted``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kcp_opa.context.attested import AttestationSource
+from kcp_opa.context.facts import FACTS
+from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
+from kcp_opa.core.errors import KcpOpaError, StoreError
+
+_log = structlog.get_logger("kcp_opa.context")
+
+
+class ContextSourceError(KcpOpaError):
+    """A source gave what it may not (a fact of another kind, counters that are not an object)."""
+
+
+@dataclass(frozen=True)
+class ContextSources:
+    """The sources a gate builds its context from; any may be absent (its facts are then missing)."""
+
+    registry: PrincipalSource | None = None
+    config: GateConfigSource | None = None
+    attestations: AttestationSource | None = None
+    #: The budget stage's counts over the gate's history; absent -> no ``counters`` key.
+    counters: CounterSource | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """What ``GET /v1/status`` and the decision document show: the sources, never their keys."""
+        return {
+            "registry": self.registry.describe() if self.registry is not None else None,
+            "config": self.config.describe() if self.config is not None else None,
+            "attestations": self.attestations.describe() if self.attestations is not None else None,
+            "counters": type(self.counters).__name__ if self.counters is not None else None,
+        }
+
+
+def _only(kind: str, given: Mapping[str, Fact]) -> dict[str, Fact]:
+    for name in given:
+        spec = FACTS.get(name)
+        if spec is None or spec.source_kind != kind:
+            raise ContextSourceError(f"a {kind} source may not establish {name!r}")
+    return dict(given)
+
+
+def build_context(
+    sources: ContextSources | None,
+    action: Mapping[str, Any],
+    *,
+    principal: str | None,
+    action_hash: str,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "counters"?: {...}}``.
+
+    ``now`` is the decision time the counter source counts its windows back from. A counter
+    store that fails leaves ``counters`` absent: the policy answers ``context_missing`` for a
+    declared limit, never an allow.
+    """
+    facts: dict[str, Fact] = {}
+    built: dict[str, Any] = {"facts": facts, "facts_principal": principal}
+    if sources is None:
+        return built
+    if sources.config is not None:
+        facts.update(_only("config", sources.config.config_facts()))
+    if sources.registry is not None:
+        facts.update(_only("registry", sources.registry.principal_facts(principal)))
+    if sources.attestations is not None:
+        attested, refused = sources.attestations.attested_facts(action, action_hash)
+        facts.update(_only("attestation", attested))
+        if refused:
+            built["attestations_refused"] = refused
+    if sources.counters is not None:
+        try:
+            counted = sources.counters.counters(action, now=now)
+        except StoreError as exc:
+            _log.error("counters_unavailable", error=str(exc))
+            return built
+        if not isinstance(counted, dict):
+            raise ContextSourceError("a counter source returns a JSON object")
+        built["counters"] = counted
+    return built

@@ -1,0 +1,151 @@
+"""The one base every PostgreSQL store shares: a connection pool, migrations, errors, the clock.
+
+One :class:`PostgresDatabase` per location holds a psycopg connection pool that all the stores
+of a process share. Every call borrows a connection, runs in one transaction and returns it;
+a connection is checked before it is handed out, so after a database restart the next call
+gets a fresh one (the gate recovers by itself); while the database is unreachable, failing or
+read-only every call raises :class:`~kcp_opa.core.errors.StoreError` within a few seconds (the
+gate fails closed). Times that decide anything (leases, expiry) are the database's ``now()``,
+so replicas on machines with skewed clocks agree.
+
+Credentials never travel in the location: libpq reads ``PGPASSWORD`` or a ``PGPASSFILE``; a
+location carrying a password is refused, and what status and errors show is :func:`redact`-ed.
+
+Schema changes are versioned per store kind in ``store_schema`` (as on SQLite) and applied in
+one transaction under an advisory lock: the first process to open an older database migrates
+it while the others wait, then find it current; a newer schema is refused (``schema_newer``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from kcp_opa.core.errors import StoreError
+
+T = TypeVar("T")
+Connection = psycopg.Connection[tuple[Any, ...]]
+#: One schema step: SQL statements run in order inside the migrating transaction.
+Step = tuple[str, ...]
+
+_VERSIONS = "CREATE TABLE IF NOT EXISTS store_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+_LOCK = "SELECT pg_advisory_xact_lock(7262630)"  # one lock id for every kcp-opa migration
+
+
+def is_postgres(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
+
+
+def redact(location: str) -> str:
+    """The location without any password (what status, logs and errors may show)."""
+    try:
+        parts = urlsplit(location)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "postgresql://(unparsable location)"
+    user = f"{parts.username}@" if parts.username else ""
+    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+
+
+class PostgresDatabase:
+    """A pool of connections to one database, shared by every store of the process."""
+
+    def __init__(self, location: str, *, max_size: int = 16, timeout_s: float = 5.0) -> None:
+        if not is_postgres(location):
+            raise StoreError(f"{redact(location)}: not a postgresql:// location", "store_config")
+        try:
+            password = urlsplit(location).password
+        except ValueError:
+            raise StoreError(f"{redact(location)}: cannot parse the store location", "store_config") from None
+        if password is not None or "password=" in location:
+            raise StoreError(
+                f"{redact(location)}: a password in the store location would show in argv and logs;"
+                " give it in PGPASSWORD or a PGPASSFILE",
+                "store_config",
+            )
+        self.location = redact(location)
+        self.timeout_s = timeout_s
+        self.pool: ConnectionPool[Connection] = ConnectionPool(
+            location,
+            min_size=1,
+            max_size=max_size,
+            timeout=timeout_s,
+            open=True,
+            check=ConnectionPool.check_connection,
+            reconnect_timeout=10.0,  # a retry gives up after 10 s; the next call starts a fresh one (no long backoff)
+            kwargs={"connect_timeout": max(1, int(timeout_s)), "application_name": "kcp-opa"},
+        )
+
+    def run(self, work: Callable[[Connection], T], failure: str, *, timeout_s: float | None = None) -> T:
+        """``work`` in one transaction on a pooled connection; a driver error becomes a StoreError."""
+        try:
+            with self.pool.connection(timeout=timeout_s) as connection, connection.transaction():
+                return work(connection)
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"{self.location}: {failure}: {reason}") from None
+
+    def migrate(self, component: str, steps: Sequence[Step]) -> int:
+        """Bring ``component`` to ``len(steps)`` atomically; refuse a newer schema. Returns the version."""
+
+        def work(connection: Connection) -> int:
+            connection.execute(_LOCK)
+            connection.execute(_VERSIONS)
+            row = connection.execute("SELECT version FROM store_schema WHERE component = %s", (component,)).fetchone()
+            version = int(row[0]) if row else 0
+            if version > len(steps):
+                raise _Newer(version)
+            for step in steps[version:]:
+                for statement in step:
+                    connection.execute(statement)  # constant schema SQL
+            connection.execute(
+                "INSERT INTO store_schema (component, version) VALUES (%s, %s)"
+                " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                (component, len(steps)),
+            )
+            return len(steps)
+
+        try:
+            return self.run(work, "cannot create or migrate the schema")
+        except _Newer as newer:
+            raise StoreError(
+                f"{self.location}: the {component} schema is version {newer.version}, newer than this"
+                f" kcp-opa knows ({len(steps)}): upgrade kcp-opa",
+                "schema_newer",
+            ) from None
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _Newer(Exception):
+    def __init__(self, version: int) -> None:
+        super().__init__(version)
+        self.version = version
+
+
+class PostgresBase:
+    """A store kind in a PostgreSQL database; subclasses name their ``component`` and ``steps``."""
+
+    component: ClassVar[str]
+    steps: ClassVar[Sequence[Step]]
+    failure: ClassVar[str] = "store failed"
+
+    def __init__(self, database: PostgresDatabase) -> None:
+        self.database = database
+        self.location = database.location
+        database.migrate(self.component, self.steps)
+
+    def _run(self, work: Callable[[Connection], T], failure: str | None = None, *, timeout_s: float | None = None) -> T:
+        return self.database.run(work, failure or self.failure, timeout_s=timeout_s)
+
+    def schema_version(self) -> int:
+        row = self._run(
+            lambda c: c.execute("SELECT version FROM store_schema WHERE component = %s", (self.component,)).fetchone()
+        )
+        return int(row[0]) if row else 0

@@ -1,0 +1,95 @@
+# METADATA
+# title: Trusted context
+# description: |
+#   The gate and attested facts a decision rests on (docs/contract.md, "Facts"): the gate's value
+#   from input.context.facts (built by the context stage from the trust registry, the gate's
+#   configuration and signed attestations), never the action's statement about itself. A stated
+#   value is only compared: `candidates[name]` holds the gate's value and the stated one, and
+#   every rule fires on any candidate, so a statement can make a decision stricter, never laxer.
+#   A fact the gate did not establish (or whose attestation has expired at the decision time) is
+#   not in `established`: the rule that needs it fails closed and kcp.evaluators.context answers
+#   context_missing. `conflicts` lists every stated value that
+#   differs from the gate's.
+package kcp.lib.trusted
+
+import rego.v1
+
+# METADATA
+# title: Where an action may state a gate or attested fact
+stated_paths := {
+	"deployment_region": ["runtime", "deployment_region"],
+	"environment": ["runtime", "environment"],
+	"actor_role": ["authorization_context", "actor_role"],
+	"agent_scope": ["authorization_context", "agent_scope"],
+	"model_id": ["runtime", "model", "id"],
+	"model_hosting": ["runtime", "model", "hosting"],
+	"evidence_status": ["runtime", "evidence_status"],
+	"new_beneficiary": ["attributes", "new_beneficiary"],
+	"modified_beneficiary": ["attributes", "modified_beneficiary"],
+	"screening_uncertain": ["attributes", "screening_uncertain"],
+}
+
+_facts := input.context.facts if is_object(input.context.facts) else := {}
+
+_now := input.context.decision_epoch_seconds if is_number(input.context.decision_epoch_seconds) else := 0
+
+_unset := {"kcp_opa": "unset"}
+
+# An attested fact counts until its expiry; a gate fact has none.
+_current(entry) if not is_number(object.get(entry, "expires_epoch_seconds", null))
+
+_current(entry) if entry.expires_epoch_seconds > _now
+
+# METADATA
+# title: The gate's value of each fact it established (and that is still current)
+gate := {name: entry.value |
+	some name, entry in _facts
+	stated_paths[name]
+	is_object(entry)
+	object.get(entry, "value", _unset) != _unset
+	_current(entry)
+}
+
+# `some name, _ in gate` here aborts regopy's planner; a self-comparison holds for false values too.
+
+# METADATA
+# title: The facts the gate established
+established := {name | gate[name] == gate[name]}
+
+# METADATA
+# title: What the action states about each fact
+stated := {name: value |
+	some name, path in stated_paths
+	value := object.get(input.action, path, _unset)
+	value != _unset
+}
+
+# Scopes compare as sets: the same scope in another order is no conflict.
+_norm(value) := sort(value) if is_array(value)
+
+_norm(value) := value if not is_array(value)
+
+# METADATA
+# title: The values every rule checks
+# description: |
+#   The gate's value and what the action states, when either is there: a rule fires on any of
+#   them, so the stricter applies. Whether the gate established a fact is `established`, which
+#   the fail-closed checks read: a statement alone never counts as established.
+candidates := {name: values |
+	some name, _ in stated_paths
+	values := {v | v := gate[name]} | {s | s := stated[name]}
+	count(values) > 0
+}
+
+# METADATA
+# title: Stated values that differ from the gate's
+conflicts contains conflict if {
+	some name, value in gate
+	_norm(stated[name]) != _norm(value)
+	conflict := {"fact": name, "gate": value, "stated": stated[name]}
+}
+
+# METADATA
+# title: A flag raised by the gate (an attestation) or the action
+# description: A true statement raises it; only the gate can lower it.
+raised(name) if candidates[name][true]

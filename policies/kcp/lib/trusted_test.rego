@@ -1,0 +1,58 @@
+package kcp.lib.trusted_test
+
+import rego.v1
+
+import data.kcp.lib.trusted
+
+_gate(value) := {"value": value, "class": "gate", "source": "config:test"}
+
+test_the_gates_value_is_a_candidate_and_established if {
+	facts := {"deployment_region": _gate("US")}
+	trusted.candidates.deployment_region == {"US"} with input.context.facts as facts
+	trusted.established == {"deployment_region"} with input.context.facts as facts
+	count(trusted.conflicts) == 0 with input.context.facts as facts
+}
+
+test_a_differing_statement_is_a_conflict_and_a_candidate_never_established if {
+	facts := {"deployment_region": _gate("US")}
+	runtime := {"deployment_region": "EU"}
+	trusted.candidates.deployment_region == {"US", "EU"} with input.context.facts as facts with input.action.runtime as runtime
+	trusted.conflicts == {{"fact": "deployment_region", "gate": "US", "stated": "EU"}} with input.context.facts as facts
+		with input.action.runtime as runtime
+}
+
+test_a_statement_alone_is_never_established if {
+	runtime := {"deployment_region": "EU", "evidence_status": "present"}
+	trusted.established == set() with input.context.facts as {} with input.action.runtime as runtime
+	trusted.candidates.deployment_region == {"EU"} with input.context.facts as {} with input.action.runtime as runtime
+}
+
+test_scopes_in_another_order_are_no_conflict if {
+	facts := {"agent_scope": _gate(["a", "b"])}
+	count(trusted.conflicts) == 0 with input.context.facts as facts
+		with input.action.authorization_context as {"agent_scope": ["b", "a"]}
+}
+
+test_a_false_flag_is_established_and_a_stated_true_raises_it if {
+	facts := {"new_beneficiary": _gate(false)}
+	trusted.established == {"new_beneficiary"} with input.context.facts as facts
+	not trusted.raised("new_beneficiary") with input.context.facts as facts
+	trusted.raised("new_beneficiary") with input.context.facts as facts with input.action.attributes as {"new_beneficiary": true}
+}
+
+test_a_true_flag_of_the_gate_is_raised_whatever_the_action_says if {
+	facts := {"new_beneficiary": _gate(true)}
+	trusted.raised("new_beneficiary") with input.context.facts as facts with input.action.attributes as {"new_beneficiary": false}
+}
+
+test_an_expired_attestation_establishes_nothing if {
+	entry := {"value": "present", "class": "attested", "source": "attestation:x/k", "expires_epoch_seconds": 100}
+	trusted.established == set() with input.context.facts as {"evidence_status": entry}
+		with input.context.decision_epoch_seconds as 100
+	trusted.established == {"evidence_status"} with input.context.facts as {"evidence_status": entry}
+		with input.context.decision_epoch_seconds as 99
+}
+
+test_a_fact_of_no_known_name_is_ignored if {
+	trusted.established == set() with input.context.facts as {"budget_state": _gate("within_budget")}
+}

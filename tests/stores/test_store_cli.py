@@ -1,0 +1,46 @@
+"""`kcp-opa store migrate` on both backends: creates, reports versions, refuses a newer schema."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_cli
+from storekit import Backend
+
+
+def test_store_migrate_creates_reports_and_refuses_a_newer_schema(backend: Backend) -> None:
+    made = run_cli("store", "migrate", "--store", backend.location)
+    assert made.returncode == 0, made.stderr
+    report = json.loads(made.stdout)
+    sqlite = backend.name == "sqlite"
+    assert report["versions"] == {  # SQLite also keeps the budget counters (PostgreSQL has none yet)
+        "executions": 3 if sqlite else 1,
+        "handoffs": 1,
+        "challenges": 1,
+        "decisions": 1,
+        **({"counters": 1} if sqlite else {}),
+    }
+    assert run_cli("store", "migrate", "--store", backend.location).returncode == 0  # idempotent
+    backend.set_schema_version("decisions", 5)
+    refused = run_cli("store", "migrate", "--store", backend.location)
+    assert refused.returncode == 1 and "schema_newer" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_executions_list_and_reconcile_read_either_backend(backend: Backend) -> None:
+    import time
+
+    store = backend.open().executions
+    assert store.claim_execution("idem_cli_0000000001", "h", "r1", lease_seconds=0.2) is None
+    time.sleep(0.4)
+    listed = run_cli("executions", "list", "--store", backend.location, "--format", "json")
+    assert listed.returncode == 1 and [r["idempotency_key"] for r in json.loads(listed.stdout)] == [
+        "idem_cli_0000000001"
+    ]
+    done = run_cli(
+        "executions", "reconcile", "idem_cli_0000000001", "--outcome", "failed", "--evidence", "ticket 9",
+        "--store", backend.location,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert run_cli("executions", "list", "--store", backend.location).returncode == 0
+    record = store.execution("idem_cli_0000000001")
+    assert record is not None and record.state == "failed"
