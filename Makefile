@@ -59,8 +59,15 @@ demo: $(STAMP) ## the main job on the reference deployments: validate, compile, 
 	@id=$$($(BIN)/kcp-opa audit query audit/demo.jsonl --type receipt --format json \
 	  | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[-1]["decision_id"])') && \
 	$(BIN)/kcp-opa audit case audit/demo.jsonl $$id -o audit/case --trust $(TRUST) --keyring audit/checkpoint-keys.json \
-	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json
-	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --format text
+	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json $(VERIFY)
+	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --receipt-keyring audit/demo-receipt-keys.json $(VERIFY) \
+	  --expect-head $$(($$(wc -l < audit/demo.jsonl) - 1)) --format text
+	@# prove and diff read unsigned bundles: an unsigned build of the same deployment for them
+	$(BIN)/kcp-opa compile $(DEPLOY)/support-desk/knowledge*.yaml --matrix $(DEPLOY)/support-desk/matrix.yaml \
+	  --trust $(TRUST) --policies policies --output audit/support-desk-unsigned.tar.gz --format text
+	$(BIN)/kcp-opa prove audit/support-desk-unsigned.tar.gz --budget 300
+	$(BIN)/kcp-opa diff tests/fixtures/analysis/round-one-support-desk.tar.gz audit/support-desk-unsigned.tar.gz \
+	  --budget 300 --allow-weakening
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null
@@ -129,6 +136,7 @@ mutate: mutate-policies mutate-python mutate-controls ## every mutation run (not
 bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~10 min)
 	$(BIN)/python bench/suite.py
 	$(BIN)/python bench/bench_service.py
+	$(BIN)/python bench/bench_analysis.py
 
 bench-quick: $(STAMP) ## the suite without the 100,000-unit deployment and the service, fewer rounds (~4 min)
 	$(BIN)/python bench/suite.py --quick

@@ -5,13 +5,18 @@ The pipeline, one package per stage, imports pointing down it (docs/architecture
 gate) -> ``authorize`` (controls, receipts) -> ``execute`` (run once) -> ``audit``
 (verify, replay, export, ROPA). ``trail`` (the hash-chained ledger) sits below decide so every
 stage can write to it; ``models`` holds the typed decision; ``stores`` the state's Protocols and
-their backends; ``core`` the shared leaves; ``authoring`` the policy test tools; ``cli`` the
-command on top. This module is the public API.
+their backends; ``core`` the shared leaves; ``authoring`` the policy test tools; ``analysis`` prove,
+diff and case pinning over generated input spaces; ``cli`` the command on top. This module is the public API.
 """
 
 from __future__ import annotations
 
 from kcp_opa import _moved
+from kcp_opa.analysis.diff import DiffReport, diff
+from kcp_opa.analysis.engines import UserInvariants
+from kcp_opa.analysis.pin import pin
+from kcp_opa.analysis.prove import ProofReport, prove
+from kcp_opa.analysis.space import Space, derive_space
 from kcp_opa.audit.auditor import export_decision, query, replay
 from kcp_opa.audit.case import build_case
 from kcp_opa.audit.casecheck import verify_case
@@ -35,6 +40,7 @@ from kcp_opa.context import (
 )
 from kcp_opa.core.errors import (
     ActionRejectedError,
+    AnalysisError,
     BundleError,
     BundleProvenanceError,
     BundleSignatureError,
@@ -104,6 +110,7 @@ _moved.install()
 __all__ = [
     "ActionRejectedError",
     "ActiveBundle",
+    "AnalysisError",
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
@@ -124,6 +131,7 @@ __all__ = [
     "DecisionStore",
     "DelegationMatrix",
     "Diagnostic",
+    "DiffReport",
     "DirectorySource",
     "Ed25519Key",
     "EffectiveUnit",
@@ -151,6 +159,7 @@ __all__ = [
     "Outcome",
     "Pkcs11Key",
     "PolicyVerdict",
+    "ProofReport",
     "QueryError",
     "Reason",
     "ReceiptIssueError",
@@ -170,10 +179,12 @@ __all__ = [
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
+    "Space",
     "StaticCounters",
     "StaticGateConfig",
     "StoreCounters",
     "UnitNotFoundError",
+    "UserInvariants",
     "ValidationFailedError",
     "Verification",
     "VerificationKey",
@@ -188,6 +199,8 @@ __all__ = [
     "check_action",
     "check_case",
     "compile_bundle",
+    "derive_space",
+    "diff",
     "effective_unit",
     "effective_units",
     "export_decision",
@@ -201,6 +214,8 @@ __all__ = [
     "load_matrix",
     "load_signing_key",
     "parse_action",
+    "pin",
+    "prove",
     "query",
     "read_bundle",
     "replay",

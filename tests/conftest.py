@@ -97,6 +97,17 @@ def vouched_gate(path: Any, **options: Any) -> Any:
     return vouching(Gate.from_bundle(path, **options))
 
 
+def vouched_context(action: Any, now: str) -> dict[str, Any]:
+    """The context-stage part of ``input.context`` for a hand-built input: the host vouches for
+    the facts ACTION states, established through the real sources (as ``vouched_gate`` does)."""
+    from kcp_opa.authoring.casecontext import case_sources
+    from kcp_opa.context.builder import build_context
+    from kcp_opa.decide.action import action_hash
+
+    sources, principal = case_sources(action, {"from_action": True}, now)
+    return build_context(sources, action, principal=principal, action_hash=action_hash(action))
+
+
 #: ``kcp-opa decide --context``: the host vouches for the facts the test's action states.
 VOUCHED = REPO / "fixtures" / "context" / "host-vouched.yaml"
 VOUCH = ("--context", str(VOUCHED))

@@ -203,10 +203,11 @@ def served_context(registry: Path) -> dict[str, Any]:
     return {"config": StaticGateConfig(deployment_region="EU"), "attestations": registry.parent / "attestations.json"}
 
 
-def local_context(subject: str, **agent: Any) -> Any:
+def local_context(subject: str, facts: dict[str, Any] | None = None, **agent: Any) -> Any:
     """Real sources for a service without --trust: the local agent's registry entry (support
-    agent, self-hosted model, the support-desk and payment scopes) and SUBJECT_FACTS attested
-    for ``subject`` by a fact issuer with a key generated here; the gate runs in EU."""
+    agent, self-hosted model, the support-desk and payment scopes) and ``facts`` (default
+    SUBJECT_FACTS) attested for ``subject`` by a fact issuer with a key generated here; the gate
+    runs in EU."""
     from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig, sign_fact
     from kcp_opa.declare.trust import TrustRegistry
 
@@ -235,7 +236,7 @@ def local_context(subject: str, **agent: Any) -> Any:
     times = {k: (now + d).strftime("%Y-%m-%dT%H:%M:%SZ") for k, d in (("issued_at", -HOUR), ("expires_at", DAY))}
     items = [
         sign_fact({"fact": f, "value": v, "subject_id": subject, **times}, FACT_ISSUER, key)
-        for f, v in SUBJECT_FACTS.items()
+        for f, v in (SUBJECT_FACTS if facts is None else facts).items()
     ]
     return ContextSources(
         registry=RegistrySource(registry),

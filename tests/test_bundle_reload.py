@@ -15,13 +15,12 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO
+from conftest import DEPLOYMENTS, POLICIES, REPO, vouched_gate
 from servicekit import start_server, stop_server
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import BundleError
 from kcp_opa.decide.follow import BundleFollower, DirectorySource, HttpSource
-from kcp_opa.decide.gate import Gate
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 FINANCE = DEPLOYMENTS / "finance"
@@ -49,7 +48,7 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_reload_under_eight_deciders_loses_nothing_and_never_mixes(tmp_path: Path, releases: dict[str, Path]) -> None:
     ledger = tmp_path / "audit.jsonl"
-    gate = Gate.from_bundle(releases["1.0.0"], ledger=AuditLedger(ledger))
+    gate = vouched_gate(releases["1.0.0"], ledger=AuditLedger(ledger))
     sha = {v: hashlib.sha256(p.read_bytes()).hexdigest() for v, p in releases.items()}
     stop = threading.Event()
     decided: list[dict[str, object]] = []
@@ -87,7 +86,7 @@ def test_reload_under_eight_deciders_loses_nothing_and_never_mixes(tmp_path: Pat
 
 
 def test_a_broken_bundle_keeps_the_old_one_serving(tmp_path: Path, releases: dict[str, Path]) -> None:
-    gate = Gate.from_bundle(releases["1.0.0"])
+    gate = vouched_gate(releases["1.0.0"])
     prepared = gate.prepare(ACTION, now=NOW)
     broken = tmp_path / "broken.tar.gz"
     broken.write_bytes(releases["2.0.0"].read_bytes()[:-200])
@@ -150,7 +149,7 @@ def test_a_gate_follows_an_http_bundle_server_with_etags(
     tmp_path: Path, releases: dict[str, Path], bundle_server: _BundleServer
 ) -> None:
     url = f"http://127.0.0.1:{bundle_server.server_address[1]}/bundles/finance.tar.gz"
-    gate = Gate.from_bundle(releases["1.0.0"])
+    gate = vouched_gate(releases["1.0.0"])
     local = tmp_path / "active.tar.gz"
     follower = BundleFollower(HttpSource(url), gate.activate, local)
     bundle_server.content = releases["1.0.0"].read_bytes()
@@ -172,7 +171,7 @@ def test_a_gate_follows_an_unpacked_directory(tmp_path: Path, releases: dict[str
     directory = tmp_path / "unpacked"
     with tarfile.open(releases["2.0.0"], "r:gz") as tar:
         tar.extractall(directory, filter="data")
-    gate = Gate.from_bundle(releases["1.0.0"])
+    gate = vouched_gate(releases["1.0.0"])
     follower = BundleFollower(DirectorySource(directory), gate.activate, tmp_path / "active.tar.gz")
     assert follower.poll_once() is True and gate.bundle_revision == "finance-2.0.0"
     assert follower.poll_once() is False

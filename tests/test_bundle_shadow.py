@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.decide.gate import Gate
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 FINANCE = DEPLOYMENTS / "finance"
@@ -40,7 +39,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_a_shadow_never_decides_and_records_only_differences(tmp_path: Path, bundles: dict[str, Path]) -> None:
     ledger = tmp_path / "audit.jsonl"
-    gate = Gate.from_bundle(bundles["active"], ledger=AuditLedger(ledger))
+    gate = vouched_gate(bundles["active"], ledger=AuditLedger(ledger))
     candidate = gate.set_shadow(bundles["looser"])
     assert candidate is not None and candidate.revision == "finance-2-candidate"
     live = {
@@ -75,7 +74,7 @@ def test_a_shadow_never_decides_and_records_only_differences(tmp_path: Path, bun
 
 def test_an_identical_candidate_changes_nothing(tmp_path: Path, bundles: dict[str, Path]) -> None:
     ledger = tmp_path / "audit.jsonl"
-    gate = Gate.from_bundle(bundles["active"], ledger=AuditLedger(ledger))
+    gate = vouched_gate(bundles["active"], ledger=AuditLedger(ledger))
     gate.set_shadow(bundles["same"])
     for case in CASES.values():
         gate.decide(case.action, now=case.now)
@@ -103,7 +102,7 @@ def test_serve_in_log_only_with_a_shadow(tmp_path: Path, bundles: dict[str, Path
         action = json.loads(json.dumps(case.action))
         for name in ("authenticated_principal", "principal_scopes"):  # the caller is local-agent, no scopes
             del action["authorization_context"][name]
-        body = {"action": action, "now": case.now}
+        body = {"action": action}  # the service takes its own clock
         decided = httpx2.post(f"{base}/v1/decisions", json=body, headers=headers, timeout=60).json()
         assert decided.get("mode") == "log_only" and decided["enforced"] is False, decided
     finally:

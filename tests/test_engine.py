@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO
+from conftest import DEPLOYMENTS, POLICIES, REPO, vouched_gate
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compile.compiler import compile_bundle
@@ -183,7 +183,7 @@ def test_threads_share_one_gate(tmp_path: Path) -> None:
 
 
 def test_decide_many_with_threads_keeps_order() -> None:
-    gate = Gate.from_bundle(_finance(), preflight=False)
+    gate = vouched_gate(_finance(), preflight=False)
     small = {**KYA, "amount": {"value_minor": 100, "currency": "USD"}, "attributes": {}}
     decisions = gate.decide_many([KYA, small] * 10, now=NOW, workers=3)
     assert [d.decision for d in decisions] == [RoutingState.HUMAN_APPROVAL, RoutingState.USER_CONFIRMATION] * 10

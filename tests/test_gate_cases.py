@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, SHARED, opa_query, regopy_query
+from conftest import DEPLOYMENTS, POLICIES, REPO, SHARED, opa_query, regopy_query, vouched_context
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import compile_bundle
@@ -37,7 +37,7 @@ def _decide(bundle: LoadedBundle, action: dict[str, Any]) -> dict[str, Any]:
     # The clock the gate puts in input (decision time, and the action created a minute before).
     now = TODAY * 86400 + 36000
     clock = {"decision_epoch_day": TODAY, "decision_epoch_seconds": now, "action_created_epoch_seconds": now - 60}
-    doc = {"action": action, "context": clock}
+    doc = {"action": action, "context": {**clock, **vouched_context(action, "2026-11-29T10:00:00Z")}}
     on_regopy = regopy_query(bundle, "data.kcp.gate.decision", doc)
     on_opa = opa_query(bundle, "data.kcp.gate.decision", doc)
     assert on_regopy == on_opa, f"engines diverge:\nregopy {on_regopy}\nopa    {on_opa}"

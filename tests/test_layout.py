@@ -31,6 +31,7 @@ LAYERS: tuple[str, ...] = (
     "execute",
     "audit",
     "authoring",
+    "analysis",
     "service",
     "cli",
 )

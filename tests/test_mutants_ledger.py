@@ -216,9 +216,10 @@ def test_checkpoints_every_n_and_on_close(tmp_path: Path) -> None:
     assert not checkpoint_path(path).exists()
     assert ledger.close() is None  # nothing written yet
     ledger.append({"type": "a"})
-    assert not checkpoint_path(path).exists()
+    # the first batch of a new keyed ledger is checkpointed: it is never without a checkpoint
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1]
     second = ledger.append({"type": "b"})
-    (checkpoint,) = load_checkpoints(checkpoint_path(path))
+    _, checkpoint = load_checkpoints(checkpoint_path(path))
     header = json.loads(_lines(path)[0])
     assert (checkpoint["seq"], checkpoint["entry_hash"], checkpoint["ledger_id"]) == (
         2,
@@ -227,13 +228,18 @@ def test_checkpoints_every_n_and_on_close(tmp_path: Path) -> None:
     )
     verify_checkpoint(checkpoint, Keyring({"ck-1": KEY}))
     ledger.append({"type": "c"})
-    assert len(load_checkpoints(checkpoint_path(path))) == 1
+    assert len(load_checkpoints(checkpoint_path(path))) == 2
     fourth = ledger.append({"type": "d"})
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [2, 4]
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1, 2, 4]
     closed = ledger.close()
     assert closed is not None and closed["seq"] == 4 and closed["entry_hash"] == fourth["entry_hash"]
     assert closed["ledger_id"] == header["ledger_id"]
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [2, 4, 4]
+    # the head is checkpointed already: close returns that checkpoint, it does not repeat it
+    assert load_checkpoints(checkpoint_path(path)) == [load_checkpoints(checkpoint_path(path))[0], checkpoint, closed]
+    ledger.append({"type": "e"})
+    reclosed = ledger.close()
+    assert reclosed is not None and reclosed["seq"] == 5
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1, 2, 4, 5]
     assert AuditLedger(path).close() is None  # no key, no checkpoint
     empty = AuditLedger(tmp_path / "empty.jsonl", checkpoint_key=KEY)
     assert empty.close() is None and (tmp_path / "empty.jsonl").read_bytes() == b""
@@ -243,8 +249,16 @@ def test_a_checkpoint_that_cannot_be_written_does_not_unacknowledge(tmp_path: Pa
     path = tmp_path / "audit.jsonl"
     checkpoint_path(path).mkdir(parents=True)  # a directory where the checkpoints go
     ledger = AuditLedger(path, checkpoint_key=KEY, checkpoint_every=1)
+    # a new keyed ledger's first checkpoint is part of its first batch: no checkpoint, no batch
+    with pytest.raises(LedgerError, match="audit write failed: Is a directory"):
+        ledger.append({"type": "a"})
+    assert path.read_bytes() == b""
+    checkpoint_path(path).rmdir()
     assert ledger.append({"type": "a"})["seq"] == 1
-    assert verify_ledger(path).ok
+    checkpoint_path(path).unlink()
+    checkpoint_path(path).mkdir()  # a later checkpoint cannot be written: the entry stays acknowledged
+    assert ledger.append({"type": "b"})["seq"] == 2
+    assert verify_ledger(path).ok and verify_ledger(path).entries == 2
 
 
 def test_read_entries(tmp_path: Path) -> None:
@@ -322,9 +336,9 @@ def test_checkpoint_rules(tmp_path: Path) -> None:
     ledger = AuditLedger(path, checkpoint_key=KEY, checkpoint_every=3)
     for _ in range(2):
         ledger.append({"type": "a"})
-    assert not checkpoint_path(path).exists()
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1]  # the first batch's
     ledger.append({"type": "a"})
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [3]
+    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1, 3]
     # every 1: the first batch's checkpoint names the header's ledger id
     first = tmp_path / "first.jsonl"
     AuditLedger(first, checkpoint_key=KEY, checkpoint_every=1).append({"type": "a"})
@@ -334,9 +348,12 @@ def test_checkpoint_rules(tmp_path: Path) -> None:
 
 def test_a_checkpoint_not_written_is_logged(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
-    checkpoint_path(path).mkdir(parents=True)
+    ledger = AuditLedger(path, checkpoint_key=KEY, checkpoint_every=1)
+    ledger.append({"type": "a"})
+    checkpoint_path(path).unlink()
+    checkpoint_path(path).mkdir()
     with capture_logs() as logs:
-        AuditLedger(path, checkpoint_key=KEY, checkpoint_every=1).append({"type": "a"})
+        ledger.append({"type": "b"})
     (warning,) = [log for log in logs if log.get("log_level") == "warning"]
     assert warning["event"] == "ledger_checkpoint_not_written" and warning["path"] == str(path)
     assert "Is a directory" in warning["error"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, vouched_gate
 from trustkit import approve_all, compile_with_trust, make_desk
 
 from kcp_opa.authorize.attestations import sign_attestation
@@ -32,7 +32,6 @@ from kcp_opa.core.signing import (
     load_signing_key,
     open_pkcs11_key,
 )
-from kcp_opa.decide.gate import Gate
 from kcp_opa.trail.checkpoint import make_checkpoint, verify_checkpoint
 
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -42,7 +41,7 @@ ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
 @pytest.fixture(scope="module")
 def approved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The KYA payment, APPROVED through the control desk with six signed attestations."""
-    desk = make_desk(Gate.from_bundle(compile_with_trust(tmp_path_factory.mktemp("hsm") / "finance.tar.gz")))
+    desk = make_desk(vouched_gate(compile_with_trust(tmp_path_factory.mktemp("hsm") / "finance.tar.gz")))
     record = approve_all(desk, ACTION)
     assert record.decision.authorization_status.value == "APPROVED"
     return record.to_dict()

@@ -22,7 +22,7 @@ import yaml
 from conftest import DEPLOYMENTS, POLICIES, REPO
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from servicekit import local_context
+from servicekit import SUBJECT_FACTS, local_context
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import ActionRejectedError
@@ -62,7 +62,8 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def service(bundle: Path, tmp_path: Path) -> GateService:
-    context = local_context("user_1")  # what the gate knows about the local agent and the subject
+    # what the gate knows about the local agent and the subject (a support customer: no payee)
+    context = local_context("user_1", {**SUBJECT_FACTS, "new_beneficiary": False})
     return GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl", context=context)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 import uikit
 from browserkit import screenshot
-from uikit import _action, _api, _pending_payment, _sign_in
+from uikit import _action, _api, _pending_payment, _sign_in, _wait_for
 
 from kcp_opa.audit.summary import summarize
 from kcp_opa.trail.ledger import read_entries
@@ -38,7 +38,7 @@ def test_an_approver_answers_in_the_inbox_and_the_payment_executes(server: dict[
     screenshot(browser, "ui-inbox-approver.png")
     card.find_element(By.NAME, "evidence_reference").send_keys("call:anna-2026-12-01")
     card.find_element(By.CSS_SELECTOR, "button.pass").click()
-    assert browser.find_element(By.ID, "status").text == "APPROVED"
+    assert _wait_for(browser, "status").text == "APPROVED"  # the answer page loads after the POST
     screenshot(browser, "ui-answered.png")
 
     issued = _api(server, "issuer", "POST", "/v1/receipts", {"decision_id": decision_id})
@@ -134,3 +134,20 @@ def test_a_session_ends_at_its_lifetime() -> None:
     cookie, _ = sessions.open("token")
     sessions.close(cookie)
     assert sessions.get(cookie) is None
+
+
+def test_the_session_cookie_is_secure_unless_plain_http_on_a_loopback_socket() -> None:
+    """Fail-safe: a service bound to another address never sends the session cookie in clear."""
+    from starlette.requests import Request
+
+    from kcp_opa.service.uisession import secure_cookie
+
+    def request(scheme: str, server: tuple[str, int]) -> Request:
+        scope = {"type": "http", "scheme": scheme, "server": server, "path": "/ui/login", "headers": []}
+        return Request(scope)
+
+    assert secure_cookie(request("http", ("10.0.0.5", 8080)))
+    assert secure_cookie(request("http", ("0.0.0.0", 8080)))
+    assert secure_cookie(request("https", ("127.0.0.1", 8443)))
+    assert not secure_cookie(request("http", ("127.0.0.1", 8080)))
+    assert not secure_cookie(request("http", ("::1", 8080)))

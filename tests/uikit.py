@@ -45,12 +45,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     tokens = {party: secrets.token_urlsafe(32) for party in PARTIES}
     tokens_file = write_tokens(work, {tokens[p]: pid for p, pid in PARTIES.items()})
     handlers = work / "handlers.json"
-    handlers.write_text(json.dumps({"handlers": {"pay": "uihandlers:pay"}}))
+    bound = {"target": "uihandlers:pay", "actions": ["execute_payment"]}  # a handler serves the actions it names
+    handlers.write_text(json.dumps({"handlers": {"pay": bound}}))
     ledger = work / "ledger.jsonl"
     args = ["--bundle", str(bundle), "--store", str(work / "service.db"), "--ledger", str(ledger)]
     args += ["--trust", str(TRUST / "registry.yaml"), "--tokens", str(tokens_file), "--handlers", str(handlers)]
     for issuer in ("kcp-opa-gate", "bank-idp", "bank-registry", "approval-app"):
         args += ["--issuer-id", issuer]
+    args += ["--region", "EU", "--attestations", str(_subject_attestations(work))]  # the gate's own facts
     args += [
         "--issuer-keyring",
         str(TRUST / "TEST-ONLY-issuer-keys.json"),
@@ -67,6 +69,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 def _api(server: dict[str, Any], party: str, method: str, path: str, body: Any = None) -> httpx2.Response:
     headers = {"Authorization": f"Bearer {server['tokens'][party]}"}
     return httpx2.request(method, f"{server['url']}{path}", json=body, headers=headers, timeout=60)
+
+
+def _subject_attestations(work: Any) -> Any:
+    """The providers' signed facts about the payment's customer, as the serve demo writes them."""
+    import importlib.util
+
+    from kcp_opa.core.signing import load_keyring
+
+    spec = importlib.util.spec_from_file_location("serve_demo", REPO / "examples" / "serve_demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo.attest_subject(load_keyring(TRUST / "TEST-ONLY-issuer-keys.json"), work / "attestations.json")
 
 
 def _pending_payment(server: dict[str, Any], action: dict[str, Any]) -> tuple[str, dict[str, str]]:
@@ -102,6 +117,15 @@ def _sign_in(driver: Any, server: dict[str, Any], party: str) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(driver, 30).until(lambda d: not d.current_url.endswith("/ui/login"))
+
+
+def _wait_for(driver: Any, element_id: str) -> Any:
+    """The element once the page that holds it has loaded: a click's navigation is not synchronous."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, 30).until(expected_conditions.presence_of_element_located((By.ID, element_id)))
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """A decision case file: everything about one decision, gathered so it proves itself offline.
 
-``audit case LEDGER DECISION_ID`` writes, into one directory: the ledger segment from the
-decision's first entry to a signed checkpoint (``chain.jsonl``, with the ledger header), so each
-entry's hash and its link to the checkpoint can be recomputed; every decision entry's archived
+``audit case LEDGER DECISION_ID`` writes, into one directory: the ledger from its header and
+seq 1 (linked to the header) to a signed checkpoint (``chain.jsonl``), so each entry's hash and
+its link to the checkpoint can be recomputed and no entry of the decision can be left out (a
+segment starting at a later entry could hide the first ones); every decision entry's archived
 input and result; the bundle that decided it (``bundle.tar.gz``, the name the docs use); the
 trust registry the bundle was compiled with (its sha256 is in the bundle's metadata); each
 signed control attestation with its issuer's public key; the checkpoint and the public key that
@@ -24,6 +25,7 @@ from typing import Any
 
 from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
 from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError, LedgerError
 from kcp_opa.core.signing import Keyring
@@ -31,7 +33,7 @@ from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
 from kcp_opa.trail.verify import is_header, verify_ledger
 
-CASE_FORMAT = "kcp-opa-case/1"
+CASE_FORMAT = "kcp-opa-case/2"  # /1 carried a segment from the decision's first entry
 CHAIN = "chain.jsonl"
 BUNDLE = "bundle.tar.gz"
 REGISTRY = "trust/registry.yaml"
@@ -52,7 +54,11 @@ Prove it (offline; exit 1 and the failing check's name on any failure):
 
 Pin the trust roots you hold independently of this directory (recommended):
 
-    kcp-opa audit case verify . --trust registry.yaml --keyring checkpoint-public.json
+    kcp-opa audit case verify . --trust registry.yaml --keyring checkpoint-public.json \\
+        --receipt-keyring receipt-public.json --checkpoint newer-checkpoint.json
+
+The case shows the ledger up to seq {checkpoint_seq} only: `--checkpoint` (a newer checkpoint
+you hold) or `--expect-head SEQ` makes a case cut before later entries (an execution) fail.
 
 Evaluate the final decision yourself, on either engine:
 
@@ -138,8 +144,11 @@ def build_case(
     checkpoints: Sequence[Path] = (),
     receipt: Mapping[str, Any] | None = None,
     receipt_keyring: Keyring | None = None,
+    verification: Verification | None = None,
 ) -> dict[str, Any]:
-    """Write the case directory for ``decision_id`` and return its ``case.json`` document."""
+    """Write the case directory for ``decision_id`` and return its ``case.json`` document.
+
+    ``verification``: the keys a signed bundle must verify with (as for ``audit replay``)."""
     path = Path(ledger)
     report = verify_ledger(path)
     if not report.ok:
@@ -160,18 +169,20 @@ def build_case(
         named = ", ".join(sorted(f"{r} ({s or 'no sha256'})" for r, s in refs))
         raise BundleError(f"decision {decision_id} names several bundles: {named}")
     revision, sha256 = refs.pop()
-    found = BundleIndex(bundles).find(revision, sha256, f"decision {decision_id}")
+    found = BundleIndex(bundles, verification).find(revision, sha256, f"decision {decision_id}")
     if found is None:
         raise BundleError(f"no bundle with {f'sha256 {sha256}' if sha256 else f'revision {revision}'} in {bundles}")
     registry = load_trust(trust)
-    bundle_trust = (read_bundle(found).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
+    bundle_trust = (
+        (read_bundle(found, verification=verification).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
+    )
     if not isinstance(bundle_trust, Mapping) or bundle_trust.get("sha256") != registry.sha256:
         raise BundleError(f"{trust} is not the trust registry bundle {revision[:12]} was compiled with")
     seqs = [int(e["seq"]) for e in case_entries]
     checkpoint = _checkpoint_for(
         path, max(seqs), (report.ledger_id, report.head_seq, report.head_hash), keyring, checkpoints
     )
-    segment = [e for e in entries if min(seqs) <= int(e["seq"]) <= int(checkpoint["seq"])]
+    segment = [e for e in entries if int(e["seq"]) <= int(checkpoint["seq"])]  # the whole prefix: see above
 
     out = Path(output)
     if out.exists() and any(out.iterdir()):

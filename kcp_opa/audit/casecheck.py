@@ -1,18 +1,22 @@
 """Verify a decision case file offline: one named check per guarantee, every one must hold.
 
 The checks, in order: ``files`` (each file's sha256 as case.json lists it), ``checkpoint`` (its
-signature, under the key in the case or a pinned keyring), ``chain`` (each entry's hash
-recomputed, each link, the last entry equal to the checkpoint), ``entries`` (the listed seqs are
-exactly the decision's entries in the chain), ``bundle`` (its content revision recomputed from its
+signature, under the key in the case or a pinned keyring, and the seq case.json names),
+``chain`` (from seq 1 and the genesis link: each entry's hash recomputed, each link, the last
+entry equal to the checkpoint), ``anchor`` (a newer checkpoint or head the auditor holds: a case
+cut earlier fails; without one the results hold only up to the case's checkpoint), ``entries``
+(the listed seqs are exactly the decision's entries in the chain), ``bundle`` (its content revision recomputed from its
 bytes and equal to what every decision entry names), ``registry`` (the sha256 the bundle was
 compiled with, and the pinned registry if given), ``inputs`` (the input and result files equal
 the chained entries), ``attestations`` (each signed control result verifies under its issuer's
 key from the registry, and is the one chained), ``replay-regopy`` / ``replay-opa`` (each
 decision re-evaluated, canonical bytes compared), ``separation-of-duties`` (the policy's
-``kcp.controls.verdict`` re-judges every attestation in order, on both engines) and ``receipt``.
+``kcp.controls.verdict`` re-judges every attestation in order, on both engines) and ``receipt``
+(its signature under a pinned receipt keyring, its fields equal to the chained receipt entry).
 
-What is trusted: the checkpoint key and the registry. Pin both (``--keyring``, ``--trust``) with
-copies held apart from the case; without pins the case proves only that it is self-consistent.
+What is trusted: the checkpoint key, the registry and the receipt key. Pin them (``--keyring``,
+``--trust``, ``--receipt-keyring``) with copies held apart from the case; without pins the case
+proves only that it is self-consistent, and an unpinned receipt is a warning, never a pass.
 """
 
 from __future__ import annotations
@@ -26,19 +30,22 @@ from typing import Any
 
 from kcp_opa.audit import case as layout
 from kcp_opa.audit.auditor import _Engines, bundle_ref
+from kcp_opa.audit.casepins import Pins as _Pins
+from kcp_opa.audit.casepins import anchor as _anchor
+from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
 from kcp_opa.authorize.parties import canonical_or_empty, parties
-from kcp_opa.authorize.receipts import verify_receipt
-from kcp_opa.compile.bundle import BundleFile, LoadedBundle, content_revision, read_bundle
-from kcp_opa.core.canonical import canonical_json
+from kcp_opa.compile.bundle import LoadedBundle, is_content_revision, read_bundle
+from kcp_opa.compile.signatures import Verification
+from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import SYSTEM_CONTROLS
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.trail.checkpoint import verify_checkpoint
-from kcp_opa.trail.verify import entry_hash, is_header
+from kcp_opa.trail.verify import GENESIS, entry_hash, is_header
 
 _CHECK_ERRORS = (KcpOpaError, OSError, ValueError, KeyError, TypeError, AttributeError)
 
@@ -46,19 +53,29 @@ _CHECK_ERRORS = (KcpOpaError, OSError, ValueError, KeyError, TypeError, Attribut
 @dataclass(frozen=True)
 class Check:
     name: str
-    ok: bool | None  # None: not applicable (said why), never counted as a pass of a guarantee
+    ok: bool | None  # None: not applicable or not pinned (said why), never counted as a pass
     detail: str
 
+    @property
+    def warning(self) -> bool:
+        """Not failed, not proved: the check ran against a key or cut only the case supplies."""
+        return self.ok is None and self.detail.startswith(("not pinned", "not anchored"))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+        return {"check": self.name, "ok": self.ok, "warning": self.warning, "detail": self.detail}
 
 
 class _Case:
     """The case directory read lazily; any unreadable part fails the check that needs it."""
 
-    def __init__(self, root: Path, trust: Path | None, keyring: Path | None) -> None:
-        self.root, self.trust_pin, self.keyring_pin = root, trust, keyring
+    def __init__(
+        self, root: Path, trust: Path | None, keyring: Path | None, pins: _Pins, verification: Verification | None
+    ) -> None:
+        self.root, self.trust_pin, self.keyring_pin, self.pins = root, trust, keyring, pins
+        self.verification = verification  # the bundle signing keys the auditor holds (a signed bundle needs them)
         self.document: dict[str, Any] = json.loads((root / "case.json").read_text(encoding="utf-8"))
+        if self.document.get("format") != layout.CASE_FORMAT:
+            raise ValueError(f"format {self.document.get('format')!r}, not {layout.CASE_FORMAT}; gather the case again")
         self.decision_id = str(self.document["decision_id"])
         self._bundle: LoadedBundle | None = None
 
@@ -67,9 +84,11 @@ class _Case:
 
     def chain(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         header, entries = None, []
-        for line in (self.root / layout.CHAIN).read_bytes().splitlines():
+        for number, line in enumerate((self.root / layout.CHAIN).read_bytes().splitlines()):
             item = json.loads(line)
             if is_header(item):
+                if number:
+                    raise ValueError(f"{layout.CHAIN}: a ledger header on line {number + 1}, not the first")
                 header = item
             else:
                 entries.append(item)
@@ -84,11 +103,16 @@ class _Case:
 
     def bundle(self) -> LoadedBundle:
         if self._bundle is None:
-            self._bundle = read_bundle(self.root / layout.BUNDLE)
+            self._bundle = read_bundle(self.root / layout.BUNDLE, verification=self.verification)
         return self._bundle
 
     def registry(self) -> TrustRegistry:
         return load_trust(self.root / layout.REGISTRY)
+
+    def cut(self) -> str:
+        """Where the case's evidence stops: every "none" a check reports holds only up to here."""
+        checkpoint = self.json(layout.CHECKPOINT)
+        return f"up to seq {checkpoint['seq']} (checkpoint at {checkpoint.get('time')})"
 
 
 def _files(case: _Case) -> str:
@@ -103,6 +127,9 @@ def _checkpoint(case: _Case) -> str:
     keyring = load_keyring(case.keyring_pin or case.root / layout.CHECKPOINT_KEYS)
     checkpoint = case.json(layout.CHECKPOINT)
     verify_checkpoint(checkpoint, keyring)
+    if case.document.get("checkpoint_seq") != checkpoint["seq"]:
+        named = case.document.get("checkpoint_seq")
+        raise ValueError(f"case.json names checkpoint seq {named}, not the checkpoint's {checkpoint['seq']}")
     pinned = "pinned keyring" if case.keyring_pin else "the case's key (not pinned)"
     return f"seq {checkpoint['seq']} signed by {checkpoint['signature']['kid']}, verified with {pinned}"
 
@@ -110,6 +137,10 @@ def _checkpoint(case: _Case) -> str:
 def _chain(case: _Case) -> str:
     header, entries = case.chain()
     checkpoint = case.json(layout.CHECKPOINT)
+    first = canonical_hash(header) if header is not None else GENESIS  # a headed ledger chains its header
+    if not entries or entries[0].get("seq") != 1 or entries[0].get("previous_hash") != first:
+        hidden = "earlier entries may be hidden"
+        raise ValueError(f"the chain does not start at seq 1 linked to the ledger's header; {hidden}")
     previous: str | None = None
     for entry in entries:
         if entry.get("entry_hash") != entry_hash(entry):
@@ -126,7 +157,7 @@ def _chain(case: _Case) -> str:
     ledger_id = header.get("ledger_id") if header else None
     if checkpoint.get("ledger_id") != ledger_id or case.document.get("ledger_id") != ledger_id:
         raise ValueError("the header, the checkpoint and case.json name different ledgers")
-    return f"seq {seqs[0]}..{seqs[-1]} recomputed and linked to the checkpoint"
+    return f"seq 1..{seqs[-1]} recomputed, linked from the ledger's header to the checkpoint"
 
 
 def _entries(case: _Case) -> str:
@@ -141,34 +172,23 @@ def _entries(case: _Case) -> str:
     found = [int(e["seq"]) for e in entries if _is_case_entry(e, case.decision_id, receipts)]
     if found != list(case.document["seqs"]):
         raise ValueError(f"the chain holds entries {found} for the decision, case.json lists {case.document['seqs']}")
-    return f"{len(found)} entries of {case.decision_id}, none left out"
+    return f"{len(found)} entries of {case.decision_id}, none left out {case.cut()}"
 
 
 def _bundle(case: _Case) -> str:
-    bundle = case.bundle()  # read_bundle first: format, limits and the .manifest's file hashes
-    metadata = canonical_json(bundle.manifest["metadata"]["kcp_opa"])
-    recomputed = content_revision([*_members(bundle), BundleFile(".metadata", metadata)])
+    # read_bundle: format, limits, the .manifest's file hashes, the signature when keys are given,
+    # and a content-derived revision recomputed from the members (compile's own rule).
+    bundle = case.bundle()
+    if not is_content_revision(bundle.revision):
+        raise ValueError(f"the bundle's revision {bundle.revision!r} does not name its content")
     refs = {bundle_ref(e) for e in case.decisions()}
     named = {revision for revision, _ in refs}
-    if recomputed != bundle.revision or named != {recomputed}:
-        raise ValueError(f"the bundle's content is revision {recomputed[:12]}, the decisions name {sorted(named)}")
+    if named != {bundle.revision}:
+        raise ValueError(f"the bundle's content is revision {bundle.revision[:12]}, the decisions name {sorted(named)}")
     digests = {sha256 for _, sha256 in refs if sha256}
     if digests and digests != {bundle.sha256}:
         raise ValueError(f"the bundle's bytes are sha256 {bundle.sha256[:12]}, the decisions name {sorted(digests)}")
-    return f"revision {recomputed[:12]} recomputed from the bytes; every decision names it and its sha256"
-
-
-def _members(bundle: LoadedBundle) -> list[BundleFile]:
-    """Every member but .manifest, as bytes (the revision is computed over these)."""
-    import tarfile
-
-    found: list[BundleFile] = []
-    with tarfile.open(bundle.source, "r:gz") as archive:
-        for member in archive.getmembers():
-            handle = archive.extractfile(member) if member.isfile() else None
-            if handle is not None and member.name.lstrip("/") != ".manifest":
-                found.append(BundleFile(member.name.lstrip("/"), handle.read()))
-    return found
+    return f"revision {bundle.revision[:12]} recomputed from the bytes; every decision names it and its sha256"
 
 
 def _registry(case: _Case) -> str:
@@ -284,49 +304,27 @@ def _replay(case: _Case, engine: str) -> str:
     return f"{count} decisions reproduce byte for byte"
 
 
-def _receipt(case: _Case) -> tuple[bool | None, str]:
-    entries = [e for e in case.case_entries() if e.get("type") == "receipt"]
-    if not (case.root / layout.RECEIPT).exists():
-        if not entries:
-            return None, "no receipt was issued for this decision"
-        ids = ", ".join(str(e.get("receipt_id")) for e in entries)
-        return None, f"the ledger records {ids} (id, kid, validity); no receipt file in the case to verify"
-    receipt = case.json(layout.RECEIPT)
-    final = case.decisions()[-1]
-    verify_receipt(
-        receipt,
-        final["input"]["action"],
-        keyring=load_keyring(case.root / layout.RECEIPT_KEYS),
-        policy_versions={str((final.get("labels") or {}).get("policy_version"))},
-        nonce_store=None,
-        now=_at(receipt["issued_at"]),
-    )
-    if receipt.get("decision_id") != case.decision_id:
-        raise ValueError("the receipt is for another decision")
-    chained = {(e.get("receipt_id"), (e.get("signature") or {}).get("kid")) for e in entries}
-    if (receipt.get("receipt_id"), receipt["signature"]["kid"]) not in chained:
-        raise ValueError("the receipt is not the one the ledger recorded for this decision")
-    return True, f"{receipt['receipt_id']} verifies (signature, action hash, controls) and is the one chained"
-
-
-def _at(text: str) -> Any:
-    import datetime as dt
-
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 def verify_case(
-    root: str | Path, *, trust: Path | None = None, keyring: Path | None = None, with_opa: bool = True
+    root: str | Path,
+    *,
+    trust: Path | None = None,
+    keyring: Path | None = None,
+    with_opa: bool = True,
+    receipt_keyring: Path | None = None,
+    checkpoint: Path | None = None,
+    expect_head: int | None = None,
+    verification: Verification | None = None,
 ) -> list[Check]:
     """Every check, in order; a check that cannot run (a missing or unreadable part) fails."""
     try:
-        case = _Case(Path(root), trust, keyring)
+        case = _Case(Path(root), trust, keyring, _Pins(receipt_keyring, checkpoint, expect_head), verification)
     except _CHECK_ERRORS as exc:
         return [Check("case", False, f"case.json unreadable: {exc}")]
-    steps: list[tuple[str, Callable[[], str]]] = [
+    steps: list[tuple[str, Callable[[], str | tuple[bool | None, str]]]] = [
         ("files", lambda: _files(case)),
         ("checkpoint", lambda: _checkpoint(case)),
         ("chain", lambda: _chain(case)),
+        ("anchor", lambda: _anchor(case)),
         ("entries", lambda: _entries(case)),
         ("bundle", lambda: _bundle(case)),
         ("registry", lambda: _registry(case)),
@@ -337,15 +335,14 @@ def verify_case(
     if with_opa:
         steps.append(("replay-opa", lambda: _replay(case, "opa")))
     steps.append(("separation-of-duties", lambda: _separation_of_duties(case, with_opa)))
+    steps.append(("receipt", lambda: _receipt(case)))
     checks: list[Check] = []
     for name, step in steps:
         try:
-            checks.append(Check(name, True, step()))
+            outcome = step()
         except _CHECK_ERRORS as exc:
             checks.append(Check(name, False, str(exc)))
-    try:
-        ok, detail = _receipt(case)
-        checks.append(Check("receipt", ok, detail))
-    except _CHECK_ERRORS as exc:
-        checks.append(Check("receipt", False, str(exc)))
+            continue
+        ok, detail = outcome if isinstance(outcome, tuple) else (True, outcome)
+        checks.append(Check(name, ok, detail))
     return checks

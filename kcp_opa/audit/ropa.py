@@ -37,8 +37,20 @@ ARTICLE_6 = {
     "legitimate_interests": "Art. 6(1)(f) legitimate interests",
 }
 RISK_BY_SENSITIVITY = {"public": "low", "internal": "low", "confidential": "medium", "restricted": "high"}
-#: The Article 9(2) condition a legal basis carries; special categories need one on top of Art. 6.
-ARTICLE_9 = {"explicit_consent": "Art. 9(2)(a) explicit consent"}
+#: The Article 9(2) conditions, by the value of ``compliance.article_9_condition``; special
+#: categories need one on top of the Art. 6 basis. ``legal_basis: explicit_consent`` carries (a).
+ARTICLE_9 = {
+    "explicit_consent": "Art. 9(2)(a) explicit consent",
+    "employment_social_security": "Art. 9(2)(b) employment, social security and social protection law",
+    "vital_interests": "Art. 9(2)(c) vital interests, data subject incapable of consent",
+    "not_for_profit_body": "Art. 9(2)(d) legitimate activities of a not-for-profit body",
+    "made_public_by_data_subject": "Art. 9(2)(e) manifestly made public by the data subject",
+    "legal_claims": "Art. 9(2)(f) legal claims or judicial acts",
+    "substantial_public_interest": "Art. 9(2)(g) substantial public interest",
+    "health_or_social_care": "Art. 9(2)(h) preventive or occupational medicine, health or social care",
+    "public_health": "Art. 9(2)(i) public health",
+    "archiving_research_statistics": "Art. 9(2)(j) archiving, scientific or historical research, statistics",
+}
 NOT_APPLICABLE = "not applicable (no special categories)"
 
 
@@ -107,18 +119,23 @@ def build_ropa(manifests: Sequence[Manifest]) -> dict[str, Any]:
             transfer: bool | str = NOT_DECLARED if residency is None else any(r not in EEA for r in residency)
             special = isinstance(personal, list) and bool(set(personal) & SPECIAL_CATEGORIES)
             risk = "high" if special else RISK_BY_SENSITIVITY.get(str(unit.get("sensitivity")), NOT_DECLARED)
-            article_9 = ARTICLE_9.get(str(basis), NOT_DECLARED) if special else NOT_APPLICABLE
+            condition = compliance.get("article_9_condition") or (basis if basis == "explicit_consent" else None)
+            article_9 = ARTICLE_9.get(str(condition), NOT_DECLARED) if special else NOT_APPLICABLE
             if article_9 == NOT_DECLARED:
                 warnings.append(
                     f"{where}: special categories ({', '.join(sorted(set(personal) & SPECIAL_CATEGORIES))}) under "
-                    f"legal basis {basis or NOT_DECLARED!r} with no Article 9(2) condition (e.g. explicit_consent)"
+                    f"legal basis {basis or NOT_DECLARED!r} with no Article 9(2) condition "
+                    "(declare compliance.article_9_condition, e.g. employment_social_security for 9(2)(b))"
                 )
+            controller = ((unit.get("trust") or {}).get("provenance") or {}).get("publisher")
+            if not controller:
+                warnings.append(f"{where}: no controller: declare trust.provenance.publisher in the manifest")
             if effective.fields["access"].source == DEFAULT:
                 warnings.append(f"{where}: access not declared; recipients recorded as '{NOT_DECLARED}'")
             records.append(
                 {
                     "activity": where,
-                    "controller": ((unit.get("trust") or {}).get("provenance") or {}).get("publisher") or NOT_DECLARED,
+                    "controller": controller or NOT_DECLARED,
                     "purpose": unit.get("intent") or NOT_DECLARED,
                     "personal_data_categories": personal,
                     "special_categories": special,
@@ -173,7 +190,7 @@ def to_markdown(ropa: Mapping[str, Any]) -> str:
             f"| Article 9 condition | {record['article_9_condition']} |",
             f"| recipients | {'; '.join(record['recipients'])} |",
             f"| residency | {', '.join(record['data_residency']) if isinstance(record['data_residency'], list) else record['data_residency']} |",  # noqa: E501
-            f"| third-country transfer | {record['third_country_transfer']} |",
+            f"| third-country transfer | {_shown(record['third_country_transfer'])} |",
             f"| risk | {record['risk']} |",
             f"| security measures | {'; '.join(record['security_measures'])} |",
         ]
@@ -194,7 +211,14 @@ def to_text(ropa: Mapping[str, Any]) -> str:
         for key, value in record.items():
             if key in ("activity", "source"):
                 continue
-            shown = "; ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            shown = "; ".join(_shown(v) for v in value) if isinstance(value, list) else _shown(value)
             lines.append(f"  {key.replace('_', ' '):<26} {shown}")
         lines.append(f"  {'source':<26} {record['source']['manifest']}: {record['source']['path']}")
     return "\n".join(lines) + "\n"
+
+
+def _shown(value: Any) -> str:
+    """A value as a reader writes it: yes/no, never Python's True/False."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)

@@ -20,6 +20,7 @@ from kcp_opa.authoring.casecontext import case_input, case_sources
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, check_case, decision_trace
 from kcp_opa.authoring.regotest import CoverageMerger
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import Decision
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
@@ -127,12 +128,20 @@ def run_cases(
         gates: dict[str, Gate] = {}
         ledgers: dict[str, Gate] = {}
         opa: dict[str, Any] = {}
+        broken: dict[str, str] = {}  # deployment -> the first case that reported why it does not compile
         for case in cases:
+            if case.deployment in broken:
+                run.results.append(CaseResult(case, None, [], error=f"not run: see case {broken[case.deployment]}"))
+                continue
             try:
                 if case.deployment not in gates:
                     base = deployments / case.deployment
                     out = Path(tmp) / f"{case.deployment}.tar.gz"
-                    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out)
+                    try:
+                        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out)
+                    except KcpOpaError as exc:
+                        broken[case.deployment] = case.case_id
+                        raise KcpOpaError(f"deployment {case.deployment!r} does not compile: {exc}") from None
                     gates[case.deployment] = Gate.from_bundle(out)
                     if opa_available:
                         opa[case.deployment] = _opa_engine(gates[case.deployment])
@@ -157,6 +166,8 @@ def run_cases(
                 if decision.engine_error:
                     problems.append(f"engine error: {decision.engine_error}")
                 run.results.append(CaseResult(case, decision, problems, divergent))
+            except KcpOpaError as exc:  # the user's mistake, worded for them
+                run.results.append(CaseResult(case, None, [], error=str(exc)))
             except Exception as exc:  # a case that cannot run is an error, never a crash
                 run.results.append(CaseResult(case, None, [], error=f"{type(exc).__name__}: {exc}"))
         for engine in opa.values():

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kcp_opa.authoring.regosyntax import syntax_problems
 from kcp_opa.authoring.regotest import OPA_ONLY, regopy_child
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 
@@ -81,8 +82,14 @@ def _line_of(source: str, offset: int) -> int:
 
 def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None = None) -> list[CheckFinding]:
     findings: list[CheckFinding] = []
+    broken = syntax_problems(modules)
+    for problem in broken:  # a parse error is named as one, never as a regopy abort
+        column = f"column {problem.column}, " if problem.column else ""
+        message = f"{problem.message} ({column}{problem.engine} parser)"
+        findings.append(CheckFinding(problem.file, problem.line, "error", "syntax_error", message))
     findings += _opa_compile(modules)
-    findings += _regopy_compile(modules)
+    if not broken:  # regopy's child dies on a parse error: that is no planning abort
+        findings += _regopy_compile(modules)
     findings += _lint(modules, data or {})
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
 

@@ -22,7 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-OPA_ONLY = "# kcp-opa: engines=opa"
+from kcp_opa.authoring.regosyntax import OPA_ONLY as OPA_ONLY
+from kcp_opa.authoring.regosyntax import syntax_problems
+
 _PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
 _RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)
 CHILD_TIMEOUT_S = 300
@@ -72,6 +74,7 @@ class EngineResult:
 class TestResult:
     test: RegoTest
     engines: dict[str, EngineResult] = field(default_factory=dict)
+    explain: list[str] = field(default_factory=list)  # kcp-opa test --explain (regoexplain.py)
 
     @property
     def divergent(self) -> bool:
@@ -362,6 +365,15 @@ def run_tests(
     wanted = set(engines)
     combined = {t.name: TestResult(t) for t in tests}
     coverage_report = None
+    broken = syntax_problems(modules, wanted) if tests else []
+    if broken:  # nothing runs: every test names the parse error (its own file's) on each engine
+        for held in combined.values():
+            for engine in sorted(wanted):
+                own = [str(p) for p in broken if p.engine == engine and p.file == held.test.file]
+                others = sorted({p.file for p in broken if p.file != held.test.file})
+                detail = "; ".join(own) or f"not run: {', '.join(others)} does not parse"
+                held.engines[engine] = EngineResult(Outcome.ERROR, detail)
+        return list(combined.values()), None
     if "regopy" in wanted:
         for name, result in run_regopy(modules, tests).items():
             combined[name].engines["regopy"] = result

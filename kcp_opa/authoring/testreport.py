@@ -47,6 +47,7 @@ def to_dict(tests: Sequence[TestResult], cases: CaseRun | None, coverage: Mappin
                 "outcome": r.outcome.value,
                 "divergent": r.divergent,
                 "engines": {k: {"outcome": v.outcome.value, "detail": v.detail} for k, v in r.engines.items()},
+                **({"explain": r.explain} if r.explain else {}),
             }
             for r in tests
         ],
@@ -131,19 +132,24 @@ def print_report(
 ) -> None:
     for result in tests:
         state = result.outcome.value
-        if verbose or state in {"FAIL", "ERROR"}:
+        if verbose or state in {"FAIL", "ERROR"} or result.explain:
             line = f"[{_STYLE[state]}]{state:5s}[/] {result.test.name} ({result.test.file}:{result.test.line})"
             console.print(line + (" [red]engines disagree[/]" if result.divergent else ""))
             if state != "PASS" or verbose:
                 for engine, r in result.engines.items():
                     if r.detail:
                         console.print(f"        {engine}: {r.detail}", markup=False)
+        if result.explain:
+            console.print("        explain (traced on OPA):", markup=False)
+            for line in result.explain:
+                console.print(f"          {line}", markup=False, highlight=False)
     counts = {o.value: sum(1 for r in tests if r.outcome is o) for o in Outcome}
-    console.print(
-        f"Rego tests: {len(tests)}  "
-        + "  ".join(f"[{_STYLE[k]}]{k} {v}[/]" for k, v in counts.items() if v)
-        + f"  divergent {sum(r.divergent for r in tests)}"
-    )
+    if tests or cases is None:  # --cases-only runs none: no "Rego tests: 0" line
+        console.print(
+            f"Rego tests: {len(tests)}  "
+            + "  ".join(f"[{_STYLE[k]}]{k} {v}[/]" for k, v in counts.items() if v)
+            + f"  divergent {sum(r.divergent for r in tests)}"
+        )
     if cases is not None:
         metrics = cases.metrics()
         for case_id in metrics["false_allows"]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from kcp_opa.cli.analysis import cases_group, diff_command, prove_command
 from kcp_opa.cli.audit import audit, ropa
 from kcp_opa.cli.auditcase import audit_case, audit_report
 from kcp_opa.cli.authoring import check, mutate_command, test_command
@@ -73,6 +74,9 @@ COMMANDS = (
     mutate_command,
     check,
     generate,
+    prove_command,
+    diff_command,
+    cases_group,
     ropa,
     audit,
     serve_group(serve),

@@ -34,17 +34,21 @@ from kcp_opa.trail.ledger import verify_ledger
     "--format",
     "fmt",
     type=click.Choice(["json", "markdown", "text"]),
-    default="json",
-    show_default=True,
-    help="json for tools, markdown for a wiki or a ticket, text for a terminal (values never cut).",
+    default=None,
+    help="json for tools, markdown for a wiki or a ticket, text for a terminal (values never cut). "
+    "Default: text on a terminal, json when piped.",
 )
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here instead of stdout.")
 @MAX_BYTES
-def ropa(manifests: Sequence[Path], fmt: str, output: Path | None, max_bytes: int) -> None:
+def ropa(manifests: Sequence[Path], fmt: str | None, output: Path | None, max_bytes: int) -> None:
     """GDPR Article 30 records of processing from KCP manifests (one record per personal-data unit).
 
-    Units missing a field get "not declared" and a warning on stderr, never a silent gap.
+    The controller is the manifest's trust.provenance.publisher; special categories need
+    compliance.article_9_condition (any Art. 9(2) condition, docs/auditing.md). Units missing a
+    field get "not declared" and a warning on stderr, never a silent gap.
     """
+    if fmt is None:
+        fmt = "json" if output is not None or as_json(None) else "text"
     loaded = [load_manifest(path, max_bytes=max_bytes) for path in manifests]
     records = build_ropa(loaded)
     renderers = {"markdown": to_markdown, "text": to_text}
@@ -87,12 +91,24 @@ def _expect_head(ctx: click.Context, param: click.Parameter, value: str | None) 
     type=click.Path(path_type=Path, dir_okay=False),
     help="The writer's keys (public ones suffice): checkpoints and every entry's writer signature are checked.",
 )
+@click.option(
+    "--writer",
+    metavar="KID",
+    help="The writer kid the ledger must be bound to (its header names it, it signs every entry). Needs --keyring.",
+)
+@click.option(
+    "--allow-unbound",
+    is_flag=True,
+    help="With --keyring, accept a ledger whose header names no writer (only its chain and anchors are checked).",
+)
 @click.option("--expect-head", callback=_expect_head, metavar="SEQ:HASH", help="The chain must contain this entry.")
 @FORMAT
 def audit_verify(
     ledger: Path,
     checkpoints: Sequence[Path],
     keyring_path: Path | None,
+    writer: str | None,
+    allow_unbound: bool,
     expect_head: tuple[int, str] | None,
     fmt: str | None,
 ) -> None:
@@ -101,9 +117,14 @@ def audit_verify(
     Prints the head it verified (SEQ:HASH): keep it, or a signed `audit checkpoint`, off-box;
     with --checkpoint/--expect-head a later cut, re-chained tail or regenerated file is caught.
     With --keyring, a ledger whose writer signs its entries has each signature checked: an
-    entry appended without the writer's key is reported as a foreign entry. An empty ledger
-    is not ok.
+    entry appended without the writer's key is reported as a foreign entry. With --keyring
+    the ledger must be bound to a writer (to --writer's, if given): a header without
+    `entry_auth`, or no header, fails unless --allow-unbound. An empty ledger is not ok.
     """
+    if writer is not None and keyring_path is None:
+        raise click.UsageError("--writer needs --keyring (the writer's public key)")
+    if writer is not None and allow_unbound:
+        raise click.UsageError("--writer and --allow-unbound contradict each other")
     keyring = load_keyring(keyring_path) if keyring_path is not None else None
     anchors, ledger_id = _anchors(checkpoints, keyring)
     if expect_head is not None:
@@ -111,7 +132,9 @@ def audit_verify(
     conflicting = {seq for seq, digest in anchors if dict(anchors)[seq] != digest}
     if conflicting:
         fail(f"the anchors disagree about seq {min(conflicting)}", EXIT_INVALID)
-    report = verify_ledger(ledger, anchors=anchors, ledger_id=ledger_id, keyring=keyring)
+    report = verify_ledger(
+        ledger, anchors=anchors, ledger_id=ledger_id, keyring=keyring, writer=writer, allow_unbound=allow_unbound
+    )
     document = {
         "ledger": str(ledger),
         "ok": report.ok,
@@ -134,6 +157,8 @@ def audit_verify(
             out.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact{anchored}, head {report.head}")
             if report.writer is not None and not report.authenticated:
                 out.print(f"[yellow]note[/] entries are signed by writer {report.writer}: give --keyring to check them")
+            if report.writer is None:
+                out.print("[yellow]warning[/] unbound: the header names no writer key; no entry is authenticated")
         for problem in report.problems:
             verified = f"{report.entries} entries verified before it"
             out.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
@@ -171,19 +196,30 @@ def _anchors(checkpoints: Sequence[Path], keyring: Keyring | None) -> tuple[list
     help="Keyring whose signing key (Ed25519 or HMAC via secret_env) signs the checkpoint.",
 )
 @signing_key_option()
+@click.option(
+    "--allow-unbound",
+    is_flag=True,
+    help="Sign the chain head of a ledger whose header names no writer (its entries are not authenticated).",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not stdout.")
-def audit_checkpoint(ledger: Path, keyring_path: Path | None, signing_key: str | None, output: Path | None) -> None:
+def audit_checkpoint(
+    ledger: Path, keyring_path: Path | None, signing_key: str | None, allow_unbound: bool, output: Path | None
+) -> None:
     """Sign the head of a verified ledger (ledger_id, seq, entry_hash, time) for off-box keeping.
 
-    Refused (exit 1) when the ledger does not verify: a broken chain is never vouched for, nor
-    a ledger whose writer signs its entries when one of them does not verify with this keyring.
+    Only the writer's own ledger is signed, as the writer itself would extend it: the header
+    must name the signing key and every entry must carry its signature. Refused (exit 1)
+    otherwise, and when the chain is broken. --allow-unbound signs the chain head of a ledger
+    whose header names no writer (never one bound to another key).
     """
     key = signer_from(signing_key, keyring_path)
-    keyring = load_keyring(keyring_path) if keyring_path is not None else Keyring({key.kid: key})
-    report = verify_ledger(ledger, keyring=keyring)
+    keyring = Keyring({key.kid: key})
+    # with --allow-unbound a bound ledger is still checked against this key alone (kid and signatures)
+    writer = None if allow_unbound else key.kid
+    report = verify_ledger(ledger, keyring=keyring, writer=writer, allow_unbound=allow_unbound)
     if not report.ok:
         problem = report.problems[0]
-        fail(f"{ledger}:{problem.line}: {problem.message}; not signing a broken ledger", EXIT_INVALID)
+        fail(f"{ledger}:{problem.line}: {problem.message}; not signing it", EXIT_INVALID)
     checkpoint = make_checkpoint(report.ledger_id, report.head_seq, report.head_hash, key)
     text = json.dumps(checkpoint, indent=2, sort_keys=True) + "\n"
     if output is not None:

@@ -17,6 +17,7 @@ from kcp_opa.audit.casecheck import verify_case
 from kcp_opa.audit.report import render_html
 from kcp_opa.audit.summary import entries_by_decision, summarize
 from kcp_opa.cli import render
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.signing import load_keyring
@@ -35,7 +36,7 @@ class _CaseGroup(click.Group):
 def audit_case() -> None:
     """A decision case file: `audit case LEDGER DECISION_ID -o DIR`, then `audit case verify DIR`.
 
-    The case holds every entry of the decision, the ledger segment to a signed checkpoint, the
+    The case holds every entry of the decision, the ledger from seq 1 to a signed checkpoint, the
     archived inputs, the bundle, the trust registry, each signed attestation with its issuer's
     key, and (given --receipt) the receipt: verify proves it offline, one line per check.
     """
@@ -67,6 +68,7 @@ def audit_case() -> None:
 @click.option(
     "--receipt-keyring", type=click.Path(path_type=Path, dir_okay=False), help="The keyring that verifies it."
 )
+@verification_options
 def audit_case_gather(
     ledger: Path,
     decision_id: str,
@@ -77,6 +79,8 @@ def audit_case_gather(
     checkpoints: Sequence[Path],
     receipt_path: Path | None,
     receipt_keyring: Path | None,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
 ) -> None:
     receipt = json.loads(receipt_path.read_text(encoding="utf-8")) if receipt_path is not None else None
     document = build_case(
@@ -89,6 +93,7 @@ def audit_case_gather(
         checkpoints=checkpoints,
         receipt=receipt,
         receipt_keyring=load_keyring(receipt_keyring) if receipt_keyring is not None else None,
+        verification=verification_of(verification_keys, verification_scope),
     )
     anchored = f"anchored at seq {document['checkpoint_seq']}"
     click.echo(f"wrote {output}: {len(document['seqs'])} entries of {decision_id}, {anchored}")
@@ -98,17 +103,51 @@ def audit_case_gather(
 @click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--trust", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the registry you hold.")
 @click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the checkpoint keys you hold.")
+@click.option(
+    "--receipt-keyring", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the receipt keys you hold."
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A newer signed checkpoint you hold: a case cut before it fails.",
+)
+@click.option("--expect-head", type=click.IntRange(min=1), help="The head seq you know the ledger reached.")
 @click.option("--no-opa", is_flag=True, help="Skip the OPA replay (regopy only); the case is then not fully proved.")
+@verification_options
 @FORMAT
-def audit_case_verify(directory: Path, trust: Path | None, keyring: Path | None, no_opa: bool, fmt: str | None) -> None:
-    """Prove a case offline: one line per check; exit 1 on any failure."""
-    checks = verify_case(directory, trust=trust, keyring=keyring, with_opa=not no_opa)
+def audit_case_verify(
+    directory: Path,
+    trust: Path | None,
+    keyring: Path | None,
+    receipt_keyring: Path | None,
+    checkpoint: Path | None,
+    expect_head: int | None,
+    no_opa: bool,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+    fmt: str | None,
+) -> None:
+    """Prove a case offline: one line per check; exit 1 on any failure.
+
+    A check that ran only against what the case itself supplies (an unpinned receipt key, no
+    newer anchor) prints as `warn`: not a failure, and not a proof.
+    """
+    checks = verify_case(
+        directory,
+        trust=trust,
+        keyring=keyring,
+        with_opa=not no_opa,
+        receipt_keyring=receipt_keyring,
+        checkpoint=checkpoint,
+        expect_head=expect_head,
+        verification=verification_of(verification_keys, verification_scope),
+    )
     ok = all(check.ok is not False for check in checks)
     if as_json(fmt):
         render.print_json({"ok": ok, "case": str(directory), "checks": [c.to_dict() for c in checks]})
     else:
         for check in checks:
-            mark = {True: "ok  ", False: "FAIL", None: "n/a "}[check.ok]
+            mark = "warn" if check.warning else {True: "ok  ", False: "FAIL", None: "n/a "}[check.ok]
             click.echo(f"{mark} {check.name:<21} {check.detail}")
         click.echo(f"{'ok' if ok else 'FAILED'}: case {directory}")
     if not ok:

@@ -16,6 +16,7 @@ from kcp_opa.authoring.caserun import CaseRun, run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.authoring.policycheck import CheckFinding, check_modules
 from kcp_opa.authoring.policytree import load_modules, load_selection, policy_root
+from kcp_opa.authoring.regoexplain import explain_results
 from kcp_opa.authoring.regotest import Outcome, TestResult, discover, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
@@ -23,6 +24,7 @@ from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, consol
 from kcp_opa.compile.bundle import read_bundle, write_atomically
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR, GENERATED
 from kcp_opa.compile.evaluatorgen import stale as union_stale
+from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, SourceUnreadableError
 
 #: Files whose change re-runs `kcp-opa test --watch`, and how often to look.
@@ -49,8 +51,14 @@ WATCH_INTERVAL_S = 1.0
     show_default=True,
     help="Where each case's deployment (knowledge.yaml, matrix.yaml) lives.",
 )
-@click.option("--no-cases", is_flag=True, help="Rego tests only.")
+@click.option("--rego-only", "--no-cases", "no_cases", is_flag=True, help="Rego tests only, no decision cases.")
+@click.option("--cases-only", is_flag=True, help="Decision cases only, no Rego tests (a deployment's own cases).")
 @click.option("--coverage", is_flag=True, help="Report policy line coverage (OPA reference engine).")
+@click.option(
+    "--explain",
+    type=click.Choice(["fails", "full"]),
+    help="Show each failing expression with its values (fails), or every evaluated one (full); traced on OPA.",
+)
 @click.option("--threshold", type=click.FloatRange(0, 100), help="With --coverage: fail below this percentage.")
 @click.option(
     "--fail-on-false-allow/--no-fail-on-false-allow",
@@ -75,7 +83,9 @@ def test_command(
     cases_dir: Path | None,
     deployments_dir: Path,
     no_cases: bool,
+    cases_only: bool,
     coverage: bool,
+    explain: str | None,
     threshold: float | None,
     fail_on_false_allow: bool,
     fmt: str | None,
@@ -93,15 +103,22 @@ def test_command(
       kcp-opa test policies/                        # tests + fixtures/cases + metrics
       kcp-opa test policies/ --coverage --threshold 90 --junit report.xml
       kcp-opa test policies/ --run residency -v
+      kcp-opa test my/policies --rego-only --explain fails   # the failing expression and its values
+      kcp-opa test policies/ --cases my/cases --deployments my/deployments --cases-only
       kcp-opa test policies/kcp/evaluators/ --watch   # one folder's tests, again on every save
     """
-    targets = list(paths) or [Path("policies")]
+    targets = list(paths) or [default_policies()]
     wanted = tuple(e.strip() for e in engines.split(",") if e.strip())
     unknown = set(wanted) - {"regopy", "opa"}
     if unknown or not wanted:
         raise click.BadParameter(f"unknown engine(s) {', '.join(sorted(unknown)) or '(none)'}", param_hint="--engines")
     directory = cases_dir or (Path("fixtures/cases") if Path("fixtures/cases").is_dir() else None)
-    run = TestRun(targets, wanted, run_regex, directory, cases_dir is not None, deployments_dir, no_cases, coverage)
+    if no_cases and cases_only:
+        raise click.BadParameter("--rego-only and --cases-only exclude each other", param_hint="--cases-only")
+    run = TestRun(
+        targets, wanted, run_regex, directory, cases_dir is not None, deployments_dir, no_cases, coverage, cases_only,
+        explain,
+    )  # fmt: skip
 
     def once() -> bool:
         # --threshold applies with --coverage only, as it always has.
@@ -134,6 +151,8 @@ class TestRun:
     deployments_dir: Path
     no_cases: bool
     coverage: bool
+    cases_only: bool = False
+    explain: str | None = None
 
     def execute(self) -> tuple[list[TestResult], CaseRun | None, dict[str, Any] | None]:
         try:
@@ -141,8 +160,13 @@ class TestRun:
         except (OSError, UnicodeDecodeError) as exc:
             raise SourceUnreadableError(str(self.targets[0]), f"cannot read policies: {exc}") from None
         tests = discover(modules, self.run_regex)
-        with status(f"{len(tests)} Rego tests on {' and '.join(self.engines)}"):
-            results, test_coverage = run_tests(modules, tests, self.engines, coverage=self.coverage)
+        results: list[TestResult] = []
+        test_coverage = None
+        if not self.cases_only:
+            with status(f"{len(tests)} Rego tests on {' and '.join(self.engines)}"):
+                results, test_coverage = run_tests(modules, tests, self.engines, coverage=self.coverage)
+            if self.explain:
+                explain_results(modules, results, self.explain)
         case_run = None
         policy_dirs = [t for t in self.targets if t.is_dir()]
         if root is not None:
@@ -217,7 +241,7 @@ def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | N
 
     Exit 1 on any error (or, with --strict, any warning); 0 otherwise.
     """
-    targets = list(paths) or [Path("policies")]
+    targets = list(paths) or [default_policies()]
     try:
         modules = load_modules(targets)
     except (OSError, UnicodeDecodeError) as exc:
@@ -322,9 +346,18 @@ def mutate_command(
     from kcp_opa.authoring.mutate_report import junit_xml as mutate_junit
     from kcp_opa.authoring.mutate_report import to_dict as mutate_dict
 
-    targets = list(paths) or [Path("policies")]
+    targets = list(paths) or [default_policies()]
     policy_dirs = [t for t in targets if t.is_dir()]
     if not policy_dirs:
+        files = [t for t in targets if t.is_file()]
+        if files:
+            first = files[0]
+            root = Path(first.parts[0]) if not first.is_absolute() and len(first.parts) > 1 else first.parent
+            raise click.BadParameter(
+                f"give the policy directory, not a file; to mutate only {files[0]}, run: "
+                f"kcp-opa mutate {root} --only {re.escape(files[0].name)}",
+                param_hint="PATHS",
+            )
         raise click.BadParameter("give the policy directory (e.g. policies)", param_hint="PATHS")
     try:
         modules = load_modules(policy_dirs[:1])

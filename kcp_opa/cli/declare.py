@@ -14,6 +14,7 @@ from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, signing_of, signing_options, verification_options
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.compiler import compile_bundle, default_output
+from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError
 from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
@@ -21,7 +22,8 @@ from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import load_manifest_key, verify_manifest
 from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
-from kcp_opa.declare.matrix import validate_matrix
+from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
+from kcp_opa.declare.matrixcoverage import coverage_gaps
 from kcp_opa.declare.trust import TRUST_KIND_NAME, validate_trust
 from kcp_opa.declare.yamlsource import read_bounded
 
@@ -49,6 +51,10 @@ def validate(
 ) -> None:
     """Validate KCP manifests (and delegation matrices and trust registries, recognised by their `kind`).
 
+    Given a manifest with its matrix, every data category and sensitivity the manifest declares
+    that no matrix row covers is a warning (matrix_not_covered: each action on it would be
+    denied); --strict makes it an error.
+
     Every finding names the file, the YAML path and the line. A declared manifest hash is
     checked, and a declared signature too when --manifest-key is given. Exit 0 when all are
     valid, 1 when one is invalid, 2 when a file cannot be read.
@@ -61,6 +67,7 @@ def validate(
             reports.append(_with_integrity(path, _validate_one(path, max_bytes), keys, max_bytes))
         except KcpOpaError as exc:
             unreadable.append(str(exc))
+    reports = _with_coverage(reports)
     if as_json(fmt):
         payload = [r.to_dict() for r in reports]
         render.print_json(payload[0] if len(files) == 1 and payload else payload)
@@ -72,6 +79,19 @@ def validate(
         sys.exit(EXIT_USAGE)
     if any(not r.valid or (strict and r.warnings) for r in reports):
         sys.exit(EXIT_INVALID)
+
+
+def _with_coverage(reports: list[Report[Any]]) -> list[Report[Any]]:
+    """Given manifests and matrices together, each manifest also reports what no matrix row covers."""
+    matrices = [r.document for r in reports if isinstance(r.document, DelegationMatrix)]
+    if not matrices:
+        return reports
+    return [
+        replace(r, diagnostics=(*r.diagnostics, *coverage_gaps(r.document, matrices)))
+        if isinstance(r.document, Manifest)
+        else r
+        for r in reports
+    ]
 
 
 def _validate_one(path: Path, max_bytes: int) -> Report[Any]:
@@ -152,9 +172,8 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
 @click.option(
     "--policies",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("policies"),
-    show_default=True,
-    help="Directory of .rego modules (*_test.rego files are left out of the bundle).",
+    help="Directory of .rego modules (*_test.rego files are left out of the bundle) "
+    "[default: ./policies if present, else the policies shipped with kcp-opa].",
 )
 @click.option(
     "-o",
@@ -178,7 +197,7 @@ def compile_command(
     manifests: Sequence[Path],
     matrix: Path,
     trust: Path | None,
-    policies: Path,
+    policies: Path | None,
     output: Path | None,
     revision: str | None,
     policy_version: str | None,
@@ -205,7 +224,7 @@ def compile_command(
     result = compile_bundle(
         manifests,
         matrix,
-        policies,
+        policies or default_policies(),
         target,
         revision=revision,
         policy_version_override=policy_version,

@@ -32,7 +32,7 @@ def _handlers(path: Path | None) -> dict[str, Any]:
     spec = raw.get("handlers") if isinstance(raw, dict) else None
     if not isinstance(spec, dict):
         raise ServeConfigError(f'{path}: expected {{"handlers": {{"name": "module:function"}}}}')
-    return load_handlers(spec)
+    return load_handlers(spec, base=path.resolve().parent)
 
 
 def _token_hashes(path: Path | None) -> dict[str, str]:
@@ -113,7 +113,8 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
     "--handlers",
     "handlers_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help='JSON file {"handlers": {"name": "module:function"}} that execute_authorized_action may run.',
+    help='JSON file {"handlers": {"name": "module:function"}} that execute_authorized_action may run: '
+    "each fn(action), imported from the file's directory or PYTHONPATH and checked at start.",
 )
 @click.option(
     "--token-env",
@@ -247,6 +248,8 @@ def serve(
         ledger_key=load_signing_key(ledger_key) if ledger_key is not None else None,
     )
 
+    _say_unsignable(service)
+
     def make_authenticator(loaded: Any, data: Any) -> Any:
         """The callers: the tokens file re-read and resolved in the (re)loaded registry."""
         if loaded is None:
@@ -290,6 +293,19 @@ def serve(
             _serve_http(service, authenticator, host, port, reloader)
     finally:
         _checkpoint_on_exit(service)
+
+
+def _say_unsignable(service: Any) -> None:
+    """At start, the controls no --issuer-id may sign (their challenges could never be answered)."""
+    loaded = service.loaded
+    if loaded.registry is None or loaded.issuers is None:
+        return
+    for control, could in loaded.issuers.unsignable(loaded.registry).items():
+        click.echo(
+            f"kcp-opa: warning: no --issuer-id may sign {control}: answers to its challenges are refused "
+            f"issuer_not_allowed (add --issuer-id {' or '.join(could)} with its key in the issuer keyring)",
+            err=True,
+        )
 
 
 def _checkpoint_on_exit(service: Any) -> None:

@@ -29,6 +29,15 @@ class PolicyModule:
     evaluators: dict[str, str] = field(default_factory=dict)
 
 
+def default_policies() -> Path:
+    """``./policies`` when the current directory has one (the repository, a fork of the policies),
+    else the policies shipped inside the installed package, so ``compile`` works anywhere."""
+    local = Path("policies")
+    if local.is_dir():
+        return local
+    return Path(__file__).resolve().parent.parent / "policies"
+
+
 def collect_policies(directory: Path) -> list[PolicyModule]:
     """Every ``*.rego`` under ``directory`` except tests, in a fixed order."""
     if not directory.is_dir():

@@ -70,6 +70,10 @@ class EngineLoadError(BundleError):
     """regopy cannot load, plan or safely host a bundle's policies."""
 
 
+class AnalysisError(KcpOpaError):
+    """prove/diff/pin cannot run: unreadable invariants, a ledger without that decision..."""
+
+
 class BundleSignatureError(BundleError):
     """A bundle's ``.signatures.json`` does not hold for the keys and scope configured; ``code`` says how."""
 

@@ -234,6 +234,10 @@ def _schema_message(error: Any) -> str:
         return str(error.message).replace("is a required property", "is required")
     if error.validator == "maxItems":
         return f"has {len(error.instance)} items; at most {error.validator_value} are allowed"
+    if error.validator in ("minLength", "maxLength") and isinstance(error.instance, str):
+        bound = "at least {} are required" if error.validator == "minLength" else "at most {} are allowed"
+        shown = repr(error.instance) if len(error.instance) <= 60 else repr(error.instance[:57]) + "..."
+        return f"{shown} has {len(error.instance)} characters; {bound.format(error.validator_value)}"
     return str(error.message)
 
 

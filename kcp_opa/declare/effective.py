@@ -227,6 +227,7 @@ def _compliance(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, S
         None if fields.value is None else sorted(set(fields.value)), fields.source
     )
     out["compliance.legal_basis"] = _inherit(root, unit, "legal_basis", None)
+    out["compliance.article_9_condition"] = _inherit(root, unit, "article_9_condition", None)
     return out
 
 

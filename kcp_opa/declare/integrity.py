@@ -2,7 +2,8 @@
 before a manifest compiles, so a bundle is never built from a manifest its publisher did not sign.
 
 The spec does not define the "canonical manifest bytes" nor where the detached JWS lives
-(docs/kcp-spec-digest.md §5); kcp-opa's rules (docs/manifest-rules.md, "Content integrity"):
+(docs/kcp-spec-digest.md, "Where the spec leaves a choice"); kcp-opa's rules (docs/manifest-rules.md,
+"Content integrity"):
 
 - ``manifest_hash``: the digest of the manifest file's raw bytes with the declared hex ``value``
   removed (the publisher hashes the file with ``value: ""`` and then fills the value in). The

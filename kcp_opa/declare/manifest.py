@@ -233,6 +233,13 @@ def _check_calendar_date(value: str, path: tuple[PathPart, ...], findings: Findi
         findings.error("bad_date", f"{value!r} is not a calendar date (YYYY-MM-DD)", path)
 
 
+_UNKNOWN_CODES = {
+    "regulations": "unknown_regulation",
+    "restrictions": "unknown_restriction",
+    "data_categories": "unknown_data_category",
+}
+
+
 def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
     vocabularies: tuple[tuple[str, Sequence[str]], ...] = (
         ("regulations", vocab.REGULATIONS),
@@ -241,10 +248,14 @@ def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], f
     for key, known in vocabularies:
         for index, value in _items(block.get(key)):
             if isinstance(value, str) and value not in known:
+                effect = (
+                    "; unless the delegation matrix lists it, every action on the unit is DENY matrix_not_covered"
+                    if key == "data_categories"
+                    else " and is ignored by the policies"
+                )
                 findings.warn(
-                    f"unknown_{key.rstrip('s')}",
-                    f"{key} value {value!r} is not known to kcp-opa and is ignored by the "
-                    f"policies{did_you_mean(value, known)}",
+                    _UNKNOWN_CODES[key],
+                    f"{key} value {value!r} is not known to kcp-opa{did_you_mean(value, known)}{effect}",
                     (*here, key, index),
                 )
     residency = block.get("data_residency")

@@ -171,10 +171,10 @@ def _compose(text: str, file: str) -> Node:
         node: Node | None = composer.get_single_node()
     except yaml.composer.ComposerError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        raise SourceError(file, f"not YAML: {exc.problem or exc}", line) from None
+        raise SourceError(file, f"not YAML: {exc.problem or exc}{_where(exc, text)}", line) from None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        raise SourceError(file, f"not YAML: {exc.problem or exc.context}", line) from None
+        raise SourceError(file, f"not YAML: {exc.problem or exc.context}{_where(exc, text)}", line) from None
     except yaml.YAMLError as exc:
         raise SourceError(file, f"not YAML: {str(exc).splitlines()[0]}") from None
     finally:
@@ -185,6 +185,21 @@ def _compose(text: str, file: str) -> Node:
         raise SourceError(file, "empty document")
     assert isinstance(node, Node)
     return node
+
+
+def _where(exc: yaml.MarkedYAMLError, text: str) -> str:
+    """The column and an excerpt of the line the parser stopped on (or, past the end of the
+    file, of the line where the unclosed construct began), so the mistake can be found."""
+    lines = text.splitlines()
+    marks = [m for m in (exc.problem_mark, exc.context_mark) if m is not None]
+    for mark in marks:
+        if mark.line < len(lines) and lines[mark.line].strip():
+            excerpt = lines[mark.line].strip()
+            excerpt = excerpt if len(excerpt) <= 60 else excerpt[:57] + "..."
+            if mark is marks[0]:
+                return f" (column {mark.column + 1}: `{excerpt}`)"
+            return f" (it started at line {mark.line + 1}, column {mark.column + 1}: `{excerpt}`)"
+    return f" (column {marks[0].column + 1})" if marks else ""
 
 
 def _check_shape(root: Node, file: str) -> None:

@@ -7,7 +7,10 @@ of these by name, after the receipt is verified and consumed.
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from kcp_opa.core.errors import CodedError
@@ -54,9 +57,14 @@ def bound_handler(handlers: Mapping[str, Handler], name: str, action: Any) -> Ha
     return function
 
 
-def load_handlers(spec: Mapping[str, Any]) -> dict[str, Handler]:
+def load_handlers(spec: Mapping[str, Any], base: Path | None = None) -> dict[str, Handler]:
     """``{"name": "module:function"}`` (runs for ``requested_action`` ``name``) or
-    ``{"name": {"target": "module:function", "actions": ["execute_payment"]}}`` -> the callables."""
+    ``{"name": {"target": "module:function", "actions": ["execute_payment"]}}`` -> the callables,
+    each imported and checked now, at start: an importable module (``base``, the handlers file's
+    directory, comes first on the import path, then PYTHONPATH and the installed packages) and a
+    callable that takes one argument, the action (``fn(action) -> JSON value``)."""
+    if base is not None and str(base) not in sys.path:
+        sys.path.insert(0, str(base))
     handlers: dict[str, Handler] = {}
     for name, entry in spec.items():
         target: Any = entry
@@ -72,8 +80,21 @@ def load_handlers(spec: Mapping[str, Any]) -> dict[str, Handler]:
         try:
             found = getattr(importlib.import_module(module_name), attribute)
         except (ImportError, AttributeError) as exc:
-            raise CodedError(f"handler {name}: cannot import {target}: {exc}", "bad_handler") from None
+            where = f" (looked in {base}, then PYTHONPATH)" if base is not None else ""
+            raise CodedError(f"handler {name}: cannot import {target}: {exc}{where}", "bad_handler") from None
+        except Exception as exc:  # the module itself fails to load (a syntax error, an import-time error)
+            raise CodedError(
+                f"handler {name}: importing {module_name} failed: {type(exc).__name__}: {exc}", "bad_handler"
+            ) from None
         if not callable(found):
             raise CodedError(f"handler {name}: {target} is not callable", "bad_handler")
+        try:
+            inspect.signature(found).bind({})
+        except TypeError:
+            raise CodedError(
+                f"handler {name}: {target} must take one argument, the action (fn(action))", "bad_handler"
+            ) from None
+        except ValueError:
+            pass  # a builtin without a readable signature: called as fn(action) all the same
         handlers[str(name)] = BoundHandler(found, actions)
     return handlers

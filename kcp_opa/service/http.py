@@ -121,10 +121,10 @@ def _refused(exc: KcpOpaError) -> JSONResponse:
     return JSONResponse(payload, _STATUS.get(payload["code"], 422))
 
 
-async def read_capped(receive: Receive, declared: str | None) -> bytes:
-    """The request body, refused past :data:`MAX_BODY_BYTES` before more of it is read."""
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
-        raise CodedError(f"body is over {MAX_BODY_BYTES} bytes (Content-Length {declared[:20]})", "bad_request")
+async def read_capped(receive: Receive, declared: str | None, *, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body, refused past ``limit`` (:data:`MAX_BODY_BYTES`) before more of it is read."""
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise CodedError(f"body is over {limit} bytes (Content-Length {declared[:20]})", "bad_request")
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -132,8 +132,8 @@ async def read_capped(receive: Receive, declared: str | None) -> bytes:
             break
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise CodedError(f"body is over {MAX_BODY_BYTES} bytes", "bad_request")
+        if size > limit:
+            raise CodedError(f"body is over {limit} bytes", "bad_request")
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
@@ -273,8 +273,11 @@ def build_app(
     async def status(request: Request) -> Response:
         principal = principal_of(request)
         document = await anyio.to_thread.run_sync(lambda: service.status(principal, admin=False))
-        if reloader is not None and reloader.follower is not None and "path" in document["store"]:
-            document["bundle_source"] = reloader.follower.status()  # serve --bundle-source; admins only
+        if reloader is not None and reloader.follower is not None:  # serve --bundle-source
+            followed = reloader.follower.status()
+            if "path" not in document["store"]:  # not an admin: where the bundles come from is not shown
+                followed.pop("source", None)
+            document["bundle_source"] = followed
         return JSONResponse(document)
 
     async def challenge(request: Request) -> Response:

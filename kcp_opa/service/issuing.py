@@ -96,6 +96,17 @@ class ServiceIssuers:
                 return issuer_id, key
         return None
 
+    def unsignable(self, registry: TrustRegistry) -> dict[str, list[str]]:
+        """Each control some registry issuer may attest but none of the service's issuers may: an
+        answer to its challenge would be refused ``issuer_not_allowed``. Control -> the registry
+        issuers that could sign it (what ``--issuer-id`` would need)."""
+        gaps: dict[str, list[str]] = {}
+        for issuer_id, issuer in sorted(registry.issuers.items()):
+            for control in sorted(issuer.controls):
+                if self.held_for(registry, control) is None:
+                    gaps.setdefault(control, []).append(issuer_id)
+        return dict(sorted(gaps.items()))
+
     def for_control(self, registry: TrustRegistry, control: str) -> tuple[str, Key]:
         found = self.held_for(registry, control)
         if found is not None:

@@ -10,7 +10,6 @@ Calls already running finish on what they started with; a failed reload changes 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -22,7 +21,7 @@ import structlog
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
-from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
+from kcp_opa.core.signing import Key, Keyring, load_keyring
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
@@ -31,6 +30,7 @@ from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Authenticator, Principal, Scope
 from kcp_opa.service.issuing import ServiceIssuers
 from kcp_opa.service.observe import Metrics, TimedLedger
+from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
 from kcp_opa.stores.protocols import CounterStore
 
@@ -138,15 +138,14 @@ def open_service(
     gate = Gate.from_bundle(
         bundle, ledger=timed, plan_cache=plan_cache, context=context, verification_keys=verification
     )
-    if keyring is None:  # receipts verify only here: a replica needs the shared --keyring
-        signer = generate_ed25519(f"kcp-opa-serve-{os.getpid()}")
-        keyring = Keyring({signer.kid: signer}, signer.kid)
+    stores = open_stores(store)
+    if keyring is None:  # kept with the store: receipts survive a restart (kcp_opa/service/receiptkey.py)
+        keyring = store_receipt_keyring(stores.decisions.seal_key())
     issuers = None
     if registry is not None:
         if not issuer_ids or issuer_keyring is None:
             raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
         issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
-    stores = open_stores(store)
     if stores.counters is not None:  # budgets and rate limits count on the service's own store
         with_counters(gate, stores.counters)
     else:  # a PostgreSQL store counts nothing yet (docs/budgets.md): a declared limit is context_missing

@@ -38,6 +38,7 @@ ROUTES: tuple[tuple[str, str, str | None, str | None, str], ...] = (
     ("/v1/data/kcp/gate/decision", "post", None, None, "OPA-compatible: {input: action} -> {result: decision}"),
     ("/v1/status", "get", None, None, "Bundle, store, ledger and trust status"),
     ("/v1/admin/reload", "post", None, None, "Reload bundle, registry, tokens and keys (service_admin)"),
+    ("/v1/admin/mode", "post", None, None, "Switch enforce / log_only (service_admin; may need a second admin)"),
     ("/v1/openapi.json", "get", None, None, "This document"),
 )
 _ERROR = {

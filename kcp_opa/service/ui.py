@@ -1,33 +1,28 @@
 """The service's UI at ``/ui`` (same port): sign-in, a live dashboard, an approvals inbox.
 
-Sign-in takes the principal's bearer token; the session cookie (random, HttpOnly,
-SameSite=Strict, Path=/ui) names a server-side session that keeps the token in memory only and
-re-resolves it on every request, so a token revoked by a reload ends its sessions at once. A
-session lives ``KCP_OPA_UI_SESSION_SECONDS`` (default 900) from sign-in, never longer.
+Sign-in takes the principal's bearer token; the session (uisession) keeps the token in memory
+only and re-resolves it on every request, so a token revoked by a reload ends its sessions at
+once.
 
-Views follow the principal's scopes: ``read`` sees the dashboard and the report; ``record_result``
-sees the challenges addressed to it and answers them through ``record_control_result``, the
-same tool path the API and MCP use (the service signs as the registered issuer); an agent sees
-neither. Every POST needs the session's CSRF token (and a same-origin Origin when the browser
-sends one); every response carries a strict Content-Security-Policy with no script source;
-every value is escaped (uipages). Every answer is audited: the tool path writes the control
-result or the refusal, and a ``ui.answer`` note records the answer given through the UI.
+Views follow the principal's scopes: ``read`` sees the dashboard and the report (the server's
+ledger path only for a ``service_admin``); ``record_result`` sees the challenges addressed to it
+and answers them through ``record_control_result``, the same tool path the API and MCP use (the
+service signs as the registered issuer); an agent sees neither. Every POST needs the session's
+CSRF token (and a same-origin Origin when the browser sends one); every response carries a
+strict Content-Security-Policy with no script source; every value is escaped (uipages). A form
+is read through the service's capped reader (16 KiB, 20 fields); anything else is a 400/413 page
+and an audited refusal. Every answer is audited: the tool path writes the control result or the
+refusal, and a ``ui.answer`` note records the answer given through the UI.
 
 Also here, for the same inbox: ``GET /v1/challenges?addressed_to=me`` and ``/v1/openapi.json``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import os
 import secrets
-import threading
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
 import anyio.to_thread
 import structlog
@@ -44,6 +39,7 @@ from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal
 from kcp_opa.service.issuing import check_addressed
 from kcp_opa.service.openapi import openapi_document
 from kcp_opa.service.tools import dispatch, error_payload
+from kcp_opa.service.uisession import FormRefused, Session, Sessions, read_form, secure_cookie, session_seconds
 
 COOKIE = "kcp_ui"
 LOGIN_COOKIE = "kcp_ui_login"
@@ -53,58 +49,8 @@ CSP = (
 REPORT_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
-MAX_FORM_BYTES = 16 * 1024
 REFRESH_SECONDS = 15
 _log = structlog.get_logger(__name__)
-
-
-def session_seconds() -> int:
-    raw = os.environ.get("KCP_OPA_UI_SESSION_SECONDS", "900")
-    return max(5, min(int(raw), 8 * 3600)) if raw.isdigit() else 900
-
-
-@dataclass(frozen=True)
-class Session:
-    token: str = ""
-    csrf: str = ""
-    expires: float = 0.0
-
-
-class Sessions:
-    """Server-side sessions by the sha256 of their cookie value (the cookie itself is not kept)."""
-
-    def __init__(self, lifetime: int) -> None:
-        self.lifetime = lifetime
-        self._held: dict[str, Session] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _key(cookie: str) -> str:
-        return hashlib.sha256(cookie.encode("utf-8")).hexdigest()
-
-    def open(self, token: str) -> tuple[str, Session]:
-        cookie = secrets.token_urlsafe(32)
-        session = Session(token, secrets.token_urlsafe(32), time.monotonic() + self.lifetime)
-        with self._lock:
-            now = time.monotonic()
-            self._held = {k: s for k, s in self._held.items() if s.expires > now}
-            self._held[self._key(cookie)] = session
-        return cookie, session
-
-    def get(self, cookie: str | None) -> Session | None:
-        if not cookie:
-            return None
-        with self._lock:
-            session = self._held.get(self._key(cookie))
-            if session is not None and session.expires <= time.monotonic():
-                del self._held[self._key(cookie)]
-                return None
-        return session
-
-    def close(self, cookie: str | None) -> None:
-        if cookie:
-            with self._lock:
-                self._held.pop(self._key(cookie), None)
 
 
 def list_addressed(service: GateService, principal: Principal | None) -> dict[str, Any]:
@@ -135,14 +81,6 @@ def _secure_headers(response: Response, csp: str = CSP) -> Response:
 
 def _html(text: str, status: int = 200, *, csp: str = CSP) -> Response:
     return _secure_headers(HTMLResponse(text, status), csp)
-
-
-async def _form(request: Request) -> dict[str, str]:
-    raw = await request.body()
-    if len(raw) > MAX_FORM_BYTES:
-        raise CodedError("form over 16 KiB", "bad_request")
-    parsed = parse_qs(raw.decode("utf-8", errors="replace"), keep_blank_values=True, max_num_fields=20)
-    return {key: values[0] for key, values in parsed.items() if values}
 
 
 def _same_origin(request: Request) -> bool:
@@ -190,12 +128,25 @@ class Ui:
         nonce = secrets.token_urlsafe(32)
         response = _html(uipages.sign_in(nonce, message), status)
         response.set_cookie(
-            LOGIN_COOKIE, nonce, max_age=600, path="/ui", httponly=True, samesite="strict", secure=_https(request)
+            LOGIN_COOKIE,
+            nonce,
+            max_age=600,
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+            secure=secure_cookie(request),
         )
         return response
 
+    async def _bad_form(self, principal: Principal | None, what: str, exc: FormRefused) -> None:
+        await anyio.to_thread.run_sync(self._refuse, principal, what, exc)
+
     async def login(self, request: Request) -> Response:
-        form = await _form(request)
+        try:
+            form = await read_form(request)
+        except FormRefused as exc:
+            await self._bad_form(None, "/ui/login", exc)
+            return await self.login_page(request, "That sign-in form was not accepted; try again.", exc.status)
         if not _same_origin(request) or not _csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
             refusal = AccessDeniedError("sign-in without its form's CSRF token or from another origin", "csrf")
             await anyio.to_thread.run_sync(self._refuse, None, "/ui/login", refusal)
@@ -210,14 +161,18 @@ class Ui:
         response = RedirectResponse("/ui", status_code=303)
         response.set_cookie(
             COOKIE, cookie, max_age=self.sessions.lifetime, path="/ui", httponly=True, samesite="strict",
-            secure=_https(request),
+            secure=secure_cookie(request),
         )  # fmt: skip
         response.delete_cookie(LOGIN_COOKIE, path="/ui")
         return _secure_headers(response)
 
     async def logout(self, request: Request) -> Response:
         signed = self._signed_in(request)
-        form = await _form(request)
+        try:
+            form = await read_form(request)
+        except FormRefused as exc:
+            await self._bad_form(signed[1] if signed else None, "/ui/logout", exc)
+            form = {}  # not signed out: the session's CSRF token did not arrive
         if signed is not None and _same_origin(request) and _csrf_ok(signed[0].csrf, form.get("csrf")):
             self.sessions.close(request.cookies.get(COOKIE))
         response = RedirectResponse("/ui/login", status_code=303)
@@ -258,7 +213,10 @@ class Ui:
             path = self.service.ledger_path
             if path is None or not path.exists():
                 return self._page("Report", "<p>No ledger yet.</p>", session, principal)
-            return _html(render_html(summarize(path), entries_by_decision=entries_by_decision(path)), csp=REPORT_CSP)
+            summary = summarize(path)
+            if Scope.ADMIN not in principal.scopes:  # as /v1/status: the server's paths for a service_admin only
+                summary.ledger = path.name
+            return _html(render_html(summary, entries_by_decision=entries_by_decision(path)), csp=REPORT_CSP)
 
         return await self._reader(request, "/ui/report", build)
 
@@ -291,7 +249,13 @@ class Ui:
             return _secure_headers(RedirectResponse("/ui/login", status_code=303))
         session, principal = signed
         challenge_id = str(request.path_params["challenge_id"])
-        form = await _form(request)
+        try:
+            form = await read_form(request)
+        except FormRefused as exc:
+            await self._bad_form(principal, "/ui/answer", exc)
+            return self._page(
+                "Not recorded", uipages.answered(None, error_payload(exc)), session, principal, exc.status
+            )
         if not _same_origin(request) or not _csrf_ok(session.csrf, form.get("csrf")):
             refusal = AccessDeniedError("an answer without the session's CSRF token or from another origin", "csrf")
             await anyio.to_thread.run_sync(self._refuse, principal, "/ui/answer", refusal)
@@ -335,10 +299,6 @@ class Ui:
         response.headers["Cache-Control"] = "max-age=300"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
-
-
-def _https(request: Request) -> bool:
-    return request.url.scheme == "https"
 
 
 def ui_routes(service: GateService, authenticator: Authenticator) -> list[Route]:

@@ -53,6 +53,7 @@ from kcp_opa.trail.verify import (
     HEADER_KEY,
     LedgerProblem,
     VerifyReport,
+    binding_problem,
     declared_writer,
     entry_hash,
     foreign_entry,
@@ -97,6 +98,9 @@ class AuditLedger:
         self.checkpoint_every = checkpoint_every
         self._trusted = Keyring({checkpoint_key.kid: checkpoint_key}) if checkpoint_key is not None else None
         self._verified = False
+        self._head: tuple[str | None, int, str] | None = None  # (ledger_id, seq, hash) this writer last wrote
+        self._marked: tuple[str | None, int, str] | None = None  # the head of its last checkpoint
+        self._last_checkpoint: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._group = GroupCommit(self._write_batch, max_batch=512)
 
@@ -121,9 +125,9 @@ class AuditLedger:
             self._admit(head, last, seq, created=bool(header))
             if seq == 0:
                 return None
-            checkpoint = make_checkpoint(ledger_id, seq, previous, self.checkpoint_key)
-            append_checkpoint(checkpoint_path(self.path), checkpoint)
-            return checkpoint
+            if self._marked == (ledger_id, seq, previous) and self._last_checkpoint is not None:
+                return self._last_checkpoint  # this head is checkpointed already
+            return self._checkpoint(ledger_id, seq, previous)
         finally:
             os.close(fd)
 
@@ -160,6 +164,9 @@ class AuditLedger:
                 count = os.write(fd, view)
                 view = view[count:]
             os.fsync(fd)
+            if header and self.checkpoint_key is not None and written:
+                # a new keyed ledger is never without a checkpoint: a later cut is then always seen
+                self._checkpoint(ledger_id, seq, previous)
         except OSError as exc:
             _rollback(fd, start)
             raise LedgerError(f"{self.path}: audit write failed: {exc.strerror or exc}") from None
@@ -168,8 +175,22 @@ class AuditLedger:
             raise
         finally:
             os.close(fd)  # closing releases the flock
-        self._maybe_checkpoint(ledger_id, written)
+        if written:
+            self._head = (ledger_id, seq, previous)
+        if not header:
+            self._maybe_checkpoint(ledger_id, written)
         return written
+
+    def _checkpoint(self, ledger_id: str | None, seq: int, head_hash: str) -> dict[str, Any]:
+        """Sign and append a checkpoint of (seq, head_hash); LedgerError or OSError if it is not written."""
+        assert self.checkpoint_key is not None
+        try:
+            checkpoint = make_checkpoint(ledger_id, seq, head_hash, self.checkpoint_key)
+        except KeyringError as exc:
+            raise LedgerError(f"{self.path}: cannot sign the checkpoint: {exc}") from None
+        append_checkpoint(checkpoint_path(self.path), checkpoint)
+        self._marked, self._last_checkpoint = (ledger_id, seq, head_hash), checkpoint
+        return checkpoint
 
     def _sign(self, entry: dict[str, Any]) -> dict[str, Any]:
         if self.checkpoint_key is None:
@@ -180,44 +201,64 @@ class AuditLedger:
             raise LedgerError(f"{self.path}: cannot sign the entry: {exc}") from None
 
     def _admit(self, head: Any, last: Any, seq: int, *, created: bool) -> None:
-        """A keyed writer extends and signs only its own ledger: its header, its entries.
+        """A keyed writer extends and signs only its own ledger: its header, its entries, its cut.
 
-        The first time, the whole file is verified against this writer's last checkpoint;
-        every time, the last entry must carry this writer's signature.
+        The first time, the whole file is verified against this writer's last checkpoint (a
+        file with entries and no checkpoint is refused: its cut could not be seen); every time,
+        the last entry must carry this writer's signature and the chain must still reach the
+        head this writer last wrote.
         """
-        if self._trusted is None or created:
+        if self._trusted is None or self.checkpoint_key is None or created:
             self._verified = self._verified or created
             return
-        declared = declared_writer(head)
-        if declared is None:
-            raise LedgerError(
-                f"{self.path}: this ledger was not started by a writer key, so its entries cannot be "
-                "authenticated; a keyed writer starts its own ledger file"
-            )
-        if self.checkpoint_key is not None and declared.get("kid") != self.checkpoint_key.kid:
-            raise LedgerError(
-                f"{self.path}: this ledger's writer key is {declared.get('kid')!r}, not "
-                f"{self.checkpoint_key.kid!r}; a keyed writer starts its own ledger file"
-            )
-        problem = foreign_entry(last, declared, self._trusted) if seq else None
+        key = self.checkpoint_key
+        unbound = binding_problem(declared_writer(head), key.kid, key.alg)
+        if unbound is not None:
+            raise LedgerError(f"{self.path}: {unbound}; a keyed writer starts its own ledger file")
+        problem = foreign_entry(last, declared_writer(head), self._trusted) if seq else None
         if problem is not None:
             raise LedgerError(
                 f"{self.path}: {problem}; refusing to extend or checkpoint it (run `kcp-opa audit verify`)"
             )
+        self._check_not_cut(head, last, seq)
         if not self._verified and seq:
             anchors, ledger_id = self._own_anchor()
-            report = verify_ledger(self.path, anchors=anchors, ledger_id=ledger_id, keyring=self._trusted)
+            report = verify_ledger(
+                self.path, anchors=anchors, ledger_id=ledger_id, keyring=self._trusted, writer=key.kid
+            )
             if not report.ok:
                 found = report.problems[0]
                 raise LedgerError(f"{self.path}:{found.line}: {found.message}; refusing to extend or checkpoint it")
         self._verified = True
 
+    def _check_not_cut(self, head: Any, last: Any, seq: int) -> None:
+        """The head this writer last wrote to this ledger is still in it (a cut under a running writer)."""
+        mine = self._head
+        if mine is None or not isinstance(head, dict) or head.get("ledger_id") != mine[0]:
+            return
+        _, own_seq, own_hash = mine
+        if seq < own_seq or (seq == own_seq and isinstance(last, dict) and last.get("entry_hash") != own_hash):
+            raise LedgerError(
+                f"{self.path}: the chain ends at seq {seq} but this writer wrote seq {own_seq}: the ledger was "
+                "cut or rewritten; refusing to extend or checkpoint it (run `kcp-opa audit verify`)"
+            )
+
     def _own_anchor(self) -> tuple[list[tuple[int, str]], str | None]:
-        """The last checkpoint this writer left, verified with its key (none: no anchor yet)."""
+        """The last checkpoint this writer left, verified with its key.
+
+        Called only for a file with entries: no checkpoint file means it was deleted (or never
+        written), and a cut of the ledger would then pass, so the file is refused.
+        """
         path = checkpoint_path(self.path)
-        if self._trusted is None or not path.exists():
+        if self._trusted is None:
             return [], None
-        last = load_checkpoints(path)[-1]
+        try:
+            last = load_checkpoints(path)[-1]
+        except LedgerError as exc:
+            raise LedgerError(
+                f"{self.path}: this keyed ledger has entries but no readable checkpoint ({exc}); its cut "
+                f"could not be detected: restore {path.name} or start a new ledger file"
+            ) from None
         verify_checkpoint(last, self._trusted)
         return [(int(last["seq"]), str(last["entry_hash"]))], last.get("ledger_id")
 
@@ -228,8 +269,7 @@ class AuditLedger:
         if (first - 1) // self.checkpoint_every == last // self.checkpoint_every:
             return
         try:
-            checkpoint = make_checkpoint(ledger_id, last, written[-1]["entry_hash"], self.checkpoint_key)
-            append_checkpoint(checkpoint_path(self.path), checkpoint)
+            self._checkpoint(ledger_id, last, written[-1]["entry_hash"])
         except (OSError, LedgerError) as exc:  # the entries are durable: report, never un-acknowledge them
             _log.warning("ledger_checkpoint_not_written", path=str(self.path), error=str(exc))
 

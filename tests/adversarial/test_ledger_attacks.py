@@ -42,7 +42,8 @@ def _keyrings(tmp_path: Path) -> tuple[Path, Path]:
 def _checkpoint(tmp_path: Path, ledger: Path) -> tuple[Path, Path]:
     private, public = _keyrings(tmp_path)
     out = tmp_path / "off-box" / "head.json"
-    proc = run_cli("audit", "checkpoint", str(ledger), "--keyring", str(private), "-o", str(out))
+    # the operator's checkpoint key is not the writer's (the writer has no key): the head is anchored unbound
+    proc = run_cli("audit", "checkpoint", str(ledger), "--keyring", str(private), "--allow-unbound", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     return out, public
 
@@ -67,11 +68,11 @@ def _rechain(lines: list[bytes], start: int, change: dict[str, object]) -> list[
 def test_ledger_cut_at_an_entry_boundary_is_detected_by_a_checkpoint(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path / "audit.jsonl", 6)
     checkpoint, public = _checkpoint(tmp_path, ledger)
-    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public))
+    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public), "--allow-unbound")
     assert code == 0 and report["head"] == f"6:{json.loads(checkpoint.read_text())['entry_hash']}"
     ledger.write_bytes(b"".join(ledger.read_bytes().splitlines(keepends=True)[:5]))  # drop the newest 2
     assert verify_ledger(ledger).ok  # the chain alone cannot see it
-    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public))
+    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public), "--allow-unbound")
     assert code == 1 and "truncated" in str(report["problems"])
     head = json.loads(checkpoint.read_text())
     code, report = _verify(ledger, "--expect-head", f"{head['seq']}:{head['entry_hash']}")
@@ -84,7 +85,7 @@ def test_ledger_rechained_rewritten_tail_is_detected(tmp_path: Path) -> None:
     lines = ledger.read_bytes().splitlines(keepends=True)
     ledger.write_bytes(b"".join(_rechain(lines, 4, {"tag": "forged"})))  # entries 4..6 rewritten
     assert verify_ledger(ledger).ok
-    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public))
+    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public), "--allow-unbound")
     assert code == 1 and "differs from the anchored checkpoint" in str(report["problems"])
 
 
@@ -94,7 +95,7 @@ def test_ledger_regenerated_file_is_detected(tmp_path: Path) -> None:
     ledger.unlink()
     _ledger(ledger, 9, tag="regenerated")  # a whole new, internally consistent file
     assert verify_ledger(ledger).ok
-    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public))
+    code, report = _verify(ledger, "--checkpoint", str(checkpoint), "--keyring", str(public), "--allow-unbound")
     assert code == 1 and not report["ok"]
 
 
@@ -102,7 +103,9 @@ def test_ledger_checkpoint_signed_by_another_key_is_refused(tmp_path: Path) -> N
     ledger = _ledger(tmp_path / "audit.jsonl", 3)
     checkpoint, _ = _checkpoint(tmp_path, ledger)
     _, stranger = _keyrings(tmp_path / "other")
-    proc = run_cli("audit", "verify", str(ledger), "--checkpoint", str(checkpoint), "--keyring", str(stranger))
+    proc = run_cli(
+        "audit", "verify", str(ledger), "--checkpoint", str(checkpoint), "--keyring", str(stranger), "--allow-unbound"
+    )
     assert proc.returncode == 1 and "signature does not verify" in proc.stderr
 
 
@@ -116,7 +119,7 @@ def test_ledger_writes_signed_checkpoints_every_n_entries_and_on_close(tmp_path:
         ledger.append({"type": "decision", "n": index})
     ledger.close()
     seqs = [c["seq"] for c in load_checkpoints(path.with_name("audit.jsonl.checkpoints"))]
-    assert seqs == [3, 6, 7]
+    assert seqs == [1, 3, 6, 7]  # the first batch of a new keyed ledger is checkpointed too
     public = tmp_path / "public.json"
     public.write_text(json.dumps(Keyring({"ckpt-1": key}).public().to_file_dict(include_private=False)))
     path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:7]))  # cut entry 7

@@ -17,10 +17,10 @@ import pytest
 from conftest import REPO, run_cli
 from trustkit import compile_with_trust
 
-from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
-from kcp_opa.core.signing import Keyring, generate_ed25519
-from kcp_opa.trail.ledger import AuditLedger, checkpoint_path, entry_hash, verify_ledger
+from kcp_opa.core.signing import Keyring, generate_ed25519, sign_document
+from kcp_opa.trail.ledger import GENESIS, AuditLedger, checkpoint_path, entry_hash, verify_ledger
 
 KEY = generate_ed25519("writer-1")
 
@@ -97,7 +97,8 @@ def test_a_running_writer_refuses_an_entry_appended_between_its_writes(tmp_path:
     _append_chained(path, {"type": "decision", "n": "planted"})
     with pytest.raises(LedgerError, match="foreign entry: seq 2"):
         ledger.append({"type": "decision", "n": 1})  # would have reached checkpoint_every
-    assert not checkpoint_path(path).exists()
+    # only the checkpoint of the writer's first batch (a new keyed ledger is never without one)
+    assert [json.loads(line)["seq"] for line in checkpoint_path(path).read_text().splitlines()] == [1]
 
 
 def test_a_rewritten_signed_entry_and_a_regenerated_file_are_caught(tmp_path: Path) -> None:
@@ -154,3 +155,138 @@ def test_the_gate_fails_closed_over_a_foreign_entry_and_checkpoints_only_its_own
     assert refused["reason_codes"] == ["audit_unavailable"] and refused["execution_allowed"] is False
     assert first["reason_codes"] != ["audit_unavailable"]
     assert "foreign entry: seq 2" in proc.stderr and checkpoint_path(path).read_bytes() == marks
+
+
+RECEIPTS = generate_ed25519("receipts-1")
+
+
+def _rings(tmp_path: Path, *keys: Any, signer: str | None = None) -> Path:
+    path = tmp_path / f"ring-{'-'.join(k.kid for k in keys)}-{signer}.json"
+    ring = Keyring({k.kid: k for k in keys}, signer)
+    path.write_text(json.dumps(ring.to_file_dict(include_private=signer is not None)))
+    return path
+
+
+def _strip_binding(path: Path, *, delete_header: bool) -> None:
+    """What an attacker with write access does: drop the writer binding, make seq 1 an ALLOW,
+    append a forged execution and re-chain every line (no key needed for any of it)."""
+    lines = [json.loads(raw) for raw in path.read_bytes().splitlines()]
+    header, entries = lines[0], lines[1:]
+    header.pop("entry_auth")
+    out = [] if delete_header else [canonical_json(header) + b"\n"]
+    previous = GENESIS if delete_header else canonical_hash(header)
+    entries[0]["decision"] = "ALLOW"
+    entries.append({"type": "execution", "note": "paid supplier 9999", "seq": len(entries) + 1})
+    for entry in entries:
+        entry.pop("entry_signature", None)
+        entry.pop("entry_hash", None)
+        entry["previous_hash"] = previous
+        entry["entry_hash"] = previous = entry_hash(entry)
+        out.append(canonical_json(entry) + b"\n")
+    path.write_bytes(b"".join(out))
+
+
+@pytest.mark.parametrize("delete_header", [False, True], ids=["entry_auth-removed", "header-deleted"])
+def test_a_ledger_stripped_of_its_writer_binding_fails_verify_and_is_not_checkpointed(
+    tmp_path: Path, delete_header: bool
+) -> None:
+    path, public = _written(tmp_path)
+    _strip_binding(path, delete_header=delete_header)
+    assert verify_ledger(path).ok  # the chain holds: that is the attack
+    code, report = _verify(path, "--keyring", str(public))
+    assert code == 1, "a ledger with its writer binding removed passed audit verify --keyring"
+    assert report["problems"][0]["line"] == 1 and "unbound" in report["problems"][0]["message"]
+    assert report["writer"] is None and report["entries_authenticated"] is False
+    code, report = _verify(path, "--keyring", str(public), "--writer", KEY.kid)
+    assert code == 1 and "unbound" in report["problems"][0]["message"]
+    # the auditor who knowingly checks an unbound ledger says so, and is warned in text
+    code, report = _verify(path, "--keyring", str(public), "--allow-unbound")
+    assert code == 0 and report["writer"] is None and report["entries_authenticated"] is False
+    proc = run_cli("audit", "verify", str(path), "--keyring", str(public), "--allow-unbound", "--format", "text")
+    assert proc.returncode == 0 and "unbound" in proc.stdout
+    # the writer's key never signs the forged head, and the writer never extends it
+    proc = run_cli("audit", "checkpoint", str(path), "--keyring", str(_rings(tmp_path, KEY, signer=KEY.kid)))
+    assert proc.returncode == 1 and "unbound" in proc.stderr and not proc.stdout
+    with pytest.raises(LedgerError, match="unbound"):
+        AuditLedger(path, checkpoint_key=KEY).append({"type": "decision"})
+
+
+def test_verify_takes_the_expected_writer_from_the_auditor_not_the_file(tmp_path: Path) -> None:
+    path, public = _written(tmp_path)
+    assert _verify(path, "--keyring", str(public), "--writer", KEY.kid)[0] == 0
+    both = _rings(tmp_path, KEY, RECEIPTS)
+    code, report = _verify(path, "--keyring", str(both), "--writer", RECEIPTS.kid)
+    assert code == 1 and "names writer 'writer-1', not 'receipts-1'" in report["problems"][0]["message"]
+    proc = run_cli("audit", "verify", str(path), "--writer", KEY.kid)
+    assert proc.returncode == 2 and "--writer needs --keyring" in proc.stderr
+
+
+def test_audit_checkpoint_signs_only_the_ledger_its_own_key_writes(tmp_path: Path) -> None:
+    """Whatever else the keyring holds: a receipt key that verifies nothing here signs nothing."""
+    path, _ = _written(tmp_path)
+    proc = run_cli(
+        "audit", "checkpoint", str(path), "--keyring", str(_rings(tmp_path, KEY, RECEIPTS, signer="receipts-1"))
+    )
+    assert proc.returncode == 1 and "not 'receipts-1'" in proc.stderr and not proc.stdout
+    proc = run_cli(
+        "audit", "checkpoint", str(path), "--allow-unbound",
+        "--keyring", str(_rings(tmp_path, KEY, RECEIPTS, signer="receipts-1")),
+    )  # fmt: skip
+    assert proc.returncode == 1 and not proc.stdout  # --allow-unbound never covers another writer's ledger
+    proc = run_cli("audit", "checkpoint", str(path), "--keyring", str(_rings(tmp_path, KEY, signer=KEY.kid)))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["seq"] == 3
+
+
+def test_an_entry_signed_by_another_trusted_key_is_foreign(tmp_path: Path) -> None:
+    path, _ = _written(tmp_path)
+    last = json.loads(path.read_bytes().splitlines()[-1])
+    forged = sign_document(
+        {"type": "execution", "note": "paid supplier 9999", "seq": 4, "previous_hash": last["entry_hash"]},
+        RECEIPTS,
+        "entry_signature",
+    )
+    forged["entry_hash"] = entry_hash(forged)
+    with path.open("ab") as handle:
+        handle.write(canonical_json(forged) + b"\n")
+    both = _rings(tmp_path, KEY, RECEIPTS)  # the auditor trusts the receipt key too, for receipts
+    code, report = _verify(path, "--keyring", str(both))
+    assert code == 1, "an entry signed by receipts-1 under a header naming writer-1 passed"
+    (problem,) = report["problems"]
+    assert problem["line"] == 5 and "seq 4 is signed by 'receipts-1'" in problem["message"]
+    assert "foreign entry" in verify_ledger(path).problems[0].message  # visible even without a keyring
+
+
+def test_a_cut_with_the_checkpoints_deleted_is_refused_by_the_writer(tmp_path: Path) -> None:
+    path, public = _written(tmp_path, count=4)
+    off_box = tmp_path / "off-box.checkpoints"
+    off_box.write_bytes(checkpoint_path(path).read_bytes())
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:3]))  # header + seq 1..2: every remaining entry is genuine
+    checkpoint_path(path).unlink()
+    # what the box holds no longer shows the cut; a checkpoint kept off-box does
+    assert _verify(path, "--keyring", str(public))[0] == 0
+    code, report = _verify(path, "--keyring", str(public), "--checkpoint", str(off_box))
+    assert code == 1 and "seq 4 was anchored" in report["problems"][0]["message"]
+    with pytest.raises(LedgerError, match=r"no readable checkpoint.*restore audit.jsonl.checkpoints or start a new"):
+        AuditLedger(path, checkpoint_key=KEY).append({"type": "decision"})
+    with pytest.raises(LedgerError, match="no readable checkpoint"):
+        AuditLedger(path, checkpoint_key=KEY).close()
+    assert path.read_bytes() == b"".join(lines[:3]) and not checkpoint_path(path).exists()
+    # a running writer sees the cut too, with no checkpoint to compare against
+    running_path = tmp_path / "running.jsonl"
+    running = AuditLedger(running_path, checkpoint_key=KEY, checkpoint_every=1000)
+    for index in range(3):
+        running.append({"type": "decision", "n": index})
+    kept = running_path.read_bytes().splitlines(keepends=True)[:2]
+    running_path.write_bytes(b"".join(kept))
+    checkpoint_path(running_path).unlink()
+    with pytest.raises(LedgerError, match="ends at seq 1 but this writer wrote seq 3"):
+        running.append({"type": "decision", "n": 3})
+    with pytest.raises(LedgerError, match="cut or rewritten"):
+        running.close()
+    # a new keyed ledger is checkpointed with its first batch: a writer that died before close
+    # leaves a ledger the next writer still extends
+    fresh = tmp_path / "fresh.jsonl"
+    AuditLedger(fresh, checkpoint_key=KEY).append({"type": "decision"})
+    assert AuditLedger(fresh, checkpoint_key=KEY).append({"type": "decision"})["seq"] == 2
+    assert verify_ledger(fresh, keyring=Keyring({KEY.kid: KEY}), writer=KEY.kid).authenticated

@@ -85,3 +85,49 @@ def test_ui_pages_carry_a_strict_csp_and_no_session_without_sign_in(server: dict
     assert nonce is not None
     refused = unknown.post("/ui/login", data={"csrf": nonce.group(1), "token": "not-a-token"})
     assert refused.status_code == 401 and "kcp_ui=" not in refused.headers.get("set-cookie", "")
+
+
+def _failures(server: dict[str, Any], path: str) -> list[str]:
+    return [
+        str(e.get("code"))
+        for _, e in read_entries(server["ledger"])
+        if e["type"] == "failure" and e.get("tool") == path
+    ]
+
+
+def test_ui_forms_past_their_limits_are_audited_refusals_not_500s(server: dict[str, Any]) -> None:
+    """25 fields, a 20 MiB body (declared, and streamed without a length): a 400/413 page with
+    the security headers and an audited refusal, never a traceback; the service stays up."""
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    anonymous = httpx2.Client(base_url=server["url"], timeout=60)
+    many = anonymous.post("/ui/login", content="&".join(f"f{i}=x" for i in range(25)), headers=form)
+    assert many.status_code == 400 and "Traceback" not in many.text and "<form" in many.text
+    assert "default-src 'none'" in many.headers["content-security-policy"]
+    huge = anonymous.post("/ui/login", content=b"a=" + b"x" * (20 << 20), headers=form)
+    assert huge.status_code == 413 and huge.headers["x-frame-options"] == "DENY"
+
+    def streamed() -> Any:
+        for _ in range(64):
+            yield b"x" * 4096  # 256 KiB, no Content-Length: the cap holds while reading
+
+    assert anonymous.post("/ui/login", content=streamed(), headers=form).status_code == 413
+    _, ids = _pending_payment(server, _action("limits"))
+    client, csrf = _http_session(server, "approver")
+    path = f"/ui/challenges/{ids['independent_human_approval']}/answer"
+    fields = "&".join([f"csrf={csrf}", "status=PASSED", *(f"f{i}=x" for i in range(25))])
+    answer = client.post(path, content=fields, headers=form)
+    assert answer.status_code == 400 and "content-security-policy" in answer.headers
+    assert _failures(server, "/ui/login").count("bad_request") >= 1
+    assert _failures(server, "/ui/login").count("body_too_large") >= 2
+    assert "bad_request" in _failures(server, "/ui/answer")
+    still = _api(server, "approver", "GET", "/v1/challenges?addressed_to=me").json()["challenges"]
+    assert ids["independent_human_approval"] in {c["challenge_id"] for c in still}  # nothing recorded
+    assert httpx2.get(f"{server['url']}/health").status_code == 200
+
+
+def test_ui_report_hides_the_servers_ledger_path_from_a_reader(server: dict[str, Any]) -> None:
+    _pending_payment(server, _action("report"))
+    client, _ = _http_session(server, "auditor")
+    page = client.get("/ui/report")
+    assert page.status_code == 200 and server["ledger"].name in page.text
+    assert str(server["ledger"].parent) not in page.text  # as /v1/status: paths for a service_admin only

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
 from trustkit import REGISTRY, compile_with_trust, make_desk, signed
 
 from kcp_opa.authorize.attestations import attestation_bytes
@@ -22,7 +22,6 @@ from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.authorize.receipts import issue_receipt, signing_bytes
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.signing import hmac_key
-from kcp_opa.decide.gate import Gate
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 KYA = json.loads(KYA_PATH.read_text())
@@ -47,7 +46,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def desk(bundle: Path) -> ControlDesk:
-    return make_desk(Gate.from_bundle(bundle))
+    return make_desk(vouched_gate(bundle))
 
 
 def _hand_written(desk: ControlDesk) -> dict[str, Any]:

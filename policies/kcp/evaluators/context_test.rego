@@ -61,27 +61,35 @@ test_unbound_task_type_needs_only_the_clock if {
 	c := _clock
 	a := {"action_type": "notify", "target": {"type": "email"}}
 	m := _reads_only
-	# An unbound payment needs only the clock and the gate facts of a value transfer to a beneficiary.
-	_paths(context.findings) == {"input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	count(context.findings) == 0 with input.action as a with input.context as c with data.kcp_data.matrix as m
 	b := json.patch(a, [{"op": "replace", "path": "/action_type", "value": "read"}])
 	count(_paths(context.findings)) == 4 with input.action as b with input.context as c with data.kcp_data.matrix as m
 }
+
+test_an_unbound_payment_needs_the_gate_facts_of_a_transfer_to_a_beneficiary if {
+	c := _clock
+	a := {"action_type": "payment", "target": {"type": "beneficiary"}}
+	m := _reads_only
+	_paths(context.findings) == _transfer_facts | {"input.action.target.tenant_id"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+}
+
+_transfer_facts := {"input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"}
 
 test_a_value_transfer_needs_the_resource_tenant if {
 	c := _clock
 	m := _reads_only
 	a := {"action_type": "payment", "target": {"type": "beneficiary"}}
-	_paths(context.findings) == {"input.action.target.tenant_id"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	"input.action.target.tenant_id" in _paths(context.findings) with input.action as a with input.context as c with data.kcp_data.matrix as m
 	# any positive amount is a value transfer, whatever the action type says
 	b := {"action_type": "notify", "target": {"type": "email"}, "amount": {"value_minor": 1, "currency": "EUR"}}
-	_paths(context.findings) == {"input.action.target.tenant_id"} with input.action as b with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.target.tenant_id", "input.context.facts.agent_scope"} with input.action as b with input.context as c with data.kcp_data.matrix as m
 	t := json.patch(a, [{"op": "add", "path": "/target/tenant_id", "value": "tenant_demo"}])
-	count(context.findings) == 0 with input.action as t with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == _transfer_facts with input.action as t with input.context as c with data.kcp_data.matrix as m
 	# a target type the deployment declares outside every tenant (an external payee) needs none
 	e := json.patch(m, [{"op": "add", "path": "/parameters/context/external_target_types", "value": ["beneficiary"]}])
-	count(context.findings) == 0 with input.action as a with input.context as c with data.kcp_data.matrix as e
+	_paths(context.findings) == _transfer_facts with input.action as a with input.context as c with data.kcp_data.matrix as e
 	o := json.patch(a, [{"op": "replace", "path": "/target/type", "value": "account"}])
-	_paths(context.findings) == {"input.action.target.tenant_id"} with input.action as o with input.context as c with data.kcp_data.matrix as e
+	_paths(context.findings) == {"input.action.target.tenant_id", "input.context.facts.agent_scope"} with input.action as o with input.context as c with data.kcp_data.matrix as e
 }
 
 test_naming_a_unit_binds_any_task_type if {

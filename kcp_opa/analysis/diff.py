@@ -1,0 +1,174 @@
+"""``kcp-opa diff OLD NEW``: what a policy, manifest or matrix change decides differently.
+
+Both bundles decide the same generated actions (the spaces of both, deduplicated, in the
+budget order ``prove`` uses). Every change of routing state, required controls or reason codes
+is counted by ``OLD -> NEW`` state with examples; a change weakens when the new state is weaker
+in the contract's order, execution becomes allowed, or a control is no longer required.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcp_opa.analysis.engines import Evaluator
+from kcp_opa.analysis.prove import STATE_ORDER, plan_rows
+from kcp_opa.analysis.space import derive_space
+from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.canonical import canonical_json
+
+DEFAULT_BUDGET = 1500
+EXAMPLES = 3
+
+
+@dataclass
+class Change:
+    transition: str
+    weakens: bool
+    why: list[str]
+    action: dict[str, Any]
+    now: str
+    old: dict[str, Any]
+    new: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "transition": self.transition,
+            "weakens": self.weakens,
+            "why": self.why,
+            "action": self.action,
+            "now": self.now,
+            "old": self.old,
+            "new": self.new,
+        }
+
+
+@dataclass
+class DiffReport:
+    old: str
+    new: str
+    budget: int
+    seed: int
+    actions: int = 0
+    decisions: int = 0
+    rejected: int = 0
+    unchanged: int = 0
+    transitions: Counter[str] = field(default_factory=Counter)
+    weakening: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[Change]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> int:
+        return sum(self.transitions.values())
+
+    @property
+    def weakens(self) -> bool:
+        return bool(self.weakening)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "old": self.old,
+            "new": self.new,
+            "budget": self.budget,
+            "seed": self.seed,
+            "actions": self.actions,
+            "decisions": self.decisions,
+            "rejected": self.rejected,
+            "unchanged": self.unchanged,
+            "changed": self.changed,
+            "weakens": self.weakens,
+            "transitions": dict(sorted(self.transitions.items())),
+            "weakening": dict(sorted(self.weakening.items())),
+            "examples": {k: [c.to_dict() for c in v] for k, v in sorted(self.examples.items())},
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def classify(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(what changed, why it weakens) between two decisions of the same action."""
+    changed, weaker = [], []
+    before, after = str(old.get("decision")), str(new.get("decision"))
+    if before != after:
+        changed.append("state")
+        if _rank(after) < _rank(before):
+            weaker.append(f"state {before} -> {after} is weaker")
+    if old.get("execution_allowed") is not True and new.get("execution_allowed") is True:
+        weaker.append("execution is now allowed")
+    dropped = sorted(set(old.get("required_controls", [])) - set(new.get("required_controls", [])))
+    if set(old.get("required_controls", [])) != set(new.get("required_controls", [])):
+        changed.append("controls")
+    if dropped and after != "DENY":  # a DENY is terminal: the controls listed beside it are moot
+        weaker.append(f"no longer requires {', '.join(dropped)}")
+    if set(old.get("reason_codes", [])) != set(new.get("reason_codes", [])):
+        changed.append("reasons")
+    if ("engine_error" in old) != ("engine_error" in new):
+        changed.append("engine_error")
+    return changed, weaker
+
+
+def diff(old: LoadedBundle, new: LoadedBundle, *, budget: int = DEFAULT_BUDGET, seed: int = 0) -> DiffReport:
+    """Decide the generated actions on both bundles (regopy; ``prove`` cross-checks engines)."""
+    started = time.perf_counter()
+    report = DiffReport(old.source, new.source, budget, seed)
+    engines = (Evaluator(old, opa=False), Evaluator(new, opa=False))
+    seen: set[bytes] = set()
+    spaces = [derive_space(new, requires_from=[old]), derive_space(old, requires_from=[new])]
+    plans = []
+    for space in spaces:
+        clean: list[tuple[tuple[int, ...], str]] = []
+        exhaustive = space.size * 2 <= budget // 2
+        plans.append((space, clean, plan_rows(space, seed, exhaustive, clean)))
+    exhausted = [False, False]
+    while sum(e.decisions for e in engines) < budget and not all(exhausted):
+        for index, (space, clean, rows) in enumerate(plans):
+            step = next(rows, None)
+            if step is None:
+                exhausted[index] = True
+                continue
+            phase, row = step
+            sample = space.sample(row)
+            key = canonical_json([sample.action, sample.now])
+            if key in seen:
+                continue
+            seen.add(key)
+            first, second = (e.decide(sample.action, sample.now) for e in engines)
+            report.actions += 1
+            if first.decision is None or second.decision is None:
+                report.rejected += 1
+                continue
+            if phase == "clean":
+                states = {str(first.decision.get("decision")), str(second.decision.get("decision"))}
+                clean.append((row, "DENY" if states == {"DENY"} else "other"))
+            _compare(report, sample.action, sample.now, first.decision, second.decision)
+    report.decisions = sum(e.decisions for e in engines)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _compare(report: DiffReport, action: dict[str, Any], now: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    changed, weaker = classify(old, new)
+    if not changed and not weaker:
+        report.unchanged += 1
+        return
+    transition = f"{old.get('decision', 'engine_error')} -> {new.get('decision', 'engine_error')}"
+    if not ({"state"} & set(changed)):
+        transition += f" ({', '.join(changed) or 'execution'})"
+    report.transitions[transition] += 1
+    if weaker:
+        report.weakening[transition] += 1
+    examples = report.examples.setdefault(transition, [])
+    if len(examples) < EXAMPLES or (weaker and not any(c.weakens for c in examples)):
+        examples.append(Change(transition, bool(weaker), weaker, action, now, _brief(old), _brief(new)))
+
+
+def _rank(state: str) -> int:
+    return STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER)
+
+
+def _brief(decision: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("decision", "execution_allowed", "reason_codes", "required_controls", "engine_error")
+    return {k: decision[k] for k in keys if k in decision}

@@ -1,0 +1,169 @@
+"""Decide generated actions on both engines and check them against the invariants, in Rego.
+
+The decision is the bundle's own (regopy, as ``Gate`` evaluates it, with the audit ledger's
+system control satisfied) and OPA's from the same input document; the invariants are Rego
+(the contract's built-ins and a deployment's own) evaluated by regopy over
+``{input, decision, facts, before, change}``. Python only counts and compares.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kcp_opa.authoring.casecontext import case_sources
+from kcp_opa.authoring.cases import SYSTEM_CONTROLS
+from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.errors import ActionRejectedError, AnalysisError
+from kcp_opa.decide.crosscheck import first_difference
+from kcp_opa.decide.engine import RegopyEngine
+from kcp_opa.decide.gate import build_input
+
+INVARIANTS_ENTRYPOINT = "kcp/analysis/run/report"
+#: The context every generated action is decided with (and its counterexample cases declare).
+HOST_VOUCHED = {"from_action": True}
+_PACKAGE = re.compile(r"^package\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$", re.M)
+_RULE = re.compile(r"^(invariant_[A-Za-z0-9_]+)\s*(?:if\b|:=|=|\{)", re.M)
+
+
+@dataclass
+class Outcome:
+    """One action's decision on regopy, OPA's when it ran, and the invariants it breaks."""
+
+    decision: dict[str, Any] | None
+    rejected: str | None = None
+    divergence: str | None = None
+    violations: list[str] = field(default_factory=list)
+    document: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class UserInvariants:
+    """A deployment's invariants: every ``invariant_*`` rule of one Rego file must be true."""
+
+    path: str
+    package: str
+    rules: tuple[str, ...]
+    source: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> UserInvariants:
+        try:
+            source = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AnalysisError(f"{path}: cannot read the invariants: {exc}") from None
+        package = _PACKAGE.search(source)
+        rules = tuple(sorted(set(_RULE.findall(source))))
+        if package is None:
+            raise AnalysisError(f"{path}: no package line")
+        if not rules:
+            raise AnalysisError(f"{path}: no invariant_* rule (each invariant is a rule named invariant_<name>)")
+        return cls(str(path), package.group(1), rules, source)
+
+
+def _runner(users: Sequence[UserInvariants]) -> str:
+    lines = [
+        "package kcp.analysis.run",
+        "",
+        "import rego.v1",
+        "",
+        "violations contains name if {",
+        "\tsome found in data.kcp.analysis.builtin.violations",
+        '\tname := concat("", ["contract.", found])',
+        "}",
+        "",
+    ]
+    for user in users:
+        for rule in user.rules:
+            name = f"{user.package}.{rule}"
+            lines += [f'violations contains "{name}" if not data.{user.package}.{rule} == true', ""]
+    lines.append('report := {"violations": sort(violations)}')
+    return "\n".join(lines) + "\n"
+
+
+class Evaluator:
+    """One bundle on regopy (and OPA when installed) plus its invariants engine."""
+
+    def __init__(self, bundle: LoadedBundle, users: Sequence[UserInvariants] = (), *, opa: bool = True) -> None:
+        self.bundle = bundle
+        self.decisions = 0
+        self.last_violations: list[str] = []
+        self.engine = RegopyEngine(bundle, preflight=True)
+        self.reference: Any = None
+        if opa and opa_available():
+            from kcp_opa.decide.crosscheck import OpaReference
+
+            self.reference = OpaReference(bundle)
+        builtin = resources.files("kcp_opa.analysis").joinpath("rego/builtin.rego").read_text(encoding="utf-8")
+        modules = {"kcp/analysis/builtin.rego": builtin, "kcp/analysis/run.rego": _runner(users)}
+        modules |= {f"invariants/{i}/{Path(u.path).name}": u.source for i, u in enumerate(users)}
+        manifest = {"revision": "analysis", "metadata": {"kcp_opa": {"entrypoints": [INVARIANTS_ENTRYPOINT]}}}
+        checks = LoadedBundle(f"{bundle.source} (invariants)", manifest, bundle.data, modules, bundle.sha256)
+        try:
+            self.invariants = RegopyEngine(checks, INVARIANTS_ENTRYPOINT, preflight=False)
+        except Exception as exc:
+            raise AnalysisError(f"the invariants do not load: {exc}") from None
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        return ("regopy", "opa") if self.reference is not None else ("regopy",)
+
+    def decide(self, action: Mapping[str, Any], now: str, controls: Sequence[str] = ()) -> Outcome:
+        """Decide ACTION at NOW (controls counted satisfied beside the system's); no invariants."""
+        try:
+            # The host vouches for what a generated action states (as a decision case with
+            # `context: {from_action: true}`): each stated fact reaches the policy through the
+            # same sources a deployment uses, and a fact the action omits is absent.
+            sources, principal = case_sources(action, HOST_VOUCHED, now)
+            prepared = build_input(
+                action,
+                now=now,
+                satisfied_controls=(*SYSTEM_CONTROLS, *controls),
+                bundle_revision=self.bundle.revision,
+                context=sources,
+                principal=principal,
+            )
+        except ActionRejectedError as exc:
+            return Outcome(None, rejected=str(exc))
+        self.decisions += 1
+        result = self.engine.evaluate(prepared.document)
+        value = dict(result.value) if result.value is not None else {"engine_error": result.error}
+        outcome = Outcome(value, document=prepared.document)
+        if self.reference is not None:
+            other = self.reference.evaluate(prepared.document)
+            if (result.error is None) != (other.error is None):
+                outcome.divergence = "/"
+            elif result.error is None:
+                outcome.divergence = first_difference(result.value, other.value)
+        return outcome
+
+    def check(
+        self, outcome: Outcome, facts: Mapping[str, Any], before: Outcome | None = None, change: str = ""
+    ) -> list[str]:
+        """The invariants OUTCOME breaks (and engine disagreement, which is a comparison)."""
+        if outcome.decision is None or outcome.document is None:
+            return []
+        doc: dict[str, Any] = {"input": outcome.document, "decision": outcome.decision, "facts": dict(facts)}
+        if before is not None and before.decision is not None:
+            doc |= {"before": before.decision, "change": change}
+        result = self.invariants.evaluate(doc)
+        if result.value is None:
+            raise AnalysisError(f"the invariants failed to evaluate: {result.error}")
+        found = [str(v) for v in result.value.get("violations", [])]
+        if outcome.divergence is not None:
+            found.append("contract.engines_agree")
+        outcome.violations = sorted(set(found))
+        self.last_violations = outcome.violations
+        return outcome.violations
+
+
+def opa_available() -> bool:
+    try:
+        import opa_bindings  # noqa: F401
+    except ImportError:
+        return False
+    return True

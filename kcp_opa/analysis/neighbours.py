@@ -1,0 +1,94 @@
+"""Stronger neighbours of an action (for monotonicity and DENY-is-terminal) and greedy shrinking.
+
+A neighbour is the same action with one thing made stricter: one more undeclared field, a
+larger amount, one more delegation hop, or (for a DENY) every required control recorded. A
+counterexample is shrunk by dropping keys and list items, one at a time, while it still breaks
+the same invariant: what is left is the smallest action the shrinker could find.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from kcp_opa.analysis.spacedims import UNDECLARED_FIELD
+
+MONOTONE = ("undeclared_field", "larger_amount", "one_more_hop")
+EVIDENCE = "evidence_added"
+_MAX_MINOR = 10**15
+
+
+def stronger(action: Mapping[str, Any], change: str) -> dict[str, Any] | None:
+    """ACTION with CHANGE applied, or None where the change does not apply."""
+    out = copy.deepcopy(dict(action))
+    if change == "undeclared_field":
+        knowledge = out.get("knowledge")
+        if not isinstance(knowledge, dict) or not isinstance(knowledge.get("fields_read", []), list):
+            return None
+        knowledge["fields_read"] = [*knowledge.get("fields_read", []), f"{UNDECLARED_FIELD}_2"]
+        return out
+    if change == "larger_amount":
+        amount = out.get("amount")
+        value = amount.get("value_minor") if isinstance(amount, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool) or value * 2 + 1 > _MAX_MINOR:
+            return None
+        amount["value_minor"] = value * 2 + 1  # type: ignore[index]
+        return out
+    if change == "one_more_hop":
+        chain = out.get("delegation_chain")
+        scope = out.get("authorization_context", {}).get("agent_scope", [])
+        links = list(chain) if isinstance(chain, list) else []
+        if not links:
+            links = [{"agent_id": "agent-0", "capabilities": list(scope)}]
+        last = links[-1] if isinstance(links[-1], dict) else {}
+        links.append({"agent_id": f"agent-{len(links)}", "capabilities": list(last.get("capabilities", []))})
+        if len(links) > 16:
+            return None
+        out["delegation_chain"] = links
+        return out
+    raise ValueError(change)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every key and list index, deepest first (so leaves are tried before their parents)."""
+    if isinstance(node, dict):
+        for key in sorted(node):
+            yield from _paths(node[key], (*prefix, key))
+            yield (*prefix, key)
+    elif isinstance(node, list):
+        for index in reversed(range(len(node))):
+            yield from _paths(node[index], (*prefix, index))
+            yield (*prefix, index)
+
+
+def _without(action: Mapping[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(action))
+    node: Any = out
+    for part in path[:-1]:
+        node = node[part]
+    del node[path[-1]]
+    return out
+
+
+def shrink(
+    action: Mapping[str, Any], still_fails: Callable[[dict[str, Any]], bool], attempts: int
+) -> tuple[dict[str, Any], int]:
+    """Greedy: drop one key or item at a time while STILL_FAILS holds; (smallest action, tries)."""
+    current = copy.deepcopy(dict(action))
+    tried = 0
+    progress = True
+    while progress and tried < attempts:
+        progress = False
+        for path in list(_paths(current)):
+            if tried >= attempts:
+                break
+            try:
+                candidate = _without(current, path)
+            except (KeyError, IndexError, TypeError):
+                continue  # an earlier removal in this pass took the parent
+            tried += 1
+            if still_fails(candidate):
+                current = candidate
+                progress = True
+    return current, tried

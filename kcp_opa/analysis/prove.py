@@ -1,0 +1,317 @@
+"""``kcp-opa prove``: every generated action, on both engines, against the invariants.
+
+The order spends the budget where holes hide: each unit with each task type in the clean
+action; then one fact at a time changed around each of those that is not a DENY (where an
+allow can appear); then an all-pairs covering array; then seeded samples. Where the whole
+product fits the budget it is enumerated and the report says "exhaustive".
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcp_opa.analysis.covering import all_pairs, full_product, sampled
+from kcp_opa.analysis.engines import Evaluator, Outcome, UserInvariants
+from kcp_opa.analysis.neighbours import EVIDENCE, MONOTONE, shrink, stronger
+from kcp_opa.analysis.pin import counterexample_case
+from kcp_opa.analysis.space import Sample, Space, derive_space
+from kcp_opa.compile.bundle import LoadedBundle
+
+DEFAULT_BUDGET = 1500
+SHRINK_ATTEMPTS = 120
+
+
+@dataclass
+class Violation:
+    invariant: str
+    decision: dict[str, Any]
+    labels: dict[str, str]
+    action: dict[str, Any]
+    now: str
+    change: str = ""
+    before: dict[str, Any] | None = None
+    shrink_tries: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "invariant": self.invariant,
+            "decision": _brief(self.decision),
+            "before": _brief(self.before) if self.before else None,
+            "change": self.change or None,
+            "labels": self.labels,
+            "counterexample": self.action,
+            "now": self.now,
+            "shrink_tries": self.shrink_tries,
+        }
+
+
+@dataclass
+class ProofReport:
+    deployment: str
+    bundle: str
+    engines: tuple[str, ...]
+    budget: int
+    seed: int
+    space_size: int
+    exhaustive: bool
+    actions: int = 0
+    decisions: int = 0
+    rejected: int = 0
+    pairs_complete: bool = False
+    phases: Counter[str] = field(default_factory=Counter)
+    states: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    invariants: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def proved(self) -> bool:
+        return not self.violations
+
+    def meaning(self) -> str:
+        """What "proved" means for this run."""
+        if self.exhaustive:
+            return f"exhaustive over the abstraction: all {self.space_size} actions of the generated space"
+        pairs = "every pair of values of two dimensions covered" if self.pairs_complete else "pairs NOT all covered"
+        return (
+            f"sampled: {self.actions} actions ({self.decisions} decisions) of a {self.space_size}-action space; "
+            f"{pairs}; seed {self.seed}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "bundle": self.bundle,
+            "proved": self.proved,
+            "meaning": self.meaning(),
+            "exhaustive": self.exhaustive,
+            "engines": list(self.engines),
+            "budget": self.budget,
+            "seed": self.seed,
+            "space_size": self.space_size,
+            "actions": self.actions,
+            "decisions": self.decisions,
+            "rejected": self.rejected,
+            "pairs_complete": self.pairs_complete,
+            "phases": dict(self.phases),
+            "states": dict(sorted(self.states.items())),
+            "invariants": self.invariants,
+            "violation_counts": dict(sorted(self.counts.items())),
+            "violations": [v.to_dict() for v in self.violations],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def builtin_invariants(users: Sequence[UserInvariants]) -> list[str]:
+    names = [
+        "contract.no_engine_error",
+        "contract.engines_agree",
+        "contract.executable_only_with_every_control",
+        "contract.unknown_unit_never_allows",
+        "contract.unknown_task_type_never_allows",
+        "contract.absent_needed_fact_never_allows",
+        "contract.deny_is_terminal",
+        *(f"contract.monotone_{change}" for change in MONOTONE),
+    ]
+    return names + [f"{u.package}.{rule}" for u in users for rule in u.rules]
+
+
+def prove(
+    bundle: LoadedBundle,
+    *,
+    users: Sequence[UserInvariants] = (),
+    budget: int = DEFAULT_BUDGET,
+    seed: int = 0,
+    requires_from: Sequence[LoadedBundle] = (),
+    opa: bool = True,
+    evaluator: Evaluator | None = None,
+) -> ProofReport:
+    started = time.perf_counter()
+    space = derive_space(bundle, requires_from=requires_from)
+    ev = evaluator or Evaluator(bundle, users, opa=opa)
+    # Each action costs about two decisions (itself and, when it is not a DENY, its neighbours).
+    exhaustive = space.size * (1 + len(MONOTONE)) <= budget
+    report = ProofReport(space.deployment, bundle.source, ev.engines, budget, seed, space.size, exhaustive)
+    report.invariants = builtin_invariants(users)
+    clean: list[tuple[tuple[int, ...], str]] = []
+    for phase, row in plan_rows(space, seed, exhaustive, clean):
+        if ev.decisions >= budget:
+            break
+        sample = space.sample(row)
+        outcome = _examine(ev, space, sample, report, seed)
+        report.phases[phase] += 1
+        if phase == "clean" and outcome is not None and outcome.decision is not None:
+            clean.append((row, str(outcome.decision.get("decision"))))
+        if phase == "pairs":
+            report.pairs_complete = True  # reset below if the plan stopped before the last pair row
+    report.pairs_complete = report.pairs_complete and report.phases["pairs"] == _pair_rows(space, seed)
+    for violation in report.violations:
+        _shrink(ev, space, violation)
+    report.decisions = ev.decisions
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _pair_rows(space: Space, seed: int) -> int:
+    return len(all_pairs([len(d.choices) for d in space.dims], seed))
+
+
+def plan_rows(
+    space: Space, seed: int, exhaustive: bool, clean: list[tuple[tuple[int, ...], str]]
+) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """(phase, row) in the order the budget is spent; CLEAN is filled by the caller with each
+    clean row's decision as it goes (one fact at a time is varied around those not DENY)."""
+    sizes = [len(d.choices) for d in space.dims]
+    if exhaustive:
+        for row in full_product(sizes):
+            yield "exhaustive", row
+        return
+    units, tasks = sizes[0], sizes[1]
+    for task in range(tasks):  # every unit (the unknown one too) early, whatever the budget
+        for unit in range(units):
+            yield "clean", (unit, task, *([0] * (len(sizes) - 2)))
+    # One fact at a time around each clean action that is not a DENY, weakest first (where an
+    # allow can appear), absences first, spread: each pass gives every such action a different
+    # deviation, so a small budget still varies every fact on some action.
+    around = [row for row, state in sorted(clean, key=lambda item: _strength(item[1])) if state != "DENY"]
+    deviations = sorted(
+        ((dim, value) for dim in range(2, len(sizes)) for value in range(1, sizes[dim])),
+        key=lambda dv: space.dims[dv[0]].choices[dv[1]].label not in ("absent", "none", "empty"),
+    )
+    for k in range(len(deviations) if around else 0):
+        for i, row in enumerate(around):
+            dim, value = deviations[(k + i) % len(deviations)]
+            yield "one_fact", (*row[:dim], value, *row[dim + 1 :])
+    for row in all_pairs(sizes, seed):
+        yield "pairs", row
+    while True:
+        for row in sampled(sizes, 256, seed := seed + 1):
+            yield "sampled", row
+
+
+#: The contract's routing order, weakest first (gate contract section 2).
+STATE_ORDER = (
+    "ALLOW",
+    "USER_CONFIRMATION",
+    "STEP_UP_AUTHENTICATION",
+    "IDENTITY_VERIFICATION",
+    "HUMAN_APPROVAL",
+    "ESCALATE",
+    "COMPLIANCE_REVIEW",
+    "DENY",
+)
+
+
+def _strength(state: str) -> int:
+    return STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER)
+
+
+def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, seed: int) -> Outcome | None:
+    outcome = ev.decide(sample.action, sample.now)
+    report.actions += 1
+    if outcome.decision is None:
+        report.rejected += 1
+        return None
+    state = str(outcome.decision.get("decision", "engine_error"))
+    report.states[state] += 1
+    _record(report, ev.check(outcome, sample.facts), outcome, sample)
+    if state == "DENY":
+        if report.actions % 4 == seed % 4:  # DENY is terminal: checked on a quarter of the DENYs
+            controls = [str(c) for c in outcome.decision.get("required_controls", [])]
+            after = ev.decide(sample.action, sample.now, controls)
+            _record(report, ev.check(after, sample.facts, outcome, EVIDENCE), after, sample, EVIDENCE, outcome)
+        return outcome
+    for change in MONOTONE:
+        action = stronger(sample.action, change)
+        if action is None:
+            continue
+        after = ev.decide(action, sample.now)
+        facts = space.describe(action, sample.now).facts
+        _record(report, ev.check(after, facts, outcome, change), after, sample, change, outcome)
+    return outcome
+
+
+def _record(
+    report: ProofReport,
+    found: list[str],
+    outcome: Outcome,
+    sample: Sample,
+    change: str = "",
+    before: Outcome | None = None,
+) -> None:
+    for name in found:
+        report.counts[name] += 1
+        if any(v.invariant == name for v in report.violations) or outcome.decision is None:
+            continue
+        report.violations.append(
+            Violation(
+                name,
+                outcome.decision,
+                dict(sample.labels),
+                sample.action,
+                sample.now,
+                change,
+                before.decision if before is not None else None,
+            )
+        )
+
+
+def _shrink(ev: Evaluator, space: Space, violation: Violation) -> None:
+    """Replace the counterexample with the smallest action that still breaks the invariant."""
+
+    allowed: set[str] = set()
+
+    def breaks(found: list[str]) -> bool:
+        # Still this invariant, and nothing the original did not break: the cause stays isolated.
+        return violation.invariant in found and (not allowed or set(found) <= allowed)
+
+    def still_fails(action: dict[str, Any]) -> bool:
+        outcome = ev.decide(action, violation.now)
+        if outcome.decision is None:
+            return False
+        facts = space.describe(action, violation.now).facts
+        if not violation.change:
+            return breaks(ev.check(outcome, facts))
+        if violation.change == EVIDENCE:
+            controls = [str(c) for c in outcome.decision.get("required_controls", [])]
+            after = ev.decide(action, violation.now, controls)
+        else:
+            stronger_action = stronger(action, violation.change)
+            if stronger_action is None:
+                return False
+            after = ev.decide(stronger_action, violation.now)
+            facts = space.describe(stronger_action, violation.now).facts
+        return breaks(ev.check(after, facts, outcome, violation.change))
+
+    still_fails(violation.action)
+    allowed = set(_last_found(ev))
+    smallest, tries = shrink(violation.action, still_fails, SHRINK_ATTEMPTS)
+    violation.action, violation.shrink_tries = smallest, tries
+    final = ev.decide(smallest, violation.now)
+    if final.decision is not None and not violation.change:
+        violation.decision = final.decision
+
+
+def _last_found(ev: Evaluator) -> list[str]:
+    return list(ev.last_violations)
+
+
+def cases_document(report: ProofReport, deployment: str | None = None) -> dict[str, Any]:
+    """Every counterexample as a decision-case file (kcp_opa/schemas/decision-cases.schema.json)."""
+    cases = [
+        counterexample_case(v.invariant, v.action, v.decision, v.now, v.change, v.before) for v in report.violations
+    ]
+    now = report.violations[0].now if report.violations else ""
+    return {"deployment": deployment or report.deployment, "now": now, "cases": cases}
+
+
+def _brief(decision: dict[str, Any] | None) -> dict[str, Any]:
+    if decision is None:
+        return {}
+    keys = ("decision", "execution_allowed", "reason_codes", "required_controls", "missing_controls", "engine_error")
+    return {k: decision[k] for k in keys if k in decision}

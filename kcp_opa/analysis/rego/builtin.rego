@@ -1,0 +1,75 @@
+# METADATA
+# title: The gate contract's invariants, over one decision and the facts about its action
+# description: |
+#   Evaluated by `kcp-opa prove` on every generated action, with input
+#   {input: the decision input, decision: the policy's answer (or {engine_error}), facts:
+#   {unit_known, task_known, knowledge_bound, absent_needed}, and for a neighbour (the same
+#   action made stronger) before: {decision} and change}. Each violation is the invariant's name.
+package kcp.analysis.builtin
+
+import rego.v1
+
+# The contract's routing order, weakest first (gate contract section 2).
+rank := {
+	"ALLOW": 0, "USER_CONFIRMATION": 1, "STEP_UP_AUTHENTICATION": 2, "IDENTITY_VERIFICATION": 3,
+	"HUMAN_APPROVAL": 4, "ESCALATE": 5, "COMPLIANCE_REVIEW": 6, "DENY": 7,
+}
+
+_decision := input.decision
+
+_allows if _decision.decision == "ALLOW"
+
+_allows if _decision.execution_allowed == true
+
+violations contains "no_engine_error" if _decision.engine_error
+
+violations contains "no_engine_error" if {
+	not _decision.engine_error
+	not rank[_decision.decision]
+}
+
+violations contains "executable_only_with_every_control" if {
+	_decision.execution_allowed == true
+	count(object.get(_decision, "missing_controls", [])) > 0
+}
+
+violations contains "executable_only_with_every_control" if {
+	_decision.execution_allowed == true
+	_decision.decision != "ALLOW"
+}
+
+violations contains "unknown_unit_never_allows" if {
+	input.facts.unit_known == false
+	_allows
+}
+
+violations contains "unknown_task_type_never_allows" if {
+	input.facts.task_known == false
+	_allows
+}
+
+# One violation per absent fact, named after it: each hole gets its own counterexample.
+violations contains concat("", ["absent_needed_fact_never_allows[", path, "]"]) if {
+	input.facts.knowledge_bound == true
+	some path in input.facts.absent_needed
+	_allows
+}
+
+# A stronger action (one more undeclared field, a larger amount, one more hop) never weakens.
+violations contains concat("", ["monotone_", input.change]) if {
+	input.change in {"undeclared_field", "larger_amount", "one_more_hop"}
+	rank[_decision.decision] < rank[input.before.decision]
+}
+
+violations contains concat("", ["monotone_", input.change]) if {
+	input.change in {"undeclared_field", "larger_amount", "one_more_hop"}
+	input.before.execution_allowed == false
+	_decision.execution_allowed == true
+}
+
+# DENY is terminal: recording every required control changes nothing.
+violations contains "deny_is_terminal" if {
+	input.change == "evidence_added"
+	input.before.decision == "DENY"
+	_decision.decision != "DENY"
+}

@@ -1,0 +1,95 @@
+"""Text and Markdown for prove and diff reports (JSON is each report's ``to_dict``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kcp_opa.analysis.diff import DiffReport
+from kcp_opa.analysis.prove import ProofReport
+
+
+def _compact(value: Any, limit: int = 600) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def proof_text(report: ProofReport) -> str:
+    verdict = "PROVED" if report.proved else f"VIOLATED: {len(report.violations)} invariant(s)"
+    lines = [
+        f"prove {report.bundle} ({report.deployment}): {verdict}",
+        f"  what was proved: {report.meaning()}",
+        f"  engines: {', '.join(report.engines)}; {report.decisions} decisions in {report.seconds:.1f} s "
+        f"({report.decisions / report.seconds if report.seconds else 0:.0f}/s); {report.rejected} actions refused",
+        f"  invariants: {', '.join(report.invariants)}",
+        f"  states: {', '.join(f'{k} {v}' for k, v in sorted(report.states.items()))}",
+    ]
+    for v in report.violations:
+        lines += [
+            "",
+            f"VIOLATION {v.invariant} ({report.counts[v.invariant]} action(s))",
+            f"  decision: {_compact(v.to_dict()['decision'])}",
+        ]
+        if v.change:
+            lines.append(f"  after {v.change}; before it: {_compact(v.to_dict()['before'])}")
+        lines += [f"  shrunk counterexample ({v.shrink_tries} tries), now {v.now}:", f"    {_compact(v.action, 2000)}"]
+    return "\n".join(lines)
+
+
+def diff_text(report: DiffReport) -> str:
+    verdict = "WEAKENS" if report.weakens else ("changes" if report.changed else "no change")
+    lines = [
+        f"diff {report.old} -> {report.new}: {verdict}",
+        f"  {report.actions} actions ({report.decisions} decisions, {report.rejected} refused), "
+        f"{report.unchanged} unchanged, {report.changed} changed, in {report.seconds:.1f} s",
+    ]
+    for transition, count in sorted(report.transitions.items()):
+        weak = report.weakening.get(transition, 0)
+        lines.append(f"  {transition}: {count}" + (f"  ({weak} WEAKEN)" if weak else ""))
+    for transition, examples in sorted(report.examples.items()):
+        for change in examples:
+            flag = "WEAKENS: " + "; ".join(change.why) if change.weakens else "example"
+            lines += [
+                f"    {transition} {flag}",
+                f"      action: {_compact(change.action)}",
+                f"      old: {_compact(change.old)}",
+                f"      new: {_compact(change.new)}",
+            ]
+    return "\n".join(lines)
+
+
+def diff_markdown(report: DiffReport) -> str:
+    verdict = "**weakens**" if report.weakens else ("changes" if report.changed else "no change")
+    lines = [
+        f"### kcp-opa diff: {verdict}",
+        "",
+        f"{report.actions} generated actions decided by both bundles: {report.unchanged} unchanged, "
+        f"{report.changed} changed.",
+        "",
+    ]
+    if report.transitions:
+        lines += ["| old -> new | actions | weaken |", "|---|---:|---:|"]
+        lines += [f"| `{t}` | {n} | {report.weakening.get(t, 0)} |" for t, n in sorted(report.transitions.items())]
+        lines.append("")
+    for transition, examples in sorted(report.examples.items()):
+        for change in examples[:1] + [c for c in examples[1:] if c.weakens][:1]:
+            why = f" (weakens: {'; '.join(change.why)})" if change.weakens else ""
+            lines += [
+                f"<details><summary><code>{_escape(transition)}</code>{_escape(why)}</summary>",
+                "",
+                "```json",
+                json.dumps(
+                    {"action": change.action, "now": change.now, "old": change.old, "new": change.new},
+                    indent=2,
+                    sort_keys=True,
+                ),
+                "```",
+                "",
+                "</details>",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,333 @@
+"""The dimensions of the input space: each a list of (label, edit) over a contract-valid action.
+
+An edit reads the per-action context (the unit chosen first, so fields, regions, delegation
+depth and the clock follow that unit's profile). Values come from the bundle's data and the
+action schema's enums; "absent" is a value of every optional fact.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.schemas import schema as load_schema
+
+Edit = Callable[[dict[str, Any], "DimContext"], None]
+UNKNOWN_UNIT = "analysis-unknown-unit"
+UNKNOWN_TASK = "analysis_unknown_task"
+UNDECLARED_FIELD = "analysis_undeclared_field"
+_DAY = 86400
+#: The value each runtime fact has in the base action: the first choice of its dimension, so
+#: row 0 of every dimension is the clean action the others deviate from.
+_BASE_VALUES = {
+    "runtime.budget_state": "within_budget",
+    "runtime.evidence_status": "present",
+    "runtime.risk_level": "low",
+    "runtime.model.hosting": "self_hosted",
+}
+
+
+@dataclass
+class DimContext:
+    """What the bundle declares, and (per action) the unit chosen and the decision time."""
+
+    deployment: str
+    units: dict[tuple[str, str], tuple[Mapping[str, Any], Mapping[str, Any]]]
+    matrix_tasks: list[str]
+    builtin: list[str]
+    flags: list[str]
+    regions: list[str]
+    money: dict[str, list[int]]
+    max_age: int
+    max_skew: int
+    now_seconds: int
+    environments: list[str]
+    roles: list[str]
+    profile: Mapping[str, Any] = field(default_factory=dict)
+    slot: Mapping[str, Any] = field(default_factory=dict)
+    now: str = ""
+    conditional: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def known_tasks(self) -> set[str]:
+        return set(self.matrix_tasks) | set(self.builtin)
+
+    def fresh(self) -> DimContext:
+        return replace(self, profile={}, slot={}, now=_iso(self.now_seconds))
+
+    @classmethod
+    def from_bundle(cls, bundle: LoadedBundle, builtin: set[str], flags: list[str]) -> DimContext:
+        kcp = bundle.data.get("kcp_data", {})
+        profiles = kcp.get("profiles", [])
+        units: dict[tuple[str, str], tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        index_doc = kcp.get("units", {})
+        for project, unit, slot in _unit_slots(index_doc.get("slots", {}), int(index_doc.get("depth", 0))):
+            at = slot.get("profile")
+            profile = profiles[at] if isinstance(at, int) and at < len(profiles) else {}
+            units[(project, unit)] = (profile, slot)
+        matrix = kcp.get("matrix", {})
+        params = matrix.get("parameters", {})
+        money: dict[str, set[int]] = {}
+        for table in params.get("money", {}).values():
+            for currency, minor in (table or {}).items():
+                if isinstance(minor, int):
+                    money.setdefault(currency, set()).update({max(minor - 1, 1), max(minor, 1)})
+        regions = sorted({r for p, _ in units.values() for r in (_get(p, "compliance", "data_residency") or [])})
+        envs: set[str] = set()
+        roles: set[str] = set(params.get("sender_roles", []))
+        for profile, _ in units.values():
+            cells = _get(profile, "effective_visibility", "cells") or {}
+            envs |= {e for e in cells if e}
+            roles |= {r for by_role in cells.values() if isinstance(by_role, Mapping) for r in by_role if r}
+        days = [
+            s.get("validated_epoch_day", 0) for _, s in units.values() if isinstance(s.get("validated_epoch_day"), int)
+        ]
+        now_seconds = ((max(days) + 1) if days else 20786) * _DAY + 36000
+        context = params.get("context", {})
+        projects = sorted(kcp.get("deployment", {}).get("projects", {})) or sorted({p for p, _ in units})
+        return cls(
+            deployment=projects[0] if projects else "deployment",
+            units=units,
+            matrix_tasks=sorted(matrix.get("task_types", [])),
+            builtin=sorted(builtin - set(matrix.get("task_types", []))),
+            flags=flags,
+            regions=regions,
+            money={c: sorted(v) for c, v in sorted(money.items())},
+            max_age=int(context.get("max_action_age_seconds", _DAY)),
+            max_skew=int(context.get("max_future_skew_seconds", 900)),
+            now_seconds=now_seconds,
+            environments=sorted(envs),
+            roles=sorted(roles),
+        )
+
+
+def _unit_slots(slots: Any, depth: int) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(project, unit, slot) from the compiled unit index, hashed DEPTH levels deep."""
+    if depth > 0:
+        levels = slots if isinstance(slots, list) else list(slots.values()) if isinstance(slots, Mapping) else []
+        return [entry for level in levels for entry in _unit_slots(level, depth - 1)]
+    if not isinstance(slots, Mapping):
+        return []
+    return sorted(
+        (project, unit, slot)
+        for project, by_unit in slots.items()
+        if isinstance(by_unit, Mapping)
+        for unit, slot in by_unit.items()
+        if isinstance(slot, Mapping)
+    )
+
+
+def dimensions(ctx: DimContext) -> list[tuple[str, list[tuple[str, Edit]]]]:
+    runtime = load_schema("action-intent.schema.json")["properties"]["runtime"]["properties"]
+    dims: list[tuple[str, list[tuple[str, Edit]]]] = [
+        ("unit", _units(ctx)),
+        ("task", [(t, _task(t)) for t in [*ctx.matrix_tasks, *ctx.builtin, UNKNOWN_TASK]]),
+        ("fields", [("declared", _fields(0)), ("undeclared", _fields(1)), ("empty", _fields(2))]),
+        (
+            "tenant",
+            [
+                ("same", _set("target.tenant_id", "tenant_a")),
+                ("other", _set("target.tenant_id", "tenant_b")),
+                ("absent", _drop("target.tenant_id")),
+            ],
+        ),
+        ("amount", _amounts(ctx)),
+        (
+            "region",
+            [(r, _set("runtime.deployment_region", r)) for r in [*ctx.regions, "ZZ"]]
+            + [("absent", _drop("runtime.deployment_region"))],
+        ),
+        ("delegation", _delegation()),
+        ("attributes", [("none", _drop("attributes"))] + [(f, _set("attributes", {f: True})) for f in ctx.flags]),
+        ("clock", _clock(ctx)),
+        (
+            "principal",
+            [
+                ("same", _set("authorization_context.authenticated_principal", "user_1")),
+                ("other", _set("authorization_context.authenticated_principal", "user_2")),
+                ("absent", _drop("authorization_context.authenticated_principal")),
+            ],
+        ),
+        ("trace", [("present", _noop), ("absent", _drop("trace"))]),
+        (
+            "scopes",
+            [
+                ("unit_scope", _noop),
+                ("none", _drop("authorization_context.principal_scopes")),
+                ("other", _set("authorization_context.principal_scopes", ["analysis:other"])),
+            ],
+        ),
+    ]
+    for name, path in (
+        ("budget_state", "runtime.budget_state"),
+        ("evidence_status", "runtime.evidence_status"),
+        ("risk_level", "runtime.risk_level"),
+        ("hosting", "runtime.model.hosting"),
+    ):
+        schema = runtime["model"]["properties"]["hosting"] if name == "hosting" else runtime[name]
+        base = _BASE_VALUES.get(path)
+        values: list[str] = sorted(schema["enum"], key=lambda value: value != base)
+        dims.append((name, [(v, _set(path, v)) for v in values] + [("absent", _drop(path))]))
+    dims.append(
+        (
+            "environment",
+            [("absent", _noop)] + [(e, _set("runtime.environment", e)) for e in [*ctx.environments, "analysis-env"]],
+        )
+    )
+    dims.append(
+        (
+            "actor_role",
+            [(r, _set("authorization_context.actor_role", r)) for r in [*ctx.roles, "analysis_role"]]
+            + [("absent", _noop)],
+        )
+    )
+    return dims
+
+
+def _units(ctx: DimContext) -> list[tuple[str, Edit]]:
+    choices: list[tuple[str, Edit]] = []
+    for (project, unit), (profile, slot) in ctx.units.items():
+
+        def bind(
+            action: dict[str, Any],
+            c: DimContext,
+            p: str = project,
+            u: str = unit,
+            pr: Mapping[str, Any] = profile,
+            sl: Mapping[str, Any] = slot,
+        ) -> None:
+            action["knowledge"] = {"project": p, "unit": u, "fields_read": []}
+            scope = pr.get("auth_scope")
+            if isinstance(scope, str) and scope:  # the clean principal holds the unit's scope
+                action["authorization_context"]["principal_scopes"] = [scope]
+            c.profile, c.slot = pr, sl
+
+        choices.append((f"{project}/{unit}", bind))
+    project = next(iter(ctx.units))[0] if ctx.units else ctx.deployment
+
+    def unknown(action: dict[str, Any], c: DimContext) -> None:
+        action["knowledge"] = {"project": project, "unit": UNKNOWN_UNIT, "fields_read": []}
+
+    def none(action: dict[str, Any], c: DimContext) -> None:
+        action.pop("knowledge", None)
+
+    return [*choices, ("unknown", unknown), ("none", none)]
+
+
+def _task(task: str) -> Edit:
+    def edit(action: dict[str, Any], c: DimContext) -> None:
+        action["action_type"] = task
+        action["requested_action"] = task
+        action["authorization_context"]["agent_scope"] = [task]
+
+    return edit
+
+
+def _fields(kind: int) -> Edit:
+    def edit(action: dict[str, Any], c: DimContext) -> None:
+        knowledge = action.get("knowledge")
+        if not isinstance(knowledge, dict):
+            return
+        declared = list(_get(c.profile, "compliance", "declared_fields") or [])[:2]
+        knowledge["fields_read"] = [declared, [*declared, UNDECLARED_FIELD], []][kind]
+
+    return edit
+
+
+def _amounts(ctx: DimContext) -> list[tuple[str, Edit]]:
+    choices: list[tuple[str, Edit]] = [("absent", _drop("amount"))]
+    for currency, values in ctx.money.items():
+        choices += [(f"{currency}:{v}", _set("amount", {"value_minor": v, "currency": currency})) for v in values]
+    choices.append(("XTS:100", _set("amount", {"value_minor": 100, "currency": "XTS"})))
+    return choices
+
+
+def _delegation() -> list[tuple[str, Edit]]:
+    def chain(extra: int, widened: bool = False) -> Edit:
+        def edit(action: dict[str, Any], c: DimContext) -> None:
+            depth = _get(c.profile, "delegation", "max_depth")
+            hops = (depth if isinstance(depth, int) else 1) + extra
+            scope = list(action["authorization_context"]["agent_scope"])
+            links = [{"agent_id": f"agent-{i}", "capabilities": list(scope)} for i in range(max(hops, 1) + 1)]
+            if widened:
+                links[-1]["capabilities"] = [*scope, "analysis.widened"]
+            action["delegation_chain"] = links
+
+        return edit
+
+    return [
+        ("none", _drop("delegation_chain")),
+        ("max_depth", chain(0)),
+        ("max_depth+1", chain(1)),
+        ("widened", chain(0, widened=True)),
+    ]
+
+
+def _clock(ctx: DimContext) -> list[tuple[str, Edit]]:
+    def created(offset: int) -> Edit:
+        def edit(action: dict[str, Any], c: DimContext) -> None:
+            action["created_at"] = _iso(c.now_seconds + offset)
+
+        return edit
+
+    def stale(extra_days: int) -> Edit:
+        def edit(action: dict[str, Any], c: DimContext) -> None:
+            day = c.slot.get("validated_epoch_day")
+            age = _get(c.profile, "freshness", "max_age_days")
+            if isinstance(day, int) and isinstance(age, int):
+                seconds = (day + age + extra_days) * _DAY + 36000
+                c.now = _iso(seconds)
+                action["created_at"] = _iso(seconds - 60)
+
+        return edit
+
+    return [
+        ("fresh", _noop),
+        ("max_age", created(-ctx.max_age)),
+        ("max_age+1", created(-ctx.max_age - 1)),
+        ("skew", created(ctx.max_skew)),
+        ("skew+1", created(ctx.max_skew + 1)),
+        ("unit_stale_edge", stale(0)),
+        ("unit_stale+1", stale(1)),
+    ]
+
+
+def _set(path: str, value: Any) -> Edit:
+    def edit(action: dict[str, Any], c: DimContext) -> None:
+        node = action
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+
+    return edit
+
+
+def _drop(path: str) -> Edit:
+    def edit(action: dict[str, Any], c: DimContext) -> None:
+        node: Any = action
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+
+    return edit
+
+
+def _get(node: Any, *keys: str) -> Any:
+    """NODE[k1][k2]..., None where a level is missing or not a mapping (profiles hold nulls)."""
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def _noop(action: dict[str, Any], c: DimContext) -> None:
+    return None
+
+
+def _iso(seconds: int) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

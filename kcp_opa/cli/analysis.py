@@ -1,0 +1,145 @@
+"""prove, diff and cases pin: the analysis commands (the work is in kcp_opa.analysis)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import yaml
+
+from kcp_opa.analysis.diff import DEFAULT_BUDGET as DIFF_BUDGET
+from kcp_opa.analysis.diff import diff
+from kcp_opa.analysis.engines import UserInvariants
+from kcp_opa.analysis.pin import pin
+from kcp_opa.analysis.prove import DEFAULT_BUDGET, cases_document, prove
+from kcp_opa.analysis.report import diff_markdown, diff_text, proof_text
+from kcp_opa.cli.output import EXIT_INVALID
+from kcp_opa.compile.bundle import read_bundle
+
+STATES = [
+    "DENY",
+    "COMPLIANCE_REVIEW",
+    "ESCALATE",
+    "HUMAN_APPROVAL",
+    "IDENTITY_VERIFICATION",
+    "STEP_UP_AUTHENTICATION",
+    "USER_CONFIRMATION",
+    "ALLOW",
+]
+_file = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+@click.command(name="prove")
+@click.argument("bundle", type=_file)
+@click.option(
+    "--invariants",
+    "invariant_files",
+    multiple=True,
+    type=_file,
+    help="A Rego file of the deployment's own invariants (rules named invariant_<name>); repeatable.",
+)
+@click.option("--budget", type=click.IntRange(1), default=DEFAULT_BUDGET, show_default=True, help="Decisions to spend.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the covering array and samples.")
+@click.option(
+    "--requires-from",
+    "requires_from",
+    multiple=True,
+    type=_file,
+    help="Also hold the facts another bundle's rules need (an old policy against today's contract).",
+)
+@click.option(
+    "--cases-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write every shrunk counterexample as a decision-case file here.",
+)
+@click.option("--deployment", help="The cases' deployment name [default: the bundle's first project].")
+@click.option("--engines", type=click.Choice(["regopy,opa", "regopy"]), default="regopy,opa", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def prove_command(
+    bundle: Path,
+    invariant_files: tuple[Path, ...],
+    budget: int,
+    seed: int,
+    requires_from: tuple[Path, ...],
+    cases_out: Path | None,
+    deployment: str | None,
+    engines: str,
+    fmt: str,
+) -> None:
+    """Check the contract's invariants (and yours) on every generated action of BUNDLE.
+
+    Exit 0 when nothing broke, 1 on a violation (each with a shrunk counterexample).
+    """
+    users = [UserInvariants.load(path) for path in invariant_files]
+    report = prove(
+        read_bundle(bundle),
+        users=users,
+        budget=budget,
+        seed=seed,
+        requires_from=[read_bundle(p) for p in requires_from],
+        opa=engines == "regopy,opa",
+    )
+    document = cases_document(report, deployment)
+    text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+    if cases_out is not None and report.violations:
+        cases_out.write_text(text, encoding="utf-8")
+    if fmt == "json":
+        click.echo(json.dumps({**report.to_dict(), "cases": document if report.violations else None}, indent=2))
+    else:
+        click.echo(proof_text(report))
+        if report.violations:
+            click.echo("\nAs decision cases (fixtures/cases format), ready to pin:\n")
+            click.echo(text.rstrip())
+    if report.violations:
+        sys.exit(EXIT_INVALID)
+
+
+@click.command(name="diff")
+@click.argument("old", type=_file)
+@click.argument("new", type=_file)
+@click.option("--budget", type=click.IntRange(2), default=DIFF_BUDGET, show_default=True, help="Decisions to spend.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--allow-weakening", is_flag=True, help="Exit 0 even when a change weakens a decision.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+def diff_command(old: Path, new: Path, budget: int, seed: int, allow_weakening: bool, fmt: str) -> None:
+    """What bundle NEW decides differently from bundle OLD over the same generated actions.
+
+    Exit 1 when a change weakens (a weaker state, execution newly allowed, a control no longer
+    required) unless --allow-weakening; 0 otherwise.
+    """
+    report = diff(read_bundle(old), read_bundle(new), budget=budget, seed=seed)
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(diff_markdown(report) if fmt == "markdown" else diff_text(report))
+    if report.weakens and not allow_weakening:
+        sys.exit(EXIT_INVALID)
+
+
+@click.group(name="cases")
+def cases_group() -> None:
+    """Decision cases: pin an archived decision as a regression case."""
+
+
+@cases_group.command(name="pin")
+@click.argument("ledger", type=_file)
+@click.argument("decision_id")
+@click.option("--expect", "expect", type=click.Choice(STATES), required=True, help="The corrected decision.")
+@click.option("--reason", "reasons", multiple=True, help="A reason code the corrected decision must carry; repeatable.")
+@click.option("--to", "to", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The case file.")
+@click.option("--deployment", help="The deployment (required for a new case file; checked for an existing one).")
+@click.option("--case-id", help="The case id [default: pinned-<decision id>].")
+def pin_command(
+    ledger: Path,
+    decision_id: str,
+    expect: str,
+    reasons: tuple[str, ...],
+    to: Path,
+    deployment: str | None,
+    case_id: str | None,
+) -> None:
+    """Turn DECISION_ID in LEDGER into a decision case expecting --expect, appended to --to."""
+    case = pin(ledger, decision_id, expect=expect, reasons=reasons, to=to, deployment=deployment, case_id=case_id)
+    click.echo(f"pinned {case['case_id']} to {to}: expects {expect}")
