@@ -7,13 +7,16 @@ unit limited to three a minute gets the matrix's outcome, and a minute later it 
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from budgetkit import T0, compile_budget, parts, pay, payment
-from conftest import vouched_gate
+from conftest import DEPLOYMENTS, POLICIES, vouched_gate
+from trustkit import REGISTRY
 
+from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import ContextSources
 from kcp_opa.core.errors import StoreError
 from kcp_opa.decide.counting import StoreCounters
@@ -111,3 +114,21 @@ def test_the_counts_are_in_the_archived_input(bundle: Path, tmp_path: Path) -> N
         "requests_per_day": 1,
     }
     assert counters["budgets"]["tenant_daily_usd"] == {"key": "tenant_demo", "spent_minor": 0, "reserved_minor": 0}
+
+
+def test_a_reloaded_bundle_counts_its_own_budgets(bundle: Path, tmp_path: Path) -> None:
+    """A hot reload that changes the matrix's budgets is counted from its first decision on: the
+    gate never keeps counting the budgets of the bundle it started with."""
+    base = tmp_path / "deployment"
+    shutil.copytree(DEPLOYMENTS / "budget", base)
+    matrix = base / "matrix.yaml"
+    matrix.write_text(
+        matrix.read_text(encoding="utf-8").replace("tenant_daily_usd", "tenant_daily_usd_v2"), encoding="utf-8"
+    )
+    renamed = tmp_path / "renamed.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], matrix, POLICIES, renamed, trust_path=REGISTRY)
+    gate, _, _ = parts(bundle, tmp_path / "store.db")
+    assert "tenant_daily_usd" in gate.prepare(read(1), now=T0).document["context"]["counters"]["budgets"]
+    gate.activate(renamed)
+    budgets = gate.prepare(read(2), now=T0).document["context"]["counters"]["budgets"]
+    assert "tenant_daily_usd_v2" in budgets and "tenant_daily_usd" not in budgets

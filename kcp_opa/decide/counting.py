@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from kcp_opa.context import ContextSources
 from kcp_opa.stores.protocols import CounterStore, CounterView
 from kcp_opa.stores.records import Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
@@ -63,6 +65,7 @@ class StoreCounters:
 
     def __init__(self, store: CounterStore, parameters: Mapping[str, Any]) -> None:
         self.store = store
+        self.parameters = parameters
         self.budgets = [b for b in parameters.get("budgets") or [] if isinstance(b, Mapping)]
         self.velocity = [v for v in parameters.get("velocity") or [] if isinstance(v, Mapping)]
 
@@ -71,6 +74,20 @@ class StoreCounters:
         """Count what the bundle's matrix declares (``data`` is the bundle's data document)."""
         matrix = (data.get("kcp_data") or {}).get("matrix") or {}
         return cls(store, matrix.get("parameters") or {})
+
+    @staticmethod
+    def bound_to(sources: ContextSources | None, data: Mapping[str, Any]) -> ContextSources | None:
+        """``sources`` counting what the deciding bundle declares: a reloaded bundle's budgets and
+        velocity rules are counted from its first decision, not the ones the gate started with.
+        A host's own counter source is left as it is."""
+        counters = sources.counters if sources is not None else None
+        if sources is None or not isinstance(counters, StoreCounters):
+            return sources
+        matrix = (data.get("kcp_data") or {}).get("matrix") or {}
+        parameters = matrix.get("parameters") or {}
+        if parameters is counters.parameters:
+            return sources
+        return replace(sources, counters=StoreCounters(counters.store, parameters))
 
     def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
         out = self.store.read(lambda view: self.history(view, action, now=now))
