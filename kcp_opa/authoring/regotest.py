@@ -27,7 +27,7 @@ from kcp_opa.authoring.regosyntax import syntax_problems
 
 _PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
 _RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)
-CHILD_TIMEOUT_S = 1800
+CHILD_TIMEOUT_S = 300
 ABORT_HINT = (
     "regopy aborted while planning this test. The known trigger is `x in coll` inside a rule "
     "evaluated under `with input as {...}` or `with input.<coll> as [...]` (docs/engine-findings.md "
