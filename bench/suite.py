@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -48,6 +49,7 @@ from bench_decide import (
     signature,
 )
 from synthetic import manifest_text, matrix_text, pinned_reads
+from targets import suite_targets
 from vouched import Vouched, expect
 
 from kcp_opa.compile.compiler import compile_bundle
@@ -200,6 +202,7 @@ def main() -> int:
     sizes = [10, 1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     rounds = 4 if args.quick else args.rounds
     console = Console(stderr=True)
+    load_at_start = list(os.getloadavg())
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory(prefix="kcp-opa-suite-") as tmp:
@@ -230,9 +233,26 @@ def main() -> int:
          "--output", str(REPO / "bench" / "results-growth.json")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    console.print("[bold]the worker pool (crash isolation) and cross_check='opa'[/] ...")
+    pool = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_pool.py"), "--rounds", "4" if args.quick else "8",
+         "--output", str(REPO / "bench" / "results-pool.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    cross = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_cross_check.py"), "--rounds", "2" if args.quick else "5",
+         "--output", str(REPO / "bench" / "results-cross-check.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     mismatched = like_for_like(rows)
     results = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": list(os.getloadavg()),
+        },
         "elapsed_s": time.perf_counter() - started,
         "deployments": rows,
         "flatness": flatness(rows),
@@ -241,7 +261,10 @@ def main() -> int:
         "receipts": json.loads((REPO / "bench" / "results-receipts.json").read_text())["results"],
         "ledger": json.loads((REPO / "bench" / "results-ledger.json").read_text())["results"],
         **json.loads((REPO / "bench" / "results-growth.json").read_text()),
+        "pool": json.loads((REPO / "bench" / "results-pool.json").read_text())["results"],
+        "cross_check": json.loads((REPO / "bench" / "results-cross-check.json").read_text())["results"],
     }
+    results["targets"] = suite_targets(results)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     table = Table(title="kcp-opa benchmark suite (us unless stated; regopy and OPA on the same bundle and inputs)")
     for column in (
@@ -282,9 +305,18 @@ def main() -> int:
     out.print(f"reads compared at every size: {rows[0]['read_decisions']}")
     for line in mismatched:
         out.print(f"[red]NOT like for like[/]: {line}")
-    for part in (receipts, ledger, engine, growth):
+    for part in (receipts, ledger, engine, growth, pool, cross):
         # Their tables, without the structlog lines of the bundles they compile.
         print("\n".join(line for line in part.stdout.splitlines() if "[info" not in line).rstrip())
+    targets = Table(title="Targets (docs/performance.md); absolute ones assume an idle machine")
+    for column in ("row", "target", "measured", "met"):
+        targets.add_column(column)
+    for item in results["targets"]:
+        met = {True: "met", False: "NOT met", None: "not measured"}[item["met"]]
+        targets.add_row(item["row"], item["target"], item["measured"], met)
+    out.print(targets)
+    load = results["machine"]
+    out.print(f"load average at start {load['load_average_at_start']}, at end {load['load_average_at_end']}")
     out.print(f"wrote {args.output} in {results['elapsed_s']:.0f} s")
     return 1 if mismatched or any(row["divergences"] for row in rows) else 0
 
