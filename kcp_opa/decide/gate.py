@@ -31,7 +31,7 @@ from kcp_opa.decide.crosscheck import cross_checked
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, Evaluator
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
 from kcp_opa.decide.modes import ModeSwitch
-from kcp_opa.decide.pool import open_engine
+from kcp_opa.decide.pool import open_engine, retire_later
 from kcp_opa.decide.shadow import ShadowCandidate
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
@@ -194,7 +194,7 @@ class Gate:
             previous = self._active
             self._recent[loaded.sha256] = candidate
             while len(self._recent) > 4:  # inputs prepared on older bundles are refused, not misdecided
-                self._recent.pop(next(iter(self._recent))).engine.close()
+                retire_later(self._recent.pop(next(iter(self._recent))).engine)
             self._active = candidate  # one reference assignment: a decision sees old or new, whole
             self.last_error = self.last_error_at = None
         _log.info("bundle_activated", revision=loaded.revision, sha256=loaded.sha256, previous=previous.bundle.revision)

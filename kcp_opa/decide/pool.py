@@ -81,8 +81,9 @@ class _Worker:
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None and stdout is not None
         try:
-            stdin.write(frame)
-            stdin.flush()
+            view = memoryview(frame)
+            while view:  # a raw pipe may take part of a large frame per write
+                view = view[os.write(stdin.fileno(), view) :]
         except OSError:
             raise WorkerLost(self._death()) from None
         header = self._read(stdout.fileno(), 4, deadline)
@@ -148,10 +149,12 @@ class _Worker:
 
 
 class ProcessEngine:
-    """One bundle's entrypoint in ``workers`` processes; ``evaluate`` never raises.
+    """One bundle's entrypoint in up to ``workers`` processes; ``evaluate`` never raises.
 
     Thread-safe: each evaluation takes an idle worker (waiting up to the deadline), so up to
-    ``workers`` evaluations run at once, each in its own process.
+    ``workers`` evaluations run at once, each in its own process. One worker starts with the
+    pool (it proves the bundle loads); the others start when evaluations overlap, so an idle
+    gate holds one copy of the bundle, not one per core.
     """
 
     def __init__(
@@ -184,6 +187,7 @@ class ProcessEngine:
         self._lock = threading.Lock()
         self._workers: set[_Worker] = set()
         self._closed = False
+        self._starting = 1  # the first worker, started below
         self._start_error = ""
         #: Workers lost (died or stopped at the deadline) and replaced, for status and tests.
         self.lost = 0
@@ -200,20 +204,17 @@ class ProcessEngine:
             except BaseException as exc:  # re-raised below, in the caller's thread
                 failures.append(exc)
 
-        threads = [threading.Thread(target=self._start_one, args=(True,)) for _ in range(self.size)]
+        threads = [threading.Thread(target=self._start_one, args=(True,))]
         threads += [threading.Thread(target=checked)] if preflight else []
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        if failures or len(self._workers) < self.size:
+        if failures or not self._workers:
             self.close()
             if failures:
                 raise failures[0]
-            raise EngineLoadError(
-                f"{self.bundle.source}: {self.size - len(self._workers)} of {self.size} evaluator workers "
-                f"did not start ({self._start_error})"
-            )
+            raise EngineLoadError(f"{self.bundle.source}: the evaluator worker did not start ({self._start_error})")
 
     def _add(self, worker: _Worker) -> None:
         with self._lock:
@@ -223,8 +224,23 @@ class ProcessEngine:
             self._workers.add(worker)
         self._idle.put(worker)
 
+    def _grow(self) -> None:
+        """No worker is idle: start one more in the background, up to ``size``."""
+        with self._lock:
+            if self._closed or len(self._workers) + self._starting >= self.size:
+                return
+            self._starting += 1
+        threading.Thread(target=self._start_one, name="kcp-opa-worker-start", daemon=True).start()
+
     def _start_one(self, once: bool = False) -> None:
         """Start a worker and put it in the pool; retried with pauses unless ``once``."""
+        try:
+            self._start_with_retries(once)
+        finally:
+            with self._lock:
+                self._starting = max(0, self._starting - 1)
+
+    def _start_with_retries(self, once: bool) -> None:
         for pause in _RESTART_PAUSE_S:
             if self._closed:
                 return
@@ -245,18 +261,26 @@ class ProcessEngine:
             self._workers.discard(worker)
             self.lost += 1
             self.last_loss = cause
+            self._starting += 1
         _log.error("evaluator_worker_lost", cause=cause, bundle_revision=self.bundle.revision)
         threading.Thread(target=self._start_one, name="kcp-opa-worker-restart", daemon=True).start()
 
     def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult:
         """The entrypoint's value for ``input_doc`` from one worker, by the deadline."""
         deadline = time.monotonic() + self.deadline_s
+        if self._closed:
+            return EngineResult(None, "the evaluator pool is closed (its bundle was replaced)")
         try:
             frame = encode({"input": input_doc})
         except (TypeError, ValueError) as exc:
             return EngineResult(None, f"the input cannot be sent to a worker: {exc}")
         try:
-            worker = self._idle.get(timeout=self.deadline_s)
+            worker = self._idle.get_nowait()
+        except queue.Empty:
+            self._grow()
+            worker = None
+        try:
+            worker = worker or self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             return EngineResult(None, f"no evaluator worker was free within {self.deadline_s:g} s")
         if not worker.alive():
@@ -291,6 +315,8 @@ class ProcessEngine:
             self._closed = True
             workers = list(self._workers)
             self._workers.clear()
+        while not self._idle.empty():
+            self._idle.get_nowait()
         for worker in workers:
             worker.stop()
 
