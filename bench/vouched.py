@@ -36,7 +36,7 @@ def sources(action: Mapping[str, Any], now: str) -> tuple[ContextSources, str]:
 
 def case_context(case: Any) -> dict[str, Any]:
     """``Gate.decide`` keyword arguments for a decision case: the context its file declares."""
-    built, principal = case_sources(case.action, case.context, case.now)
+    built, principal = case_sources(case.action, case.context, case.now, getattr(case, "counters", None))
     return {"context": built, "principal": principal}
 
 

@@ -77,8 +77,7 @@ class Gate:
     ) -> None:
         #: Where the gate's facts come from (kcp_opa.context); None: every gate fact is missing.
         self.context, self.isolation = context, isolation
-        self.plan_cache = plan_cache
-        self.cross_check = cross_check
+        self.plan_cache, self.cross_check = plan_cache, cross_check
         self.verification = verification
         self.ledger = ledger
         self._swap_lock = threading.Lock()
