@@ -98,7 +98,7 @@ def suite_targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     def isolation() -> dict[str, Any]:
         values = {n: pool[n]["decide_ratio"] for n in named}
-        text = "; ".join(f"{n}: {pool[n]['decide_ratio']:.2f}x (+{pool[n]['decide_overhead_us']:,.0f} us)"
+        text = "; ".join(f"{n}: {pool[n]['decide_ratio']:.2f}x ({pool[n]['decide_overhead_us']:+,.0f} us)"
                          for n in named)  # fmt: skip
         return _row("worker pool (crash isolation): decide p50 over in-process", "reported", text, values, None)
 
