@@ -12,6 +12,7 @@ from kcp_opa.stores.protocols import (
     ExecutionStore,
     ExecutorStore,
     HandoffStore,
+    LedgerStore,
     NonceStore,
 )
 from kcp_opa.stores.records import AMBIGUOUS, Challenge, ChallengeError, ExecutionRecord, StoredDecision
@@ -26,6 +27,7 @@ __all__ = [
     "ExecutionStore",
     "ExecutorStore",
     "HandoffStore",
+    "LedgerStore",
     "NonceStore",
     "StoredDecision",
 ]
