@@ -46,6 +46,7 @@ from kcp_opa.core.errors import KeyringError, LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
 from kcp_opa.trail.checkpoint import append_checkpoint, load_checkpoints, make_checkpoint, verify_checkpoint
+from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import (
     AUTH_KEY,
     ENTRY_SIGNATURE,
@@ -164,12 +165,13 @@ class AuditLedger:
             self._admit(head, last, seq, created=bool(header))
             lines = [header] if header else []
             written = []
+            sign = self._sign if self.checkpoint_key is not None else None
             for entry in entries:
                 seq += 1
-                chained = self._sign({**entry, "seq": seq, "previous_hash": previous})
-                chained["entry_hash"] = previous = entry_hash(chained)
-                lines.append(canonical_json(chained) + b"\n")
-                written.append(chained)
+                chained = LedgerEntry.chained(entry, seq, previous, sign)
+                previous, document = chained.entry_hash, chained.to_dict()
+                lines.append(canonical_json(document) + b"\n")
+                written.append(document)
             view = memoryview(b"".join(lines))
             while view:
                 count = os.write(fd, view)

@@ -33,11 +33,11 @@ from kcp_opa.stores.postgres.base import PostgresDatabase
 from kcp_opa.stores.postgres.ledger import ChainHead, ChainRow, ChainView, PostgresChain
 from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
 from kcp_opa.trail.ledger import header_line
+from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import (
     ENTRY_SIGNATURE,
     binding_problem,
     declared_writer,
-    entry_hash,
     foreign_entry,
     is_header,
     verify_ledger,
@@ -139,12 +139,13 @@ class PostgresLedger:
             marked.clear()
             previous, seq = self._admit(head, view)
             rows = []
+            sign = self._sign if self.checkpoint_key is not None else None
             for entry in entries:
                 seq += 1
-                chained = self._sign({**entry, "seq": seq, "previous_hash": previous})
-                chained["entry_hash"] = previous = entry_hash(chained)
-                rows.append(ChainRow(seq, previous, canonical_json(chained).decode("utf-8")))
-                written.append(chained)
+                chained = LedgerEntry.chained(entry, seq, previous, sign)
+                previous, document = chained.entry_hash, chained.to_dict()
+                rows.append(ChainRow(seq, previous, canonical_json(document).decode("utf-8")))
+                written.append(document)
             first = head.seq + 1
             due = head.created or (first - 1) // self.checkpoint_every != seq // self.checkpoint_every
             if self.checkpoint_key is None or not due:
@@ -173,8 +174,12 @@ class PostgresLedger:
         elif not isinstance(last, dict) or head.last != canonical_json(last).decode("utf-8"):
             raise LedgerError(f"{self.location}: the chain head's entry seq {head.seq} is missing or not canonical")
         else:
-            expected = entry_hash(last)
-            if last.get("entry_hash") != expected or last.get("seq") != head.seq:
+            try:
+                typed = LedgerEntry.from_dict(last)
+            except LedgerError as exc:
+                raise LedgerError(f"{self.location}: the chain head's entry: {exc}") from None
+            expected = typed.entry_hash
+            if not typed.hash_holds() or typed.seq != head.seq:
                 raise LedgerError(f"{self.location}: the entry at seq {head.seq} does not carry its own hash")
         if head.head_hash != expected:
             raise LedgerError(

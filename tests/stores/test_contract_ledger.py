@@ -143,3 +143,26 @@ def test_a_database_ledger_is_byte_for_byte_a_file_ledger(postgres: Any, tmp_pat
     assert [file_ledger.append(entry) for entry in inputs] == returned
     assert file_path.read_bytes() == dumped
     assert dumped.splitlines()[1:] == [canonical_json(entry) for entry in returned]
+
+
+def test_a_ledger_entry_is_typed_strictly_and_round_trips_to_its_bytes(where: Opened) -> None:
+    from kcp_opa.core.errors import LedgerError
+    from kcp_opa.trail.record import LedgerEntry
+
+    written = where.open().append({"type": "note", "detail": {"n": [1, 2.5, None, "é"]}})
+    with readable(where.location) as path:
+        line = path.read_bytes().splitlines()[1]
+    typed = LedgerEntry.from_dict(json.loads(line))
+    assert typed.seq == 1 and typed.event["type"] == "note" and typed.hash_holds()
+    assert canonical_json(typed.to_dict()) == line and typed.to_dict() == written
+    for broken in (
+        [],
+        {**written, "seq": True},
+        {**written, "seq": 0},
+        {**written, "entry_hash": "sha256:xyz"},
+        {k: v for k, v in written.items() if k != "previous_hash"},
+        {**written, "entry_signature": {"alg": "Ed25519", "value": 7}},
+    ):
+        with pytest.raises(LedgerError, match="not a ledger entry"):
+            LedgerEntry.from_dict(broken)
+    assert not LedgerEntry.from_dict({**written, "detail": "changed"}).hash_holds()
