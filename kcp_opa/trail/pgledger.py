@@ -93,20 +93,34 @@ class PostgresLedger:
         return self._group.submit(dict(entry))
 
     def close(self) -> dict[str, Any] | None:
-        """With a writer key, commit a signed checkpoint of the current head; returns it (None if empty)."""
+        """With a writer key, commit a signed checkpoint of the current head; returns it (None if empty).
+
+        The head is admitted as for an append (the chain's true end, its last entry this key's), in
+        the transaction that commits the checkpoint: a writer never signs a head it would not extend.
+        """
         if self.checkpoint_key is None:
             return None
         with self._lock:
             head = self._call(self.chain.head)
             if head is None or head[2] == 0:
                 return None
-            ledger_id, _, seq, head_hash = head
-            if self._last_checkpoint is not None and self._last_checkpoint.get("seq") == seq:
-                return self._last_checkpoint
-            checkpoint = self._sign_checkpoint(ledger_id, seq, head_hash)
-            self._call(lambda: self.chain.add_checkpoint(seq, canonical_json(checkpoint).decode("utf-8")))
-            self._last_checkpoint = checkpoint
-            return checkpoint
+            if not self._verified:
+                self._verify_once()
+            marked: list[dict[str, Any]] = []
+
+            def build(found: ChainHead, view: ChainView) -> tuple[list[ChainRow], str | None]:
+                marked.clear()
+                self._admit(found, view)
+                last = self._last_checkpoint
+                if last is not None and (last.get("seq"), last.get("entry_hash")) == (found.seq, found.head_hash):
+                    marked.append(last)  # this head is checkpointed already
+                    return [], None
+                marked.append(self._sign_checkpoint(found.ledger_id, found.seq, found.head_hash))
+                return [], canonical_json(marked[0]).decode("utf-8")
+
+            self._call(lambda: self.chain.extend((head[0], head[1], head[3]), build))
+            self._last_checkpoint = marked[0]
+            return marked[0]
 
     def healthy(self) -> bool:
         """Whether the database answers (an append may still fail: it then raises, and the gate denies)."""

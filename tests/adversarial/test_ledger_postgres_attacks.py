@@ -179,8 +179,12 @@ def test_an_entry_inserted_without_the_writer_key_is_refused_and_reported(postgr
     try:
         with pytest.raises(LedgerError, match="foreign entry"):
             ledger.append({"type": "note"})
+        with pytest.raises(LedgerError, match="foreign entry"):
+            ledger.close()  # never a signed checkpoint over the forged head
     finally:
         ledger.release()
+    with psycopg.connect(location) as connection:
+        assert connection.execute("SELECT max(seq) FROM ledger_checkpoints").fetchone() == (6,)
 
 
 @pytest.fixture(scope="module")

@@ -129,12 +129,6 @@ class PostgresChain(PostgresBase):
         """(ledger_id, header line, seq, head hash), or None before the first entry."""
         return self._run(_head, "cannot read the ledger head")
 
-    def add_checkpoint(self, seq: int, line: str) -> None:
-        self._run(
-            lambda c: c.execute("INSERT INTO ledger_checkpoints (seq, line) VALUES (%s, %s)", (seq, line)),
-            "cannot write the checkpoint",
-        )
-
     def checkpoints(self) -> list[str]:
         """Every checkpoint line, oldest first."""
         rows = self._run(lambda c: c.execute("SELECT line FROM ledger_checkpoints ORDER BY id").fetchall())
