@@ -8,6 +8,8 @@ implementing them, chosen where the service builds its stores.
 
 from kcp_opa.stores.protocols import (
     ChallengeStore,
+    CounterStore,
+    CounterView,
     DecisionStore,
     ExecutionStore,
     ExecutorStore,
@@ -15,13 +17,23 @@ from kcp_opa.stores.protocols import (
     LedgerStore,
     NonceStore,
 )
-from kcp_opa.stores.records import AMBIGUOUS, Challenge, ChallengeError, ExecutionRecord, StoredDecision
+from kcp_opa.stores.records import (
+    AMBIGUOUS,
+    Challenge,
+    ChallengeError,
+    ExecutionRecord,
+    StoredDecision,
+    Transfer,
+    TransferTotals,
+)
 
 __all__ = [
     "AMBIGUOUS",
     "Challenge",
     "ChallengeError",
     "ChallengeStore",
+    "CounterStore",
+    "CounterView",
     "DecisionStore",
     "ExecutionRecord",
     "ExecutionStore",
@@ -30,4 +42,6 @@ __all__ = [
     "LedgerStore",
     "NonceStore",
     "StoredDecision",
+    "Transfer",
+    "TransferTotals",
 ]
