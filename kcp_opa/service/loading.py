@@ -34,6 +34,7 @@ from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
 from kcp_opa.stores.protocols import CounterStore
+from kcp_opa.trail.locations import is_database, open_ledger
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -135,7 +136,7 @@ def open_service(
     processes (kcp_opa.decide.pool), so an input that crashes rego-cpp costs one decision.
     """
     metrics = Metrics()
-    timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
+    timed = TimedLedger(open_ledger(ledger, durability="group", checkpoint_key=ledger_key), metrics)
     if context is None:
         context = service_context(registry, config, attestations, issuer_keyring)
     gate = Gate.from_bundle(
@@ -164,7 +165,7 @@ def open_service(
         keyring=keyring,
         handlers=handlers,
         metrics=metrics,
-        ledger_path=Path(ledger),
+        ledger_path=None if is_database(ledger) else Path(ledger),
         registry=registry,
         issuers=issuers,
     )
