@@ -28,8 +28,6 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.trusted
 
-evaluator := {"id": "context_check", "version": "1.0.0"}
-
 _settings := object.get(data.kcp_data.matrix, ["parameters", "context"], {})
 
 _bound_types := object.get(_settings, "knowledge_bound_task_types", "all")
@@ -204,8 +202,6 @@ findings contains finding if {
 	finding := {
 		"code": "context_missing",
 		"rule": "kcp.context.required",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": concat("", ["a rule needs ", path, " and the input lacks it; nothing is allowed without it"]),
@@ -226,8 +222,6 @@ findings contains finding if {
 	finding := {
 		"code": "action_stale",
 		"rule": "kcp.context.freshness",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": text1,
@@ -248,8 +242,6 @@ findings contains finding if {
 	finding := {
 		"code": "clock_skew",
 		"rule": "kcp.context.freshness",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": text1,
@@ -271,8 +263,6 @@ findings contains finding if {
 	finding := {
 		"code": "context_conflict",
 		"rule": "kcp.context.trusted",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ALLOW",
 		"controls": [],
 		"message": text1,

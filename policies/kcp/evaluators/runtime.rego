@@ -44,8 +44,6 @@ findings contains finding if {
 	finding := {
 		"code": "tenant_boundary",
 		"rule": "runtime.tenant_boundary",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -63,8 +61,6 @@ findings contains finding if {
 	finding := {
 		"code": "evidence_forbidden",
 		"rule": "runtime.evidence_status",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "the evidence for this action is forbidden",
@@ -83,8 +79,6 @@ findings contains finding if {
 	finding := {
 		"code": "required_evidence_not_current",
 		"rule": "runtime.evidence_status",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": text1,
@@ -113,8 +107,6 @@ findings contains finding if {
 	finding := {
 		"code": "budget_exhausted",
 		"rule": "runtime.budget_state",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": "the agent's budget is exhausted",
@@ -130,8 +122,6 @@ findings contains finding if {
 	finding := {
 		"code": "budget_approval_required",
 		"rule": "runtime.budget_state",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "the action crosses the budget's approval threshold",
@@ -149,8 +139,6 @@ findings contains finding if {
 	finding := {
 		"code": "refund_requires_review",
 		"rule": "runtime.refund",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "a refund that is not low risk needs a reviewer",
@@ -172,8 +160,6 @@ findings contains finding if {
 	finding := {
 		"code": "role_cannot_send",
 		"rule": "runtime.send",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -196,8 +182,6 @@ findings contains finding if {
 	finding := {
 		"code": "memory_write_requires_review",
 		"rule": "runtime.remember",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "a memory write that is not low risk needs a reviewer",
