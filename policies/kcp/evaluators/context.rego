@@ -166,23 +166,24 @@ _present contains "input.action.target.tenant_id" if is_string(input.action.targ
 
 _present contains "input.action.runtime.budget_state" if is_string(input.action.runtime.budget_state)
 
-_present contains "input.context.facts.environment" if "environment" in trusted.established
+# A gate or attested fact is present when the gate established it: one lookup per established
+# fact, where a rule per fact cost regopy a rule body each on every decision.
+_present contains path if {
+	some name in trusted.established
+	path := _fact_paths[name]
+}
 
-_present contains "input.context.facts.actor_role" if "actor_role" in trusted.established
-
-_present contains "input.context.facts.deployment_region" if "deployment_region" in trusted.established
-
-_present contains "input.context.facts.model_hosting" if "model_hosting" in trusted.established
-
-_present contains "input.context.facts.agent_scope" if "agent_scope" in trusted.established
-
-_present contains "input.context.facts.evidence_status" if "evidence_status" in trusted.established
-
-_present contains "input.context.facts.new_beneficiary" if "new_beneficiary" in trusted.established
-
-_present contains "input.context.facts.modified_beneficiary" if "modified_beneficiary" in trusted.established
-
-_present contains "input.context.facts.screening_uncertain" if "screening_uncertain" in trusted.established
+_fact_paths := {
+	"environment": "input.context.facts.environment",
+	"actor_role": "input.context.facts.actor_role",
+	"deployment_region": "input.context.facts.deployment_region",
+	"model_hosting": "input.context.facts.model_hosting",
+	"agent_scope": "input.context.facts.agent_scope",
+	"evidence_status": "input.context.facts.evidence_status",
+	"new_beneficiary": "input.context.facts.new_beneficiary",
+	"modified_beneficiary": "input.context.facts.modified_beneficiary",
+	"screening_uncertain": "input.context.facts.screening_uncertain",
+}
 
 # METADATA
 # title: Missing facts
