@@ -11,6 +11,7 @@ package kcp.gate
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.risk
 import data.kcp.lib.routing
 
 # The gate reads the evaluators only through the union generated from their METADATA into
@@ -181,9 +182,8 @@ approver_roles := [] if {
 } else := []
 
 # A lookup, not upper(): regopy's case builtins are ASCII-only (docs/engine-findings.md item 26).
-_runtime_risk := _risk_names[input.action.runtime.risk_level]
-
-_risk_names := {"low": "LOW", "medium": "MEDIUM", "high": "HIGH", "critical": "CRITICAL"}
+# Computed from facts; a stated runtime.risk_level can only raise it (kcp.lib.risk).
+_runtime_risk := risk.level
 
 default _critical := false
 

@@ -4,6 +4,7 @@
 #   access: access_check 1.0.0 (kcp/evaluators/access.rego)
 #   action: action_complete_check 1.0.0 (kcp/evaluators/action.rego)
 #   authority: authority_check 1.0.0 (kcp/evaluators/authority.rego)
+#   budget: budget_check 1.0.0 (kcp/evaluators/budget.rego)
 #   context: context_check 1.0.0 (kcp/evaluators/context.rego)
 #   delegation: delegation_check 1.0.0 (kcp/evaluators/delegation.rego)
 #   field_access: field_access_check 1.0.0 (kcp/evaluators/field_access.rego)
@@ -23,6 +24,7 @@ import rego.v1
 import data.kcp.evaluators.access as ev_access
 import data.kcp.evaluators.action as ev_action
 import data.kcp.evaluators.authority as ev_authority
+import data.kcp.evaluators.budget as ev_budget
 import data.kcp.evaluators.context as ev_context
 import data.kcp.evaluators.delegation as ev_delegation
 import data.kcp.evaluators.field_access as ev_field_access
@@ -43,6 +45,7 @@ evaluators := {
 	"access": {"evaluator_id": "access_check", "evaluator_version": "1.0.0"},
 	"action": {"evaluator_id": "action_complete_check", "evaluator_version": "1.0.0"},
 	"authority": {"evaluator_id": "authority_check", "evaluator_version": "1.0.0"},
+	"budget": {"evaluator_id": "budget_check", "evaluator_version": "1.0.0"},
 	"context": {"evaluator_id": "context_check", "evaluator_version": "1.0.0"},
 	"delegation": {"evaluator_id": "delegation_check", "evaluator_version": "1.0.0"},
 	"field_access": {"evaluator_id": "field_access_check", "evaluator_version": "1.0.0"},
@@ -63,6 +66,7 @@ findings_by_evaluator := {
 	"access": ev_access.findings,
 	"action": ev_action.findings,
 	"authority": ev_authority.findings,
+	"budget": ev_budget.findings,
 	"context": ev_context.findings,
 	"delegation": ev_delegation.findings,
 	"field_access": ev_field_access.findings,
