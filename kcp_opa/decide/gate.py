@@ -41,8 +41,8 @@ from kcp_opa.models.decision import (
     MalformedDecisionError,
     PolicyVerdict,
 )
+from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.entries import AuditTrail
-from kcp_opa.trail.ledger import AuditLedger
 
 _log = structlog.get_logger("kcp_opa.gate")
 __all__ = ["ActiveBundle", "DecisionInput", "Gate", "build_input", "created_epoch_seconds", "decision_time"]
@@ -67,7 +67,7 @@ class Gate:
         bundle: LoadedBundle,
         *,
         preflight: bool = True,
-        ledger: AuditLedger | None = None,
+        ledger: LedgerStore | None = None,
         plan_cache: Path | None = None,
         cross_check: str | None = None,
         verification: Verification | None = None,
@@ -110,7 +110,7 @@ class Gate:
         path: str | Path,
         *,
         preflight: bool = True,
-        ledger: AuditLedger | None = None,
+        ledger: LedgerStore | None = None,
         plan_cache: str | Path | None = None,
         cross_check: str | None = None,
         verification_keys: Sequence[VerificationKey | str] | Verification | None = None,

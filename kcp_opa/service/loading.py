@@ -33,6 +33,7 @@ from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
 from kcp_opa.stores.protocols import CounterStore
+from kcp_opa.trail.locations import is_database, open_ledger
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -132,7 +133,7 @@ def open_service(
     configuration's and the attestation file's).
     """
     metrics = Metrics()
-    timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
+    timed = TimedLedger(open_ledger(ledger, durability="group", checkpoint_key=ledger_key), metrics)
     if context is None:
         context = service_context(registry, config, attestations, issuer_keyring)
     gate = Gate.from_bundle(
@@ -160,7 +161,7 @@ def open_service(
         keyring=keyring,
         handlers=handlers,
         metrics=metrics,
-        ledger_path=Path(ledger),
+        ledger_path=None if is_database(ledger) else Path(ledger),
         registry=registry,
         issuers=issuers,
     )
