@@ -103,11 +103,14 @@ from kcp_opa.stores import (
     ExecutionStore,
     ExecutorStore,
     HandoffStore,
+    LedgerStore,
     NonceStore,
 )
 from kcp_opa.stores.sqlite import SQLiteCounterStore, SQLiteStore
 from kcp_opa.trail.checkpoint import Checkpoint
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
+from kcp_opa.trail.locations import open_ledger
+from kcp_opa.trail.record import LedgerEntry
 
 _moved.install()
 
@@ -158,7 +161,9 @@ __all__ = [
     "KcpOpaError",
     "Keyring",
     "KeyringError",
+    "LedgerEntry",
     "LedgerError",
+    "LedgerStore",
     "LoadedBundle",
     "MalformedDocumentError",
     "Manifest",
@@ -221,6 +226,7 @@ __all__ = [
     "load_manifest",
     "load_matrix",
     "load_signing_key",
+    "open_ledger",
     "parse_action",
     "pin",
     "prove",
