@@ -132,10 +132,10 @@ def main() -> int:
     console.rule("[bold]3. receipt")
     signer = generate_ed25519("treasury-ed25519-1")
     receipt = desk.issue(record, signer, now=now)
-    console.print(f"{receipt['receipt_id']} {receipt['signature']['alg']} kid={receipt['signature']['kid']}")
-    console.print(f"valid {receipt['issued_at']} .. {receipt['expires_at']}, nonce {receipt['nonce']}")
+    console.print(f"{receipt.receipt_id} {receipt.signature.alg} kid={receipt.signature.kid}")
+    console.print(f"valid {receipt.issued_at} .. {receipt.expires_at}, nonce {receipt.nonce}")
     # For the auditor's case file: the receipt and the public key that verifies it (never the private one).
-    (LEDGER.parent / "demo-receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
+    (LEDGER.parent / "demo-receipt.json").write_text(json.dumps(receipt.to_dict(), indent=2) + "\n")
     public = Keyring({signer.kid: signer}).public().to_file_dict(include_private=False)
     (LEDGER.parent / "demo-receipt-keys.json").write_text(json.dumps(public, indent=2) + "\n")
 

@@ -24,7 +24,9 @@ from kcp_opa.audit.ropa import build_ropa
 from kcp_opa.audit.summary import summarize
 from kcp_opa.authoring.cases import DecisionCase, check_case, load_cases
 from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
-from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.documents import Attestation, Receipt
+from kcp_opa.authorize.issuance import issue_receipt
+from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
@@ -51,6 +53,7 @@ from kcp_opa.core.errors import (
     KcpOpaError,
     KeyringError,
     LedgerError,
+    MalformedDocumentError,
     QueryError,
     ReceiptIssueError,
     ReceiptVerificationError,
@@ -104,6 +107,7 @@ from kcp_opa.stores import (
     NonceStore,
 )
 from kcp_opa.stores.sqlite import SQLiteCounterStore, SQLiteStore
+from kcp_opa.trail.checkpoint import Checkpoint
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 from kcp_opa.trail.locations import open_ledger
 from kcp_opa.trail.record import LedgerEntry
@@ -114,6 +118,7 @@ __all__ = [
     "ActionRejectedError",
     "ActiveBundle",
     "AnalysisError",
+    "Attestation",
     "AuditLedger",
     "AuthorizationStatus",
     "BundleError",
@@ -121,6 +126,7 @@ __all__ = [
     "BundleProvenanceError",
     "BundleSignatureError",
     "ChallengeStore",
+    "Checkpoint",
     "CompileError",
     "CompileResult",
     "ContextSources",
@@ -159,6 +165,7 @@ __all__ = [
     "LedgerError",
     "LedgerStore",
     "LoadedBundle",
+    "MalformedDocumentError",
     "Manifest",
     "NonceStore",
     "Outcome",
@@ -167,6 +174,7 @@ __all__ = [
     "ProofReport",
     "QueryError",
     "Reason",
+    "Receipt",
     "ReceiptIssueError",
     "ReceiptKey",
     "ReceiptVerificationError",

@@ -112,4 +112,4 @@ def pay(
         executor.execute_authorized_action(action, receipt, handler or (lambda a: {"paid": a["action_id"]}), now=now)
     except CodedError as exc:
         return ("failed" if exc.code == "handler_failed" else "refused"), exc.code
-    return "executed", receipt["receipt_id"]
+    return "executed", receipt.receipt_id

@@ -108,6 +108,16 @@ def vouched_context(action: Any, now: str) -> dict[str, Any]:
     return build_context(sources, action, principal=principal, action_hash=action_hash(action))
 
 
+def receipt_for(decision: Any, action: Any, key: Any, **options: Any) -> dict[str, Any]:
+    """A signed receipt (its JSON) for a decision document the test vouches for: what the desk
+    signs once its seal held (``kcp_opa.issue_receipt`` itself takes only a sealed record; that
+    is attacked in tests/adversarial/test_unauthenticated_decisions.py)."""
+    from kcp_opa.authorize.receipts import issue_for_checked_decision
+
+    receipt: dict[str, Any] = issue_for_checked_decision(decision, action, key, **options).to_dict()
+    return receipt
+
+
 #: ``kcp-opa decide --context``: the host vouches for the facts the test's action states.
 VOUCHED = REPO / "fixtures" / "context" / "host-vouched.yaml"
 VOUCH = ("--context", str(VOUCHED))

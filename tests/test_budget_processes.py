@@ -111,7 +111,7 @@ from budgetkit import KEY, T0, approve, parts, payment
 _, desk, executor = parts(Path({bundle!r}), Path({store!r}))
 action = payment(1)
 receipt = desk.issue(approve(desk, action, T0), KEY, now=T0)
-Path({out!r}).write_text(json.dumps(receipt))
+Path({out!r}).write_text(json.dumps(receipt.to_dict()))
 if {stage!r} == "after_reservation":
     os.kill(os.getpid(), signal.SIGKILL)
 def handler(a):

@@ -16,6 +16,7 @@ from trustkit import KYA_APPROVALS, REGISTRY, compile_with_trust, issuer_key, ma
 
 from kcp_opa.authorize.attestations import attestation_bytes, sign_attestation, verify_attestation
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.authorize.documents import Attestation
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import ActionRejectedError, EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
@@ -254,14 +255,14 @@ def test_ai_agent_evidence_is_refused_at_issuance(desk: ControlDesk) -> None:
     assert caught.value.code == "record_tampered"
     # a desk with the same seal key still re-judges the attestations themselves
     agent_signed = signed(approved, "independent_human_approval", "agent_payments_001")
-    swapped = dataclasses.replace(human, attestation=agent_signed)
+    swapped = dataclasses.replace(human, attestation=Attestation.from_dict(agent_signed))
     resealed = desk._sealed(
         dataclasses.replace(approved, evidence=tuple(swapped if e is human else e for e in approved.evidence))
     )
     with pytest.raises(ReceiptIssueError) as caught:
         desk.issue(resealed, hmac_key("k", SECRET))
     assert caught.value.code == "agent_cannot_satisfy_human_control"
-    assert desk.issue(approved, hmac_key("k", SECRET))["approver_ids"] == ["treasury_approver_anna"]
+    assert desk.issue(approved, hmac_key("k", SECRET)).approver_ids == ("treasury_approver_anna",)
 
 
 def test_a_desk_refuses_a_bundle_compiled_with_another_registry(tmp_path: Path) -> None:

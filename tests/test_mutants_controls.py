@@ -87,12 +87,12 @@ def _refusal(desk: ControlDesk, record: GateDecision, item: Any, action: Any = N
 
 
 def test_issue_passes_the_ttl_and_the_clock_through(desk: ControlDesk) -> None:
-    receipt = desk.issue(_approved(desk), KEY, ttl_seconds=60, now=ISSUED)
+    receipt = desk.issue(_approved(desk), KEY, ttl_seconds=60, now=ISSUED).to_dict()
     assert (receipt["issued_at"], receipt["expires_at"]) == ("2026-11-29T10:02:00Z", "2026-11-29T10:03:00Z")
 
 
 def test_issue_defaults_to_the_record_s_ttl(desk: ControlDesk) -> None:
-    receipt = desk.issue(_approved(desk), KEY, now=ISSUED)
+    receipt = desk.issue(_approved(desk), KEY, now=ISSUED).to_dict()
     assert (receipt["issued_at"], receipt["expires_at"]) == ("2026-11-29T10:02:00Z", "2026-11-29T10:07:00Z")
 
 
@@ -108,7 +108,7 @@ def test_a_record_that_does_not_stand_is_named(desk: ControlDesk) -> None:
 def test_issue_writes_the_receipt_event(audited: ControlDesk, ledger_path: Path) -> None:
     record = _approved(audited, HUMAN)
     since = _last(ledger_path)
-    receipt = audited.issue(record, KEY, now=ISSUED)
+    receipt = audited.issue(record, KEY, now=ISSUED).to_dict()
     (event,) = _events(ledger_path, since, "receipt")
     assert {k: event[k] for k in ("decision_id", "action_hash", "receipt_id", "issued_at", "expires_at")} == {
         k: receipt[k] for k in ("decision_id", "action_hash", "receipt_id", "issued_at", "expires_at")
@@ -151,7 +151,7 @@ def test_rederive_replays_every_item_in_order(desk: ControlDesk) -> None:
 def test_rederive_re_verifies_each_signature(desk: ControlDesk) -> None:
     record = _approved(desk)
     item = record.evidence[0]
-    forged = dict(item.attestation, evidence_reference="ev:forged")
+    forged = dataclasses.replace(item.attestation, evidence_reference="ev:forged")
     edited = desk._sealed(
         dataclasses.replace(record, evidence=(dataclasses.replace(item, attestation=forged), *record.evidence[1:]))
     )
@@ -195,7 +195,7 @@ def test_a_pending_record_as_a_document(desk: ControlDesk) -> None:
         "decision_id": record.decision.decision_id,
         "action_hash": record.decision.action_hash,
         "issuer": "bank-idp",
-        "signature": dict(record.evidence[0].attestation["signature"]),
+        "signature": record.evidence[0].attestation.signature.to_dict(),
     }
     assert record.passed_controls == frozenset({"user_confirmation"})
     assert document["missing_controls"] == [
@@ -348,7 +348,7 @@ def test_open_attests_standard_audit_logging_from_the_ledger(audited: ControlDes
     assert item.evidence_reference == f"ledger:{decision['entry_hash']}"
     assert item.completed_at == decision["timestamp"]
     assert (item.decision_id, item.action_hash) == (record.decision.decision_id, record.decision.action_hash)
-    assert item.attestation["signature"]["kid"] == "kcp-opa-gate-ed25519-test"
+    assert item.attestation.signature.kid == "kcp-opa-gate-ed25519-test"
     assert "standard_audit_logging" in record.passed_controls
     assert "standard_audit_logging" not in record.decision.missing_controls
     (control,) = _events(ledger_path, since, "control")

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, receipt_for
 
 from kcp_opa.authorize import receipts
-from kcp_opa.authorize.receipts import issue_receipt, signing_bytes, verify_receipt
+from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
@@ -57,7 +57,7 @@ def _decision(**overrides: Any) -> dict[str, Any]:
 
 def _issue_code(decision: dict[str, Any], **kwargs: Any) -> tuple[str, str]:
     with pytest.raises(ReceiptIssueError) as caught:
-        issue_receipt(decision, ACTION, KEY, now=NOW, **kwargs)
+        receipt_for(decision, ACTION, KEY, now=NOW, **kwargs)
     return str(caught.value.code), str(caught.value)
 
 
@@ -84,7 +84,7 @@ def test_constants() -> None:
 
 
 def test_issued_receipt_field_for_field() -> None:
-    receipt = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+    receipt = receipt_for(_decision(), ACTION, KEY, now=NOW)
     assert list(receipt) == list(receipts.RECEIPT_FIELDS)
     assert receipt["schema_version"] == "2.0" and receipt["receipt_id"].startswith("rcpt_")
     assert len(receipt["receipt_id"]) == 5 + 32
@@ -101,13 +101,12 @@ def test_issued_receipt_field_for_field() -> None:
     assert receipt["signature"]["alg"] == "HMAC-SHA256" and receipt["signature"]["kid"] == "kya-1"
     assert KEY.verify(signing_bytes(receipt), receipt["signature"]["value"])
     assert (
-        issue_receipt(_decision(), ACTION, KEY, now=NOW, decision_hash="sha256:given")["decision_hash"]
-        == "sha256:given"
+        receipt_for(_decision(), ACTION, KEY, now=NOW, decision_hash="sha256:given")["decision_hash"] == "sha256:given"
     )
-    other = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+    other = receipt_for(_decision(), ACTION, KEY, now=NOW)
     assert other["nonce"] != receipt["nonce"] and other["receipt_id"] != receipt["receipt_id"]
     verified = verify_receipt(receipt, ACTION, keyring=RING, policy_versions={"0.1.0"}, nonce_store=None, now=NOW)
-    assert verified.consumed is False and verified.receipt is receipt
+    assert verified.consumed is False and verified.receipt.to_dict() == receipt
 
 
 def test_signing_bytes_cover_alg_and_kid_not_value() -> None:
@@ -125,29 +124,27 @@ def test_approvers_are_passed_human_approvals_only() -> None:
         _evidence("independent_human_approval", "anna"),
         {**_evidence("independent_human_approval", "failed_one"), "status": "FAILED"},
     ]
-    receipt = issue_receipt(_decision(control_evidence=evidence), ACTION, KEY, now=NOW)
+    receipt = receipt_for(_decision(control_evidence=evidence), ACTION, KEY, now=NOW)
     assert receipt["approver_ids"] == ["anna", "zed"]
 
 
 def test_ttl_from_argument_decision_and_bounds() -> None:
-    assert issue_receipt(_decision(), ACTION, KEY, now=NOW, ttl_seconds=30)["expires_at"] == "2026-11-29T10:00:30Z"
-    assert issue_receipt(_decision(), ACTION, KEY, now=NOW, ttl_seconds=900)["expires_at"] == "2026-11-29T10:15:00Z"
-    assert (
-        issue_receipt(_decision(receipt_ttl_seconds=60), ACTION, KEY, now=NOW)["expires_at"] == "2026-11-29T10:01:00Z"
-    )
-    explicit = issue_receipt(_decision(receipt_ttl_seconds=60), ACTION, KEY, now=NOW, ttl_seconds=120)
+    assert receipt_for(_decision(), ACTION, KEY, now=NOW, ttl_seconds=30)["expires_at"] == "2026-11-29T10:00:30Z"
+    assert receipt_for(_decision(), ACTION, KEY, now=NOW, ttl_seconds=900)["expires_at"] == "2026-11-29T10:15:00Z"
+    assert receipt_for(_decision(receipt_ttl_seconds=60), ACTION, KEY, now=NOW)["expires_at"] == "2026-11-29T10:01:00Z"
+    explicit = receipt_for(_decision(receipt_ttl_seconds=60), ACTION, KEY, now=NOW, ttl_seconds=120)
     assert explicit["expires_at"] == "2026-11-29T10:02:00Z"
     assert (
-        issue_receipt(_decision(receipt_ttl_seconds="60"), ACTION, KEY, now=NOW)["expires_at"] == "2026-11-29T10:05:00Z"
+        receipt_for(_decision(receipt_ttl_seconds="60"), ACTION, KEY, now=NOW)["expires_at"] == "2026-11-29T10:05:00Z"
     )
     for ttl in (29, 901):
         assert _issue_code(_decision(), ttl_seconds=ttl) == ("ttl_out_of_range", f"ttl {ttl} s is outside 30..900")
     assert _issue_code(_decision(receipt_ttl_seconds=1000))[0] == "ttl_out_of_range"
     with pytest.raises(ValueError, match="times must carry a timezone"):
-        issue_receipt(_decision(), ACTION, KEY, now=dt.datetime(2026, 1, 1))
+        receipt_for(_decision(), ACTION, KEY, now=dt.datetime(2026, 1, 1))
     east = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    assert issue_receipt(_decision(), ACTION, KEY, now=east)["issued_at"] == "2026-11-29T10:00:00Z"
-    assert issue_receipt(_decision(), ACTION, KEY)["issued_at"].startswith(dt.datetime.now(dt.UTC).strftime("%Y-"))
+    assert receipt_for(_decision(), ACTION, KEY, now=east)["issued_at"] == "2026-11-29T10:00:00Z"
+    assert receipt_for(_decision(), ACTION, KEY)["issued_at"].startswith(dt.datetime.now(dt.UTC).strftime("%Y-"))
 
 
 def test_issue_refusals() -> None:
@@ -162,7 +159,7 @@ def test_issue_refusals() -> None:
         "authorization_status is PENDING, not APPROVED",
     )
     assert _issue_code(_decision(blocked_actions=["pay"])) == ("blocked", "blocked actions: ['pay']")
-    issue_receipt(_decision(blocked_actions=[]), ACTION, KEY, now=NOW)  # an empty list blocks nothing
+    receipt_for(_decision(blocked_actions=[]), ACTION, KEY, now=NOW)  # an empty list blocks nothing
     code, message = _issue_code(_decision(control_evidence=[_evidence("user_confirmation")]))
     assert code == "controls_missing" and message == "no PASSED evidence for independent_human_approval"
 
@@ -192,15 +189,15 @@ def test_missing_controls_are_all_named_and_non_strings_ignored() -> None:
         "controls_missing",
         "no PASSED evidence for a_control; no PASSED evidence for b_control",
     )
-    none_required = issue_receipt(_decision(required_controls="all", control_evidence=None), ACTION, KEY, now=NOW)
+    none_required = receipt_for(_decision(required_controls="all", control_evidence=None), ACTION, KEY, now=NOW)
     assert none_required["required_controls"] == [] and none_required["satisfied_controls"] == []
     assert none_required["control_evidence_hash"] == canonical_hash([])
-    extra = issue_receipt(_decision(required_controls=["user_confirmation"]), ACTION, KEY, now=NOW)
+    extra = receipt_for(_decision(required_controls=["user_confirmation"]), ACTION, KEY, now=NOW)
     assert extra["satisfied_controls"] == ["user_confirmation"]  # only the required ones
 
 
 def test_verify_order_and_codes(tmp_path: Path) -> None:
-    good = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+    good = receipt_for(_decision(), ACTION, KEY, now=NOW)
     assert _verify_code("text") == ("malformed_receipt", "a receipt is a JSON object")
     no_sig = {**good, "signature": "flat"}
     assert _verify_code(no_sig) == ("unsupported_algorithm", "unsupported signature algorithm None")
@@ -250,7 +247,7 @@ def test_verify_order_and_codes(tmp_path: Path) -> None:
 
 
 def test_verify_times_and_nonce(tmp_path: Path) -> None:
-    good = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+    good = receipt_for(_decision(), ACTION, KEY, now=NOW)
     issued = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
     ok = {"keyring": RING, "policy_versions": {"0.1.0"}, "nonce_store": None}
     verify_receipt(good, ACTION, now=issued - dt.timedelta(seconds=60), **ok)  # within the skew
@@ -282,17 +279,20 @@ def test_verify_times_and_nonce(tmp_path: Path) -> None:
 
 
 def test_schema_checks() -> None:
-    good = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+    good = receipt_for(_decision(), ACTION, KEY, now=NOW)
     lacking = {k: v for k, v in good.items() if k not in ("decision_hash", "approver_ids")}
     assert _verify_code(_resign(lacking)) == ("malformed_receipt", "receipt lacks decision_hash, approver_ids")
     cases = [
         ({"schema_version": "1.0"}, "schema_version must be 2.0"),
         ({"one_time_use": 1}, "one_time_use must be true"),
         ({"one_time_use": False}, "one_time_use must be true"),
-        ({"receipt_id": 5}, "receipt fields have the wrong type"),
-        ({"nonce": None}, "receipt fields have the wrong type"),
-        ({"required_controls": "x"}, "required_controls must be a list of strings"),
-        ({"approver_ids": [1]}, "approver_ids must be a list of strings"),
+        ({"receipt_id": 5}, "receipt field receipt_id must be a string"),
+        ({"nonce": None}, "receipt field nonce must be a string"),
+        ({"decision_hash": 1}, "receipt field decision_hash must be a string"),
+        ({"tenant_id": 7}, "receipt field tenant_id must be a string or null"),
+        ({"required_controls": "x"}, "receipt field required_controls must be a list of strings"),
+        ({"approver_ids": [1]}, "receipt field approver_ids must be a list of strings"),
+        ({"signature_note": "x"}, "receipt has unknown fields: signature_note"),
         ({"satisfied_controls": ["b", "a"]}, "satisfied_controls must be sorted and unique"),
         ({"satisfied_controls": ["a", "a"]}, "satisfied_controls must be sorted and unique"),
     ]
@@ -308,10 +308,10 @@ def _nest(levels: int) -> Any:
 
 
 def test_well_formed_bounds() -> None:
-    good = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+    good = receipt_for(_decision(), ACTION, KEY, now=NOW)
     # depth: the receipt is 1, its field 2 (list) ... a leaf at depth 8 passes, at 9 does not
     deep_ok = _resign(good, approver_ids=_nest(5))
-    assert _verify_code(deep_ok) == ("malformed_receipt", "approver_ids must be a list of strings")
+    assert _verify_code(deep_ok) == ("malformed_receipt", "receipt field approver_ids must be a list of strings")
     assert _verify_code(_resign(good, approver_ids=_nest(7))) == (
         "malformed_receipt",
         "receipt is nested too deeply or too large",
@@ -346,13 +346,13 @@ def test_well_formed_bounds() -> None:
 def test_edges_mutmut_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each assertion here killed one mutmut survivor (docs/testing.md, Python mutation testing)."""
     with pytest.raises(ValueError, match=r"^times must carry a timezone$"):
-        issue_receipt(_decision(), ACTION, KEY, now=dt.datetime(2026, 1, 1))
-    good = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+        receipt_for(_decision(), ACTION, KEY, now=dt.datetime(2026, 1, 1))
+    good = receipt_for(_decision(), ACTION, KEY, now=NOW)
     # an unhashable kid is an untrusted signer, not a crash
     assert _verify_code({**good, "signature": {**good["signature"], "kid": []}})[0] == "signer_mismatch"
     store = SQLiteStore(tmp_path / "n.db")
     verified = verify_receipt(good, ACTION, keyring=RING, policy_versions={"0.1.0"}, nonce_store=store, now=NOW)
-    assert verified.receipt is good
+    assert verified.receipt.to_dict() == good
     # depth: the receipt is 1; a leaf (or key) at depth 8 is read, at 9 refused
     inner: Any = {"f": "v"}
     for key in "edcba":
@@ -362,7 +362,7 @@ def test_edges_mutmut_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     leaf: Any = "leaf"
     for _ in range(6):
         leaf = [leaf]
-    assert _verify_code(_resign(good, approver_ids=leaf))[1] == "approver_ids must be a list of strings"
+    assert _verify_code(_resign(good, approver_ids=leaf))[1] == "receipt field approver_ids must be a list of strings"
     # size: the root, the key and the list, and n items: 10,000 nodes are read, 10,001 refused
     assert _verify_code({"x": ["a"] * 9_997})[0] == "unsupported_algorithm"
     assert _verify_code({"x": ["a"] * 9_998}) == ("malformed_receipt", "receipt is nested too deeply or too large")
@@ -374,7 +374,7 @@ def test_issue_times_are_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     time.tzset()
     try:
-        receipt = issue_receipt(_decision(), ACTION, KEY, now=NOW)
+        receipt = receipt_for(_decision(), ACTION, KEY, now=NOW)
         assert receipt["issued_at"] == "2026-11-29T10:00:00Z"
     finally:
         monkeypatch.delenv("TZ")

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, receipt_for
 
-from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.authorize.store import AMBIGUOUS, ExecutionRecord, SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError, StoreError
@@ -48,7 +47,7 @@ def _receipt(action: dict[str, Any] = ACTION, **overrides: Any) -> dict[str, Any
         "policy_version": "0.1.0",
         **overrides,
     }
-    return issue_receipt(decision, action, hmac_key("kya-1", SECRET))
+    return receipt_for(decision, action, hmac_key("kya-1", SECRET))
 
 
 def _executor(tmp_path: Path, *, lease: float = 300.0, audit: bool = True) -> Executor:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli, vouched_gate
+from conftest import REPO, receipt_for, run_cli, vouched_gate
 from trustkit import approve_all, compile_with_trust, make_desk
 
 from kcp_opa.authorize.attestations import sign_attestation
-from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import KeyringError, ReceiptVerificationError
 from kcp_opa.core.signing import (
     ED25519,
@@ -54,13 +54,13 @@ def hsm_key(softhsm_token: Any) -> Pkcs11Key:
 
 def test_a_receipt_signed_in_the_hsm_verifies_with_its_public_key(hsm_key: Pkcs11Key, approved: dict[str, Any]) -> None:
     assert hsm_key.alg == ED25519 and hsm_key.kid == "receipts-1" and hsm_key.can_sign
-    receipt = issue_receipt(approved, ACTION, hsm_key, now=ISSUED)
+    receipt = receipt_for(approved, ACTION, hsm_key, now=ISSUED)
     assert receipt["signature"]["alg"] == "Ed25519" and receipt["signature"]["kid"] == "receipts-1"
     public = hsm_key.public()
     assert isinstance(public, Ed25519Key) and public.private_key is None and not public.can_sign
     ring = Keyring({"receipts-1": public})
     verified = verify_receipt(receipt, ACTION, keyring=ring, policy_versions={"0.1.0"}, nonce_store=None, now=ISSUED)
-    assert verified.receipt["receipt_id"] == receipt["receipt_id"] and verified.receipt["approver_ids"]
+    assert verified.receipt.receipt_id == receipt["receipt_id"] and verified.receipt.approver_ids
     # another key's public half does not verify it, and a changed receipt does not verify
     other = Keyring({"receipts-1": generate_ed25519("receipts-1").public() or public})
     with pytest.raises(ReceiptVerificationError) as caught:
@@ -75,9 +75,16 @@ def test_a_receipt_signed_in_the_hsm_verifies_with_its_public_key(hsm_key: Pkcs1
 def test_attestations_and_checkpoints_sign_in_the_hsm(hsm_key: Pkcs11Key) -> None:
     public = hsm_key.public()
     assert public is not None
-    item = sign_attestation(
-        {"control": "user_confirmation", "status": "PASSED", "actor_id": "user_001"}, "approval-app", hsm_key
-    )
+    fields = {
+        "control": "user_confirmation",
+        "status": "PASSED",
+        "actor_id": "user_001",
+        "evidence_reference": "ev:1",
+        "completed_at": "2026-11-29T10:01:00Z",
+        "decision_id": "dec_1",
+        "action_hash": "sha256:" + "cd" * 32,
+    }
+    item = sign_attestation(fields, "approval-app", hsm_key)
     assert document_verifies(item, public) and not document_verifies({**item, "status": "FAILED"}, public)
     checkpoint = make_checkpoint("ledger-1", 7, "sha256:" + "ab" * 32, hsm_key)
     verify_checkpoint(checkpoint, Keyring({hsm_key.kid: public}))
@@ -171,7 +178,7 @@ def test_keygen_makes_the_key_on_the_token_and_a_keyring_that_names_it(
     assert entry["pkcs11"] == uri and "private_key" not in entry and entry["kid"] == "hsm-2026"
     signer = load_keyring(ring).signer()
     assert isinstance(signer, Pkcs11Key) and signer.kid == "hsm-2026"
-    receipt = issue_receipt(approved, ACTION, signer, now=ISSUED)
+    receipt = receipt_for(approved, ACTION, signer, now=ISSUED)
     verify_receipt(
         receipt, ACTION, keyring=load_keyring(public), policy_versions={"0.1.0"}, nonce_store=None, now=ISSUED
     )

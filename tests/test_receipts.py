@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli, vouched_gate
+from conftest import REPO, receipt_for, run_cli, vouched_gate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trustkit import compile_with_trust, make_desk, signed
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
-from kcp_opa.authorize.receipts import issue_receipt, signing_bytes, verify_receipt
+from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import (
     EvidenceRejectedError,
@@ -92,7 +92,7 @@ def _ring(key: ReceiptKey) -> Keyring:
 
 
 def _receipt(approved: GateDecision, key: ReceiptKey, **kwargs: Any) -> dict[str, Any]:
-    return issue_receipt(approved.to_dict(), KYA, key, now=ISSUED, **kwargs)
+    return receipt_for(approved.to_dict(), KYA, key, now=ISSUED, **kwargs)
 
 
 def _verify(receipt: Any, key: ReceiptKey, action: Any = None, **kwargs: Any) -> Any:
@@ -168,7 +168,7 @@ def test_a_changed_action_never_inherits_evidence(desk: ControlDesk, approved: G
         desk.record_control_result(approved, item, action=changed)
     assert caught.value.code == "action_changed"
     with pytest.raises(ReceiptIssueError) as issue:
-        issue_receipt(approved.to_dict(), changed, hmac_key("k", SECRET), now=ISSUED)
+        receipt_for(approved.to_dict(), changed, hmac_key("k", SECRET), now=ISSUED)
     assert issue.value.code == "action_mismatch"
 
 
@@ -180,7 +180,7 @@ def test_failed_result_never_counts_as_passed(desk: ControlDesk) -> None:
     assert record.decision.missing_controls == ("independent_human_approval",)
     forged = record.to_dict() | {"authorization_status": "APPROVED", "blocked_actions": []}
     with pytest.raises(ReceiptIssueError) as caught:
-        issue_receipt(forged, KYA, hmac_key("k", SECRET), now=ISSUED)
+        receipt_for(forged, KYA, hmac_key("k", SECRET), now=ISSUED)
     assert caught.value.code == "controls_missing"
 
 
@@ -191,15 +191,15 @@ def test_issue_refusals(desk: ControlDesk, approved: GateDecision) -> None:
     key = hmac_key("k", SECRET)
     pending = desk.open(KYA, now=DECIDED).to_dict()
     with pytest.raises(ReceiptIssueError, match="PENDING_CONTROLS") as caught:
-        issue_receipt(pending, KYA, key, now=ISSUED)
+        receipt_for(pending, KYA, key, now=ISSUED)
     assert caught.value.code == "not_approved"
     for hold in ("DENY", "ESCALATE", "COMPLIANCE_REVIEW"):
         with pytest.raises(ReceiptIssueError) as caught:
-            issue_receipt(approved.to_dict() | {"decision": hold}, KYA, key, now=ISSUED)
+            receipt_for(approved.to_dict() | {"decision": hold}, KYA, key, now=ISSUED)
         assert caught.value.code == "hold_stands"
     for ttl in (29, 901):
         with pytest.raises(ReceiptIssueError) as caught:
-            issue_receipt(approved.to_dict(), KYA, key, ttl_seconds=ttl, now=ISSUED)
+            receipt_for(approved.to_dict(), KYA, key, ttl_seconds=ttl, now=ISSUED)
         assert caught.value.code == "ttl_out_of_range"
     with pytest.raises(KeyringError):
         hmac_key("short", b"x" * 31)
@@ -213,7 +213,7 @@ def test_receipt_fields_are_the_kya_ones(approved: GateDecision, key: ReceiptKey
     assert receipt["approver_ids"] == ["treasury_approver_anna"]
     assert receipt["expires_at"] == "2026-11-29T10:07:00Z" and receipt["issued_at"] == "2026-11-29T10:02:00Z"
     assert len(receipt["nonce"]) >= 32 and receipt["signature"]["alg"] == key.alg
-    assert _verify(receipt, key).receipt["receipt_id"] == receipt["receipt_id"]
+    assert _verify(receipt, key).receipt.receipt_id == receipt["receipt_id"]
 
 
 def test_hmac_receipts_match_the_kya_reference_algorithm(approved: GateDecision) -> None:
@@ -230,7 +230,7 @@ def test_hmac_receipts_match_the_kya_reference_algorithm(approved: GateDecision)
     theirs = copy.deepcopy(ours) | {"receipt_id": "rcpt_from_reference", "nonce": "ab" * 16}
     theirs["signature"] = {"alg": "HMAC-SHA256", "kid": "kya-1"}
     theirs["signature"]["value"] = reference_mac(theirs)
-    assert _verify(theirs, hmac_key("kya-1", SECRET)).receipt["receipt_id"] == "rcpt_from_reference"
+    assert _verify(theirs, hmac_key("kya-1", SECRET)).receipt.receipt_id == "rcpt_from_reference"
 
 
 # --- verifying, in the contract's order ----------------------------------------------------------
@@ -280,15 +280,15 @@ def test_ed25519_executor_cannot_mint(approved: GateDecision) -> None:
         public.signer()
     with pytest.raises(KeyringError):
         public.keys["ed-1"].sign(b"x")
-    receipt = issue_receipt(approved.to_dict(), KYA, signer, now=ISSUED)
+    receipt = receipt_for(approved.to_dict(), KYA, signer, now=ISSUED)
     assert verify_receipt(receipt, KYA, keyring=public, policy_versions={"0.1.0"}, nonce_store=None, now=LATER)
 
 
 def test_rotation_without_downtime(approved: GateDecision) -> None:
     old, new = generate_ed25519("ed-2025"), generate_ed25519("ed-2026")
-    before = issue_receipt(approved.to_dict(), KYA, old, now=ISSUED)
+    before = receipt_for(approved.to_dict(), KYA, old, now=ISSUED)
     rotating = Keyring({"ed-2025": old, "ed-2026": new}, "ed-2026")
-    after = issue_receipt(approved.to_dict(), KYA, rotating.signer(), now=ISSUED)
+    after = receipt_for(approved.to_dict(), KYA, rotating.signer(), now=ISSUED)
     for receipt in (before, after):
         assert verify_receipt(
             receipt, KYA, keyring=rotating.public(), policy_versions={"0.1.0"}, nonce_store=None, now=LATER
@@ -434,7 +434,7 @@ def test_eight_processes_consume_each_nonce_once_and_execute_each_key_once(desk:
         action = {**KYA, "action_id": f"act_race_{n}", "idempotency_key": f"idem_race_key_{n:04d}"}
         actions[action["action_id"]] = action
         document = _approve(desk, action).to_dict()
-        receipts += [issue_receipt(document, action, key, now=ISSUED) for _ in range(4)]  # 4 receipts per action
+        receipts += [receipt_for(document, action, key, now=ISSUED) for _ in range(4)]  # 4 receipts per action
     db, effects = tmp_path / "race.db", tmp_path / "effects.db"
     SQLiteStore(db)
     with sqlite3.connect(effects) as connection:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, receipt_for
 
-from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ReceiptVerificationError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.action import action_hash
@@ -34,7 +34,7 @@ def _receipt() -> dict[str, Any]:
         "control_evidence": [],
         "policy_version": "0.1.0",
     }
-    return issue_receipt(decision, ACTION, hmac_key("kya-1", SECRET))
+    return receipt_for(decision, ACTION, hmac_key("kya-1", SECRET))
 
 
 def test_a_hand_off_is_executed_once_by_the_consumer_it_names_only(tmp_path: Path) -> None:

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 import trustkit
-from conftest import REPO, vouched_gate
+from conftest import REPO, receipt_for, vouched_gate
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
-from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import EvidenceRejectedError, ExecutionError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, hmac_key
@@ -82,9 +81,9 @@ def test_the_requester_who_is_not_the_subject_cannot_approve(desk: ControlDesk) 
 def test_no_receipt_while_an_action_is_blocked(desk: ControlDesk) -> None:
     """Kills: issuing a receipt although the decision document lists blocked actions."""
     document = _approve(desk, KYA).to_dict()
-    issue_receipt(document, KYA, hmac_key("k", SECRET), now=ISSUED)  # the unblocked document is fine
+    receipt_for(document, KYA, hmac_key("k", SECRET), now=ISSUED)  # the unblocked document is fine
     with pytest.raises(ReceiptIssueError) as caught:
-        issue_receipt(document | {"blocked_actions": ["execute_payment"]}, KYA, hmac_key("k", SECRET), now=ISSUED)
+        receipt_for(document | {"blocked_actions": ["execute_payment"]}, KYA, hmac_key("k", SECRET), now=ISSUED)
     assert caught.value.code == "blocked"
 
 
@@ -93,8 +92,8 @@ def test_an_idempotency_key_reused_for_another_action_is_refused(desk: ControlDe
     other = KYA | {"action_id": "act_supplier_9000_002", "amount": {"value_minor": 900000, "currency": "USD"}}
     assert other["idempotency_key"] == KYA["idempotency_key"]
     key = hmac_key("kya-1", SECRET)
-    first = issue_receipt(_approve(desk, KYA).to_dict(), KYA, key, now=ISSUED)
-    second = issue_receipt(_approve(desk, other).to_dict(), other, key, now=ISSUED)
+    first = receipt_for(_approve(desk, KYA).to_dict(), KYA, key, now=ISSUED)
+    second = receipt_for(_approve(desk, other).to_dict(), other, key, now=ISSUED)
     executor = _executor(tmp_path / "exec.db")
     calls: list[str] = []
     executor.execute_authorized_action(KYA, first, lambda a: calls.append(a["action_id"]) or "paid", now=LATER)
@@ -121,7 +120,7 @@ def test_a_crashed_running_key_is_not_reported_as_replayed(desk: ControlDesk, tm
     db = tmp_path / "exec.db"
     SQLiteStore(db)
     child = multiprocessing.get_context("spawn").Process(
-        target=_crash_while_executing, args=(str(db), issue_receipt(document, KYA, key, now=ISSUED), KYA)
+        target=_crash_while_executing, args=(str(db), receipt_for(document, KYA, key, now=ISSUED), KYA)
     )
     child.start()
     child.join(timeout=120)
@@ -132,7 +131,7 @@ def test_a_crashed_running_key_is_not_reported_as_replayed(desk: ControlDesk, tm
     calls: list[str] = []
     with pytest.raises(ExecutionError) as caught:
         executor.execute_authorized_action(
-            KYA, issue_receipt(document, KYA, key, now=ISSUED), lambda a: calls.append("again"), now=LATER
+            KYA, receipt_for(document, KYA, key, now=ISSUED), lambda a: calls.append("again"), now=LATER
         )
     assert caught.value.code == "in_progress" and calls == []
 

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
+from kcp_opa.authorize.documents import Receipt
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError, LedgerError
 from kcp_opa.core.signing import Keyring
 from kcp_opa.declare.trust import TrustRegistry, load_trust
-from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
+from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.verify import is_header, verify_ledger
 
 CASE_FORMAT = "kcp-opa-case/2"  # /1 carried a segment from the decision's first entry
@@ -93,17 +94,17 @@ def _read_lines(ledger: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any
 
 def _checkpoint_for(
     ledger: Path, last_seq: int, head: tuple[str | None, int, str], keyring: Keyring, given: Sequence[Path]
-) -> dict[str, Any]:
+) -> Checkpoint:
     """The first given checkpoint at or after ``last_seq`` that verifies, else a new one of the head."""
     ledger_id, head_seq, head_hash = head
     for path in given:
-        for checkpoint in sorted(load_checkpoints(path), key=lambda c: int(c["seq"])):
-            if int(checkpoint["seq"]) >= last_seq and checkpoint.get("ledger_id") == ledger_id:
-                verify_checkpoint(checkpoint, keyring)
+        for checkpoint in sorted(read_checkpoints(path), key=lambda c: c.seq):
+            if checkpoint.seq >= last_seq and checkpoint.ledger_id == ledger_id:
+                checkpoint.verify(keyring)
                 return checkpoint
     if given:
         raise LedgerError(f"{ledger}: no checkpoint given covers seq {last_seq}")
-    return make_checkpoint(ledger_id, head_seq, head_hash, keyring.signer())
+    return Checkpoint.sign(ledger_id, head_seq, head_hash, keyring.signer())
 
 
 def _public_keyring(keyring: Keyring, kids: Sequence[str]) -> dict[str, Any]:
@@ -142,7 +143,7 @@ def build_case(
     trust: str | Path,
     keyring: Keyring,
     checkpoints: Sequence[Path] = (),
-    receipt: Mapping[str, Any] | None = None,
+    receipt: Receipt | None = None,
     receipt_keyring: Keyring | None = None,
     verification: Verification | None = None,
 ) -> dict[str, Any]:
@@ -182,7 +183,7 @@ def build_case(
     checkpoint = _checkpoint_for(
         path, max(seqs), (report.ledger_id, report.head_seq, report.head_hash), keyring, checkpoints
     )
-    segment = [e for e in entries if int(e["seq"]) <= int(checkpoint["seq"])]  # the whole prefix: see above
+    segment = [e for e in entries if int(e["seq"]) <= checkpoint.seq]  # the whole prefix: see above
 
     out = Path(output)
     if out.exists() and any(out.iterdir()):
@@ -200,14 +201,13 @@ def build_case(
     files[ISSUER_KEYS] = _pretty(_issuer_keys(registry, attestations))
     files[REGISTRY] = Path(registry.file).read_bytes()
     files[BUNDLE] = found.read_bytes()
-    files[CHECKPOINT] = _pretty(checkpoint)
-    files[CHECKPOINT_KEYS] = _pretty(_public_keyring(keyring, [str(checkpoint["signature"]["kid"])]))
+    files[CHECKPOINT] = _pretty(checkpoint.to_dict())
+    files[CHECKPOINT_KEYS] = _pretty(_public_keyring(keyring, [checkpoint.signature.kid]))
     if receipt is not None:
         if receipt_keyring is None:
             raise LedgerError("a receipt needs the keyring whose public key verifies it")
-        files[RECEIPT] = _pretty(receipt)
-        kid = str((receipt.get("signature") or {}).get("kid"))
-        files[RECEIPT_KEYS] = _pretty(_public_keyring(receipt_keyring, [kid]))
+        files[RECEIPT] = _pretty(receipt.to_dict())
+        files[RECEIPT_KEYS] = _pretty(_public_keyring(receipt_keyring, [receipt.signature.kid]))
     created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     files["README.md"] = _README.format(
         decision_id=decision_id,
@@ -215,8 +215,8 @@ def build_case(
         created_at=created,
         count=len(seqs),
         seqs=", ".join(map(str, seqs)),
-        checkpoint_seq=checkpoint["seq"],
-        checkpoint_kid=checkpoint["signature"]["kid"],
+        checkpoint_seq=checkpoint.seq,
+        checkpoint_kid=checkpoint.signature.kid,
         bundle=BUNDLE,
     ).encode("utf-8")
     for sub in ("decisions", "attestations", "keys", "trust"):  # only now: a refused case leaves nothing
@@ -230,7 +230,7 @@ def build_case(
         "created_at": created,
         "bundle_revision": revision,
         "seqs": seqs,
-        "checkpoint_seq": checkpoint["seq"],
+        "checkpoint_seq": checkpoint.seq,
         "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
     }
     (out / "case.json").write_bytes(_pretty(document))

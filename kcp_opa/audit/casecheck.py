@@ -35,6 +35,7 @@ from kcp_opa.audit.casepins import anchor as _anchor
 from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
+from kcp_opa.authorize.documents import Attestation
 from kcp_opa.authorize.parties import canonical_or_empty, parties
 from kcp_opa.compile.bundle import LoadedBundle, is_content_revision, read_bundle
 from kcp_opa.compile.signatures import Verification
@@ -44,7 +45,7 @@ from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import SYSTEM_CONTROLS
 from kcp_opa.declare.trust import TrustRegistry, load_trust
-from kcp_opa.trail.checkpoint import verify_checkpoint
+from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoint
 from kcp_opa.trail.verify import GENESIS, entry_hash, is_header
 
 _CHECK_ERRORS = (KcpOpaError, OSError, ValueError, KeyError, TypeError, AttributeError)
@@ -109,10 +110,14 @@ class _Case:
     def registry(self) -> TrustRegistry:
         return load_trust(self.root / layout.REGISTRY)
 
+    def checkpoint(self) -> Checkpoint:
+        """The case's checkpoint, read strictly (LedgerError when it is not one)."""
+        return read_checkpoint(self.json(layout.CHECKPOINT), layout.CHECKPOINT)
+
     def cut(self) -> str:
         """Where the case's evidence stops: every "none" a check reports holds only up to here."""
-        checkpoint = self.json(layout.CHECKPOINT)
-        return f"up to seq {checkpoint['seq']} (checkpoint at {checkpoint.get('time')})"
+        checkpoint = self.checkpoint()
+        return f"up to seq {checkpoint.seq} (checkpoint at {checkpoint.time})"
 
 
 def _files(case: _Case) -> str:
@@ -125,18 +130,18 @@ def _files(case: _Case) -> str:
 
 def _checkpoint(case: _Case) -> str:
     keyring = load_keyring(case.keyring_pin or case.root / layout.CHECKPOINT_KEYS)
-    checkpoint = case.json(layout.CHECKPOINT)
-    verify_checkpoint(checkpoint, keyring)
-    if case.document.get("checkpoint_seq") != checkpoint["seq"]:
+    checkpoint = case.checkpoint()
+    checkpoint.verify(keyring)
+    if case.document.get("checkpoint_seq") != checkpoint.seq:
         named = case.document.get("checkpoint_seq")
-        raise ValueError(f"case.json names checkpoint seq {named}, not the checkpoint's {checkpoint['seq']}")
+        raise ValueError(f"case.json names checkpoint seq {named}, not the checkpoint's {checkpoint.seq}")
     pinned = "pinned keyring" if case.keyring_pin else "the case's key (not pinned)"
-    return f"seq {checkpoint['seq']} signed by {checkpoint['signature']['kid']}, verified with {pinned}"
+    return f"seq {checkpoint.seq} signed by {checkpoint.signature.kid}, verified with {pinned}"
 
 
 def _chain(case: _Case) -> str:
     header, entries = case.chain()
-    checkpoint = case.json(layout.CHECKPOINT)
+    checkpoint = case.checkpoint()
     first = canonical_hash(header) if header is not None else GENESIS  # a headed ledger chains its header
     if not entries or entries[0].get("seq") != 1 or entries[0].get("previous_hash") != first:
         hidden = "earlier entries may be hidden"
@@ -152,10 +157,10 @@ def _chain(case: _Case) -> str:
     if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
         raise ValueError("the segment's seqs are not consecutive")
     last = entries[-1]
-    if last["seq"] != checkpoint["seq"] or last["entry_hash"] != checkpoint["entry_hash"]:
+    if last["seq"] != checkpoint.seq or last["entry_hash"] != checkpoint.entry_hash:
         raise ValueError(f"the segment ends at seq {last['seq']}, not at the checkpoint's entry")
     ledger_id = header.get("ledger_id") if header else None
-    if checkpoint.get("ledger_id") != ledger_id or case.document.get("ledger_id") != ledger_id:
+    if checkpoint.ledger_id != ledger_id or case.document.get("ledger_id") != ledger_id:
         raise ValueError("the header, the checkpoint and case.json name different ledgers")
     return f"seq 1..{seqs[-1]} recomputed, linked from the ledger's header to the checkpoint"
 
@@ -222,7 +227,8 @@ def _attestations(case: _Case) -> str:
         item = case.json(f"attestations/{entry['seq']:06d}-{entry['evidence']['control']}.json")
         if canonical_json(item) != canonical_json(layout.attestation_of(entry["evidence"])):
             raise ValueError(f"seq {entry['seq']}: the attestation file is not the one chained")
-        issuer, kid = str(item["issuer"]), str(item["signature"]["kid"])
+        attestation = Attestation.from_dict(item)
+        issuer, kid = attestation.issuer, attestation.signature.kid
         registered = registry.issuer(issuer)
         listed = keys.get(issuer, {}).get(kid)
         if (
@@ -234,7 +240,7 @@ def _attestations(case: _Case) -> str:
         try:
             verify_attestation(item, registry, None)
         except KcpOpaError as exc:
-            raise ValueError(f"seq {entry['seq']} {item['control']}: {exc}") from None
+            raise ValueError(f"seq {entry['seq']} {attestation.control}: {exc}") from None
     return f"{len(controls)} signed control results verify under their issuers' registered keys"
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kcp_opa.audit import case as layout
+from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.signing import load_keyring
-from kcp_opa.trail.checkpoint import load_checkpoints, verify_checkpoint
+from kcp_opa.trail.checkpoint import read_checkpoints
 
 if TYPE_CHECKING:
     from kcp_opa.audit.casecheck import _Case as CaseFile
@@ -35,8 +36,8 @@ class Pins:
 
 def anchor(case: CaseFile) -> tuple[bool | None, str]:
     """A newer off-box anchor: the case must reach it, and its chain must hold the anchored entry."""
-    checkpoint, pins = case.json(layout.CHECKPOINT), case.pins
-    seq = int(checkpoint["seq"])
+    checkpoint, pins = case.checkpoint(), case.pins
+    seq = checkpoint.seq
     if pins.checkpoint is None and pins.expect_head is None:
         later = "--checkpoint or --expect-head to check what came later"
         return None, f"not anchored: the case shows the ledger {case.cut()}; {later}"
@@ -45,18 +46,18 @@ def anchor(case: CaseFile) -> tuple[bool | None, str]:
     held = ""
     if pins.checkpoint is not None:
         keyring = load_keyring(case.keyring_pin or case.root / layout.CHECKPOINT_KEYS)
-        mine = [c for c in load_checkpoints(pins.checkpoint) if c.get("ledger_id") == checkpoint.get("ledger_id")]
+        mine = [c for c in read_checkpoints(pins.checkpoint) if c.ledger_id == checkpoint.ledger_id]
         if not mine:
-            raise ValueError(f"{pins.checkpoint} holds no checkpoint of ledger {checkpoint.get('ledger_id')}")
-        newest = max(mine, key=lambda c: int(c["seq"]))
-        verify_checkpoint(newest, keyring)
-        if int(newest["seq"]) > seq:
-            later = f"your checkpoint is at seq {newest['seq']}: later entries are missing"
+            raise ValueError(f"{pins.checkpoint} holds no checkpoint of ledger {checkpoint.ledger_id}")
+        newest = max(mine, key=lambda c: c.seq)
+        newest.verify(keyring)
+        if newest.seq > seq:
+            later = f"your checkpoint is at seq {newest.seq}: later entries are missing"
             raise ValueError(f"the case is cut at seq {seq}; {later}")
-        at = {int(e["seq"]): e for e in case.chain()[1]}.get(int(newest["seq"]))
-        if at is None or at.get("entry_hash") != newest["entry_hash"]:
-            raise ValueError(f"the chain's seq {newest['seq']} is not the entry your checkpoint signed")
-        held = f"; your checkpoint at seq {newest['seq']} ({newest.get('time')}) is in the chain"
+        at = {int(e["seq"]): e for e in case.chain()[1]}.get(newest.seq)
+        if at is None or at.get("entry_hash") != newest.entry_hash:
+            raise ValueError(f"the chain's seq {newest.seq} is not the entry your checkpoint signed")
+        held = f"; your checkpoint at seq {newest.seq} ({newest.time}) is in the chain"
     head = f"; the head you expect (seq {pins.expect_head}) is reached" if pins.expect_head is not None else ""
     return True, f"the case reaches seq {seq}{held}{head}"
 
@@ -73,29 +74,30 @@ def receipt(case: CaseFile) -> tuple[bool | None, str]:
             return None, f"no receipt was issued for this decision {case.cut()}"
         ids = ", ".join(str(e.get("receipt_id")) for e in issued)
         return None, f"the ledger records {ids} (id, kid, validity); no receipt file in the case to verify"
-    doc = case.json(layout.RECEIPT)
+    raw = case.json(layout.RECEIPT)
     final = case.decisions()[-1]
     pin = case.pins.receipt_keyring
-    verify_receipt(
-        doc,
+    issued_at = Receipt.from_dict(raw).issued_at  # strictly read before its time is used
+    doc = verify_receipt(
+        raw,
         final["input"]["action"],
         keyring=load_keyring(pin or case.root / layout.RECEIPT_KEYS),
         policy_versions={str((final.get("labels") or {}).get("policy_version"))},
         nonce_store=None,
-        now=dt.datetime.fromisoformat(str(doc["issued_at"]).replace("Z", "+00:00")),
-    )
-    if doc.get("decision_id") != case.decision_id:
+        now=dt.datetime.fromisoformat(issued_at.replace("Z", "+00:00")),
+    ).receipt
+    if doc.decision_id != case.decision_id:
         raise ValueError("the receipt is for another decision")
-    chained = [e for e in issued if e.get("receipt_id") == doc.get("receipt_id")]
+    chained = [e for e in issued if e.get("receipt_id") == doc.receipt_id]
     if len(chained) != 1:
         raise ValueError("the receipt is not the one the ledger recorded for this decision")
-    entry, signature = chained[0], doc["signature"]
+    entry, written = chained[0], doc.to_dict()
     for name in _CHAINED_RECEIPT_FIELDS:
-        if canonical_json(doc.get(name)) != canonical_json(entry.get(name)):
+        if canonical_json(written[name]) != canonical_json(entry.get(name)):
             raise ValueError(f"the receipt's {name} differs from the chained receipt entry (seq {entry['seq']})")
-    if (entry.get("signature") or {}) != {"alg": signature.get("alg"), "kid": signature.get("kid")}:
+    if (entry.get("signature") or {}) != {"alg": doc.signature.alg, "kid": doc.signature.kid}:
         raise ValueError(f"the receipt's signing key differs from the chained receipt entry (seq {entry['seq']})")
-    same = f"{doc['receipt_id']} verifies and its {', '.join(_CHAINED_RECEIPT_FIELDS)} equal the chained entry"
+    same = f"{doc.receipt_id} verifies and its {', '.join(_CHAINED_RECEIPT_FIELDS)} equal the chained entry"
     if pin is None:
         return None, f"not pinned: {same}, under the case's own key (--receipt-keyring to prove the signature)"
     return True, f"{same}; signature verified with the pinned receipt keyring"

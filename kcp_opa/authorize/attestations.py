@@ -14,21 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kcp_opa.core.errors import EvidenceRejectedError
+from kcp_opa.authorize.documents import ATTESTATION_FIELDS, Attestation
+from kcp_opa.core.documents import Signature
+from kcp_opa.core.errors import EvidenceRejectedError, MalformedDocumentError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document, signed_bytes
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, signed_bytes
 from kcp_opa.declare.trust import TrustRegistry
 
-SIGNED_FIELDS = (
-    "control",
-    "status",
-    "actor_id",
-    "evidence_reference",
-    "completed_at",
-    "decision_id",
-    "action_hash",
-    "issuer",
-)
+SIGNED_FIELDS = ATTESTATION_FIELDS
 #: Registry principal type -> the KYA actor_type a body may declare for it.
 _DECLARABLE = {
     "human": {"human", "user"},
@@ -45,10 +38,14 @@ attestation_bytes = signed_bytes
 
 
 def sign_attestation(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
-    """Sign one evidence item as ``issuer`` (an approval app, an IdP, the gate for its ledger)."""
-    item = {name: fields[name] for name in SIGNED_FIELDS if name in fields and name != "issuer"}
-    item["issuer"] = issuer
-    return sign_document(item, key)
+    """Sign one evidence item as ``issuer`` (an approval app, an IdP, the gate for its ledger).
+
+    The wire form of the :class:`Attestation`; a field missing or not a non-empty string is a
+    ``malformed_evidence`` refusal, so nothing is signed that a verifier could not read.
+    """
+    draft = {name: fields.get(name) for name in SIGNED_FIELDS if name != "issuer"}
+    draft |= {"issuer": issuer, "signature": Signature(key.alg, key.kid, "").to_dict()}
+    return Attestation.from_dict(draft).signed_by(key).to_dict()
 
 
 @dataclass(frozen=True)
@@ -61,8 +58,13 @@ class VerifiedAttestation:
     issuer: str
     decision_id: str
     action_hash: str
-    signed: Mapping[str, Any]
+    attestation: Attestation
     verify_ns: int
+
+    @property
+    def signed(self) -> dict[str, Any]:
+        """The signed document as the policy reads it (the JSON boundary)."""
+        return self.attestation.to_dict()
 
 
 def verify_attestation(raw: Any, registry: TrustRegistry, keyring: Keyring | None) -> VerifiedAttestation:
@@ -92,29 +94,30 @@ def verify_attestation(raw: Any, registry: TrustRegistry, keyring: Keyring | Non
         raise EvidenceRejectedError(f"issuer {issuer.id} has no {alg} key {kid!r}", "unknown_issuer_key")
     if not document_verifies(raw, key):
         raise EvidenceRejectedError(f"the signature of {issuer.id} does not verify", "bad_signature")
-    missing = [name for name in SIGNED_FIELDS if not isinstance(raw.get(name), str) or not raw.get(name)]
-    if missing:
-        raise EvidenceRejectedError(f"signed evidence lacks {', '.join(missing)}", "malformed_evidence")
     try:
-        actor = canonical_id(str(raw["actor_id"]))
+        attestation = Attestation.from_dict(raw)
+    except MalformedDocumentError as exc:
+        raise EvidenceRejectedError(f"signed {exc}", "malformed_evidence") from None
+    try:
+        actor = canonical_id(attestation.actor_id)
     except IdentityError as exc:
         raise EvidenceRejectedError(str(exc), exc.code) from None
     principal = registry.principals.get(actor)
     if principal is None:
         raise EvidenceRejectedError(f"principal {actor!r} is not in the trust registry", "unknown_principal")
-    declared = raw.get("actor_type")
+    declared = attestation.actor_type
     if declared is not None and declared not in _DECLARABLE.get(principal.type, set()):
         raise EvidenceRejectedError(
             f"the evidence declares {actor!r} a {declared!r}; the registry says {principal.type!r}",
             "actor_type_mismatch",
         )
     return VerifiedAttestation(
-        control=str(control),
-        status=str(raw["status"]),
+        control=attestation.control,
+        status=attestation.status,
         actor_id=actor,
         issuer=issuer.id,
-        decision_id=str(raw["decision_id"]),
-        action_hash=str(raw["action_hash"]),
-        signed=dict(raw),
+        decision_id=attestation.decision_id,
+        action_hash=attestation.action_hash,
+        attestation=attestation,
         verify_ns=time.perf_counter_ns() - started,
     )

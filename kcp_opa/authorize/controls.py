@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
+from kcp_opa.authorize.documents import Attestation, Receipt
 from kcp_opa.authorize.parties import canonical_or_empty, parties
+from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, Signer
@@ -55,7 +57,7 @@ class ControlEvidence:
     decision_id: str
     action_hash: str
     issuer: str
-    attestation: Mapping[str, Any] = field(repr=False)
+    attestation: Attestation = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The KYA evidence item (with the registry's actor type) plus issuer and signature."""
@@ -69,7 +71,7 @@ class ControlEvidence:
             "decision_id": self.decision_id,
             "action_hash": self.action_hash,
             "issuer": self.issuer,
-            "signature": dict(self.attestation["signature"]),
+            "signature": self.attestation.signature.to_dict(),
         }
 
 
@@ -113,7 +115,7 @@ class GateDecision:
                 "prepared": self.prepared.document,
                 "decision": self.decision.to_dict(),
                 "trace_id": self.decision.trace_id,
-                "attestations": [e.attestation for e in self.evidence],
+                "attestations": [e.attestation.to_dict() for e in self.evidence],
                 "actor_types": [e.actor_type for e in self.evidence],
                 "receipt_ttl_seconds": self.receipt_ttl_seconds,
             }
@@ -263,12 +265,12 @@ class ControlDesk:
             status=status,
             actor_type=str(value.get("actor_type")),
             actor_id=attested.actor_id,
-            evidence_reference=str(attested.signed["evidence_reference"]),
-            completed_at=str(attested.signed["completed_at"]),
+            evidence_reference=attested.attestation.evidence_reference,
+            completed_at=attested.attestation.completed_at,
             decision_id=attested.decision_id,
             action_hash=attested.action_hash,
             issuer=attested.issuer,
-            attestation=attested.signed,
+            attestation=attested.attestation,
         )
         return item, [str(c) for c in value.get("satisfied") or []]
 
@@ -278,15 +280,13 @@ class ControlDesk:
         accepted: list[ControlEvidence] = []
         satisfied: list[str] = []
         for item in record.evidence:
-            attested = verify_attestation(item.attestation, self.registry, self.keyring)
+            attested = verify_attestation(item.attestation.to_dict(), self.registry, self.keyring)
             checked, satisfied = self._judge(record, accepted, attested)
             accepted.append(checked)
         return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, counters)
 
-    def issue(
-        self, record: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
-    ) -> dict[str, Any]:
-        """Issue a receipt for a sealed record, after re-deriving its verdict from verified evidence
+    def issue(self, record: GateDecision, key: Signer, *, ttl_seconds: int | None = None, now: Any = None) -> Receipt:
+        """Issue a receipt for a record this desk sealed, after re-deriving its verdict from verified evidence
         (and, when the gate counts from a store, on fresh counts with its budget reserved: reservation.py)."""
         counting = self.gate.context.counters if self.gate.context is not None else None
         if isinstance(counting, StoreCounters):
@@ -302,24 +302,23 @@ class ControlDesk:
             raise ReceiptIssueError(f"the record does not stand: {exc}", exc.code) from None
 
     def issue_rederived(
-        self, rederived: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
-    ) -> dict[str, Any]:
+        self, rederived: GateDecision, key: Signer, *, ttl_seconds: int | None = None, now: Any = None
+    ) -> Receipt:
         """Sign the receipt for a record just re-derived (and audit it)."""
-        from kcp_opa.authorize.receipts import issue_receipt
-
-        receipt = issue_receipt(rederived.to_dict(), rederived.action, key, ttl_seconds=ttl_seconds, now=now)
+        document = rederived.to_dict()
+        receipt = issue_for_checked_decision(document, rederived.action, key, ttl_seconds=ttl_seconds, now=now)
         if self.gate.audit is not None:
             self.gate.audit.event(
                 "receipt",
                 rederived.action,
                 rederived.decision,
-                decision_id=receipt["decision_id"],
-                action_hash=receipt["action_hash"],
-                receipt_id=receipt["receipt_id"],
-                signature={"alg": receipt["signature"]["alg"], "kid": receipt["signature"]["kid"]},
-                issued_at=receipt["issued_at"],
-                expires_at=receipt["expires_at"],
-                approver_ids=receipt["approver_ids"],
+                decision_id=receipt.decision_id,
+                action_hash=receipt.action_hash,
+                receipt_id=receipt.receipt_id,
+                signature={"alg": receipt.signature.alg, "kid": receipt.signature.kid},
+                issued_at=receipt.issued_at,
+                expires_at=receipt.expires_at,
+                approver_ids=list(receipt.approver_ids),
             )
         return receipt
 

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
+from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.parties import parties
-from kcp_opa.authorize.receipts import issue_receipt
+from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
@@ -42,7 +43,7 @@ def issue_for_foreign_decision(
     ttl_seconds: int | None = None,
     now: Any = None,
     accept_unsigned: bool = False,
-) -> dict[str, Any]:
+) -> Receipt:
     """Issue a receipt under a decision document written by the registered gate ``gate``.
 
     The document must carry a signature that verifies with one of the gate's registered keys.
@@ -135,7 +136,7 @@ def issue_for_foreign_decision(
     unsatisfied = [c for c in required if c not in satisfied]
     if unsatisfied:
         raise _refuse(f"no accepted PASSED evidence (or a FAILED one) for {', '.join(unsatisfied)}", "controls_missing")
-    return issue_receipt(
+    return issue_for_checked_decision(
         {**document, "control_evidence": bound},
         action,
         key,

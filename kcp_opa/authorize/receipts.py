@@ -16,45 +16,21 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kcp_opa.authorize.documents import BOUND_FIELDS, RECEIPT_FIELDS, RECEIPT_SCHEMA_VERSION, Receipt
 from kcp_opa.core.canonical import canonical_hash
-from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
-from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document, signed_bytes
+from kcp_opa.core.documents import Signature
+from kcp_opa.core.errors import MalformedDocumentError, ReceiptIssueError, ReceiptVerificationError
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, signed_bytes
 from kcp_opa.decide.action import action_hash
 from kcp_opa.stores.protocols import NonceStore
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = RECEIPT_SCHEMA_VERSION
 MIN_TTL_SECONDS, MAX_TTL_SECONDS, DEFAULT_TTL_SECONDS = 30, 900, 300
 CLOCK_SKEW_SECONDS = 60
 HOLDS = frozenset({"DENY", "COMPLIANCE_REVIEW", "ESCALATE"})
-BOUND_FIELDS = (
-    "action_id",
-    "idempotency_key",
-    "tenant_id",
-    "subject_id",
-    "agent_id",
-    "action_type",
-    "requested_action",
-)
 _NONCE = re.compile(r"^[0-9a-f]{32,}$")
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
-RECEIPT_FIELDS = (
-    "schema_version",
-    "receipt_id",
-    "decision_id",
-    "decision_hash",
-    "action_hash",
-    *BOUND_FIELDS,
-    "policy_version",
-    "required_controls",
-    "satisfied_controls",
-    "control_evidence_hash",
-    "approver_ids",
-    "issued_at",
-    "expires_at",
-    "nonce",
-    "one_time_use",
-    "signature",
-)
+__all__ = ["BOUND_FIELDS", "RECEIPT_FIELDS", "Receipt", "issue_for_checked_decision", "verify_receipt"]
 
 
 #: The bytes a receipt's signature covers (the receipt with only ``signature.value`` removed).
@@ -68,7 +44,7 @@ def _utc(moment: dt.datetime | None) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(microsecond=0)
 
 
-def issue_receipt(
+def issue_for_checked_decision(
     decision: Mapping[str, Any],
     action: Mapping[str, Any],
     key: Signer,
@@ -77,12 +53,15 @@ def issue_receipt(
     now: dt.datetime | None = None,
     decision_hash: str | None = None,
     unsigned_decision: bool = False,
-) -> dict[str, Any]:
-    """Sign a receipt for ``action`` under a KYA gate decision document (ours or another gate's).
+) -> Receipt:
+    """Sign a receipt for ``action`` under a decision document the caller has authenticated.
 
-    Refused (:class:`ReceiptIssueError`) unless the decision is APPROVED, no DENY,
-    COMPLIANCE_REVIEW or ESCALATE stands, nothing is blocked, and every required control has
-    PASSED evidence bound to this decision and action.
+    Not the library's entry point (``kcp_opa.issue_receipt`` takes only a decision its desk
+    sealed): called after the desk's seal and re-derivation (``ControlDesk.issue``) or after
+    another gate's signature verified (``issue_for_foreign_decision``). Refused
+    (:class:`ReceiptIssueError`) unless the decision is APPROVED, no DENY, COMPLIANCE_REVIEW or
+    ESCALATE stands, nothing is blocked, and every required control has PASSED evidence bound to
+    this decision and action.
     """
     digest = action_hash(action)
     if decision.get("action_hash") != digest:
@@ -120,26 +99,31 @@ def issue_receipt(
             if e.get("control") == "independent_human_approval" and e.get("status") == "PASSED"
         }
     )
-    receipt: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "receipt_id": f"rcpt_{uuid.uuid4().hex}",
-        "decision_id": decision.get("decision_id"),
-        "decision_hash": decision_hash or canonical_hash(decision),
-        "action_hash": digest,
-        **{name: action.get(name) for name in BOUND_FIELDS},
-        "policy_version": decision.get("policy_version"),
-        "required_controls": required,
-        "satisfied_controls": sorted(set(required) & passed),
-        "control_evidence_hash": canonical_hash(evidence),
-        "approver_ids": approvers,
-        "issued_at": issued.strftime(_TIME),
-        "expires_at": (issued + dt.timedelta(seconds=ttl)).strftime(_TIME),
-        "nonce": secrets.token_hex(16),
-        "one_time_use": True,
-    }
-    if unsigned_decision:  # signed with the rest: a verifier and an auditor see what the issuer accepted
-        receipt["decision_authentication"] = "unsigned"
-    return sign_document(receipt, key)
+    decision_id, policy_version = decision.get("decision_id"), decision.get("policy_version")
+    if not isinstance(decision_id, str) or not isinstance(policy_version, str):
+        raise ReceiptIssueError("the decision lacks decision_id or policy_version", "malformed_decision")
+    bound = tuple((name, action.get(name)) for name in BOUND_FIELDS)
+    if not all(value is None or isinstance(value, str) for _, value in bound):
+        raise ReceiptIssueError("the action's bound fields must be strings", "malformed_action")
+    receipt = Receipt(
+        receipt_id=f"rcpt_{uuid.uuid4().hex}",
+        decision_id=decision_id,
+        decision_hash=decision_hash or canonical_hash(decision),
+        action_hash=digest,
+        bound=bound,
+        policy_version=policy_version,
+        required_controls=tuple(required),
+        satisfied_controls=tuple(sorted(set(required) & passed)),
+        control_evidence_hash=canonical_hash(evidence),
+        approver_ids=tuple(approvers),
+        issued_at=issued.strftime(_TIME),
+        expires_at=(issued + dt.timedelta(seconds=ttl)).strftime(_TIME),
+        nonce=secrets.token_hex(16),
+        signature=Signature(key.alg, key.kid, ""),
+        # signed with the rest: a verifier and an auditor see what the issuer accepted
+        decision_authentication="unsigned" if unsigned_decision else None,
+    )
+    return receipt.signed_by(key)
 
 
 def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -> str:
@@ -172,7 +156,7 @@ def _strings(value: Any) -> list[str]:
 
 @dataclass(frozen=True)
 class VerifiedReceipt:
-    receipt: Mapping[str, Any]
+    receipt: Receipt
     consumed: bool
 
 
@@ -191,6 +175,8 @@ def verify_receipt(
     action hash -> bound fields (tenant first) -> required controls covered -> time ->
     nonce format -> atomic consume (skipped when ``nonce_store`` is None: verify only).
     """
+    if isinstance(receipt, Receipt):  # a receipt held in-process is checked as the JSON it is sent as
+        receipt = receipt.to_dict()
     if not isinstance(receipt, Mapping):
         raise ReceiptVerificationError("a receipt is a JSON object", "malformed_receipt")
     _check_well_formed(receipt)
@@ -204,23 +190,26 @@ def verify_receipt(
         raise ReceiptVerificationError(f"signer {kid!r} is not trusted for {alg}", "signer_mismatch")
     if not isinstance(value, str) or not document_verifies(receipt, key):
         raise ReceiptVerificationError("signature does not verify", "bad_signature")
-    _check_schema(receipt)
-    if receipt["policy_version"] not in policy_versions:
+    try:
+        read = Receipt.from_dict(receipt)
+    except MalformedDocumentError as exc:
+        raise ReceiptVerificationError(str(exc), "malformed_receipt") from None
+    if read.policy_version not in policy_versions:
         raise ReceiptVerificationError(
-            f"policy version {receipt['policy_version']} is not active ({', '.join(sorted(policy_versions))})",
+            f"policy version {read.policy_version} is not active ({', '.join(sorted(policy_versions))})",
             "policy_mismatch",
         )
-    if receipt["action_hash"] != action_hash(action):
+    if read.action_hash != action_hash(action):
         raise ReceiptVerificationError("the action was changed after approval (hash differs)", "action_mismatch")
-    if receipt["tenant_id"] != action.get("tenant_id"):
+    if read.tenant_id != action.get("tenant_id"):
         raise ReceiptVerificationError("the receipt is for another tenant", "tenant_mismatch")
-    for name in BOUND_FIELDS:
-        if receipt[name] != action.get(name):
+    for name, value in read.bound:
+        if value != action.get(name):
             raise ReceiptVerificationError(f"{name} differs between receipt and action", "bound_field_mismatch")
-    if not set(receipt["required_controls"]) <= set(receipt["satisfied_controls"]):
+    if not set(read.required_controls) <= set(read.satisfied_controls):
         raise ReceiptVerificationError("not every required control is satisfied", "controls_not_covered")
     moment = _utc(now)
-    issued, expires = _parse_time(receipt["issued_at"]), _parse_time(receipt["expires_at"])
+    issued, expires = _parse_time(read.issued_at), _parse_time(read.expires_at)
     if issued > moment + dt.timedelta(seconds=CLOCK_SKEW_SECONDS):
         raise ReceiptVerificationError("issued_at is in the future", "not_yet_valid")
     if expires <= issued:
@@ -231,13 +220,13 @@ def verify_receipt(
         )
     if moment >= expires:
         raise ReceiptVerificationError("the receipt has expired", "expired")
-    if not _NONCE.match(receipt["nonce"]):
+    if not _NONCE.match(read.nonce):
         raise ReceiptVerificationError("nonce must be at least 32 lowercase hex characters", "bad_nonce")
     if nonce_store is None:
-        return VerifiedReceipt(receipt, consumed=False)
-    if not nonce_store.consume(receipt["nonce"], receipt["receipt_id"], receipt["expires_at"]):
+        return VerifiedReceipt(read, consumed=False)
+    if not nonce_store.consume(read.nonce, read.receipt_id, read.expires_at):
         raise ReceiptVerificationError("this receipt (nonce or receipt_id) was used before", "replay")
-    return VerifiedReceipt(receipt, consumed=True)
+    return VerifiedReceipt(read, consumed=True)
 
 
 MAX_RECEIPT_DEPTH = 8
@@ -280,25 +269,6 @@ def _check_well_formed(receipt: Mapping[str, Any]) -> None:
                 raise ReceiptVerificationError("receipt holds a non-finite number", "malformed_receipt")
         else:
             raise ReceiptVerificationError(f"receipt holds a {type(value).__name__}, not JSON", "malformed_receipt")
-
-
-def _check_schema(receipt: Mapping[str, Any]) -> None:
-    missing = [name for name in RECEIPT_FIELDS if name not in receipt]
-    if missing:
-        raise ReceiptVerificationError(f"receipt lacks {', '.join(missing)}", "malformed_receipt")
-    if receipt["schema_version"] != SCHEMA_VERSION:
-        raise ReceiptVerificationError("schema_version must be 2.0", "malformed_receipt")
-    if receipt["one_time_use"] is not True:
-        raise ReceiptVerificationError("one_time_use must be true", "malformed_receipt")
-    strings = ("receipt_id", "decision_id", "action_hash", "policy_version", "issued_at", "expires_at", "nonce")
-    if not all(isinstance(receipt[name], str) for name in strings):
-        raise ReceiptVerificationError("receipt fields have the wrong type", "malformed_receipt")
-    for name in ("required_controls", "satisfied_controls", "approver_ids"):
-        items = receipt[name]
-        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise ReceiptVerificationError(f"{name} must be a list of strings", "malformed_receipt")
-    if receipt["satisfied_controls"] != sorted(set(receipt["satisfied_controls"])):
-        raise ReceiptVerificationError("satisfied_controls must be sorted and unique", "malformed_receipt")
 
 
 def _parse_time(text: str) -> dt.datetime:

@@ -38,7 +38,7 @@ def export_record(desk: ControlDesk, record: GateDecision) -> dict[str, Any]:
         "evaluated_at": record.decision.evaluated_at,
         "trace_id": record.decision.trace_id,
         "bundle_revision": record.decision.bundle_revision,
-        "attestations": [dict(e.attestation) for e in record.evidence],
+        "attestations": [e.attestation.to_dict() for e in record.evidence],
         "context": built_context(record.prepared.document),
     }
     return {**body, "seal": _mac(desk, body)}

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kcp_opa.authorize.documents import Receipt
 from kcp_opa.core.errors import ReceiptIssueError
+from kcp_opa.core.signing import Signer
 from kcp_opa.decide.counting import StoreCounters, transfer_of
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.stores.protocols import CounterView
@@ -29,15 +31,15 @@ def issue_reserved(
     desk: ControlDesk,
     counting: StoreCounters,
     record: GateDecision,
-    key: Any,
+    key: Signer,
     *,
     ttl_seconds: int | None = None,
     now: Any = None,
-) -> dict[str, Any]:
+) -> Receipt:
     moment = decision_time(now)
     kept = record.prepared.document["context"].get("counters") or {}
 
-    def work(view: CounterView) -> tuple[dict[str, Any], Transfer | None]:
+    def work(view: CounterView) -> tuple[Receipt, Transfer | None]:
         fresh = {**kept, **counting.history(view, record.action, now=moment)}
         rederived = desk.rederive_for_issue(record, fresh)
         try:
@@ -47,6 +49,6 @@ def issue_reserved(
             if reasons:
                 raise ReceiptIssueError(f"{exc} ({', '.join(reasons)} on the gate's counts)", reasons[0]) from None
             raise
-        return receipt, transfer_of(record.action, receipt, now=moment)
+        return receipt, transfer_of(record.action, receipt.to_dict(), now=moment)
 
     return counting.store.reserving(work)

@@ -25,7 +25,7 @@ from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.declare.manifest import load_manifest
-from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
+from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.ledger import verify_ledger
 
 
@@ -177,13 +177,13 @@ def _anchors(checkpoints: Sequence[Path], keyring: Keyring | None) -> tuple[list
     anchors: list[tuple[int, str]] = []
     ids: set[str | None] = set()
     for path in checkpoints:
-        for checkpoint in load_checkpoints(path):
+        for checkpoint in read_checkpoints(path):
             try:
-                verify_checkpoint(checkpoint, keyring)
+                checkpoint.verify(keyring)
             except LedgerError as exc:
                 fail(f"{path}: {exc}", EXIT_INVALID)
-            anchors.append((checkpoint["seq"], checkpoint["entry_hash"]))
-            ids.add(checkpoint.get("ledger_id"))
+            anchors.append((checkpoint.seq, checkpoint.entry_hash))
+            ids.add(checkpoint.ledger_id)
     if len(ids) > 1:
         fail("the checkpoints name different ledgers", EXIT_INVALID)
     return anchors, ids.pop()
@@ -222,8 +222,8 @@ def audit_checkpoint(
     if not report.ok:
         problem = report.problems[0]
         fail(f"{ledger_line(ledger, problem.line)}: {problem.message}; not signing it", EXIT_INVALID)
-    checkpoint = make_checkpoint(report.ledger_id, report.head_seq, report.head_hash, key)
-    text = json.dumps(checkpoint, indent=2, sort_keys=True) + "\n"
+    checkpoint = Checkpoint.sign(report.ledger_id, report.head_seq, report.head_hash, key)
+    text = json.dumps(checkpoint.to_dict(), indent=2, sort_keys=True) + "\n"
     if output is not None:
         write_atomically(output, text.encode("utf-8"))
     else:

@@ -16,6 +16,7 @@ from kcp_opa.audit.case import build_case
 from kcp_opa.audit.casecheck import verify_case
 from kcp_opa.audit.report import render_html
 from kcp_opa.audit.summary import entries_by_decision, summarize
+from kcp_opa.authorize.documents import Receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.ledgerarg import LEDGER
@@ -83,7 +84,7 @@ def audit_case_gather(
     verification_keys: tuple[str, ...],
     verification_scope: str,
 ) -> None:
-    receipt = json.loads(receipt_path.read_text(encoding="utf-8")) if receipt_path is not None else None
+    receipt = Receipt.from_dict(json.loads(receipt_path.read_text(encoding="utf-8"))) if receipt_path else None
     document = build_case(
         ledger,
         decision_id,

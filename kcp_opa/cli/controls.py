@@ -226,7 +226,8 @@ def issue(
     the_desk = _desk(**desk)
     record = load_record(the_desk, _read_json(str(record_path), "record"))
     signer = signer_from(signing_key, keyring_path)
-    receipt = the_desk.issue(record, signer, ttl_seconds=ttl_seconds, now=decision_time(now) if now else None)
+    issued = the_desk.issue(record, signer, ttl_seconds=ttl_seconds, now=decision_time(now) if now else None)
+    receipt = issued.to_dict()
     if output is not None:
         _write(output, receipt)
     render.print_json(receipt)

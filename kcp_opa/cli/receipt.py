@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.receipts import issue_for_checked_decision, verify_receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signing_key_option
@@ -179,7 +179,7 @@ def receipt_issue(
         from kcp_opa.compile.bundle import read_bundle
         from kcp_opa.declare.trust import load_trust
 
-        issued = issue_for_foreign_decision(
+        receipt = issue_for_foreign_decision(
             decision,
             action,
             key,
@@ -192,7 +192,8 @@ def receipt_issue(
             accept_unsigned=accept_unsigned_decision,
         )
     else:
-        issued = issue_receipt(decision, action, key, ttl_seconds=ttl_seconds, now=moment)
+        receipt = issue_for_checked_decision(decision, action, key, ttl_seconds=ttl_seconds, now=moment)
+    issued = receipt.to_dict()
     if output is not None:
         write_atomically(output, json.dumps(issued, indent=2).encode("utf-8") + b"\n")
     render.print_json(issued)
@@ -239,7 +240,7 @@ def receipt_verify(
         nonce_store=store,
         now=decision_time(now) if now else None,
     )
-    render.print_json({"ok": True, "receipt_id": verified.receipt["receipt_id"], "consumed": verified.consumed})
+    render.print_json({"ok": True, "receipt_id": verified.receipt.receipt_id, "consumed": verified.consumed})
 
 
 @receipt.command(name="keygen")

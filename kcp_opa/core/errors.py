@@ -131,3 +131,10 @@ class StoreError(CodedError):
 
 class LedgerError(KcpOpaError):
     """The audit ledger cannot be written or read; a decision that needed it fails closed."""
+
+
+class MalformedDocumentError(CodedError):
+    """A signed document (receipt, attestation, checkpoint) read strictly does not have its shape:
+    an unknown or missing field, or a field of the wrong type; ``code`` is ``malformed_<kind>``."""
+
+    code = "malformed_document"

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring
@@ -122,7 +123,7 @@ class Executor:
     def execute_authorized_action(
         self,
         action: Mapping[str, Any],
-        receipt: Mapping[str, Any],
+        receipt: Receipt | Mapping[str, Any],
         handler: Handler,
         *,
         now: dt.datetime | None = None,
@@ -134,7 +135,8 @@ class Executor:
         """
         check_action(action)
         digest = action_hash(action)
-        raw_id = receipt.get("receipt_id") if isinstance(receipt, Mapping) else None
+        wire = receipt.to_dict() if isinstance(receipt, Receipt) else receipt  # checked as the JSON it is sent as
+        raw_id = wire.get("receipt_id") if isinstance(wire, Mapping) else None
         receipt_id = raw_id if _loggable(raw_id) else None
         key = str(action["idempotency_key"])
         combined = _ConsumeAndClaim(self.store, key, digest, self.lease_seconds)
@@ -143,7 +145,7 @@ class Executor:
             nonces = _HandedOff(combined, self.handoffs, consumer)
         try:
             verify_receipt(
-                receipt,
+                wire,
                 action,
                 keyring=self.keyring,
                 policy_versions=self.policy_versions,

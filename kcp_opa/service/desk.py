@@ -333,7 +333,8 @@ class GateService:
             raise AccessDeniedError("issuing receipts needs a trust registry: start the server with --trust REGISTRY")
         _, record = self._record(loaded, decision_id)
         signer: Signer = loaded.keyring.signer()
-        return {"receipt": loaded.desk.issue(record, signer, ttl_seconds=ttl_seconds), "action": dict(record.action)}
+        receipt = loaded.desk.issue(record, signer, ttl_seconds=ttl_seconds)
+        return {"receipt": receipt.to_dict(), "action": dict(record.action)}
 
     def verify_and_consume(self, principal: Principal, receipt: Any, action: Any) -> dict[str, Any]:
         principal.require(Scope.VERIFY_RECEIPT, "verify and consume receipts")
@@ -342,18 +343,18 @@ class GateService:
         verified = verify_receipt(
             receipt, action, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=self.store
         )
-        self.handoffs.hand_off(verified.receipt["nonce"], verified.receipt["receipt_id"], principal.id)
+        self.handoffs.hand_off(verified.receipt.nonce, verified.receipt.receipt_id, principal.id)
         if gate.audit is not None:
             gate.audit.event(
                 "receipt",
                 action,
                 None,
                 consumed_by=principal.id,
-                receipt_id=verified.receipt["receipt_id"],
-                action_hash=verified.receipt["action_hash"],
+                receipt_id=verified.receipt.receipt_id,
+                action_hash=verified.receipt.action_hash,
                 verified=True,
             )
-        return {"verified": True, "consumed": verified.consumed, "receipt_id": verified.receipt["receipt_id"]}
+        return {"verified": True, "consumed": verified.consumed, "receipt_id": verified.receipt.receipt_id}
 
     def execute(self, principal: Principal, action: Any, receipt: Any, handler: str) -> dict[str, Any]:
         principal.require(Scope.EXECUTE, "execute actions")

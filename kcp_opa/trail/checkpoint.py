@@ -13,47 +13,87 @@ import datetime as dt
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
-from kcp_opa.core.errors import LedgerError
-from kcp_opa.core.signing import Keyring, Signer, document_verifies, sign_document, signed_bytes
+from kcp_opa.core.documents import Fields, JsonDict, Signature, sign
+from kcp_opa.core.errors import LedgerError, MalformedDocumentError
+from kcp_opa.core.signing import Keyring, Signer, document_verifies, signed_bytes
 
 CHECKPOINT_FORMAT = "kcp-opa-checkpoint/1"
 MAX_CHECKPOINT_FILE = 16 * 1024 * 1024
+CHECKPOINT_FIELDS = ("format", "ledger_id", "seq", "entry_hash", "time", "signature")
 
 
 #: What a checkpoint's signature covers (the checkpoint with only ``signature.value`` removed).
 checkpoint_bytes = signed_bytes
 
 
-def make_checkpoint(
-    ledger_id: str | None, seq: int, head_hash: str, key: Signer, *, now: dt.datetime | None = None
-) -> dict[str, Any]:
-    moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
-    checkpoint: dict[str, Any] = {
-        "format": CHECKPOINT_FORMAT,
-        "ledger_id": ledger_id,
-        "seq": seq,
-        "entry_hash": head_hash,
-        "time": moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-    }
-    return sign_document(checkpoint, key)
+@dataclass(frozen=True)
+class Checkpoint:
+    """A signed (ledger_id, seq, entry_hash, time): read strictly, written in one place."""
+
+    ledger_id: str | None
+    seq: int
+    entry_hash: str
+    time: str
+    signature: Signature
+
+    @classmethod
+    def from_dict(cls, raw: object) -> Checkpoint:
+        fields = Fields(raw, "checkpoint", required=CHECKPOINT_FIELDS)
+        if fields.raw["format"] != CHECKPOINT_FORMAT:
+            raise fields.error(f"format must be {CHECKPOINT_FORMAT}")
+        return cls(
+            ledger_id=fields.optional_text("ledger_id"),
+            seq=fields.integer("seq", minimum=1),
+            entry_hash=fields.text("entry_hash"),
+            time=fields.text("time"),
+            signature=fields.signature(),
+        )
+
+    def to_dict(self) -> JsonDict:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "ledger_id": self.ledger_id,
+            "seq": self.seq,
+            "entry_hash": self.entry_hash,
+            "time": self.time,
+            "signature": self.signature.to_dict(),
+        }
+
+    def with_signature(self, signature: Signature) -> Checkpoint:
+        return replace(self, signature=signature)
+
+    @classmethod
+    def sign(
+        cls, ledger_id: str | None, seq: int, head_hash: str, key: Signer, *, now: dt.datetime | None = None
+    ) -> Checkpoint:
+        moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+        stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return sign(cls(ledger_id, seq, head_hash, stamp, Signature(key.alg, key.kid, "")), key)
+
+    def verify(self, keyring: Keyring) -> None:
+        """The signature must verify under a trusted, non-retired kid of the same algorithm."""
+        kid, alg = self.signature.kid, self.signature.alg
+        key = keyring.verifier(kid)
+        if key is None or key.alg != alg:
+            raise LedgerError(f"checkpoint signer {kid!r} is not trusted for {alg}")
+        if not document_verifies(self.to_dict(), key):
+            raise LedgerError(f"checkpoint at seq {self.seq}: signature does not verify")
 
 
-def append_checkpoint(path: Path, checkpoint: Mapping[str, Any]) -> None:
-    """Append one checkpoint line durably (no symlinks followed)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o640)
+def read_checkpoint(raw: object, where: str = "checkpoint") -> Checkpoint:
+    """One checkpoint from JSON; LedgerError (naming ``where``) when it is not one."""
     try:
-        os.write(fd, canonical_json(checkpoint) + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return Checkpoint.from_dict(raw)
+    except MalformedDocumentError as exc:
+        raise LedgerError(f"{where}: not a {CHECKPOINT_FORMAT} checkpoint ({exc})") from None
 
 
-def load_checkpoints(path: Path) -> list[dict[str, Any]]:
+def read_checkpoints(path: Path) -> list[Checkpoint]:
     """Every checkpoint in a file (one JSON object, or one per line); LedgerError if malformed."""
     try:
         with path.open("rb") as handle:
@@ -71,32 +111,34 @@ def load_checkpoints(path: Path) -> list[dict[str, Any]]:
         raise LedgerError(f"{path}: not a checkpoint (JSON object or JSON Lines)") from None
     if not items:
         raise LedgerError(f"{path}: holds no checkpoint")
-    return [_shape(item, path) for item in items]
+    return [read_checkpoint(item, str(path)) for item in items]
 
 
-def _shape(item: Any, path: Path) -> dict[str, Any]:
-    ok = (
-        isinstance(item, dict)
-        and item.get("format") == CHECKPOINT_FORMAT
-        and isinstance(item.get("seq"), int)
-        and not isinstance(item.get("seq"), bool)
-        and item["seq"] >= 1
-        and isinstance(item.get("entry_hash"), str)
-        and isinstance(item.get("signature"), dict)
-        and (item.get("ledger_id") is None or isinstance(item.get("ledger_id"), str))
-    )
-    if not ok:
-        raise LedgerError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
-    return dict(item)
+def append_checkpoint(path: Path, checkpoint: Checkpoint | Mapping[str, Any]) -> None:
+    """Append one checkpoint line durably (no symlinks followed)."""
+    document = checkpoint.to_dict() if isinstance(checkpoint, Checkpoint) else read_checkpoint(checkpoint).to_dict()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o640)
+    try:
+        os.write(fd, canonical_json(document) + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# The ledger writer (kcp_opa.trail.ledger) keeps checkpoints as JSON objects until its entries are
+# typed too; these read and write them through Checkpoint, so there is still one shape.
+
+
+def make_checkpoint(
+    ledger_id: str | None, seq: int, head_hash: str, key: Signer, *, now: dt.datetime | None = None
+) -> dict[str, Any]:
+    return Checkpoint.sign(ledger_id, seq, head_hash, key, now=now).to_dict()
+
+
+def load_checkpoints(path: Path) -> list[dict[str, Any]]:
+    return [checkpoint.to_dict() for checkpoint in read_checkpoints(path)]
 
 
 def verify_checkpoint(checkpoint: Mapping[str, Any], keyring: Keyring) -> None:
-    """The signature must verify under a trusted, non-retired kid of the same algorithm."""
-    signature = checkpoint.get("signature")
-    signature = signature if isinstance(signature, Mapping) else {}
-    kid, alg, value = signature.get("kid"), signature.get("alg"), signature.get("value")
-    key = keyring.verifier(kid) if isinstance(kid, str) else None
-    if key is None or key.alg != alg:
-        raise LedgerError(f"checkpoint signer {kid!r} is not trusted for {alg}")
-    if not isinstance(value, str) or not document_verifies(checkpoint, key):
-        raise LedgerError(f"checkpoint at seq {checkpoint.get('seq')}: signature does not verify")
+    read_checkpoint(checkpoint).verify(keyring)

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
+from conftest import DEPLOYMENTS, POLICIES, REPO, receipt_for, run_cli
 
-from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import compile_bundle
@@ -43,7 +42,7 @@ def _receipt() -> dict[str, Any]:
         "control_evidence": [],
         "policy_version": "0.1.0",
     }
-    return issue_receipt(decision, ACTION, hmac_key("kya-1", SECRET))
+    return receipt_for(decision, ACTION, hmac_key("kya-1", SECRET))
 
 
 def _executor(db: Path, lease: float = 300.0) -> Executor:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO
+from conftest import DEPLOYMENTS, POLICIES, REPO, receipt_for
 
-from kcp_opa.authorize.receipts import issue_receipt, signing_bytes, verify_receipt
+from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
@@ -41,7 +41,7 @@ def _issue(key: ReceiptKey) -> dict[str, Any]:
         "control_evidence": [],
         "policy_version": "0.1.0",
     }
-    return issue_receipt(decision, ACTION, key)
+    return receipt_for(decision, ACTION, key)
 
 
 def _deep(levels: int) -> Any:

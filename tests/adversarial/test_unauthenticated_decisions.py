@@ -2,7 +2,8 @@
 
 A decision document that names registered approvers but that the gate it claims to come from
 never signed must not become a signed receipt; unsigned is accepted only from a gate the
-registry marks unsigned, with an explicit flag, and the receipt says so. A receipt valid far
+registry marks unsigned, with an explicit flag, and the receipt says so. The library's
+``issue_receipt`` takes only a record its desk sealed, as the service does. A receipt valid far
 past the contract's TTL cap must not verify, whoever signed it. Real CLI processes.
 """
 
@@ -14,12 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
+from conftest import DEPLOYMENTS, POLICIES, REPO, receipt_for, run_cli, vouched_gate
 from trustkit import REGISTRY, compile_with_trust, make_desk, signed
 
 from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import ControlDesk
-from kcp_opa.authorize.receipts import issue_receipt, signing_bytes
+from kcp_opa.authorize.receipts import signing_bytes
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.signing import hmac_key
 
@@ -134,7 +135,7 @@ def test_a_receipt_valid_until_2099_does_not_verify(desk: ControlDesk, tmp_path:
         record = desk.record_control_result(record, signed(record, control, actor), action=KYA)
     key = hmac_key("kya-1", RECEIPT_SECRET.encode())
     moment = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
-    receipt = issue_receipt(record.to_dict(), KYA, key, now=moment)
+    receipt = receipt_for(record.to_dict(), KYA, key, now=moment)
     receipt["expires_at"] = "2099-12-31T23:59:59Z"  # signed by a key the verifier trusts
     receipt["signature"]["value"] = key.sign(signing_bytes(receipt))
     (tmp_path / "receipt.json").write_text(json.dumps(receipt))
@@ -144,3 +145,50 @@ def test_a_receipt_valid_until_2099_does_not_verify(desk: ControlDesk, tmp_path:
     )  # fmt: skip
     assert verify.returncode == 2, verify.stdout
     assert json.loads(verify.stderr)["code"] == "ttl_over_cap"
+
+
+def test_the_library_issues_no_receipt_for_a_decision_its_desk_did_not_seal(desk: ControlDesk) -> None:
+    """A host that hands ``kcp_opa.issue_receipt`` a decision document (from an agent, a file, a
+    queue) must get a refusal, not a signed receipt: only a record the desk sealed is issued for."""
+    import dataclasses
+    import datetime as dt
+
+    from kcp_opa import Keyring, ReceiptIssueError, issue_receipt, verify_receipt
+
+    key = hmac_key("kya-1", RECEIPT_SECRET.encode())
+    moment = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
+    record = desk.open(KYA, now=DECIDED)
+    for control, actor in SIX:
+        record = desk.record_control_result(record, signed(record, control, actor), action=KYA)
+    # What an attacker writes: the approved document, every item re-bound to a decision no gate made.
+    forged = record.to_dict()
+    forged["decision_id"] = "dec_written_by_hand_0002"
+    forged["control_evidence"] = [{**e, "decision_id": forged["decision_id"]} for e in forged["control_evidence"]]
+
+    def code(decision: object, **options: Any) -> str:
+        with pytest.raises(ReceiptIssueError) as caught:
+            issue_receipt(decision, KYA, key, now=moment, **options)
+        return caught.value.code
+
+    assert code(forged) == "unauthenticated_decision"
+    assert code(forged, desk=desk) == "unauthenticated_decision"  # a desk does not vouch for a mapping
+    assert code(record.to_dict(), desk=desk) == "unauthenticated_decision"  # nor for a real record's JSON
+    assert code(record) == "unauthenticated_decision"  # a record is checked against the desk that sealed it
+    edited = dataclasses.replace(record, receipt_ttl_seconds=900)  # a record changed after its seal
+    assert code(edited, desk=desk) == "record_tampered"
+    other_desk = make_desk(desk.gate)  # another desk (its own seal key) never handed this record out
+    assert code(record, desk=other_desk) == "record_tampered"
+    with pytest.raises(ReceiptIssueError) as caught:
+        issue_receipt(record, {**KYA, "idempotency_key": "another-key-0000000001"}, key, desk=desk, now=moment)
+    assert caught.value.code == "action_mismatch"
+    receipt = issue_receipt(record, KYA, key, desk=desk, now=moment)  # the sealed record, with its desk
+    assert receipt.decision_id == record.decision.decision_id
+    verified = verify_receipt(
+        receipt.to_dict(),
+        KYA,
+        keyring=Keyring({key.kid: key}),
+        policy_versions={receipt.policy_version},
+        nonce_store=None,
+        now=moment,
+    )
+    assert verified.receipt == receipt

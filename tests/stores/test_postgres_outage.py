@@ -15,9 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, receipt_for
 
-from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.core.errors import StoreError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.action import action_hash
@@ -39,7 +38,7 @@ def _receipt(decision_id: str) -> dict[str, Any]:
         "control_evidence": [],
         "policy_version": "0.1.0",
     }
-    return issue_receipt(decision, ACTION, hmac_key("kya-1", SECRET))
+    return receipt_for(decision, ACTION, hmac_key("kya-1", SECRET))
 
 
 @contextlib.contextmanager
