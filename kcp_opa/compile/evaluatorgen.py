@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.policyfiles import PolicyModule, collect_policies
+from kcp_opa.compile.waivers import TERMINAL_CODES, declared, refusals
 from kcp_opa.core.errors import CompileError
 
 GENERATED = "kcp/gate/evaluators.rego"
@@ -60,9 +61,20 @@ def _evaluator_name(module: PolicyModule) -> str:
     return rest
 
 
+def _rego_set(codes: set[str] | frozenset[str]) -> str:
+    return "{" + ", ".join(f'"{c}"' for c in sorted(codes)) + "}" if codes else "set()"
+
+
 def render_union(policies: Path) -> str:
-    """The generated module's text: deterministic, one import and one union term per evaluator."""
+    """The generated module's text: deterministic, one import and one union term per evaluator,
+    and the codes the evaluators' METADATA declares waivable (never a terminal one)."""
     found = evaluators(policies)
+    modules = {m.path: m.source for m in collect_policies(policies) if m.path.startswith(f"{EVALUATORS_DIR}/")}
+    refused = refusals(modules)
+    if refused:
+        where, why = refused[0]
+        raise CompileError(f"{where.file}:{where.line}: {why}")
+    waivable = {w.code for w in declared(modules)}
     listing = "\n".join(f"#   {e.name}: {e.evaluator_id} {e.version} ({e.path})" for e in found)
     imports = "\n".join(f"import data.kcp.evaluators.{e.name} as ev_{e.name}" for e in found)
     terms = [f"ev_{e.name}.findings" for e in found]
@@ -76,10 +88,20 @@ def render_union(policies: Path) -> str:
         f"{listing}\n"
         "package kcp.gate\n\n"
         "import rego.v1\n\n"
-        f"{imports}\n\n"
+        f"{imports}\n"
+        "import data.kcp.gate.exceptions\n\n"
         "# METADATA\n"
-        "# title: Every finding of every evaluator\n"
-        f"findings := {union}\n"
+        "# title: Every finding of every evaluator, before exceptions\n"
+        f"evaluated := {union}\n\n"
+        "# METADATA\n"
+        "# title: Every finding, exceptions applied (kcp.gate.exceptions)\n"
+        "findings := exceptions.findings\n\n"
+        "# METADATA\n"
+        "# title: Codes an exception may waive (custom.waivable of the findings rules)\n"
+        f"waivable := {_rego_set(waivable)}\n\n"
+        "# METADATA\n"
+        "# title: Terminal denials, never waivable (kcp_opa.compile.waivers)\n"
+        f"terminal := {_rego_set(TERMINAL_CODES)}\n"
     )
 
 

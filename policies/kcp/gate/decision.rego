@@ -85,11 +85,11 @@ _passed := {"code": "policy_passed", "rule": "kcp.gate.default", "evaluator_id":
 # title: Reasons
 # description: |
 #   Every matched rule, ordered by code (then evaluator, message, rule); policy_passed when
-#   none matched. Sorting the set of reason objects is one pass in both engines, where pairing
+#   none matched. A finding an exception waived keeps its reason, with waived_by (kcp.gate.exceptions). Sorting the set of reason objects is one pass in both engines, where pairing
 #   sorted keys back to findings cost O(n^2) (docs/performance.md).
 reasons := sort({r |
 	some f in findings
-	r := {"code": f.code, "rule": f.rule, "unit": _unit_ref, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message}
+	r := object.union({"code": f.code, "rule": f.rule, "unit": _unit_ref, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message}, object.filter(f, ["waived_by"]))
 }) if {
 	count(findings) > 0
 	facts.knowledge_bound
@@ -97,7 +97,7 @@ reasons := sort({r |
 
 reasons := sort({r |
 	some f in findings
-	r := {"code": f.code, "rule": f.rule, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message}
+	r := object.union({"code": f.code, "rule": f.rule, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message}, object.filter(f, ["waived_by"]))
 }) if {
 	count(findings) > 0
 	not facts.knowledge_bound

@@ -35,7 +35,20 @@ import data.kcp.evaluators.restrictions as ev_restrictions
 import data.kcp.evaluators.runtime as ev_runtime
 import data.kcp.evaluators.trace as ev_trace
 import data.kcp.evaluators.unit as ev_unit
+import data.kcp.gate.exceptions
 
 # METADATA
-# title: Every finding of every evaluator
-findings := (((((((((((((ev_access.findings | ev_action.findings) | ev_authority.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_lifecycle.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings
+# title: Every finding of every evaluator, before exceptions
+evaluated := (((((((((((((ev_access.findings | ev_action.findings) | ev_authority.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_lifecycle.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings
+
+# METADATA
+# title: Every finding, exceptions applied (kcp.gate.exceptions)
+findings := exceptions.findings
+
+# METADATA
+# title: Codes an exception may waive (custom.waivable of the findings rules)
+waivable := {"external_llm_forbidden", "field_access_violation", "matrix_approve", "matrix_confirm", "unit_stale"}
+
+# METADATA
+# title: Terminal denials, never waivable (kcp_opa.compile.waivers)
+terminal := {"access_unauthenticated", "ai_training_forbidden", "audit_unavailable", "capability_widened", "compliance_review_required", "context_conflict", "context_missing", "delegation_too_deep", "engine_divergence", "engine_error", "evidence_forbidden", "matrix_forbidden", "matrix_not_covered", "policy_undefined", "role_cannot_send", "task_type_not_in_matrix", "tenant_boundary", "unknown_unit"}
