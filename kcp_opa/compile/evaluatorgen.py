@@ -16,8 +16,8 @@ from pathlib import Path
 
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.policyfiles import PolicyModule, collect_policies
-from kcp_opa.compile.waivers import TERMINAL_CODES, declared, refusals
 from kcp_opa.core.errors import CompileError
+from kcp_opa.declare.waivers import TERMINAL_CODES, declared, refusals
 
 GENERATED = "kcp/gate/evaluators.rego"
 EVALUATORS_DIR = "kcp/evaluators"
@@ -100,7 +100,7 @@ def render_union(policies: Path) -> str:
         "# title: Codes an exception may waive (custom.waivable of the findings rules)\n"
         f"waivable := {_rego_set(waivable)}\n\n"
         "# METADATA\n"
-        "# title: Terminal denials, never waivable (kcp_opa.compile.waivers)\n"
+        "# title: Terminal denials, never waivable (kcp_opa.declare.waivers)\n"
         f"terminal := {_rego_set(TERMINAL_CODES)}\n"
     )
 
