@@ -95,7 +95,7 @@ def render_union(policies: Path) -> str:
         f"evaluated := {union}\n\n"
         "# METADATA\n"
         "# title: Every finding, exceptions applied (kcp.gate.exceptions)\n"
-        "findings := exceptions.findings\n\n"
+        "findings := exceptions.apply(evaluated, waivable, terminal)\n\n"
         "# METADATA\n"
         "# title: Codes an exception may waive (custom.waivable of the findings rules)\n"
         f"waivable := {_rego_set(waivable)}\n\n"

@@ -43,7 +43,7 @@ evaluated := (((((((((((((ev_access.findings | ev_action.findings) | ev_authorit
 
 # METADATA
 # title: Every finding, exceptions applied (kcp.gate.exceptions)
-findings := exceptions.findings
+findings := exceptions.apply(evaluated, waivable, terminal)
 
 # METADATA
 # title: Codes an exception may waive (custom.waivable of the findings rules)

@@ -38,11 +38,8 @@ _run_with(ctx, action, waivable) := found if {
 	evaluated := _evaluated
 	terminal := _terminal
 	params := _params
-	found := exceptions.findings with input.action as action
+	found := exceptions.apply(evaluated, waivable, terminal) with input.action as action
 		with input.context as ctx
-		with data.kcp.gate.evaluated as evaluated
-		with data.kcp.gate.waivable as waivable
-		with data.kcp.gate.terminal as terminal
 		with data.kcp_data.matrix.parameters as params
 }
 
