@@ -8,7 +8,14 @@ from kcp_opa.context.attested import AttestationSource, SignedAttestations, sign
 from kcp_opa.context.builder import ContextSourceError, ContextSources, build_context
 from kcp_opa.context.exceptions import ExceptionSource, SignedExceptions
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
-from kcp_opa.context.sources import CounterSource, GateConfigSource, PrincipalSource, RegistrySource, StaticGateConfig
+from kcp_opa.context.sources import (
+    CounterSource,
+    GateConfigSource,
+    PrincipalSource,
+    RegistrySource,
+    StaticCounters,
+    StaticGateConfig,
+)
 
 __all__ = [
     "FACTS",
@@ -24,6 +31,7 @@ __all__ = [
     "RegistrySource",
     "SignedAttestations",
     "SignedExceptions",
+    "StaticCounters",
     "StaticGateConfig",
     "build_context",
     "sign_fact",
