@@ -10,6 +10,9 @@
 #   it names that the evaluators' METADATA declares waivable (custom.waivable) and that are not
 #   terminal. A waived finding stays in the decision, marked waived_by, routing nothing; each
 #   exception applied adds an exception_applied reason naming it, its ticket, grantor and expiry.
+# custom:
+#   evaluator_id: exception_check
+#   evaluator_version: "1.0.0"
 package kcp.gate.exceptions
 
 import rego.v1
