@@ -95,6 +95,9 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
     findings += [  # a terminal denial marked waivable: no exception may ever lift it
         CheckFinding(w.file, w.line, "error", "terminal_waivable", why) for w, why in waiver_refusals(modules)
     ]
+    from kcp_opa.authoring.findingcheck import finding_problems  # it builds CheckFinding: imported here
+
+    findings += finding_problems(modules)
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
 
 

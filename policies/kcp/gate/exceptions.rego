@@ -80,27 +80,33 @@ _mark(f, id) := object.union(f, {
 _applied(e, codes) := {
 	"code": "exception_applied",
 	"rule": concat("", ["kcp.exceptions.", e.id]),
-	"evaluator_id": "exception_check",
-	"evaluator_version": "1.0.0",
 	"state": "ALLOW",
 	"controls": [],
 	"message": concat("", ["exception ", e.id, " waives ", concat(", ", codes), " (ticket ", e.ticket, ", granted by ", e.grantor, ", until ", e.expires_at, ")"]),
 	"details": {"exception": e.id, "waives": codes, "expires_at": e.expires_at, "grantor": e.grantor, "ticket": e.ticket},
 }
 
-_with_waivers(evaluated, waiver) := ({f | some f in evaluated; not waiver[f.code]} | {_mark(f, waiver[f.code]) | some f in evaluated; waiver[f.code]}) | {_applied(e, codes) |
+_with_waivers(found, waiver) := {f | some f in found; not waiver[f.code]} | {_mark(f, waiver[f.code]) | some f in found; waiver[f.code]}
+
+_applied_all(waiver) := {_applied(e, codes) |
 	some e in in_force
 	codes := sort([c | waiver[c] == e.id]) # kcp-opa: sorted identifiers (reason codes)
 	count(codes) > 0
 }
 
+_by_evaluator(by_evaluator, waiver) := object.union(
+	{name: _with_waivers(by_evaluator[name], waiver) | some name in object.keys(by_evaluator)},
+	{"exceptions": _applied_all(waiver)},
+)
+
 # METADATA
-# title: Findings with exceptions applied
+# title: Findings by evaluator with exceptions applied
 # description: |
-#   The evaluators' findings (kcp.gate.evaluated) with the waivable, non-terminal ones an
-#   exception in force waives marked, and an exception_applied finding per exception applied;
-#   unchanged when no exception is in force. A function of the gate's sets, so this package
-#   never reads data.kcp.gate (regopy's planner did not finish on the cross-reference).
-apply(evaluated, waivable, terminal) := evaluated if {
+#   The evaluators' findings (kcp.gate.evaluated_by_evaluator) with the waivable, non-terminal
+#   ones an exception in force waives marked, and an exception_applied finding per exception
+#   applied under "exceptions"; unchanged when no exception is in force. A function of the
+#   gate's sets, so this package never reads data.kcp.gate (regopy's planner did not finish on
+#   the cross-reference).
+apply(by_evaluator, waivable, terminal) := by_evaluator if {
 	count(in_force) == 0
-} else := _with_waivers(evaluated, _waivers(waivable, terminal))
+} else := _by_evaluator(by_evaluator, _waivers(waivable, terminal))

@@ -10,6 +10,11 @@ _tenant := {"code": "tenant_boundary", "rule": "kcp.runtime.tenant_boundary", "e
 
 _evaluated := {_field, _tenant}
 
+_by_evaluator := {"field_access": {_field}, "runtime": {_tenant}}
+
+# The findings of every evaluator in one set (the exceptions' own under "exceptions").
+_flat(by) := {f | some name in object.keys(by); some f in by[name]}
+
 _waivable := {"field_access_violation", "tenant_boundary_typo"}
 
 _terminal := {"tenant_boundary"}
@@ -35,12 +40,13 @@ _run(now, given, action) := found if {
 }
 
 _run_with(ctx, action, waivable) := found if {
-	evaluated := _evaluated
+	evaluated := _by_evaluator
 	terminal := _terminal
 	params := _params
-	found := exceptions.apply(evaluated, waivable, terminal) with input.action as action
+	by := exceptions.apply(evaluated, waivable, terminal) with input.action as action
 		with input.context as ctx
 		with data.kcp_data.matrix.parameters as params
+	found := _flat(by)
 }
 
 # object.union merges nested objects: a narrower scope replaces the whole key.
