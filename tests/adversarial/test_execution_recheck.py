@@ -128,7 +128,8 @@ def test_a_receipt_issued_before_its_exception_expired_is_refused_after(
     }
     _, desk, executor, key = _setup(tmp_path, before, {"from_action": True, "exceptions": [waiver]})
     knowledge = {**BASE["knowledge"], "fields_read": ["name", "email", "phone"]}
-    early, late = _action("idem_exception_early", knowledge=knowledge), _action("idem_exception_late", knowledge=knowledge)
+    early = _action("idem_exception_early", knowledge=knowledge)
+    late = _action("idem_exception_late", knowledge=knowledge)
     done = executor.execute_authorized_action(
         early, _receipt(desk, key, early), lambda a: "read", now=T + dt.timedelta(seconds=14)
     )
