@@ -36,6 +36,7 @@ from kcp_opa.context import (
     CounterSource,
     RegistrySource,
     SignedAttestations,
+    SignedExceptions,
     StaticCounters,
     StaticGateConfig,
     sign_fact,
@@ -82,6 +83,7 @@ from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, H
 from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import EffectiveUnit, Sourced, effective_unit, effective_units
+from kcp_opa.declare.exceptions import ExceptionsFile, GrantedException, load_exceptions, sign_exception
 from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, load_matrix, validate_matrix
 from kcp_opa.execute.executor import ExecutionResult, Executor
@@ -146,6 +148,7 @@ __all__ = [
     "EffectiveUnit",
     "EngineLoadError",
     "EvidenceRejectedError",
+    "ExceptionsFile",
     "ExecutionError",
     "ExecutionRecord",
     "ExecutionResult",
@@ -155,6 +158,7 @@ __all__ = [
     "FileSource",
     "Gate",
     "GateDecision",
+    "GrantedException",
     "HandoffStore",
     "HmacKey",
     "HttpSource",
@@ -187,6 +191,7 @@ __all__ = [
     "Severity",
     "SignatureInfo",
     "SignedAttestations",
+    "SignedExceptions",
     "Signer",
     "SigningKey",
     "SourceError",
@@ -222,6 +227,7 @@ __all__ = [
     "issue_receipt",
     "leaf_path",
     "load_cases",
+    "load_exceptions",
     "load_keyring",
     "load_manifest",
     "load_matrix",
@@ -233,6 +239,7 @@ __all__ = [
     "query",
     "read_bundle",
     "replay",
+    "sign_exception",
     "sign_fact",
     "summarize",
     "validate_manifest",

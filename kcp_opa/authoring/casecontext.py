@@ -25,6 +25,7 @@ from kcp_opa.context import (
     ContextSources,
     RegistrySource,
     SignedAttestations,
+    SignedExceptions,
     StaticCounters,
     StaticGateConfig,
     sign_fact,
@@ -33,10 +34,13 @@ from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input, decision_time
+from kcp_opa.declare.exceptions import sign_exception
 from kcp_opa.declare.trust import TrustRegistry
 
 CASE_AGENT = "case-agent"
 CASE_ISSUER = "case-attestor"
+#: The registered human who grants a case's exceptions (role ``exception_approver``).
+CASE_GRANTOR = "case-dpo"
 _FLAGS = ("new_beneficiary", "modified_beneficiary", "screening_uncertain")
 
 
@@ -100,18 +104,21 @@ def case_sources(
         agent["model"] = model
     key = _issuer_key()
     public = Keyring({key.kid: key}).to_file_dict(include_private=False)["keys"][0]["public_key"]
+    grantor = {"id": CASE_GRANTOR, "type": "human", "roles": ["exception_approver"]}
     data = {
         "kind": "kcp-opa/trust-registry",
         "format_version": 1,
         "name": "decision-case",
         "version": "1",
-        "principals": [agent],
+        "exception_grantor_roles": ["exception_approver"],
+        "principals": [agent, grantor],
         "issuers": [
             {
                 "id": CASE_ISSUER,
                 "type": "provider",
                 "controls": [],
                 "facts": sorted(ATTESTED_VALUES),
+                "signs_exceptions": True,
                 "keys": [{"kid": key.kid, "alg": "Ed25519", "public_key": public}],
             }
         ],
@@ -136,8 +143,35 @@ def case_sources(
         config=config,
         attestations=SignedAttestations(registry, None, items),
         counters=counted,
+        exceptions=_case_exceptions(declared.get("exceptions"), registry, key, moment),
     )
     return sources, CASE_AGENT
+
+
+def _case_exceptions(
+    declared: Any, registry: TrustRegistry, key: Ed25519Key, moment: dt.datetime
+) -> SignedExceptions | None:
+    """The case's exceptions, signed by the case issuer and verified like a deployment's file."""
+    if not declared:
+        return None
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    signed = [
+        sign_exception(
+            {
+                "reason": "decision case",
+                "ticket": "CASE-1",
+                "grantor": CASE_GRANTOR,
+                "issued_at": (moment - dt.timedelta(hours=1)).strftime(stamp),
+                "expires_at": (moment + dt.timedelta(hours=1)).strftime(stamp),
+                **item,
+            },
+            CASE_ISSUER,
+            key,
+        )
+        for item in declared
+    ]
+    document = {"kind": "kcp-opa/exceptions", "format_version": 1, "name": "decision-case", "exceptions": signed}
+    return SignedExceptions(registry, document=document)
 
 
 def case_input(

@@ -18,6 +18,7 @@ from typing import Any
 from kcp_opa.authoring.regosyntax import syntax_problems
 from kcp_opa.authoring.regotest import OPA_ONLY, regopy_child
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
+from kcp_opa.declare.waivers import refusals as waiver_refusals
 
 CHECK_TIMEOUT_S = 120
 
@@ -91,6 +92,9 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
     if not broken:  # regopy's child dies on a parse error: that is no planning abort
         findings += _regopy_compile(modules)
     findings += _lint(modules, data or {})
+    findings += [  # a terminal denial marked waivable: no exception may ever lift it
+        CheckFinding(w.file, w.line, "error", "terminal_waivable", why) for w, why in waiver_refusals(modules)
+    ]
     from kcp_opa.authoring.findingcheck import finding_problems  # it builds CheckFinding: imported here
 
     findings += finding_problems(modules)

@@ -22,6 +22,7 @@ from kcp_opa.cli.bundlekeys import bundle
 from kcp_opa.cli.controls import controls
 from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
+from kcp_opa.cli.exceptions import exceptions
 from kcp_opa.cli.executions import executions
 from kcp_opa.cli.generate import generate
 from kcp_opa.cli.ledgerarg import audit_dump
@@ -70,6 +71,7 @@ COMMANDS = (
     controls,
     receipt,
     executions,
+    exceptions,
     store,
     test_command,
     mutate_command,

@@ -19,12 +19,19 @@ from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError
 from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
+from kcp_opa.declare.exceptions import (
+    DEFAULT_MAX_LIFETIME_SECONDS,
+    EXCEPTIONS_KIND_NAME,
+    ExceptionsFile,
+    validate_exceptions,
+    verify_exceptions,
+)
 from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import load_manifest_key, verify_manifest
 from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
 from kcp_opa.declare.matrixcoverage import coverage_gaps
-from kcp_opa.declare.trust import TRUST_KIND_NAME, validate_trust
+from kcp_opa.declare.trust import TRUST_KIND_NAME, TrustRegistry, validate_trust
 from kcp_opa.declare.yamlsource import read_bounded
 
 MATRIX_KIND = "kcp-opa/delegation-matrix"
@@ -49,11 +56,12 @@ MANIFEST_KEY = click.option(
 def validate(
     files: Sequence[Path], fmt: str | None, max_bytes: int, strict: bool, manifest_keys: Sequence[Path]
 ) -> None:
-    """Validate KCP manifests (and delegation matrices and trust registries, recognised by their `kind`).
+    """Validate KCP manifests (and delegation matrices, trust registries and exceptions, recognised by their `kind`).
 
     Given a manifest with its matrix, every data category and sensitivity the manifest declares
     that no matrix row covers is a warning (matrix_not_covered: each action on it would be
-    denied); --strict makes it an error.
+    denied); --strict makes it an error. Given exceptions with a trust registry (and a matrix),
+    each exception's signature, issuer, grantor and lifetime are checked too.
 
     Every finding names the file, the YAML path and the line. A declared manifest hash is
     checked, and a declared signature too when --manifest-key is given. Exit 0 when all are
@@ -68,6 +76,7 @@ def validate(
         except KcpOpaError as exc:
             unreadable.append(str(exc))
     reports = _with_coverage(reports)
+    reports = _with_trust(reports)
     if as_json(fmt):
         payload = [r.to_dict() for r in reports]
         render.print_json(payload[0] if len(files) == 1 and payload else payload)
@@ -94,10 +103,28 @@ def _with_coverage(reports: list[Report[Any]]) -> list[Report[Any]]:
     ]
 
 
+def _with_trust(reports: list[Report[Any]]) -> list[Report[Any]]:
+    """Given exceptions with a trust registry (and a matrix), each exception is verified too:
+    its signature, issuer and grantor, and its lifetime against the matrix's maximum."""
+    registries = [r.document for r in reports if isinstance(r.document, TrustRegistry)]
+    if not registries:
+        return reports
+    matrices = [r.document for r in reports if isinstance(r.document, DelegationMatrix)]
+    lifetime = DEFAULT_MAX_LIFETIME_SECONDS
+    if matrices:
+        lifetime = int(matrices[0].parameters()["exceptions"]["max_lifetime_seconds"])
+    return [
+        verify_exceptions(r, registries[0], None, lifetime) if isinstance(r.document, ExceptionsFile) else r
+        for r in reports
+    ]
+
+
 def _validate_one(path: Path, max_bytes: int) -> Report[Any]:
     head = _head(path)
     if TRUST_KIND_NAME.encode() in head:
         return validate_trust(path, max_bytes=max_bytes)
+    if EXCEPTIONS_KIND_NAME.encode() in head:
+        return validate_exceptions(path, max_bytes=max_bytes)
     if MATRIX_KIND.encode() in head:
         return validate_matrix(path, max_bytes=max_bytes)
     return validate_manifest(path, max_bytes=max_bytes)

@@ -22,6 +22,7 @@ from pathlib import Path
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.policyfiles import PolicyModule, collect_policies
 from kcp_opa.core.errors import CompileError
+from kcp_opa.declare.waivers import TERMINAL_CODES, declared, refusals
 
 GENERATED = "kcp/gate/evaluators.rego"
 EVALUATORS_DIR = "kcp/evaluators"
@@ -79,15 +80,27 @@ def _union(terms: list[str]) -> str:
     return union
 
 
+def _rego_set(codes: set[str] | frozenset[str]) -> str:
+    return "{" + ", ".join(f'"{c}"' for c in sorted(codes)) + "}" if codes else "set()"
+
+
 def render_union(policies: Path) -> str:
     """The generated module's text: deterministic, one import, one table row and one union term
-    per evaluator."""
+    per evaluator, and the codes the evaluators' METADATA declares waivable (never a terminal one)."""
     found = evaluators(policies)
+    modules = {m.path: m.source for m in collect_policies(policies) if m.path.startswith(f"{EVALUATORS_DIR}/")}
+    refused = refusals(modules)
+    if refused:
+        where, why = refused[0]
+        raise CompileError(f"{where.file}:{where.line}: {why}")
+    waivable = {w.code for w in declared(modules)}
     listing = "\n".join(f"#   {e.name}: {e.evaluator_id} {e.version} ({e.path})" for e in found)
     imports = "\n".join(f"import data.kcp.evaluators.{e.name} as ev_{e.name}" for e in found)
     table = "\n".join(
         f'\t"{e.name}": {{"evaluator_id": "{e.evaluator_id}", "evaluator_version": "{e.version}"}},' for e in found
     )
+    table += '\n\t"exceptions": {"evaluator_id": "exception_check", "evaluator_version": "1.0.0"},'
+
     by_evaluator = "\n".join(f'\t"{e.name}": ev_{e.name}.findings,' for e in found)
     exports = ""
     for export, rule in EXPORTS.items():
@@ -100,14 +113,24 @@ def render_union(policies: Path) -> str:
         f"{listing}\n"
         "package kcp.gate\n\n"
         "import rego.v1\n\n"
-        f"{imports}\n\n"
+        f"{imports}\n"
+        "import data.kcp.gate.exceptions\n\n"
         "# METADATA\n"
         "# title: Every evaluator's id and version, from its package METADATA\n"
         "# description: A finding names no evaluator; its reason takes the id and version from here.\n"
         f"evaluators := {{\n{table}\n}}\n\n"
         "# METADATA\n"
-        "# title: Every evaluator's findings, by evaluator\n"
-        f"findings_by_evaluator := {{\n{by_evaluator}\n}}\n\n"
+        "# title: Every evaluator's findings, by evaluator, before exceptions\n"
+        f"evaluated_by_evaluator := {{\n{by_evaluator}\n}}\n\n"
+        "# METADATA\n"
+        "# title: Every evaluator's findings, by evaluator, exceptions applied (kcp.gate.exceptions)\n"
+        "findings_by_evaluator := exceptions.apply(evaluated_by_evaluator, waivable, terminal)\n\n"
+        "# METADATA\n"
+        "# title: Codes an exception may waive (custom.waivable of the findings rules)\n"
+        f"waivable := {_rego_set(waivable)}\n\n"
+        "# METADATA\n"
+        "# title: Terminal denials, never waivable (kcp_opa.declare.waivers)\n"
+        f"terminal := {_rego_set(TERMINAL_CODES)}\n\n"
         "# METADATA\n"
         "# title: Every finding of every evaluator, with its evaluator's id and version\n"
         "# description: For tools and tests; the decision reads findings_by_evaluator.\n"

@@ -6,6 +6,7 @@ See :mod:`kcp_opa.context.facts` for the classes (intent, gate, attested) and
 
 from kcp_opa.context.attested import AttestationSource, SignedAttestations, sign_fact
 from kcp_opa.context.builder import ContextSourceError, ContextSources, build_context
+from kcp_opa.context.exceptions import ExceptionSource, SignedExceptions
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
 from kcp_opa.context.sources import (
     CounterSource,
@@ -22,12 +23,14 @@ __all__ = [
     "ContextSourceError",
     "ContextSources",
     "CounterSource",
+    "ExceptionSource",
     "FactClass",
     "FactSpec",
     "GateConfigSource",
     "PrincipalSource",
     "RegistrySource",
     "SignedAttestations",
+    "SignedExceptions",
     "StaticCounters",
     "StaticGateConfig",
     "build_context",

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from kcp_opa.context.attested import AttestationSource
+from kcp_opa.context.exceptions import ExceptionSource
 from kcp_opa.context.facts import FACTS
 from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
 from kcp_opa.core.errors import KcpOpaError, StoreError
@@ -38,6 +39,8 @@ class ContextSources:
     attestations: AttestationSource | None = None
     #: The budget stage's counts over the gate's history; absent -> no ``counters`` key.
     counters: CounterSource | None = None
+    #: Verified exceptions (kcp_opa.context.exceptions); absent -> no ``exceptions`` key.
+    exceptions: ExceptionSource | None = None
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /v1/status`` and the decision document show: the sources, never their keys."""
@@ -46,6 +49,7 @@ class ContextSources:
             "config": self.config.describe() if self.config is not None else None,
             "attestations": self.attestations.describe() if self.attestations is not None else None,
             "counters": type(self.counters).__name__ if self.counters is not None else None,
+            "exceptions": self.exceptions.describe() if self.exceptions is not None else None,
         }
 
 
@@ -65,7 +69,8 @@ def build_context(
     action_hash: str,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "counters"?: {...}}``.
+    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "counters"?: {...},
+    "exceptions"?: [...]}``.
 
     ``now`` is the decision time the counter source counts its windows back from. A counter
     store that fails leaves ``counters`` absent: the policy answers ``context_missing`` for a
@@ -93,4 +98,6 @@ def build_context(
         if not isinstance(counted, dict):
             raise ContextSourceError("a counter source returns a JSON object")
         built["counters"] = counted
+    if sources.exceptions is not None:
+        built["exceptions"] = sources.exceptions.exceptions()
     return built

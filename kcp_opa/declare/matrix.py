@@ -29,6 +29,8 @@ DEFAULT_PARAMETERS: dict[str, Any] = {
     # knowledge-bound unless the matrix lists the ones that are; an action created more than a
     # day before the decision is action_stale, more than 15 minutes after it clock_skew.
     "context": {"knowledge_bound_task_types": "all", "max_action_age_seconds": 86400, "max_future_skew_seconds": 900},
+    # Exceptions (kcp_opa.declare.exceptions): the longest an exception may run, issued to expiry.
+    "exceptions": {"max_lifetime_seconds": 30 * 86400},
 }
 
 
@@ -79,6 +81,7 @@ class DelegationMatrix:
         money = {**DEFAULT_PARAMETERS["money"], **(given.get("money") or {})}
         roles = {**DEFAULT_PARAMETERS["approver_roles"], **(given.get("approver_roles") or {})}
         context = {**DEFAULT_PARAMETERS["context"], **(given.get("context") or {})}
+        exceptions = {**DEFAULT_PARAMETERS["exceptions"], **(given.get("exceptions") or {})}
         if isinstance(context["knowledge_bound_task_types"], list):
             context["knowledge_bound_task_types"] = sorted(set(context["knowledge_bound_task_types"]))
         return {
@@ -87,6 +90,7 @@ class DelegationMatrix:
             "sender_roles": sorted(set(given.get("sender_roles", DEFAULT_PARAMETERS["sender_roles"]))),
             "receipt_ttl_seconds": given.get("receipt_ttl_seconds", DEFAULT_PARAMETERS["receipt_ttl_seconds"]),
             "context": context,
+            "exceptions": exceptions,
             **budgets.normalised(given),
         }
 

@@ -56,6 +56,8 @@ class Issuer:
     unsigned_decisions: bool = False
     #: The context facts this issuer may attest (evidence_status, new_beneficiary, ...).
     facts: frozenset[str] = frozenset()
+    #: It may sign exceptions (kcp_opa.declare.exceptions).
+    signs_exceptions: bool = False
 
     def key(self, kid: str, keyring: Keyring | None) -> Key | None:
         """The verification key for ``kid``: an inline Ed25519 public key, or an HMAC secret from the keyring."""
@@ -94,6 +96,7 @@ class TrustRegistry:
                 {k["kid"]: k for k in i["keys"]},
                 i.get("unsigned_decisions") is True,
                 frozenset(i.get("facts") or []),
+                i.get("signs_exceptions") is True,
             )
             for i in self.data["issuers"]
         }
@@ -101,6 +104,11 @@ class TrustRegistry:
     def principal(self, raw_id: str) -> Principal | None:
         """The registered principal ``raw_id`` names (canonical comparison); None when unknown."""
         return self.principals.get(canonical_id(raw_id))
+
+    @property
+    def exception_grantor_roles(self) -> frozenset[str]:
+        """The roles whose holders may grant exceptions (none listed: nobody may)."""
+        return frozenset(self.data.get("exception_grantor_roles") or [])
 
     def issuer(self, raw_id: str) -> Issuer | None:
         return self.issuers.get(canonical_id(raw_id))

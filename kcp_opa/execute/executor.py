@@ -23,9 +23,12 @@ from typing import Any
 
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.receipts import verify_receipt
+from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring
 from kcp_opa.decide.action import action_hash, check_action
+from kcp_opa.decide.gate import Gate
+from kcp_opa.execute.recheck import Rechecked
 from kcp_opa.stores.protocols import ExecutorStore, HandoffStore, NonceStore
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 from kcp_opa.trail.entries import AuditTrail
@@ -106,6 +109,7 @@ class Executor:
         audit: AuditTrail | None = None,
         lease_seconds: float = 300.0,
         handoffs: HandoffStore | None = None,
+        gate: Gate | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -115,6 +119,8 @@ class Executor:
         self.store = store
         self.audit = audit
         self.handoffs = handoffs
+        #: With a gate, every receipt is re-decided before it is consumed (kcp_opa.execute.recheck).
+        self.gate = gate
 
     def _emit(self, kind: str, action: Mapping[str, Any], **fields: Any) -> None:
         if self.audit is not None:
@@ -128,10 +134,14 @@ class Executor:
         *,
         now: dt.datetime | None = None,
         consumer: str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
     ) -> ExecutionResult:
         """Run ``handler(action)`` under ``receipt``; raises ReceiptVerificationError or ExecutionError.
 
         ``consumer``: the principal executing, whose own hand-off (see the class) is accepted once.
+        With a gate, ``principal`` (default: the action's agent_id) and ``context`` are whom and
+        what the re-decision establishes the facts for (a refusal is ``policy_changed``).
         """
         check_action(action)
         digest = action_hash(action)
@@ -143,6 +153,10 @@ class Executor:
         nonces: NonceStore = combined
         if consumer is not None and self.handoffs is not None:
             nonces = _HandedOff(combined, self.handoffs, consumer)
+        if self.gate is not None:
+            agent = action.get("agent_id")
+            who = principal if principal is not None else agent if isinstance(agent, str) else None
+            nonces = Rechecked(nonces, self.gate, action, receipt, now=now, principal=who, context=context)
         try:
             verify_receipt(
                 wire,

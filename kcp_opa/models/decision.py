@@ -78,6 +78,8 @@ class Reason:
     message: str
     unit: str | None = None
     regulation: str | None = None
+    #: The exception that waived this finding (it stays in the decision but routes nothing).
+    waived_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "rule": self.rule}
@@ -86,6 +88,8 @@ class Reason:
         if self.regulation is not None:
             out["regulation"] = self.regulation
         out.update(evaluator_id=self.evaluator_id, evaluator_version=self.evaluator_version, message=self.message)
+        if self.waived_by is not None:
+            out["waived_by"] = self.waived_by
         return out
 
 
@@ -341,6 +345,7 @@ def _reason(raw: Any) -> Reason:
         message=_str(raw, "message"),
         unit=_optional_str(raw, "unit"),
         regulation=_optional_str(raw, "regulation"),
+        waived_by=_optional_str(raw, "waived_by"),
     )
 
 

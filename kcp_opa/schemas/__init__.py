@@ -22,6 +22,7 @@ StrictValidator = validators.extend(  # type: ignore[no-untyped-call]
 MANIFEST = "kcp-manifest.schema.json"
 MATRIX = "delegation-matrix.schema.json"
 TRUST = "trust-registry.schema.json"
+EXCEPTIONS = "exceptions.schema.json"
 
 
 @cache

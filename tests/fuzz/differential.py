@@ -266,8 +266,47 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
             path = draw(st.sampled_from([("tenant_id",), ("requested_action",), ("target", "tenant_id")]))
             _set(action, path, bad)
     controls = draw(st.lists(st.sampled_from(CONTROLS), max_size=4, unique=True))
+    if draw(st.integers(0, 3)) == 0:
+        action[EXCEPTIONS] = draw(st.lists(_exception(action, now), max_size=2))
     # A second either side of the case's time: the lifecycle cases sit on temporal window bounds.
     return case_id, action, _shifted(now, draw(st.sampled_from([0, 0, -1, 1]))), controls
+
+
+#: Where a drawn action carries the exceptions the fuzzer puts in ``input.context.exceptions``
+#: (popped before the action is checked: the gate, not the action, holds exceptions).
+EXCEPTIONS = "__fuzz_exceptions"
+_WAIVES = ["field_access_violation", "unit_stale", "matrix_confirm", "matrix_approve", "external_llm_forbidden",
+           "tenant_boundary", "matrix_forbidden", "fields_read_missing"]  # fmt: skip
+
+
+@st.composite
+def _exception(draw: Any, action: dict[str, Any], now: str) -> dict[str, Any]:
+    """One verified exception as the gate passes it: a scope around the action, codes, a window
+    around the decision time (to the second), sometimes malformed (the policy must ignore it)."""
+    at = int(dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp())
+    knowledge = action.get("knowledge") if isinstance(action.get("knowledge"), dict) else {}
+    unit = f"{knowledge.get('project')}/{knowledge.get('unit')}"
+    scope_values = {
+        "tenant_id": st.sampled_from([action.get("tenant_id"), "tenant_b"]),
+        "unit": st.sampled_from([unit, "other/unit"]),
+        "agent_id": st.sampled_from(["case-agent", str(action.get("agent_id"))]),
+        "task_type": st.sampled_from([action.get("action_type"), "send"]),
+        "region": st.just("EU"),
+    }
+    keys = draw(st.lists(st.sampled_from(sorted(scope_values)), min_size=0, max_size=3, unique=True))
+    start = at + draw(st.sampled_from([-3600, -1, 0, 1]))
+    end = at + draw(st.sampled_from([-1, 0, 1, 3600, 40 * 86400]))
+    item: dict[str, Any] = {
+        "id": draw(st.sampled_from(["EXC-1", "EXC-2", "exc.a", "EXC-1-"])),
+        "scope": {k: draw(scope_values[k]) for k in keys},
+        "waives": draw(st.lists(st.sampled_from(_WAIVES), min_size=1, max_size=3, unique=True)),
+        "reason": "fuzz", "ticket": "CHG-1", "grantor": "dpo@example.com", "issuer": "change-board",
+        "issued_at": "x", "expires_at": "2026-12-01T00:00:00Z",
+        "not_before_epoch_seconds": start, "expires_epoch_seconds": end,
+    }  # fmt: skip
+    if draw(st.integers(0, 7)) == 0:
+        item.pop(draw(st.sampled_from(["ticket", "waives", "scope", "expires_epoch_seconds"])))
+    return item
 
 
 def _shifted(now: str, seconds: int) -> str:
@@ -337,6 +376,8 @@ def prepare(action: dict[str, Any], now: str, controls: list[str], declared: Any
 def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: str, controls: list[str],
             tally: Tally) -> str | None:  # fmt: skip
     """Decide one action on both engines; the divergence's description, or None."""
+    exceptions = action.get(EXCEPTIONS)
+    action = {k: v for k, v in action.items() if k != EXCEPTIONS}
     try:
         prepared = prepare(action, now, controls, deployment.contexts.get(case_id))
     except ActionRejectedError as refused:
@@ -346,6 +387,8 @@ def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: s
     started = time.perf_counter()
     document = dict(prepared.document)
     document["context"] = {**document["context"], "trace_id": "fuzz"}  # generated ids never differ by engine
+    if exceptions is not None:
+        document["context"]["exceptions"] = exceptions
     regopy = deployment.regopy.evaluate(document)
     try:
         opa: Any = deployment.opa.eval_document("kcp.gate.decision", document)
@@ -366,6 +409,7 @@ def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: s
         return None
     tally.divergences.append({
         "deployment": deployment.name, "case": case_id, "now": now, "controls": controls, "action": action,
+        "exceptions": exceptions,
         "context": deployment.contexts.get(case_id),
         "regopy": regopy.value if regopy.error is None else {"engine_error": regopy.error},
         "opa": opa if opa_error is None else {"engine_error": opa_error},

@@ -43,6 +43,7 @@ outside_declaration := sort([f | _undeclared[f]]) # kcp-opa: sorted identifiers 
 # custom:
 #   requires: [input.action.knowledge.unit, input.action.knowledge.fields_read]
 #   absent: "fields_read absent: fields_read_missing"
+#   waivable: [field_access_violation]
 findings contains finding if {
 	count(outside_declaration) > 0
 	message := concat("", ["fields read outside declared_fields: ", concat(", ", outside_declaration)])

@@ -51,6 +51,7 @@ _clock_given if is_number(input.context.decision_epoch_day)
 # title: Findings
 # custom:
 #   requires: [input.action.knowledge.unit, input.context.decision_epoch_day]
+#   waivable: [unit_stale]
 findings contains finding if {
 	_clock_given
 	stale

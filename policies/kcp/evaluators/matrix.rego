@@ -118,6 +118,7 @@ findings contains finding if {
 # custom:
 #   requires: [input.action.action_type, input.action.knowledge.unit]
 #   facts: {environment: gate, actor_role: gate}
+#   waivable: [matrix_confirm, matrix_approve]
 findings contains finding if {
 	some cell in needed
 	agreed := level(cell)

@@ -25,6 +25,7 @@ _hosting_given if "model_hosting" in trusted.established
 #   requires: [input.action.knowledge.unit]
 #   facts: {model_hosting: gate, model_id: gate}
 #   absent: "hosting absent: model_hosting_unknown"
+#   waivable: [external_llm_forbidden]
 findings contains finding if {
 	facts.restricted("no-external-llm")
 	"external" in _hosting

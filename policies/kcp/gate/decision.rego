@@ -95,14 +95,14 @@ _reasons contains r if {
 	some name, found in findings_by_evaluator
 	some f in found
 	ev := evaluators[name]
-	r := {
+	r := object.union({
 		"code": f.code,
 		"rule": f.rule,
 		"unit": _unit_ref,
 		"evaluator_id": ev.evaluator_id,
 		"evaluator_version": ev.evaluator_version,
 		"message": f.message,
-	}
+	}, object.filter(f, ["waived_by"])) # a waived finding keeps its reason, marked (kcp.gate.exceptions)
 }
 
 _reasons contains r if {
@@ -110,13 +110,13 @@ _reasons contains r if {
 	some name, found in findings_by_evaluator
 	some f in found
 	ev := evaluators[name]
-	r := {
+	r := object.union({
 		"code": f.code,
 		"rule": f.rule,
 		"evaluator_id": ev.evaluator_id,
 		"evaluator_version": ev.evaluator_version,
 		"message": f.message,
-	}
+	}, object.filter(f, ["waived_by"]))
 }
 
 # METADATA

@@ -37,6 +37,7 @@ import data.kcp.evaluators.restrictions as ev_restrictions
 import data.kcp.evaluators.runtime as ev_runtime
 import data.kcp.evaluators.trace as ev_trace
 import data.kcp.evaluators.unit as ev_unit
+import data.kcp.gate.exceptions
 
 # METADATA
 # title: Every evaluator's id and version, from its package METADATA
@@ -58,11 +59,12 @@ evaluators := {
 	"runtime": {"evaluator_id": "runtime_rules", "evaluator_version": "1.0.0"},
 	"trace": {"evaluator_id": "trace_context_check", "evaluator_version": "1.0.0"},
 	"unit": {"evaluator_id": "unit_known_check", "evaluator_version": "1.0.0"},
+	"exceptions": {"evaluator_id": "exception_check", "evaluator_version": "1.0.0"},
 }
 
 # METADATA
-# title: Every evaluator's findings, by evaluator
-findings_by_evaluator := {
+# title: Every evaluator's findings, by evaluator, before exceptions
+evaluated_by_evaluator := {
 	"access": ev_access.findings,
 	"action": ev_action.findings,
 	"authority": ev_authority.findings,
@@ -80,6 +82,18 @@ findings_by_evaluator := {
 	"trace": ev_trace.findings,
 	"unit": ev_unit.findings,
 }
+
+# METADATA
+# title: Every evaluator's findings, by evaluator, exceptions applied (kcp.gate.exceptions)
+findings_by_evaluator := exceptions.apply(evaluated_by_evaluator, waivable, terminal)
+
+# METADATA
+# title: Codes an exception may waive (custom.waivable of the findings rules)
+waivable := {"external_llm_forbidden", "field_access_violation", "matrix_approve", "matrix_confirm", "unit_stale"}
+
+# METADATA
+# title: Terminal denials, never waivable (kcp_opa.declare.waivers)
+terminal := {"access_unauthenticated", "ai_training_forbidden", "audit_unavailable", "capability_widened", "compliance_review_required", "context_conflict", "context_missing", "delegation_too_deep", "engine_divergence", "engine_error", "evidence_forbidden", "matrix_forbidden", "matrix_not_covered", "policy_undefined", "role_cannot_send", "task_type_not_in_matrix", "tenant_boundary", "unknown_unit"}
 
 # METADATA
 # title: Every finding of every evaluator, with its evaluator's id and version

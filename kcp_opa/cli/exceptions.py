@@ -1,0 +1,173 @@
+"""``kcp-opa exceptions list|check``: what is waived, for whom, by whom, until when.
+
+``list`` shows each exception of a file with its scope, the codes it waives, its grantor,
+ticket and expiry, and (given the ledger) how many decisions applied it. ``check`` exits 1 when
+an exception has expired but is still in the file, when one expires within ``--expiring``, or
+when the registry does not vouch for one (forged, unsigned, a grantor without a granting role,
+longer than the matrix allows): CI runs it so a waiver is removed on purpose, never forgotten.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kcp_opa.cli import render
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console, fail
+from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.core.signing import load_keyring
+from kcp_opa.decide.gateinput import decision_time
+from kcp_opa.declare.diagnostics import Report
+from kcp_opa.declare.exceptions import (
+    DEFAULT_MAX_LIFETIME_SECONDS,
+    ExceptionsFile,
+    epoch,
+    validate_exceptions,
+    verify_exceptions,
+)
+from kcp_opa.declare.matrix import load_matrix
+from kcp_opa.declare.trust import load_trust
+from kcp_opa.trail.ledger import read_entries
+
+_SPAN = re.compile(r"^(\d+)([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _span(text: str | None) -> int:
+    if text is None:
+        return 0
+    found = _SPAN.match(text.strip())
+    if found is None:
+        raise click.BadParameter(f"{text!r}: a span such as 14d, 12h, 30m or 90s", param_hint="--expiring")
+    return int(found.group(1)) * _UNIT[found.group(2)]
+
+
+def _uses(ledger: Path | None) -> Counter[str]:
+    """How many recorded decisions applied each exception (their ``exception_applied`` reasons)."""
+    used: Counter[str] = Counter()
+    if ledger is None:
+        return used
+    for _, entry in read_entries(ledger):
+        result = entry.get("result") if entry.get("type") == "decision" else None
+        reasons = result.get("reasons") if isinstance(result, dict) else None
+        for reason in reasons if isinstance(reasons, list) else []:
+            if isinstance(reason, dict) and reason.get("code") == "exception_applied":
+                used[str(reason.get("rule", "")).removeprefix("kcp.exceptions.")] += 1
+    return used
+
+
+def _report(path: Path, trust: Path | None, keys: Path | None, matrix: Path | None, max_bytes: int) -> Report[Any]:
+    report: Report[Any] = validate_exceptions(path, max_bytes=max_bytes)
+    if trust is None:
+        return report
+    lifetime = DEFAULT_MAX_LIFETIME_SECONDS
+    if matrix is not None:
+        lifetime = int(load_matrix(matrix).parameters()["exceptions"]["max_lifetime_seconds"])
+    keyring = load_keyring(keys) if keys is not None else None
+    return verify_exceptions(report, load_trust(trust), keyring, lifetime)
+
+
+def _rows(held: ExceptionsFile, now: int, soon: int, used: Counter[str]) -> list[dict[str, Any]]:
+    rows = []
+    for item in held.exceptions:
+        expires = epoch(item.expires_at)
+        state = "expired" if expires <= now else "not_yet_valid" if epoch(item.issued_at) > now else "active"
+        if state == "active" and soon and expires <= now + soon:
+            state = "expiring"
+        rows.append(
+            {
+                "id": item.id,
+                "state": state,
+                "scope": dict(item.scope),
+                "waives": list(item.waives),
+                "grantor": item.grantor,
+                "ticket": item.ticket,
+                "reason": item.reason,
+                "issued_at": item.issued_at,
+                "expires_at": item.expires_at,
+                "issuer": item.issuer,
+                "uses": used.get(item.id, 0),
+            }
+        )
+    return rows
+
+
+_FILE = click.Path(path_type=Path, dir_okay=False)
+_COMMON = [
+    click.argument("file", type=_FILE),
+    click.option("--trust", type=_FILE, help="The trust registry: verify signatures, issuers and grantors."),
+    click.option("--issuer-keys", type=_FILE, help="Keyring with HMAC issuers' secrets (Ed25519 keys: registry)."),
+    click.option("--matrix", type=_FILE, help="The delegation matrix: its maximum exception lifetime (default 30d)."),
+    click.option("--ledger", type=_FILE, help="Count each exception's uses in this audit ledger."),
+    click.option("--expiring", help="Also flag exceptions that expire within this span (14d, 12h)."),
+    click.option("--now", help="The time to judge expiry at (RFC 3339; default: now)."),
+    FORMAT,
+    MAX_BYTES,
+]
+
+
+def _common(function: Any) -> Any:
+    for option in reversed(_COMMON):
+        function = option(function)
+    return function
+
+
+def _run(mode: str, file: Path, trust: Path | None, issuer_keys: Path | None, matrix: Path | None,
+         ledger: Path | None, expiring: str | None, now: str | None, fmt: str | None,
+         max_bytes: int) -> None:  # fmt: skip
+    report = _report(file, trust, issuer_keys, matrix, max_bytes)
+    if report.document is None:
+        if as_json(fmt):
+            render.print_json(report.to_dict())
+        else:
+            render.reports(console(), [report])
+        sys.exit(EXIT_INVALID)
+    try:
+        moment = decision_time(now)
+    except ActionRejectedError as exc:
+        fail(f"--now: {exc.reason}", EXIT_USAGE)
+    rows = _rows(report.document, int(moment.timestamp()), _span(expiring), _uses(ledger))
+    flagged = [r for r in rows if r["state"] in ("expired", "expiring")]
+    if as_json(fmt):
+        render.print_json({"file": report.file, "verified": trust is not None, "exceptions": rows})
+    else:
+        out = console()
+        for row in rows if mode == "list" else flagged:
+            scope = ", ".join(f"{k}={v}" for k, v in sorted(row["scope"].items()))
+            out.print(
+                f"{row['id']} [{row['state']}] waives {', '.join(row['waives'])} for {scope}; granted by "
+                f"{row['grantor']} ({row['ticket']}) until {row['expires_at']}; used {row['uses']} times",
+                highlight=False,
+                markup=False,
+            )
+        if trust is None:
+            out.print("(signatures not verified: give --trust)", highlight=False, markup=False)
+        if mode == "check":
+            out.print(f"{len(rows)} exceptions: {len(flagged)} expired or expiring", highlight=False, markup=False)
+    if mode == "check" and flagged:
+        sys.exit(EXIT_INVALID)
+
+
+@click.group()
+def exceptions() -> None:
+    """Signed, expiring waivers (kind kcp-opa/exceptions): list them, check them in CI."""
+
+
+@exceptions.command(name="list")
+@_common
+def list_command(**options: Any) -> None:
+    """What is waived, for whom, by whom, until when, and how often each exception was used."""
+    _run("list", **options)
+
+
+@exceptions.command(name="check")
+@_common
+def check_command(**options: Any) -> None:
+    """Exit 1 on an exception that expired but is still in the file (or expires within
+    --expiring), and on one the registry does not vouch for; 0 otherwise."""
+    _run("check", **options)

@@ -1,0 +1,94 @@
+"""The policy again at execution: a receipt is honoured only if the policy still says yes now.
+
+A receipt is signed for a decision; by the time it is used the bundle may have been reloaded,
+an exception it relied on may have expired, or the budget it counted on may have been spent by
+another execution. Immediately before the receipt is consumed, the executor re-decides the
+frozen action on the gate's current bundle, exceptions and context, with the controls the
+verified receipt covers as satisfied (the receipt is the evidence that they were). Unless the
+policy approves it again, execution is refused with ``policy_changed`` naming what the policy
+says now, the receipt is not consumed, and the ledger holds both decisions: the original and
+the re-decision (the gate records every decision it makes). A retry with the same idempotency
+key, or an ambiguous execution reconciled and retried, presents a receipt and goes through the
+same check. Python decides nothing here: it asks the policy and reads ``execution_allowed``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from kcp_opa.context.builder import ContextSources
+from kcp_opa.core.errors import ActionRejectedError, ReceiptVerificationError
+from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateinput import build_input, built_context
+from kcp_opa.models.decision import Decision
+from kcp_opa.stores.protocols import NonceStore
+
+
+def redecide(
+    gate: Gate,
+    action: Mapping[str, Any],
+    receipt: Mapping[str, Any],
+    *,
+    now: dt.datetime | None = None,
+    principal: str | None = None,
+    context: ContextSources | None = None,
+) -> Decision:
+    """The policy's decision now for ``action``, with the verified receipt's controls satisfied."""
+    fresh = gate.prepare(action, now=now, principal=principal, context=context)  # today's facts and exceptions
+    covered = [c for c in receipt.get("satisfied_controls") or [] if isinstance(c, str)]
+    prepared = gate._seal(  # the gate's own seal, as the control desk re-derives a decision
+        build_input(
+            action,
+            now=fresh.evaluated_at,
+            satisfied_controls=sorted(set(covered) | set(gate.system_controls)),
+            bundle_revision=gate.bundle_revision,
+            built=built_context(fresh.document),
+        )
+    )
+    return gate.decide_prepared(prepared)
+
+
+def refusal(decision: Decision, receipt: Mapping[str, Any]) -> str | None:
+    """Why the re-decision no longer allows what ``receipt`` authorised (None: it does)."""
+    verdict = decision.verdict
+    if verdict.execution_allowed:
+        return None
+    missing = f"; missing {', '.join(verdict.missing_controls)}" if verdict.missing_controls else ""
+    return (
+        f"the policy changed since receipt {receipt.get('receipt_id')} (decision {receipt.get('decision_id')}): "
+        f"re-decided on bundle {decision.bundle_revision} as {verdict.decision.value} "
+        f"({', '.join(verdict.reason_codes)}){missing}; re-decision {decision.decision_id}"
+    )
+
+
+class Rechecked:
+    """A nonce store that re-decides first: its consume is the last check before the atomic consume."""
+
+    def __init__(
+        self,
+        inner: NonceStore,
+        gate: Gate,
+        action: Mapping[str, Any],
+        receipt: Mapping[str, Any],
+        *,
+        now: dt.datetime | None,
+        principal: str | None,
+        context: ContextSources | None,
+    ) -> None:
+        self.inner, self.gate, self.action, self.receipt = inner, gate, action, receipt
+        self.now, self.principal, self.context = now, principal, context
+        self.decision: Decision | None = None
+
+    def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        try:
+            self.decision = redecide(
+                self.gate, self.action, self.receipt, now=self.now, principal=self.principal, context=self.context
+            )
+        except ActionRejectedError as exc:  # e.g. prepared on a bundle no longer loaded
+            raise ReceiptVerificationError(f"the action could not be re-decided: {exc}", "policy_changed") from None
+        why = refusal(self.decision, self.receipt)
+        if why is not None:
+            raise ReceiptVerificationError(why, "policy_changed")
+        return self.inner.consume(nonce, receipt_id, expires_at)

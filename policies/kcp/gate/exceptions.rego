@@ -1,0 +1,112 @@
+# METADATA
+# title: Exceptions (waivers)
+# description: |
+#   Signed, expiring exceptions the gate verified (signature by a registered issuer, a
+#   registered grantor with a granting role) reach the policy in input.context.exceptions,
+#   never from the action. One is in force when the decision time is in
+#   [not_before, expires) to the second, its lifetime is within the matrix's
+#   parameters.exceptions.max_lifetime_seconds, and every key of its scope (tenant_id, unit,
+#   agent_id: the gate's principal, task_type) matches this action. It waives only the codes
+#   it names that the evaluators' METADATA declares waivable (custom.waivable) and that are not
+#   terminal. A waived finding stays in the decision, marked waived_by, routing nothing; each
+#   exception applied adds an exception_applied reason naming it, its ticket, grantor and expiry.
+# custom:
+#   evaluator_id: exception_check
+#   evaluator_version: "1.0.0"
+package kcp.gate.exceptions
+
+import rego.v1
+
+_now := input.context.decision_epoch_seconds
+
+_max_lifetime := data.kcp_data.matrix.parameters.exceptions.max_lifetime_seconds
+
+_given := input.context.exceptions if {
+	is_array(input.context.exceptions)
+} else := []
+
+_strings := ["id", "ticket", "grantor", "expires_at"]
+
+_well_formed(e) if {
+	count([k | some k in _strings; is_string(e[k])]) == count(_strings)
+	is_number(e.not_before_epoch_seconds)
+	is_number(e.expires_epoch_seconds)
+	is_array(e.waives)
+	is_object(e.scope)
+	count(e.scope) > 0
+}
+
+# What a scope key is compared with: the action's tenant, task type and unit, and the gate's
+# principal (never the action's agent_id). A partial object, no `not f(k, v)` over a function
+# with constant arguments (regopy reads that differently).
+_subject["tenant_id"] := input.action.tenant_id
+
+_subject["agent_id"] := input.context.facts_principal
+
+_subject["task_type"] := input.action.action_type
+
+_subject["unit"] := concat("/", [input.action.knowledge.project, input.action.knowledge.unit])
+
+# Every key must match; an unknown key matches nothing (fail closed).
+_in_scope(scope) if count([key | value := scope[key]; _subject[key] == value]) == count(scope)
+
+# METADATA
+# title: Exceptions in force for this action
+# description: Well formed, current at the decision time, within the maximum lifetime, in scope.
+in_force contains e if {
+	some e in _given
+	_well_formed(e)
+	e.not_before_epoch_seconds <= _now
+	_now < e.expires_epoch_seconds
+	e.expires_epoch_seconds - e.not_before_epoch_seconds <= _max_lifetime
+	_in_scope(e.scope)
+}
+
+# The code -> exception id table for the given waivable and terminal sets: for each code an
+# exception in force names, that the evaluators declare waivable and that is not terminal, the
+# smallest id (ids are [A-Za-z0-9._-], ordered alike on both engines).
+_waivers(waivable, terminal) := {code: min({e.id | some e in in_force; code in e.waives}) |
+	some code in {c | some e in in_force; some c in e.waives; c in waivable; not c in terminal}
+}
+
+_mark(f, id) := object.union(f, {
+	"state": "ALLOW",
+	"controls": [],
+	"waived_by": id,
+	"message": concat("", [f.message, " (waived by exception ", id, ")"]),
+	"details": object.remove(f.details, ["approver_role"]),
+})
+
+_applied(e, codes) := {
+	"code": "exception_applied",
+	"rule": concat("", ["kcp.exceptions.", e.id]),
+	"state": "ALLOW",
+	"controls": [],
+	"message": concat("", ["exception ", e.id, " waives ", concat(", ", codes), " (ticket ", e.ticket, ", granted by ", e.grantor, ", until ", e.expires_at, ")"]),
+	"details": {"exception": e.id, "waives": codes, "expires_at": e.expires_at, "grantor": e.grantor, "ticket": e.ticket},
+}
+
+_with_waivers(found, waiver) := {f | some f in found; not waiver[f.code]} | {_mark(f, waiver[f.code]) | some f in found; waiver[f.code]}
+
+_applied_all(waiver) := {_applied(e, codes) |
+	some e in in_force
+	codes := sort([c | waiver[c] == e.id]) # kcp-opa: sorted identifiers (reason codes)
+	count(codes) > 0
+}
+
+_by_evaluator(by_evaluator, waiver) := object.union(
+	{name: _with_waivers(by_evaluator[name], waiver) | some name in object.keys(by_evaluator)},
+	{"exceptions": _applied_all(waiver)},
+)
+
+# METADATA
+# title: Findings by evaluator with exceptions applied
+# description: |
+#   The evaluators' findings (kcp.gate.evaluated_by_evaluator) with the waivable, non-terminal
+#   ones an exception in force waives marked, and an exception_applied finding per exception
+#   applied under "exceptions"; unchanged when no exception is in force. A function of the
+#   gate's sets, so this package never reads data.kcp.gate (regopy's planner did not finish on
+#   the cross-reference).
+apply(by_evaluator, waivable, terminal) := by_evaluator if {
+	count(in_force) == 0
+} else := _by_evaluator(by_evaluator, _waivers(waivable, terminal))
