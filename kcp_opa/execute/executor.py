@@ -156,7 +156,7 @@ class Executor:
         if self.gate is not None:
             agent = action.get("agent_id")
             who = principal if principal is not None else agent if isinstance(agent, str) else None
-            nonces = Rechecked(nonces, self.gate, action, receipt, now=now, principal=who, context=context)
+            nonces = Rechecked(nonces, self.gate, action, wire, now=now, principal=who, context=context)
         try:
             verify_receipt(
                 wire,
