@@ -216,7 +216,14 @@ def run_regopy(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> dict[st
             results[test.name] = EngineResult(Outcome.SKIP, "todo")
         elif test.opa_only:
             results[test.name] = EngineResult(Outcome.SKIP, _skip_reason(modules[test.file]))
-    loadable = {name: source for name, source in modules.items() if not _opa_only(source)}
+    # A test file none of whose tests runs (--run, another directory's tests) is left out: regopy
+    # plans every rule it is given, and no module imports a test package.
+    selected = {t.file for t in runnable}
+    loadable = {
+        name: source
+        for name, source in modules.items()
+        if not _opa_only(source) and (name in selected or not name.endswith("_test.rego"))
+    }
     _run_group(loadable, runnable, results, split=True)
     return results
 
