@@ -91,7 +91,8 @@ def test_prove_and_diff_refuse_a_signed_bundle_that_does_not_verify(tmp_path: Pa
     (tmp_path / "forged.tar.gz").write_bytes(tarball_bytes([BundleFile(n, c) for n, c in forged.items()]))
     other = _signed(tmp_path, REPO / "policies", keys / "theirs.pem", "other")
     key = ["--verification-key", str(keys / "ours.pem.pub")]
-    for bundle, why in ((tmp_path / "forged.tar.gz", "edited after signing"), (other, "not a configured verification key")):
+    refusals = ((tmp_path / "forged.tar.gz", "edited after signing"), (other, "not a configured verification key"))
+    for bundle, why in refusals:
         proved = run_cli("prove", str(bundle), "--budget", "20", "--engines", "regopy", *key)
         assert proved.returncode == 2 and why in proved.stderr and len(proved.stderr.splitlines()) == 1, proved.stderr
         diffed = run_cli("diff", str(genuine), str(bundle), "--budget", "20", *key)
