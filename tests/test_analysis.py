@@ -169,6 +169,33 @@ def test_diff_reports_a_matrix_cell_lowered_from_approve_to_confirm(tmp_path: Pa
     assert any("no longer requires independent_human_approval" in c.why for c in weakening)
 
 
+def test_diff_compiles_declaration_pairs_on_the_fly(bundles: dict[str, Path], tmp_path: Path) -> None:
+    """OLD and NEW as declarations (a deployment directory, a matrix, a policies directory): the
+    lowered cell is a weakening (exit 1); a bundle against its own declarations is no change."""
+    name = "kcp-visibility-access"
+    matrix = yaml.safe_load((DEPLOYMENTS / name / "matrix.yaml").read_text(encoding="utf-8"))
+    matrix["task_types"]["read"]["sensitivity"]["restricted"] = "confirm"
+    lowered = tmp_path / "matrix-lowered.yaml"
+    lowered.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+    deploy = str(DEPLOYMENTS / name)
+    done = run_cli("diff", deploy, deploy, "--new-matrix", str(lowered), "--new-policies", str(REPO / "policies"),
+                   "--budget", "120", "--format", "json")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["weakens"] and report["old"] == deploy and "compiled from" in report["new_provenance"]
+    assert any("no longer requires independent_human_approval" in c["why"] for cs in report["examples"].values()
+               for c in cs)  # fmt: skip
+    same = run_cli("diff", str(bundles["support-desk"]), str(DEPLOYMENTS / "support-desk" / "knowledge.yaml"),
+                   "--budget", "40")  # fmt: skip
+    assert same.returncode == 0 and "no change" in same.stdout, same.stdout + same.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "knowledge.yaml").write_text("project: [\n", encoding="utf-8")
+    refused = run_cli("diff", deploy, str(broken), "--new-matrix", str(lowered), "--budget", "20")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "new declarations do not compile" in refused.stderr, refused.stderr
+
+
 def _ledger_decision(tmp: Path, bundle: Path) -> tuple[Path, str, dict[str, object]]:
     cases = yaml.safe_load((REPO / "fixtures" / "cases" / "support-desk.yaml").read_text(encoding="utf-8"))
     action = cases["base_action"]
