@@ -84,7 +84,8 @@ class Space:
         named = (str(knowledge.get("project")), str(knowledge.get("unit"))) if isinstance(knowledge, dict) else None
         unit_known = unit_named and named in self.context.units
         profile = self.context.units[named][0] if unit_known and named is not None else {}
-        temporal = profile.get("temporal") if isinstance(profile.get("temporal"), Mapping) else {}
+        declared = profile.get("temporal")
+        temporal: Mapping[str, Any] = declared if isinstance(declared, Mapping) else {}
         facts = {
             "knowledge_bound": unit_named,
             "unit_known": bool(unit_known) or not unit_named,
