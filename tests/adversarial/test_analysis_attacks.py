@@ -150,3 +150,28 @@ def test_prove_catches_a_unit_served_past_its_temporal_window(tmp_path: Path) ->
     violation = found["contract.unit_outside_its_window_never_allows"]
     assert violation.now == "2026-12-01T00:00:00Z" and violation.decision["decision"] == "ALLOW"
     assert report.counts["contract.unit_outside_its_window_never_allows"] >= 1
+
+
+def test_prove_catches_a_policy_that_relaxes_on_a_stronger_restriction(tmp_path: Path) -> None:
+    """A bad day: the human-approval-required check is inverted, so a unit that declares it is
+    approved by no one while every other unit waits. The same action decided with the
+    restriction added to its unit gets a weaker state: contract.monotone_stronger_restriction."""
+    (tmp_path / "knowledge.yaml").write_text(WINDOWED, encoding="utf-8")
+    (tmp_path / "matrix.yaml").write_text(WINDOWED_MATRIX, encoding="utf-8")
+    policies = tmp_path / "inverted" / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    restrictions = policies / "kcp" / "evaluators" / "restrictions.rego"
+    text = restrictions.read_text(encoding="utf-8")
+    rule = '_human_required if facts.restricted("human-approval-required")'
+    assert rule in text
+    restrictions.write_text(text.replace(rule, rule.replace(" if ", " if not ")), encoding="utf-8")
+    for source, broken in ((REPO / "policies", False), (policies, True)):
+        out = tmp_path / f"{source.parent.name}.tar.gz"
+        compile_bundle([tmp_path / "knowledge.yaml"], tmp_path / "matrix.yaml", source, out)
+        report = prove(read_bundle(out), budget=200, opa=False)
+        found = {v.invariant: v for v in report.violations}
+        assert ("contract.monotone_stronger_restriction" in found) is broken, sorted(found)
+    violation = found["contract.monotone_stronger_restriction"]
+    assert violation.change == "stronger_restriction:human-approval-required"
+    assert violation.before is not None and violation.before["decision"] == "HUMAN_APPROVAL"
+    assert violation.decision["decision"] == "ALLOW"
