@@ -27,6 +27,7 @@ from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
 from kcp_opa.decide.active import ActiveBundle, utc_now
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.crosscheck import cross_checked
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
@@ -255,7 +256,7 @@ class Gate:
             now=now,
             satisfied_controls=controls,
             bundle_revision=active.bundle.revision,
-            context=context if context is not None else self.context,
+            context=StoreCounters.bound_to(context if context is not None else self.context, active.bundle.data),
             principal=principal,
         )
         return self._seal(replace(built, bundle_sha256=active.bundle.sha256))

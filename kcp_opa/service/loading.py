@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from kcp_opa.compile.signatures import Verification
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Key, Keyring, load_keyring
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
@@ -31,6 +32,7 @@ from kcp_opa.service.issuing import ServiceIssuers
 from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
+from kcp_opa.stores.protocols import CounterStore
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -85,6 +87,14 @@ def service_context(
     )
 
 
+def with_counters(gate: Gate, store: CounterStore) -> None:
+    """Count on ``store`` what ``gate``'s bundle declares (``input.context.counters``), beside
+    its other context sources; a host's own counter source is kept."""
+    sources = gate.context if gate.context is not None else ContextSources()
+    if sources.counters is None or isinstance(sources.counters, StoreCounters):
+        gate.context = replace(sources, counters=StoreCounters.for_bundle(store, gate.bundle.data))
+
+
 class SwappableAuthenticator:
     """The authenticator the transports hold; a reload replaces the one behind it (new registry roles)."""
 
@@ -136,6 +146,10 @@ def open_service(
         if not issuer_ids or issuer_keyring is None:
             raise CodedError("--trust needs --issuer-id and the issuer keyring", "issuer_config")
         issuers = ServiceIssuers.load(registry, issuer_ids, issuer_keyring)
+    if stores.counters is not None:  # budgets and rate limits count on the service's own store
+        with_counters(gate, stores.counters)
+    else:  # a PostgreSQL store counts nothing yet (docs/budgets.md): a declared limit is context_missing
+        _log.warning("counters_unavailable", reason="the store has no counter store", effect="context_missing")
     return GateService(
         gate,
         store=stores.executions,
@@ -231,6 +245,9 @@ class Reloader:
                     context=context,
                 )
                 gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
+                counting = before.context.counters if before.context is not None else None
+                if isinstance(counting, StoreCounters):  # the same store, the new bundle's limits
+                    with_counters(gate, counting.store)
                 keyring: Keyring | None = None
                 if self.sources.receipt_keyring is not None:
                     keyring = load_keyring(self.sources.receipt_keyring)
