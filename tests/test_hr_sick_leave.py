@@ -87,8 +87,8 @@ def test_its_rego_test_decides_over_its_compiled_data(tmp_path: Path) -> None:
     start = text.index("_compiled := ") + len("_compiled := ")
     fixture = json.loads(text[start : text.index("\n}\n", start) + 2])
     data = read_bundle(_compile(tmp_path / "hr-sick-leave.tar.gz")).data["kcp_data"]
-    fresh = {key: data[key] for key in ("units", "profiles", "tasks", "matrix")}
-    assert fixture == fresh, "recompile and paste kcp_data's units, profiles, tasks and matrix: " + json.dumps(fresh)
+    fresh = {key: data[key] for key in ("units", "profiles", "tasks")}
+    assert fixture == fresh, "recompile and paste kcp_data's units, profiles and tasks: " + json.dumps(fresh)
 
 
 def test_the_cli_takes_it_from_manifest_to_an_executed_action(tmp_path: Path) -> None:
