@@ -24,6 +24,7 @@ from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Key, Keyring, load_keyring
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.pool import retire_later
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
 from kcp_opa.service.desk import GateService
@@ -33,6 +34,7 @@ from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
 from kcp_opa.stores.protocols import CounterStore
+from kcp_opa.trail.locations import is_database, open_ledger
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -124,20 +126,23 @@ def open_service(
     context: ContextSources | None = None,
     ledger_key: Key | None = None,
     verification: Verification | None = None,
+    isolation: str = "process",
 ) -> GateService:
     """Load the bundle (verified, then planned in a child process), open the store and the ledger.
 
     ``ledger_key`` is the ledger's writer key: it signs every entry and the checkpoints.
     ``context``: a host embedding the service passes its own sources (else the registry's, the
-    configuration's and the attestation file's).
+    configuration's and the attestation file's). ``isolation``: the gate evaluates in worker
+    processes (kcp_opa.decide.pool), so an input that crashes rego-cpp costs one decision.
     """
     metrics = Metrics()
-    timed = TimedLedger(ledger, metrics, durability="group", checkpoint_key=ledger_key)
+    timed = TimedLedger(open_ledger(ledger, durability="group", checkpoint_key=ledger_key), metrics)
     if context is None:
         context = service_context(registry, config, attestations, issuer_keyring)
     gate = Gate.from_bundle(
-        bundle, ledger=timed, plan_cache=plan_cache, context=context, verification_keys=verification
-    )
+        bundle, ledger=timed, plan_cache=plan_cache, context=context, verification_keys=verification,
+        isolation=isolation,
+    )  # fmt: skip
     stores = open_stores(store)
     if keyring is None:  # kept with the store: receipts survive a restart (kcp_opa/service/receiptkey.py)
         keyring = store_receipt_keyring(stores.decisions.seal_key())
@@ -160,7 +165,7 @@ def open_service(
         keyring=keyring,
         handlers=handlers,
         metrics=metrics,
-        ledger_path=Path(ledger),
+        ledger_path=None if is_database(ledger) else Path(ledger),
         registry=registry,
         issuers=issuers,
     )
@@ -243,6 +248,7 @@ class Reloader:
                     plan_cache=self.sources.plan_cache,
                     verification_keys=self.sources.verification,
                     context=context,
+                    isolation=before.isolation,
                 )
                 gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
                 counting = before.context.counters if before.context is not None else None
@@ -261,6 +267,7 @@ class Reloader:
                 _log.error("reload_refused", error=str(exc))
                 raise failure from None
             self.service.swap(loaded)
+            retire_later(before.engine)  # its workers stop once decisions in flight are done
             if self.authenticator is not None and authenticator is not None:
                 self.authenticator.current = authenticator
         status = self.service.status()
