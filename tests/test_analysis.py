@@ -17,7 +17,7 @@ from kcp_opa.analysis.diff import classify, diff
 from kcp_opa.analysis.engines import UserInvariants
 from kcp_opa.analysis.pin import pin
 from kcp_opa.analysis.prove import cases_document, prove
-from kcp_opa.analysis.space import derive_space
+from kcp_opa.analysis.space import derive_space, required_facts
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.authoring.caserun import run_cases
 from kcp_opa.authoring.cases import load_cases
@@ -69,9 +69,13 @@ def test_space_comes_from_the_bundle(bundles: dict[str, Path]) -> None:
 
 
 def test_prove_finds_round_one_missing_tenant_and_budget_allows(bundles: dict[str, Path]) -> None:
-    """Round one's policies allowed a knowledge-bound read without a resource tenant or budget."""
-    today = read_bundle(bundles["support-desk"])
-    report = prove(read_bundle(ROUND_ONE), budget=250, requires_from=[today])
+    """Round one's policies allowed a knowledge-bound read without a resource tenant or budget.
+
+    Round one's policies have no METADATA ``requires``: prove finds the holes alone, by supplying
+    each absent fact's values (another tenant denies, an exhausted budget escalates).
+    """
+    assert not {p for p in required_facts(read_bundle(ROUND_ONE).modules) if "tenant" in p or "budget" in p}
+    report = prove(read_bundle(ROUND_ONE), budget=250)
     found = {v.invariant: v for v in report.violations}
     assert TENANT in found and BUDGET in found, sorted(found)
     tenant, budget = found[TENANT], found[BUDGET]
@@ -165,6 +169,33 @@ def test_diff_reports_a_matrix_cell_lowered_from_approve_to_confirm(tmp_path: Pa
     assert any("no longer requires independent_human_approval" in c.why for c in weakening)
 
 
+def test_diff_compiles_declaration_pairs_on_the_fly(bundles: dict[str, Path], tmp_path: Path) -> None:
+    """OLD and NEW as declarations (a deployment directory, a matrix, a policies directory): the
+    lowered cell is a weakening (exit 1); a bundle against its own declarations is no change."""
+    name = "kcp-visibility-access"
+    matrix = yaml.safe_load((DEPLOYMENTS / name / "matrix.yaml").read_text(encoding="utf-8"))
+    matrix["task_types"]["read"]["sensitivity"]["restricted"] = "confirm"
+    lowered = tmp_path / "matrix-lowered.yaml"
+    lowered.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+    deploy = str(DEPLOYMENTS / name)
+    done = run_cli("diff", deploy, deploy, "--new-matrix", str(lowered), "--new-policies", str(REPO / "policies"),
+                   "--budget", "120", "--format", "json")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["weakens"] and report["old"] == deploy and "compiled from" in report["new_provenance"]
+    assert any("no longer requires independent_human_approval" in c["why"] for cs in report["examples"].values()
+               for c in cs)  # fmt: skip
+    same = run_cli("diff", str(bundles["support-desk"]), str(DEPLOYMENTS / "support-desk" / "knowledge.yaml"),
+                   "--budget", "40")  # fmt: skip
+    assert same.returncode == 0 and "no change" in same.stdout, same.stdout + same.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "knowledge.yaml").write_text("project: [\n", encoding="utf-8")
+    refused = run_cli("diff", deploy, str(broken), "--new-matrix", str(lowered), "--budget", "20")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "new declarations do not compile" in refused.stderr, refused.stderr
+
+
 def _ledger_decision(tmp: Path, bundle: Path) -> tuple[Path, str, dict[str, object]]:
     cases = yaml.safe_load((REPO / "fixtures" / "cases" / "support-desk.yaml").read_text(encoding="utf-8"))
     action = cases["base_action"]
@@ -223,13 +254,17 @@ def test_cases_pin_turns_an_archived_decision_into_a_failing_case(bundles: dict[
     assert missing.returncode == 2 and "no decision dec_nope" in missing.stderr
 
 
+def test_prove_with_requires_from_holds_the_newer_contract_too(bundles: dict[str, Path]) -> None:
+    today = read_bundle(bundles["support-desk"])
+    report = prove(read_bundle(ROUND_ONE), budget=250, requires_from=[today], opa=False)
+    assert {TENANT, BUDGET} <= {v.invariant for v in report.violations}
+
+
 def test_prove_cli_prints_the_meaning_and_exits_1_on_a_violation(bundles: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "found.yaml"
     done = run_cli(
         "prove",
         str(ROUND_ONE),
-        "--requires-from",
-        str(bundles["support-desk"]),
         "--budget",
         "250",
         "--engines",

@@ -62,6 +62,35 @@ def test_its_decision_cases_pass_on_both_engines() -> None:
     assert metrics["passed"] == metrics["cases"] == 3 and metrics["divergences"] == []
 
 
+REGO_TEST = DEPLOY / "rego" / "hr_sick_leave_test.rego"
+
+
+def test_its_rego_test_passes_on_both_engines() -> None:
+    """kcp-opa test runs the deployment's own Rego test beside the policies it tests."""
+    proc = run_cli(
+        "test", str(POLICIES), str(DEPLOY), "--run", "hr_sick_leave", "--rego-only", "--format", "json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    tests = json.loads(proc.stdout)["tests"]
+    names = {t["name"].rsplit(".", 1)[1] for t in tests}
+    assert len(tests) >= 7 and all(t["file"].endswith("hr_sick_leave_test.rego") for t in tests), names
+    assert {"test_hr_sick_leave_recording_a_sick_note_needs_human_approval",
+            "test_hr_sick_leave_reading_health_data_is_denied"} <= names  # fmt: skip
+    assert all(t["engines"]["regopy"]["outcome"] == t["engines"]["opa"]["outcome"] == "PASS" for t in tests), tests
+
+
+def test_its_rego_test_decides_over_its_compiled_data(tmp_path: Path) -> None:
+    """The Rego test's `_compiled` is this deployment's compiled data, not a hand-written likeness."""
+    from kcp_opa.compile.bundle import read_bundle
+
+    text = REGO_TEST.read_text(encoding="utf-8")
+    start = text.index("_compiled := ") + len("_compiled := ")
+    fixture = json.loads(text[start : text.index("\n}\n", start) + 2])
+    data = read_bundle(_compile(tmp_path / "hr-sick-leave.tar.gz")).data["kcp_data"]
+    fresh = {key: data[key] for key in ("units", "profiles", "tasks")}
+    assert fixture == fresh, "recompile and paste kcp_data's units, profiles and tasks: " + json.dumps(fresh)
+
+
 def test_the_cli_takes_it_from_manifest_to_an_executed_action(tmp_path: Path) -> None:
     bundle = _compile(tmp_path / "hr-sick-leave.tar.gz")
     desk = ["--bundle", str(bundle), "--trust", str(DEPLOY / "trust.yaml"), "--ledger", str(tmp_path / "l.jsonl")]

@@ -52,6 +52,8 @@ class DiffReport:
     new: str
     budget: int
     seed: int
+    old_provenance: str = ""
+    new_provenance: str = ""
     actions: int = 0
     decisions: int = 0
     rejected: int = 0
@@ -73,6 +75,8 @@ class DiffReport:
         return {
             "old": self.old,
             "new": self.new,
+            "old_provenance": self.old_provenance,
+            "new_provenance": self.new_provenance,
             "budget": self.budget,
             "seed": self.seed,
             "actions": self.actions,

@@ -8,6 +8,7 @@ system control satisfied) and OPA's from the same input document; the invariants
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,12 +89,17 @@ def _runner(users: Sequence[UserInvariants]) -> str:
 class Evaluator:
     """One bundle on regopy (and OPA when installed) plus its invariants engine."""
 
-    def __init__(self, bundle: LoadedBundle, users: Sequence[UserInvariants] = (), *, opa: bool = True) -> None:
+    def __init__(
+        self, bundle: LoadedBundle, users: Sequence[UserInvariants] = (), *, opa: bool = True, checks: bool = True
+    ) -> None:
         self.bundle = bundle
         self.decisions = 0
         self.last_violations: list[str] = []
-        self.engine = RegopyEngine(bundle, preflight=True)
+        self._variants: dict[str, Evaluator] = {}
+        self.engine = RegopyEngine(bundle, preflight=checks)
         self.reference: Any = None
+        if not checks:  # a variant of a bundle already checked: decisions only
+            return
         if opa and opa_available():
             from kcp_opa.decide.crosscheck import OpaReference
 
@@ -102,11 +108,21 @@ class Evaluator:
         modules = {"kcp/analysis/builtin.rego": builtin, "kcp/analysis/run.rego": _runner(users)}
         modules |= {f"invariants/{i}/{Path(u.path).name}": u.source for i, u in enumerate(users)}
         manifest = {"revision": "analysis", "metadata": {"kcp_opa": {"entrypoints": [INVARIANTS_ENTRYPOINT]}}}
-        checks = LoadedBundle(f"{bundle.source} (invariants)", manifest, bundle.data, modules, bundle.sha256)
+        rules = LoadedBundle(f"{bundle.source} (invariants)", manifest, bundle.data, modules, bundle.sha256)
         try:
-            self.invariants = RegopyEngine(checks, INVARIANTS_ENTRYPOINT, preflight=False)
+            self.invariants = RegopyEngine(rules, INVARIANTS_ENTRYPOINT, preflight=False)
         except Exception as exc:
             raise AnalysisError(f"the invariants do not load: {exc}") from None
+
+    def decide_restricted(self, restriction: str, action: Mapping[str, Any], now: str) -> Outcome:
+        """ACTION decided by this bundle with RESTRICTION added to every unit (regopy; counted
+        in this evaluator's decisions): the stronger declaration monotonicity compares with."""
+        variant = self._variants.get(restriction)
+        if variant is None:
+            variant = Evaluator(_with_restriction(self.bundle, restriction), opa=False, checks=False)
+            self._variants[restriction] = variant
+        self.decisions += 1
+        return variant.decide(action, now)
 
     @property
     def engines(self) -> tuple[str, ...]:
@@ -159,6 +175,16 @@ class Evaluator:
         outcome.violations = sorted(set(found))
         self.last_violations = outcome.violations
         return outcome.violations
+
+
+def _with_restriction(bundle: LoadedBundle, restriction: str) -> LoadedBundle:
+    data = copy.deepcopy(bundle.data)
+    for profile in data.get("kcp_data", {}).get("profiles", []):
+        compliance = profile.get("compliance") if isinstance(profile, dict) else None
+        if isinstance(compliance, dict):
+            have = [r for r in compliance.get("restrictions") or [] if isinstance(r, str)]
+            compliance["restrictions"] = sorted({*have, restriction})
+    return LoadedBundle(f"{bundle.source} (+{restriction})", bundle.manifest, data, bundle.modules, bundle.sha256)
 
 
 def opa_available() -> bool:

@@ -16,12 +16,17 @@ from kcp_opa.analysis.spacedims import UNDECLARED_FIELD
 
 MONOTONE = ("undeclared_field", "larger_amount", "one_more_hop")
 EVIDENCE = "evidence_added"
+#: The change of a stronger declaration: the same action, the unit with one more restriction.
+RESTRICTION = "stronger_restriction:"
 _MAX_MINOR = 10**15
 
 
 def stronger(action: Mapping[str, Any], change: str) -> dict[str, Any] | None:
-    """ACTION with CHANGE applied, or None where the change does not apply."""
+    """ACTION with CHANGE applied, or None where the change does not apply (or changes the
+    bundle, not the action: a stronger restriction)."""
     out = copy.deepcopy(dict(action))
+    if change.startswith(RESTRICTION):
+        return None
     if change == "undeclared_field":
         knowledge = out.get("knowledge")
         if not isinstance(knowledge, dict) or not isinstance(knowledge.get("fields_read", []), list):

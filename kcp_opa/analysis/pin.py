@@ -26,6 +26,8 @@ _EXPECTED = {
     "contract.unknown_unit_never_allows": "DENY",
     "contract.unknown_task_type_never_allows": "DENY",
     "contract.deny_is_terminal": "DENY",
+    "contract.unit_outside_its_window_never_allows": "DENY",
+    "contract.action_outside_its_age_window_never_allows": "ESCALATE",
 }
 
 
@@ -54,6 +56,11 @@ def counterexample_case(
         expect["must_not_execute"] = True
     slug = re.sub(r"[^a-z0-9._-]+", "-", invariant.lower()).strip("-.") or "invariant"
     what = f" after {change}" if change else ""
+    if change.startswith("stronger_restriction:"):  # a declaration change: the case needs it too
+        what = (
+            f" with {change.partition(':')[2]} added to the unit's restrictions (add it to the "
+            "manifest of the case's deployment to reproduce)"
+        )
     return {
         "case_id": f"prove-{slug}",
         "description": (

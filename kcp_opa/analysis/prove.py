@@ -16,10 +16,13 @@ from typing import Any
 
 from kcp_opa.analysis.covering import all_pairs, full_product, sampled
 from kcp_opa.analysis.engines import Evaluator, Outcome, UserInvariants
-from kcp_opa.analysis.neighbours import EVIDENCE, MONOTONE, shrink, stronger
+from kcp_opa.analysis.neighbours import EVIDENCE, MONOTONE, RESTRICTION, shrink, stronger
 from kcp_opa.analysis.pin import counterexample_case
-from kcp_opa.analysis.space import Sample, Space, derive_space
+from kcp_opa.analysis.probes import next_restriction, supplied
+from kcp_opa.analysis.space import Sample, Space, derive_space, present
+from kcp_opa.analysis.spacedims import PROBED
 from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.canonical import canonical_json
 
 DEFAULT_BUDGET = 1500
 SHRINK_ATTEMPTS = 120
@@ -58,6 +61,7 @@ class ProofReport:
     seed: int
     space_size: int
     exhaustive: bool
+    provenance: str = ""
     actions: int = 0
     decisions: int = 0
     rejected: int = 0
@@ -68,6 +72,8 @@ class ProofReport:
     violations: list[Violation] = field(default_factory=list)
     invariants: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: (unit, task, path) already probed in the search (each once; a counterexample's always).
+    probed: set[tuple[str | None, str | None, str]] = field(default_factory=set)
 
     @property
     def proved(self) -> bool:
@@ -87,6 +93,7 @@ class ProofReport:
         return {
             "deployment": self.deployment,
             "bundle": self.bundle,
+            "provenance": self.provenance,
             "proved": self.proved,
             "meaning": self.meaning(),
             "exhaustive": self.exhaustive,
@@ -117,6 +124,9 @@ def builtin_invariants(users: Sequence[UserInvariants]) -> list[str]:
         "contract.absent_needed_fact_never_allows",
         "contract.deny_is_terminal",
         *(f"contract.monotone_{change}" for change in MONOTONE),
+        "contract.monotone_stronger_restriction",
+        "contract.unit_outside_its_window_never_allows",
+        "contract.action_outside_its_age_window_never_allows",
     ]
     return names + [f"{u.package}.{rule}" for u in users for rule in u.rules]
 
@@ -139,10 +149,15 @@ def prove(
     report = ProofReport(space.deployment, bundle.source, ev.engines, budget, seed, space.size, exhaustive)
     report.invariants = builtin_invariants(users)
     clean: list[tuple[tuple[int, ...], str]] = []
+    seen: set[bytes] = set()
     for phase, row in plan_rows(space, seed, exhaustive, clean):
         if ev.decisions >= budget:
             break
         sample = space.sample(row)
+        key = canonical_json([sample.action, sample.now])
+        if key in seen and phase != "clean":  # a deviation that changes nothing for this unit
+            continue
+        seen.add(key)
         outcome = _examine(ev, space, sample, report, seed)
         report.phases[phase] += 1
         if phase == "clean" and outcome is not None and outcome.decision is not None:
@@ -183,10 +198,18 @@ def plan_rows(
         ((dim, value) for dim in range(2, len(sizes)) for value in range(1, sizes[dim])),
         key=lambda dv: space.dims[dv[0]].choices[dv[1]].label not in ("absent", "none", "empty"),
     )
+    # The clock's edges (the action's age and skew limits, the unit's freshness and temporal
+    # window, each at the edge and one past it) on every such action, after two passes:
+    # they are unit-specific, and where a unit declares none the action repeats and costs nothing.
+    clock = [d for d, dim in enumerate(space.dims) if dim.name == "clock"]
+    edges = [(dim, value) for dim in clock for value in range(1, sizes[dim])]
     for k in range(len(deviations) if around else 0):
         for i, row in enumerate(around):
             dim, value = deviations[(k + i) % len(deviations)]
             yield "one_fact", (*row[:dim], value, *row[dim + 1 :])
+        for row in around if k == 1 else ():
+            for dim, value in edges:
+                yield "edges", (*row[:dim], value, *row[dim + 1 :])
     for row in all_pairs(sizes, seed):
         yield "pairs", row
     while True:
@@ -219,7 +242,14 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
         return None
     state = str(outcome.decision.get("decision", "engine_error"))
     report.states[state] += 1
-    _record(report, ev.check(outcome, sample.facts), outcome, sample)
+    fresh = {
+        path
+        for path in PROBED.values()
+        if (sample.labels.get("unit"), sample.labels.get("task"), path) not in report.probed
+    }
+    facts = {**sample.facts, "supplied": supplied(ev, space, sample, outcome, fresh)}
+    report.probed |= {(sample.labels.get("unit"), sample.labels.get("task"), p) for p in facts["supplied"]}
+    _record(report, ev.check(outcome, facts), outcome, sample)
     if state == "DENY":
         if report.actions % 4 == seed % 4:  # DENY is terminal: checked on a quarter of the DENYs
             controls = [str(c) for c in outcome.decision.get("required_controls", [])]
@@ -233,6 +263,11 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
         after = ev.decide(action, sample.now)
         facts = space.describe(action, sample.now).facts
         _record(report, ev.check(after, facts, outcome, change), after, sample, change, outcome)
+    restriction = next_restriction(space, sample, report.actions)
+    if restriction is not None:
+        after = ev.decide_restricted(restriction, sample.action, sample.now)
+        change = RESTRICTION + restriction
+        _record(report, ev.check(after, sample.facts, outcome, change), after, sample, change, outcome)
     return outcome
 
 
@@ -270,16 +305,26 @@ def _shrink(ev: Evaluator, space: Space, violation: Violation) -> None:
         # Still this invariant, and nothing the original did not break: the cause stays isolated.
         return violation.invariant in found and (not allowed or set(found) <= allowed)
 
+    original = violation.action
+    target = violation.invariant.partition("[")[2].rstrip("]")
+
     def still_fails(action: dict[str, Any]) -> bool:
         outcome = ev.decide(action, violation.now)
         if outcome.decision is None:
             return False
-        facts = space.describe(action, violation.now).facts
+        sample = space.describe(action, violation.now)
+        facts = sample.facts
         if not violation.change:
+            # Probe the fact this invariant names and each probed fact the shrinking dropped (a
+            # new absence that allows is a new violation: the counterexample keeps that fact).
+            dropped = {p for p in PROBED.values() if present(original, p) and not present(action, p)}
+            facts = {**facts, "supplied": supplied(ev, space, sample, outcome, dropped | {target})}
             return breaks(ev.check(outcome, facts))
         if violation.change == EVIDENCE:
             controls = [str(c) for c in outcome.decision.get("required_controls", [])]
             after = ev.decide(action, violation.now, controls)
+        elif violation.change.startswith(RESTRICTION):
+            after = ev.decide_restricted(violation.change.removeprefix(RESTRICTION), action, violation.now)
         else:
             stronger_action = stronger(action, violation.change)
             if stronger_action is None:

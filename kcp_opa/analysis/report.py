@@ -18,6 +18,7 @@ def proof_text(report: ProofReport) -> str:
     verdict = "PROVED" if report.proved else f"VIOLATED: {len(report.violations)} invariant(s)"
     lines = [
         f"prove {report.bundle} ({report.deployment}): {verdict}",
+        *([f"  bundle: {report.provenance}"] if report.provenance else []),
         f"  what was proved: {report.meaning()}",
         f"  engines: {', '.join(report.engines)}; {report.decisions} decisions in {report.seconds:.1f} s "
         f"({report.decisions / report.seconds if report.seconds else 0:.0f}/s); {report.rejected} actions refused",
@@ -40,6 +41,8 @@ def diff_text(report: DiffReport) -> str:
     verdict = "WEAKENS" if report.weakens else ("changes" if report.changed else "no change")
     lines = [
         f"diff {report.old} -> {report.new}: {verdict}",
+        *([f"  old: {report.old_provenance}"] if report.old_provenance else []),
+        *([f"  new: {report.new_provenance}"] if report.new_provenance else []),
         f"  {report.actions} actions ({report.decisions} decisions, {report.rejected} refused), "
         f"{report.unchanged} unchanged, {report.changed} changed, in {report.seconds:.1f} s",
     ]
@@ -65,6 +68,8 @@ def diff_markdown(report: DiffReport) -> str:
         "",
         f"{report.actions} generated actions decided by both bundles: {report.unchanged} unchanged, "
         f"{report.changed} changed.",
+        "",
+        *(f"- {side} `{_escape(path)}`: {_escape(how)}" for side, path, how in _sides(report) if how),
         "",
     ]
     if report.transitions:
@@ -93,3 +98,7 @@ def diff_markdown(report: DiffReport) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _sides(report: DiffReport) -> list[tuple[str, str, str]]:
+    return [("old", report.old, report.old_provenance), ("new", report.new, report.new_provenance)]

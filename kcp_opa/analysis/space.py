@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcp_opa.analysis.covering import all_pairs, full_product, product_size, sampled
-from kcp_opa.analysis.spacedims import DimContext, dimensions
+from kcp_opa.analysis.spacedims import PROBED, DimContext, dimensions
 from kcp_opa.compile.bundle import LoadedBundle
 
 Apply = Callable[[dict[str, Any], DimContext], None]
@@ -83,13 +83,39 @@ class Space:
         unit_named = isinstance(knowledge, dict) and "unit" in knowledge
         named = (str(knowledge.get("project")), str(knowledge.get("unit"))) if isinstance(knowledge, dict) else None
         unit_known = unit_named and named in self.context.units
+        profile = self.context.units[named][0] if unit_known and named is not None else {}
+        declared = profile.get("temporal")
+        temporal: Mapping[str, Any] = declared if isinstance(declared, Mapping) else {}
         facts = {
             "knowledge_bound": unit_named,
             "unit_known": bool(unit_known) or not unit_named,
             "task_known": action.get("action_type") in self.context.known_tasks,
-            "absent_needed": sorted(p for p in self._needed_for(knowledge) if not _present(action, p)),
+            "absent_needed": sorted(p for p in self._needed_for(knowledge) if not present(action, p)),
+            # The unit's declared temporal window (epoch seconds or null: an open end).
+            "window": {
+                "from": temporal.get("from_epoch_seconds"),
+                "until": temporal.get("until_epoch_seconds"),
+            },
         }
         return Sample(labels or {}, action, now, facts)
+
+    def variants(self, action: Mapping[str, Any], only: set[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """{path: ACTION with each value of its dimension supplied} for every probed fact ACTION
+        lacks (``PROBED``; ``only`` narrows the paths): what shows a rule reads it."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for dim in self.dims:
+            path = PROBED.get(dim.name)
+            if path is None or present(action, path) or (only is not None and path not in only):
+                continue
+            supplied = []
+            for choice in dim.choices:
+                if choice.label in ("absent", "none"):
+                    continue
+                variant = copy.deepcopy(dict(action))
+                choice.apply(variant, self.context.fresh())
+                supplied.append(variant)
+            out[path] = supplied
+        return out
 
     def _needed_for(self, knowledge: Any) -> set[str]:
         needed = set(self.needed)
@@ -213,7 +239,8 @@ def _iso(seconds: int) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _present(action: Mapping[str, Any], path: str) -> bool:
+def present(action: Mapping[str, Any], path: str) -> bool:
+    """Whether ACTION holds a non-null value at PATH (``input.action.a.b``)."""
     node: Any = action
     for part in path.split(".")[2:]:
         if not isinstance(node, Mapping) or part not in node:

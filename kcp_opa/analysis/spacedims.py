@@ -20,6 +20,22 @@ UNKNOWN_UNIT = "analysis-unknown-unit"
 UNKNOWN_TASK = "analysis_unknown_task"
 UNDECLARED_FIELD = "analysis_undeclared_field"
 _DAY = 86400
+#: Facts whose absence the contract gives no meaning (unlike no delegation chain, no attributes,
+#: no amount on a read, no trace where none is required, and the environment and actor role,
+#: which matter only where a unit's visibility conditions read them, and then are needed facts
+#: by its profile's ``needs``): where one is absent from an action
+#: that allows, ``prove`` decides the action again with each value of its dimension supplied.
+#: A value that holds or denies the action shows a rule reads the fact, so the absence is
+#: missing context (contract principle 3), whether or not the policies' METADATA lists it.
+PROBED = {
+    "tenant": "input.action.target.tenant_id",
+    "region": "input.action.runtime.deployment_region",
+    "principal": "input.action.authorization_context.authenticated_principal",
+    "budget_state": "input.action.runtime.budget_state",
+    "evidence_status": "input.action.runtime.evidence_status",
+    "risk_level": "input.action.runtime.risk_level",
+    "hosting": "input.action.runtime.model.hosting",
+}
 #: The value each runtime fact has in the base action: the first choice of its dimension, so
 #: row 0 of every dimension is the clean action the others deviate from.
 _BASE_VALUES = {
@@ -284,6 +300,17 @@ def _clock(ctx: DimContext) -> list[tuple[str, Edit]]:
 
         return edit
 
+    def window(bound: str, offset: int) -> Edit:
+        """The decision at the unit's temporal bound (KCP temporal, inclusive) plus OFFSET s."""
+
+        def edit(action: dict[str, Any], c: DimContext) -> None:
+            edge = _get(c.profile, "temporal", f"{bound}_epoch_seconds")
+            if isinstance(edge, int) and not isinstance(edge, bool):
+                c.now = _iso(edge + offset)
+                action["created_at"] = _iso(edge + offset - 60)
+
+        return edit
+
     return [
         ("fresh", _noop),
         ("max_age", created(-ctx.max_age)),
@@ -292,6 +319,10 @@ def _clock(ctx: DimContext) -> list[tuple[str, Edit]]:
         ("skew+1", created(ctx.max_skew + 1)),
         ("unit_stale_edge", stale(0)),
         ("unit_stale+1", stale(1)),
+        ("window_from-1", window("from", -1)),
+        ("window_from", window("from", 0)),
+        ("window_until", window("until", 0)),
+        ("window_until+1", window("until", 1)),
     ]
 
 

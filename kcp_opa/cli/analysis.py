@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -15,8 +16,9 @@ from kcp_opa.analysis.engines import UserInvariants
 from kcp_opa.analysis.pin import pin
 from kcp_opa.analysis.prove import DEFAULT_BUDGET, cases_document, prove
 from kcp_opa.analysis.report import diff_markdown, diff_text, proof_text
+from kcp_opa.analysis.sources import load_bundle, resolve
+from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.output import EXIT_INVALID
-from kcp_opa.compile.bundle import read_bundle
 
 STATES = [
     "DENY",
@@ -29,6 +31,8 @@ STATES = [
     "ALLOW",
 ]
 _file = click.Path(exists=True, dir_okay=False, path_type=Path)
+_source = click.Path(exists=True, path_type=Path)
+_dir = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
 @click.command(name="prove")
@@ -57,6 +61,7 @@ _file = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--deployment", help="The cases' deployment name [default: the bundle's first project].")
 @click.option("--engines", type=click.Choice(["regopy,opa", "regopy"]), default="regopy,opa", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@verification_options
 def prove_command(
     bundle: Path,
     invariant_files: tuple[Path, ...],
@@ -67,20 +72,27 @@ def prove_command(
     deployment: str | None,
     engines: str,
     fmt: str,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
 ) -> None:
     """Check the contract's invariants (and yours) on every generated action of BUNDLE.
 
-    Exit 0 when nothing broke, 1 on a violation (each with a shrunk counterexample).
+    A signed bundle is verified under --verification-key (and refused when it does not verify);
+    without a key its signature is not checked and the report says so. Exit 0 when nothing
+    broke, 1 on a violation (each with a shrunk counterexample), 2 when it cannot run.
     """
+    verification = verification_of(verification_keys, verification_scope)
     users = [UserInvariants.load(path) for path in invariant_files]
+    subject = load_bundle(bundle, verification)
     report = prove(
-        read_bundle(bundle),
+        subject.bundle,
         users=users,
         budget=budget,
         seed=seed,
-        requires_from=[read_bundle(p) for p in requires_from],
+        requires_from=[load_bundle(p, verification).bundle for p in requires_from],
         opa=engines == "regopy,opa",
     )
+    report.provenance = subject.provenance
     document = cases_document(report, deployment)
     text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
     if cases_out is not None and report.violations:
@@ -97,19 +109,50 @@ def prove_command(
 
 
 @click.command(name="diff")
-@click.argument("old", type=_file)
-@click.argument("new", type=_file)
+@click.argument("old", type=_source)
+@click.argument("new", type=_source)
+@click.option("--old-matrix", type=_file, help="OLD's delegation matrix [default: matrix.yaml beside its manifests].")
+@click.option("--new-matrix", type=_file, help="NEW's delegation matrix [default: matrix.yaml beside its manifests].")
+@click.option("--old-policies", type=_dir, help="OLD's policies directory [default: the shipped policies].")
+@click.option("--new-policies", type=_dir, help="NEW's policies directory [default: the shipped policies].")
 @click.option("--budget", type=click.IntRange(2), default=DIFF_BUDGET, show_default=True, help="Decisions to spend.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--allow-weakening", is_flag=True, help="Exit 0 even when a change weakens a decision.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
-def diff_command(old: Path, new: Path, budget: int, seed: int, allow_weakening: bool, fmt: str) -> None:
-    """What bundle NEW decides differently from bundle OLD over the same generated actions.
+@verification_options
+def diff_command(
+    old: Path,
+    new: Path,
+    old_matrix: Path | None,
+    new_matrix: Path | None,
+    old_policies: Path | None,
+    new_policies: Path | None,
+    budget: int,
+    seed: int,
+    allow_weakening: bool,
+    fmt: str,
+    verification_keys: tuple[str, ...],
+    verification_scope: str,
+) -> None:
+    """What NEW decides differently from OLD over the same generated actions.
 
-    Exit 1 when a change weakens (a weaker state, execution newly allowed, a control no longer
-    required) unless --allow-weakening; 0 otherwise.
+    OLD and NEW are bundles, or declarations compiled on the fly: a deployment directory
+    (knowledge*.yaml and matrix.yaml) or a manifest, with --old-/--new-matrix and
+    --old-/--new-policies. A signed bundle is verified under --verification-key (refused when
+    it does not verify). Exit 1 when a change weakens (a weaker state, execution newly allowed,
+    a control no longer required) unless --allow-weakening; 0 otherwise; 2 when it cannot run.
     """
-    report = diff(read_bundle(old), read_bundle(new), budget=budget, seed=seed)
+    verification = verification_of(verification_keys, verification_scope)
+    with tempfile.TemporaryDirectory(prefix="kcp-opa-diff-") as workdir:
+        before = resolve(
+            old, name="old", verification=verification, matrix=old_matrix, policies=old_policies, workdir=Path(workdir)
+        )
+        after = resolve(
+            new, name="new", verification=verification, matrix=new_matrix, policies=new_policies, workdir=Path(workdir)
+        )
+        report = diff(before.bundle, after.bundle, budget=budget, seed=seed)
+    report.old, report.new = str(old), str(new)  # not the temporary bundle a compile wrote
+    report.old_provenance, report.new_provenance = before.provenance, after.provenance
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

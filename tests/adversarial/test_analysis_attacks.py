@@ -8,15 +8,17 @@ really decides that way on the gate, and diff must fail the change.
 from __future__ import annotations
 
 import shutil
+import tarfile
 from pathlib import Path
 
-from conftest import DEPLOYMENTS, REPO
+from conftest import DEPLOYMENTS, REPO, run_cli
 
 from kcp_opa.analysis.diff import diff
 from kcp_opa.analysis.prove import prove
 from kcp_opa.authoring.casecontext import case_sources
-from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.signatures import SIGNATURES_NAME, SigningKey
 from kcp_opa.decide.gate import Gate
 
 UNKNOWN = "contract.unknown_unit_never_allows"
@@ -61,3 +63,115 @@ def test_diff_fails_the_deleted_rule_and_today_passes_prove(tmp_path: Path) -> N
     report = diff(today, weakened, budget=120)
     assert report.weakens and any(t.startswith("DENY -> ") for t in report.weakening)
     assert prove(today, budget=120, opa=False).proved
+
+
+def _signed(tmp: Path, policies: Path, key: Path, name: str) -> Path:
+    base = DEPLOYMENTS / "support-desk"
+    out = tmp / f"{name}.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out, signing_key=SigningKey.load(key))
+    return out
+
+
+def _members(bundle: Path) -> dict[str, bytes]:
+    with tarfile.open(bundle, "r:gz") as tar:
+        return {i.name: tar.extractfile(i).read() for i in tar if i.isfile()}  # type: ignore[union-attr]
+
+
+def test_prove_and_diff_refuse_a_signed_bundle_that_does_not_verify(tmp_path: Path) -> None:
+    """A forged bundle (a weakened policy under the real bundle's signature) is never analysed as
+    the signed one: with the verification key, prove and diff refuse it (exit 2, one line); a
+    bundle signed by another key is refused too; the genuine one is read and said verified."""
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    assert run_cli("bundle", "keygen", str(keys / "ours.pem")).returncode == 0
+    assert run_cli("bundle", "keygen", str(keys / "theirs.pem")).returncode == 0
+    genuine = _signed(tmp_path, REPO / "policies", keys / "ours.pem", "genuine")
+    weakened = _bundle(tmp_path, _without_unknown_unit_rule(tmp_path))
+    forged = _members(weakened) | {SIGNATURES_NAME: _members(genuine)[SIGNATURES_NAME]}
+    (tmp_path / "forged.tar.gz").write_bytes(tarball_bytes([BundleFile(n, c) for n, c in forged.items()]))
+    other = _signed(tmp_path, REPO / "policies", keys / "theirs.pem", "other")
+    key = ["--verification-key", str(keys / "ours.pem.pub")]
+    refusals = ((tmp_path / "forged.tar.gz", "edited after signing"), (other, "not a configured verification key"))
+    for bundle, why in refusals:
+        proved = run_cli("prove", str(bundle), "--budget", "20", "--engines", "regopy", *key)
+        assert proved.returncode == 2 and why in proved.stderr and len(proved.stderr.splitlines()) == 1, proved.stderr
+        diffed = run_cli("diff", str(genuine), str(bundle), "--budget", "20", *key)
+        assert diffed.returncode == 2 and why in diffed.stderr, diffed.stderr
+    verified = run_cli("prove", str(genuine), "--budget", "20", "--engines", "regopy", *key)
+    assert verified.returncode == 0 and "signature verified (key kcp-" in verified.stdout, verified.stderr
+    unverified = run_cli("diff", str(genuine), str(genuine), "--budget", "20")
+    assert unverified.returncode == 0 and "signature NOT verified" in unverified.stdout, unverified.stderr
+
+
+WINDOWED = """kcp_version: "0.30"
+project: windowed
+version: "1.0.0"
+updated: "2026-11-20"
+compliance: {data_residency: [EU], sensitivity: internal}
+units:
+  - id: migration-runbook
+    path: ops/migration.md
+    intent: "How do we migrate the billing database?"
+    scope: project
+    audience: [operator, agent]
+    temporal: {valid_from: "2026-11-01", valid_until: "2026-11-30"}
+"""
+
+WINDOWED_MATRIX = """kind: kcp-opa/delegation-matrix
+format_version: 1
+name: windowed-autonomy
+version: "2026.11.1"
+agreed_by:
+  - {role: cto, name: "Ines Moreau", date: "2026-11-10"}
+  - {role: compliance_officer, name: "Tomasz Kowal", date: "2026-11-11"}
+task_types:
+  read:
+    sensitivity: {internal: autonomous}
+"""
+
+
+def test_prove_catches_a_unit_served_past_its_temporal_window(tmp_path: Path) -> None:
+    """A bad day: the expiry check is off by a few years. prove decides the unit one second past
+    its valid_until (and before its valid_from), and names the broken window invariant."""
+    (tmp_path / "knowledge.yaml").write_text(WINDOWED, encoding="utf-8")
+    (tmp_path / "matrix.yaml").write_text(WINDOWED_MATRIX, encoding="utf-8")
+    policies = tmp_path / "late" / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    lifecycle = policies / "kcp" / "evaluators" / "lifecycle.rego"
+    text = lifecycle.read_text(encoding="utf-8")
+    assert "\t_now > _until\n" in text
+    lifecycle.write_text(text.replace("\t_now > _until\n", "\t_now > _until + 100000000\n"), encoding="utf-8")
+    for source, broken in ((REPO / "policies", False), (policies, True)):
+        out = tmp_path / f"{source.parent.name}.tar.gz"
+        compile_bundle([tmp_path / "knowledge.yaml"], tmp_path / "matrix.yaml", source, out)
+        report = prove(read_bundle(out), budget=400, opa=False)
+        found = {v.invariant: v for v in report.violations}
+        assert ("contract.unit_outside_its_window_never_allows" in found) is broken, sorted(found)
+    violation = found["contract.unit_outside_its_window_never_allows"]
+    assert violation.now == "2026-12-01T00:00:00Z" and violation.decision["decision"] == "ALLOW"
+    assert report.counts["contract.unit_outside_its_window_never_allows"] >= 1
+
+
+def test_prove_catches_a_policy_that_relaxes_on_a_stronger_restriction(tmp_path: Path) -> None:
+    """A bad day: the human-approval-required check is inverted, so a unit that declares it is
+    approved by no one while every other unit waits. The same action decided with the
+    restriction added to its unit gets a weaker state: contract.monotone_stronger_restriction."""
+    (tmp_path / "knowledge.yaml").write_text(WINDOWED, encoding="utf-8")
+    (tmp_path / "matrix.yaml").write_text(WINDOWED_MATRIX, encoding="utf-8")
+    policies = tmp_path / "inverted" / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    restrictions = policies / "kcp" / "evaluators" / "restrictions.rego"
+    text = restrictions.read_text(encoding="utf-8")
+    rule = '_human_required if facts.restricted("human-approval-required")'
+    assert rule in text
+    restrictions.write_text(text.replace(rule, rule.replace(" if ", " if not ")), encoding="utf-8")
+    for source, broken in ((REPO / "policies", False), (policies, True)):
+        out = tmp_path / f"{source.parent.name}.tar.gz"
+        compile_bundle([tmp_path / "knowledge.yaml"], tmp_path / "matrix.yaml", source, out)
+        report = prove(read_bundle(out), budget=200, opa=False)
+        found = {v.invariant: v for v in report.violations}
+        assert ("contract.monotone_stronger_restriction" in found) is broken, sorted(found)
+    violation = found["contract.monotone_stronger_restriction"]
+    assert violation.change == "stronger_restriction:human-approval-required"
+    assert violation.before is not None and violation.before["decision"] == "HUMAN_APPROVAL"
+    assert violation.decision["decision"] == "ALLOW"

@@ -3,7 +3,8 @@
 # description: |
 #   Evaluated by `kcp-opa prove` on every generated action, with input
 #   {input: the decision input, decision: the policy's answer (or {engine_error}), facts:
-#   {unit_known, task_known, knowledge_bound, absent_needed}, and for a neighbour (the same
+#   {unit_known, task_known, knowledge_bound, absent_needed, supplied: {path: [the decisions
+#   with each value of that absent fact supplied]}}, and for a neighbour (the same
 #   action made stronger) before: {decision} and change}. Each violation is the invariant's name.
 package kcp.analysis.builtin
 
@@ -53,6 +54,61 @@ violations contains concat("", ["absent_needed_fact_never_allows[", path, "]"]) 
 	input.facts.knowledge_bound == true
 	some path in input.facts.absent_needed
 	_allows
+}
+
+# The same, where the policies' METADATA does not list the fact: supplying a value of the absent
+# fact holds or denies the action, so a rule reads it, and its absence allowed (fail open).
+violations contains concat("", ["absent_needed_fact_never_allows[", path, "]"]) if {
+	input.facts.knowledge_bound == true
+	_allows
+	some path, decided in object.get(input.facts, "supplied", {})
+	some other in decided
+	not _allowing(other)
+}
+
+_allowing(d) if d.decision == "ALLOW"
+
+_allowing(d) if d.execution_allowed == true
+
+# Temporal windows (KCP temporal, both ends inclusive): a unit is never served outside its window.
+violations contains "unit_outside_its_window_never_allows" if {
+	_allows
+	is_number(input.facts.window.from)
+	input.input.context.decision_epoch_seconds < input.facts.window.from
+}
+
+violations contains "unit_outside_its_window_never_allows" if {
+	_allows
+	is_number(input.facts.window.until)
+	input.input.context.decision_epoch_seconds > input.facts.window.until
+}
+
+# The action's own window (gate contract: action_stale and clock_skew): created_at more than the
+# deployment's max age before the decision, or more than the allowed skew after it.
+_age_limits := object.get(data.kcp_data.matrix, ["parameters", "context"], {})
+
+violations contains "action_outside_its_age_window_never_allows" if {
+	_allows
+	ctx := input.input.context
+	ctx.decision_epoch_seconds - ctx.action_created_epoch_seconds > object.get(_age_limits, "max_action_age_seconds", 86400)
+}
+
+violations contains "action_outside_its_age_window_never_allows" if {
+	_allows
+	ctx := input.input.context
+	ctx.action_created_epoch_seconds - ctx.decision_epoch_seconds > object.get(_age_limits, "max_future_skew_seconds", 900)
+}
+
+# A stronger declaration (one more restriction on the unit) never weakens the same action.
+violations contains "monotone_stronger_restriction" if {
+	startswith(input.change, "stronger_restriction:")
+	rank[_decision.decision] < rank[input.before.decision]
+}
+
+violations contains "monotone_stronger_restriction" if {
+	startswith(input.change, "stronger_restriction:")
+	input.before.execution_allowed == false
+	_decision.execution_allowed == true
 }
 
 # A stronger action (one more undeclared field, a larger amount, one more hop) never weakens.
