@@ -36,7 +36,8 @@ from kcp_opa.service.desk import GateService
 from kcp_opa.service.handlers import bound
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
-from kcp_opa.service.tools import TOOL_NAMES, build_server
+from kcp_opa.service.mcpserver import build_server
+from kcp_opa.service.tools import TOOL_NAMES
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())

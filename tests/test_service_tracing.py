@@ -21,7 +21,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.service import observe
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import LOCAL_AGENT
-from kcp_opa.service.tools import build_server
+from kcp_opa.service.mcpserver import build_server
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

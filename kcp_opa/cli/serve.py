@@ -335,7 +335,7 @@ def _on_sighup(reloader: Any) -> None:
 
 def _serve_stdio(service: Any, authenticator: Any) -> None:
     from kcp_opa.service.stdio import run_stdio
-    from kcp_opa.service.tools import build_server
+    from kcp_opa.service.mcpserver import build_server
 
     principal = authenticator.fixed()
     run_stdio(build_server(service, lambda ctx: principal), service)
