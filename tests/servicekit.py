@@ -197,10 +197,17 @@ def stop_server(process: subprocess.Popen[str]) -> None:
 
 
 def served_context(registry: Path) -> dict[str, Any]:
-    """GateService.open options: the gate's region and the attestations beside ``registry``."""
-    from kcp_opa.context import StaticGateConfig
+    """ServiceConfig settings: the gate's region and the attestations beside ``registry``."""
+    return {"region": "EU", "attestations": registry.parent / "attestations.json"}
 
-    return {"config": StaticGateConfig(deployment_region="EU"), "attestations": registry.parent / "attestations.json"}
+
+def open_local(bundle: Path, work: Path, host: Any = None, **settings: Any) -> Any:
+    """``open_service`` with the store and the ledger in ``work`` (``settings``: ServiceConfig fields)."""
+    from kcp_opa.service.config import ServiceConfig
+    from kcp_opa.service.loading import open_service
+
+    config = ServiceConfig(bundle, store=str(work / "service.db"), ledger=work / "ledger.jsonl", **settings)
+    return open_service(config, host)
 
 
 def local_context(subject: str, facts: dict[str, Any] | None = None, **agent: Any) -> Any:

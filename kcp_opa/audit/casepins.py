@@ -26,6 +26,7 @@ class CaseFile(Protocol):
 
     root: Path
     keyring_pin: Path | None
+    decision_id: str
 
     @property
     def pins(self) -> Pins: ...

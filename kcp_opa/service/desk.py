@@ -3,7 +3,8 @@
 Transports (MCP over stdio or streamable HTTP, the HTTP JSON API) resolve the caller and call
 these methods; they hold no state of their own. All state is in the stores (``kcp_opa.stores``),
 shared by every server process on them. Nothing a caller sends names who the caller is. Bundle,
-registry and keys are one immutable :class:`Loaded` a reload swaps whole (see loading.py).
+registry and keys are one immutable :class:`Loaded` a reload swaps whole; the service is built
+from its config by loading.py (``open_service``) and reloaded by reloading.py.
 """
 
 from __future__ import annotations
@@ -140,13 +141,6 @@ class GateService:
     @property
     def keyring(self) -> Keyring:
         return self._loaded.keyring
-
-    @classmethod
-    def open(cls, bundle: str | Path, **options: Any) -> GateService:
-        """Load the bundle (planned in a child process first), open the store and the ledger (loading.py)."""
-        from kcp_opa.service.loading import open_service
-
-        return open_service(bundle, **options)
 
     # -- refusals -------------------------------------------------------------------------------
 
