@@ -11,7 +11,6 @@ the verdict from the verified evidence before a receipt is signed.
 from __future__ import annotations
 
 import copy
-import enum
 import hashlib
 import hmac
 import secrets
@@ -20,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
+from kcp_opa.authorize.evidence import EvidenceStatus as EvidenceStatus  # re-exported: the old import path
+from kcp_opa.authorize.evidence import evidence_for as evidence_for
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
@@ -27,18 +28,13 @@ from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import Gate
-from kcp_opa.decide.gateinput import DecisionInput, build_input, built_context
+from kcp_opa.decide.gateinput import DecisionInput, built_context
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.models.decision import Decision
 
 EVIDENCE_ENTRYPOINT = "kcp/controls/verdict"
 DEFAULT_RECEIPT_TTL_SECONDS = 300
 LEDGER_PRINCIPAL = "kcp-opa-ledger"
-
-
-class EvidenceStatus(enum.StrEnum):
-    PASSED = "PASSED"
-    FAILED = "FAILED"
 
 
 @dataclass(frozen=True)
@@ -119,6 +115,18 @@ class GateDecision:
         )
 
 
+def decide_record(
+    gate: Gate, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None, ttl: int | None = None
+) -> tuple[GateDecision, Mapping[str, Any] | None]:
+    """Decide ``action`` and start its record, unsealed (a desk seals it; without a registry the
+    service keeps it as it is), with the ledger entry that recorded the decision."""
+    frozen = copy.deepcopy(dict(action))
+    prepared = gate.prepare(frozen, now=now, principal=principal)
+    decision, entry = gate.decide_recorded(prepared)
+    ttl = DEFAULT_RECEIPT_TTL_SECONDS if ttl is None else ttl
+    return GateDecision(frozen, prepared, decision, (), ttl, (prepared.document,)), entry
+
+
 class ControlDesk:
     """Records signed control results against gate decisions for one bundle and trust registry.
 
@@ -160,14 +168,14 @@ class ControlDesk:
         if not hmac.compare_digest(record.seal, expected):
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
+    def seal_document(self, body: Mapping[str, Any]) -> str:
+        """This desk's seal over a record document (the files ``kcp_opa.authorize.records`` writes)."""
+        return hmac.new(self._seal_key, canonical_json(body), hashlib.sha256).hexdigest()
+
     def open(self, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
-        frozen = copy.deepcopy(dict(action))
-        prepared = self.gate.prepare(frozen, now=now, principal=principal)
-        decision, entry = self.gate.decide_recorded(prepared)
-        record = self._sealed(
-            GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,))
-        )
+        record, entry = decide_record(self.gate, action, now=now, principal=principal, ttl=self.receipt_ttl_seconds)
+        record, frozen, decision = self._sealed(record), record.action, record.decision
         if entry is not None and self.gate_key is not None and "standard_audit_logging" in decision.required_controls:
             # The ledger entry is the evidence for the gate's own control, signed as the gate.
             fields = {
@@ -271,6 +279,16 @@ class ControlDesk:
         )
         return item, [str(c) for c in value.get("satisfied") or []]
 
+    def reopen(self, recorded: GateDecision, attestations: Sequence[Any]) -> GateDecision:
+        """A record loaded again (``records.replay_record``), sealed, every attestation replayed in order."""
+        record = self._sealed(replace(recorded, receipt_ttl_seconds=self.receipt_ttl_seconds))
+        accepted: list[ControlEvidence] = []
+        satisfied: list[str] = []
+        for raw in attestations:
+            item, satisfied = self._judge(record, accepted, verify_attestation(raw, self.registry, self.keyring))
+            accepted.append(item)
+        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied) if accepted else record
+
     def rederive(self, record: GateDecision) -> GateDecision:
         """Re-verify every attestation and replay the policy over them, from a sealed record."""
         self.check_seal(record)
@@ -310,15 +328,12 @@ class ControlDesk:
 
     def _rederive(self, record: GateDecision, satisfied: Sequence[str]) -> GateDecision:
         # The gate seals the input the desk built from the policy's satisfied controls only.
-        prepared = self.gate._seal(
-            build_input(
-                record.action,
-                now=record.decision.evaluated_at,
-                satisfied_controls=sorted(set(satisfied) | set(self.gate.system_controls)),
-                bundle_revision=self.gate.bundle_revision,
-                decision_id=record.decision.decision_id,
-                built=built_context(record.prepared.document),
-            )
+        prepared = self.gate.reprepare(
+            record.action,
+            at=record.decision.evaluated_at,
+            decision_id=record.decision.decision_id,
+            satisfied=sorted(set(satisfied) | set(self.gate.system_controls)),
+            facts=built_context(record.prepared.document),
         )
         decision = self.gate.decide_prepared(prepared)
         # The trace id is the decision's, not a new one generated for the re-evaluation.
@@ -357,33 +372,3 @@ def parties(action: Mapping[str, Any]) -> list[str]:
         except IdentityError as exc:
             raise EvidenceRejectedError(f"the action names a party that cannot be compared: {exc}", exc.code) from None
     return sorted(set(ids))
-
-
-def evidence_for(
-    record: GateDecision,
-    controls: Sequence[str],
-    *,
-    issuer: str,
-    key: Signer,
-    actor_id: str,
-    completed_at: str,
-    reference: str,
-    status: EvidenceStatus | str = EvidenceStatus.PASSED,
-) -> list[dict[str, Any]]:
-    """Attestations for ``controls`` bound to ``record``, signed as ``issuer`` (for issuers' tools and demos)."""
-    return [
-        sign_attestation(
-            {
-                "control": control,
-                "status": EvidenceStatus(status).value,
-                "actor_id": actor_id,
-                "evidence_reference": reference,
-                "completed_at": completed_at,
-                "decision_id": record.decision.decision_id,
-                "action_hash": record.decision.action_hash,
-            },
-            issuer,
-            key,
-        )
-        for control in controls
-    ]

@@ -248,32 +248,31 @@ class Gate:
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
-        active = self._active
-        controls = SYSTEM_CONTROLS if active.audit is not None else ()
-        built = build_input(
-            action,
-            now=now,
-            satisfied_controls=controls,
-            bundle_revision=active.bundle.revision,
-            context=context if context is not None else self.context,
-            principal=principal,
+        sources = context if context is not None else self.context
+        return self._sealed(
+            action, now=now, satisfied_controls=self.system_controls, context=sources, principal=principal
         )
-        return self._seal(replace(built, bundle_sha256=active.bundle.sha256))
 
     def _seal_of(self, prepared: DecisionInput) -> str:
         fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
         message = canonical_json([*fields, prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256])
         return hmac.new(self._seal_key, message, hashlib.sha256).hexdigest()
 
-    def _seal(self, prepared: DecisionInput) -> DecisionInput:
-        """Seal an input this gate built (``prepare``, or the control desk with recorded controls),
-        bound to the loaded bundle whose revision it names."""
-        if not prepared.bundle_sha256:
-            revision = prepared.document.get("context", {}).get("bundle_revision")
-            matching = [a for a in (self._active, *reversed(self._recent.values())) if a.bundle.revision == revision]
-            if matching:
-                prepared = replace(prepared, bundle_sha256=matching[0].bundle.sha256)
-        return replace(prepared, seal=self._seal_of(prepared))
+    def reprepare(
+        self, action: Mapping[str, Any], *, at: str, decision_id: str, satisfied: Sequence[str], facts: Any
+    ) -> DecisionInput:
+        """A recorded decision's input again, sealed: its id, time ``at`` and recorded context (``facts``),
+        with ``satisfied`` as the control desk verified them. For the desk and reloaded records, never a caller."""
+        built = facts if isinstance(facts, Mapping) else {}
+        return self._sealed(action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built)
+
+    def _sealed(self, action: Mapping[str, Any], **fields: Any) -> DecisionInput:
+        """An input built for the active bundle and sealed by this gate (``decide_recorded`` refuses others)."""
+        active = self._active
+        built = replace(
+            build_input(action, bundle_revision=active.bundle.revision, **fields), bundle_sha256=active.bundle.sha256
+        )
+        return replace(built, seal=self._seal_of(built))
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""

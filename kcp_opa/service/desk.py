@@ -9,7 +9,6 @@ from its config by loading.py (``open_service``) and reloaded by reloading.py.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
+from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, decide_record
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, Signer
@@ -220,10 +219,7 @@ class GateService:
         """The desk's sealed record (facts established for the caller); without a registry, unsealed."""
         if loaded.desk is not None:
             return loaded.desk.open(action, principal=principal)
-        frozen = copy.deepcopy(dict(action))
-        prepared = loaded.gate.prepare(frozen, principal=principal)
-        decision, _ = loaded.gate.decide_recorded(prepared)
-        return GateDecision(frozen, prepared, decision, inputs=(prepared.document,))
+        return decide_record(loaded.gate, action, principal=principal)[0]
 
     def decide_only(self, principal: Principal, action: Any) -> dict[str, Any]:
         """The bare decision document (the OPA-compatible API): decided and audited, not kept."""

@@ -40,10 +40,10 @@ from kcp_opa.service.httpedge import (
     read_body,
 )
 from kcp_opa.service.identity import Authenticator
-from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.mcpserver import build_server
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, span
 from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
+from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
 
 __all__ = ["MAX_BODY_BYTES", "build_app"]
