@@ -172,7 +172,14 @@ def start_server(args: list[str], env: dict[str, str] | None = None) -> tuple[su
     port = free_port()
     args = [*args, *context_args(args)]
     command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--port", str(port), *args]
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True)
+    return start_process(command, port, env)
+
+
+def start_process(
+    command: list[str], port: int, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``command`` (a server listening on ``port``), once its /health answers."""
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, cwd=cwd, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:

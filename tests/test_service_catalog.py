@@ -4,10 +4,8 @@ document and names it in ``/v1/status``; its schema and its scope hold like ever
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servicekit import free_port, stop_server
+from servicekit import free_port, start_process, stop_server
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import CodedError
@@ -60,20 +58,8 @@ def _start(tmp_path: Path, scope: str) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     args = ["serve", "--transport", "http", "--port", str(port), "--bundle", str(bundle)]
     args += ["--store", str(tmp_path / "s.db"), "--ledger", str(tmp_path / "l.jsonl")]
-    env = {**os.environ, "KCP_OPA_SERVE_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen([sys.executable, str(launcher), *args], env=env, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
-                return process, url
-        except httpx2.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"server did not start: {process.stderr.read() if process.stderr else ''}")
-        time.sleep(0.1)
+    env = {"KCP_OPA_SERVE_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
+    return start_process([sys.executable, str(launcher), *args], port, env)
 
 
 def _auth() -> dict[str, str]:

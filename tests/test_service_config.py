@@ -4,16 +4,14 @@ from the file's directory, options given on the command line winning, and the sa
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx2
 import pytest
 from conftest import DEPLOYMENTS, POLICIES
-from servicekit import free_port, stop_server
+from servicekit import free_port, start_process, stop_server
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.service.config import ServiceConfig, ServiceConfigError
@@ -90,22 +88,10 @@ def test_serve_starts_from_a_config_file_and_the_command_line_wins(tmp_path: Pat
     config.write_text(json.dumps(settings))
     port = free_port()
     command = [sys.executable, "-m", "kcp_opa", "serve", "--config", str(config), "--port", str(port)]
-    env = {**os.environ, "KCP_OPA_SERVE_TOKEN": TOKEN}
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
-    process = subprocess.Popen(command, env=env, cwd=elsewhere, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    process, url = start_process(command, port, {"KCP_OPA_SERVE_TOKEN": TOKEN}, cwd=elsewhere)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"server did not start: {process.stderr.read() if process.stderr else ''}")
-            time.sleep(0.1)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         status = httpx2.get(f"{url}/v1/status", headers=auth, timeout=30).json()
         assert status["store"]["ok"] and status["ledger"]["ok"] and status["trust"] is None
