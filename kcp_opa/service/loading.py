@@ -114,14 +114,16 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     survive a restart: receiptkey.py). The start mode (--mode) is recorded like any change.
     """
     host = host or HostParts()
-    metrics = Metrics()
+    # The files that are quick to read first: a bad one is refused before the bundle is planned.
+    handlers = host.handlers if host.handlers is not None else read_handlers(config.handlers)
+    keyring = host.keyring or receipt_keyring(config)
     ledger_key = host.ledger_key or (load_signing_key(config.ledger_key) if config.ledger_key else None)
+    metrics = Metrics()
     timed = TimedLedger(config.ledger, metrics, durability="group", checkpoint_key=ledger_key)
     loaded = load_gate(config, host, ledger=timed)
     gate = loaded.gate
     stores = open_stores(config.store)
-    keyring = host.keyring or receipt_keyring(config) or store_receipt_keyring(stores.decisions.seal_key())
-    handlers = host.handlers if host.handlers is not None else read_handlers(config.handlers)
+    keyring = keyring or store_receipt_keyring(stores.decisions.seal_key())
     service = GateService(
         gate,
         store=stores.executions,
