@@ -31,8 +31,10 @@ from kcp_opa.compile.datadoc import build_data, leaf_path
 from kcp_opa.compile.signatures import SignatureInfo, SigningKey, Verification, VerificationKey
 from kcp_opa.context import (
     ContextSources,
+    CounterSource,
     RegistrySource,
     SignedAttestations,
+    StaticCounters,
     StaticGateConfig,
     sign_fact,
 )
@@ -72,6 +74,7 @@ from kcp_opa.core.signing import (
 )
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
 from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
@@ -91,6 +94,7 @@ from kcp_opa.models.decision import (
 )
 from kcp_opa.stores import (
     ChallengeStore,
+    CounterStore,
     DecisionStore,
     ExecutionRecord,
     ExecutionStore,
@@ -98,7 +102,7 @@ from kcp_opa.stores import (
     HandoffStore,
     NonceStore,
 )
-from kcp_opa.stores.sqlite import SQLiteStore
+from kcp_opa.stores.sqlite import SQLiteCounterStore, SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 _moved.install()
@@ -119,6 +123,8 @@ __all__ = [
     "ContextSources",
     "ControlDesk",
     "ControlEvidence",
+    "CounterSource",
+    "CounterStore",
     "Decision",
     "DecisionCase",
     "DecisionInput",
@@ -163,6 +169,7 @@ __all__ = [
     "Report",
     "RiskLevel",
     "RoutingState",
+    "SQLiteCounterStore",
     "SQLiteStore",
     "Severity",
     "SignatureInfo",
@@ -173,7 +180,9 @@ __all__ = [
     "SourceUnreadableError",
     "Sourced",
     "Space",
+    "StaticCounters",
     "StaticGateConfig",
+    "StoreCounters",
     "UnitNotFoundError",
     "UserInvariants",
     "ValidationFailedError",

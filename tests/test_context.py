@@ -7,6 +7,7 @@ input replayed on OPA.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from kcp_opa.context import (
     build_context,
     sign_fact,
 )
+from kcp_opa.core.errors import StoreError
 from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.gate import Gate
@@ -34,6 +36,7 @@ from kcp_opa.trail.ledger import AuditLedger, read_entries
 KEY = generate_ed25519("facts-ed25519")
 OTHER = generate_ed25519("other-ed25519")
 ACTION: dict[str, Any] = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+NOW = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
 
 
 def _public(key: Any) -> str:
@@ -105,24 +108,35 @@ def test_a_source_may_not_establish_a_fact_of_another_kind() -> None:
             return {}
 
     with pytest.raises(ContextSourceError, match="agent_scope"):
-        build_context(ContextSources(config=Overreach()), ACTION, principal=None, action_hash="sha256:x")
+        build_context(ContextSources(config=Overreach()), ACTION, principal=None, action_hash="sha256:x", now=NOW)
 
 
 def test_counters_go_under_counters_unchanged_and_are_absent_without_a_source() -> None:
+    asked: list[dt.datetime] = []
+
     class Counts:
-        def counters(self, action: Any) -> dict[str, Any]:
+        def counters(self, action: Any, *, now: dt.datetime) -> dict[str, Any]:
+            asked.append(now)
             return {"spent_minor": {"USD": 1200}, "requests": 3}
 
-    built = build_context(ContextSources(counters=Counts()), ACTION, principal=None, action_hash="sha256:x")
+    built = build_context(ContextSources(counters=Counts()), ACTION, principal=None, action_hash="sha256:x", now=NOW)
     assert built["counters"] == {"spent_minor": {"USD": 1200}, "requests": 3}
-    assert "counters" not in build_context(ContextSources(), ACTION, principal=None, action_hash="sha256:x")
+    assert asked == [NOW]  # the windows count back from the decision time
+    assert "counters" not in build_context(ContextSources(), ACTION, principal=None, action_hash="sha256:x", now=NOW)
 
     class Broken:
-        def counters(self, action: Any) -> Any:
+        def counters(self, action: Any, *, now: dt.datetime) -> Any:
             return [1]
 
     with pytest.raises(ContextSourceError):
-        build_context(ContextSources(counters=Broken()), ACTION, principal=None, action_hash="sha256:x")
+        build_context(ContextSources(counters=Broken()), ACTION, principal=None, action_hash="sha256:x", now=NOW)
+
+    class Down:
+        def counters(self, action: Any, *, now: dt.datetime) -> dict[str, Any]:
+            raise StoreError("database is locked")
+
+    down = build_context(ContextSources(counters=Down()), ACTION, principal=None, action_hash="sha256:x", now=NOW)
+    assert "counters" not in down  # a failed store: the counts are missing (context_missing), never invented
 
 
 def test_an_attestation_counts_only_from_an_issuer_the_registry_allows_for_that_fact() -> None:

@@ -60,6 +60,7 @@ def test_corpus_is_substantial() -> None:
         "finance",
         "kcp-governance",
         "kcp-visibility-access",
+        "budget",
     }
 
 

@@ -1,6 +1,6 @@
 """The gate's ledger signed by its writer key, in the service and on the command line.
 
-``serve --ledger-key`` / ``open_service(ledger_key=...)`` and ``decide --ledger-key`` make every
+``serve --ledger-key`` / ``open_service(config, HostParts(ledger_key=...))`` and ``decide --ledger-key`` make every
 entry the service or the CLI writes carry the writer's signature, and ``audit verify --keyring``
 authenticates each (the attacks on it are in tests/adversarial/test_ledger_writer_binding.py).
 """

@@ -34,7 +34,8 @@ from kcp_opa.audit.casepins import Pins as _Pins
 from kcp_opa.audit.casepins import anchor as _anchor
 from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.authorize.attestations import verify_attestation
-from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, _canonical_or_empty, parties
+from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
+from kcp_opa.authorize.parties import canonical_or_empty, parties
 from kcp_opa.compile.bundle import LoadedBundle, is_content_revision, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_hash, canonical_json
@@ -270,7 +271,7 @@ def _separation_of_duties(case: _Case, with_opa: bool) -> str:
                     "issuer": attested.issuer,
                     "prior": list(prior),
                     "action": action,
-                    "subject": _canonical_or_empty(action.get("subject_id")),
+                    "subject": canonical_or_empty(action.get("subject_id")),
                     "parties": parties(action),
                     "required_controls": list(result.get("required_controls") or []),
                     "approver_roles": list(result.get("approver_roles") or []),

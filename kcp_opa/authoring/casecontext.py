@@ -8,17 +8,27 @@ per run and bound to the case action's hash). ``from_action: true`` declares tha
 vouches for what the action states (the case author wrote it; a model never did): each stated
 fact becomes the gate's, an absent flag is attested false, and ``config``/``registry``/
 ``attested`` then override fact by fact (null removes one). The facts reach the policy through
-the same sources a deployment uses (kcp_opa.context), so the cases exercise them end to end.
+the same sources a deployment uses (kcp_opa.context), so the cases exercise them end to end;
+a case's counts (``base_counters``/``counters``) likewise reach ``input.context.counters`` as a
+fixed counter source in place of the gate's store.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig, sign_fact
+from kcp_opa.context import (
+    ContextSources,
+    RegistrySource,
+    SignedAttestations,
+    StaticCounters,
+    StaticGateConfig,
+    sign_fact,
+)
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash
@@ -64,11 +74,19 @@ def _put(facts: dict[str, Any], name: str, value: Any) -> None:
 
 
 def case_sources(
-    action: Mapping[str, Any], declared: Mapping[str, Any] | None, now: str
+    action: Mapping[str, Any],
+    declared: Mapping[str, Any] | None,
+    now: str,
+    counters: Mapping[str, Any] | None = None,
 ) -> tuple[ContextSources | None, str | None]:
-    """The sources and the principal a case is decided with; (None, None) when it declares none."""
+    """The sources and the principal a case is decided with; (None, None) when it declares none.
+
+    ``counters`` are the case's counts (``base_counters``/``counters``): they stand in for the
+    gate's counter store, through the same ``ContextSources.counters`` a deployment uses.
+    """
+    counted = StaticCounters(counters) if counters is not None else None
     if not declared:
-        return None, None
+        return (ContextSources(counters=counted), None) if counted is not None else (None, None)
     kinds = _declared_facts(action, declared)
     config = StaticGateConfig(kinds["config"].get("deployment_region"), kinds["config"].get("environment"), "case")
     agent: dict[str, Any] = {"id": CASE_AGENT, "type": "ai_agent"}
@@ -114,7 +132,10 @@ def case_sources(
         for name, value in sorted(kinds["attestation"].items())
     ]
     sources = ContextSources(
-        registry=RegistrySource(registry), config=config, attestations=SignedAttestations(registry, None, items)
+        registry=RegistrySource(registry),
+        config=config,
+        attestations=SignedAttestations(registry, None, items),
+        counters=counted,
     )
     return sources, CASE_AGENT
 
@@ -126,8 +147,8 @@ def case_input(
     bundle_revision: str = "",
     decision_id: str | None = None,
 ) -> DecisionInput:
-    """The input a case is decided on: its action, its time and the context it declares."""
-    sources, principal = case_sources(case.action, case.context, case.now)
+    """The input a case is decided on: its action, its time, the context and the counts it declares."""
+    sources, principal = case_sources(case.action, case.context, case.now, case.counters)
     return build_input(
         case.action,
         now=case.now,
@@ -165,6 +186,8 @@ class VouchingGate(Gate):
                 context = None  # an action the contract refuses: prepare() names why
             if context is None:
                 return super().prepare(action, now=now, principal=principal)
+            if self.context is not None and self.context.counters is not None:  # the gate's counts stay its own
+                context = replace(context, counters=self.context.counters)
         return super().prepare(action, now=now, principal=principal, context=context)
 
 

@@ -191,7 +191,7 @@ def _through_ledger(
         ledger = AuditLedger(tmp / f"{case.deployment}.jsonl")
         ledgers[case.deployment] = Gate(gate.bundle, preflight=False, ledger=ledger)
     ledger_gate = ledgers[case.deployment]
-    sources, principal = case_sources(case.action, case.context, case.now)
+    sources, principal = case_sources(case.action, case.context, case.now, case.counters)
     prepared = ledger_gate.prepare(case.action, now=case.now, principal=principal, context=sources)
     decision, entry = ledger_gate.decide_recorded(prepared)
     if entry is None:

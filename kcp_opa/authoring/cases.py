@@ -20,6 +20,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from kcp_opa.core.errors import ValidationFailedError
+from kcp_opa.decide import counting
 from kcp_opa.declare.yamlsource import YamlSource, load_yaml
 from kcp_opa.models.decision import Decision
 
@@ -59,6 +60,8 @@ class DecisionCase:
     file: str
     line: int | None
     ledger: bool = False
+    #: ``input.context.counters`` as the gate would count them (docs/budgets.md), or None.
+    counters: Mapping[str, Any] | None = None
     #: What the gate knows for this case (file-level ``context`` merged with the case's;
     #: kcp_opa.authoring.casecontext). None: no source, every gate fact missing.
     context: Mapping[str, Any] | None = None
@@ -131,10 +134,29 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
                 file=str(path),
                 line=source.line_of(["cases", index]),
                 ledger=bool(document.get("ledger", False)),
+                counters=_counters(document, raw),
                 context=_merge_context(document.get("context") or {}, raw.get("context") or {}) or None,
             )
         )
     return cases
+
+
+def _counters(document: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The case's counts over the file's ``base_counters``; the rate's unit and principal and the
+    beneficiary's key are filled from the action as the gate keys them (decide/counting.py)."""
+    if "base_counters" not in document and "counters" not in raw:
+        return None
+    counters: dict[str, Any] = merge(document.get("base_counters", {}), raw.get("counters", {}))
+    action = merge(document.get("base_action", {}), raw.get("action", {}))
+    rate = counters.get("rate")
+    knowledge = action.get("knowledge") if isinstance(action.get("knowledge"), Mapping) else {}
+    if isinstance(rate, dict) and "unit" not in rate:
+        rate["unit"] = f"{knowledge.get('project', '')}/{knowledge.get('unit', '')}"
+        rate["principal"] = counting.principal(action)
+    paid = counters.get("beneficiary")
+    if isinstance(paid, dict) and "key" not in paid:
+        paid["key"] = f"{action.get('tenant_id')}/{counting.beneficiary(action)}"
+    return counters
 
 
 def _expectation(raw: Mapping[str, Any]) -> Expectation:

@@ -21,11 +21,12 @@ from typing import Any
 from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
 from kcp_opa.authorize.evidence import EvidenceStatus as EvidenceStatus  # re-exported: the old import path
 from kcp_opa.authorize.evidence import evidence_for as evidence_for
+from kcp_opa.authorize.parties import canonical_or_empty, parties
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import action_hash
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import DecisionInput, built_context
@@ -248,7 +249,7 @@ class ControlDesk:
                 "issuer": attested.issuer,
                 "prior": [{"control": e.control, "status": e.status.value} for e in prior],
                 "action": dict(record.action),
-                "subject": _canonical_or_empty(record.action.get("subject_id")),
+                "subject": canonical_or_empty(record.action.get("subject_id")),
                 "parties": parties(record.action),
                 "required_controls": list(record.decision.required_controls),
                 "approver_roles": list(record.decision.verdict.approver_roles),
@@ -289,8 +290,8 @@ class ControlDesk:
             accepted.append(item)
         return self._rederive(replace(record, evidence=tuple(accepted)), satisfied) if accepted else record
 
-    def rederive(self, record: GateDecision) -> GateDecision:
-        """Re-verify every attestation and replay the policy over them, from a sealed record."""
+    def rederive(self, record: GateDecision, *, counters: Mapping[str, Any] | None = None) -> GateDecision:
+        """Re-verify every attestation and replay the policy over them (on ``counters``, else the record's)."""
         self.check_seal(record)
         accepted: list[ControlEvidence] = []
         satisfied: list[str] = []
@@ -298,18 +299,32 @@ class ControlDesk:
             attested = verify_attestation(item.attestation, self.registry, self.keyring)
             checked, satisfied = self._judge(record, accepted, attested)
             accepted.append(checked)
-        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied)
+        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, counters)
 
     def issue(
         self, record: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
     ) -> dict[str, Any]:
-        """Issue a receipt for a sealed record, after re-deriving its verdict from verified evidence."""
-        from kcp_opa.authorize.receipts import issue_receipt
+        """Issue a receipt for a sealed record, after re-deriving its verdict from verified evidence
+        (and, when the gate counts from a store, on fresh counts with its budget reserved: reservation.py)."""
+        counting = self.gate.context.counters if self.gate.context is not None else None
+        if isinstance(counting, StoreCounters):
+            from kcp_opa.authorize.reservation import issue_reserved
 
+            return issue_reserved(self, counting, record, key, ttl_seconds=ttl_seconds, now=now)
+        return self.issue_rederived(self.rederive_for_issue(record), key, ttl_seconds=ttl_seconds, now=now)
+
+    def rederive_for_issue(self, record: GateDecision, counters: Mapping[str, Any] | None = None) -> GateDecision:
         try:
-            rederived = self.rederive(record)
+            return self.rederive(record, counters=counters)
         except EvidenceRejectedError as exc:
             raise ReceiptIssueError(f"the record does not stand: {exc}", exc.code) from None
+
+    def issue_rederived(
+        self, rederived: GateDecision, key: Any, *, ttl_seconds: int | None = None, now: Any = None
+    ) -> dict[str, Any]:
+        """Sign the receipt for a record just re-derived (and audit it)."""
+        from kcp_opa.authorize.receipts import issue_receipt
+
         receipt = issue_receipt(rederived.to_dict(), rederived.action, key, ttl_seconds=ttl_seconds, now=now)
         if self.gate.audit is not None:
             self.gate.audit.event(
@@ -326,14 +341,16 @@ class ControlDesk:
             )
         return receipt
 
-    def _rederive(self, record: GateDecision, satisfied: Sequence[str]) -> GateDecision:
+    def _rederive(
+        self, record: GateDecision, satisfied: Sequence[str], counters: Mapping[str, Any] | None = None
+    ) -> GateDecision:
         # The gate seals the input the desk built from the policy's satisfied controls only.
         prepared = self.gate.reprepare(
             record.action,
             at=record.decision.evaluated_at,
             decision_id=record.decision.decision_id,
             satisfied=sorted(set(satisfied) | set(self.gate.system_controls)),
-            facts=built_context(record.prepared.document),
+            facts=_with_counts(built_context(record.prepared.document), counters),
         )
         decision = self.gate.decide_prepared(prepared)
         # The trace id is the decision's, not a new one generated for the re-evaluation.
@@ -343,32 +360,6 @@ class ControlDesk:
         )
 
 
-def _canonical_or_empty(value: Any) -> str:
-    try:
-        return canonical_id(value) if isinstance(value, str) else ""
-    except IdentityError:
-        return ""
-
-
-def parties(action: Mapping[str, Any]) -> list[str]:
-    """Canonical ids of the subject, the agent, the requester and every agent of the delegation chain.
-
-    An id that cannot be made canonical refuses the evidence (it could hide a party).
-    """
-    raw: list[Any] = [action.get("subject_id"), action.get("agent_id")]
-    context = action.get("authorization_context")
-    if isinstance(context, Mapping):
-        raw.append(context.get("requested_by"))
-    chain = action.get("delegation_chain")
-    for hop in chain if isinstance(chain, list) else []:
-        if isinstance(hop, Mapping):
-            raw.append(hop.get("agent_id"))
-    ids = []
-    for value in raw:
-        if value is None:
-            continue
-        try:
-            ids.append(canonical_id(value))
-        except IdentityError as exc:
-            raise EvidenceRejectedError(f"the action names a party that cannot be compared: {exc}", exc.code) from None
-    return sorted(set(ids))
+def _with_counts(built: dict[str, Any], counters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The recorded context, on fresh ``counters`` when the reservation re-read them under its lock."""
+    return built if counters is None else {**built, "counters": dict(counters)}

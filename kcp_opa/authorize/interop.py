@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, parties
+from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
+from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_receipt
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash

@@ -7,7 +7,14 @@ See :mod:`kcp_opa.context.facts` for the classes (intent, gate, attested) and
 from kcp_opa.context.attested import AttestationSource, SignedAttestations, sign_fact
 from kcp_opa.context.builder import ContextSourceError, ContextSources, build_context
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
-from kcp_opa.context.sources import CounterSource, GateConfigSource, PrincipalSource, RegistrySource, StaticGateConfig
+from kcp_opa.context.sources import (
+    CounterSource,
+    GateConfigSource,
+    PrincipalSource,
+    RegistrySource,
+    StaticCounters,
+    StaticGateConfig,
+)
 
 __all__ = [
     "FACTS",
@@ -21,6 +28,7 @@ __all__ = [
     "PrincipalSource",
     "RegistrySource",
     "SignedAttestations",
+    "StaticCounters",
     "StaticGateConfig",
     "build_context",
     "sign_fact",

@@ -10,14 +10,19 @@ the stricter and deciding what a missing fact means are the policy's (``kcp.lib.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from kcp_opa.context.attested import AttestationSource
 from kcp_opa.context.facts import FACTS
 from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
-from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.errors import KcpOpaError, StoreError
+
+_log = structlog.get_logger("kcp_opa.context")
 
 
 class ContextSourceError(KcpOpaError):
@@ -58,8 +63,14 @@ def build_context(
     *,
     principal: str | None,
     action_hash: str,
+    now: dt.datetime,
 ) -> dict[str, Any]:
-    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "counters"?: {...}}``."""
+    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "counters"?: {...}}``.
+
+    ``now`` is the decision time the counter source counts its windows back from. A counter
+    store that fails leaves ``counters`` absent: the policy answers ``context_missing`` for a
+    declared limit, never an allow.
+    """
     facts: dict[str, Fact] = {}
     built: dict[str, Any] = {"facts": facts, "facts_principal": principal}
     if sources is None:
@@ -74,7 +85,11 @@ def build_context(
         if refused:
             built["attestations_refused"] = refused
     if sources.counters is not None:
-        counted = sources.counters.counters(action)
+        try:
+            counted = sources.counters.counters(action, now=now)
+        except StoreError as exc:
+            _log.error("counters_unavailable", error=str(exc))
+            return built
         if not isinstance(counted, dict):
             raise ContextSourceError("a counter source returns a JSON object")
         built["counters"] = counted

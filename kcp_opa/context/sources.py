@@ -7,8 +7,9 @@ configuration cannot vouch for an agent's scope nor the registry for evidence.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kcp_opa.context.facts import FACTS
@@ -42,10 +43,23 @@ class GateConfigSource(Protocol):
 class CounterSource(Protocol):
     """Counts over the gate's own history for one action (budgets, rate limits, velocity).
 
-    The builder puts the returned JSON object under ``input.context.counters`` unchanged.
+    Called once per decision, after the action is checked, with the decision time ``now`` (the
+    windows are counted back from it; a store-backed source records the call as one request).
+    The builder puts the returned JSON object under ``input.context.counters`` unchanged; a
+    :class:`~kcp_opa.core.errors.StoreError` leaves the key absent (``context_missing``).
     """
 
-    def counters(self, action: Mapping[str, Any]) -> dict[str, Any]: ...
+    def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class StaticCounters:
+    """Counts given as they are (a decision case's ``counters``, a replay): nothing is recorded."""
+
+    counts: Mapping[str, Any] = field(default_factory=dict)
+
+    def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+        return dict(self.counts)
 
 
 class RegistrySource:

@@ -27,6 +27,7 @@ from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
 from kcp_opa.decide.active import ActiveBundle, utc_now
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.crosscheck import cross_checked
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
@@ -248,10 +249,10 @@ class Gate:
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
-        sources = context if context is not None else self.context
-        return self._sealed(
-            action, now=now, satisfied_controls=self.system_controls, context=sources, principal=principal
-        )
+        active = self._active
+        controls = SYSTEM_CONTROLS if active.audit is not None else ()
+        sources = StoreCounters.bound_to(context if context is not None else self.context, active.bundle.data)
+        return self._sealed(active, action, now=now, satisfied_controls=controls, context=sources, principal=principal)
 
     def _seal_of(self, prepared: DecisionInput) -> str:
         fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
@@ -264,11 +265,12 @@ class Gate:
         """A recorded decision's input again, sealed: its id, time ``at`` and recorded context (``facts``),
         with ``satisfied`` as the control desk verified them. For the desk and reloaded records, never a caller."""
         built = facts if isinstance(facts, Mapping) else {}
-        return self._sealed(action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built)
+        return self._sealed(
+            self._active, action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built
+        )
 
-    def _sealed(self, action: Mapping[str, Any], **fields: Any) -> DecisionInput:
-        """An input built for the active bundle and sealed by this gate (``decide_recorded`` refuses others)."""
-        active = self._active
+    def _sealed(self, active: ActiveBundle, action: Mapping[str, Any], **fields: Any) -> DecisionInput:
+        """An input built for ``active`` and sealed by this gate (``decide_recorded`` refuses others)."""
         built = replace(
             build_input(action, bundle_revision=active.bundle.revision, **fields), bundle_sha256=active.bundle.sha256
         )

@@ -107,8 +107,10 @@ def build_input(
 
     The gate and attested facts come from ``context`` (the context stage), established for
     ``principal`` (the authenticated caller; over the library, whom the host runs the agent as).
-    Without a source a fact is absent, and a rule that needs it fails closed. ``built`` is a
-    context built before (:func:`built_context`), used as it is.
+    Without a source a fact is absent, and a rule that needs it fails closed; the counts
+    (``context.counters``, docs/budgets.md) come from ``context.counters`` the same way, counted
+    once the action is checked. ``built`` is a context built before (:func:`built_context`),
+    used as it is.
     """
     canonical = check_action(action)
     moment = decision_time(now)
@@ -118,7 +120,7 @@ def build_input(
     digest = "sha256:" + hashlib.sha256(canonical).hexdigest()  # action_hash(action), serialized once
     given_trace = trace_id_of(action)
     trace_id = given_trace or uuid.uuid4().hex
-    document = {
+    document: dict[str, Any] = {
         "action": action,
         "context": {
             "decision_id": the_id,
@@ -135,7 +137,7 @@ def build_input(
             **(
                 dict(built)
                 if built is not None
-                else build_context(context, action, principal=principal, action_hash=digest)
+                else build_context(context, action, principal=principal, action_hash=digest, now=moment)
             ),
         },
     }

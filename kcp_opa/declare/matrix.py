@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa import schemas
+from kcp_opa.declare import budgets
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.declstrings import MATRIX_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report, did_you_mean
@@ -86,6 +87,7 @@ class DelegationMatrix:
             "sender_roles": sorted(set(given.get("sender_roles", DEFAULT_PARAMETERS["sender_roles"]))),
             "receipt_ttl_seconds": given.get("receipt_ttl_seconds", DEFAULT_PARAMETERS["receipt_ttl_seconds"]),
             "context": context,
+            **budgets.normalised(given),
         }
 
 
@@ -153,6 +155,8 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
                         (*here, "data_categories", category),
                     )
     params = doc.get("parameters")
+    if isinstance(params, dict):
+        budgets.check(params, task_types, findings)
     by_task = (
         (((params or {}).get("approver_roles") or {}).get("by_task_type") or {}) if isinstance(params, dict) else {}
     )

@@ -13,15 +13,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
@@ -33,9 +36,19 @@ from kcp_opa.service.issuing import ServiceIssuers, bundle_approver_roles, regis
 from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
+from kcp_opa.stores.protocols import CounterStore
 from kcp_opa.trail.ledger import AuditLedger
 
-__all__ = ["Callers", "LoadedGate", "SwappableAuthenticator", "load_gate", "open_service", "service_context"]
+_log = structlog.get_logger("kcp_opa.service")
+__all__ = [
+    "Callers",
+    "LoadedGate",
+    "SwappableAuthenticator",
+    "load_gate",
+    "open_service",
+    "service_context",
+    "with_counters",
+]
 
 
 def service_context(
@@ -63,6 +76,14 @@ def service_context(
     return ContextSources(
         registry=RegistrySource(registry) if registry is not None else None, config=config, attestations=signed
     )
+
+
+def with_counters(gate: Gate, store: CounterStore) -> None:
+    """Count on ``store`` what ``gate``'s bundle declares (``input.context.counters``), beside
+    its other context sources; a host's own counter source is kept."""
+    sources = gate.context if gate.context is not None else ContextSources()
+    if sources.counters is None or isinstance(sources.counters, StoreCounters):
+        gate.context = replace(sources, counters=StoreCounters.for_bundle(store, gate.bundle.data))
 
 
 @dataclass(frozen=True)
@@ -124,6 +145,10 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     gate = loaded.gate
     stores = open_stores(config.store)
     keyring = keyring or store_receipt_keyring(stores.decisions.seal_key())
+    if stores.counters is not None:  # budgets and rate limits count on the service's own store
+        with_counters(gate, stores.counters)
+    else:  # a PostgreSQL store counts nothing yet (docs/budgets.md): a declared limit is context_missing
+        _log.warning("counters_unavailable", reason="the store has no counter store", effect="context_missing")
     service = GateService(
         gate,
         store=stores.executions,

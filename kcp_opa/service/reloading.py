@@ -18,10 +18,11 @@ from typing import Any
 import structlog
 
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
+from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Principal, Scope
-from kcp_opa.service.loading import Callers, SwappableAuthenticator, load_gate, receipt_keyring
+from kcp_opa.service.loading import Callers, SwappableAuthenticator, load_gate, receipt_keyring, with_counters
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -96,6 +97,9 @@ class Reloader:
                 loaded = load_gate(self.config, self.host, ledger=ledger, bundle=bundle)
                 gate = loaded.gate
                 gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
+                counting = before.context.counters if before.context is not None else None
+                if isinstance(counting, StoreCounters):  # the same store, the new bundle's limits
+                    with_counters(gate, counting.store)
                 # --keyring is read again; --signing-key, a host's keyring or the store's own key is kept.
                 keyring = receipt_keyring(self.config) if self.config.keyring is not None else None
                 swapped = self.service.load(gate, loaded.registry, loaded.issuers, keyring)

@@ -8,19 +8,31 @@ implementing them, chosen where the service builds its stores.
 
 from kcp_opa.stores.protocols import (
     ChallengeStore,
+    CounterStore,
+    CounterView,
     DecisionStore,
     ExecutionStore,
     ExecutorStore,
     HandoffStore,
     NonceStore,
 )
-from kcp_opa.stores.records import AMBIGUOUS, Challenge, ChallengeError, ExecutionRecord, StoredDecision
+from kcp_opa.stores.records import (
+    AMBIGUOUS,
+    Challenge,
+    ChallengeError,
+    ExecutionRecord,
+    StoredDecision,
+    Transfer,
+    TransferTotals,
+)
 
 __all__ = [
     "AMBIGUOUS",
     "Challenge",
     "ChallengeError",
     "ChallengeStore",
+    "CounterStore",
+    "CounterView",
     "DecisionStore",
     "ExecutionRecord",
     "ExecutionStore",
@@ -28,4 +40,6 @@ __all__ = [
     "HandoffStore",
     "NonceStore",
     "StoredDecision",
+    "Transfer",
+    "TransferTotals",
 ]

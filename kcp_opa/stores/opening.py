@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kcp_opa.core.errors import StoreError
-from kcp_opa.stores.protocols import ChallengeStore, DecisionStore, ExecutorStore, HandoffStore
-from kcp_opa.stores.sqlite import SQLiteChallengeStore, SQLiteDecisionStore, SQLiteHandoffStore, SQLiteStore
+from kcp_opa.stores.protocols import ChallengeStore, CounterStore, DecisionStore, ExecutorStore, HandoffStore
+from kcp_opa.stores.sqlite import (
+    SQLiteChallengeStore,
+    SQLiteCounterStore,
+    SQLiteDecisionStore,
+    SQLiteHandoffStore,
+    SQLiteStore,
+)
 
 #: The environment variable every command taking a store location reads when none is given.
 STORE_ENV = "KCP_OPA_STORE"
@@ -42,6 +48,7 @@ class Stores:
     challenges: ChallengeStore
     decisions: DecisionStore
     location: str
+    counters: CounterStore | None = None
 
 
 def _postgres() -> None:
@@ -79,6 +86,7 @@ def open_stores(location: str | Path) -> Stores:
         challenges=SQLiteChallengeStore(path),
         decisions=SQLiteDecisionStore(path),
         location=str(path),
+        counters=SQLiteCounterStore(path),
     )
 
 
@@ -101,7 +109,7 @@ def migrate(location: str | Path) -> dict[str, int]:
     """Bring every store at ``location`` to this version's schema; the version of each. Refuses a newer one."""
     stores = open_stores(location)
     versions: dict[str, int] = {}
-    for store in (stores.executions, stores.handoffs, stores.challenges, stores.decisions):
+    for store in (stores.executions, stores.handoffs, stores.challenges, stores.decisions, stores.counters):
         version = getattr(store, "schema_version", None)
         if callable(version):
             versions[str(getattr(store, "component", type(store).__name__))] = int(version())

@@ -11,10 +11,12 @@ exception, so callers fail closed on one error root.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
-from kcp_opa.stores.records import Challenge, ExecutionRecord, StoredDecision
+from kcp_opa.stores.records import Challenge, ExecutionRecord, StoredDecision, Transfer, TransferTotals
+
+T = TypeVar("T")
 
 DEFAULT_CHALLENGE_TTL_SECONDS = 900
 
@@ -159,4 +161,59 @@ class ChallengeStore(Protocol):
 
     def healthy(self) -> bool:
         """Whether the store answers (for the service's readiness check)."""
+        ...
+
+
+class CounterView(Protocol):
+    """The counts a decision reads from the gate's history (times are the stores' UTC text)."""
+
+    def transfers(
+        self,
+        *,
+        currency: str,
+        since: str,
+        now: str,
+        where: Sequence[tuple[str, str]] = (),
+        task_types: Sequence[str] | None = None,
+    ) -> TransferTotals:
+        """Value transfers reserved in (since, now] matching ``where`` (column, value): committed or
+        reserved and not yet expired; released ones never count."""
+        ...
+
+    def prior_payments(self, tenant_id: str, beneficiary: str) -> int:
+        """Committed value transfers of the tenant to the beneficiary, ever (first payment when 0)."""
+        ...
+
+
+class CounterStore(Protocol):
+    """Requests per unit and principal, and budget reservations, counted across processes.
+
+    The reservation's commit and release happen in the executor store's own transactions
+    (consume, a failed outcome, a lost claim), so both must live in one database.
+    """
+
+    def count_request(self, unit: str, principal: str, at: str, since: Sequence[str]) -> list[int]:
+        """Record one request; per start in ``since``, the requests in (start, at] up to and including it.
+
+        Of N concurrent requests the k-th recorded sees exactly k.
+        """
+        ...
+
+    def read(self, work: Callable[[CounterView], T]) -> T:
+        """``work`` over the counts, without a lock."""
+        ...
+
+    def reserving(self, work: Callable[[CounterView], tuple[T, Transfer | None]]) -> T:
+        """``work`` under the write lock; the transfer it returns is reserved in the same transaction.
+
+        N concurrent reservers that each check a limit in ``work`` never over-reserve it.
+        """
+        ...
+
+    def release(self, receipt_id: str) -> bool:
+        """Give back a receipt's reservation (it will not execute)."""
+        ...
+
+    def transfer_state(self, receipt_id: str) -> str | None:
+        """reserved, committed, released, or None."""
         ...

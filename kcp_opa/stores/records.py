@@ -92,3 +92,30 @@ def check_open(challenge: Challenge, *, now: dt.datetime | None = None) -> None:
         raise ChallengeError(
             f"challenge {challenge.challenge_id} expired at {challenge.expires_at}", "challenge_expired"
         )
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A value transfer the gate issued a receipt for: what a budget reservation holds.
+
+    Times are UTC text in the stores' format (``MICROS`` of the SQLite base), compared as strings.
+    """
+
+    receipt_id: str
+    tenant_id: str
+    agent_id: str
+    task_type: str
+    beneficiary: str | None
+    currency: str
+    amount_minor: int
+    reserved_at: str
+    expires_at: str
+
+
+@dataclass(frozen=True)
+class TransferTotals:
+    """Value transfers in a window: how many (committed or live reserved), and their sums by state."""
+
+    count: int
+    committed_minor: int
+    reserved_minor: int

@@ -130,3 +130,25 @@ def test_a_newer_service_schema_is_refused(backend: Backend, component: str) -> 
     with pytest.raises(StoreError) as newer:
         backend.open()
     assert newer.value.code == "schema_newer"
+
+
+def test_the_service_counts_budgets_on_sqlite_and_a_postgresql_store_is_context_missing(
+    backend: Backend, tmp_path: Any
+) -> None:
+    """SQLite has a counter store and the service counts on it; PostgreSQL has none yet, so a
+    declared budget is ``context_missing`` there (docs/budgets.md), never an allow."""
+    from budgetkit import T0, compile_budget, payment
+
+    from kcp_opa.authoring.casecontext import vouching
+    from kcp_opa.decide.counting import StoreCounters
+    from kcp_opa.service.config import ServiceConfig
+    from kcp_opa.service.loading import open_service
+
+    bundle = compile_budget(tmp_path / "budget.tar.gz")
+    service = open_service(ServiceConfig(bundle, store=str(backend.location), ledger=tmp_path / "l"))
+    counting = service.gate.context.counters if service.gate.context is not None else None
+    assert isinstance(counting, StoreCounters) == (backend.name == "sqlite")
+    decision = vouching(service.gate).decide(payment(1), now=T0)  # every other fact vouched
+    budget_missing = any(r.code == "context_missing" and r.rule == "budget.counters" for r in decision.verdict.reasons)
+    assert budget_missing == (backend.name == "postgres")
+    assert not (budget_missing and decision.execution_allowed)

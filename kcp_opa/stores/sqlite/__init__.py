@@ -6,8 +6,16 @@ own schema version in ``store_schema``.
 
 from kcp_opa.stores.sqlite.base import SQLiteBase
 from kcp_opa.stores.sqlite.challenges import SQLiteChallengeStore
+from kcp_opa.stores.sqlite.counters import SQLiteCounterStore
 from kcp_opa.stores.sqlite.decisions import SQLiteDecisionStore
 from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.stores.sqlite.handoffs import SQLiteHandoffStore
 
-__all__ = ["SQLiteBase", "SQLiteChallengeStore", "SQLiteDecisionStore", "SQLiteHandoffStore", "SQLiteStore"]
+__all__ = [
+    "SQLiteBase",
+    "SQLiteChallengeStore",
+    "SQLiteCounterStore",
+    "SQLiteDecisionStore",
+    "SQLiteHandoffStore",
+    "SQLiteStore",
+]

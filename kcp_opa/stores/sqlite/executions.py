@@ -27,6 +27,7 @@ from kcp_opa.core.errors import StoreError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 from kcp_opa.stores.sqlite.base import SQLiteBase, add_column, statements
+from kcp_opa.stores.sqlite.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE
 
 _TABLES = statements(
     """CREATE TABLE IF NOT EXISTS consumed_receipts (
@@ -82,8 +83,9 @@ class SQLiteStore(SQLiteBase):
     """
 
     component = "executions"
-    #: v1: the tables; v2: leases (a file made before leases gains the column in place).
-    steps = (_TABLES, add_column("executions", "lease_expires_at", "TEXT"))
+    #: v1: the tables; v2: leases (a file made before leases gains the column in place); v3: budget
+    #: reservations (counters.py), committed in the consume's own transaction.
+    steps = (_TABLES, add_column("executions", "lease_expires_at", "TEXT"), statements(TRANSFERS_TABLE))
     failure = "executor store failed"
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0, group_commit: bool = True) -> None:
@@ -94,18 +96,18 @@ class SQLiteStore(SQLiteBase):
         self._group = GroupCommit(self._consume_batch, max_batch=256)
 
     def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
-        """Atomically and durably remember a receipt; False if its nonce or receipt id was seen before."""
+        """Atomically and durably remember a receipt; False if its nonce or receipt id was seen before.
+
+        The receipt's budget reservation (if any) is committed in the same transaction: a receipt
+        consumed is a budget spent, and a consume that fails spends nothing.
+        """
         with self._inflight_lock:
             alone = self._inflight == 0
             self._inflight += 1
         try:
             if alone or not self.group_commit:
                 # Nobody to share a commit with: commit directly (no hand-off to the writer).
-                try:
-                    self._connection().execute(_CONSUME, (nonce, receipt_id, expires_at, self.stamp()))
-                except sqlite3.IntegrityError:
-                    return False
-                return True
+                return self._consume_batch([(nonce, receipt_id, expires_at)])[0]
             return self._group.submit((nonce, receipt_id, expires_at))
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot record the receipt as consumed: {exc}") from None
@@ -122,9 +124,14 @@ class SQLiteStore(SQLiteBase):
             stamp = self.stamp()
             for nonce, receipt_id, expires_at in batch:
                 try:
+                    connection.execute("SAVEPOINT one")
                     connection.execute(_CONSUME, (nonce, receipt_id, expires_at, stamp))
+                    connection.execute(COMMIT_TRANSFER, (stamp, receipt_id))
+                    connection.execute("RELEASE one")
                     results.append(True)
                 except sqlite3.IntegrityError:
+                    connection.execute("ROLLBACK TO one")
+                    connection.execute("RELEASE one")
                     results.append(False)
             connection.execute("COMMIT")
         except sqlite3.Error:
@@ -143,7 +150,11 @@ class SQLiteStore(SQLiteBase):
         action_hash: str,
         lease_seconds: float = 300.0,
     ) -> tuple[bool, ExecutionRecord | None]:
-        """Consume the receipt and, if this call consumed it, claim the key: one write transaction."""
+        """Consume the receipt and, if this call consumed it, claim the key: one write transaction.
+
+        As in :meth:`consume` and :meth:`claim_execution`, the receipt's budget reservation is
+        committed with the consume and released when the claim is lost, in the same transaction.
+        """
 
         def work(connection: sqlite3.Connection) -> bool | None:
             moment = self.clock()
@@ -151,6 +162,7 @@ class SQLiteStore(SQLiteBase):
                 connection.execute(_CONSUME, (nonce, receipt_id, expires_at, self.stamp(moment)))
             except sqlite3.IntegrityError:
                 return None  # consumed before: nothing claimed
+            connection.execute(COMMIT_TRANSFER, (self.stamp(moment), receipt_id))
             try:
                 connection.execute(
                     _CLAIM,
@@ -163,7 +175,8 @@ class SQLiteStore(SQLiteBase):
                     ),
                 )
             except sqlite3.IntegrityError:
-                return False  # consumed now; the key was claimed before
+                connection.execute(RELEASE_TRANSFER, (self.stamp(moment), receipt_id))
+                return False  # consumed now; the key was claimed before: it never runs, spends nothing
             return True
 
         claimed = self._transaction(work, "cannot consume the receipt and claim the execution")
@@ -174,7 +187,11 @@ class SQLiteStore(SQLiteBase):
     def claim_execution(
         self, idempotency_key: str, action_hash: str, receipt_id: str, *, lease_seconds: float = 300.0
     ) -> ExecutionRecord | None:
-        """Claim the key for a new execution under a lease; the existing record if it was claimed before."""
+        """Claim the key for a new execution under a lease; the existing record if it was claimed before.
+
+        A receipt that loses the claim never runs its handler, so its budget reservation is
+        released in the same transaction: one idempotency key spends a budget once.
+        """
         moment = self.clock()
 
         def claim(connection: sqlite3.Connection) -> bool:
@@ -190,26 +207,39 @@ class SQLiteStore(SQLiteBase):
                     ),
                 )
             except sqlite3.IntegrityError:
+                connection.execute(RELEASE_TRANSFER, (self.stamp(moment), receipt_id))
                 return False
             return True
 
-        if self._run(claim, "cannot claim the execution"):
+        if self._transaction(claim, "cannot claim the execution"):
             return None
         return self.execution(idempotency_key)
 
     def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
-        """Record the outcome of a running claim; False if it was no longer running (reconciled)."""
+        """Record the outcome of a running claim; False if it was no longer running (reconciled).
+
+        A failure releases the claim's budget reservation in the same transaction.
+        """
         state = "failed" if error is not None else "succeeded"
         document = json.dumps(outcome, sort_keys=True, allow_nan=False)
-        cursor = self._run(
-            lambda c: c.execute(
+        stamp = self.stamp()
+
+        def finish(connection: sqlite3.Connection) -> bool:
+            cursor = connection.execute(
                 "UPDATE executions SET state = ?, outcome = ?, error = ?, finished_at = ?"
                 " WHERE idempotency_key = ? AND state = 'running'",
-                (state, document, error, self.stamp(), idempotency_key),
-            ),
-            "cannot record the outcome",
-        )
-        return cursor.rowcount == 1
+                (state, document, error, stamp, idempotency_key),
+            )
+            if cursor.rowcount == 1 and error is not None:
+                connection.execute(
+                    RELEASE_TRANSFER.replace(
+                        "receipt_id = ?", "receipt_id = (SELECT receipt_id FROM executions WHERE idempotency_key = ?)"
+                    ),
+                    (stamp, idempotency_key),
+                )
+            return cursor.rowcount == 1
+
+        return self._transaction(finish, "cannot record the outcome")
 
     def execution(self, idempotency_key: str) -> ExecutionRecord | None:
         rows = self._executions("WHERE idempotency_key = ?", (idempotency_key,))

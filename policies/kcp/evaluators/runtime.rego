@@ -2,9 +2,10 @@
 # title: Knowledge-bound runtime rules
 # description: |
 #   The runtime rules of the gate contract, with their contract reason codes: tenant
-#   boundary, evidence status, budget state, refunds, sending and memory writes. Risk that
-#   is not stated counts as not low. Evidence status and the actor role are the gate's
-#   (input.context.facts, kcp.lib.trusted): a statement can only make the decision stricter.
+#   boundary, evidence status, budget state, refunds, sending and memory writes. Risk is
+#   computed from facts (kcp.lib.risk); a stated risk_level can only raise it. Evidence
+#   status and the actor role are the gate's (input.context.facts, kcp.lib.trusted): a
+#   statement can only make the decision stricter.
 # custom:
 #   evaluator_id: runtime_rules
 #   evaluator_version: "1.0.0"
@@ -13,6 +14,7 @@ package kcp.evaluators.runtime
 import rego.v1
 
 import data.kcp.lib.facts
+import data.kcp.lib.risk
 import data.kcp.lib.trusted
 
 evaluator := {"id": "runtime_rules", "version": "1.0.0"}
@@ -29,9 +31,10 @@ approver_role(task) := _parameters.approver_roles.by_task_type[task]
 
 approver_role(task) := _parameters.approver_roles.default if not _parameters.approver_roles.by_task_type[task]
 
+# Low risk is computed from facts (kcp.lib.risk); a stated risk_level can only raise it.
 default _low_risk := false
 
-_low_risk if _runtime.risk_level == "low"
+_low_risk if risk.low
 
 # METADATA
 # title: Findings

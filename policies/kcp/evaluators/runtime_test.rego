@@ -1,3 +1,9 @@
+# kcp-opa: engines=opa
+# The runtime rules read the computed risk (kcp.lib.risk), which imports the budget, financial and
+# visibility rules; regopy's planning of tests over that closure under `with` mocks grows past
+# 18 GB and does not finish, or leaves the findings undefined where OPA does not
+# (docs/engine-findings.md item 12). Every rule here is decided on both engines over compiled
+# bundles in the decision cases (fixtures/cases/support-desk.yaml, fixtures/cases/budget.yaml).
 package kcp.evaluators.runtime_test
 
 import rego.v1
@@ -36,12 +42,19 @@ test_refund_and_memory_reviewers if {
 	f.details.approver_role == "finance_reviewer"
 	some g in runtime.findings with input.action as {"action_type": "remember", "runtime": {"risk_level": "high"}} with data.kcp_data.matrix as m
 	g.details.approver_role == "manager"
-	count(runtime.findings) == 0 with input.action as {"action_type": "refund", "runtime": {"risk_level": "low"}} with data.kcp_data.matrix as m
+	# A small refund to a beneficiary the gate has paid before needs no reviewer: decided on both
+	# engines over a compiled bundle (fixtures/cases/support-desk.yaml, sd-refund-low-risk-small).
 }
 
-test_unstated_risk_is_not_low if {
+test_stated_low_risk_does_not_lower_the_computed_risk if {
 	m := _matrix
+	# Without the gate's beneficiary history a refund is not low risk, whatever is stated.
+	{f.code | some f in runtime.findings} == {"refund_requires_review"} with input.action as {"action_type": "refund", "runtime": {"risk_level": "low"}} with data.kcp_data.matrix as m
 	{f.code | some f in runtime.findings} == {"refund_requires_review"} with input.action as {"action_type": "refund"} with data.kcp_data.matrix as m
+	# A first payment to the beneficiary is high risk: decided on both engines over a compiled
+	# bundle in fixtures/cases/budget.yaml (risk-first-payment-is-high-whatever-is-stated); under
+	# `with input.context.counters` over the risk closure regopy leaves the findings undefined
+	# where OPA does not (docs/engine-findings.md item 12; the real evaluation agrees).
 }
 
 test_only_support_agents_send if {

@@ -16,6 +16,7 @@ import data.kcp.evaluators.lifecycle
 import data.kcp.evaluators.runtime
 import data.kcp.evaluators.trace
 import data.kcp.lib.facts
+import data.kcp.lib.risk
 import data.kcp.lib.routing
 
 # `findings`, every finding of every evaluator, is generated from the evaluators' METADATA into
@@ -158,7 +159,8 @@ approver_roles := [] if {
 } else := []
 
 # A lookup, not upper(): regopy's case builtins are ASCII-only (docs/engine-findings.md item 26).
-_runtime_risk := {"low": "LOW", "medium": "MEDIUM", "high": "HIGH", "critical": "CRITICAL"}[input.action.runtime.risk_level]
+# Computed from facts; a stated runtime.risk_level can only raise it (kcp.lib.risk).
+_runtime_risk := risk.level
 
 default _critical := false
 

@@ -4,6 +4,7 @@
 #   access: access_check 1.0.0 (kcp/evaluators/access.rego)
 #   action: action_complete_check 1.0.0 (kcp/evaluators/action.rego)
 #   authority: authority_check 1.0.0 (kcp/evaluators/authority.rego)
+#   budget: budget_check 1.0.0 (kcp/evaluators/budget.rego)
 #   context: context_check 1.0.0 (kcp/evaluators/context.rego)
 #   delegation: delegation_check 1.0.0 (kcp/evaluators/delegation.rego)
 #   field_access: field_access_check 1.0.0 (kcp/evaluators/field_access.rego)
@@ -23,6 +24,7 @@ import rego.v1
 import data.kcp.evaluators.access as ev_access
 import data.kcp.evaluators.action as ev_action
 import data.kcp.evaluators.authority as ev_authority
+import data.kcp.evaluators.budget as ev_budget
 import data.kcp.evaluators.context as ev_context
 import data.kcp.evaluators.delegation as ev_delegation
 import data.kcp.evaluators.field_access as ev_field_access
@@ -38,4 +40,4 @@ import data.kcp.evaluators.unit as ev_unit
 
 # METADATA
 # title: Every finding of every evaluator
-findings := (((((((((((((ev_access.findings | ev_action.findings) | ev_authority.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_lifecycle.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings
+findings := ((((((((((((((ev_access.findings | ev_action.findings) | ev_authority.findings) | ev_budget.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_lifecycle.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings

@@ -1,0 +1,45 @@
+"""The parties of an action, as canonical ids: who may not attest a control for it.
+
+Separation of duties is the policy's (``data.kcp.controls.verdict``); this only names the
+parties the same way for every comparison, and refuses an id that cannot be made canonical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kcp_opa.core.errors import EvidenceRejectedError
+from kcp_opa.core.identity import IdentityError, canonical_id
+
+
+def canonical_or_empty(value: Any) -> str:
+    """The canonical id of ``value``, or "" when it is not a string or cannot be made canonical."""
+    try:
+        return canonical_id(value) if isinstance(value, str) else ""
+    except IdentityError:
+        return ""
+
+
+def parties(action: Mapping[str, Any]) -> list[str]:
+    """Canonical ids of the subject, the agent, the requester and every agent of the delegation chain.
+
+    An id that cannot be made canonical refuses the evidence (it could hide a party).
+    """
+    raw: list[Any] = [action.get("subject_id"), action.get("agent_id")]
+    context = action.get("authorization_context")
+    if isinstance(context, Mapping):
+        raw.append(context.get("requested_by"))
+    chain = action.get("delegation_chain")
+    for hop in chain if isinstance(chain, list) else []:
+        if isinstance(hop, Mapping):
+            raw.append(hop.get("agent_id"))
+    ids = []
+    for value in raw:
+        if value is None:
+            continue
+        try:
+            ids.append(canonical_id(value))
+        except IdentityError as exc:
+            raise EvidenceRejectedError(f"the action names a party that cannot be compared: {exc}", exc.code) from None
+    return sorted(set(ids))

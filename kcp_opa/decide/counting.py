@@ -1,0 +1,175 @@
+"""The counts the gate derives from its own history, for ``input.context.counters`` (class gate).
+
+What is counted follows the bundle: the matrix's budgets and velocity rules
+(``kcp_data/matrix/parameters``) and the requests per unit and principal (KCP rate limits, the
+windows ``requests_per_minute`` and ``requests_per_hour`` rolling, ``requests_per_day`` the UTC
+calendar day). Python only counts; whether a budget applies and whether a count is past its
+limit is the policy's (``policies/kcp/evaluators/budget.rego``). The keys below mirror the
+policy's ``budget.key``; a count under another key is ``context_missing`` there, never used.
+Shape: docs/budgets.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from kcp_opa.context import ContextSources
+from kcp_opa.stores.protocols import CounterStore, CounterView
+from kcp_opa.stores.records import Transfer
+from kcp_opa.stores.sqlite.base import utc_stamp
+
+RATE_WINDOWS = {"requests_per_minute": 60, "requests_per_hour": 3600}
+_PER_COLUMN = {"tenant": "tenant_id", "agent": "agent_id", "task_type": "task_type", "beneficiary": "beneficiary"}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def beneficiary(action: Mapping[str, Any]) -> str | None:
+    """The account fingerprint, else the reference, of the target (as budget.rego's ``beneficiary``)."""
+    target = action.get("target")
+    if not isinstance(target, Mapping):
+        return None
+    return _text(target.get("account_fingerprint")) or _text(target.get("reference"))
+
+
+def principal(action: Mapping[str, Any]) -> str | None:
+    """The authenticated principal when the gate bound one, else the agent (as budget.rego's ``principal``)."""
+    context = action.get("authorization_context")
+    bound = context.get("authenticated_principal") if isinstance(context, Mapping) else None
+    return bound if isinstance(bound, str) and bound else _text(action.get("agent_id"))
+
+
+def _key(per: str, action: Mapping[str, Any]) -> str | None:
+    if per == "beneficiary":
+        tenant, paid = _text(action.get("tenant_id")), beneficiary(action)
+        return f"{tenant}/{paid}" if tenant is not None and paid is not None else None
+    field = {"tenant": "tenant_id", "agent": "agent_id", "task_type": "action_type"}.get(per)
+    return _text(action.get(field)) if field else None
+
+
+def _filter_value(per: str, action: Mapping[str, Any]) -> str | None:
+    return beneficiary(action) if per == "beneficiary" else _key(per, action)
+
+
+class StoreCounters:
+    """The context stage's :class:`~kcp_opa.context.CounterSource` over a
+    :class:`~kcp_opa.stores.protocols.CounterStore` (``ContextSources.counters``).
+
+    ``parameters`` are the bundle's matrix parameters (budgets and velocity rules to count).
+    """
+
+    def __init__(self, store: CounterStore, parameters: Mapping[str, Any]) -> None:
+        self.store = store
+        self.parameters = parameters
+        self.budgets = [b for b in parameters.get("budgets") or [] if isinstance(b, Mapping)]
+        self.velocity = [v for v in parameters.get("velocity") or [] if isinstance(v, Mapping)]
+
+    @classmethod
+    def for_bundle(cls, store: CounterStore, data: Mapping[str, Any]) -> StoreCounters:
+        """Count what the bundle's matrix declares (``data`` is the bundle's data document)."""
+        matrix = (data.get("kcp_data") or {}).get("matrix") or {}
+        return cls(store, matrix.get("parameters") or {})
+
+    @staticmethod
+    def bound_to(sources: ContextSources | None, data: Mapping[str, Any]) -> ContextSources | None:
+        """``sources`` counting what the deciding bundle declares: a reloaded bundle's budgets and
+        velocity rules are counted from its first decision, not the ones the gate started with.
+        A host's own counter source is left as it is."""
+        counters = sources.counters if sources is not None else None
+        if sources is None or not isinstance(counters, StoreCounters):
+            return sources
+        matrix = (data.get("kcp_data") or {}).get("matrix") or {}
+        parameters = matrix.get("parameters") or {}
+        if parameters is counters.parameters:
+            return sources
+        return replace(sources, counters=StoreCounters(counters.store, parameters))
+
+    def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+        out = self.store.read(lambda view: self.history(view, action, now=now))
+        rate = self.rate(action, now=now)
+        if rate is not None:
+            out["rate"] = rate
+        return out
+
+    def rate(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any] | None:
+        """Record this request on its unit and count it per window (None for an action on no unit)."""
+        knowledge = action.get("knowledge")
+        unit = _text(knowledge.get("unit")) if isinstance(knowledge, Mapping) else None
+        who = principal(action)
+        if unit is None or who is None or not isinstance(knowledge, Mapping):
+            return None
+        key = f"{_text(knowledge.get('project')) or ''}/{unit}"
+        day = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        starts = {name: now - dt.timedelta(seconds=seconds) for name, seconds in RATE_WINDOWS.items()}
+        starts["requests_per_day"] = day - dt.timedelta(microseconds=1)
+        counts = self.store.count_request(key, who, utc_stamp(now), [utc_stamp(s) for s in starts.values()])
+        return {"unit": key, "principal": who, **dict(zip(starts, counts, strict=True))}
+
+    def history(self, view: CounterView, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+        """Budgets, velocity and beneficiary counts for ``action`` (no request recorded)."""
+        stamp = utc_stamp(now)
+        budgets: dict[str, Any] = {}
+        for b in self.budgets:
+            key = _key(str(b["per"]), action)
+            if key is None:
+                continue
+            since = utc_stamp(now - dt.timedelta(seconds=int(b["window_seconds"])))
+            types = b.get("task_types")
+            totals = view.transfers(
+                currency=str(b["currency"]),
+                since=since,
+                now=stamp,
+                where=[(_PER_COLUMN[str(b["per"])], key)],
+                task_types=list(types) if isinstance(types, list) else None,
+            )
+            budgets[str(b["id"])] = {
+                "key": key,
+                "spent_minor": totals.committed_minor,
+                "reserved_minor": totals.reserved_minor,
+            }
+        velocity: dict[str, Any] = {}
+        tenant = _text(action.get("tenant_id"))
+        for v in self.velocity:
+            per = str(v["per"])
+            key, value = _key(per, action), _filter_value(per, action)
+            if key is None or value is None or tenant is None:
+                continue
+            where = [("tenant_id", tenant)] + ([("beneficiary", value)] if per == "beneficiary" else [])
+            since = utc_stamp(now - dt.timedelta(seconds=int(v["window_seconds"])))
+            totals = view.transfers(currency=str(v["currency"]), since=since, now=stamp, where=where)
+            velocity[str(v["id"])] = {
+                "key": key,
+                "count": totals.count,
+                "sum_minor": totals.committed_minor + totals.reserved_minor,
+            }
+        out: dict[str, Any] = {"source": "gate", "budgets": budgets, "velocity": velocity}
+        paid = beneficiary(action)
+        if tenant is not None and paid is not None:
+            out["beneficiary"] = {"key": f"{tenant}/{paid}", "prior_payments": view.prior_payments(tenant, paid)}
+        return out
+
+
+def transfer_of(action: Mapping[str, Any], receipt: Mapping[str, Any], *, now: dt.datetime) -> Transfer | None:
+    """The value transfer a receipt authorizes (None when the action moves no money)."""
+    amount = action.get("amount")
+    value = amount.get("value_minor") if isinstance(amount, Mapping) else None
+    currency = amount.get("currency") if isinstance(amount, Mapping) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or not isinstance(currency, str):
+        return None
+    expires = dt.datetime.strptime(str(receipt["expires_at"]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    return Transfer(
+        receipt_id=str(receipt["receipt_id"]),
+        tenant_id=str(action.get("tenant_id")),
+        agent_id=str(action.get("agent_id")),
+        task_type=str(action.get("action_type")),
+        beneficiary=beneficiary(action),
+        currency=currency,
+        amount_minor=value,
+        reserved_at=utc_stamp(now),
+        expires_at=utc_stamp(expires),
+    )

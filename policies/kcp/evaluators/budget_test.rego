@@ -1,0 +1,152 @@
+# kcp-opa: engines=opa
+# regopy does not finish planning these tests under `with data.kcp_data.matrix.parameters as ...`
+# over the budget evaluator and the facts it imports (no result after 200 s, measured 2026-12-01;
+# docs/engine-findings.md item 12). The evaluator runs on both engines over compiled bundles in
+# the budget decision cases (fixtures/cases/budget.yaml, tests/test_gate_cases.py).
+package kcp.evaluators.budget_test
+
+import rego.v1
+
+import data.kcp.evaluators.budget
+
+_params := {
+	"approver_roles": {"default": "lead", "by_task_type": {"payment": "treasurer"}},
+	"money": {"high_value_minor": {"EUR": 100000}, "confirmation_minor": {}},
+	"budgets": [{"id": "daily", "per": "tenant", "task_types": ["payment", "read"], "currency": "EUR", "window_seconds": 86400, "approval_threshold_minor": 3000, "limit_minor": 5000}],
+	"velocity": [{"id": "per_beneficiary", "per": "beneficiary", "currency": "EUR", "window_seconds": 3600, "max_count": 3, "max_sum_minor": 4000, "outcome": "ESCALATE"}],
+	"rate_limits": {"outcome": "DENY"},
+}
+
+_payment(value) := {
+	"tenant_id": "t1", "agent_id": "a1", "action_type": "payment",
+	"amount": {"value_minor": value, "currency": "EUR"},
+	"target": {"type": "beneficiary", "reference": "sup_1"},
+}
+
+_counts(spent, reserved, vcount, vsum) := {
+	"budgets": {"daily": {"key": "t1", "spent_minor": spent, "reserved_minor": reserved}},
+	"velocity": {"per_beneficiary": {"key": "t1/sup_1", "count": vcount, "sum_minor": vsum}},
+}
+
+test_within_budget_no_finding if {
+	p := _params
+	found := budget.findings with input.action as _payment(1000) with input.context.counters as _counts(1000, 0, 0, 0)
+		with data.kcp_data.matrix.parameters as p
+	found == set()
+}
+
+test_limit_counts_spent_reserved_and_this_amount if {
+	p := _params
+	found := budget.findings with input.action as _payment(1000) with input.context.counters as _counts(3000, 1500, 0, 0)
+		with data.kcp_data.matrix.parameters as p
+	found == {{
+		"code": "budget_exhausted", "rule": "budget.limit", "evaluator_id": "budget_check", "evaluator_version": "1.0.0",
+		"state": "ESCALATE", "controls": [],
+		"message": "budget daily of t1 would reach 5500 EUR minor units; its limit is 5000",
+		"details": {"budget": "daily", "key": "t1", "total_minor": 5500, "limit_minor": 5000},
+	}}
+}
+
+test_exactly_at_limit_is_not_exhausted if {
+	p := _params
+	states := {f.code: f.state | some f in budget.findings} with input.action as _payment(1000)
+		with input.context.counters as _counts(3000, 1000, 0, 0) with data.kcp_data.matrix.parameters as p
+	states == {"budget_approval_required": "HUMAN_APPROVAL"}
+}
+
+test_approval_threshold_names_the_approver if {
+	p := _params
+	some f in budget.findings with input.action as _payment(2500) with input.context.counters as _counts(1000, 0, 0, 0)
+		with data.kcp_data.matrix.parameters as p
+	f.code == "budget_approval_required"
+	f.details.approver_role == "treasurer"
+	f.controls == ["independent_human_approval"]
+}
+
+test_a_read_against_a_spent_budget_is_exhausted if {
+	p := _params
+	read := {"tenant_id": "t1", "action_type": "read"}
+	states := {f.code: f.state | some f in budget.findings} with input.action as read
+		with input.context.counters as {"budgets": {"daily": {"key": "t1", "spent_minor": 5000, "reserved_minor": 0}}}
+		with data.kcp_data.matrix.parameters as p
+	states == {"budget_exhausted": "ESCALATE"}
+}
+
+test_no_counts_is_context_missing_whatever_is_stated if {
+	p := _params
+	action := object.union(_payment(100), {"runtime": {"budget_state": "within_budget"}})
+	found := {[f.code, f.state, f.details.fields[0]] | some f in budget.findings} with input.action as action
+		with data.kcp_data.matrix.parameters as p
+	found == {
+		["context_missing", "ESCALATE", "input.context.counters.budgets.daily"],
+		["context_missing", "ESCALATE", "input.context.counters.velocity.per_beneficiary"],
+	}
+}
+
+test_counts_for_another_key_are_missing if {
+	p := _params
+	counters := {"budgets": {"daily": {"key": "t2", "spent_minor": 0, "reserved_minor": 0}}, "velocity": _counts(0, 0, 0, 0).velocity}
+	found := {f.details.fields[0] | some f in budget.findings; f.code == "context_missing"} with input.action as _payment(100)
+		with input.context.counters as counters with data.kcp_data.matrix.parameters as p
+	found == {"input.context.counters.budgets.daily"}
+}
+
+test_other_currency_and_task_type_do_not_spend if {
+	p := _params
+	usd := object.union(_payment(100), {"amount": {"value_minor": 100, "currency": "USD"}})
+	count(budget.applicable) == 0 with input.action as usd with data.kcp_data.matrix.parameters as p
+	count(budget.applicable) == 0 with input.action as {"tenant_id": "t1", "action_type": "refund"} with data.kcp_data.matrix.parameters as p
+}
+
+test_velocity_count_and_sum if {
+	p := _params
+	by_count := {f.code: f.state | some f in budget.findings} with input.action as _payment(10)
+		with input.context.counters as _counts(0, 0, 3, 30) with data.kcp_data.matrix.parameters as p
+	by_count == {"velocity_exceeded": "ESCALATE"}
+	by_sum := {f.code: f.state | some f in budget.findings} with input.action as _payment(1001)
+		with input.context.counters as _counts(0, 0, 1, 3000) with data.kcp_data.matrix.parameters as p
+	by_sum == {"velocity_exceeded": "ESCALATE"}
+	under := budget.velocity_exceeded with input.action as _payment(1000)
+		with input.context.counters as _counts(0, 0, 2, 3000) with data.kcp_data.matrix.parameters as p
+	under == set()
+}
+
+test_beneficiary_key_prefers_the_account_fingerprint if {
+	action := object.union(_payment(1), {"target": {"account_fingerprint": "sha256:abc"}})
+	budget.key("beneficiary") == "t1/sha256:abc" with input.action as action
+}
+
+_rate_params := object.union(object.remove(_params, ["budgets", "velocity"]), {"budgets": [], "velocity": []})
+
+_limited := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0}}}}
+
+_profiles := [{"rate_limits": {"default": {"requests_per_minute": 2, "requests_per_day": "unlimited"}, "authenticated": {"requests_per_minute": 5}}}]
+
+_read_u := {"agent_id": "a1", "action_type": "read", "knowledge": {"project": "p", "unit": "u"}}
+
+test_rate_limit_past_the_window_gets_the_matrix_outcome if {
+	p := object.union(_rate_params, {"rate_limits": {"outcome": "ESCALATE"}})
+	u := _limited
+	profiles := _profiles
+	found := {[f.code, f.state, f.details.window] | some f in budget.findings} with input.action as _read_u
+		with input.context.counters as {"rate": {"unit": "p/u", "principal": "a1", "requests_per_minute": 3, "requests_per_hour": 3, "requests_per_day": 3}}
+		with data.kcp_data.matrix.parameters as p with data.kcp_data.units as u with data.kcp_data.profiles as profiles
+	found == {["rate_limited", "ESCALATE", "requests_per_minute"]}
+	at_limit := budget.findings with input.action as _read_u
+		with input.context.counters as {"rate": {"unit": "p/u", "principal": "a1", "requests_per_minute": 2, "requests_per_hour": 9, "requests_per_day": 900}}
+		with data.kcp_data.matrix.parameters as p with data.kcp_data.units as u with data.kcp_data.profiles as profiles
+	at_limit == set()
+}
+
+test_authenticated_tier_and_missing_rate_counts if {
+	p := _rate_params
+	u := _limited
+	profiles := _profiles
+	action := object.union(_read_u, {"authorization_context": {"authenticated_principal": "user:1"}})
+	budget.limits == {"requests_per_minute": 5} with input.action as action
+		with data.kcp_data.units as u with data.kcp_data.profiles as profiles
+	found := {[f.code, f.details.fields[0]] | some f in budget.findings} with input.action as action
+		with input.context.counters as {"rate": {"unit": "p/u", "principal": "a1", "requests_per_minute": 1}}
+		with data.kcp_data.matrix.parameters as p with data.kcp_data.units as u with data.kcp_data.profiles as profiles
+	found == {["context_missing", "input.context.counters.rate"]}
+}
