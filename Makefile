@@ -10,7 +10,7 @@ TRUST  := fixtures/trust/registry.yaml
 SIGNING_KEY := .demo-keys/bundle-signing.pem
 VERIFY      := --verification-key $(SIGNING_KEY).pub
 
-.PHONY: sysdeps-postgres sysdeps-softhsm sysdeps-chromium help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
+.PHONY: sysdeps-postgres sysdeps-softhsm sysdeps-chromium help install docs demo serve-demo test policy-test lint typecheck bundle bench bench-replicas bench-quick fuzz clean mutate mutate-policies mutate-slice mutate-python mutate-controls
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -137,6 +137,9 @@ bench: $(STAMP) ## every figure in docs/performance.md: the suite and the servic
 	$(BIN)/python bench/suite.py
 	$(BIN)/python bench/bench_service.py
 	$(BIN)/python bench/bench_analysis.py
+
+bench-replicas: $(STAMP) sysdeps-postgres ## decisions/s with 1, 2, 3 serve replicas on one PostgreSQL ledger -> bench/results-replicas.json (not part of test; ~5 min)
+	$(BIN)/python bench/bench_replicas.py
 
 bench-quick: $(STAMP) ## the suite without the 100,000-unit deployment and the service, fewer rounds (~4 min)
 	$(BIN)/python bench/suite.py --quick

@@ -2,7 +2,9 @@
 
 For each reference deployment, the decision cases' actions are decided alternately by a plain
 gate and a cross-checked gate over the same bundle (interleaved rounds, so machine load hits
-both alike). The cross-check adds one OPA evaluation and a comparison to every decision.
+both alike). The cross-check adds one OPA evaluation and a comparison to every decision. Each
+case is decided with the context it declares (bench/vouched.py), and must decide as it
+expects: the timed path is the case's, not a hold for missing context.
 
     .venv/bin/python bench/bench_cross_check.py [--rounds 5] [--output bench/results-cross-check.json]
 """
@@ -21,25 +23,30 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decide import _summary, _timed
+from vouched import case_context
 
-from kcp_opa.authoring.cases import case_files, load_cases
+from kcp_opa.authoring.cases import DecisionCase, case_files, load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def measure(deployment: str, bundle: Path, actions: list[Any], rounds: int) -> dict[str, Any]:
+def measure(deployment: str, bundle: Path, cases: list[DecisionCase], rounds: int) -> dict[str, Any]:
     plain = Gate.from_bundle(bundle, preflight=False)
     checked = Gate.from_bundle(bundle, preflight=False, cross_check="opa")
     samples: dict[str, list[float]] = {"plain": [], "cross_check": []}
+    actions = [(case.action, case.now, case_context(case)) for case in cases]
+    for case, (action, now, context) in zip(cases, actions, strict=True):
+        decided = plain.decide(action, now=now, **context)
+        assert decided.decision == case.expect.decision, f"{case.case_id}: {decided.decision} {decided.reason_codes}"
     divergences = 0
     for _ in range(rounds):
-        for action, now in actions:
-            _timed(lambda a=action, n=now: plain.decide(a, now=n), 5, samples["plain"])
-            _timed(lambda a=action, n=now: checked.decide(a, now=n), 5, samples["cross_check"])
-    for action, now in actions:
-        divergences += "engine_divergence" in checked.decide(action, now=now).reason_codes
+        for action, now, context in actions:
+            _timed(lambda a=action, n=now, c=context: plain.decide(a, now=n, **c), 5, samples["plain"])
+            _timed(lambda a=action, n=now, c=context: checked.decide(a, now=n, **c), 5, samples["cross_check"])
+    for action, now, context in actions:
+        divergences += "engine_divergence" in checked.decide(action, now=now, **context).reason_codes
     row: dict[str, Any] = {"deployment": deployment, "actions": len(actions), "divergences": divergences}
     for key, values in samples.items():
         row[key] = _summary(values)
@@ -60,7 +67,7 @@ def main() -> int:
             base = REPO / "fixtures" / "deployments" / name
             bundle = Path(tmp) / f"{name}.tar.gz"
             compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
-            rows.append(measure(name, bundle, [(c.action, c.now) for c in cases], args.rounds))
+            rows.append(measure(name, bundle, cases, args.rounds))
     args.output.write_text(json.dumps({"results": rows}, indent=2) + "\n")
     table = Table(title="decide() with and without cross_check='opa' (us)")
     for column in ("deployment", "actions", "plain p50", "p99", "cross-checked p50", "p99", "cost", "diverge"):

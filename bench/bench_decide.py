@@ -9,7 +9,9 @@ it times, on the same prepared inputs:
 - ``regopy``: the engine step alone (input term + evaluation of the built entrypoint + output);
 - ``opa``: the OPA reference engine's ``eval_document`` of the same bundle and input;
 measured in interleaved rounds so machine noise hits all three alike, and checks the two
-engines return the same decision for every input.
+engines return the same decision for every input. Every input is decided with the context a
+host vouches for (bench/vouched.py) and must decide as its case expects (never a refusal for
+missing context): a benchmark times production's path or fails.
 
     .venv/bin/python bench/bench_decide.py [--sizes 10,1000,100000] [--rounds 20] [--per-round 50]
 """
@@ -32,6 +34,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import manifest_text, matrix_text, pinned_reads
+from vouched import Vouched, expect
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
@@ -54,7 +57,12 @@ NOW = "2026-11-29T10:00:00Z"
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-def _reference_inputs() -> list[tuple[str, list[dict[str, Any]]]]:
+#: What the synthetic reads (first, middle, last unit: synthetic.pinned_reads) decide at every size.
+SYNTHETIC_EXPECTED = ("ALLOW", "ALLOW", "HUMAN_APPROVAL")
+
+
+def _reference_inputs() -> list[tuple[str, list[dict[str, Any]], list[str]]]:
+    """Per deployment: the chosen cases' actions and the decision each case expects."""
     chosen = {
         "finance": ["fin-kya-supplier-payment", "fin-supplier-payment-kcp-bound"],
         "support-desk": ["sd-read-clean", "sd-refund-high-risk", "sd-tenant-breach-and-risky-refund"],
@@ -62,7 +70,7 @@ def _reference_inputs() -> list[tuple[str, list[dict[str, Any]]]]:
     out = []
     for deployment, ids in chosen.items():
         cases = {case.case_id: case for case in load_cases(REPO / "fixtures" / "cases" / f"{deployment}.yaml")}
-        out.append((deployment, [dict(cases[case_id].action) for case_id in ids]))
+        out.append((deployment, [dict(cases[i].action) for i in ids], [cases[i].expect.decision for i in ids]))
     return out
 
 
@@ -134,17 +142,22 @@ def _summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def measure(name: str, bundle: Path, actions: list[dict[str, Any]], rounds: int, per_round: int) -> dict[str, Any]:
+def measure(
+    name: str, bundle: Path, actions: list[dict[str, Any]], expected: list[str], rounds: int, per_round: int
+) -> dict[str, Any]:
     start = time.perf_counter()
     gate = Gate.from_bundle(bundle, preflight=False)  # compiled just now by this script
     regopy_load = time.perf_counter() - start
     opa, opa_load = _opa_engine(gate)
-    prepared = [gate.prepare(action, now=NOW) for action in actions]
+    vouched = Vouched(gate, NOW)
+    prepared = [vouched.prepare(action) for action in actions]
     divergences = 0
     signatures = []
-    for item in prepared:
+    for index, item in enumerate(prepared):
         on_regopy = gate.engine.evaluate(item.document)
         on_opa = opa.eval_document("kcp.gate.decision", dict(item.document))
+        expect(on_opa, [expected[index]], f"{name} input {index}")
+        expect(vouched.decide(actions[index]), [expected[index]], f"{name} input {index}, decide()")
         signatures.append(signature(on_opa))
         if on_regopy.error is not None or on_regopy.value != on_opa:
             divergences += 1
@@ -153,8 +166,9 @@ def measure(name: str, bundle: Path, actions: list[dict[str, Any]], rounds: int,
         action = actions[round_index % len(actions)]
         item = prepared[round_index % len(prepared)]
         document = dict(item.document)
-        _timed(lambda a=action: gate.decide(a, now=NOW), per_round, samples["decide"])
-        _timed(lambda a=action: build_input(a, now=NOW), per_round, samples["python"])
+        context = vouched.context(action)
+        _timed(lambda a=action: vouched.decide(a), per_round, samples["decide"])
+        _timed(lambda a=action, c=context: build_input(a, now=NOW, **c), per_round, samples["python"])
         _timed(lambda i=item: gate.engine.evaluate(i.document), per_round, samples["regopy"])
         _timed(lambda d=document: opa.eval_document("kcp.gate.decision", d), per_round, samples["opa"])
     opa.close()
@@ -183,12 +197,12 @@ def main() -> int:
     console = Console(stderr=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="kcp-opa-bench-") as tmp:
-        for deployment, actions in _reference_inputs():
+        for deployment, actions, expected in _reference_inputs():
             base = REPO / "fixtures" / "deployments" / deployment
             out = Path(tmp) / f"{deployment}.tar.gz"
             compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out)
             console.print(f"[bold]{deployment}[/]: measuring {len(actions)} inputs ...")
-            rows.append(measure(deployment, out, actions, args.rounds, args.per_round))
+            rows.append(measure(deployment, out, actions, expected, args.rounds, args.per_round))
         for units in (int(size) for size in args.sizes.split(",")):
             directory = Path(tmp) / f"synthetic-{units}"
             directory.mkdir()
@@ -201,9 +215,8 @@ def main() -> int:
             compile_bundle([directory / "knowledge.yaml"], directory / "matrix.yaml", REPO / "policies", out)
             compile_s = time.perf_counter() - start
             console.print(f"  compiled in {compile_s:.1f} s; loading both engines and measuring ...")
-            row = measure(
-                f"synthetic-{units}", out, [_synthetic_action(i) for i in sorted(reads)], args.rounds, args.per_round
-            )
+            synthetic = [_synthetic_action(i) for i in sorted(reads)]
+            row = measure(f"synthetic-{units}", out, synthetic, list(SYNTHETIC_EXPECTED), args.rounds, args.per_round)
             row["compile_s"] = compile_s
             rows.append(row)
     _print(rows)

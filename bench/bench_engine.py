@@ -19,7 +19,9 @@ input term (``rego_input``) and ``set_input`` are timed apart, and the whole eng
 are differences of probes (unit lookup = ``unit`` - ``k``; evaluators = ``findings`` - ``unit``;
 assembling the decision = decision - ``findings``). Inputs: the support-desk read
 (``sd-read-clean``), the KYA supplier payment (finance), and support-desk's tenant breach with a
-risky refund, whose extra findings give the cost of one finding.
+risky refund, whose extra findings give the cost of one finding. Each is prepared with the
+context a host vouches for (bench/vouched.py) and must decide as intended (ALLOW,
+HUMAN_APPROVAL, DENY), never be held for missing context.
 
     .venv/bin/python bench/bench_engine.py [--rounds 7] [--per-round 30]
 """
@@ -40,6 +42,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_growth import _interleaved_p50
+from vouched import Vouched, expect
 
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
@@ -181,6 +184,8 @@ def run(rounds: int, per_round: int, tmp: Path) -> dict[str, Any]:
         "KYA supplier payment": ("finance", kya, NOW, True),
         "support-desk tenant breach + risky refund": ("support-desk", dict(breach.action), breach.now, False),
     }
+    intended = {"support-desk read": "ALLOW", "KYA supplier payment": "HUMAN_APPROVAL"}
+    intended["support-desk tenant breach + risky refund"] = "DENY"
     probes: dict[str, Probes] = {}
     documents: dict[str, dict[str, Any]] = {}
     findings: dict[str, int] = {}
@@ -191,7 +196,8 @@ def run(rounds: int, per_round: int, tmp: Path) -> dict[str, Any]:
             compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
             probes[deployment] = Probes(read_bundle(bundle))
             gate = Gate.from_bundle(bundle, preflight=False)
-        documents[name] = dict(gate.prepare(action, now=now).document)
+        documents[name] = dict(Vouched(gate, now).prepare(action).document)
+        expect(gate.engine.evaluate(documents[name]).value or {}, [intended[name]], name)
         findings[name] = probes[deployment].check(documents[name])
     # Interleaved rounds; within a round each input's functions run with that input set, since
     # the probe queries read the input already in the interpreter.

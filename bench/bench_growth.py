@@ -4,7 +4,8 @@ Not a test. Two parts, both written to bench/results-growth.json:
 
 - ``stages``: one ``Gate.decide()`` of the KYA supplier payment (finance deployment), split
   into the steps the gate takes: action checks (refusal walk + schema), the KYA-CJ-1 action
-  hash, the whole input build (checks, hash, ids, time), the engine step (input term,
+  hash, the context stage (the registry and the attestations' signatures), the whole input
+  build (checks, hash, context, ids, time), the engine step (input term,
   evaluation, output), typing the policy's result, and the audit write (fsync per entry).
 - ``growth``: a 1,000-unit synthetic deployment read with a growing delegation chain
   (0 / 4 / 8 / 16 hops) and a growing list of fields read (2 / 16 / 128 / 1,024). The fields
@@ -22,6 +23,9 @@ Not a test. Two parts, both written to bench/results-growth.json:
 - ``slopes``: the cost of one more hop / field (us), between the smallest and the largest size
   of a dimension that give the same decision (state and reason codes), so a change of decision
   is never counted as growth.
+
+Every action is decided with the context a host vouches for (bench/vouched.py); the suite
+fails if one is held for missing context instead of decided.
 
     .venv/bin/python bench/bench_growth.py [--rounds 5] [--per-round 40]
 """
@@ -44,8 +48,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decide import _opa_engine, _synthetic_action, _synthetic_matrix, signature
 from synthetic import fields_unit_text, manifest_text
+from vouched import Vouched, expect
 
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.context.builder import build_context
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import PolicyVerdict
@@ -94,16 +100,21 @@ def stages(tmp: Path, rounds: int, per_round: int) -> dict[str, float]:
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
     gate = Gate.from_bundle(bundle, preflight=False)
     action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
-    prepared = gate.prepare(action, now=NOW)
+    vouched = Vouched(gate, NOW)
+    prepared = vouched.prepare(action)
     raw = gate.engine.evaluate(prepared.document).value
     assert raw is not None
-    decision = gate.decide(action, now=NOW)
+    decision = vouched.decide(action)
+    expect(decision, ["HUMAN_APPROVAL"], "the KYA supplier payment")
     trail = AuditTrail(AuditLedger(tmp / "stages.jsonl", durability="fsync"), gate.bundle)
+    sources, principal = vouched.context(action)["context"], vouched.context(action)["principal"]
+    digest = action_hash(action)
     steps: dict[str, Callable[[], Any]] = {
-        "decide_us": lambda: gate.decide(action, now=NOW),
+        "decide_us": lambda: vouched.decide(action),
         "check_action_us": lambda: check_action(action),
         "action_hash_us": lambda: action_hash(action),
-        "build_input_us": lambda: gate.prepare(action, now=NOW),
+        "context_us": lambda: build_context(sources, action, principal=principal, action_hash=digest),
+        "build_input_us": lambda: vouched.prepare(action),
         "engine_us": lambda: gate.engine.evaluate(prepared.document),
         "typing_us": lambda: PolicyVerdict.from_policy(raw),
         "audit_fsync_us": lambda: trail.decision(prepared.document, action, decision, raw),
@@ -179,11 +190,13 @@ def _flags_at_cap() -> dict[str, Any]:
 def hostile(gate: Gate, opa: Any, rounds: int, per_round: int) -> list[dict[str, Any]]:
     rows = []
     timed: dict[str, Callable[[], Any]] = {}
+    vouched = Vouched(gate, NOW)
     for index, (label, action) in enumerate(_hostile_actions(_synthetic_action(500)).items()):
         check_action(action)  # inside the contract, or the row measures nothing
-        document = gate.prepare(action, now=NOW).document
+        document = vouched.prepare(action).document
         on_regopy = gate.engine.evaluate(document).value
         on_opa = opa.eval_document("kcp.gate.decision", dict(document))
+        expect(on_opa, None, f"hostile action {label}")
         rows.append(
             {
                 "action": label,
@@ -232,14 +245,16 @@ def growth(tmp: Path, rounds: int, per_round: int) -> tuple[list[dict[str, Any]]
     points += [("fields read, all declared", n, _with_fields(base, n, DECLARING_UNIT)) for n in FIELDS_READ]
     points += [("fields read, 2 declared", n, _with_fields(base, n, NARROW_UNIT)) for n in FIELDS_READ]
     # The declaring unit's field check is live: one field outside its declaration is a violation.
-    probe = gate.decide(_with_fields(base, 16, DECLARING_UNIT, extra=("not_declared",)), now=NOW)
+    vouched = Vouched(gate, NOW)
+    probe = vouched.decide(_with_fields(base, 16, DECLARING_UNIT, extra=("not_declared",)))
     assert "field_access_violation" in probe.reason_codes, f"field check not reached: {probe.reason_codes}"
     rows = []
     timed: dict[str, Callable[[], Any]] = {}
     for index, (dimension, size, action) in enumerate(points):
-        document = gate.prepare(action, now=NOW).document
+        document = vouched.prepare(action).document
         on_regopy = gate.engine.evaluate(document).value
         on_opa = opa.eval_document("kcp.gate.decision", dict(document))
+        expect(on_opa, None, f"{dimension} {size}")
         rows.append(
             {
                 "dimension": dimension,
@@ -250,7 +265,7 @@ def growth(tmp: Path, rounds: int, per_round: int) -> tuple[list[dict[str, Any]]
                 "diverged": on_regopy != on_opa,
             }
         )
-        timed[f"{index}/decide_us"] = lambda a=action: gate.decide(a, now=NOW)
+        timed[f"{index}/decide_us"] = lambda a=action: vouched.decide(a)
         timed[f"{index}/regopy_us"] = lambda d=document: gate.engine.evaluate(d)
         timed[f"{index}/opa_us"] = lambda d=document: opa.eval_document("kcp.gate.decision", dict(d))
     for key, value in _interleaved_p50(timed, rounds, per_round).items():

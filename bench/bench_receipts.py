@@ -3,7 +3,9 @@
 Not a test. Beside ours it measures the KYA reference's consume pattern (a new SQLite
 connection and a write transaction per consume, default rollback journal, synchronous FULL)
 with the same durability as ours (WAL, synchronous FULL: every consume is on disk when its
-transaction commits). Writes bench/results-receipts.json.
+transaction commits). The approved decision is reached through the context a host vouches for
+(bench/vouched.py) and must be APPROVED before any receipt is issued. Writes
+bench/results-receipts.json.
 
     .venv/bin/python bench/bench_receipts.py [--count 2000]
 """
@@ -24,6 +26,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vouched import expect, sources
 
 from kcp_opa.authorize.controls import ControlDesk, evidence_for
 from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
@@ -77,10 +82,12 @@ def _approved_document(tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     registry = TRUST / "registry.yaml"
     out = tmp / "finance.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out, trust_path=registry)
-    desk = ControlDesk(Gate.from_bundle(out, preflight=False), load_trust(registry))
-    keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
     action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
-    record = desk.open(action, now="2026-11-29T10:00:00Z")
+    context, principal = sources(action, "2026-11-29T10:00:00Z")
+    desk = ControlDesk(Gate.from_bundle(out, preflight=False, context=context), load_trust(registry))
+    keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
+    record = desk.open(action, now="2026-11-29T10:00:00Z", principal=principal)
+    expect(record.decision, ["HUMAN_APPROVAL"], "the KYA payment, opened")
     for control, issuer, actor in SIX:
         (item,) = evidence_for(
             record,
@@ -92,6 +99,9 @@ def _approved_document(tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             reference="r",
         )
         record = desk.record_control_result(record, item, action=action)
+    expect(record.decision, ["HUMAN_APPROVAL"], "the KYA payment with its six controls")
+    status, missing = record.decision.authorization_status, record.decision.missing_controls
+    assert status == "APPROVED" and not missing, f"the KYA payment is {status}, missing {missing}: no receipt"
     return record.to_dict(), action
 
 

@@ -7,7 +7,11 @@ group commit, as served). For each path it times the KYA supplier payment:
 - ``decide()``: in-process ``Gate.decide()``, without a ledger and with the served ledger setting;
 - ``MCP``: ``tools/call evaluate_action`` through the SDK's streamable HTTP client, one session per client;
 - ``JSON API``: ``POST /v1/data/kcp/gate/decision`` (the OPA-compatible endpoint), one HTTP client each;
-with 1 and 8 concurrent clients: p50 / p99 latency per decision and decisions per second.
+with 1 and 8 concurrent clients: p50 / p99 latency per decision and decisions/s. The server
+has a trust registry, fact attestations and a region (bench/servicectx.py), the in-process
+gates the same sources, and every path must decide the payment as HUMAN_APPROVAL (never a hold
+for missing context). ``decide()`` in-process is also timed through the worker pool the service
+evaluates in (crash isolation).
 
     .venv/bin/python bench/bench_service.py [--calls 400]
 """
@@ -36,6 +40,11 @@ from mcp.client.streamable_http import streamable_http_client
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from servicectx import AGENT, in_process_gate, serve_args, write_context
+from targets import service_targets
+from vouched import expect
+
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
 from kcp_opa.trail.ledger import AuditLedger
@@ -56,14 +65,15 @@ def summary(latencies: list[float], elapsed: float) -> dict[str, float]:
 
 
 def in_process(gate: Gate, calls: int, clients: int) -> dict[str, float]:
+    expect(gate.decide(ACTION, principal=AGENT), ["HUMAN_APPROVAL"], "the payment, in-process")
     for _ in range(20):
-        gate.decide(ACTION)
+        gate.decide(ACTION, principal=AGENT)
 
     def worker(count: int) -> list[float]:
         out = []
         for _ in range(count):
             started = time.perf_counter()
-            gate.decide(ACTION)
+            gate.decide(ACTION, principal=AGENT)
             out.append(time.perf_counter() - started)
         return out
 
@@ -89,7 +99,9 @@ def over_mcp(url: str, calls: int, clients: int) -> dict[str, float]:
             httpx2.AsyncClient(headers=headers, timeout=120) as http,
             Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
         ):
-            await client.call_tool("evaluate_action", {"action": ACTION})  # warm the session
+            warm = await client.call_tool("evaluate_action", {"action": ACTION})  # warm the session
+            content = getattr(warm, "structured_content", None) or getattr(warm, "structuredContent", None)
+            expect(content or {}, ["HUMAN_APPROVAL"], "the payment over MCP")
             for _ in range(count):
                 started = time.perf_counter()
                 result = await client.call_tool("evaluate_action", {"action": ACTION})
@@ -103,7 +115,8 @@ def over_json_api(url: str, calls: int, clients: int) -> dict[str, float]:
     async def one(count: int, latencies: list[float]) -> None:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
-            await http.post(f"{url}/v1/data/kcp/gate/decision", json={"input": ACTION})
+            warm = await http.post(f"{url}/v1/data/kcp/gate/decision", json={"input": ACTION})
+            expect(warm.json()["result"], ["HUMAN_APPROVAL"], "the payment over the JSON API")
             for _ in range(count):
                 started = time.perf_counter()
                 answer = await http.post(f"{url}/v1/data/kcp/gate/decision", json={"input": ACTION})
@@ -113,13 +126,13 @@ def over_json_api(url: str, calls: int, clients: int) -> dict[str, float]:
     return anyio.run(concurrent, clients, calls, one)
 
 
-def start_server(bundle: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(bundle: Path, work: Path, context: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--bundle", str(bundle)]
     command += ["--port", str(port), "--store", str(work / "service.db"), "--ledger", str(work / "service.jsonl")]
-    process = subprocess.Popen(command, env={**os.environ, "KCP_OPA_SERVE_TOKEN": TOKEN})
+    process = subprocess.Popen([*command, *context], env=dict(os.environ))
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -140,20 +153,26 @@ def main() -> int:
         work = Path(tmp)
         base = REPO / "fixtures" / "deployments" / "finance"
         bundle = work / "finance.tar.gz"
-        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
-        bare = Gate.from_bundle(bundle)
-        ledgered = Gate.from_bundle(bundle, ledger=AuditLedger(work / "inproc.jsonl", durability="group"))
-        process, url = start_server(bundle, work)
+        paths = write_context(work, TOKEN)
+        registry = paths["trust.yaml"]
+        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle, trust_path=registry)
+        bare = in_process_gate(bundle, paths)
+        ledger = AuditLedger(work / "inproc.jsonl", durability="group")
+        ledgered = in_process_gate(bundle, paths, ledger=ledger)
+        pooled = in_process_gate(bundle, paths, ledger=ledger, isolation="process")
+        process, url = start_server(bundle, work, serve_args(paths))
         try:
             for clients in (1, 8):
                 measured = {
                     "decide() in-process, no ledger": in_process(bare, args.calls, clients),
                     "decide() in-process, ledger (group commit)": in_process(ledgered, args.calls, clients),
+                    "decide() through the worker pool, ledger": in_process(pooled, args.calls, clients),
                     "MCP tools/call over streamable HTTP": over_mcp(url, args.calls, clients),
                     "HTTP JSON API (OPA-compatible)": over_json_api(url, args.calls, clients),
                 }
                 rows += [{"path": path, "clients": clients, **numbers} for path, numbers in measured.items()]
         finally:
+            pooled.engine.close()
             process.terminate()
             process.wait(timeout=30)
     table = Table(title=f"one supplier-payment decision, {args.calls} per row ({platform.processor() or 'cpu'})")
@@ -166,6 +185,14 @@ def main() -> int:
     Console(width=140).print(table)
     meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "calls": args.calls}
     (REPO / "bench" / "results-service.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    suite = REPO / "bench" / "results.json"  # make bench: the suite ran first; its targets gain the service's
+    if suite.exists():
+        results = json.loads(suite.read_text())
+        kept = [t for t in results.get("targets", []) if not t["row"].startswith("service:")]
+        results["targets"] = kept + service_targets(rows)
+        suite.write_text(json.dumps(results, indent=2) + "\n")
+    for item in service_targets(rows):
+        print(f"{item['row']}: {item['measured']} (target {item['target']})")
     return 0
 
 

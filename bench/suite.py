@@ -5,16 +5,18 @@ cells at 1,000 units) it measures validate and compile time, cold start (regopy 
 the preflight; `Gate.from_bundle(path)` as shipped, with its default preflight, in a fresh
 process; a cached plan loaded in a fresh process, with its max RSS; the OPA reference),
 `Gate.decide()` p50/p99 single-threaded and decisions/s with 2 threads, the engine step beside
-OPA on the same inputs, `decide_many` batches of 1 / 100 / 1,000 (2 workers) against single
-calls; then receipts and the ledger (bench_receipts.py, bench_ledger.py), one decide() by step
-plus the engine's growth with the delegation chain and the fields read (bench_growth.py), and
-the engine step split by probe entrypoints (bench_engine.py). Ratios, not absolute times, are
-what to compare.
+OPA on the same inputs, batches of 1 / 100 / 1,000 (prepared, then evaluated on 2 threads as
+`decide_many` does) against single calls; then receipts and the ledger (bench_receipts.py,
+bench_ledger.py), one decide() by step plus the engine's growth with the delegation chain and
+the fields read (bench_growth.py), and the engine step split by probe entrypoints
+(bench_engine.py). Ratios, not absolute times, are what to compare.
 
-Flatness is like for like: every deployment reads the same three units (first, middle, last
-position, the same attributes at every size: synthetic.pinned_reads), and the suite fails
-unless the decisions compared across sizes and matrices are equal (all of the decision
-document but the text naming the unit read: bench_decide.signature).
+Every decision timed carries the context a host vouches for (bench/vouched.py) and must be the
+read's intended decision, never a hold for missing context. Flatness is like for like: every
+deployment reads the same three units (first, middle, last position, the same attributes at
+every size: synthetic.pinned_reads), and the suite fails unless the decisions compared across
+sizes and matrices are equal (all of the decision document but the text naming the unit read:
+bench_decide.signature).
 
     .venv/bin/python bench/suite.py [--sizes 10,1000,100000] [--quick]
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -36,8 +39,18 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decide import _opa_engine, _summary, _synthetic_action, _synthetic_matrix, _timed, signature
+from bench_decide import (
+    SYNTHETIC_EXPECTED,
+    _opa_engine,
+    _summary,
+    _synthetic_action,
+    _synthetic_matrix,
+    _timed,
+    signature,
+)
 from synthetic import manifest_text, matrix_text, pinned_reads
+from targets import suite_targets
+from vouched import Vouched, expect
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.canonical import canonical_json
@@ -113,15 +126,19 @@ def deployment(tmp: Path, units: int, cells: int, rounds: int, batches: bool) ->
     row["cold_start_cached_s"] = row["cold_start_cached"]["total_s"]
     opa, row["cold_start_opa_s"] = _opa_engine(gate)
     actions = [_synthetic_action(position) for position in sorted(reads)]
-    prepared = [gate.prepare(a, now=NOW) for a in actions]
+    vouched = Vouched(gate, NOW)  # the host's context, built once (bench/vouched.py)
+    prepared = [vouched.prepare(a) for a in actions]
     on_opa = [opa.eval_document("kcp.gate.decision", dict(p.document)) for p in prepared]
+    for index, (action, answer) in enumerate(zip(actions, on_opa, strict=True)):
+        expect(answer, [SYNTHETIC_EXPECTED[index]], f"{units:,} units, read {index}")
+        expect(vouched.decide(action), [SYNTHETIC_EXPECTED[index]], f"{units:,} units, read {index}, decide()")
     row["divergences"] = sum(gate.engine.evaluate(p.document).value != o for p, o in zip(prepared, on_opa, strict=True))
     row["signatures"] = [signature(o) for o in on_opa]
     row["read_decisions"] = [f"{o['decision']} {','.join(o['reason_codes'])}" for o in on_opa]
     samples: dict[str, list[float]] = {"decide": [], "regopy": [], "opa": []}
     for index in range(rounds):
         action, item = actions[index % len(actions)], prepared[index % len(prepared)]
-        _timed(lambda a=action: gate.decide(a, now=NOW), 50, samples["decide"])
+        _timed(lambda a=action: vouched.decide(a), 50, samples["decide"])
         _timed(lambda i=item: gate.engine.evaluate(i.document), 50, samples["regopy"])
         _timed(lambda d=dict(item.document): opa.eval_document("kcp.gate.decision", d), 50, samples["opa"])
     opa.close()
@@ -130,18 +147,18 @@ def deployment(tmp: Path, units: int, cells: int, rounds: int, batches: bool) ->
     row["engine_ratio"] = row["regopy"]["p50_us"] / row["opa"]["p50_us"]
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(lambda i: gate.decide(actions[i % len(actions)], now=NOW), range(400)))
+        list(pool.map(lambda i: vouched.decide(actions[i % len(actions)]), range(400)))
     row["two_threads_per_s"] = 400 / (time.perf_counter() - start)
     if batches:
         row["batches"] = {}
         for size in (1, 100, 1000):
             batch = [actions[i % len(actions)] for i in range(size)]
             start = time.perf_counter()
-            gate.decide_many(batch, now=NOW, workers=2)
+            vouched.decide_many(batch, workers=2)
             batch_s = time.perf_counter() - start
             start = time.perf_counter()
             for action in batch:
-                gate.decide(action, now=NOW)
+                vouched.decide(action)
             single_s = time.perf_counter() - start
             row["batches"][str(size)] = {"batch_per_s": size / batch_s, "single_per_s": size / single_s}
     return row
@@ -185,6 +202,7 @@ def main() -> int:
     sizes = [10, 1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     rounds = 4 if args.quick else args.rounds
     console = Console(stderr=True)
+    load_at_start = list(os.getloadavg())
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory(prefix="kcp-opa-suite-") as tmp:
@@ -215,9 +233,26 @@ def main() -> int:
          "--output", str(REPO / "bench" / "results-growth.json")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    console.print("[bold]the worker pool (crash isolation) and cross_check='opa'[/] ...")
+    pool = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_pool.py"), "--rounds", "4" if args.quick else "8",
+         "--output", str(REPO / "bench" / "results-pool.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    cross = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_cross_check.py"), "--rounds", "2" if args.quick else "5",
+         "--output", str(REPO / "bench" / "results-cross-check.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     mismatched = like_for_like(rows)
     results = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": list(os.getloadavg()),
+        },
         "elapsed_s": time.perf_counter() - started,
         "deployments": rows,
         "flatness": flatness(rows),
@@ -226,7 +261,10 @@ def main() -> int:
         "receipts": json.loads((REPO / "bench" / "results-receipts.json").read_text())["results"],
         "ledger": json.loads((REPO / "bench" / "results-ledger.json").read_text())["results"],
         **json.loads((REPO / "bench" / "results-growth.json").read_text()),
+        "pool": json.loads((REPO / "bench" / "results-pool.json").read_text())["results"],
+        "cross_check": json.loads((REPO / "bench" / "results-cross-check.json").read_text())["results"],
     }
+    results["targets"] = suite_targets(results)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     table = Table(title="kcp-opa benchmark suite (us unless stated; regopy and OPA on the same bundle and inputs)")
     for column in (
@@ -267,9 +305,18 @@ def main() -> int:
     out.print(f"reads compared at every size: {rows[0]['read_decisions']}")
     for line in mismatched:
         out.print(f"[red]NOT like for like[/]: {line}")
-    for part in (receipts, ledger, engine, growth):
+    for part in (receipts, ledger, engine, growth, pool, cross):
         # Their tables, without the structlog lines of the bundles they compile.
         print("\n".join(line for line in part.stdout.splitlines() if "[info" not in line).rstrip())
+    targets = Table(title="Targets (docs/performance.md); absolute ones assume an idle machine")
+    for column in ("row", "target", "measured", "met"):
+        targets.add_column(column)
+    for item in results["targets"]:
+        met = {True: "met", False: "NOT met", None: "not measured"}[item["met"]]
+        targets.add_row(item["row"], item["target"], item["measured"], met)
+    out.print(targets)
+    load = results["machine"]
+    out.print(f"load average at start {load['load_average_at_start']}, at end {load['load_average_at_end']}")
     out.print(f"wrote {args.output} in {results['elapsed_s']:.0f} s")
     return 1 if mismatched or any(row["divergences"] for row in rows) else 0
 

@@ -169,7 +169,7 @@ def main() -> int:
             BUNDLES / "finance.tar.gz",
             # KCP_OPA_STORE=postgresql://... runs the demo on a database, as replicas would share it.
             store=os.environ.get("KCP_OPA_STORE") or str(Path(tmp) / "service.db"),
-            ledger=LEDGER,
+            ledger=str(LEDGER),
             trust=TRUST,
             issuer_ids=ISSUERS,
             issuer_keyring=TEST_ONLY_KEYS,

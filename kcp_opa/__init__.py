@@ -100,10 +100,13 @@ from kcp_opa.stores import (
     ExecutionStore,
     ExecutorStore,
     HandoffStore,
+    LedgerStore,
     NonceStore,
 )
 from kcp_opa.stores.sqlite import SQLiteCounterStore, SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
+from kcp_opa.trail.locations import open_ledger
+from kcp_opa.trail.record import LedgerEntry
 
 _moved.install()
 
@@ -152,7 +155,9 @@ __all__ = [
     "KcpOpaError",
     "Keyring",
     "KeyringError",
+    "LedgerEntry",
     "LedgerError",
+    "LedgerStore",
     "LoadedBundle",
     "Manifest",
     "NonceStore",
@@ -213,6 +218,7 @@ __all__ = [
     "load_manifest",
     "load_matrix",
     "load_signing_key",
+    "open_ledger",
     "parse_action",
     "pin",
     "prove",

@@ -213,7 +213,7 @@ def open_local(bundle: Path, work: Path, host: Any = None, **settings: Any) -> A
     from kcp_opa.service.config import ServiceConfig
     from kcp_opa.service.loading import open_service
 
-    config = ServiceConfig(bundle, store=str(work / "service.db"), ledger=work / "ledger.jsonl", **settings)
+    config = ServiceConfig(bundle, store=str(work / "service.db"), ledger=str(work / "ledger.jsonl"), **settings)
     return open_service(config, host)
 
 

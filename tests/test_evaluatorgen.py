@@ -92,3 +92,33 @@ def test_check_reports_a_stale_union(tmp_path: Path) -> None:
     (policies / "kcp" / "evaluators" / "scenario.rego").write_text(SCENARIO, encoding="utf-8")
     (found,) = _stale_generated([policies / "kcp" / "evaluators"])
     assert found.severity == "error" and found.code == "generated_stale" and "kcp-opa generate" in found.message
+
+
+def test_a_finding_that_names_its_evaluator_is_refused_by_check(tmp_path: Path) -> None:
+    """A finding names no evaluator: the gate takes the id and version from the package METADATA.
+    A literal that names one (here, one that disagrees) or has a key of its own is an error."""
+    from kcp_opa.authoring.findingcheck import finding_problems
+    from kcp_opa.authoring.policytree import load_modules
+
+    assert [p for p in finding_problems(load_modules([POLICIES])) if p.severity == "error"] == []
+    named = SCENARIO.replace('"rule": "scenario.blocked",', '"rule": "scenario.blocked",\n\t\t"evaluator_id": "other",')
+    extra = SCENARIO.replace('"details": {},', '"details": {},\n\t\t"severity": "high",')
+    bare = "package " + SCENARIO.split("package ", 1)[1]
+    modules = {"kcp/evaluators/a.rego": named, "kcp/evaluators/b.rego": extra, "kcp/evaluators/c.rego": bare}
+    found = {(p.file, p.code) for p in finding_problems(modules) if p.severity == "error"}
+    assert found == {
+        ("kcp/evaluators/a.rego", "finding_names_evaluator"),
+        ("kcp/evaluators/b.rego", "finding_shape"),
+        ("kcp/evaluators/c.rego", "evaluator_metadata_missing"),
+    }
+    (message,) = [p.message for p in finding_problems(modules) if p.code == "finding_names_evaluator"]
+    assert "scenario_check" in message  # names what the METADATA declares
+
+
+def test_the_gate_reads_evaluators_only_through_the_union() -> None:
+    """decision.rego imports no evaluator: obligations and risk come through the generated union."""
+    decision = (POLICIES / "kcp" / "gate" / "decision.rego").read_text(encoding="utf-8")
+    assert "data.kcp.evaluators" not in decision
+    union = render_union(POLICIES)
+    assert "evaluator_obligations := " in union and "ev_trace.obligations" in union
+    assert "evaluator_risk_floor := ev_financial.risk_floor" in union

@@ -26,7 +26,7 @@ def test_the_service_signs_every_ledger_entry_with_its_writer_key(tmp_path: Path
     key = generate_ed25519("service-writer")
     bundle = compile_with_trust(tmp_path / "finance.tar.gz")
     ledger = tmp_path / "service.jsonl"
-    config = ServiceConfig(bundle, store=str(tmp_path / "s.db"), ledger=ledger)
+    config = ServiceConfig(bundle, store=str(tmp_path / "s.db"), ledger=str(ledger))
     service = open_service(config, HostParts(ledger_key=key))
     answer = service.evaluate(LOCAL_AGENT, ACTION, financial=True)
     assert answer["decision_id"]

@@ -204,3 +204,27 @@ def test_watch_runs_again_when_a_test_file_changes(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert proc.returncode == 130
+
+
+def test_the_time_limit_is_per_test_file_not_for_the_whole_run() -> None:
+    """A file over its limit is an ERROR naming it; the files before and after it still pass.
+
+    One child used to plan every file under one 300 s limit, so one slow file (or a loaded
+    machine) turned every test of every file into an ERROR."""
+    from kcp_opa.authoring import regochild
+    from kcp_opa.authoring.regotest import discover, run_regopy
+
+    policy = "package lib\n\nimport rego.v1\n\nanswer := 42\n"
+    fast = "package {0}_test\n\nimport rego.v1\n\ntest_{0} if data.lib.answer == 42\n"
+    stall = "package b_test\n\nimport rego.v1\n\ntest_b if count([x | some x in numbers.range(1, 200000000)]) > 0\n"
+    modules = {"lib.rego": policy, "a_test.rego": fast.format("a"), "b_test.rego": stall}
+    modules["c_test.rego"] = fast.format("c")
+    limit = regochild.CHILD_TIMEOUT_S
+    try:
+        regochild.CHILD_TIMEOUT_S = 20
+        results = run_regopy(modules, discover(modules))
+    finally:
+        regochild.CHILD_TIMEOUT_S = limit
+    outcomes = {name.rsplit(".", 1)[1]: result.outcome.value for name, result in results.items()}
+    assert outcomes == {"test_a": "PASS", "test_b": "ERROR", "test_c": "PASS"}, results
+    assert "b_test.rego in 20 s" in results["data.b_test.test_b"].detail

@@ -35,7 +35,7 @@ def test_a_config_file_names_the_settings_its_paths_from_its_own_directory(tmp_p
     path.write_text(json.dumps(settings))
     config = ServiceConfig.from_file(path)
     assert config.bundle == tmp_path / "bundles" / "finance.tar.gz"
-    assert config.trust == tmp_path / "trust.yaml" and config.ledger == Path("/var/log/kcp/ledger.jsonl")
+    assert config.trust == tmp_path / "trust.yaml" and config.ledger == "/var/log/kcp/ledger.jsonl"
     assert config.store == "postgresql://kcp@db/kcp"  # a location, not a path: left as it is
     assert config.issuer_ids == ("a", "b") and config.port == 9000 and config.poll_seconds == 5.0
     assert ServiceConfig.from_dict(config.to_dict()) == config

@@ -77,7 +77,7 @@ def test_rotation_reload_refuses_a_mismatch_and_never_drops_calls_in_flight(tmp_
     config = ServiceConfig(
         bundle,
         store=str(tmp_path / "s.db"),
-        ledger=tmp_path / "l.jsonl",
+        ledger=str(tmp_path / "l.jsonl"),
         trust=registry,
         **served_context(registry),
         issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),

@@ -140,7 +140,7 @@ def test_concurrent_answers_through_two_services_on_one_store_are_all_kept(tmp_p
             ServiceConfig(
                 bundle,
                 store=str(tmp_path / "service.db"),
-                ledger=tmp_path / f"{name}.jsonl",
+                ledger=str(tmp_path / f"{name}.jsonl"),
                 trust=registry,
                 **served_context(registry),
                 issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),

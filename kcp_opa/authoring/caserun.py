@@ -173,7 +173,7 @@ def run_cases(
         for engine in opa.values():
             engine.close()
         for name, ledger_gate in ledgers.items():
-            report = verify_ledger(ledger_gate.audit.ledger.path) if ledger_gate.audit is not None else None
+            report = verify_ledger(ledger_gate.audit.ledger.location) if ledger_gate.audit is not None else None
             if report is None or not report.ok:
                 for result in run.results:
                     if result.case.ledger and result.case.deployment == name:

@@ -91,6 +91,9 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
     if not broken:  # regopy's child dies on a parse error: that is no planning abort
         findings += _regopy_compile(modules)
     findings += _lint(modules, data or {})
+    from kcp_opa.authoring.findingcheck import finding_problems  # it builds CheckFinding: imported here
+
+    findings += finding_problems(modules)
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
 
 

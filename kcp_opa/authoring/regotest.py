@@ -2,11 +2,13 @@
 
 Discovery: every ``test_*`` rule in a ``*_test.rego`` file is a test, every ``todo_*`` rule is
 reported as skipped. regopy runs in child processes, because some policies abort rego-cpp
-(docs/engine-findings.md): all tests are planned in one child; if that child dies, each test
-file gets a child of its own that loads the policies and that file only (regopy plans every
-module it is given, so a neighbour's aborting file must not be loaded), then each test of a
-dying file; the test that aborts the engine is an ERROR naming the line of the construct, and
-every other test still runs. A test file
+(docs/engine-findings.md): one child takes the test files one after another, planning the
+policies and that file only (regopy plans every module it is given, so a neighbour's aborting
+file must not be loaded) and reporting each file as it finishes. Each file has its own time
+limit (CHILD_TIMEOUT_S), counted from the previous file's report: a loaded machine is slower,
+not red. A file whose child dies is run again test by test; the test that aborts the engine is
+an ERROR naming the line of the construct, and every other test still runs; a fresh child
+takes the files left. A test file
 whose first line is ``# kcp-opa: engines=opa`` runs on OPA only (regopy: SKIP, with the reason
 the file gives on the next lines).
 """
@@ -16,18 +18,18 @@ from __future__ import annotations
 import enum
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kcp_opa.authoring.regochild import CHILD_TIMEOUT_S as CHILD_TIMEOUT_S
+from kcp_opa.authoring.regochild import regopy_child as regopy_child
+from kcp_opa.authoring.regochild import regopy_files
 from kcp_opa.authoring.regosyntax import OPA_ONLY as OPA_ONLY
 from kcp_opa.authoring.regosyntax import syntax_problems
 
 _PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
 _RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)
-CHILD_TIMEOUT_S = 300
 ABORT_HINT = (
     "regopy aborted while planning this test. The known trigger is `x in coll` inside a rule "
     "evaluated under `with input as {...}` or `with input.<coll> as [...]` (docs/engine-findings.md "
@@ -124,61 +126,6 @@ def _skip_reason(source: str) -> str:
     return " ".join(lines) or "marked engines=opa"
 
 
-_CHILD = """
-import json, sys
-from regopy import Interpreter
-modules, entrypoints = json.load(sys.stdin)
-interp = Interpreter()
-interp.strict_built_in_errors = True
-interp.add_data_json("{}")
-for name, source in modules.items():
-    interp.add_module(name, source)
-bundle = interp.build(None, entrypoints)
-if not bundle.ok():
-    print(json.dumps({"__build_error__": str(bundle.node())[:2000]}))
-    sys.exit(0)
-out = {}
-for entrypoint in entrypoints:
-    try:
-        output = interp.query_bundle_entrypoint(bundle, entrypoint)
-    except Exception as exc:
-        out[entrypoint] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-        continue
-    if not output.ok():
-        out[entrypoint] = {"error": " ".join(str(output).split())[:500]}
-        continue
-    results = output.results
-    value = results[0].expressions[0] if results and results[0].expressions else None
-    out[entrypoint] = {"value": value}
-print(json.dumps(out))
-"""
-
-
-def regopy_child(
-    modules: Mapping[str, str], entrypoints: Sequence[str], timeout_s: float = CHILD_TIMEOUT_S
-) -> dict[str, Any] | None:
-    """Results by entrypoint; None if the child died (an engine abort); ``{"__timeout__": s}`` if
-    planning did not finish in time (docs/engine-findings.md item 12)."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _CHILD],
-            input=json.dumps([dict(modules), list(entrypoints)]),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"__timeout__": timeout_s}
-    if proc.returncode != 0:
-        return None
-    try:
-        parsed: dict[str, Any] = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        return None
-    return parsed
-
-
 def only_test(source: str, keep: str) -> str:
     """``source`` without the test/todo rules other than ``keep`` (rules start at column 0)."""
     lines = source.splitlines(keepends=True)
@@ -217,8 +164,30 @@ def run_regopy(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> dict[st
         elif test.opa_only:
             results[test.name] = EngineResult(Outcome.SKIP, _skip_reason(modules[test.file]))
     loadable = {name: source for name, source in modules.items() if not _opa_only(source)}
-    _run_group(loadable, runnable, results, split=True)
+    by_file: dict[str, list[RegoTest]] = {}
+    for test in runnable:
+        by_file.setdefault(test.file, []).append(test)
+    policy = {name: source for name, source in loadable.items() if not name.endswith("_test.rego")}
+    files = [(name, loadable[name], [t.entrypoint for t in group]) for name, group in sorted(by_file.items())]
+    for name, out in regopy_files(policy, files).items():
+        group = by_file[name]
+        if out is not None and "__timeout__" in out:
+            _timed_out(group, out["__timeout__"], results)
+        elif out is not None and "__build_error__" not in out:
+            for test in group:
+                results[test.name] = _judge(out.get(test.entrypoint))
+        else:  # the engine died or could not plan the file: test by test, so one test takes only itself down
+            _run_group(_with_one_test_file(loadable, name), group, results, split=False)
     return results
+
+
+def _timed_out(tests: Sequence[RegoTest], seconds: float, results: dict[str, EngineResult]) -> None:
+    for test in tests:
+        results[test.name] = EngineResult(
+            Outcome.ERROR,
+            f"regopy did not finish planning and running {test.file} in {seconds:g} s (engine-findings item 12); "
+            "mark the file `# kcp-opa: engines=opa` with the reason, or test the rule over a compiled bundle",
+        )
 
 
 def _run_group(
@@ -228,12 +197,7 @@ def _run_group(
         return
     out = regopy_child(modules, [t.entrypoint for t in tests])
     if out is not None and "__timeout__" in out:
-        for test in tests:
-            results[test.name] = EngineResult(
-                Outcome.ERROR,
-                f"regopy did not finish planning in {out['__timeout__']:g} s (engine-findings item 12); "
-                "mark the file `# kcp-opa: engines=opa` with the reason, or test the rule over a compiled bundle",
-            )
+        _timed_out(tests, out["__timeout__"], results)
         return
     if out is not None and "__build_error__" not in out:
         for test in tests:

@@ -24,6 +24,7 @@ from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
 from kcp_opa.cli.executions import executions
 from kcp_opa.cli.generate import generate
+from kcp_opa.cli.ledgerarg import audit_dump
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
@@ -85,6 +86,7 @@ for _command in COMMANDS:
     cli.add_command(_command)
 audit.add_command(audit_case)
 audit.add_command(audit_report)
+audit.add_command(audit_dump)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -19,6 +19,7 @@ from kcp_opa.audit.rows import row
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signer_from, signing_key_option
+from kcp_opa.cli.ledgerarg import LEDGER, ledger_line, shown_ledger
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
@@ -77,7 +78,7 @@ def _expect_head(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 @audit.command(name="verify")
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.option(
     "--checkpoint",
     "checkpoints",
@@ -136,7 +137,7 @@ def audit_verify(
         ledger, anchors=anchors, ledger_id=ledger_id, keyring=keyring, writer=writer, allow_unbound=allow_unbound
     )
     document = {
-        "ledger": str(ledger),
+        "ledger": shown_ledger(ledger),
         "ok": report.ok,
         "entries": report.entries,
         "head": report.head,
@@ -154,14 +155,15 @@ def audit_verify(
         out = console()
         if report.ok:
             anchored = f", {len(report.anchors)} anchor(s) hold" if report.anchors else ""
-            out.print(f"[green]ok[/] {ledger}: {report.entries} entries, chain intact{anchored}, head {report.head}")
+            where = shown_ledger(ledger)
+            out.print(f"[green]ok[/] {where}: {report.entries} entries, chain intact{anchored}, head {report.head}")
             if report.writer is not None and not report.authenticated:
                 out.print(f"[yellow]note[/] entries are signed by writer {report.writer}: give --keyring to check them")
             if report.writer is None:
                 out.print("[yellow]warning[/] unbound: the header names no writer key; no entry is authenticated")
         for problem in report.problems:
             verified = f"{report.entries} entries verified before it"
-            out.print(f"[red]broken[/] {ledger}:{problem.line}: {problem.message} ({verified})")
+            out.print(f"[red]broken[/] {ledger_line(ledger, problem.line)}: {problem.message} ({verified})")
     if not report.ok:
         sys.exit(EXIT_INVALID)
 
@@ -188,7 +190,7 @@ def _anchors(checkpoints: Sequence[Path], keyring: Keyring | None) -> tuple[list
 
 
 @audit.command(name="checkpoint")
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.option(
     "--keyring",
     "keyring_path",
@@ -219,7 +221,7 @@ def audit_checkpoint(
     report = verify_ledger(ledger, keyring=keyring, writer=writer, allow_unbound=allow_unbound)
     if not report.ok:
         problem = report.problems[0]
-        fail(f"{ledger}:{problem.line}: {problem.message}; not signing it", EXIT_INVALID)
+        fail(f"{ledger_line(ledger, problem.line)}: {problem.message}; not signing it", EXIT_INVALID)
     checkpoint = make_checkpoint(report.ledger_id, report.head_seq, report.head_hash, key)
     text = json.dumps(checkpoint, indent=2, sort_keys=True) + "\n"
     if output is not None:
@@ -229,7 +231,7 @@ def audit_checkpoint(
 
 
 @audit.command(name="export")
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.option("--decision-id", required=True, help="The decision to export.")
 @click.option(
     "--seq", type=click.IntRange(min=1), help="Which of its entries, when the decision has several (see audit query)."
@@ -271,7 +273,7 @@ def audit_export(
 
 
 @audit.command(name="replay")
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.option(
     "--bundles",
     "bundles_dir",
@@ -316,7 +318,7 @@ def audit_replay(
 
 
 @audit.command(name="query")
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.option("--unit", help="project/unit or unit id.")
 @click.option("--agent", help="agent_id.")
 @click.option("--model", help="runtime model id.")
@@ -342,7 +344,7 @@ def audit_query(ledger: Path, fmt: str | None, **filters: str | None) -> None:
         return
     width = int(os.environ.get("COLUMNS", "0") or 0) or 100
     out = Console(highlight=False) if sys.stdout.isatty() else Console(width=width, highlight=False)
-    out.print(f"{len(entries)} entries in {ledger}", markup=False)
+    out.print(f"{len(entries)} entries in {shown_ledger(ledger)}", markup=False)
     for entry in entries:
         cells = row(entry)
         head = f"{cells['seq']:>5}  {cells['time']}  {cells['type']:<9} {cells['decision_id']}"
@@ -355,7 +357,7 @@ def audit_query(ledger: Path, fmt: str | None, **filters: str | None) -> None:
 
 
 @audit.command(name="shadow-report")
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True)
 def audit_shadow_report(ledger: Path, fmt: str) -> None:
     """Summarise what a shadowed candidate bundle would have changed: how many decisions, from what

@@ -18,6 +18,7 @@ from kcp_opa.audit.report import render_html
 from kcp_opa.audit.summary import entries_by_decision, summarize
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
+from kcp_opa.cli.ledgerarg import LEDGER
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.signing import load_keyring
@@ -43,7 +44,7 @@ def audit_case() -> None:
 
 
 @audit_case.command(name="gather", hidden=True)
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.argument("decision_id")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path, file_okay=False), help="New directory.")
 @click.option("--bundles", "bundles_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("bundles"))
@@ -155,7 +156,7 @@ def audit_case_verify(
 
 
 @click.command(name="report")
-@click.argument("ledger", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ledger", type=LEDGER)
 @click.option(
     "--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here."
 )

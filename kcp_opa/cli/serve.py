@@ -39,10 +39,10 @@ from kcp_opa.core.errors import KcpOpaError
 )
 @click.option(
     "--ledger",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("audit/service.jsonl"),
+    default="audit/service.jsonl",
     show_default=True,
-    help="The hash-chained audit ledger every decision and refusal is written to.",
+    help="The hash-chained audit ledger every decision and refusal is written to: a JSONL file, or"
+    " postgresql://user@host/db (one chain shared by replicas; password in PGPASSWORD or a PGPASSFILE).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP listen address.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="HTTP port.")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcp_opa.compile.bundle import LoadedBundle
-from kcp_opa.decide.engine import RegopyEngine
+from kcp_opa.decide.engine import Evaluator
 from kcp_opa.trail.entries import AuditTrail
 
 
@@ -19,7 +19,7 @@ class ActiveBundle:
     """One loaded bundle with its engines and audit trail: what a decision runs on, whole."""
 
     bundle: LoadedBundle
-    engine: RegopyEngine
+    engine: Evaluator
     reference: Any
     policy_version: str
     audit: AuditTrail | None

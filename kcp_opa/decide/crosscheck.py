@@ -16,7 +16,7 @@ import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import EngineLoadError, QueryError
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, RegopyEngine, forbidden_builtin_calls
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, Evaluator, forbidden_builtin_calls
 
 CROSS_CHECK_ENGINES = ("opa",)
 
@@ -25,7 +25,7 @@ _log = structlog.get_logger("kcp_opa.gate")
 
 
 def cross_checked(
-    engine: RegopyEngine, reference: OpaReference | None, document: Mapping[str, Any], decision_id: str
+    engine: Evaluator, reference: OpaReference | None, document: Mapping[str, Any], decision_id: str
 ) -> tuple[EngineResult, dict[str, Any] | None]:
     """regopy's result, or a divergence error with both engines' answers (with a reference only)."""
     result = engine.evaluate(document)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -87,6 +87,18 @@ class EngineResult:
     error: str | None = None
 
 
+class Evaluator(Protocol):
+    """What a gate evaluates with: in this process (:class:`RegopyEngine`) or in a pool of
+    worker processes (kcp_opa.decide.pool.ProcessEngine); ``evaluate`` never raises."""
+
+    bundle: LoadedBundle
+    entrypoint: str
+
+    def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult: ...
+
+    def close(self) -> None: ...
+
+
 class RegopyEngine:
     """One bundle's entrypoint, built once, evaluated from any thread."""
 
@@ -100,7 +112,7 @@ class RegopyEngine:
     ) -> None:
         self.bundle = bundle
         self.entrypoint = entrypoint
-        self._check_manifest()
+        check_manifest(bundle, entrypoint)
         self._local = threading.local()
         cached = self._cache_path(plan_cache)
         copy = None if cached is None else plancache.verified_copy(cached, bundle.sha256, entrypoint)
@@ -112,7 +124,7 @@ class RegopyEngine:
                 copy.unlink(missing_ok=True)
             return
         if preflight:
-            self._preflight()
+            preflight_in_child(bundle)
         self._built = self._build()
         if cached is not None:
             self._save_plan(cached)
@@ -151,37 +163,6 @@ class RegopyEngine:
             plancache.bind(path, self.bundle.sha256, self.entrypoint)
         except Exception as exc:  # a cache that cannot be written only costs the next start time
             _log.warning("plan_cache_not_written", path=str(path), error=_one_line(exc))
-
-    def _check_manifest(self) -> None:
-        source = self.bundle.source
-        metadata = self.bundle.manifest.get("metadata", {}).get("kcp_opa")
-        if not isinstance(metadata, Mapping):
-            raise EngineLoadError(f"{source}: .manifest has no kcp_opa metadata; compile it with `kcp-opa compile`")
-        if self.entrypoint not in metadata.get("entrypoints", []):
-            raise EngineLoadError(
-                f"{source}: {self.entrypoint} is not an entrypoint of this bundle "
-                f"(it declares {', '.join(metadata.get('entrypoints', [])) or 'none'})"
-            )
-        if not self.bundle.revision:
-            raise EngineLoadError(f"{source}: .manifest has no revision; decisions could not name what decided")
-        shadowed = shadowed_packages(self.bundle.modules, self.bundle.data)
-        if shadowed:
-            raise EngineLoadError(
-                f"{source}: data at data.{shadowed[0]} would shadow the policy there "
-                "(regopy silently prefers data; docs/engine-findings.md hazard 7); keep data and policy roots apart"
-            )
-        calls = forbidden_builtin_calls(self.bundle.modules)
-        if calls:
-            raise EngineLoadError(f"{source}: policy calls a builtin that breaks replay or leaks secrets: {calls[0]}")
-
-    def _preflight(self) -> None:
-        from kcp_opa.compile.enginecheck import check_bundle_in_child
-        from kcp_opa.core.errors import CompileError
-
-        try:
-            check_bundle_in_child(Path(self.bundle.source), evaluate=False)
-        except CompileError as exc:
-            raise EngineLoadError(str(exc)) from None
 
     def _new_interpreter(self) -> Any:
         from regopy import Interpreter
@@ -222,6 +203,44 @@ class RegopyEngine:
         except Exception as exc:
             return EngineResult(None, f"evaluation raised {type(exc).__name__}: {_one_line(exc)}")
         return query_entrypoint(interpreter, self._built, self.entrypoint, input_doc)
+
+    def close(self) -> None:
+        """Nothing to release: the interpreters go with the engine."""
+
+
+def check_manifest(bundle: LoadedBundle, entrypoint: str) -> None:
+    """Refuse a bundle the gate must not decide with (raises :class:`EngineLoadError`)."""
+    source = bundle.source
+    metadata = bundle.manifest.get("metadata", {}).get("kcp_opa")
+    if not isinstance(metadata, Mapping):
+        raise EngineLoadError(f"{source}: .manifest has no kcp_opa metadata; compile it with `kcp-opa compile`")
+    if entrypoint not in metadata.get("entrypoints", []):
+        raise EngineLoadError(
+            f"{source}: {entrypoint} is not an entrypoint of this bundle "
+            f"(it declares {', '.join(metadata.get('entrypoints', [])) or 'none'})"
+        )
+    if not bundle.revision:
+        raise EngineLoadError(f"{source}: .manifest has no revision; decisions could not name what decided")
+    shadowed = shadowed_packages(bundle.modules, bundle.data)
+    if shadowed:
+        raise EngineLoadError(
+            f"{source}: data at data.{shadowed[0]} would shadow the policy there "
+            "(regopy silently prefers data; docs/engine-findings.md hazard 7); keep data and policy roots apart"
+        )
+    calls = forbidden_builtin_calls(bundle.modules)
+    if calls:
+        raise EngineLoadError(f"{source}: policy calls a builtin that breaks replay or leaks secrets: {calls[0]}")
+
+
+def preflight_in_child(bundle: LoadedBundle) -> None:
+    """Plan the bundle in a child process first: a plan that aborts rego-cpp fails here."""
+    from kcp_opa.compile.enginecheck import check_bundle_in_child
+    from kcp_opa.core.errors import CompileError
+
+    try:
+        check_bundle_in_child(Path(bundle.source), evaluate=False)
+    except CompileError as exc:
+        raise EngineLoadError(str(exc)) from None
 
 
 def query_entrypoint(interpreter: Any, built: Any, entrypoint: str, input_doc: Mapping[str, Any]) -> EngineResult:

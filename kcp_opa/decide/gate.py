@@ -29,9 +29,10 @@ from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaErro
 from kcp_opa.decide.active import ActiveBundle, utc_now
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.crosscheck import cross_checked
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, Evaluator
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
 from kcp_opa.decide.modes import ModeSwitch
+from kcp_opa.decide.pool import open_engine, retire_later
 from kcp_opa.decide.shadow import ShadowCandidate
 from kcp_opa.models.decision import (
     AUDIT_UNAVAILABLE_VERDICT,
@@ -41,8 +42,8 @@ from kcp_opa.models.decision import (
     MalformedDecisionError,
     PolicyVerdict,
 )
+from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.entries import AuditTrail
-from kcp_opa.trail.ledger import AuditLedger
 
 _log = structlog.get_logger("kcp_opa.gate")
 __all__ = ["ActiveBundle", "DecisionInput", "Gate", "build_input", "created_epoch_seconds", "decision_time"]
@@ -67,16 +68,16 @@ class Gate:
         bundle: LoadedBundle,
         *,
         preflight: bool = True,
-        ledger: AuditLedger | None = None,
+        ledger: LedgerStore | None = None,
         plan_cache: Path | None = None,
         cross_check: str | None = None,
         verification: Verification | None = None,
         context: ContextSources | None = None,
+        isolation: str = "inline",
     ) -> None:
         #: Where the gate's facts come from (kcp_opa.context); None: every gate fact is missing.
-        self.context = context
-        self.plan_cache = plan_cache
-        self.cross_check = cross_check
+        self.context, self.isolation = context, isolation
+        self.plan_cache, self.cross_check = plan_cache, cross_check
         self.verification = verification
         self.ledger = ledger
         self._swap_lock = threading.Lock()
@@ -90,7 +91,7 @@ class Gate:
         self._seal_key = secrets.token_bytes(32)
 
     def _load(self, bundle: LoadedBundle, preflight: bool) -> ActiveBundle:
-        engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=preflight, plan_cache=self.plan_cache)
+        engine = open_engine(bundle, preflight=preflight, plan_cache=self.plan_cache, isolation=self.isolation)
         reference: Any = None
         if self.cross_check is not None:
             from kcp_opa.decide.crosscheck import CROSS_CHECK_ENGINES, OpaReference
@@ -110,12 +111,13 @@ class Gate:
         path: str | Path,
         *,
         preflight: bool = True,
-        ledger: AuditLedger | None = None,
+        ledger: LedgerStore | None = None,
         plan_cache: str | Path | None = None,
         cross_check: str | None = None,
         verification_keys: Sequence[VerificationKey | str] | Verification | None = None,
         verification_scope: str = "",
         context: ContextSources | None = None,
+        isolation: str = "inline",
     ) -> Gate:
         """Load a bundle written by ``kcp-opa compile``.
 
@@ -131,6 +133,8 @@ class Gate:
         The same keys verify every bundle ``activate`` loads later.
         ``context`` holds the sources of the gate and attested facts (docs/contract.md, "Facts");
         the host builds them from its own configuration, never from model output.
+        ``isolation="process"`` evaluates in worker processes (kcp_opa.decide.pool): an input that
+        crashes rego-cpp costs its decision (a DENY ``engine_error``), not this process.
         """
         cache = Path(plan_cache) if plan_cache is not None else None
         verification = as_verification(verification_keys, verification_scope)
@@ -143,6 +147,7 @@ class Gate:
             cross_check=cross_check,
             verification=verification,
             context=context,
+            isolation=isolation,
         )
 
     # -- the active bundle, and swapping it ------------------------------------------------------
@@ -152,7 +157,7 @@ class Gate:
         return self._active.bundle
 
     @property
-    def engine(self) -> RegopyEngine:
+    def engine(self) -> Evaluator:
         return self._active.engine
 
     @property
@@ -189,7 +194,7 @@ class Gate:
             previous = self._active
             self._recent[loaded.sha256] = candidate
             while len(self._recent) > 4:  # inputs prepared on older bundles are refused, not misdecided
-                self._recent.pop(next(iter(self._recent)))
+                retire_later(self._recent.pop(next(iter(self._recent))).engine)
             self._active = candidate  # one reference assignment: a decision sees old or new, whole
             self.last_error = self.last_error_at = None
         _log.info("bundle_activated", revision=loaded.revision, sha256=loaded.sha256, previous=previous.bundle.revision)

@@ -25,7 +25,7 @@ from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.execute.executor import Handler
 
 DEFAULT_STORE = "audit/service.db"
-DEFAULT_LEDGER = Path("audit/service.jsonl")
+DEFAULT_LEDGER = "audit/service.jsonl"
 DEFAULT_TOKEN_ENV = "KCP_OPA_SERVE_TOKEN"  # noqa: S105 (the variable's name, not a token)
 
 
@@ -41,7 +41,8 @@ class ServiceConfig:
 
     bundle: Path
     store: str = DEFAULT_STORE
-    ledger: Path = DEFAULT_LEDGER
+    #: The store and the ledger: a file, or a postgresql:// location (its password never in it).
+    ledger: str = DEFAULT_LEDGER
     transport: str = "stdio"
     host: str = "127.0.0.1"
     port: int = 8181
@@ -105,6 +106,10 @@ class ServiceConfig:
             kind = str(known[name].type)
             if value is None:
                 values[name] = None
+            elif name in {"store", "ledger"}:  # a file (taken from ``base`` when relative) or a database URL
+                location = _typed(name, value, str)
+                relative = "://" not in location and not Path(location).is_absolute()
+                values[name] = str(base / location) if base is not None and relative else location
             elif "Path" in kind:
                 path = Path(_typed(name, value, str))
                 values[name] = base / path if base is not None and not path.is_absolute() else path

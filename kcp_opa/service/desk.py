@@ -373,7 +373,8 @@ class GateService:
     def status(self, principal: Principal | None = None, *, admin: bool = True) -> dict[str, Any]:
         """Health; file paths only to an admin (``admin``: an in-process caller, no principal)."""
         shown = admin if principal is None else Scope.ADMIN in principal.scopes
-        files = health(self.location, self.challenges.healthy(), self.ledger_path, shown=shown)
+        database = self.gate.audit.ledger if self.ledger_path is None and self.gate.audit is not None else None
+        files = health(self.location, self.challenges.healthy(), self.ledger_path or database, shown=shown)
         return {
             **files,
             **self.gate.status(),  # bundle_revision, policy_version, bundle {revision, sha256, signer, ...}

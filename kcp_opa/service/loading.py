@@ -36,8 +36,8 @@ from kcp_opa.service.issuing import ServiceIssuers, bundle_approver_roles, regis
 from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
-from kcp_opa.stores.protocols import CounterStore
-from kcp_opa.trail.ledger import AuditLedger
+from kcp_opa.stores.protocols import CounterStore, LedgerStore
+from kcp_opa.trail.locations import is_database, open_ledger
 
 _log = structlog.get_logger("kcp_opa.service")
 __all__ = [
@@ -96,10 +96,17 @@ class LoadedGate:
 
 
 def load_gate(
-    config: ServiceConfig, host: HostParts, *, ledger: AuditLedger | None, bundle: Path | None = None
+    config: ServiceConfig,
+    host: HostParts,
+    *,
+    ledger: LedgerStore | None,
+    bundle: Path | None = None,
+    isolation: str = "process",
 ) -> LoadedGate:
     """Read the registry, the issuer keyring, the context sources and the bundle (``bundle``: a
-    follower's new version instead of the config's), all before anything is swapped."""
+    follower's new version instead of the config's), all before anything is swapped. The gate
+    evaluates in worker processes (``isolation``, kcp_opa.decide.pool): an input that crashes
+    rego-cpp costs one decision."""
     registry = load_trust(config.trust) if config.trust is not None else None
     issuers, keys = None, None
     if registry is not None:
@@ -116,6 +123,7 @@ def load_gate(
         plan_cache=config.plan_cache,
         verification_keys=config.verification(),
         context=context,
+        isolation=isolation,
     )
     return LoadedGate(gate, registry, issuers)
 
@@ -140,7 +148,7 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     keyring = host.keyring or receipt_keyring(config)
     ledger_key = host.ledger_key or (load_signing_key(config.ledger_key) if config.ledger_key else None)
     metrics = Metrics()
-    timed = TimedLedger(config.ledger, metrics, durability="group", checkpoint_key=ledger_key)
+    timed = TimedLedger(open_ledger(config.ledger, durability="group", checkpoint_key=ledger_key), metrics)
     loaded = load_gate(config, host, ledger=timed)
     gate = loaded.gate
     stores = open_stores(config.store)
@@ -159,7 +167,7 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
         keyring=keyring,
         handlers=handlers,
         metrics=metrics,
-        ledger_path=Path(config.ledger),
+        ledger_path=None if is_database(config.ledger) else Path(config.ledger),
         registry=loaded.registry,
         issuers=loaded.issuers,
     )

@@ -18,9 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kcp_opa.core.signing import Key
 from kcp_opa.decide.action import trace_id_of
-from kcp_opa.trail.ledger import AuditLedger
+from kcp_opa.stores.protocols import LedgerStore
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -50,21 +49,30 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class TimedLedger(AuditLedger):
-    """The audit ledger, with each durable append timed into the service's metrics."""
+class TimedLedger:
+    """The audit ledger (a file or a database), with each durable append timed into the service's metrics."""
 
-    def __init__(
-        self, path: Any, metrics: Metrics, *, durability: str = "fsync", checkpoint_key: Key | None = None
-    ) -> None:
-        super().__init__(path, durability=durability, checkpoint_key=checkpoint_key)
+    def __init__(self, ledger: LedgerStore, metrics: Metrics) -> None:
+        self.ledger = ledger
         self.metrics = metrics
+        self.checkpoint_key = ledger.checkpoint_key
+
+    @property
+    def location(self) -> str:
+        return self.ledger.location
 
     def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            return super().append(entry)
+            return self.ledger.append(entry)
         finally:
             self.metrics.ledger_write_seconds.observe(time.perf_counter() - started)
+
+    def close(self) -> dict[str, Any] | None:
+        return self.ledger.close()
+
+    def healthy(self) -> bool:
+        return self.ledger.healthy()
 
 
 _tracer: Any = None
@@ -128,13 +136,19 @@ def writable(path: Path) -> bool:
     return os.access(path.parent if path.parent.exists() else Path.cwd(), os.W_OK)
 
 
-def health(store: str | Path, store_ok: bool, ledger: Path | None, *, shown: bool) -> dict[str, Any]:
-    """The store and ledger part of /v1/status: their paths only when ``shown`` (an admin)."""
-    ledger_ok = ledger is not None and writable(ledger)
+def health(store: str | Path, store_ok: bool, ledger: Path | LedgerStore | None, *, shown: bool) -> dict[str, Any]:
+    """The store and ledger part of /v1/status: their paths only when ``shown`` (an admin).
+
+    ``ledger`` is the ledger file, or the ledger itself when it is a database (asked whether it answers).
+    """
+    if isinstance(ledger, Path) or ledger is None:
+        ledger_ok, where = ledger is not None and writable(ledger), str(ledger) if ledger else None
+    else:
+        ledger_ok, where = ledger.healthy(), ledger.location
     files: dict[str, Any] = {"ok": ledger_ok and store_ok, "store": {"ok": store_ok}, "ledger": {"ok": ledger_ok}}
     if shown:
         files["store"]["path"] = str(store)
-        files["ledger"]["path"] = str(ledger) if ledger else None
+        files["ledger"]["path"] = where
     return files
 
 

@@ -19,6 +19,7 @@ import structlog
 
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.decide.counting import StoreCounters
+from kcp_opa.decide.pool import retire_later
 from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Principal, Scope
@@ -94,7 +95,7 @@ class Reloader:
             before = self.service.gate
             try:
                 ledger = before.audit.ledger if before.audit is not None else None
-                loaded = load_gate(self.config, self.host, ledger=ledger, bundle=bundle)
+                loaded = load_gate(self.config, self.host, ledger=ledger, bundle=bundle, isolation=before.isolation)
                 gate = loaded.gate
                 gate.shadow, gate.modes = before.shadow, before.modes  # both stay across reloads
                 counting = before.context.counters if before.context is not None else None
@@ -112,6 +113,7 @@ class Reloader:
                 _log.error("reload_refused", error=str(exc))
                 raise failure from None
             self.service.swap(swapped)
+            retire_later(before.engine)  # its workers stop once decisions in flight are done
             if self.authenticator is not None and authenticator is not None:
                 self.authenticator.current = authenticator
         status = self.service.status()

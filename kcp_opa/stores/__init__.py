@@ -14,6 +14,7 @@ from kcp_opa.stores.protocols import (
     ExecutionStore,
     ExecutorStore,
     HandoffStore,
+    LedgerStore,
     NonceStore,
 )
 from kcp_opa.stores.records import (
@@ -38,6 +39,7 @@ __all__ = [
     "ExecutionStore",
     "ExecutorStore",
     "HandoffStore",
+    "LedgerStore",
     "NonceStore",
     "StoredDecision",
     "Transfer",

@@ -217,3 +217,34 @@ class CounterStore(Protocol):
     def transfer_state(self, receipt_id: str) -> str | None:
         """reserved, committed, released, or None."""
         ...
+
+
+class LedgerStore(Protocol):
+    """The hash-chained audit ledger: one chain, extended by every writer on it and never forked.
+
+    Implemented by a JSON Lines file (``kcp_opa.trail.ledger.AuditLedger``, one machine) and a
+    PostgreSQL database (``kcp_opa.trail.pgledger.PostgresLedger``, replicas on many): the same
+    entries, byte for byte, so every ``audit`` command reads either.
+    """
+
+    checkpoint_key: Any
+
+    @property
+    def location(self) -> str:
+        """Where the ledger is, as status and errors may show it (never a credential)."""
+        ...
+
+    def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """Chain and durably write one entry (seq, previous_hash, entry_hash added); returns it.
+
+        Raises LedgerError when it is not durably written: the caller fails closed (never an allow).
+        """
+        ...
+
+    def close(self) -> dict[str, Any] | None:
+        """With a writer key, a signed checkpoint of the head (written beside the chain); returns it."""
+        ...
+
+    def healthy(self) -> bool:
+        """Whether an append could be written now (for the service's readiness check)."""
+        ...

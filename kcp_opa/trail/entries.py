@@ -23,7 +23,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
 from kcp_opa.models.decision import Decision
-from kcp_opa.trail.ledger import AuditLedger
+from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact
 
 DECISION_PATH = "kcp/gate/decision"
@@ -44,7 +44,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 class _LedgerLogger:
     """structlog's final logger: every method appends the event dict to the ledger."""
 
-    def __init__(self, ledger: AuditLedger) -> None:
+    def __init__(self, ledger: LedgerStore) -> None:
         self.ledger = ledger
 
     def msg(self, **event: Any) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str
 class AuditTrail:
     """Builds and emits the audit entries for one bundle's gate."""
 
-    def __init__(self, ledger: AuditLedger, bundle: LoadedBundle) -> None:
+    def __init__(self, ledger: LedgerStore, bundle: LoadedBundle) -> None:
         self.ledger = ledger
         self.bundle = bundle
         self.policy_version = str(bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("policy_version", ""))

@@ -46,6 +46,7 @@ from kcp_opa.core.errors import KeyringError, LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
 from kcp_opa.trail.checkpoint import append_checkpoint, load_checkpoints, make_checkpoint, verify_checkpoint
+from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import (
     AUTH_KEY,
     ENTRY_SIGNATURE,
@@ -104,6 +105,17 @@ class AuditLedger:
         self._lock = threading.Lock()
         self._group = GroupCommit(self._write_batch, max_batch=512)
 
+    @property
+    def location(self) -> str:
+        """The ledger file (the ``LedgerStore`` protocol's location)."""
+        return str(self.path)
+
+    def healthy(self) -> bool:
+        """Whether the file (or the directory it will be made in) is writable."""
+        if self.path.exists():
+            return os.access(self.path, os.W_OK)
+        return os.access(self.path.parent if self.path.parent.exists() else Path.cwd(), os.W_OK)
+
     def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
         """Chain and durably write one entry; returns it with seq, previous_hash and entry_hash.
 
@@ -153,12 +165,13 @@ class AuditLedger:
             self._admit(head, last, seq, created=bool(header))
             lines = [header] if header else []
             written = []
+            sign = self._sign if self.checkpoint_key is not None else None
             for entry in entries:
                 seq += 1
-                chained = self._sign({**entry, "seq": seq, "previous_hash": previous})
-                chained["entry_hash"] = previous = entry_hash(chained)
-                lines.append(canonical_json(chained) + b"\n")
-                written.append(chained)
+                chained = LedgerEntry.chained(entry, seq, previous, sign)
+                previous, document = chained.entry_hash, chained.to_dict()
+                lines.append(canonical_json(document) + b"\n")
+                written.append(document)
             view = memoryview(b"".join(lines))
             while view:
                 count = os.write(fd, view)
@@ -286,7 +299,7 @@ def _rollback(fd: int, start: int) -> None:
         _log.error("ledger_rollback_failed", error=str(exc))
 
 
-def _header_line(key: Key | None = None) -> bytes:
+def header_line(key: Key | None = None) -> bytes:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     header: dict[str, Any] = {HEADER_KEY: 1, "ledger_id": uuid.uuid4().hex, "created_at": stamp}
     if key is not None:
@@ -321,7 +334,7 @@ def _prepare(fd: int, path: Path, key: Key | None = None) -> tuple[int, str | No
     """
     size = os.fstat(fd).st_size
     if size == 0:
-        header = _header_line(key)
+        header = header_line(key)
         parsed = json.loads(header)
         return 0, str(parsed["ledger_id"]), canonical_hash(parsed), 0, header, parsed, None
     first = os.pread(fd, _TAIL_CHUNK, 0)
@@ -329,7 +342,7 @@ def _prepare(fd: int, path: Path, key: Key | None = None) -> tuple[int, str | No
     head: Any = _parse(first[:end]) if end >= 0 else None
     headed = is_header(head)
     legacy = isinstance(head, dict) and head.get("seq") == 1 and head.get("previous_hash") == GENESIS
-    if end < 0 and size < 160 and _header_line().startswith(first[:15]) and first.startswith(b'{"created_at":"'):
+    if end < 0 and size < 160 and header_line().startswith(first[:15]) and first.startswith(b'{"created_at":"'):
         os.ftruncate(fd, 0)  # only a torn header: the first batch never completed
         os.fsync(fd)
         return _prepare(fd, path, key)

@@ -38,7 +38,7 @@ def _admin(name: str) -> Principal:
 
 def test_one_credential_cannot_switch_enforcement_off(tmp_path: Path, bundle: Path) -> None:
     ledger = tmp_path / "l.jsonl"
-    config = ServiceConfig(bundle, store=str(tmp_path / "s.db"), ledger=ledger)
+    config = ServiceConfig(bundle, store=str(tmp_path / "s.db"), ledger=str(ledger))
     service = open_service(config)
     reloader = Reloader(service, config)
     service.gate.modes.second_approval = True

@@ -6,7 +6,10 @@ requested actions, fields read, tenants, purposes, amounts around each threshold
 chains of 0..6 hops, runtime facts, attribute flags, satisfied controls, and free-text fields
 set to the hostile alphabet (tests/fuzz/hostile.py). Each action is checked by the gate's
 contract; a refused one counts as refused. Every accepted one is prepared once
-(``build_input``) and the FULL decision document of each engine is compared as canonical JSON.
+(``build_input``) with the context its case file declares (``context: {from_action: true}``:
+the host vouches for what the MUTATED action states, through the real sources, so the
+mutations reach real decisions instead of an ESCALATE ``context_missing``), and the FULL
+decision document of each engine is compared as canonical JSON.
 
 Self-contained on purpose (OPA through ``opa_bindings`` directly, regopy through
 ``RegopyEngine``): pointed at an older checkout (``KCP_FUZZ_REPO``, on ``PYTHONPATH``), it
@@ -15,6 +18,7 @@ measures that code's divergences with the same seeds.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import json
@@ -68,6 +72,8 @@ class Deployment:
     name: str
     bundle: Path
     cases: list[tuple[str, dict[str, Any], str]]
+    #: Per case id, the context its file declares (None: no source; kcp_opa.authoring.casecontext).
+    contexts: dict[str, Any]
     projects: list[str]
     units: list[str]
     fields: list[str]
@@ -127,6 +133,7 @@ def make_deployment(name: str, bundle: Path, cases: list[Any], manifest: dict[st
         name=name,
         bundle=bundle,
         cases=actions,
+        contexts={c.case_id: getattr(c, "context", None) for c in cases},
         projects=[str(manifest["project"])],
         units=[str(u["id"]) for u in units],
         fields=sorted({str(f) for u in units for f in (u.get("compliance") or {}).get("declared_fields", [])}),
@@ -310,11 +317,28 @@ class Tally:
         }
 
 
+def prepare(action: dict[str, Any], now: str, controls: list[str], declared: Any) -> Any:
+    """The input both engines decide: the action, its controls and the context ``declared``."""
+    sources = principal = None
+    if declared:
+        try:
+            from kcp_opa.authoring.casecontext import case_sources
+        except ImportError:  # an older checkout (KCP_FUZZ_REPO) before the context stage
+            case_sources = None
+        if case_sources is not None:
+            with contextlib.suppress(TypeError, ValueError, AttributeError):  # build_input names why
+                sources, principal = case_sources(action, declared, now)
+    if sources is None:
+        return build_input(action, now=now, satisfied_controls=controls, decision_id="dec_fuzz")
+    return build_input(action, now=now, satisfied_controls=controls, decision_id="dec_fuzz", context=sources,
+                       principal=principal)  # fmt: skip
+
+
 def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: str, controls: list[str],
             tally: Tally) -> str | None:  # fmt: skip
     """Decide one action on both engines; the divergence's description, or None."""
     try:
-        prepared = build_input(action, now=now, satisfied_controls=controls, decision_id="dec_fuzz")
+        prepared = prepare(action, now, controls, deployment.contexts.get(case_id))
     except ActionRejectedError as refused:
         tally.refused += 1
         tally.refusals[refused.path.split("/")[1] if "/" in refused.path else "(root)"] += 1
@@ -342,6 +366,7 @@ def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: s
         return None
     tally.divergences.append({
         "deployment": deployment.name, "case": case_id, "now": now, "controls": controls, "action": action,
+        "context": deployment.contexts.get(case_id),
         "regopy": regopy.value if regopy.error is None else {"engine_error": regopy.error},
         "opa": opa if opa_error is None else {"engine_error": opa_error},
     })  # fmt: skip

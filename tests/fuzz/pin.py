@@ -54,6 +54,7 @@ def main(report: Path) -> int:
             "description": f"differential fuzzer (issue 13): diverged before the fix, from case {item['case']}",
             "now": item["now"],
             "action": item["action"],
+            **({"context": item["context"]} if item.get("context") else {}),
             "expect": {"decision": document["decision"], "reason_codes": document["reason_codes"]},
         })  # fmt: skip
     for name, cases in by_deployment.items():
@@ -68,9 +69,9 @@ def main(report: Path) -> int:
 
 
 def _input(item: dict[str, Any]) -> dict[str, Any]:
-    from kcp_opa.decide.gate import build_input
+    from differential import prepare
 
-    prepared = build_input(item["action"], now=item["now"], satisfied_controls=item["controls"], decision_id="dec_fuzz")
+    prepared = prepare(item["action"], item["now"], item["controls"], item.get("context"))
     document = json.loads(canonical(prepared.document))
     document["context"]["trace_id"] = "fuzz"
     return dict(document)

@@ -52,23 +52,28 @@ def redact(location: str) -> str:
     return f"{parts.scheme}://{user}{host}{port}{parts.path}"
 
 
+def check_location(location: str) -> str:
+    """Refuse a location that is not postgresql:// or that carries a password; the redacted form."""
+    if not is_postgres(location):
+        raise StoreError(f"{redact(location)}: not a postgresql:// location", "store_config")
+    try:
+        password = urlsplit(location).password
+    except ValueError:
+        raise StoreError(f"{redact(location)}: cannot parse the store location", "store_config") from None
+    if password is not None or "password=" in location:
+        raise StoreError(
+            f"{redact(location)}: a password in the store location would show in argv and logs;"
+            " give it in PGPASSWORD or a PGPASSFILE",
+            "store_config",
+        )
+    return redact(location)
+
+
 class PostgresDatabase:
     """A pool of connections to one database, shared by every store of the process."""
 
     def __init__(self, location: str, *, max_size: int = 16, timeout_s: float = 5.0) -> None:
-        if not is_postgres(location):
-            raise StoreError(f"{redact(location)}: not a postgresql:// location", "store_config")
-        try:
-            password = urlsplit(location).password
-        except ValueError:
-            raise StoreError(f"{redact(location)}: cannot parse the store location", "store_config") from None
-        if password is not None or "password=" in location:
-            raise StoreError(
-                f"{redact(location)}: a password in the store location would show in argv and logs;"
-                " give it in PGPASSWORD or a PGPASSFILE",
-                "store_config",
-            )
-        self.location = redact(location)
+        self.location = check_location(location)
         self.timeout_s = timeout_s
         self.pool: ConnectionPool[Connection] = ConnectionPool(
             location,

@@ -19,8 +19,6 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.visibility
 
-evaluator := {"id": "access_check", "version": "1.0.0"}
-
 # METADATA
 # title: Authenticated
 # description: The action states the authenticated principal it acts for (a non-empty string).
@@ -75,8 +73,6 @@ findings contains finding if {
 	finding := {
 		"code": "access_unauthenticated",
 		"rule": "kcp.access.credential",
-		"evaluator_id": "access_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": concat("", ["the unit needs an authenticated principal, for ", needs_principal, ", and the action states none; KCP §4.11 and §4.16"]),
@@ -98,8 +94,6 @@ findings contains finding if {
 	finding := {
 		"code": "access_scope_missing",
 		"rule": "kcp.access.auth_scope",
-		"evaluator_id": "access_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": concat("", ["access: restricted needs scope ", _scope, ", which the action's principal_scopes lack; KCP §4.11"]),

@@ -11,8 +11,6 @@ package kcp.evaluators.action
 
 import rego.v1
 
-evaluator := {"id": "action_complete_check", "version": "1.0.0"}
-
 _required := {"tenant_id", "subject_id", "agent_id", "action_type", "requested_action", "target.type"}
 
 # The required facts the action gives as strings. Collected positively and subtracted as sets:
@@ -43,8 +41,6 @@ findings contains finding if {
 	finding := {
 		"code": "action_incomplete",
 		"rule": "kcp.action.complete",
-		"evaluator_id": "action_complete_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,

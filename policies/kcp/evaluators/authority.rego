@@ -18,8 +18,6 @@ import rego.v1
 
 import data.kcp.lib.facts
 
-evaluator := {"id": "authority_check", "version": "1.0.0"}
-
 _safe_defaults := {"read": "initiative", "summarize": "initiative", "modify": "denied", "share_externally": "denied", "execute": "denied"}
 
 # METADATA
@@ -64,8 +62,6 @@ findings contains finding if {
 	finding := {
 		"code": "authority_denied",
 		"rule": "kcp.authority.denied",
-		"evaluator_id": "authority_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": concat("", ["the unit's authority denies ", _action_label, " (KCP §4.17)"]),
@@ -83,8 +79,6 @@ findings contains finding if {
 	finding := {
 		"code": "authority_denied",
 		"rule": "kcp.authority.custom",
-		"evaluator_id": "authority_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": concat("", ["custom action ", _action_label, " is not declared in the unit's authority: unknown actions are denied (KCP §4.17)"]),
@@ -101,8 +95,6 @@ findings contains finding if {
 	finding := {
 		"code": "authority_requires_approval",
 		"rule": "kcp.authority.requires_approval",
-		"evaluator_id": "authority_check",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": concat("", ["the unit's authority requires approval for ", _action_label, " (approval mechanism: ", _mechanism, ")"]),
@@ -120,8 +112,6 @@ findings contains finding if {
 	finding := {
 		"code": "authority_unmapped",
 		"rule": "kcp.authority.unmapped",
-		"evaluator_id": "authority_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": "the unit declares authority but the delegation matrix does not say which KCP action this task type performs (kcp_action)",

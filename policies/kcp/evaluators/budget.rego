@@ -22,8 +22,6 @@ import rego.v1
 import data.kcp.evaluators.financial
 import data.kcp.lib.facts
 
-evaluator := {"id": "budget_check", "version": "1.0.0"}
-
 _action := input.action
 
 _params := data.kcp_data.matrix.parameters
@@ -119,8 +117,6 @@ findings contains finding if {
 	finding := {
 		"code": "budget_exhausted",
 		"rule": "budget.limit",
-		"evaluator_id": "budget_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": text1,
@@ -142,8 +138,6 @@ findings contains finding if {
 	finding := {
 		"code": "budget_approval_required",
 		"rule": "budget.approval_threshold",
-		"evaluator_id": "budget_check",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": text1,
@@ -185,8 +179,6 @@ findings contains finding if {
 	finding := {
 		"code": "velocity_exceeded",
 		"rule": "budget.velocity",
-		"evaluator_id": "budget_check",
-		"evaluator_version": "1.0.0",
 		"state": _outcome[v.outcome].state,
 		"controls": _outcome[v.outcome].controls,
 		"message": text1,
@@ -252,8 +244,6 @@ findings contains finding if {
 	finding := {
 		"code": "rate_limited",
 		"rule": "budget.rate_limit",
-		"evaluator_id": "budget_check",
-		"evaluator_version": "1.0.0",
 		"state": _outcome[outcome].state,
 		"controls": _outcome[outcome].controls,
 		"message": text1,
@@ -305,8 +295,6 @@ findings contains finding if {
 	finding := {
 		"code": "context_missing",
 		"rule": "budget.counters",
-		"evaluator_id": "budget_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": concat("", ["a declared limit needs ", path, " from the gate's own history and the input lacks it; nothing is allowed without it"]),

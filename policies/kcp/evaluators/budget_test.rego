@@ -40,7 +40,7 @@ test_limit_counts_spent_reserved_and_this_amount if {
 	found := budget.findings with input.action as _payment(1000) with input.context.counters as _counts(3000, 1500, 0, 0)
 		with data.kcp_data.matrix.parameters as p
 	found == {{
-		"code": "budget_exhausted", "rule": "budget.limit", "evaluator_id": "budget_check", "evaluator_version": "1.0.0",
+		"code": "budget_exhausted", "rule": "budget.limit",
 		"state": "ESCALATE", "controls": [],
 		"message": "budget daily of t1 would reach 5500 EUR minor units; its limit is 5000",
 		"details": {"budget": "daily", "key": "t1", "total_minor": 5500, "limit_minor": 5000},

@@ -28,8 +28,6 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.trusted
 
-evaluator := {"id": "context_check", "version": "1.0.0"}
-
 _settings := object.get(data.kcp_data.matrix, ["parameters", "context"], {})
 
 _bound_types := object.get(_settings, "knowledge_bound_task_types", "all")
@@ -168,23 +166,24 @@ _present contains "input.action.target.tenant_id" if is_string(input.action.targ
 
 _present contains "input.action.runtime.budget_state" if is_string(input.action.runtime.budget_state)
 
-_present contains "input.context.facts.environment" if "environment" in trusted.established
+# A gate or attested fact is present when the gate established it: one lookup per established
+# fact, where a rule per fact cost regopy a rule body each on every decision.
+_present contains path if {
+	some name in trusted.established
+	path := _fact_paths[name]
+}
 
-_present contains "input.context.facts.actor_role" if "actor_role" in trusted.established
-
-_present contains "input.context.facts.deployment_region" if "deployment_region" in trusted.established
-
-_present contains "input.context.facts.model_hosting" if "model_hosting" in trusted.established
-
-_present contains "input.context.facts.agent_scope" if "agent_scope" in trusted.established
-
-_present contains "input.context.facts.evidence_status" if "evidence_status" in trusted.established
-
-_present contains "input.context.facts.new_beneficiary" if "new_beneficiary" in trusted.established
-
-_present contains "input.context.facts.modified_beneficiary" if "modified_beneficiary" in trusted.established
-
-_present contains "input.context.facts.screening_uncertain" if "screening_uncertain" in trusted.established
+_fact_paths := {
+	"environment": "input.context.facts.environment",
+	"actor_role": "input.context.facts.actor_role",
+	"deployment_region": "input.context.facts.deployment_region",
+	"model_hosting": "input.context.facts.model_hosting",
+	"agent_scope": "input.context.facts.agent_scope",
+	"evidence_status": "input.context.facts.evidence_status",
+	"new_beneficiary": "input.context.facts.new_beneficiary",
+	"modified_beneficiary": "input.context.facts.modified_beneficiary",
+	"screening_uncertain": "input.context.facts.screening_uncertain",
+}
 
 # METADATA
 # title: Missing facts
@@ -204,8 +203,6 @@ findings contains finding if {
 	finding := {
 		"code": "context_missing",
 		"rule": "kcp.context.required",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": concat("", ["a rule needs ", path, " and the input lacks it; nothing is allowed without it"]),
@@ -226,8 +223,6 @@ findings contains finding if {
 	finding := {
 		"code": "action_stale",
 		"rule": "kcp.context.freshness",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": text1,
@@ -248,8 +243,6 @@ findings contains finding if {
 	finding := {
 		"code": "clock_skew",
 		"rule": "kcp.context.freshness",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": text1,
@@ -271,8 +264,6 @@ findings contains finding if {
 	finding := {
 		"code": "context_conflict",
 		"rule": "kcp.context.trusted",
-		"evaluator_id": "context_check",
-		"evaluator_version": "1.0.0",
 		"state": "ALLOW",
 		"controls": [],
 		"message": text1,

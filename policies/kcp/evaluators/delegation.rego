@@ -15,8 +15,6 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.names
 
-evaluator := {"id": "delegation_check", "version": "1.0.0"}
-
 _chain := input.action.delegation_chain
 
 _max_depth := facts.profile.delegation.max_depth
@@ -63,8 +61,6 @@ findings contains finding if {
 	finding := {
 		"code": "delegation_too_deep",
 		"rule": "kcp.delegation.max_depth",
-		"evaluator_id": "delegation_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -82,8 +78,6 @@ findings contains finding if {
 	finding := {
 		"code": "capability_widened",
 		"rule": "kcp.delegation.require_capability_attenuation",
-		"evaluator_id": "delegation_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "a delegation hop widens the capabilities it was given",

@@ -14,8 +14,6 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.names
 
-evaluator := {"id": "field_access_check", "version": "1.0.0"}
-
 _declared := facts.profile.compliance.declared_fields
 
 # Object keys and object.remove, not a set difference: sets are superlinear in regopy, and an
@@ -51,8 +49,6 @@ findings contains finding if {
 	finding := {
 		"code": "field_access_violation",
 		"rule": "kcp.compliance.declared_fields",
-		"evaluator_id": "field_access_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": message,
@@ -70,8 +66,6 @@ findings contains finding if {
 	finding := {
 		"code": "fields_read_missing",
 		"rule": "kcp.compliance.declared_fields",
-		"evaluator_id": "field_access_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "the unit declares its fields but the action does not list knowledge.fields_read",

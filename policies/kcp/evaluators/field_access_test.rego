@@ -22,7 +22,6 @@ test_reading_phone_is_denied_with_the_violation if {
 	f.code == "field_access_violation"
 	f.state == "DENY"
 	f.details.fields == ["phone"]
-	f.evaluator_id == "field_access_check"
 }
 
 test_declared_fields_only_is_fine if {

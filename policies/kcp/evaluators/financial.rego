@@ -19,8 +19,6 @@ import data.kcp.lib.facts
 
 import data.kcp.lib.trusted
 
-evaluator := {"id": "kya_controls", "version": "1.0.0"}
-
 _action := input.action
 
 _attributes := input.action.attributes
@@ -81,6 +79,13 @@ high_value if {
 }
 
 # METADATA
+# title: Risk floor
+# description: A high-value transfer is at least HIGH risk, any value transfer at least MEDIUM.
+risk_floor contains "HIGH" if high_value
+
+risk_floor contains "MEDIUM" if value_transfer
+
+# METADATA
 # title: Findings
 # custom:
 #   requires: [input.action.action_type]
@@ -91,8 +96,6 @@ findings contains finding if {
 	finding := {
 		"code": "amount_missing",
 		"rule": "kya.amount_missing",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "a money-moving action must state amount.value_minor",
@@ -109,8 +112,6 @@ findings contains finding if {
 	finding := {
 		"code": "value_transfer",
 		"rule": "kya.value_transfer",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "USER_CONFIRMATION",
 		"controls": ["user_confirmation"],
 		"message": "value transfer: the user confirms",
@@ -127,8 +128,6 @@ findings contains finding if {
 	finding := {
 		"code": "irreversible_consequence",
 		"rule": "kya.irreversible_consequence",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "USER_CONFIRMATION",
 		"controls": ["user_confirmation"],
 		"message": "irreversible for the user: the user confirms",
@@ -146,8 +145,6 @@ findings contains finding if {
 	finding := {
 		"code": "high_value",
 		"rule": "kya.high_value",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
 		"message": text1,
@@ -165,8 +162,6 @@ findings contains finding if {
 	finding := {
 		"code": "step_up_required",
 		"rule": "kya.step_up_required",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "STEP_UP_AUTHENTICATION",
 		"controls": ["step_up_authentication"],
 		"message": "new device, geo anomaly, stale session or sensitive access",
@@ -182,8 +177,6 @@ findings contains finding if {
 	finding := {
 		"code": "identity_verification_required",
 		"rule": "kya.identity_verification_required",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "IDENTITY_VERIFICATION",
 		"controls": ["identity_verification"],
 		"message": "stale KYC, identity anomaly, withdrawal, off-ramp or account-control change",
@@ -211,8 +204,6 @@ findings contains finding if {
 	finding := {
 		"code": "scope_does_not_cover_action",
 		"rule": "kya.scope_does_not_cover_action",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["authority_verification"],
 		"message": text1,
@@ -231,8 +222,6 @@ findings contains finding if {
 	finding := {
 		"code": "new_beneficiary",
 		"rule": "kya.new_beneficiary",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["beneficiary_verification", "independent_human_approval"],
 		"message": "new or modified payout target",
@@ -248,8 +237,6 @@ findings contains finding if {
 	finding := {
 		"code": "independent_approval_required",
 		"rule": "kya.independent_approval_required",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "lending or a material irreversible action",
@@ -272,8 +259,6 @@ findings contains finding if {
 	finding := {
 		"code": "compliance_review_required",
 		"rule": "kya.compliance_review_required",
-		"evaluator_id": "kya_controls",
-		"evaluator_version": "1.0.0",
 		"state": "COMPLIANCE_REVIEW",
 		"controls": ["compliance_review", "safe_stop"],
 		"message": "screening uncertainty, provider conflict or audit failure",

@@ -14,8 +14,6 @@ import rego.v1
 
 import data.kcp.lib.facts
 
-evaluator := {"id": "freshness_check", "version": "1.0.0"}
-
 _policy := facts.profile.freshness
 
 _today := input.context.decision_epoch_day
@@ -38,6 +36,11 @@ stale if {
 	_today > facts.unit.validated_epoch_day + _policy.max_age_days
 }
 
+# METADATA
+# title: Obligations
+# description: A stale unit is served (on_stale warn) or held; either way someone reviews it.
+obligations contains "review_stale_unit" if stale
+
 _state := {"warn": "ALLOW", "degrade": "ESCALATE", "block": "DENY"}
 
 default _clock_given := false
@@ -55,8 +58,6 @@ findings contains finding if {
 	finding := {
 		"code": "unit_stale",
 		"rule": "kcp.freshness_policy",
-		"evaluator_id": "freshness_check",
-		"evaluator_version": "1.0.0",
 		"state": _state[_policy.on_stale],
 		"controls": [],
 		"message": text1,
@@ -74,8 +75,6 @@ findings contains finding if {
 	finding := {
 		"code": "decision_time_missing",
 		"rule": "kcp.freshness_policy",
-		"evaluator_id": "freshness_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "the unit has a freshness policy but input.context.decision_epoch_day is missing",

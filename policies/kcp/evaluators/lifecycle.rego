@@ -21,8 +21,6 @@ import rego.v1
 
 import data.kcp.lib.facts
 
-evaluator := {"id": "lifecycle_check", "version": "1.0.0"}
-
 _now := input.context.decision_epoch_seconds
 
 _temporal := facts.profile.temporal
@@ -87,8 +85,6 @@ findings contains finding if {
 	finding := {
 		"code": "unit_not_yet_valid",
 		"rule": "kcp.lifecycle.temporal",
-		"evaluator_id": "lifecycle_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": concat("", ["the unit is valid from ", _from_label, " and is not served before (KCP §4.22)"]),
@@ -106,8 +102,6 @@ findings contains finding if {
 	finding := {
 		"code": "unit_expired",
 		"rule": "kcp.lifecycle.temporal",
-		"evaluator_id": "lifecycle_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": concat("", ["the unit was valid until ", _until_label, " and is no longer served (KCP §4.22)", _successor_note]),
@@ -149,8 +143,6 @@ findings contains finding if {
 	finding := {
 		"code": "unit_not_for_purpose",
 		"rule": "kcp.lifecycle.not_for",
-		"evaluator_id": "lifecycle_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "the unit declares itself not for the action's stated purpose (KCP §4.20 not_for)",
@@ -171,8 +163,6 @@ findings contains finding if {
 	finding := {
 		"code": "purpose_not_folded",
 		"rule": "kcp.lifecycle.not_for",
-		"evaluator_id": "lifecycle_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "not_for: the purpose cannot be checked without its folded form in input.context.folded, which the gate builds",
@@ -200,6 +190,16 @@ deprecated if {
 	facts.profile.deprecated == true
 }
 
+# METADATA
+# title: Obligations
+# description: |
+#   A deprecated unit is served; the caller should move to its successor, which the
+#   unit_deprecated reason names (KCP §4.13, §4.8).
+obligations contains "prefer_superseding_unit" if {
+	deprecated
+	count(successors) > 0
+}
+
 _prefer := concat("", ["; prefer ", concat(", ", successors)]) if {
 	count(successors) > 0
 } else := "; no unit declares that it supersedes it"
@@ -212,8 +212,6 @@ findings contains finding if {
 	finding := {
 		"code": "unit_deprecated",
 		"rule": "kcp.lifecycle.deprecated",
-		"evaluator_id": "lifecycle_check",
-		"evaluator_version": "1.0.0",
 		"state": "ALLOW",
 		"controls": [],
 		"message": concat("", ["the unit is deprecated (KCP §4.13)", _prefer]),

@@ -16,8 +16,6 @@ import data.kcp.lib.facts
 import data.kcp.lib.index
 import data.kcp.lib.visibility
 
-evaluator := {"id": "delegation_matrix_check", "version": "1.0.0"}
-
 _task := input.action.action_type
 
 _route := {
@@ -91,8 +89,6 @@ findings contains finding if {
 	finding := {
 		"code": "task_type_not_in_matrix",
 		"rule": "kcp.matrix.task_type",
-		"evaluator_id": "delegation_matrix_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -111,8 +107,6 @@ findings contains finding if {
 	finding := {
 		"code": "matrix_not_covered",
 		"rule": "kcp.matrix.cell",
-		"evaluator_id": "delegation_matrix_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -134,8 +128,6 @@ findings contains finding if {
 	finding := {
 		"code": text1,
 		"rule": "kcp.matrix.cell",
-		"evaluator_id": "delegation_matrix_check",
-		"evaluator_version": "1.0.0",
 		"state": _route[agreed].state,
 		"controls": _route[agreed].controls,
 		"message": text2,

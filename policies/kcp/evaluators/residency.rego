@@ -16,8 +16,6 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.trusted
 
-evaluator := {"id": "residency_check", "version": "1.0.0"}
-
 _regions := facts.profile.compliance.data_residency
 
 # METADATA
@@ -43,8 +41,6 @@ findings contains finding if {
 	finding := {
 		"code": "residency_violation",
 		"rule": "kcp.compliance.data_residency",
-		"evaluator_id": "residency_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -63,8 +59,6 @@ findings contains finding if {
 	finding := {
 		"code": "residency_unverifiable",
 		"rule": "kcp.compliance.data_residency",
-		"evaluator_id": "residency_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "the unit declares data_residency but the gate does not know its deployment region (input.context.facts.deployment_region)",
@@ -89,8 +83,6 @@ findings contains finding if {
 	finding := {
 		"code": "cross_border_transfer",
 		"rule": "kcp.restrictions.no-cross-border",
-		"evaluator_id": "residency_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,

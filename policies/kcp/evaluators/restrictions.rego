@@ -15,8 +15,6 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.trusted
 
-evaluator := {"id": "restriction_check", "version": "1.0.0"}
-
 _hosting := object.get(trusted.candidates, "model_hosting", set())
 
 _hosting_given if "model_hosting" in trusted.established
@@ -34,8 +32,6 @@ findings contains finding if {
 	finding := {
 		"code": "external_llm_forbidden",
 		"rule": "kcp.restrictions.no-external-llm",
-		"evaluator_id": "restriction_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -54,8 +50,6 @@ findings contains finding if {
 	finding := {
 		"code": "model_hosting_unknown",
 		"rule": "kcp.restrictions.no-external-llm",
-		"evaluator_id": "restriction_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "no-external-llm: the gate does not know where the agent's model is hosted (input.context.facts.model_hosting)",
@@ -80,8 +74,6 @@ findings contains finding if {
 	finding := {
 		"code": "ai_training_forbidden",
 		"rule": "kcp.restrictions.no-ai-training",
-		"evaluator_id": "restriction_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "no-ai-training: the unit may not be used for training",
@@ -100,8 +92,6 @@ findings contains finding if {
 	finding := {
 		"code": "purpose_not_folded",
 		"rule": "kcp.restrictions.no-ai-training",
-		"evaluator_id": "restriction_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "no-ai-training: the purpose cannot be checked without its folded form in input.context.folded, which the gate builds",
@@ -117,8 +107,6 @@ findings contains finding if {
 	finding := {
 		"code": "human_approval_required",
 		"rule": "kcp.restrictions.human-approval-required",
-		"evaluator_id": "restriction_check",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "a human approves before this unit is used",

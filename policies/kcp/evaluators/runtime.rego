@@ -17,8 +17,6 @@ import data.kcp.lib.facts
 import data.kcp.lib.risk
 import data.kcp.lib.trusted
 
-evaluator := {"id": "runtime_rules", "version": "1.0.0"}
-
 _action := input.action
 
 _runtime := object.get(input.action, "runtime", {})
@@ -47,8 +45,6 @@ findings contains finding if {
 	finding := {
 		"code": "tenant_boundary",
 		"rule": "runtime.tenant_boundary",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -66,8 +62,6 @@ findings contains finding if {
 	finding := {
 		"code": "evidence_forbidden",
 		"rule": "runtime.evidence_status",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "the evidence for this action is forbidden",
@@ -86,8 +80,6 @@ findings contains finding if {
 	finding := {
 		"code": "required_evidence_not_current",
 		"rule": "runtime.evidence_status",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": text1,
@@ -116,8 +108,6 @@ findings contains finding if {
 	finding := {
 		"code": "budget_exhausted",
 		"rule": "runtime.budget_state",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "ESCALATE",
 		"controls": [],
 		"message": "the agent's budget is exhausted",
@@ -133,8 +123,6 @@ findings contains finding if {
 	finding := {
 		"code": "budget_approval_required",
 		"rule": "runtime.budget_state",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "the action crosses the budget's approval threshold",
@@ -152,8 +140,6 @@ findings contains finding if {
 	finding := {
 		"code": "refund_requires_review",
 		"rule": "runtime.refund",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "a refund that is not low risk needs a reviewer",
@@ -175,8 +161,6 @@ findings contains finding if {
 	finding := {
 		"code": "role_cannot_send",
 		"rule": "runtime.send",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,
@@ -199,8 +183,6 @@ findings contains finding if {
 	finding := {
 		"code": "memory_write_requires_review",
 		"rule": "runtime.remember",
-		"evaluator_id": "runtime_rules",
-		"evaluator_version": "1.0.0",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": "a memory write that is not low risk needs a reviewer",

@@ -13,8 +13,6 @@ import rego.v1
 
 import data.kcp.lib.facts
 
-evaluator := {"id": "trace_context_check", "version": "1.0.0"}
-
 # METADATA
 # title: Trace context required
 default required := false
@@ -22,6 +20,11 @@ default required := false
 required if facts.profile.trust.require_trace_context == true
 
 required if facts.profile.delegation.audit_chain == true
+
+# METADATA
+# title: Obligations
+# description: The caller must propagate trace context whenever the manifest requires it.
+obligations contains "trace_context" if required
 
 # METADATA
 # title: Valid traceparent
@@ -49,8 +52,6 @@ findings contains finding if {
 	finding := {
 		"code": "trace_context_invalid",
 		"rule": "kcp.trust.require_trace_context",
-		"evaluator_id": "trace_context_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": "trace context is required but trace.traceparent is missing or not a valid W3C traceparent",

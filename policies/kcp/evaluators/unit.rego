@@ -10,8 +10,6 @@ import rego.v1
 
 import data.kcp.lib.facts
 
-evaluator := {"id": "unit_known_check", "version": "1.0.0"}
-
 # METADATA
 # title: Findings
 # description: DENY unknown_unit when the named unit is not in the compiled deployment.
@@ -24,8 +22,6 @@ findings contains finding if {
 	finding := {
 		"code": "unknown_unit",
 		"rule": "kcp.unit.known",
-		"evaluator_id": "unit_known_check",
-		"evaluator_version": "1.0.0",
 		"state": "DENY",
 		"controls": [],
 		"message": text1,

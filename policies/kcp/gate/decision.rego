@@ -10,26 +10,27 @@ package kcp.gate
 
 import rego.v1
 
-import data.kcp.evaluators.financial
-import data.kcp.evaluators.freshness
-import data.kcp.evaluators.lifecycle
-import data.kcp.evaluators.runtime
-import data.kcp.evaluators.trace
 import data.kcp.lib.facts
 import data.kcp.lib.risk
 import data.kcp.lib.routing
 
-# `findings`, every finding of every evaluator, is generated from the evaluators' METADATA into
-# evaluators.rego (`kcp-opa generate`; docs/extending.md).
+# The gate reads the evaluators only through the union generated from their METADATA into
+# evaluators.rego (`kcp-opa generate`; docs/extending.md): `evaluators` (each one's id and
+# version), `findings_by_evaluator`, `evaluator_obligations` and `evaluator_risk_floor`. No
+# evaluator is imported by name, so a new one joins the decision without an edit here.
+
+_states := {f.state | some found in findings_by_evaluator; some f in found}
 
 # METADATA
 # title: Routing state
 # description: The strongest state any finding asks for; ALLOW when none does.
-state := routing.strongest({f.state | some f in findings})
+state := routing.strongest(_states)
 
 # Control sets are computed with set operations: regopy evaluates `not c in xs` per element
 # several times slower (docs/performance.md).
-_required := {c | some f in findings; some c in f.controls} | {"standard_audit_logging"}
+_required := {c | some found in findings_by_evaluator; some f in found; some c in f.controls} | _always_required
+
+_always_required := {"standard_audit_logging"}
 
 _claimed := {c | some c in input.context.satisfied_controls} if {
 	is_array(input.context.satisfied_controls)
@@ -80,7 +81,43 @@ _pending if count(_missing) > 0
 
 _unit_ref := concat("/", [input.action.knowledge.project, input.action.knowledge.unit]) if facts.knowledge_bound
 
-_passed := {"code": "policy_passed", "rule": "kcp.gate.default", "evaluator_id": "kcp_gate", "evaluator_version": "1.0.0", "message": "no rule matched"}
+_passed := {
+	"code": "policy_passed",
+	"rule": "kcp.gate.default",
+	"evaluator_id": "kcp_gate",
+	"evaluator_version": "1.0.0",
+	"message": "no rule matched",
+}
+
+# Each reason is built once, from the finding and its evaluator's entry in the generated table.
+_reasons contains r if {
+	facts.knowledge_bound
+	some name, found in findings_by_evaluator
+	some f in found
+	ev := evaluators[name]
+	r := {
+		"code": f.code,
+		"rule": f.rule,
+		"unit": _unit_ref,
+		"evaluator_id": ev.evaluator_id,
+		"evaluator_version": ev.evaluator_version,
+		"message": f.message,
+	}
+}
+
+_reasons contains r if {
+	not facts.knowledge_bound
+	some name, found in findings_by_evaluator
+	some f in found
+	ev := evaluators[name]
+	r := {
+		"code": f.code,
+		"rule": f.rule,
+		"evaluator_id": ev.evaluator_id,
+		"evaluator_version": ev.evaluator_version,
+		"message": f.message,
+	}
+}
 
 # METADATA
 # title: Reasons
@@ -88,23 +125,9 @@ _passed := {"code": "policy_passed", "rule": "kcp.gate.default", "evaluator_id":
 #   Every matched rule, ordered by code (then evaluator, message, rule); policy_passed when
 #   none matched. Sorting the set of reason objects is one pass in both engines, where pairing
 #   sorted keys back to findings cost O(n^2) (docs/performance.md).
-reasons := sort({r |
-	some f in findings
-	r := {"code": f.code, "rule": f.rule, "unit": _unit_ref, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message}
-}) if {
-	count(findings) > 0
-	facts.knowledge_bound
-}
-
-reasons := sort({r |
-	some f in findings
-	r := {"code": f.code, "rule": f.rule, "evaluator_id": f.evaluator_id, "evaluator_version": f.evaluator_version, "message": f.message}
-}) if {
-	count(findings) > 0
-	not facts.knowledge_bound
-}
-
-reasons := [_passed] if count(findings) == 0
+reasons := sort(_reasons) if {
+	count(_states) > 0
+} else := [_passed]
 
 # METADATA
 # title: Reason codes
@@ -114,15 +137,19 @@ reason_codes := sort({r.code | some r in reasons})
 # METADATA
 # title: Violations
 # description: Evaluator details that name fields, e.g. the fields read outside declared_fields.
-violations := sort({{"evaluator_id": f.evaluator_id, "code": f.code, "fields": f.details.fields} |
-	some f in findings
+violations := sort(_violations)
+
+_violations contains v if {
+	some name, found in findings_by_evaluator
+	some f in found
 	f.details.fields
-})
+	v := {"evaluator_id": evaluators[name].evaluator_id, "code": f.code, "fields": f.details.fields}
+}
 
 # METADATA
 # title: Obligations
 # description: What the caller must do even on allow.
-obligations := sort(_obligations)
+obligations := sort(_obligations | evaluator_obligations)
 
 _obligations contains "audit" if facts.restricted("audit-required")
 
@@ -130,18 +157,14 @@ _obligations contains "audit" if facts.profile.trust.agent_must_log == true
 
 _obligations contains "redact_content" if facts.restricted("no-logging")
 
-_obligations contains "trace_context" if trace.required
+_finding_roles := {r | some found in findings_by_evaluator; some f in found; r := f.details.approver_role}
 
-_obligations contains "review_stale_unit" if freshness.stale
+_approver_roles := data.kcp_data.matrix.parameters.approver_roles
 
-# A deprecated unit is served; the caller should move to its successor, which the
-# unit_deprecated reason names (KCP §4.13, §4.8).
-_obligations contains "prefer_superseding_unit" if {
-	lifecycle.deprecated
-	count(lifecycle.successors) > 0
-}
+# The matrix's approver for the task type, else its default approver.
+_task_approver := _approver_roles.by_task_type[input.action.action_type]
 
-_finding_roles := {r | some f in findings; r := f.details.approver_role}
+_task_approver := _approver_roles.default if not _approver_roles.by_task_type[input.action.action_type]
 
 # METADATA
 # title: Approver roles
@@ -155,7 +178,7 @@ approver_roles := [] if {
 	count(_finding_roles) > 0
 } else := [role] if {
 	"independent_human_approval" in _required
-	role := runtime.approver_role(input.action.action_type)
+	role := _task_approver
 } else := []
 
 # A lookup, not upper(): regopy's case builtins are ASCII-only (docs/engine-findings.md item 26).
@@ -168,9 +191,11 @@ _critical if "compliance_review" in _required
 
 _critical if _runtime_risk == "CRITICAL"
 
+_critical if "CRITICAL" in evaluator_risk_floor
+
 default _high := false
 
-_high if financial.high_value
+_high if "HIGH" in evaluator_risk_floor
 
 _high if state == "DENY"
 
@@ -178,7 +203,7 @@ _high if _runtime_risk == "HIGH"
 
 default _medium := false
 
-_medium if financial.value_transfer
+_medium if "MEDIUM" in evaluator_risk_floor
 
 _medium if state != "ALLOW"
 
@@ -211,7 +236,13 @@ default decision := {
 	"required_controls": [],
 	"satisfied_controls": [],
 	"missing_controls": [],
-	"reasons": [{"code": "policy_undefined", "rule": "kcp.gate.default", "evaluator_id": "kcp_gate", "evaluator_version": "1.0.0", "message": "the policy produced no decision; failing closed"}],
+	"reasons": [{
+		"code": "policy_undefined",
+		"rule": "kcp.gate.default",
+		"evaluator_id": "kcp_gate",
+		"evaluator_version": "1.0.0",
+		"message": "the policy produced no decision; failing closed",
+	}],
 	"reason_codes": ["policy_undefined"],
 	"violations": [],
 	"obligations": ["audit"],

@@ -39,5 +39,61 @@ import data.kcp.evaluators.trace as ev_trace
 import data.kcp.evaluators.unit as ev_unit
 
 # METADATA
-# title: Every finding of every evaluator
-findings := ((((((((((((((ev_access.findings | ev_action.findings) | ev_authority.findings) | ev_budget.findings) | ev_context.findings) | ev_delegation.findings) | ev_field_access.findings) | ev_financial.findings) | ev_freshness.findings) | ev_lifecycle.findings) | ev_matrix.findings) | ev_residency.findings) | ev_restrictions.findings) | ev_runtime.findings) | ev_trace.findings) | ev_unit.findings
+# title: Every evaluator's id and version, from its package METADATA
+# description: A finding names no evaluator; its reason takes the id and version from here.
+evaluators := {
+	"access": {"evaluator_id": "access_check", "evaluator_version": "1.0.0"},
+	"action": {"evaluator_id": "action_complete_check", "evaluator_version": "1.0.0"},
+	"authority": {"evaluator_id": "authority_check", "evaluator_version": "1.0.0"},
+	"budget": {"evaluator_id": "budget_check", "evaluator_version": "1.0.0"},
+	"context": {"evaluator_id": "context_check", "evaluator_version": "1.0.0"},
+	"delegation": {"evaluator_id": "delegation_check", "evaluator_version": "1.0.0"},
+	"field_access": {"evaluator_id": "field_access_check", "evaluator_version": "1.0.0"},
+	"financial": {"evaluator_id": "kya_controls", "evaluator_version": "1.0.0"},
+	"freshness": {"evaluator_id": "freshness_check", "evaluator_version": "1.0.0"},
+	"lifecycle": {"evaluator_id": "lifecycle_check", "evaluator_version": "1.0.0"},
+	"matrix": {"evaluator_id": "delegation_matrix_check", "evaluator_version": "1.0.0"},
+	"residency": {"evaluator_id": "residency_check", "evaluator_version": "1.0.0"},
+	"restrictions": {"evaluator_id": "restriction_check", "evaluator_version": "1.0.0"},
+	"runtime": {"evaluator_id": "runtime_rules", "evaluator_version": "1.0.0"},
+	"trace": {"evaluator_id": "trace_context_check", "evaluator_version": "1.0.0"},
+	"unit": {"evaluator_id": "unit_known_check", "evaluator_version": "1.0.0"},
+}
+
+# METADATA
+# title: Every evaluator's findings, by evaluator
+findings_by_evaluator := {
+	"access": ev_access.findings,
+	"action": ev_action.findings,
+	"authority": ev_authority.findings,
+	"budget": ev_budget.findings,
+	"context": ev_context.findings,
+	"delegation": ev_delegation.findings,
+	"field_access": ev_field_access.findings,
+	"financial": ev_financial.findings,
+	"freshness": ev_freshness.findings,
+	"lifecycle": ev_lifecycle.findings,
+	"matrix": ev_matrix.findings,
+	"residency": ev_residency.findings,
+	"restrictions": ev_restrictions.findings,
+	"runtime": ev_runtime.findings,
+	"trace": ev_trace.findings,
+	"unit": ev_unit.findings,
+}
+
+# METADATA
+# title: Every finding of every evaluator, with its evaluator's id and version
+# description: For tools and tests; the decision reads findings_by_evaluator.
+findings contains finding if {
+	some name, found in findings_by_evaluator
+	some f in found
+	finding := object.union(f, evaluators[name])
+}
+
+# METADATA
+# title: The evaluators' obligations, united
+evaluator_obligations := (ev_freshness.obligations | ev_lifecycle.obligations) | ev_trace.obligations
+
+# METADATA
+# title: The evaluators' risk_floor, united
+evaluator_risk_floor := ev_financial.risk_floor

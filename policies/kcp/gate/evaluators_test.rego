@@ -13,3 +13,11 @@ test_the_union_carries_every_evaluators_findings if {
 	"amount_missing" in codes
 	"context_missing" in codes
 }
+
+# A finding names no evaluator; the union gives it the id and version of its package METADATA.
+test_the_union_names_each_finding_by_its_evaluators_metadata if {
+	action := {"action_type": "payment", "requested_action": "pay"}
+	found := {[f.code, f.evaluator_id, f.evaluator_version] | some f in gate.findings} with input.action as action
+	["amount_missing", "kya_controls", "1.0.0"] in found
+	["context_missing", "context_check", "1.0.0"] in found
+}

@@ -1,0 +1,207 @@
+"""The audit ledger's rows in PostgreSQL: one chain per database, extended by every replica on it.
+
+This is storage only: which bytes an entry has is the trail's business (``kcp_opa.trail.pgledger``);
+here an entry is a canonical JSON line kept verbatim (``line``), so what an auditor reads back is
+byte for byte what a file ledger would hold. ``ledger_chain`` is a single row (the header line and
+the head: last seq and hash). An append locks that row (``SELECT ... FOR UPDATE``) in the same
+transaction that inserts the entries and moves the head, so two writers on any machines take
+turns: the next seq and previous hash always come from the committed head, and the chain never
+forks. ``ledger_entries.seq`` is the primary key as a second wall: a fork would be a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO
+
+import psycopg
+
+from kcp_opa.core.errors import StoreError
+from kcp_opa.stores.postgres.base import Connection, PostgresBase, check_location
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS ledger_chain (
+    id SMALLINT PRIMARY KEY CHECK (id = 1),
+    ledger_id TEXT NOT NULL,
+    header TEXT NOT NULL,
+    seq BIGINT NOT NULL CHECK (seq >= 0),
+    head_hash TEXT NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS ledger_entries (
+    seq BIGINT PRIMARY KEY CHECK (seq >= 1),
+    entry_hash TEXT NOT NULL,
+    line TEXT NOT NULL,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)""",
+    """CREATE TABLE IF NOT EXISTS ledger_checkpoints (
+    id BIGSERIAL PRIMARY KEY,
+    seq BIGINT NOT NULL,
+    line TEXT NOT NULL,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)""",
+)
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """The locked head: the header line, the last seq and hash, the last entry's line (None at 0)."""
+
+    ledger_id: str
+    header: str
+    seq: int
+    head_hash: str
+    last: str | None
+    created: bool
+
+
+@dataclass(frozen=True)
+class ChainRow:
+    """One entry to insert: its seq, hash and canonical line (without the newline)."""
+
+    seq: int
+    entry_hash: str
+    line: str
+
+
+class ChainView:
+    """What a batch may read inside the append transaction (the head row is locked)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def entry(self, seq: int) -> str | None:
+        row = self._connection.execute("SELECT line FROM ledger_entries WHERE seq = %s", (seq,)).fetchone()
+        return None if row is None else str(row[0])
+
+
+#: (the locked head, a reader inside the transaction) -> the rows to add, and a checkpoint line or None.
+Builder = Callable[[ChainHead, ChainView], tuple[list[ChainRow], str | None]]
+
+
+class PostgresChain(PostgresBase):
+    """The ``ledger_chain``, ``ledger_entries`` and ``ledger_checkpoints`` tables."""
+
+    component = "ledger"
+    steps = (_TABLES,)
+    failure = "audit ledger failed"
+
+    def extend(self, header: tuple[str, str, str], build: Builder) -> list[ChainRow]:
+        """Lock the head (creating it from ``header`` = (ledger_id, line, hash) if none), add what ``build`` gives.
+
+        One transaction: the rows, the new head and the checkpoint ``build`` returns commit
+        together or not at all. ``build`` may raise to refuse the batch (nothing is written).
+        """
+
+        def work(connection: Connection) -> list[ChainRow]:
+            head = _locked(connection)
+            created = head is None
+            if head is None:
+                connection.execute(
+                    "INSERT INTO ledger_chain (id, ledger_id, header, seq, head_hash) VALUES (1, %s, %s, 0, %s)"
+                    " ON CONFLICT (id) DO NOTHING",
+                    header,
+                )
+                head = _locked(connection)
+                assert head is not None
+            ledger_id, line, seq, head_hash = head
+            last = ChainView(connection).entry(seq) if seq else None
+            rows, checkpoint = build(ChainHead(ledger_id, line, seq, head_hash, last, created), ChainView(connection))
+            if rows:
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO ledger_entries (seq, entry_hash, line) VALUES (%s, %s, %s)",
+                        [(row.seq, row.entry_hash, row.line) for row in rows],
+                    )
+                connection.execute(
+                    "UPDATE ledger_chain SET seq = %s, head_hash = %s WHERE id = 1", (rows[-1].seq, rows[-1].entry_hash)
+                )
+            if checkpoint is not None:
+                connection.execute(
+                    "INSERT INTO ledger_checkpoints (seq, line) VALUES (%s, %s)",
+                    (rows[-1].seq if rows else seq, checkpoint),
+                )
+            return rows
+
+        return self._run(work, "audit write failed")
+
+    def head(self) -> tuple[str, str, int, str] | None:
+        """(ledger_id, header line, seq, head hash), or None before the first entry."""
+        return self._run(_head, "cannot read the ledger head")
+
+    def checkpoints(self) -> list[str]:
+        """Every checkpoint line, oldest first."""
+        rows = self._run(lambda c: c.execute("SELECT line FROM ledger_checkpoints ORDER BY id").fetchall())
+        return [str(row[0]) for row in rows]
+
+    def dump(self, sink: IO[bytes]) -> int:
+        """Write the ledger as JSON Lines (header, then entries by seq) from one snapshot; the entry count."""
+        try:
+            with self.database.pool.connection() as connection:
+                return _dump(connection, sink)[0]
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.location}: cannot read the ledger: {_reason(exc)}") from None
+
+
+def read_chain(location: str, sink: IO[bytes], *, timeout_s: int = 5) -> tuple[int, list[str]]:
+    """Dump the ledger at ``location`` to ``sink`` on one read-only connection: (entries, checkpoint lines).
+
+    What an auditor runs: no pool, no schema change, so a read-only database role suffices.
+    """
+    shown = check_location(location)
+    try:
+        with psycopg.connect(location, connect_timeout=timeout_s, application_name="kcp-opa-audit") as connection:
+            return _dump(connection, sink)
+    except psycopg.Error as exc:
+        raise StoreError(f"{shown}: cannot read the ledger: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _exists(connection: Connection, table: str) -> bool:
+    row = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    return bool(row and row[0])
+
+
+def _dump(connection: Connection, sink: IO[bytes]) -> tuple[int, list[str]]:
+    """The header and every entry line to ``sink``, and the checkpoint lines, from one snapshot.
+
+    REPEATABLE READ: a checkpoint committed after the entries were read is not in this dump
+    either (it would name a seq the dump lacks).
+    """
+    count = -1
+    with connection.transaction():
+        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if not _exists(connection, "ledger_chain"):
+            return 0, []
+        for line in _lines(connection):
+            sink.write(line.encode("utf-8") + b"\n")
+            count += 1
+        rows = connection.execute("SELECT line FROM ledger_checkpoints ORDER BY id").fetchall()
+    return max(count, 0), [str(row[0]) for row in rows]
+
+
+def _head(connection: Connection) -> tuple[str, str, int, str] | None:
+    row = connection.execute("SELECT ledger_id, header, seq, head_hash FROM ledger_chain WHERE id = 1").fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), int(row[2]), str(row[3]))
+
+
+def _locked(connection: Connection) -> tuple[str, str, int, str] | None:
+    row = connection.execute(
+        "SELECT ledger_id, header, seq, head_hash FROM ledger_chain WHERE id = 1 FOR UPDATE"
+    ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), int(row[2]), str(row[3]))
+
+
+def _lines(connection: Connection) -> Iterator[str]:
+    row = connection.execute("SELECT header FROM ledger_chain WHERE id = 1").fetchone()
+    if row is None:
+        return
+    yield str(row[0])
+    with connection.cursor(name="kcp_opa_ledger_dump") as cursor:
+        cursor.itersize = 2000
+        cursor.execute("SELECT line FROM ledger_entries ORDER BY seq")
+        for (line,) in cursor:
+            yield str(line)
