@@ -36,15 +36,15 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from rich.console import Console
 
-from kcp_opa.context import StaticGateConfig, sign_fact
+from kcp_opa.context import sign_fact
 from kcp_opa.core.signing import Keyring, load_keyring
-from kcp_opa.decide.gate import as_verification
 from kcp_opa.declare.trust import load_trust
-from kcp_opa.service.desk import GateService
+from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.handlers import bound
 from kcp_opa.service.http import build_app
 from kcp_opa.service.identity import token_hash
 from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
+from kcp_opa.service.loading import open_service
 
 ROOT = Path(__file__).resolve().parent.parent
 LEDGER = Path(os.environ.get("KCP_OPA_LEDGER", ROOT / "audit" / "serve-demo.jsonl"))
@@ -165,19 +165,19 @@ def main() -> int:
     registry = load_trust(TRUST)
     with tempfile.TemporaryDirectory() as tmp:
         keys = load_keyring(TEST_ONLY_KEYS)
-        service = GateService.open(
+        config = ServiceConfig(
             BUNDLES / "finance.tar.gz",
             # KCP_OPA_STORE=postgresql://... runs the demo on a database, as replicas would share it.
-            store=os.environ.get("KCP_OPA_STORE") or Path(tmp) / "service.db",
-            ledger=LEDGER,
-            handlers={"pay": bound(pay, "execute_payment")},
-            registry=registry,
+            store=os.environ.get("KCP_OPA_STORE") or str(Path(tmp) / "service.db"),
+            ledger=str(LEDGER),
+            trust=TRUST,
             issuer_ids=ISSUERS,
-            issuer_keyring=keys,
-            config=StaticGateConfig(deployment_region="EU"),
+            issuer_keyring=TEST_ONLY_KEYS,
+            region="EU",
             attestations=attest_subject(keys, Path(tmp) / "attestations.json"),
-            verification=as_verification(VERIFY),
+            verification_keys=tuple(VERIFY or ()),
         )
+        service = open_service(config, HostParts(handlers={"pay": bound(pay, "execute_payment")}))
         authenticator = registry_authenticator(
             registry,
             {token_hash(tokens[party]): principal for party, principal in PARTIES.items()},

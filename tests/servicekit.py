@@ -172,7 +172,14 @@ def start_server(args: list[str], env: dict[str, str] | None = None) -> tuple[su
     port = free_port()
     args = [*args, *context_args(args)]
     command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--port", str(port), *args]
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True)
+    return start_process(command, port, env)
+
+
+def start_process(
+    command: list[str], port: int, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``command`` (a server listening on ``port``), once its /health answers."""
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, cwd=cwd, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -197,10 +204,17 @@ def stop_server(process: subprocess.Popen[str]) -> None:
 
 
 def served_context(registry: Path) -> dict[str, Any]:
-    """GateService.open options: the gate's region and the attestations beside ``registry``."""
-    from kcp_opa.context import StaticGateConfig
+    """ServiceConfig settings: the gate's region and the attestations beside ``registry``."""
+    return {"region": "EU", "attestations": registry.parent / "attestations.json"}
 
-    return {"config": StaticGateConfig(deployment_region="EU"), "attestations": registry.parent / "attestations.json"}
+
+def open_local(bundle: Path, work: Path, host: Any = None, **settings: Any) -> Any:
+    """``open_service`` with the store and the ledger in ``work`` (``settings``: ServiceConfig fields)."""
+    from kcp_opa.service.config import ServiceConfig
+    from kcp_opa.service.loading import open_service
+
+    config = ServiceConfig(bundle, store=str(work / "service.db"), ledger=str(work / "ledger.jsonl"), **settings)
+    return open_service(config, host)
 
 
 def local_context(subject: str, facts: dict[str, Any] | None = None, **agent: Any) -> Any:

@@ -1,7 +1,8 @@
 """The package layout shows the pipeline, and imports only point down it.
 
 Each stage package has a rank; a module may import its own package and any package of a lower
-rank, never a higher one. The check reads every import statement (function-level ones included)
+rank, never a higher one, and no two modules of one package import each other (directly or round
+a longer cycle). The checks read every import statement (function-level ones included)
 from the source, so it holds without importing anything.
 """
 
@@ -110,6 +111,63 @@ def test_the_check_catches_an_upward_import(module: str, source: str, bad: bool)
     assert bool(upward_imports(module, source)) is bad
 
 
+def _module_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules of its own package it imports (``from pkg import mod`` names pkg.mod)."""
+    graph: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        package = module.rsplit(".", 1)[0]
+        targets = set()
+        for _, target in _imported(ast.parse(source)):
+            if target not in sources and target.rsplit(".", 1)[0] in sources:
+                target = target.rsplit(".", 1)[0]  # `from kcp_opa.x.mod import name`: names a module's member
+            if target != module and target in sources and target.rsplit(".", 1)[0] == package:
+                targets.add(target)
+        for node in ast.walk(ast.parse(source)):  # from kcp_opa.service import tools
+            if isinstance(node, ast.ImportFrom) and node.module == package and node.level == 0:
+                targets |= {f"{package}.{a.name}" for a in node.names if f"{package}.{a.name}" in sources}
+        graph[module] = targets - {module}
+    return graph
+
+
+def import_cycles(sources: dict[str, str]) -> list[list[str]]:
+    """Every cycle of imports among the modules of one package (function-level imports included)."""
+    graph = _module_graph(sources)
+    cycles: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+
+    def walk(start: str, node: str, path: list[str]) -> None:
+        for target in sorted(graph.get(node, ())):
+            if target == start and frozenset(path) not in seen:
+                seen.add(frozenset(path))
+                cycles.append([*path, start])
+            elif target not in path and target > start:  # each cycle once, from its smallest module
+                walk(start, target, [*path, target])
+
+    for module in sorted(graph):
+        walk(module, module, [module])
+    return cycles
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    sources = {_module_name(path): path.read_text("utf-8") for path in _modules()}
+    assert import_cycles(sources) == []
+
+
+def test_the_cycle_check_catches_a_cycle() -> None:
+    sources = {
+        "kcp_opa.service.desk": "def open():\n    from kcp_opa.service.loading import open_service\n",
+        "kcp_opa.service.loading": "from kcp_opa.service.desk import GateService\n",
+        "kcp_opa.service.http": "from kcp_opa.service import ui\n",
+        "kcp_opa.service.ui": "from kcp_opa.service.http import principal_of\n",
+        "kcp_opa.service.tools": "from kcp_opa.service.desk import GateService\n",
+        "kcp_opa.decide.gate": "from kcp_opa.service.desk import GateService\n",
+    }
+    assert import_cycles(sources) == [
+        ["kcp_opa.service.desk", "kcp_opa.service.loading", "kcp_opa.service.desk"],
+        ["kcp_opa.service.http", "kcp_opa.service.ui", "kcp_opa.service.http"],
+    ]
+
+
 def test_every_package_is_a_known_stage_with_a_docstring() -> None:
     packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
     assert packages == sorted(LAYERS)
@@ -143,3 +201,20 @@ def test_every_old_path_resolves_to_its_new_module() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             assert importlib.import_module(f"kcp_opa.{old}") is importlib.import_module(new), old
+
+
+def test_the_architecture_doc_lists_every_module() -> None:
+    """docs/architecture.md, "Every module": each package's section names each of its modules."""
+    text = (REPO / "docs" / "architecture.md").read_text("utf-8")
+    sections = dict(
+        (part.split("`", 1)[0], part) for part in text.split("\n### `kcp_opa.")[1:]
+    )  # "service`\n\n| module | ..." -> {"service": ...}
+    missing = []
+    for path in _modules():
+        relative = path.relative_to(PACKAGE)
+        if len(relative.parts) < 2 or path.name == "__init__.py":
+            continue
+        package, name = relative.parts[0], ".".join(relative.with_suffix("").parts[1:])
+        if f"| `{name}` |" not in sections.get(package, ""):
+            missing.append(f"kcp_opa.{package}.{name}")
+    assert missing == []

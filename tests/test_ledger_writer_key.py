@@ -1,6 +1,6 @@
 """The gate's ledger signed by its writer key, in the service and on the command line.
 
-``serve --ledger-key`` / ``open_service(ledger_key=...)`` and ``decide --ledger-key`` make every
+``serve --ledger-key`` / ``open_service(config, HostParts(ledger_key=...))`` and ``decide --ledger-key`` make every
 entry the service or the CLI writes carry the writer's signature, and ``audit verify --keyring``
 authenticates each (the attacks on it are in tests/adversarial/test_ledger_writer_binding.py).
 """
@@ -14,8 +14,9 @@ from conftest import REPO, run_cli
 from trustkit import compile_with_trust
 
 from kcp_opa.core.signing import Keyring, generate_ed25519
-from kcp_opa.service.desk import GateService
+from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.identity import LOCAL_AGENT
+from kcp_opa.service.loading import open_service
 from kcp_opa.trail.ledger import verify_ledger
 
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -25,7 +26,8 @@ def test_the_service_signs_every_ledger_entry_with_its_writer_key(tmp_path: Path
     key = generate_ed25519("service-writer")
     bundle = compile_with_trust(tmp_path / "finance.tar.gz")
     ledger = tmp_path / "service.jsonl"
-    service = GateService.open(bundle, store=tmp_path / "s.db", ledger=ledger, ledger_key=key)
+    config = ServiceConfig(bundle, store=str(tmp_path / "s.db"), ledger=str(ledger))
+    service = open_service(config, HostParts(ledger_key=key))
     answer = service.evaluate(LOCAL_AGENT, ACTION, financial=True)
     assert answer["decision_id"]
     lines = [json.loads(line) for line in ledger.read_text().splitlines()]

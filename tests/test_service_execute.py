@@ -13,12 +13,10 @@ from typing import Any
 
 import pytest
 from conftest import REPO
-from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, served_context, write_registry
+from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, open_local, served_context, write_registry
 from test_service_mcp import Call, cast, run
 
-from kcp_opa.core.signing import load_keyring
-from kcp_opa.declare.trust import load_trust
-from kcp_opa.service.desk import GateService
+from kcp_opa.service.config import HostParts
 from kcp_opa.service.handlers import bound
 from kcp_opa.service.identity import LOCAL_AGENT
 
@@ -41,15 +39,15 @@ def not_json(action: dict[str, Any]) -> Any:
 def test_a_result_that_cannot_be_recorded_fails_the_execution_clearly(tmp_path: Path, handler: str) -> None:
     RAN.clear()
     registry, keys = write_registry(tmp_path)
-    service = GateService.open(
+    handlers = {"mixed_keys": bound(mixed_keys, "execute_payment"), "not_json": bound(not_json, "execute_payment")}
+    service = open_local(
         compile_finance(tmp_path / "finance.tar.gz", registry),
-        store=tmp_path / "service.db",
-        ledger=tmp_path / "ledger.jsonl",
-        handlers={"mixed_keys": bound(mixed_keys, "execute_payment"), "not_json": bound(not_json, "execute_payment")},
-        registry=load_trust(registry),
+        tmp_path,
+        HostParts(handlers=handlers),
+        trust=registry,
         **served_context(registry),
         issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
-        issuer_keyring=load_keyring(keys),
+        issuer_keyring=keys,
     )
     subject, approver, _, kyc, issuer, executor, _ = cast(service)
     answerers = {

@@ -22,10 +22,11 @@ import yaml
 from conftest import DEPLOYMENTS, POLICIES, REPO
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from servicekit import SUBJECT_FACTS, local_context
+from servicekit import SUBJECT_FACTS, local_context, open_local
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.service.config import HostParts
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.guard import Held, build_guard_proxy, guard
 from kcp_opa.trail.ledger import read_entries
@@ -64,7 +65,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def service(bundle: Path, tmp_path: Path) -> GateService:
     # what the gate knows about the local agent and the subject (a support customer: no payee)
     context = local_context("user_1", {**SUBJECT_FACTS, "new_beneficiary": False})
-    return GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl", context=context)
+    return open_local(bundle, tmp_path, HostParts(context=context))
 
 
 def test_guard_runs_an_allowed_call_and_holds_the_rest_with_its_challenges(service: GateService) -> None:

@@ -23,7 +23,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servicekit import local_context
+from servicekit import local_context, open_local
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.trail.ledger import read_entries, verify_ledger
@@ -260,16 +260,14 @@ def test_a_session_opened_with_one_token_is_not_usable_with_another(tmp_path: Pa
 
     import uvicorn
 
-    from kcp_opa.service.desk import GateService
+    from kcp_opa.service.config import HostParts
     from kcp_opa.service.http import build_app
     from kcp_opa.service.identity import LOCAL_AGENT, Principal, StaticAuthenticator
 
     base = DEPLOYMENTS / "finance"
     bundle = tmp_path / "finance.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle)
-    service = GateService.open(
-        bundle, store=tmp_path / "s.db", ledger=tmp_path / "l.jsonl", context=local_context("user_001")
-    )
+    service = open_local(bundle, tmp_path, HostParts(context=local_context("user_001")))
     approver = Principal.of("anna", "human", {"approver"})
     agent_token, approver_token = "a" * 40, "b" * 40
     app = build_app(service, StaticAuthenticator({agent_token: LOCAL_AGENT, approver_token: approver}))

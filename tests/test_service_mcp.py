@@ -24,19 +24,20 @@ from servicekit import (
     SERVICE_ISSUER,
     compile_finance,
     local_context,
+    open_local,
     served_context,
     write_registry,
 )
 
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.core.errors import CodedError
-from kcp_opa.core.signing import load_keyring
-from kcp_opa.declare.trust import load_trust
+from kcp_opa.service.config import HostParts
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.handlers import bound
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
-from kcp_opa.service.tools import TOOL_NAMES, build_server
+from kcp_opa.service.mcpserver import build_server
+from kcp_opa.service.tools import TOOL_NAMES
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -60,15 +61,14 @@ def trusted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]
 
 def open_service(trusted: tuple[Path, Path, Path], work: Path, *issuers: str) -> GateService:
     bundle, registry, keys = trusted
-    return GateService.open(
+    return open_local(
         bundle,
-        store=work / "service.db",
-        ledger=work / "ledger.jsonl",
-        handlers={"pay": bound(pay, "execute_payment")},
-        registry=load_trust(registry),
+        work,
+        HostParts(handlers={"pay": bound(pay, "execute_payment")}),
+        trust=registry,
         **served_context(registry),
         issuer_ids=issuers or (SERVICE_ISSUER, GATE_ISSUER),
-        issuer_keyring=load_keyring(keys),
+        issuer_keyring=keys,
     )
 
 
@@ -404,7 +404,7 @@ def test_without_a_registry_decisions_and_challenges_work_and_every_control_resu
 ) -> None:
     bundle = compile_finance(tmp_path / "plain.tar.gz", None)
     context = local_context("user_001")
-    service = GateService.open(bundle, store=tmp_path / "service.db", ledger=tmp_path / "ledger.jsonl", context=context)
+    service = open_local(bundle, tmp_path, HostParts(context=context))
     assert service.desk is None and service.status()["trust"] is None
     approver = Principal.of("treasury_approver_anna", "human", {"approver", "treasury_approver"})
     issuer = Principal.of("approval-desk", "system", {"issuer"})

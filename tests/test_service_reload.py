@@ -32,10 +32,12 @@ from servicekit import (
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
 from kcp_opa.declare.trust import load_trust
+from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
-from kcp_opa.service.loading import Reloader, ReloadError, Sources
+from kcp_opa.service.loading import open_service
+from kcp_opa.service.reloading import Reloader, ReloadError
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -72,17 +74,17 @@ def test_rotation_reload_refuses_a_mismatch_and_never_drops_calls_in_flight(tmp_
     registry, keys = write_registry(tmp_path)
     old_kid, new_kid, rotated = _with_next_key(registry, keys, tmp_path)
     bundle = compile_finance(tmp_path / "finance.tar.gz", registry)
-    service = GateService.open(
+    config = ServiceConfig(
         bundle,
-        store=tmp_path / "s.db",
-        ledger=tmp_path / "l.jsonl",
-        registry=load_trust(registry),
+        store=str(tmp_path / "s.db"),
+        ledger=str(tmp_path / "l.jsonl"),
+        trust=registry,
         **served_context(registry),
         issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
-        issuer_keyring=load_keyring(keys),
+        issuer_keyring=keys,
     )
-    sources = Sources(bundle, registry, (SERVICE_ISSUER, GATE_ISSUER), keys)
-    reloader = Reloader(service, sources)
+    service = open_service(config)
+    reloader = Reloader(service, config)  # start and reload read the same config
     assert service.registry is not None
     roles = bundle_approver_roles(service.gate.bundle.data)
     subject = registry_principal(service.registry, "user_001", roles)

@@ -128,23 +128,24 @@ def test_concurrent_answers_through_two_services_on_one_store_are_all_kept(tmp_p
     """Five answers at once, through two services (two connections each) on one store: none is lost."""
     import threading
 
-    from kcp_opa.core.signing import load_keyring
-    from kcp_opa.declare.trust import load_trust
-    from kcp_opa.service.desk import GateService
+    from kcp_opa.service.config import ServiceConfig
     from kcp_opa.service.identity import LOCAL_AGENT
     from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
+    from kcp_opa.service.loading import open_service
 
     registry, keys = write_registry(tmp_path)
     bundle = compile_finance(tmp_path / "finance.tar.gz", registry)
     services = [
-        GateService.open(
-            bundle,
-            store=tmp_path / "service.db",
-            ledger=tmp_path / f"{name}.jsonl",
-            registry=load_trust(registry),
-            **served_context(registry),
-            issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
-            issuer_keyring=load_keyring(keys),
+        open_service(
+            ServiceConfig(
+                bundle,
+                store=str(tmp_path / "service.db"),
+                ledger=str(tmp_path / f"{name}.jsonl"),
+                trust=registry,
+                **served_context(registry),
+                issuer_ids=(SERVICE_ISSUER, GATE_ISSUER),
+                issuer_keyring=keys,
+            )
         )
         for name in ("a", "b")
     ]

@@ -15,13 +15,14 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from servicekit import local_context
+from servicekit import local_context, open_local
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.service import observe
+from kcp_opa.service.config import HostParts
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import LOCAL_AGENT
-from kcp_opa.service.tools import build_server
+from kcp_opa.service.mcpserver import build_server
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -35,7 +36,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> GateService:
     base = DEPLOYMENTS / "finance"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, work / "finance.tar.gz")
     context = local_context("user_001")
-    return GateService.open(work / "finance.tar.gz", store=work / "s.db", ledger=work / "l.jsonl", context=context)
+    return open_local(work / "finance.tar.gz", work, HostParts(context=context))
 
 
 @pytest.fixture

@@ -12,17 +12,37 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from kcp_opa.audit import case as layout
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.signing import load_keyring
-from kcp_opa.trail.checkpoint import read_checkpoints
+from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 
-if TYPE_CHECKING:
-    from kcp_opa.audit.casecheck import _Case as CaseFile
+
+class CaseFile(Protocol):
+    """What these checks read of a case directory (casecheck's reader; a Protocol keeps the import one-way)."""
+
+    root: Path
+    keyring_pin: Path | None
+    decision_id: str
+
+    @property
+    def pins(self) -> Pins: ...
+
+    def json(self, name: str) -> Any: ...
+
+    def cut(self) -> str: ...
+
+    def checkpoint(self) -> Checkpoint: ...
+
+    def chain(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]: ...
+
+    def case_entries(self) -> list[dict[str, Any]]: ...
+
+    def decisions(self) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
-from kcp_opa.authoring.policycheck import CheckFinding
+
+@dataclass(frozen=True)
+class CheckFinding:
+    file: str
+    line: int
+    severity: str
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+        }
+
 
 #: The keys every finding literal has, exactly.
 FINDING_KEYS = ("code", "rule", "state", "controls", "message", "details")

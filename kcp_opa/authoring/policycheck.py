@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from kcp_opa.authoring.findingcheck import CheckFinding as CheckFinding  # re-exported: the old import path
+from kcp_opa.authoring.findingcheck import finding_problems
 from kcp_opa.authoring.regosyntax import syntax_problems
 from kcp_opa.authoring.regotest import OPA_ONLY, regopy_child
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
@@ -59,24 +60,6 @@ DIVERGENT_CALLS = {
 }
 
 
-@dataclass(frozen=True)
-class CheckFinding:
-    file: str
-    line: int
-    severity: str
-    code: str
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "line": self.line,
-            "severity": self.severity,
-            "code": self.code,
-            "message": self.message,
-        }
-
-
 def _line_of(source: str, offset: int) -> int:
     return source.count("\n", 0, offset) + 1
 
@@ -95,7 +78,6 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
     findings += [  # a terminal denial marked waivable: no exception may ever lift it
         CheckFinding(w.file, w.line, "error", "terminal_waivable", why) for w, why in waiver_refusals(modules)
     ]
-    from kcp_opa.authoring.findingcheck import finding_problems  # it builds CheckFinding: imported here
 
     findings += finding_problems(modules)
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))

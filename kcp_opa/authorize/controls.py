@@ -11,7 +11,6 @@ the verdict from the verified evidence before a receipt is signed.
 from __future__ import annotations
 
 import copy
-import enum
 import hashlib
 import hmac
 import secrets
@@ -21,6 +20,8 @@ from typing import Any
 
 from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
 from kcp_opa.authorize.documents import Attestation, Receipt
+from kcp_opa.authorize.evidence import EvidenceStatus as EvidenceStatus  # re-exported: the old import path
+from kcp_opa.authorize.evidence import evidence_for as evidence_for
 from kcp_opa.authorize.parties import canonical_or_empty, parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.core.canonical import canonical_json
@@ -30,18 +31,13 @@ from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import Gate
-from kcp_opa.decide.gateinput import DecisionInput, build_input, built_context
+from kcp_opa.decide.gateinput import DecisionInput, built_context
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.models.decision import Decision
 
 EVIDENCE_ENTRYPOINT = "kcp/controls/verdict"
 DEFAULT_RECEIPT_TTL_SECONDS = 300
 LEDGER_PRINCIPAL = "kcp-opa-ledger"
-
-
-class EvidenceStatus(enum.StrEnum):
-    PASSED = "PASSED"
-    FAILED = "FAILED"
 
 
 @dataclass(frozen=True)
@@ -122,6 +118,18 @@ class GateDecision:
         )
 
 
+def decide_record(
+    gate: Gate, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None, ttl: int | None = None
+) -> tuple[GateDecision, Mapping[str, Any] | None]:
+    """Decide ``action`` and start its record, unsealed (a desk seals it; without a registry the
+    service keeps it as it is), with the ledger entry that recorded the decision."""
+    frozen = copy.deepcopy(dict(action))
+    prepared = gate.prepare(frozen, now=now, principal=principal)
+    decision, entry = gate.decide_recorded(prepared)
+    ttl = DEFAULT_RECEIPT_TTL_SECONDS if ttl is None else ttl
+    return GateDecision(frozen, prepared, decision, (), ttl, (prepared.document,)), entry
+
+
 class ControlDesk:
     """Records signed control results against gate decisions for one bundle and trust registry.
 
@@ -163,14 +171,14 @@ class ControlDesk:
         if not hmac.compare_digest(record.seal, expected):
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
+    def seal_document(self, body: Mapping[str, Any]) -> str:
+        """This desk's seal over a record document (the files ``kcp_opa.authorize.records`` writes)."""
+        return hmac.new(self._seal_key, canonical_json(body), hashlib.sha256).hexdigest()
+
     def open(self, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
-        frozen = copy.deepcopy(dict(action))
-        prepared = self.gate.prepare(frozen, now=now, principal=principal)
-        decision, entry = self.gate.decide_recorded(prepared)
-        record = self._sealed(
-            GateDecision(frozen, prepared, decision, (), self.receipt_ttl_seconds, (prepared.document,))
-        )
+        record, entry = decide_record(self.gate, action, now=now, principal=principal, ttl=self.receipt_ttl_seconds)
+        record, frozen, decision = self._sealed(record), record.action, record.decision
         if entry is not None and self.gate_key is not None and "standard_audit_logging" in decision.required_controls:
             # The ledger entry is the evidence for the gate's own control, signed as the gate.
             fields = {
@@ -274,6 +282,16 @@ class ControlDesk:
         )
         return item, [str(c) for c in value.get("satisfied") or []]
 
+    def reopen(self, recorded: GateDecision, attestations: Sequence[Any]) -> GateDecision:
+        """A record loaded again (``records.replay_record``), sealed, every attestation replayed in order."""
+        record = self._sealed(replace(recorded, receipt_ttl_seconds=self.receipt_ttl_seconds))
+        accepted: list[ControlEvidence] = []
+        satisfied: list[str] = []
+        for raw in attestations:
+            item, satisfied = self._judge(record, accepted, verify_attestation(raw, self.registry, self.keyring))
+            accepted.append(item)
+        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied) if accepted else record
+
     def rederive(self, record: GateDecision, *, counters: Mapping[str, Any] | None = None) -> GateDecision:
         """Re-verify every attestation and replay the policy over them (on ``counters``, else the record's)."""
         self.check_seal(record)
@@ -326,15 +344,12 @@ class ControlDesk:
         self, record: GateDecision, satisfied: Sequence[str], counters: Mapping[str, Any] | None = None
     ) -> GateDecision:
         # The gate seals the input the desk built from the policy's satisfied controls only.
-        prepared = self.gate._seal(
-            build_input(
-                record.action,
-                now=record.decision.evaluated_at,
-                satisfied_controls=sorted(set(satisfied) | set(self.gate.system_controls)),
-                bundle_revision=self.gate.bundle_revision,
-                decision_id=record.decision.decision_id,
-                built=_with_counts(built_context(record.prepared.document), counters),
-            )
+        prepared = self.gate.reprepare(
+            record.action,
+            at=record.decision.evaluated_at,
+            decision_id=record.decision.decision_id,
+            satisfied=sorted(set(satisfied) | set(self.gate.system_controls)),
+            facts=_with_counts(built_context(record.prepared.document), counters),
         )
         decision = self.gate.decide_prepared(prepared)
         # The trace id is the decision's, not a new one generated for the re-evaluation.
@@ -347,33 +362,3 @@ class ControlDesk:
 def _with_counts(built: dict[str, Any], counters: Mapping[str, Any] | None) -> dict[str, Any]:
     """The recorded context, on fresh ``counters`` when the reservation re-read them under its lock."""
     return built if counters is None else {**built, "counters": dict(counters)}
-
-
-def evidence_for(
-    record: GateDecision,
-    controls: Sequence[str],
-    *,
-    issuer: str,
-    key: Signer,
-    actor_id: str,
-    completed_at: str,
-    reference: str,
-    status: EvidenceStatus | str = EvidenceStatus.PASSED,
-) -> list[dict[str, Any]]:
-    """Attestations for ``controls`` bound to ``record``, signed as ``issuer`` (for issuers' tools and demos)."""
-    return [
-        sign_attestation(
-            {
-                "control": control,
-                "status": EvidenceStatus(status).value,
-                "actor_id": actor_id,
-                "evidence_reference": reference,
-                "completed_at": completed_at,
-                "decision_id": record.decision.decision_id,
-                "action_hash": record.decision.action_hash,
-            },
-            issuer,
-            key,
-        )
-        for control in controls
-    ]

@@ -9,23 +9,17 @@ nothing in it is taken on its word.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from kcp_opa.authorize.attestations import verify_attestation
-from kcp_opa.authorize.controls import ControlDesk, ControlEvidence, GateDecision
-from kcp_opa.core.canonical import canonical_json
+from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.core.errors import EvidenceRejectedError
-from kcp_opa.decide.gateinput import build_input, built_context
+from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateinput import built_context
 
 RECORD_FORMAT = "kcp-opa/control-record"
-
-
-def _mac(desk: ControlDesk, body: Mapping[str, Any]) -> str:
-    return hmac.new(desk._seal_key, canonical_json(body), hashlib.sha256).hexdigest()
 
 
 def export_record(desk: ControlDesk, record: GateDecision) -> dict[str, Any]:
@@ -41,7 +35,7 @@ def export_record(desk: ControlDesk, record: GateDecision) -> dict[str, Any]:
         "attestations": [e.attestation.to_dict() for e in record.evidence],
         "context": built_context(record.prepared.document),
     }
-    return {**body, "seal": _mac(desk, body)}
+    return {**body, "seal": desk.seal_document(body)}
 
 
 def load_record(desk: ControlDesk, document: Any) -> GateDecision:
@@ -50,30 +44,28 @@ def load_record(desk: ControlDesk, document: Any) -> GateDecision:
         raise EvidenceRejectedError(f"not a {RECORD_FORMAT} document", "malformed_record")
     body = {k: v for k, v in document.items() if k != "seal"}
     seal = document.get("seal")
-    if not isinstance(seal, str) or not hmac.compare_digest(seal, _mac(desk, body)):
+    if not isinstance(seal, str) or not hmac.compare_digest(seal, desk.seal_document(body)):
         raise EvidenceRejectedError("the record was edited or sealed by another desk", "record_tampered")
     if body.get("bundle_revision") != desk.gate.bundle_revision:
         raise EvidenceRejectedError(
             f"the record was decided under bundle {body.get('bundle_revision')}, not {desk.gate.bundle_revision}",
             "bundle_changed",
         )
-    action = body["action"]
-    prepared = desk.gate._seal(
-        build_input(
-            action,
-            now=body["evaluated_at"],
-            satisfied_controls=desk.gate.system_controls,
-            bundle_revision=desk.gate.bundle_revision,
-            decision_id=body["decision_id"],
-            built=body.get("context") if isinstance(body.get("context"), Mapping) else {},
-        )
+    return desk.reopen(replay_record(desk.gate, body), body.get("attestations") or [])
+
+
+def replay_record(gate: Gate, document: Mapping[str, Any]) -> GateDecision:
+    """A record document's decision re-decided with ``gate`` (its id, time and recorded facts; only
+    the system's controls satisfied), unsealed: ``ControlDesk.reopen`` seals it and replays its
+    evidence; the service keeps it as it is when it runs without a trust registry."""
+    action = document["action"]
+    prepared = gate.reprepare(
+        action,
+        at=document["evaluated_at"],
+        decision_id=document["decision_id"],
+        satisfied=gate.system_controls,
+        facts=document.get("context"),
     )
-    decision, _ = desk.gate.evaluate(prepared)
-    decision = replace(decision, trace_id=body.get("trace_id"))
-    record = desk._sealed(GateDecision(action, prepared, decision, (), desk.receipt_ttl_seconds, (prepared.document,)))
-    accepted: list[ControlEvidence] = []
-    satisfied: list[str] = []
-    for raw in body.get("attestations") or []:
-        item, satisfied = desk._judge(record, accepted, verify_attestation(raw, desk.registry, desk.keyring))
-        accepted.append(item)
-    return desk._rederive(replace(record, evidence=tuple(accepted)), satisfied) if accepted else record
+    decision, _ = gate.evaluate(prepared)
+    decision = replace(decision, trace_id=document.get("trace_id"))
+    return GateDecision(action, prepared, decision, inputs=(prepared.document,))

@@ -10,27 +10,53 @@ the execution fails or loses its claim, and stops counting when the receipt expi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
 
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.core.errors import ReceiptIssueError
 from kcp_opa.core.signing import Signer
 from kcp_opa.decide.counting import StoreCounters, transfer_of
-from kcp_opa.decide.gate import decision_time
+from kcp_opa.decide.gate import DecisionInput, decision_time
+from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import CounterView
 from kcp_opa.stores.records import Transfer
 
-if TYPE_CHECKING:
-    from kcp_opa.authorize.controls import ControlDesk, GateDecision
+
+class Record(Protocol):
+    """What a reservation reads of a control record (controls.GateDecision; a Protocol keeps the import one-way)."""
+
+    @property
+    def action(self) -> Mapping[str, Any]: ...
+
+    @property
+    def prepared(self) -> DecisionInput: ...
+
+    @property
+    def decision(self) -> Decision: ...
+
+
+R = TypeVar("R", bound=Record)
+
+
+class Desk(Protocol[R]):
+    """What a reservation asks of the control desk (controls.ControlDesk)."""
+
+    def rederive_for_issue(self, record: R, counters: Mapping[str, Any] | None = None) -> R: ...
+
+    def issue_rederived(
+        self, rederived: R, key: Signer, *, ttl_seconds: int | None = None, now: Any = None
+    ) -> Receipt: ...
+
 
 #: Reason codes that make a refused issue a budget refusal (the code the caller sees).
 BUDGET_REASONS = ("budget_exhausted", "velocity_exceeded", "budget_approval_required", "rate_limited")
 
 
 def issue_reserved(
-    desk: ControlDesk,
+    desk: Desk[R],
     counting: StoreCounters,
-    record: GateDecision,
+    record: R,
     key: Signer,
     *,
     ttl_seconds: int | None = None,

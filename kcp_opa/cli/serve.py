@@ -1,61 +1,33 @@
-"""``kcp-opa serve``: the gate as an MCP server (stdio or streamable HTTP) with an HTTP JSON API."""
+"""``kcp-opa serve``: the gate as an MCP server (stdio or streamable HTTP) with an HTTP JSON API.
+
+Each option is a :class:`~kcp_opa.service.config.ServiceConfig` field of the same name; ``--config``
+reads them from a JSON file instead (an option given here wins). The service is built from that
+one config at start and on every reload."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
-from kcp_opa.cli.bundlekeys import verification_of, verification_options
+from kcp_opa.cli.bundlekeys import verification_options
 from kcp_opa.cli.keys import signing_key_option
-from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KcpOpaError
-from kcp_opa.core.files import read_regular
-from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
-
-
-class ServeConfigError(KcpOpaError):
-    """A serve option or file that cannot be used (exit 2)."""
-
-
-def _handlers(path: Path | None) -> dict[str, Any]:
-    from kcp_opa.service.handlers import load_handlers
-
-    if path is None:
-        return {}
-    try:
-        raw = strictjson.loads(read_regular(path))
-    except (OSError, ValueError) as exc:
-        raise ServeConfigError(f"{path}: cannot read the handlers file: {exc}") from None
-    spec = raw.get("handlers") if isinstance(raw, dict) else None
-    if not isinstance(spec, dict):
-        raise ServeConfigError(f'{path}: expected {{"handlers": {{"name": "module:function"}}}}')
-    return load_handlers(spec, base=path.resolve().parent)
-
-
-def _token_hashes(path: Path | None) -> dict[str, str]:
-    """``{"sha256:<hex>": "principal id"}``: the tokens file holds hashes, never tokens."""
-    if path is None:
-        return {}
-    try:
-        raw = strictjson.loads(read_regular(path))
-    except (OSError, ValueError) as exc:
-        raise ServeConfigError(f"{path}: cannot read the tokens file: {exc}") from None
-    tokens = raw.get("tokens") if isinstance(raw, dict) else None
-    if not isinstance(tokens, dict) or not all(isinstance(v, str) for v in tokens.values()):
-        raise ServeConfigError(f'{path}: expected {{"tokens": {{"sha256:<hex>": "principal id"}}}}')
-    return tokens
 
 
 @click.command()
 @click.option(
-    "--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="MCP transport."
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="JSON file of settings, named as these options (issuer_ids: a list); options given here win.",
 )
 @click.option(
-    "-b", "--bundle", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Bundle to decide with."
+    "--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="MCP transport."
 )
+@click.option("-b", "--bundle", type=click.Path(path_type=Path, dir_okay=False), help="Bundle to decide with.")
 @click.option(
     "--store",
     default="audit/service.db",
@@ -95,11 +67,10 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option(
     "--tokens",
-    "tokens_path",
     type=click.Path(path_type=Path, dir_okay=False),
     help='With --trust and http: JSON {"tokens": {"sha256:<hex>": "principal id"}} (hashes only).',
 )
-@click.option("--principal", "stdio_principal", help="With --trust and stdio: the registered principal calling.")
+@click.option("--principal", help="With --trust and stdio: the registered principal calling.")
 @click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Receipt signing keyring.")
 @signing_key_option(
     "Sign receipts with this key instead of --keyring: a pkcs11: URI (the key stays in the HSM; kept across reloads)."
@@ -111,7 +82,6 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option(
     "--handlers",
-    "handlers_path",
     type=click.Path(path_type=Path, dir_okay=False),
     help='JSON file {"handlers": {"name": "module:function"}} that execute_authorized_action may run: '
     "each fn(action), imported from the file's directory or PYTHONPATH and checked at start.",
@@ -134,7 +104,6 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
 )
 @click.option(
     "--mode",
-    "start_mode",
     type=click.Choice(["enforce", "log_only"]),
     default="enforce",
     show_default=True,
@@ -154,36 +123,8 @@ def _token_hashes(path: Path | None) -> dict[str, str]:
     type=click.Path(path_type=Path, dir_okay=False),
     help="JSON list of signed fact attestations (evidence status, screening, beneficiary); needs --trust.",
 )
-def serve(
-    transport: str,
-    bundle: Path,
-    store: str,
-    ledger: str,
-    host: str,
-    port: int,
-    trust: Path | None,
-    issuer_ids: tuple[str, ...],
-    issuer_keyring: Path | None,
-    tokens_path: Path | None,
-    stdio_principal: str | None,
-    keyring: Path | None,
-    signing_key: str | None,
-    ledger_key: str | None,
-    handlers_path: Path | None,
-    token_env: str,
-    plan_cache: Path | None,
-    otel: bool,
-    bundle_source: str | None,
-    poll_seconds: float,
-    start_mode: str,
-    mode_second_approval: bool,
-    shadow_bundle: Path | None,
-    verification_keys: tuple[str, ...],
-    verification_scope: str,
-    region: str | None,
-    environment: str | None,
-    attestations: Path | None,
-) -> None:
+@click.pass_context
+def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
 
     \b
@@ -199,98 +140,44 @@ def serve(
     --bundle-source polls for new bundle versions and reloads each (verified with
     --verification-key); a version that does not load keeps the old one serving (GET /v1/status).
     """
-    from kcp_opa.context import StaticGateConfig
-    from kcp_opa.declare.trust import load_trust
-    from kcp_opa.service.desk import GateService
-    from kcp_opa.service.identity import LOCAL_AGENT, StaticAuthenticator
-    from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
-    from kcp_opa.service.loading import Reloader, Sources, SwappableAuthenticator
+    from kcp_opa.service import tools
+    from kcp_opa.service.config import ServiceConfig, ServiceConfigError
+    from kcp_opa.service.loading import Callers, SwappableAuthenticator, open_service
     from kcp_opa.service.observe import enable_tracing
+    from kcp_opa.service.reloading import Reloader
 
-    if trust is None and (issuer_ids or issuer_keyring or tokens_path or stdio_principal):
-        raise click.UsageError("--issuer-id, --issuer-keyring, --tokens and --principal need --trust")
-    if trust is not None:
-        if not issuer_ids or issuer_keyring is None:
-            raise click.UsageError("--trust needs --issuer-id and --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING)")
-        if transport == "http" and tokens_path is None:
-            raise click.UsageError("--transport http with --trust needs --tokens (token hashes -> principal ids)")
-        if transport == "stdio" and stdio_principal is None:
-            raise click.UsageError("--transport stdio with --trust needs --principal (the registered caller)")
-    tokens: dict[str, Any] = {}
-    if transport == "http" and trust is None:
-        token = os.environ.get(token_env, "")
-        if len(token) < 32:
-            raise click.UsageError(
-                f"--transport http without --trust needs the local agent's bearer token (>= 32 characters) "
-                f"in ${token_env}"
-            )
-        tokens[token] = LOCAL_AGENT
-    if keyring is not None and signing_key is not None:
-        raise click.UsageError("give --keyring or --signing-key, not both")
-    if otel and not enable_tracing():
+    given = {k: v for k, v in options.items() if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
+    try:
+        if config_file is not None:
+            config = ServiceConfig.from_file(config_file, given)
+        elif options["bundle"] is None:
+            raise click.UsageError("--bundle (or --config FILE naming one) is required")
+        else:
+            config = ServiceConfig(**options)
+        callers = Callers.at_start(config)
+    except ServiceConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if config.otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
-    registry = load_trust(trust) if trust is not None else None
-    verification = verification_of(verification_keys, verification_scope)
-    config = StaticGateConfig(deployment_region=region, environment=environment)
-    service = GateService.open(
-        bundle,
-        store=store,
-        ledger=ledger,
-        keyring=load_keyring(keyring) if keyring is not None else _signing_keyring(signing_key),
-        handlers=_handlers(handlers_path),
-        plan_cache=plan_cache,
-        registry=registry,
-        issuer_ids=issuer_ids,
-        issuer_keyring=load_keyring(issuer_keyring) if issuer_keyring is not None else None,
-        verification=verification,
-        config=config,
-        attestations=attestations,
-        ledger_key=load_signing_key(ledger_key) if ledger_key is not None else None,
-    )
-
+    service = open_service(config)
     _say_unsignable(service)
-
-    def make_authenticator(loaded: Any, data: Any) -> Any:
-        """The callers: the tokens file re-read and resolved in the (re)loaded registry."""
-        if loaded is None:
-            return StaticAuthenticator(tokens)
-        roles = bundle_approver_roles(data)
-        return registry_authenticator(loaded, _token_hashes(tokens_path), stdio=stdio_principal, approver_roles=roles)
-
-    if shadow_bundle is not None:
-        service.gate.set_shadow(shadow_bundle)
-    service.gate.modes.second_approval = mode_second_approval
-    if start_mode != "enforce":  # the operator's start configuration, recorded like any change
-        service.gate.modes.second_approval = False
-        service.gate.modes.request(start_mode, "serve:startup", service.gate.audit)
-        service.gate.modes.second_approval = mode_second_approval
-    authenticator = SwappableAuthenticator(make_authenticator(registry, service.gate.bundle.data))
-    sources = Sources(
-        bundle,
-        trust,
-        issuer_ids,
-        issuer_keyring,
-        keyring,
-        plan_cache,
-        verification,
-        config=config,
-        attestations=attestations,
-    )
-    reloader = Reloader(service, sources, authenticator, make_authenticator)
+    authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle.data))
+    reloader = Reloader(service, config, authenticator=authenticator, callers=callers)
     _on_sighup(reloader)
-    if bundle_source is not None:
+    if config.bundle_source is not None:
         from kcp_opa.decide.follow import BundleFollower, source_of
 
         reloader.follower = BundleFollower(
-            source_of(bundle_source), reloader.reload_bundle, bundle, interval_seconds=poll_seconds
+            source_of(config.bundle_source), reloader.reload_bundle, config.bundle, interval_seconds=config.poll_seconds
         )
         reloader.follower.poll_once()
         reloader.follower.start()
+    catalog = tools.CATALOG  # read now: the tools this process serves (tools.py)
     try:
-        if transport == "stdio":
-            _serve_stdio(service, authenticator)
+        if config.transport == "stdio":
+            _serve_stdio(service, authenticator, catalog)
         else:
-            _serve_http(service, authenticator, host, port, reloader)
+            _serve_http(service, authenticator, config.host, config.port, reloader, catalog)
     finally:
         _checkpoint_on_exit(service)
 
@@ -319,11 +206,6 @@ def _checkpoint_on_exit(service: Any) -> None:
         click.echo(f"kcp-opa: warning: no checkpoint on exit: {exc}", err=True)
 
 
-def _signing_keyring(signing_key: str | None) -> Keyring | None:
-    """--signing-key as the receipt keyring (None: the service makes its own)."""
-    return load_signing_keyring(signing_key) if signing_key else None
-
-
 def _on_sighup(reloader: Any) -> None:
     """SIGHUP reloads in a thread of its own: requests keep being served while the new files load."""
     import signal
@@ -333,20 +215,23 @@ def _on_sighup(reloader: Any) -> None:
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reloader.signal_reload, daemon=True).start())
 
 
-def _serve_stdio(service: Any, authenticator: Any) -> None:
+def _serve_stdio(service: Any, authenticator: Any, catalog: Any) -> None:
+    from kcp_opa.service.mcpserver import build_server
     from kcp_opa.service.stdio import run_stdio
-    from kcp_opa.service.tools import build_server
 
     principal = authenticator.fixed()
-    run_stdio(build_server(service, lambda ctx: principal), service)
+    run_stdio(build_server(service, lambda ctx: principal, catalog), service)
 
 
-def _serve_http(service: Any, authenticator: Any, host: str, port: int, reloader: Any) -> None:
+def _serve_http(service: Any, authenticator: Any, host: str, port: int, reloader: Any, catalog: Any) -> None:
     import uvicorn
 
     from kcp_opa.service.http import build_app
 
     click.echo(f"kcp-opa: serving MCP at http://{host}:{port}/mcp and the JSON API at /v1", err=True)
     uvicorn.run(
-        build_app(service, authenticator, host=host, reloader=reloader), host=host, port=port, log_level="warning"
+        build_app(service, authenticator, host=host, reloader=reloader, catalog=catalog),
+        host=host,
+        port=port,
+        log_level="warning",
     )

@@ -256,30 +256,30 @@ class Gate:
         """
         active = self._active
         controls = SYSTEM_CONTROLS if active.audit is not None else ()
-        built = build_input(
-            action,
-            now=now,
-            satisfied_controls=controls,
-            bundle_revision=active.bundle.revision,
-            context=StoreCounters.bound_to(context if context is not None else self.context, active.bundle.data),
-            principal=principal,
-        )
-        return self._seal(replace(built, bundle_sha256=active.bundle.sha256))
+        sources = StoreCounters.bound_to(context if context is not None else self.context, active.bundle.data)
+        return self._sealed(active, action, now=now, satisfied_controls=controls, context=sources, principal=principal)
 
     def _seal_of(self, prepared: DecisionInput) -> str:
         fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
         message = canonical_json([*fields, prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256])
         return hmac.new(self._seal_key, message, hashlib.sha256).hexdigest()
 
-    def _seal(self, prepared: DecisionInput) -> DecisionInput:
-        """Seal an input this gate built (``prepare``, or the control desk with recorded controls),
-        bound to the loaded bundle whose revision it names."""
-        if not prepared.bundle_sha256:
-            revision = prepared.document.get("context", {}).get("bundle_revision")
-            matching = [a for a in (self._active, *reversed(self._recent.values())) if a.bundle.revision == revision]
-            if matching:
-                prepared = replace(prepared, bundle_sha256=matching[0].bundle.sha256)
-        return replace(prepared, seal=self._seal_of(prepared))
+    def reprepare(
+        self, action: Mapping[str, Any], *, at: str, decision_id: str, satisfied: Sequence[str], facts: Any
+    ) -> DecisionInput:
+        """A recorded decision's input again, sealed: its id, time ``at`` and recorded context (``facts``),
+        with ``satisfied`` as the control desk verified them. For the desk and reloaded records, never a caller."""
+        built = facts if isinstance(facts, Mapping) else {}
+        return self._sealed(
+            self._active, action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built
+        )
+
+    def _sealed(self, active: ActiveBundle, action: Mapping[str, Any], **fields: Any) -> DecisionInput:
+        """An input built for ``active`` and sealed by this gate (``decide_recorded`` refuses others)."""
+        built = replace(
+            build_input(action, bundle_revision=active.bundle.revision, **fields), bundle_sha256=active.bundle.sha256
+        )
+        return replace(built, seal=self._seal_of(built))
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""

@@ -21,7 +21,7 @@ from typing import Any
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.errors import ActionRejectedError, ReceiptVerificationError
 from kcp_opa.decide.gate import Gate
-from kcp_opa.decide.gateinput import build_input, built_context
+from kcp_opa.decide.gateinput import built_context
 from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import NonceStore
 
@@ -38,14 +38,12 @@ def redecide(
     """The policy's decision now for ``action``, with the verified receipt's controls satisfied."""
     fresh = gate.prepare(action, now=now, principal=principal, context=context)  # today's facts and exceptions
     covered = [c for c in receipt.get("satisfied_controls") or [] if isinstance(c, str)]
-    prepared = gate._seal(  # the gate's own seal, as the control desk re-derives a decision
-        build_input(
-            action,
-            now=fresh.evaluated_at,
-            satisfied_controls=sorted(set(covered) | set(gate.system_controls)),
-            bundle_revision=gate.bundle_revision,
-            built=built_context(fresh.document),
-        )
+    prepared = gate.reprepare(  # the gate's own seal, as the control desk re-derives a decision
+        action,
+        at=fresh.evaluated_at,
+        decision_id=fresh.decision_id,
+        satisfied=sorted(set(covered) | set(gate.system_controls)),
+        facts=built_context(fresh.document),
     )
     return gate.decide_prepared(prepared)
 

@@ -3,12 +3,12 @@
 Transports (MCP over stdio or streamable HTTP, the HTTP JSON API) resolve the caller and call
 these methods; they hold no state of their own. All state is in the stores (``kcp_opa.stores``),
 shared by every server process on them. Nothing a caller sends names who the caller is. Bundle,
-registry and keys are one immutable :class:`Loaded` a reload swaps whole (see loading.py).
+registry and keys are one immutable :class:`Loaded` a reload swaps whole; the service is built
+from its config by loading.py (``open_service``) and reloaded by reloading.py.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
+from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, decide_record
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, Signer
@@ -141,13 +141,6 @@ class GateService:
     def keyring(self) -> Keyring:
         return self._loaded.keyring
 
-    @classmethod
-    def open(cls, bundle: str | Path, **options: Any) -> GateService:
-        """Load the bundle (planned in a child process first), open the store and the ledger (loading.py)."""
-        from kcp_opa.service.loading import open_service
-
-        return open_service(bundle, **options)
-
     # -- refusals -------------------------------------------------------------------------------
 
     def refuse(self, principal: Principal | None, tool: str, exc: KcpOpaError) -> None:
@@ -226,10 +219,7 @@ class GateService:
         """The desk's sealed record (facts established for the caller); without a registry, unsealed."""
         if loaded.desk is not None:
             return loaded.desk.open(action, principal=principal)
-        frozen = copy.deepcopy(dict(action))
-        prepared = loaded.gate.prepare(frozen, principal=principal)
-        decision, _ = loaded.gate.decide_recorded(prepared)
-        return GateDecision(frozen, prepared, decision, inputs=(prepared.document,))
+        return decide_record(loaded.gate, action, principal=principal)[0]
 
     def decide_only(self, principal: Principal, action: Any) -> dict[str, Any]:
         """The bare decision document (the OPA-compatible API): decided and audited, not kept."""

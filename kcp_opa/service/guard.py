@@ -21,9 +21,9 @@ from mcp import Client
 from mcp.server import Server, ServerRequestContext
 
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.service.catalog import error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
-from kcp_opa.service.tools import error_payload
 
 F = TypeVar("F", bound=Callable[..., Any])
 ActionFor = Callable[..., Mapping[str, Any]]

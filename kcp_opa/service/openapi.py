@@ -1,8 +1,9 @@
-"""``GET /v1/openapi.json``: the JSON API as OpenAPI 3.1, built from the tools' own schemas.
+"""``GET /v1/openapi.json``: the JSON API as OpenAPI 3.1, built from the tool catalog.
 
-Each ``/v1`` route runs one tool through the same dispatch as MCP, so its request and response
+Each tool route runs one tool through the same dispatch as MCP, so its request and response
 schemas are the tool's input and output schemas (a path parameter is taken out of the body's);
-a test holds that every ``/v1`` route of the app is described here and nothing else.
+the routes that are not tools are listed in :data:`FIXED_ROUTES`. A test holds that every ``/v1``
+route of the app is described here and nothing else.
 """
 
 from __future__ import annotations
@@ -11,35 +12,17 @@ import copy
 from typing import Any
 
 from kcp_opa.core.version import __version__
+from kcp_opa.service.catalog import Catalog, Tool
 
-#: path -> (method, tool or None, path parameter or None, summary)
-ROUTES: tuple[tuple[str, str, str | None, str | None, str], ...] = (
-    ("/v1/decisions", "post", "evaluate_action", None, "Decide an action; the decision is kept for its controls"),
-    (
-        "/v1/decisions/{decision_id}/challenges",
-        "post",
-        "create_control_challenge",
-        "decision_id",
-        "Open challenges for a decision's missing controls",
-    ),
-    ("/v1/challenges", "get", None, None, "The open challenges addressed to the caller (?addressed_to=me)"),
-    ("/v1/challenges/{challenge_id}", "get", None, "challenge_id", "One challenge (its addressees and readers)"),
-    (
-        "/v1/challenges/{challenge_id}/result",
-        "post",
-        "record_control_result",
-        "challenge_id",
-        "Answer a challenge addressed to the caller",
-    ),
-    ("/v1/receipts", "post", "issue_delegation_receipt", None, "Sign a one-time receipt for an APPROVED decision"),
-    ("/v1/receipts/verify", "post", "verify_and_consume_receipt", None, "Verify and consume a receipt"),
-    ("/v1/executions", "post", "execute_authorized_action", None, "Verify, consume, run a handler once"),
-    ("/v1/audit-events", "post", "write_audit_event", None, "Append a note to the audit ledger"),
-    ("/v1/data/kcp/gate/decision", "post", None, None, "OPA-compatible: {input: action} -> {result: decision}"),
-    ("/v1/status", "get", None, None, "Bundle, store, ledger and trust status"),
-    ("/v1/admin/reload", "post", None, None, "Reload bundle, registry, tokens and keys (service_admin)"),
-    ("/v1/admin/mode", "post", None, None, "Switch enforce / log_only (service_admin; may need a second admin)"),
-    ("/v1/openapi.json", "get", None, None, "This document"),
+OPA_ROUTE = "/v1/data/kcp/gate/decision"
+#: The ``/v1`` routes that are not a catalog tool's: (path, method, path parameter, summary).
+FIXED_ROUTES: tuple[tuple[str, str, str | None, str], ...] = (
+    ("/v1/challenges", "get", None, "The open challenges addressed to the caller (?addressed_to=me)"),
+    (OPA_ROUTE, "post", None, "OPA-compatible: {input: action} -> {result: decision}"),
+    ("/v1/status", "get", None, "Bundle, store, ledger, trust and tools status"),
+    ("/v1/admin/reload", "post", None, "Reload bundle, registry, tokens and keys (service_admin)"),
+    ("/v1/admin/mode", "post", None, "Switch enforce / log_only (service_admin; may need a second admin)"),
+    ("/v1/openapi.json", "get", None, "This document"),
 )
 _ERROR = {
     "type": "object",
@@ -48,7 +31,13 @@ _ERROR = {
 }
 
 
-def _operation(tool: str | None, parameter: str | None, summary: str, specs: dict[str, Any]) -> dict[str, Any]:
+def routes(catalog: Catalog) -> list[tuple[str, str]]:
+    """Every ``/v1`` (path, method) the app serves for ``catalog``."""
+    tools = [(t.route.path, t.route.method) for t in catalog if t.route is not None]
+    return [*tools, *((path, method) for path, method, *_ in FIXED_ROUTES)]
+
+
+def _operation(parameter: str | None, summary: str, tool: Tool | None) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "summary": summary,
         "responses": {
@@ -59,25 +48,26 @@ def _operation(tool: str | None, parameter: str | None, summary: str, specs: dic
     if parameter is not None:
         operation["parameters"] = [{"name": parameter, "in": "path", "required": True, "schema": {"type": "string"}}]
     if tool is not None:
-        spec = specs[tool]
-        body = copy.deepcopy(spec.input_schema)
+        operation["operationId"] = tool.name
+        operation["responses"]["200"]["content"]["application/json"]["schema"] = copy.deepcopy(tool.output_schema)
+        body = copy.deepcopy(dict(tool.input_schema))
         if parameter is not None:
             body.get("properties", {}).pop(parameter, None)
             body["required"] = [name for name in body.get("required", []) if name != parameter]
-        operation["operationId"] = tool
-        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
-        operation["responses"]["200"]["content"]["application/json"]["schema"] = spec.output_schema
+        if tool.route is not None and tool.route.method != "get":
+            operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
     return operation
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document(catalog: Catalog) -> dict[str, Any]:
     """The OpenAPI 3.1 document for every ``/v1`` route (bearer auth except this one)."""
-    from kcp_opa.service.tools import tool_specs
-
-    specs = {spec.name: spec for spec in tool_specs()}
     paths: dict[str, dict[str, Any]] = {}
-    for path, method, tool, parameter, summary in ROUTES:
-        operation = _operation(tool, parameter, summary, specs)
+    for tool in catalog:
+        if tool.route is not None:
+            route = tool.route
+            paths.setdefault(route.path, {})[route.method] = _operation(route.parameter, route.summary, tool)
+    for path, method, parameter, summary in FIXED_ROUTES:
+        operation = _operation(parameter, summary, None)
         if path == "/v1/openapi.json":
             operation["security"] = []
         if path == "/v1/challenges":

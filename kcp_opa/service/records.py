@@ -11,15 +11,14 @@ decision, in one process or in two, are applied one after the other and neither 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
-from kcp_opa.authorize.records import RECORD_FORMAT, export_record, load_record
+from kcp_opa.authorize.records import RECORD_FORMAT, export_record, load_record, replay_record
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.decide.gate import Gate
-from kcp_opa.decide.gateinput import build_input, built_context
+from kcp_opa.decide.gateinput import built_context
 from kcp_opa.stores.records import StoredDecision, UnknownRecordError
 
 __all__ = ["StoredDecision", "UnknownRecordError", "canonical_or_none", "check_current", "export", "restore"]
@@ -57,20 +56,7 @@ def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -
     check_current(gate, document)
     if desk is not None:
         return load_record(desk, document)
-    action = document["action"]
-    prepared = gate._seal(
-        build_input(
-            action,
-            now=document["evaluated_at"],
-            satisfied_controls=gate.system_controls,
-            bundle_revision=gate.bundle_revision,
-            decision_id=document["decision_id"],
-            built=document.get("context") if isinstance(document.get("context"), Mapping) else {},
-        )
-    )
-    decision, _ = gate.evaluate(prepared)
-    decision = replace(decision, trace_id=document.get("trace_id"))
-    return GateDecision(action, prepared, decision, inputs=(prepared.document,))
+    return replay_record(gate, document)
 
 
 def canonical_or_none(value: Any) -> str | None:

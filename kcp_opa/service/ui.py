@@ -14,7 +14,7 @@ is read through the service's capped reader (16 KiB, 20 fields); anything else i
 and an audited refusal. Every answer is audited: the tool path writes the control result or the
 refusal, and a ``ui.answer`` note records the answer given through the UI.
 
-Also here, for the same inbox: ``GET /v1/challenges?addressed_to=me`` and ``/v1/openapi.json``.
+Also here, for the same inbox: ``GET /v1/challenges?addressed_to=me``.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from kcp_opa.audit.report import render_html
 from kcp_opa.audit.summary import LedgerSummary, entries_by_decision, summarize
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.service import uipages
+from kcp_opa.service.catalog import Catalog, error_payload
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope
 from kcp_opa.service.issuing import check_addressed
-from kcp_opa.service.openapi import openapi_document
-from kcp_opa.service.tools import dispatch, error_payload
 from kcp_opa.service.uisession import FormRefused, Session, Sessions, read_form, secure_cookie, session_seconds
 
 COOKIE = "kcp_ui"
@@ -96,8 +96,8 @@ def _csrf_ok(expected: str, given: str | None) -> bool:
 class Ui:
     """The /ui routes over one GateService and the service's authenticator."""
 
-    def __init__(self, service: GateService, authenticator: Authenticator) -> None:
-        self.service, self.authenticator = service, authenticator
+    def __init__(self, service: GateService, authenticator: Authenticator, catalog: Catalog) -> None:
+        self.service, self.authenticator, self.catalog = service, authenticator, catalog
         self.sessions = Sessions(session_seconds())
 
     def _signed_in(self, request: Request) -> tuple[Session, Principal] | None:
@@ -269,7 +269,9 @@ class Ui:
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         try:
-            result = await anyio.to_thread.run_sync(dispatch, self.service, principal, "record_control_result", args)
+            result = await anyio.to_thread.run_sync(
+                self.catalog.dispatch, self.service, principal, "record_control_result", args
+            )
         except KcpOpaError as exc:  # refused and audited by the tool path
             error = error_payload(exc)
         await anyio.to_thread.run_sync(self._note, principal, args, result, error)
@@ -301,11 +303,9 @@ class Ui:
         return response
 
 
-def ui_routes(service: GateService, authenticator: Authenticator) -> list[Route]:
-    """The /ui routes, ``GET /v1/challenges`` and ``GET /v1/openapi.json`` for ``build_app``."""
-    from kcp_opa.service.http import RequireAuth, endpoint_app, principal_of
-
-    ui = Ui(service, authenticator)
+def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catalog) -> list[Route]:
+    """The /ui routes and ``GET /v1/challenges`` for ``build_app`` (answers go through ``catalog``)."""
+    ui = Ui(service, authenticator, catalog)
 
     async def challenges(request: Request) -> Response:
         if request.query_params.get("addressed_to") != "me":
@@ -319,15 +319,11 @@ def ui_routes(service: GateService, authenticator: Authenticator) -> list[Route]
             return JSONResponse(payload, 403 if payload["code"] in {"not_authorized", "unauthenticated"} else 422)
         return JSONResponse(found)
 
-    async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document())
-
     def get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
         return Route(path, endpoint, methods=["GET"])
 
     return [
         Route("/v1/challenges", RequireAuth(endpoint_app(challenges), service, "/v1/challenges"), methods=["GET"]),
-        get("/v1/openapi.json", openapi),
         get("/ui", ui.home),
         get("/ui/login", ui.login_page),
         Route("/ui/login", ui.login, methods=["POST"]),

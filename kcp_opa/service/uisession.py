@@ -87,7 +87,7 @@ class FormRefused(CodedError):
 
 async def read_form(request: Request) -> dict[str, str]:
     """The form, read through the service's capped reader: never more than 16 KiB in memory."""
-    from kcp_opa.service.http import read_capped
+    from kcp_opa.service.httpedge import read_capped
 
     try:
         raw = await read_capped(request.receive, request.headers.get("content-length"), limit=MAX_FORM_BYTES)

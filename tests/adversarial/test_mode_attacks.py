@@ -14,9 +14,10 @@ from conftest import DEPLOYMENTS, POLICIES, REPO
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.modes import ModeChangeError
-from kcp_opa.service.desk import GateService
+from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.identity import LOCAL_AGENT, AccessDeniedError, Principal
-from kcp_opa.service.loading import Reloader, Sources
+from kcp_opa.service.loading import open_service
+from kcp_opa.service.reloading import Reloader
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 FINANCE = DEPLOYMENTS / "finance"
@@ -37,8 +38,9 @@ def _admin(name: str) -> Principal:
 
 def test_one_credential_cannot_switch_enforcement_off(tmp_path: Path, bundle: Path) -> None:
     ledger = tmp_path / "l.jsonl"
-    service = GateService.open(bundle, store=tmp_path / "s.db", ledger=ledger)
-    reloader = Reloader(service, Sources(bundle))
+    config = ServiceConfig(bundle, store=str(tmp_path / "s.db"), ledger=str(ledger))
+    service = open_service(config)
+    reloader = Reloader(service, config)
     service.gate.modes.second_approval = True
     olga = _admin("ops_olga")
     with pytest.raises(AccessDeniedError):

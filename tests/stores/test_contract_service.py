@@ -141,9 +141,11 @@ def test_the_service_counts_budgets_on_sqlite_and_a_postgresql_store_is_context_
 
     from kcp_opa.authoring.casecontext import vouching
     from kcp_opa.decide.counting import StoreCounters
+    from kcp_opa.service.config import ServiceConfig
     from kcp_opa.service.loading import open_service
 
-    service = open_service(compile_budget(tmp_path / "budget.tar.gz"), store=backend.location, ledger=tmp_path / "l")
+    bundle = compile_budget(tmp_path / "budget.tar.gz")
+    service = open_service(ServiceConfig(bundle, store=str(backend.location), ledger=str(tmp_path / "l")))
     counting = service.gate.context.counters if service.gate.context is not None else None
     assert isinstance(counting, StoreCounters) == (backend.name == "sqlite")
     decision = vouching(service.gate).decide(payment(1), now=T0)  # every other fact vouched
