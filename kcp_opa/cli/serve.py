@@ -173,6 +173,7 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
         reloader.follower.poll_once()
         reloader.follower.start()
     catalog = tools.CATALOG  # read now: the tools this process serves (tools.py)
+    _stop_on_sigterm()
     try:
         if config.transport == "stdio":
             _serve_stdio(service, authenticator, catalog)
@@ -193,6 +194,20 @@ def _say_unsignable(service: Any) -> None:
             f"issuer_not_allowed (add --issuer-id {' or '.join(could)} with its key in the issuer keyring)",
             err=True,
         )
+
+
+class _Stopped(SystemExit):
+    """SIGTERM (an orchestrator's stop): unwinds the serving loop so the exit checkpoint is written."""
+
+
+def _stop_on_sigterm() -> None:
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        click.echo("kcp-opa: stopping (SIGTERM)", err=True)
+        raise _Stopped(0)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _checkpoint_on_exit(service: Any) -> None:
