@@ -177,3 +177,19 @@ def softhsm_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         for name, value in token.env().items():
             patch.setenv(name, value)
         yield token
+
+
+@pytest.fixture(scope="module")
+def trust_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The finance deployment compiled with the reference trust registry (cached by content)."""
+    from trustkit import compile_with_trust
+
+    return compile_with_trust(tmp_path_factory.mktemp("controls") / "finance.tar.gz")
+
+
+@pytest.fixture(scope="module")
+def desk(trust_bundle: Path) -> Any:
+    """A control desk over a vouched gate on ``trust_bundle``, as every control test uses it."""
+    from trustkit import make_desk
+
+    return make_desk(vouched_gate(trust_bundle))

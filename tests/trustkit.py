@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -138,9 +139,28 @@ KYA_APPROVALS = (
 )
 
 
-def approve_all(desk: ControlDesk, action: dict[str, Any], now: str = "2026-11-29T10:00:00Z") -> GateDecision:
-    """Open ``action`` at the desk and record every KYA approval for it."""
+#: The KYA supplier payment every control test opens, and when it is decided.
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+DECIDED = "2026-11-29T10:00:00Z"
+
+
+def approve_all(
+    desk: ControlDesk, action: dict[str, Any] = KYA, now: str = DECIDED, skip: str | None = None
+) -> GateDecision:
+    """Open ``action`` at the desk and record every KYA approval for it (but ``skip``)."""
     record = desk.open(action, now=now)
     for control, actor in KYA_APPROVALS:
-        record = desk.record_control_result(record, signed(record, control, actor), action=action)
+        if control != skip:
+            record = desk.record_control_result(record, signed(record, control, actor), action=action)
     return record
+
+
+def refusal_code(desk: ControlDesk, record: GateDecision, item: Any, action: Any = None) -> str:
+    """The code the desk refuses ``item`` with (it must refuse it)."""
+    import pytest
+
+    from kcp_opa.core.errors import EvidenceRejectedError
+
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(record, item, action=KYA if action is None else action)
+    return caught.value.code

@@ -43,7 +43,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _gate(bundle: Path, **kwargs: Any) -> Gate:
-    # preflight off: the full suite preflights this same bundle (tests/authorize/test_controls.py)
+    # preflight off: the full suite preflights this same bundle (the shared `desk` fixture)
     return vouched_gate(bundle, preflight=False, plan_cache=bundle_cache(), **kwargs)
 
 
