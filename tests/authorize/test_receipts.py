@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, receipt_for, run_cli, vouched_gate
+from conftest import REPO, receipt_for, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trustkit import compile_with_trust, make_desk, signed
+from trustkit import approve_all, signed
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
@@ -58,22 +58,8 @@ SIX = [
 
 
 @pytest.fixture(scope="module")
-def desk(tmp_path_factory: pytest.TempPathFactory) -> ControlDesk:
-    out = compile_with_trust(tmp_path_factory.mktemp("receipts") / "finance.tar.gz")
-    return make_desk(vouched_gate(out))
-
-
-def _approve(desk: ControlDesk, action: dict[str, Any], skip: str | None = None) -> GateDecision:
-    record = desk.open(action, now=DECIDED)
-    for control, _actor_type, actor in SIX:
-        if control != skip:
-            record = desk.record_control_result(record, signed(record, control, actor), action=action)
-    return record
-
-
-@pytest.fixture(scope="module")
 def approved(desk: ControlDesk) -> GateDecision:
-    return _approve(desk, KYA)
+    return approve_all(desk, KYA)
 
 
 SIGNERS: dict[str, Callable[[], ReceiptKey]] = {
@@ -173,7 +159,7 @@ def test_a_changed_action_never_inherits_evidence(desk: ControlDesk, approved: G
 
 
 def test_failed_result_never_counts_as_passed(desk: ControlDesk) -> None:
-    record = _approve(desk, KYA, skip="independent_human_approval")
+    record = approve_all(desk, KYA, skip="independent_human_approval")
     failed = signed(record, "independent_human_approval", "treasury_approver_anna", status="FAILED")
     record = desk.record_control_result(record, failed, action=KYA)
     assert record.decision.authorization_status.value == "PENDING_CONTROLS"
@@ -433,7 +419,7 @@ def test_eight_processes_consume_each_nonce_once_and_execute_each_key_once(desk:
     for n in range(25):
         action = {**KYA, "action_id": f"act_race_{n}", "idempotency_key": f"idem_race_key_{n:04d}"}
         actions[action["action_id"]] = action
-        document = _approve(desk, action).to_dict()
+        document = approve_all(desk, action).to_dict()
         receipts += [receipt_for(document, action, key, now=ISSUED) for _ in range(4)]  # 4 receipts per action
     db, effects = tmp_path / "race.db", tmp_path / "effects.db"
     SQLiteStore(db)
