@@ -193,3 +193,11 @@ def desk(trust_bundle: Path) -> Any:
     from trustkit import make_desk
 
     return make_desk(vouched_gate(trust_bundle))
+
+
+@pytest.fixture(scope="module")
+def approved(desk: Any) -> Any:
+    """The KYA supplier payment opened at ``desk`` with its six controls answered: APPROVED."""
+    from trustkit import approve_all
+
+    return approve_all(desk)

@@ -1,4 +1,4 @@
-"""Controls, receipts and the executor (contract section 5), with both signers.
+"""Receipts and the executor (contract section 5), with both signers.
 
 Every refusal class has a test; hypothesis mutates single fields of the action and of the
 receipt; 8 real processes race to consume the same receipts and the store proves each nonce
@@ -24,13 +24,12 @@ import pytest
 from conftest import REPO, receipt_for, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trustkit import approve_all, signed
+from trustkit import approve_all
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import (
-    EvidenceRejectedError,
     ExecutionError,
     KeyringError,
     ReceiptIssueError,
@@ -55,11 +54,6 @@ SIX = [
     ("beneficiary_verification", "provider", "bank-registry"),
     ("independent_human_approval", "human", "treasury_approver_anna"),
 ]
-
-
-@pytest.fixture(scope="module")
-def approved(desk: ControlDesk) -> GateDecision:
-    return approve_all(desk, KYA)
 
 
 SIGNERS: dict[str, Callable[[], ReceiptKey]] = {
@@ -97,77 +91,6 @@ def _resign(receipt: dict[str, Any], key: ReceiptKey, **changes: Any) -> dict[st
     changed["signature"] = {"alg": key.alg, "kid": key.kid}
     changed["signature"]["value"] = key.sign(signing_bytes(changed))
     return changed
-
-
-# --- control evidence ------------------------------------------------------------------------
-
-
-def test_six_controls_approve_the_kya_payment(approved: GateDecision) -> None:
-    assert approved.decision.authorization_status.value == "APPROVED"
-    assert approved.decision.decision.value == "HUMAN_APPROVAL"  # the routing state stays; nothing is missing
-    assert approved.decision.missing_controls == ()
-    document = approved.to_dict()
-    assert document["blocked_actions"] == [] and len(document["control_evidence"]) == 6
-    assert document["action_hash"] == KYA_HASH
-
-
-@pytest.mark.parametrize(
-    ("control", "actor", "issuer", "code"),
-    [
-        ("independent_human_approval", "agent_payments_001", None, "agent_cannot_satisfy_human_control"),
-        ("user_confirmation", "agent_payments_001", None, "agent_cannot_satisfy_human_control"),
-        ("independent_human_approval", "user_001", None, "self_approval"),
-        ("user_confirmation", "treasury_approver_anna", None, "actor_type_not_allowed"),
-        ("standard_audit_logging", "treasury_approver_anna", None, "actor_type_not_allowed"),
-        ("independent_human_approval", "support_sam", None, "approver_role_mismatch"),
-        ("independent_human_approval", "mallory", None, "unknown_principal"),
-        ("compliance_review", "compliance_officer_omar", None, "control_not_required"),
-    ],
-)
-def test_evidence_refusals(desk: ControlDesk, control: str, actor: str, issuer: str | None, code: str) -> None:
-    record = desk.open(KYA, now=DECIDED)
-    item = signed(record, control, actor, issuer=issuer, reference="r")
-    with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(record, item, action=KYA)
-    assert caught.value.code == code
-
-
-def test_evidence_for_another_action_or_decision(desk: ControlDesk) -> None:
-    record = desk.open(KYA, now=DECIDED)
-    other = desk.open({**KYA, "action_id": "act_other"}, now=DECIDED)
-    with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(
-            record,
-            signed(other, "user_confirmation", "user_001") | {"decision_id": record.decision.decision_id},
-            action=KYA,
-        )
-    assert caught.value.code == "bad_signature"  # a re-bound attestation no longer verifies
-    with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(record, signed(other, "user_confirmation", "user_001"), action=KYA)
-    assert caught.value.code == "evidence_for_another_action"
-
-
-def test_a_changed_action_never_inherits_evidence(desk: ControlDesk, approved: GateDecision) -> None:
-    changed = {**KYA, "amount": {"value_minor": 900000, "currency": "USD"}}
-    item = signed(approved, "user_confirmation", "user_001")
-    with pytest.raises(EvidenceRejectedError) as caught:
-        desk.record_control_result(approved, item, action=changed)
-    assert caught.value.code == "action_changed"
-    with pytest.raises(ReceiptIssueError) as issue:
-        receipt_for(approved.to_dict(), changed, hmac_key("k", SECRET), now=ISSUED)
-    assert issue.value.code == "action_mismatch"
-
-
-def test_failed_result_never_counts_as_passed(desk: ControlDesk) -> None:
-    record = approve_all(desk, KYA, skip="independent_human_approval")
-    failed = signed(record, "independent_human_approval", "treasury_approver_anna", status="FAILED")
-    record = desk.record_control_result(record, failed, action=KYA)
-    assert record.decision.authorization_status.value == "PENDING_CONTROLS"
-    assert record.decision.missing_controls == ("independent_human_approval",)
-    forged = record.to_dict() | {"authorization_status": "APPROVED", "blocked_actions": []}
-    with pytest.raises(ReceiptIssueError) as caught:
-        receipt_for(forged, KYA, hmac_key("k", SECRET), now=ISSUED)
-    assert caught.value.code == "controls_missing"
 
 
 # --- issuing -----------------------------------------------------------------------------------
