@@ -467,3 +467,14 @@ def test_cli_ed25519_keyring_and_rotation(approved: GateDecision, tmp_path: Path
     assert rotated.returncode == 0, rotated.stderr
     refused = run_cli(*verify, "--keyring", str(public))
     assert refused.returncode == 2 and json.loads(refused.stderr)["code"] == "signer_mismatch"
+
+
+def test_no_receipt_while_an_action_is_blocked(desk: ControlDesk) -> None:
+    """Kills: issuing a receipt although the decision document lists blocked actions."""
+    record = approve_all(desk, KYA)
+    assert record.decision.authorization_status.value == "APPROVED"
+    document = record.to_dict()
+    receipt_for(document, KYA, hmac_key("k", SECRET), now=ISSUED)  # the unblocked document is fine
+    with pytest.raises(ReceiptIssueError) as caught:
+        receipt_for(document | {"blocked_actions": ["execute_payment"]}, KYA, hmac_key("k", SECRET), now=ISSUED)
+    assert caught.value.code == "blocked"

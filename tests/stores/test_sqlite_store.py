@@ -227,3 +227,15 @@ def test_record_refusal(tmp_path: Path) -> None:
         ("malformed_receipt", None, None, "bad"),
     ]
     assert STAMP.fullmatch(rows[0][0]) and store.count("refusals") == 2
+
+
+def test_the_store_runs_wal_with_synchronous_full(tmp_path: Path) -> None:
+    """Kills: the store at ``synchronous=OFF`` (or NORMAL). Read back from the very connection
+    the store consumes receipts on: synchronous is per connection, so a fresh one would not see
+    it. FULL (2) makes a WAL commit durable before ``consume`` returns, as store.py promises."""
+    store = SQLiteStore(tmp_path / "store.db")
+    assert store.consume("nonce-1", "rcpt_1", "2026-11-29T10:10:00Z") is True
+    connection = store._connection()
+    assert connection.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.consume("nonce-1", "rcpt_2", "2026-11-29T10:10:00Z") is False
