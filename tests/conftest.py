@@ -201,3 +201,11 @@ def approved(desk: Any) -> Any:
     from trustkit import approve_all
 
     return approve_all(desk)
+
+
+@pytest.fixture(params=["Ed25519", "HMAC-SHA256"])
+def receipt_key(request: pytest.FixtureRequest) -> Any:
+    """A receipt signing key of each algorithm the executor accepts (trustkit.RECEIPT_SIGNERS)."""
+    from trustkit import RECEIPT_SIGNERS
+
+    return RECEIPT_SIGNERS[request.param]()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conftest import REPO
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision, evidence_for
-from kcp_opa.core.signing import Keyring, ReceiptKey, load_keyring
+from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 
 REGISTRY = REPO / "fixtures" / "trust" / "registry.yaml"
@@ -164,3 +165,10 @@ def refusal_code(desk: ControlDesk, record: GateDecision, item: Any, action: Any
     with pytest.raises(EvidenceRejectedError) as caught:
         desk.record_control_result(record, item, action=KYA if action is None else action)
     return caught.value.code
+
+
+#: A receipt signing key of each algorithm the executor accepts, made fresh per call.
+RECEIPT_SIGNERS: dict[str, Callable[[], ReceiptKey]] = {
+    HMAC_SHA256: lambda: hmac_key("kya-1", b"kya-receipt-secret-0123456789abcdef"),
+    ED25519: lambda: generate_ed25519("ed-1"),
+}

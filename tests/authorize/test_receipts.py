@@ -7,16 +7,13 @@ and each idempotency key was used once.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime as dt
 import hashlib
 import hmac
 import json
-import multiprocessing
 import os
-import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +21,22 @@ import pytest
 from conftest import REPO, receipt_for, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trustkit import approve_all
+from trustkit import RECEIPT_SIGNERS, approve_all
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import (
-    ExecutionError,
     KeyringError,
     ReceiptIssueError,
     ReceiptVerificationError,
 )
 from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key
-from kcp_opa.execute.executor import Executor
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 KYA = json.loads(KYA_PATH.read_text())
 KYA_HASH = "sha256:29a918d0341fc6c5fa77914b24525c23becdeef3de7db8e6171f2ebeecc8bf2b"
 DECIDED = "2026-11-29T10:00:00Z"
-DONE = "2026-11-29T10:01:00Z"
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
 LATER = ISSUED + dt.timedelta(seconds=30)
 SECRET = b"kya-receipt-secret-0123456789abcdef"
@@ -56,28 +50,17 @@ SIX = [
 ]
 
 
-SIGNERS: dict[str, Callable[[], ReceiptKey]] = {
-    HMAC_SHA256: lambda: hmac_key("kya-1", SECRET),
-    ED25519: lambda: generate_ed25519("ed-1"),
-}
+def _ring(receipt_key: ReceiptKey) -> Keyring:
+    return Keyring({receipt_key.kid: receipt_key}, receipt_key.kid)
 
 
-@pytest.fixture(params=sorted(SIGNERS))
-def key(request: pytest.FixtureRequest) -> ReceiptKey:
-    return SIGNERS[request.param]()
+def _receipt(approved: GateDecision, receipt_key: ReceiptKey, **kwargs: Any) -> dict[str, Any]:
+    return receipt_for(approved.to_dict(), KYA, receipt_key, now=ISSUED, **kwargs)
 
 
-def _ring(key: ReceiptKey) -> Keyring:
-    return Keyring({key.kid: key}, key.kid)
-
-
-def _receipt(approved: GateDecision, key: ReceiptKey, **kwargs: Any) -> dict[str, Any]:
-    return receipt_for(approved.to_dict(), KYA, key, now=ISSUED, **kwargs)
-
-
-def _verify(receipt: Any, key: ReceiptKey, action: Any = None, **kwargs: Any) -> Any:
+def _verify(receipt: Any, receipt_key: ReceiptKey, action: Any = None, **kwargs: Any) -> Any:
     options: dict[str, Any] = {
-        "keyring": _ring(key),
+        "keyring": _ring(receipt_key),
         "policy_versions": {"0.1.0"},
         "nonce_store": None,
         "now": LATER,
@@ -86,10 +69,10 @@ def _verify(receipt: Any, key: ReceiptKey, action: Any = None, **kwargs: Any) ->
     return verify_receipt(receipt, KYA if action is None else action, **options)
 
 
-def _resign(receipt: dict[str, Any], key: ReceiptKey, **changes: Any) -> dict[str, Any]:
+def _resign(receipt: dict[str, Any], receipt_key: ReceiptKey, **changes: Any) -> dict[str, Any]:
     changed = {**copy.deepcopy(receipt), **changes}
-    changed["signature"] = {"alg": key.alg, "kid": key.kid}
-    changed["signature"]["value"] = key.sign(signing_bytes(changed))
+    changed["signature"] = {"alg": receipt_key.alg, "kid": receipt_key.kid}
+    changed["signature"]["value"] = receipt_key.sign(signing_bytes(changed))
     return changed
 
 
@@ -97,32 +80,32 @@ def _resign(receipt: dict[str, Any], key: ReceiptKey, **changes: Any) -> dict[st
 
 
 def test_issue_refusals(desk: ControlDesk, approved: GateDecision) -> None:
-    key = hmac_key("k", SECRET)
+    receipt_key = hmac_key("k", SECRET)
     pending = desk.open(KYA, now=DECIDED).to_dict()
     with pytest.raises(ReceiptIssueError, match="PENDING_CONTROLS") as caught:
-        receipt_for(pending, KYA, key, now=ISSUED)
+        receipt_for(pending, KYA, receipt_key, now=ISSUED)
     assert caught.value.code == "not_approved"
     for hold in ("DENY", "ESCALATE", "COMPLIANCE_REVIEW"):
         with pytest.raises(ReceiptIssueError) as caught:
-            receipt_for(approved.to_dict() | {"decision": hold}, KYA, key, now=ISSUED)
+            receipt_for(approved.to_dict() | {"decision": hold}, KYA, receipt_key, now=ISSUED)
         assert caught.value.code == "hold_stands"
     for ttl in (29, 901):
         with pytest.raises(ReceiptIssueError) as caught:
-            receipt_for(approved.to_dict(), KYA, key, ttl_seconds=ttl, now=ISSUED)
+            receipt_for(approved.to_dict(), KYA, receipt_key, ttl_seconds=ttl, now=ISSUED)
         assert caught.value.code == "ttl_out_of_range"
     with pytest.raises(KeyringError):
         hmac_key("short", b"x" * 31)
 
 
-def test_receipt_fields_are_the_kya_ones(approved: GateDecision, key: ReceiptKey) -> None:
-    receipt = _receipt(approved, key)
+def test_receipt_fields_are_the_kya_ones(approved: GateDecision, receipt_key: ReceiptKey) -> None:
+    receipt = _receipt(approved, receipt_key)
     assert receipt["action_hash"] == KYA_HASH and receipt["one_time_use"] is True
     assert receipt["satisfied_controls"] == sorted(set(receipt["satisfied_controls"]))
     assert set(receipt["required_controls"]) == {c for c, _, _ in SIX}
     assert receipt["approver_ids"] == ["treasury_approver_anna"]
     assert receipt["expires_at"] == "2026-11-29T10:07:00Z" and receipt["issued_at"] == "2026-11-29T10:02:00Z"
-    assert len(receipt["nonce"]) >= 32 and receipt["signature"]["alg"] == key.alg
-    assert _verify(receipt, key).receipt.receipt_id == receipt["receipt_id"]
+    assert len(receipt["nonce"]) >= 32 and receipt["signature"]["alg"] == receipt_key.alg
+    assert _verify(receipt, receipt_key).receipt.receipt_id == receipt["receipt_id"]
 
 
 def test_hmac_receipts_match_the_kya_reference_algorithm(approved: GateDecision) -> None:
@@ -145,40 +128,51 @@ def test_hmac_receipts_match_the_kya_reference_algorithm(approved: GateDecision)
 # --- verifying, in the contract's order ----------------------------------------------------------
 
 
-def test_verify_refusals_in_order(approved: GateDecision, key: ReceiptKey, tmp_path: Path) -> None:
-    good = _receipt(approved, key)
+def test_verify_refusals_in_order(approved: GateDecision, receipt_key: ReceiptKey, tmp_path: Path) -> None:
+    good = _receipt(approved, receipt_key)
 
     def code_of(receipt: Any, action: Any = None, **kwargs: Any) -> str:
         with pytest.raises(ReceiptVerificationError) as caught:
-            _verify(receipt, key, action, **kwargs)
+            _verify(receipt, receipt_key, action, **kwargs)
         return caught.value.code
 
     assert code_of(good | {"signature": {**good["signature"], "alg": "none"}}) == "unsupported_algorithm"
     assert code_of(good | {"signature": {**good["signature"], "kid": "stranger"}}) == "signer_mismatch"
-    other_alg = HMAC_SHA256 if key.alg == ED25519 else ED25519
+    other_alg = HMAC_SHA256 if receipt_key.alg == ED25519 else ED25519
     assert code_of(good | {"signature": {**good["signature"], "alg": other_alg}}) == "signer_mismatch"
-    retired = Keyring({key.kid: ReceiptKey(key.kid, key.alg, key.secret, key.private_key, key.public_key, True)})
+    retired = Keyring(
+        {
+            receipt_key.kid: ReceiptKey(
+                receipt_key.kid,
+                receipt_key.alg,
+                receipt_key.secret,
+                receipt_key.private_key,
+                receipt_key.public_key,
+                True,
+            )
+        }
+    )
     assert code_of(good, keyring=retired) == "signer_mismatch"
     flipped = good["signature"]["value"][:-2] + ("00" if not good["signature"]["value"].endswith("00") else "11")
     assert code_of(good | {"signature": {**good["signature"], "value": flipped}}) == "bad_signature"
     assert code_of(good | {"policy_version": "9.9.9"}) == "bad_signature"  # unsigned change
-    assert code_of(_resign(good, key, one_time_use=False)) == "malformed_receipt"
-    assert code_of(_resign({k: v for k, v in good.items() if k != "approver_ids"}, key)) == "malformed_receipt"
+    assert code_of(_resign(good, receipt_key, one_time_use=False)) == "malformed_receipt"
+    assert code_of(_resign({k: v for k, v in good.items() if k != "approver_ids"}, receipt_key)) == "malformed_receipt"
     assert code_of(good, policy_versions={"0.2.0"}) == "policy_mismatch"
     assert code_of(good, action={**KYA, "amount": {"value_minor": 800001, "currency": "USD"}}) == "action_mismatch"
-    assert code_of(_resign(good, key, tenant_id="tenant_other")) == "tenant_mismatch"
-    assert code_of(_resign(good, key, agent_id="agent_other")) == "bound_field_mismatch"
-    short = _resign(good, key, satisfied_controls=sorted(good["satisfied_controls"])[1:])
+    assert code_of(_resign(good, receipt_key, tenant_id="tenant_other")) == "tenant_mismatch"
+    assert code_of(_resign(good, receipt_key, agent_id="agent_other")) == "bound_field_mismatch"
+    short = _resign(good, receipt_key, satisfied_controls=sorted(good["satisfied_controls"])[1:])
     assert code_of(short) == "controls_not_covered"
     assert code_of(good, now=ISSUED - dt.timedelta(seconds=61)) == "not_yet_valid"
-    assert _verify(good, key, now=ISSUED - dt.timedelta(seconds=59))  # within the clock skew
-    assert code_of(_resign(good, key, expires_at=good["issued_at"])) == "invalid_validity"
+    assert _verify(good, receipt_key, now=ISSUED - dt.timedelta(seconds=59))  # within the clock skew
+    assert code_of(_resign(good, receipt_key, expires_at=good["issued_at"])) == "invalid_validity"
     assert code_of(good, now=ISSUED + dt.timedelta(seconds=300)) == "expired"
-    assert code_of(_resign(good, key, nonce="xyz")) == "bad_nonce"
+    assert code_of(_resign(good, receipt_key, nonce="xyz")) == "bad_nonce"
     store = SQLiteStore(tmp_path / "nonces.db")
-    assert _verify(good, key, nonce_store=store).consumed
+    assert _verify(good, receipt_key, nonce_store=store).consumed
     assert code_of(good, nonce_store=store) == "replay"
-    same_id = _resign(good, key, nonce="cd" * 16)
+    same_id = _resign(good, receipt_key, nonce="cd" * 16)
     assert code_of(same_id, nonce_store=store) == "replay"  # receipt_id seen before
 
 
@@ -238,9 +232,9 @@ _REPLACEMENTS = st.one_of(st.text(min_size=1, max_size=8), st.integers(-5, 10**9
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_single_field_mutation_is_rejected(approved: GateDecision, data: st.DataObject) -> None:
-    for name in sorted(SIGNERS):
-        key = SIGNERS[name]() if name == HMAC_SHA256 else _ED_KEY
-        receipt = _receipt(approved, key)
+    for name in sorted(RECEIPT_SIGNERS):
+        receipt_key = RECEIPT_SIGNERS[name]() if name == HMAC_SHA256 else _ED_KEY
+        receipt = _receipt(approved, receipt_key)
         target = data.draw(st.sampled_from(["action", "receipt"]), label="target")
         document = KYA if target == "action" else receipt
         leaves = [p for p in _leaves(document) if p]
@@ -254,121 +248,10 @@ def test_any_single_field_mutation_is_rejected(approved: GateDecision, data: st.
         else:
             candidate_receipt, candidate_action = _mutate(receipt, path, new), KYA
         with pytest.raises(ReceiptVerificationError):
-            _verify(candidate_receipt, key, candidate_action)
+            _verify(candidate_receipt, receipt_key, candidate_action)
 
 
 _ED_KEY = generate_ed25519("ed-hypothesis")
-
-
-# --- the executor --------------------------------------------------------------------------------
-
-
-def _executor(key: ReceiptKey, path: Path) -> Executor:
-    return Executor(keyring=_ring(key), policy_versions={"0.1.0"}, store=SQLiteStore(path))
-
-
-def test_execute_once_then_replay_refused(approved: GateDecision, key: ReceiptKey, tmp_path: Path) -> None:
-    executor = _executor(key, tmp_path / "exec.db")
-    calls: list[str] = []
-    receipt = _receipt(approved, key)
-    result = executor.execute_authorized_action(
-        KYA, receipt, lambda a: calls.append(a["action_id"]) or "paid", now=LATER
-    )
-    assert result.outcome == "paid" and not result.replayed and calls == ["act_supplier_8000_001"]
-    with pytest.raises(ReceiptVerificationError) as caught:
-        executor.execute_authorized_action(KYA, receipt, lambda a: calls.append("again"), now=LATER)
-    assert caught.value.code == "replay" and calls == ["act_supplier_8000_001"]
-    second = _receipt(approved, key)  # a second, valid receipt for the same action
-    again = executor.execute_authorized_action(KYA, second, lambda a: calls.append("again"), now=LATER)
-    assert again.replayed and again.outcome == "paid" and calls == ["act_supplier_8000_001"]
-    assert executor.store.count("refusals") == 1
-
-
-def test_executor_accepts_nothing_but_a_receipt(approved: GateDecision, tmp_path: Path) -> None:
-    executor = _executor(hmac_key("kya-1", SECRET), tmp_path / "exec.db")
-    for authority in ({"decision_id": approved.decision.decision_id}, {"approval_id": "ap_1"}, "yes, go ahead"):
-        with pytest.raises(ReceiptVerificationError):
-            executor.execute_authorized_action(KYA, authority, lambda a: "paid", now=LATER)  # type: ignore[arg-type]
-    assert executor.store.count("executions") == 0
-
-
-def test_handler_failure_is_recorded_and_final(approved: GateDecision, tmp_path: Path) -> None:
-    key = hmac_key("kya-1", SECRET)
-    executor = _executor(key, tmp_path / "exec.db")
-
-    def broken(action: Any) -> Any:
-        raise RuntimeError("bank timeout")
-
-    with pytest.raises(ExecutionError) as caught:
-        executor.execute_authorized_action(KYA, _receipt(approved, key), broken, now=LATER)
-    assert caught.value.code == "handler_failed"
-    record = executor.store.execution(KYA["idempotency_key"])
-    assert record is not None and record.state == "failed" and "bank timeout" in (record.error or "")
-    with pytest.raises(ExecutionError) as again:
-        executor.execute_authorized_action(KYA, _receipt(approved, key), lambda a: "paid", now=LATER)
-    assert again.value.code == "already_failed"
-
-
-# --- concurrency: 8 processes x 200 attempts ------------------------------------------------------
-
-
-def _race_worker(
-    db: str, receipts: list[dict[str, Any]], actions: dict[str, dict[str, Any]], effects: str, seed: int
-) -> None:
-    import random
-
-    key = hmac_key("kya-1", SECRET)
-    executor = Executor(keyring=Keyring({"kya-1": key}, "kya-1"), policy_versions={"0.1.0"}, store=SQLiteStore(db))
-    side = sqlite3.connect(effects, timeout=60, isolation_level=None)
-
-    def handler(action: Any) -> str:
-        side.execute(
-            "INSERT INTO effects (idempotency_key, pid) VALUES (?, ?)", (action["idempotency_key"], os.getpid())
-        )
-        return "done"
-
-    order = list(range(len(receipts))) * 2
-    random.Random(seed).shuffle(order)
-    for index in order[:200]:
-        receipt = receipts[index]
-        with contextlib.suppress(ReceiptVerificationError, ExecutionError):
-            executor.execute_authorized_action(actions[receipt["action_id"]], receipt, handler, now=LATER)
-
-
-def test_eight_processes_consume_each_nonce_once_and_execute_each_key_once(desk: ControlDesk, tmp_path: Path) -> None:
-    key = hmac_key("kya-1", SECRET)
-    actions: dict[str, dict[str, Any]] = {}
-    receipts = []
-    for n in range(25):
-        action = {**KYA, "action_id": f"act_race_{n}", "idempotency_key": f"idem_race_key_{n:04d}"}
-        actions[action["action_id"]] = action
-        document = approve_all(desk, action).to_dict()
-        receipts += [receipt_for(document, action, key, now=ISSUED) for _ in range(4)]  # 4 receipts per action
-    db, effects = tmp_path / "race.db", tmp_path / "effects.db"
-    SQLiteStore(db)
-    with sqlite3.connect(effects) as connection:
-        connection.execute("CREATE TABLE effects (idempotency_key TEXT, pid INTEGER)")
-        connection.execute("PRAGMA journal_mode=WAL")
-    context = multiprocessing.get_context("spawn")
-    workers = [
-        context.Process(target=_race_worker, args=(str(db), receipts, actions, str(effects), seed)) for seed in range(8)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=600)
-        assert worker.exitcode == 0
-    with sqlite3.connect(db) as connection:
-        consumed = connection.execute("SELECT count(*), count(DISTINCT nonce) FROM consumed_receipts").fetchone()
-        executions = connection.execute("SELECT count(*), count(DISTINCT idempotency_key) FROM executions").fetchone()
-        states = {row[0] for row in connection.execute("SELECT state FROM executions")}
-    with sqlite3.connect(effects) as connection:
-        per_key = connection.execute(
-            "SELECT idempotency_key, count(*) FROM effects GROUP BY idempotency_key"
-        ).fetchall()
-    assert consumed == (100, 100)  # every receipt consumed, each exactly once
-    assert executions == (25, 25) and states == {"succeeded"}
-    assert len(per_key) == 25 and all(count == 1 for _, count in per_key)
 
 
 # --- the CLI ---------------------------------------------------------------------------------------
