@@ -31,13 +31,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vouched import expect, sources
 
 from kcp_opa.authorize.controls import ControlDesk, evidence_for
-from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.receipts import issue_for_checked_decision, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.execute.executor import Executor
+
+
+def issue_receipt(document: Any, action: Any, key: Any, *, now: Any) -> dict[str, Any]:
+    """A receipt for the bench's own gate's decision document (the library's entry point takes a
+    sealed record; the bench times the signing and checks, not the desk)."""
+    return issue_for_checked_decision(document, action, key, now=now).to_dict()
+
 
 REPO = Path(__file__).resolve().parent.parent
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)

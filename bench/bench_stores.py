@@ -26,11 +26,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kcp_opa.authorize.receipts import issue_receipt, verify_receipt
+from kcp_opa.authorize.receipts import issue_for_checked_decision, verify_receipt
 from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash
 from kcp_opa.stores.opening import open_executor_store
 from kcp_opa.stores.protocols import ExecutorStore
+
+
+def issue_receipt(document: Any, action: Any, key: Any, *, now: Any) -> dict[str, Any]:
+    """A receipt for the bench's own gate's decision document (the library's entry point takes a
+    sealed record; the bench times the signing and checks, not the desk)."""
+    return issue_for_checked_decision(document, action, key, now=now).to_dict()
+
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))

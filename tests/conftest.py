@@ -177,3 +177,35 @@ def softhsm_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         for name, value in token.env().items():
             patch.setenv(name, value)
         yield token
+
+
+@pytest.fixture(scope="module")
+def trust_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The finance deployment compiled with the reference trust registry (cached by content)."""
+    from trustkit import compile_with_trust
+
+    return compile_with_trust(tmp_path_factory.mktemp("controls") / "finance.tar.gz")
+
+
+@pytest.fixture(scope="module")
+def desk(trust_bundle: Path) -> Any:
+    """A control desk over a vouched gate on ``trust_bundle``, as every control test uses it."""
+    from trustkit import make_desk
+
+    return make_desk(vouched_gate(trust_bundle))
+
+
+@pytest.fixture(scope="module")
+def approved(desk: Any) -> Any:
+    """The KYA supplier payment opened at ``desk`` with its six controls answered: APPROVED."""
+    from trustkit import approve_all
+
+    return approve_all(desk)
+
+
+@pytest.fixture(params=["Ed25519", "HMAC-SHA256"])
+def receipt_key(request: pytest.FixtureRequest) -> Any:
+    """A receipt signing key of each algorithm the executor accepts (trustkit.RECEIPT_SIGNERS)."""
+    from trustkit import RECEIPT_SIGNERS
+
+    return RECEIPT_SIGNERS[request.param]()

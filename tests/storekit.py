@@ -47,3 +47,9 @@ class Backend:
             database = getattr(stores.executions, "database", None)
             if database is not None:
                 database.close()
+
+
+def raw_rows(store: Any, query: str) -> list[tuple[Any, ...]]:
+    """``query``'s rows read on a fresh connection to a SQLite store's file, past the store's API."""
+    with sqlite3.connect(store.path) as connection:
+        return connection.execute(query).fetchall()

@@ -9,6 +9,7 @@ from the source, so it holds without importing anything.
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from pathlib import Path
 
@@ -218,3 +219,40 @@ def test_the_architecture_doc_lists_every_module() -> None:
         if f"| `{name}` |" not in sections.get(package, ""):
             missing.append(f"kcp_opa.{package}.{name}")
     assert missing == []
+
+
+#: Test directories that are not a stage: attacks (named in the README's Guarantees table), the
+#: differential fuzzer, the conformance corpus, the docs-only deployments and the fixtures.
+KEPT_TEST_DIRS = frozenset({"adversarial", "fuzz", "conformance", "deployments", "fixtures"})
+#: A test file is named for the behaviour it pins, never for the technique that found the test.
+TECHNIQUE = re.compile(r"^test_(mutants?|survivors?|mutmut|kills?|killing|regressions?|hypothesis|fuzzed)(_|$)")
+
+
+def misfiled_tests(tests: list[str], packages: set[str]) -> list[str]:
+    """Test files (paths relative to tests/) named after a technique, or in a directory that is
+    neither a kept one nor a kcp_opa package (``stage`` or ``stage/sub``)."""
+    bad = []
+    for name in tests:
+        parts = name.split("/")
+        technique = TECHNIQUE.match(parts[-1].removesuffix(".py")) is not None
+        stray = len(parts) > 1 and parts[0] not in KEPT_TEST_DIRS and "/".join(parts[:-1]) not in packages
+        if technique or stray:
+            bad.append(name)
+    return bad
+
+
+def test_tests_are_filed_by_behaviour_mirroring_the_packages() -> None:
+    tests_dir = REPO / "tests"
+    tests = sorted(str(p.relative_to(tests_dir)) for p in tests_dir.rglob("test_*.py"))
+    packages = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"}
+    assert len(tests) > 100  # the walk found the suite
+    assert misfiled_tests(tests, packages) == []
+
+
+def test_the_filing_check_catches_a_technique_name_and_a_stray_directory() -> None:
+    packages = {"authorize", "stores", "stores/sqlite"}
+    good = ["test_layout.py", "authorize/test_separation_of_duties.py", "stores/sqlite/test_x.py"]
+    good += ["adversarial/test_ledger_attacks.py", "test_mutate.py"]
+    bad = ["test_mutants_controls.py", "test_survivors_runtime.py", "authorize/test_mutants_receipts.py"]
+    bad += ["misc/test_receipts.py", "authorize/extra/test_seal.py"]
+    assert misfiled_tests(good + bad, packages) == bad

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conftest import REPO
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision, evidence_for
-from kcp_opa.core.signing import Keyring, ReceiptKey, load_keyring
+from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 
 REGISTRY = REPO / "fixtures" / "trust" / "registry.yaml"
@@ -138,9 +140,35 @@ KYA_APPROVALS = (
 )
 
 
-def approve_all(desk: ControlDesk, action: dict[str, Any], now: str = "2026-11-29T10:00:00Z") -> GateDecision:
-    """Open ``action`` at the desk and record every KYA approval for it."""
+#: The KYA supplier payment every control test opens, and when it is decided.
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+DECIDED = "2026-11-29T10:00:00Z"
+
+
+def approve_all(
+    desk: ControlDesk, action: dict[str, Any] = KYA, now: str = DECIDED, skip: str | None = None
+) -> GateDecision:
+    """Open ``action`` at the desk and record every KYA approval for it (but ``skip``)."""
     record = desk.open(action, now=now)
     for control, actor in KYA_APPROVALS:
-        record = desk.record_control_result(record, signed(record, control, actor), action=action)
+        if control != skip:
+            record = desk.record_control_result(record, signed(record, control, actor), action=action)
     return record
+
+
+def refusal_code(desk: ControlDesk, record: GateDecision, item: Any, action: Any = None) -> str:
+    """The code the desk refuses ``item`` with (it must refuse it)."""
+    import pytest
+
+    from kcp_opa.core.errors import EvidenceRejectedError
+
+    with pytest.raises(EvidenceRejectedError) as caught:
+        desk.record_control_result(record, item, action=KYA if action is None else action)
+    return caught.value.code
+
+
+#: A receipt signing key of each algorithm the executor accepts, made fresh per call.
+RECEIPT_SIGNERS: dict[str, Callable[[], ReceiptKey]] = {
+    HMAC_SHA256: lambda: hmac_key("kya-1", b"kya-receipt-secret-0123456789abcdef"),
+    ED25519: lambda: generate_ed25519("ed-1"),
+}

@@ -17,8 +17,9 @@ from typing import Any
 
 from kcp_opa.authoring.findingcheck import CheckFinding as CheckFinding  # re-exported: the old import path
 from kcp_opa.authoring.findingcheck import finding_problems
+from kcp_opa.authoring.regochild import regopy_files
 from kcp_opa.authoring.regosyntax import syntax_problems
-from kcp_opa.authoring.regotest import OPA_ONLY, regopy_child
+from kcp_opa.authoring.regotest import OPA_ONLY
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 from kcp_opa.declare.waivers import refusals as waiver_refusals
 
@@ -125,60 +126,60 @@ def _opa_compile(modules: Mapping[str, str]) -> list[CheckFinding]:
 
 
 def _regopy_compile(all_modules: Mapping[str, str]) -> list[CheckFinding]:
+    """Plan on regopy what the bundle ships, then each test file with it, as ``kcp-opa test`` runs
+    them: one file at a time, each with its own time limit (planning every test file at once costs
+    minutes, and under load ran past any one limit). A file that kills the child is named."""
     # Files marked `# kcp-opa: engines=opa` say why regopy cannot run them; they are not planned.
     modules = {name: source for name, source in all_modules.items() if not source.startswith(OPA_ONLY)}
-    entrypoints = []
-    for source in modules.values():
-        package = _PACKAGE.search(source)
-        if package is None:
-            continue
-        prefix = package.group(1).replace(".", "/")
-        for match in _RULE_NAME.finditer(source):
-            if match.group(1) not in _KEYWORDS and "(" not in source[match.end() : match.end() + 1]:
-                entrypoints.append(f"{prefix}/{match.group(1)}")
-    entrypoints = sorted(set(entrypoints))
-    if not entrypoints:
+    policy = {name: source for name, source in modules.items() if not name.endswith("_test.rego")}
+    shipped = sorted({e for source in policy.values() for e in _rule_entrypoints(source)})
+    files: list[tuple[str, str, list[str]]] = []
+    if shipped:  # the policy's own rules, planned beside an empty module
+        files.append((_SHIPPED, "package kcp_opa_check.shipped\n", shipped))
+    for name in sorted(set(modules) - set(policy)):
+        entrypoints = _rule_entrypoints(modules[name])
+        if entrypoints:
+            files.append((name, modules[name], entrypoints))
+    if not files:
         return []
-    out = regopy_child(modules, entrypoints, timeout_s=CHECK_TIMEOUT_S)
-    if out is not None and "__timeout__" in out:
-        return [
-            CheckFinding(
-                "(bundle)", 1, "error", "regopy_timeout",
-                f"regopy did not finish planning the modules in {CHECK_TIMEOUT_S} s (engine-findings item 12)",
-            )
-        ]  # fmt: skip
-    if out is None:
-        culprits = []
-        for name in sorted(modules):
-            alone = {k: v for k, v in modules.items() if not k.endswith("_test.rego") or k == name}
-            if (
-                name.endswith("_test.rego")
-                and regopy_child(alone, entrypoints_of(modules[name]), CHECK_TIMEOUT_S) is None
-            ):
-                culprits.append(name)
-        targets = culprits or ["(bundle)"]
-        return [
-            CheckFinding(
-                target,
-                1,
-                "error",
-                "regopy_abort",
-                "regopy aborts planning this module; the known trigger is `x in coll` under `with input as` / "
-                "`with input.<coll> as` (docs/engine-findings.md hazard 4)",
-            )
-            for target in targets
-        ]
-    if "__build_error__" in out:
-        return [CheckFinding("(bundle)", 1, "error", "regopy_compile", str(out["__build_error__"])[:400])]
-    return []
+    findings: list[CheckFinding] = []
+    for name, out in sorted(regopy_files(policy, files, timeout_s=CHECK_TIMEOUT_S).items()):
+        target = "(bundle)" if name == _SHIPPED else name
+        if out is None:
+            findings.append(
+                CheckFinding(
+                    target, 1, "error", "regopy_abort",
+                    "regopy aborts planning this module; the known trigger is `x in coll` under `with input as` / "
+                    "`with input.<coll> as` (docs/engine-findings.md hazard 4)",
+                )
+            )  # fmt: skip
+        elif "__timeout__" in out:
+            findings.append(
+                CheckFinding(
+                    target, 1, "error", "regopy_timeout",
+                    f"regopy did not finish planning this module in {CHECK_TIMEOUT_S} s (engine-findings item 12)",
+                )
+            )  # fmt: skip
+        elif "__build_error__" in out:
+            findings.append(CheckFinding(target, 1, "error", "regopy_compile", str(out["__build_error__"])[:400]))
+    return findings
 
 
-def entrypoints_of(source: str) -> list[str]:
+_SHIPPED = "(the shipped policies)"
+
+
+def _rule_entrypoints(source: str) -> list[str]:
+    """The rules (not functions) a module defines, as regopy entrypoints."""
     package = _PACKAGE.search(source)
     if package is None:
         return []
     prefix = package.group(1).replace(".", "/")
-    return sorted({f"{prefix}/{m.group(1)}" for m in _RULE_NAME.finditer(source) if m.group(1) not in _KEYWORDS})
+    names = {
+        m.group(1)
+        for m in _RULE_NAME.finditer(source)
+        if m.group(1) not in _KEYWORDS and "(" not in source[m.end() : m.end() + 1]
+    }
+    return sorted(f"{prefix}/{name}" for name in names)
 
 
 def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFinding]:

@@ -139,7 +139,7 @@ def sensitivity_rank(level: str | None) -> int:
 
 # -- what reads each declared value (issue 26: every declaration is enforced or refused) --------
 #: The policies hold the same table (policies/kcp/lib/declarations.rego, ``table``), checked
-#: against this one and against the rules it names by tests/test_declaration_table.py. A value
+#: against this one and against the rules it names by tests/policies/test_declaration_table.py. A value
 #: read by ``REFUSED`` is a validation error (nothing decides on it); by ``ADVISORY`` it is
 #: recorded (bundle, ROPA, explain) and warned about, never decided on.
 REFUSED = "refused"

@@ -20,7 +20,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, opa_query
 from trustkit import REGISTRY, make_desk
 
 from kcp_opa.authoring.casecontext import vouching
-from kcp_opa.authorize.receipts import issue_receipt
+from kcp_opa.authorize.issuance import issue_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
@@ -66,7 +66,7 @@ def _setup(tmp_path: Path, bundle: Path, declared: dict[str, Any]) -> tuple[Any,
 def _receipt(desk: Any, key: Any, action: dict[str, Any]) -> dict[str, Any]:
     record = desk.open(action, now=T)
     assert record.decision.verdict.execution_allowed, record.decision.verdict.reason_codes
-    return issue_receipt(record.to_dict(), action, key, now=T + dt.timedelta(seconds=1))
+    return issue_receipt(record, action, key, desk=desk, now=T + dt.timedelta(seconds=1)).to_dict()
 
 
 def _decisions(ledger: Path, action_hash: str) -> list[dict[str, Any]]:

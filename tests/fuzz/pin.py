@@ -6,7 +6,7 @@ Each accepted action is decided again on both engines with the current code; whe
 it is written to ``fixtures/cases/fuzz-pinned-<deployment>.yaml`` with the decision it gets
 now (one case per deployment, routing state and reason codes: duplicates add nothing). A
 divergent action the contract now refuses is counted; the refusal itself is pinned in
-``tests/test_engine_fidelity.py`` (a decision case cannot expect a refusal).
+``tests/decide/test_engine_fidelity.py`` (a decision case cannot expect a refusal).
 """
 
 from __future__ import annotations

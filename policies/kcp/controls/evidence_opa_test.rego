@@ -2,7 +2,7 @@
 # Under `with input.prior as ...` / `with input.evidence as ...` regopy leaves these verdicts
 # undefined: the mock, not the policy (the verdict iterates and tests membership in mocked input
 # fields, the family of docs/engine-findings.md item 17). With the same documents as real input
-# both engines answer alike, pinned on both by tests/test_evidence_engines.py. These tests pin
+# both engines answer alike, pinned on both by tests/policies/test_evidence_engines.py. These tests pin
 # the policy's logic on OPA, which is also what `kcp-opa mutate` runs.
 package kcp.controls_test
 

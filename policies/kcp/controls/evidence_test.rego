@@ -107,7 +107,7 @@ test_failed_is_terminal if {
 }
 
 # A FAILED after a PASSED is accepted and leaves the control unsatisfied: pinned on regopy by
-# tests/test_controls.py::test_passed_then_failed_unsatisfies (under `with input.prior` regopy
+# tests/authorize/test_separation_of_duties.py::test_passed_then_failed_unsatisfies (under `with input.prior` regopy
 # leaves this verdict undefined, so a Rego test here would only measure the mock).
 
 _matrix := {

@@ -2,7 +2,7 @@
 # regopy does not finish planning these tests under `with data.kcp_data.matrix.parameters as ...`
 # over the budget evaluator and the facts it imports (no result after 200 s, measured 2026-12-01;
 # docs/engine-findings.md item 12). The evaluator runs on both engines over compiled bundles in
-# the budget decision cases (fixtures/cases/budget.yaml, tests/test_gate_cases.py).
+# the budget decision cases (fixtures/cases/budget.yaml, tests/decide/test_gate_cases.py).
 package kcp.evaluators.budget_test
 
 import rego.v1

@@ -1,7 +1,7 @@
 # kcp-opa: engines=opa
 # regopy does not finish planning the whole gate under `with data.kcp_data as ...` (this
 # file's tests in one child: no result after 300 s, measured 2026-11-30; docs/engine-findings.md,
-# item 12). The gate runs on both engines against compiled bundles in tests/test_gate_cases.py
+# item 12). The gate runs on both engines against compiled bundles in tests/decide/test_gate_cases.py
 # and in every decision case (fixtures/cases); these tests pin its logic on OPA.
 package kcp.gate_test
 

@@ -80,11 +80,11 @@ _run_with(ctx, action, waivable) := found if {
 # object.union merges nested objects: a narrower scope replaces the whole key.
 _scoped(scope) := object.union(object.remove(_exc, ["scope"]), {"scope": scope})
 
-_outcomes(found) := {[f.code, f.state, object.get(f, "waived_by", "")] | some f in found}
+_waived_codes(found) := {[f.code, f.state, object.get(f, "waived_by", "")] | some f in found}
 
 test_a_waiver_in_scope_waives_only_the_waivable_code if {
 	found := _run(1000000, [_exc], _action)
-	_outcomes(found) == {
+	_waived_codes(found) == {
 		["field_access_violation", "ALLOW", "EXC-1"],
 		["tenant_boundary", "DENY", ""],
 		["exception_applied", "ALLOW", ""],
@@ -105,10 +105,10 @@ test_no_exception_leaves_findings_unchanged if {
 }
 
 test_expiry_to_the_second if {
-	["field_access_violation", "ALLOW", "EXC-1"] in _outcomes(_run(1003599, [_exc], _action))
+	["field_access_violation", "ALLOW", "EXC-1"] in _waived_codes(_run(1003599, [_exc], _action))
 	_run(1003600, [_exc], _action) == _evaluated
 	_run(998999, [_exc], _action) == _evaluated
-	["field_access_violation", "ALLOW", "EXC-1"] in _outcomes(_run(999000, [_exc], _action))
+	["field_access_violation", "ALLOW", "EXC-1"] in _waived_codes(_run(999000, [_exc], _action))
 }
 
 test_another_tenant_unit_agent_or_task_is_unaffected if {
@@ -126,7 +126,7 @@ test_the_agent_scope_is_the_gates_principal_never_the_action if {
 
 test_a_terminal_code_is_never_waived_even_if_declared_waivable if {
 	found := _run_with(_ctx(1000000, [_exc]), _action, {"field_access_violation", "tenant_boundary"})
-	["tenant_boundary", "DENY", ""] in _outcomes(found)
+	["tenant_boundary", "DENY", ""] in _waived_codes(found)
 }
 
 test_a_code_no_rule_declares_waivable_is_not_waived if {
@@ -143,11 +143,11 @@ test_too_long_an_exception_or_an_empty_or_unknown_scope_changes_nothing if {
 
 test_a_scope_of_one_key_covers_every_action_that_matches_it if {
 	found := _run(1000000, [_scoped({"tenant_id": "t1"})], object.union(_action, {"action_type": "send"}))
-	["field_access_violation", "ALLOW", "EXC-1"] in _outcomes(found)
+	["field_access_violation", "ALLOW", "EXC-1"] in _waived_codes(found)
 }
 
 test_two_exceptions_the_smallest_id_waives if {
 	found := _run(1000000, [object.union(_exc, {"id": "EXC-2"}), _exc], _action)
-	["field_access_violation", "ALLOW", "EXC-1"] in _outcomes(found)
+	["field_access_violation", "ALLOW", "EXC-1"] in _waived_codes(found)
 	count([f | some f in found; f.code == "exception_applied"]) == 1
 }

@@ -7,7 +7,7 @@
 #   "refused": no rule reads it, so `kcp-opa validate` and `compile` refuse it (restriction_unenforced).
 #   "advisory": recorded in the bundle, explain and the ROPA, never decided on (validate warns
 #   advisory_declaration). kcp_opa.declare.vocabulary.READ_BY is the validator's copy;
-#   tests/test_declaration_table.py checks the two against each other on both engines and every
+#   tests/policies/test_declaration_table.py checks the two against each other on both engines and every
 #   named rule against the policies. docs/manifest-rules.md, "What reads what".
 package kcp.lib.declarations
 

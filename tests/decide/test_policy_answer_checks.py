@@ -1,4 +1,5 @@
-"""Behaviour tests written to kill mutants that survived the suite (issue 18, "Why").
+"""What the gate makes of the policy's answer: every unit found at every depth of the compiled
+unit index, and a policy that lies about execution is an engine error (issue 18, "Why").
 
 Each test names the mutant it kills. They go through the real gate (regopy) over bundles
 compiled here, and the OPA reference engine where the answer is compared.
@@ -15,7 +16,6 @@ from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.compile.datadoc import index_depth
 from kcp_opa.decide.gate import Gate
-from kcp_opa.models.decision import MalformedDecisionError, PolicyVerdict
 
 NOW = "2026-11-29T10:00:00Z"
 HEADER = """kcp_version: "0.14"
@@ -98,75 +98,6 @@ def test_every_unit_is_found_at_every_index_depth(sized_gate: tuple[Gate, int]) 
         assert "unknown_unit" not in decision.reason_codes
     missing = gate.decide(_action("unit-99999"), now=NOW)
     assert missing.decision.value == "DENY"
-
-
-# --- the typed layer: a self-contradicting decision document is an engine error ---------------
-
-#: The policy's fail-closed default decision (policies/kcp/gate/decision.rego), verbatim.
-DEFAULT_DECISION: dict[str, Any] = {
-    "decision": "DENY",
-    "outcome": "deny",
-    "authorization_status": "DENIED",
-    "execution_allowed": False,
-    "risk_level": "CRITICAL",
-    "required_controls": ["standard_audit_logging"],
-    "satisfied_controls": [],
-    "missing_controls": ["standard_audit_logging"],
-    "reasons": [
-        {
-            "code": "policy_undefined",
-            "rule": "kcp.gate.default",
-            "evaluator_id": "kcp_gate",
-            "evaluator_version": "1.0.0",
-            "message": "the policy produced no decision; failing closed",
-        }
-    ],
-    "reason_codes": ["policy_undefined"],
-    "violations": [],
-    "obligations": ["audit"],
-    "approver_roles": [],
-}
-APPROVED_ALLOW = DEFAULT_DECISION | {
-    "decision": "ALLOW",
-    "outcome": "allow",
-    "authorization_status": "APPROVED",
-    "execution_allowed": True,
-    "risk_level": "LOW",
-    "satisfied_controls": ["standard_audit_logging"],
-    "missing_controls": [],
-}
-
-
-def test_consistent_documents_parse() -> None:
-    assert PolicyVerdict.from_policy(DEFAULT_DECISION).execution_allowed is False
-    assert PolicyVerdict.from_policy(APPROVED_ALLOW).execution_allowed is True
-    # A routing state that asks for approval is APPROVED once nothing is missing (contract §5).
-    approved_hold = APPROVED_ALLOW | {"decision": "HUMAN_APPROVAL", "outcome": "require_approval"}
-    assert PolicyVerdict.from_policy(approved_hold).execution_allowed is True
-
-
-@pytest.mark.parametrize(
-    ("name", "changes"),
-    [
-        ("default decision says execution_allowed", {"execution_allowed": True}),
-        ("DENY but APPROVED", {"authorization_status": "APPROVED", "execution_allowed": True, "missing_controls": []}),
-        ("allowed with a control missing", {"missing_controls": ["standard_audit_logging"], "satisfied_controls": []}),
-        ("allowed while PENDING_CONTROLS", {"authorization_status": "PENDING_CONTROLS"}),
-        ("APPROVED but not allowed", {"execution_allowed": False}),
-        ("ESCALATE approved", {"decision": "ESCALATE", "outcome": "escalate"}),
-        ("outcome of another state", {"outcome": "deny"}),
-        ("ALLOW but DENIED", {"authorization_status": "DENIED", "execution_allowed": False}),
-        ("pending with nothing missing", {"authorization_status": "PENDING_CONTROLS", "execution_allowed": False}),
-        ("a control both satisfied and missing", {"missing_controls": ["standard_audit_logging"]}),
-        ("a missing control that is not required", {"missing_controls": ["safe_stop"]}),
-    ],
-)
-def test_contradicting_documents_are_malformed(name: str, changes: dict[str, Any]) -> None:
-    """Kills: the default decision with ``execution_allowed: true`` (the typed layer used to trust
-    the flag without checking it against the state, the status and the missing controls)."""
-    base = DEFAULT_DECISION if name.startswith(("default", "DENY")) else APPROVED_ALLOW
-    with pytest.raises(MalformedDecisionError):
-        PolicyVerdict.from_policy(base | changes)
 
 
 @pytest.fixture(scope="module")

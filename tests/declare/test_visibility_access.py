@@ -13,7 +13,7 @@ from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.declare import governance as gov
 
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 _DEPLOY = _REPO / "fixtures" / "deployments" / "kcp-visibility-access"
 
 _BLOCK = {

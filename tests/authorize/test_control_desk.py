@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, vouched_gate
-from trustkit import KYA_APPROVALS, bundle_cache, compile_with_trust, issuer_key, make_desk, registry, signed
+from trustkit import KYA_APPROVALS, bundle_cache, issuer_key, make_desk, registry, signed
 
 from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, evidence_for
 from kcp_opa.authorize.parties import parties
@@ -37,19 +37,14 @@ HUMAN = [(c, a) for c, a in SIX if c != "standard_audit_logging"]
 KEY = hmac_key("kya-1", b"mutant-controls-secret-0123456789abcdef")
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_with_trust(tmp_path_factory.mktemp("mc") / "finance.tar.gz")
-
-
-def _gate(bundle: Path, **kwargs: Any) -> Gate:
-    # preflight off: the full suite preflights this same bundle (tests/test_controls.py)
-    return vouched_gate(bundle, preflight=False, plan_cache=bundle_cache(), **kwargs)
+def _gate(trust_bundle: Path, **kwargs: Any) -> Gate:
+    # preflight off: the full suite preflights this same bundle (the shared `desk` fixture)
+    return vouched_gate(trust_bundle, preflight=False, plan_cache=bundle_cache(), **kwargs)
 
 
 @pytest.fixture(scope="module")
-def desk(bundle: Path) -> ControlDesk:
-    return make_desk(_gate(bundle))
+def desk(trust_bundle: Path) -> ControlDesk:
+    return make_desk(_gate(trust_bundle))
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +53,8 @@ def ledger_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def audited(bundle: Path, ledger_path: Path) -> ControlDesk:
-    return make_desk(_gate(bundle, ledger=AuditLedger(ledger_path)))
+def audited(trust_bundle: Path, ledger_path: Path) -> ControlDesk:
+    return make_desk(_gate(trust_bundle, ledger=AuditLedger(ledger_path)))
 
 
 def _approved(desk: ControlDesk, controls: list[tuple[str, str]] = SIX) -> GateDecision:
@@ -284,8 +279,8 @@ def test_a_desk_refuses_another_registry(desk: ControlDesk, tmp_path: Path) -> N
     )
 
 
-def test_a_bundle_without_trust_metadata_is_refused(bundle: Path) -> None:
-    loaded = read_bundle(bundle)
+def test_a_bundle_without_trust_metadata_is_refused(trust_bundle: Path) -> None:
+    loaded = read_bundle(trust_bundle)
     manifest = copy.deepcopy(dict(loaded.manifest))
     del manifest["metadata"]["kcp_opa"]["trust"]
     gate = Gate(dataclasses.replace(loaded, manifest=manifest), preflight=False)
@@ -296,8 +291,8 @@ def test_a_bundle_without_trust_metadata_is_refused(bundle: Path) -> None:
 
 
 @pytest.mark.parametrize(("ttl", "expected"), [(60, 60), ("60", 300), (None, 300)])
-def test_the_receipt_ttl_comes_from_the_matrix(bundle: Path, ttl: Any, expected: int) -> None:
-    loaded = read_bundle(bundle)
+def test_the_receipt_ttl_comes_from_the_matrix(trust_bundle: Path, ttl: Any, expected: int) -> None:
+    loaded = read_bundle(trust_bundle)
     data = copy.deepcopy(dict(loaded.data))
     if ttl is None:
         del data["kcp_data"]["matrix"]["parameters"]["receipt_ttl_seconds"]
@@ -310,8 +305,8 @@ def test_the_receipt_ttl_comes_from_the_matrix(bundle: Path, ttl: Any, expected:
 
 
 @pytest.mark.parametrize("data", [{}, {"kcp_data": {}}, {"kcp_data": {"matrix": {}}}])
-def test_the_receipt_ttl_defaults_without_a_matrix(bundle: Path, data: dict[str, Any]) -> None:
-    loaded = read_bundle(bundle)
+def test_the_receipt_ttl_defaults_without_a_matrix(trust_bundle: Path, data: dict[str, Any]) -> None:
+    loaded = read_bundle(trust_bundle)
     gate = Gate(dataclasses.replace(loaded, data={**loaded.data, **data}), preflight=False)
     if data:  # replace kcp_data by the partial one, keep the rest
         assert ControlDesk(gate, registry()).receipt_ttl_seconds == 300
@@ -579,8 +574,8 @@ def test_a_desk_s_own_seal_key_is_32_random_bytes(desk: ControlDesk) -> None:
     assert len(keys) == 3 and {len(k) for k in keys} == {32}
 
 
-def test_the_desk_plans_its_evidence_query_into_the_gate_s_plan_cache(bundle: Path, tmp_path: Path) -> None:
-    gate = vouched_gate(bundle, preflight=False, plan_cache=tmp_path)
+def test_the_desk_plans_its_evidence_query_into_the_gate_s_plan_cache(trust_bundle: Path, tmp_path: Path) -> None:
+    gate = vouched_gate(trust_bundle, preflight=False, plan_cache=tmp_path)
     assert len(list(tmp_path.glob("*.rbb"))) == 1  # the decision entrypoint
     ControlDesk(gate, registry())
     assert len(list(tmp_path.glob("*.rbb"))) == 2  # and kcp/controls/verdict beside it

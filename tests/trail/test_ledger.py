@@ -396,3 +396,33 @@ def test_header_stamp_is_utc_whatever_the_local_zone(tmp_path: Path, monkeypatch
         time.tzset()
     stamp: Any = json.loads(_lines(tmp_path / "audit.jsonl")[0])["created_at"]
     assert before <= dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ") <= after
+
+
+@pytest.mark.parametrize("durability", ["fsync", "group"])
+def test_the_ledger_fsyncs_its_own_file_before_append_returns(
+    durability: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills: the ledger's ``os.fsync`` removed. Durability against power loss cannot be
+    observed without cutting the power, so the syscall itself is observed: ``os.fsync`` is
+    wrapped (the real fsync still runs; nothing is faked) to record which file each call
+    synced and how large it was, and the record must show the ledger file, with the new
+    entry already in it, synced before ``append`` returned."""
+    path = tmp_path / "audit.jsonl"
+    synced: list[tuple[int, int, int]] = []
+    real_fsync = os.fsync
+
+    def observed_fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_dev, info.st_ino, info.st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed_fsync)
+    ledger = AuditLedger(path, durability=durability)
+    for n in range(3):
+        before = len(synced)
+        ledger.append({"type": "probe", "n": n})
+        info = path.stat()
+        after_append = [s for s in synced[before:] if (s[0], s[1]) == (info.st_dev, info.st_ino)]
+        assert after_append, f"append {n} returned without an fsync of {path}"
+        assert after_append[-1][2] == info.st_size  # synced after the entry was written
+    assert [entry["n"] for _, entry in read_entries(path)] == [0, 1, 2]

@@ -16,7 +16,7 @@ import pytest
 
 from kcp_opa.declare import vocabulary as vocab
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "policies" / "kcp" / "lib" / "declarations.rego"
 POLICY_FILES = sorted(p for p in (REPO / "policies").rglob("*.rego") if not p.name.endswith("_test.rego"))
 

@@ -1,5 +1,5 @@
 """Structure of the shipped policy library (the tests themselves run through `kcp-opa test`,
-tests/test_regotest.py: every test on both engines, coverage, decision cases)."""
+tests/authoring/test_regotest.py: every test on both engines, coverage, decision cases)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def cluster(postgres: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     common = ["--bundle", str(bundle), "--trust", str(registry), "--handlers", str(handlers)]
     common += ["--issuer-id", SERVICE_ISSUER, "--issuer-id", GATE_ISSUER, "--issuer-keyring", str(issuer_keys)]
     common += ["--tokens", str(tokens), "--keyring", str(write_receipt_keyring(work))]
-    tests = str(Path(__file__).resolve().parent)
+    tests = str(Path(__file__).resolve().parents[1])
     env = {
         "KCP_OPA_STORE": dsn,  # the one setting: no --store on the command line
         "KCP_OPA_TEST_HANDLER_DSN": dsn,

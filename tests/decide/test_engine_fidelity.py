@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
 from hostile import hostile_text
 
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.decide.action import check_action
 from kcp_opa.decide.engine import query_entrypoint
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 
 _ECHO = """package fidelity

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import ManifestIntegrityError
 
-_MATRIX = Path(__file__).parent / "deployments" / "spec-examples" / "matrix.yaml"
-_POLICIES = Path(__file__).parent.parent / "policies"
+_MATRIX = Path(__file__).parents[1] / "deployments" / "spec-examples" / "matrix.yaml"
+_POLICIES = Path(__file__).parents[2] / "policies"
 
 # The spec's §3.2 example block (verification_url, key_id), on a minimal manifest.
 _TEMPLATE = """kcp_version: "0.30"

@@ -305,3 +305,72 @@ def test_fail_closed_verdicts() -> None:
         ),
     ):
         assert constant == fail_closed_verdict(code, rule, evaluator, message)
+
+
+# --- the typed layer: a self-contradicting decision document is an engine error ---------------
+
+#: The policy's fail-closed default decision (policies/kcp/gate/decision.rego), verbatim.
+DEFAULT_DECISION: dict[str, Any] = {
+    "decision": "DENY",
+    "outcome": "deny",
+    "authorization_status": "DENIED",
+    "execution_allowed": False,
+    "risk_level": "CRITICAL",
+    "required_controls": ["standard_audit_logging"],
+    "satisfied_controls": [],
+    "missing_controls": ["standard_audit_logging"],
+    "reasons": [
+        {
+            "code": "policy_undefined",
+            "rule": "kcp.gate.default",
+            "evaluator_id": "kcp_gate",
+            "evaluator_version": "1.0.0",
+            "message": "the policy produced no decision; failing closed",
+        }
+    ],
+    "reason_codes": ["policy_undefined"],
+    "violations": [],
+    "obligations": ["audit"],
+    "approver_roles": [],
+}
+APPROVED_ALLOW = DEFAULT_DECISION | {
+    "decision": "ALLOW",
+    "outcome": "allow",
+    "authorization_status": "APPROVED",
+    "execution_allowed": True,
+    "risk_level": "LOW",
+    "satisfied_controls": ["standard_audit_logging"],
+    "missing_controls": [],
+}
+
+
+def test_consistent_documents_parse() -> None:
+    assert PolicyVerdict.from_policy(DEFAULT_DECISION).execution_allowed is False
+    assert PolicyVerdict.from_policy(APPROVED_ALLOW).execution_allowed is True
+    # A routing state that asks for approval is APPROVED once nothing is missing (contract §5).
+    approved_hold = APPROVED_ALLOW | {"decision": "HUMAN_APPROVAL", "outcome": "require_approval"}
+    assert PolicyVerdict.from_policy(approved_hold).execution_allowed is True
+
+
+@pytest.mark.parametrize(
+    ("name", "changes"),
+    [
+        ("default decision says execution_allowed", {"execution_allowed": True}),
+        ("DENY but APPROVED", {"authorization_status": "APPROVED", "execution_allowed": True, "missing_controls": []}),
+        ("allowed with a control missing", {"missing_controls": ["standard_audit_logging"], "satisfied_controls": []}),
+        ("allowed while PENDING_CONTROLS", {"authorization_status": "PENDING_CONTROLS"}),
+        ("APPROVED but not allowed", {"execution_allowed": False}),
+        ("ESCALATE approved", {"decision": "ESCALATE", "outcome": "escalate"}),
+        ("outcome of another state", {"outcome": "deny"}),
+        ("ALLOW but DENIED", {"authorization_status": "DENIED", "execution_allowed": False}),
+        ("pending with nothing missing", {"authorization_status": "PENDING_CONTROLS", "execution_allowed": False}),
+        ("a control both satisfied and missing", {"missing_controls": ["standard_audit_logging"]}),
+        ("a missing control that is not required", {"missing_controls": ["safe_stop"]}),
+    ],
+)
+def test_contradicting_documents_are_malformed(name: str, changes: dict[str, Any]) -> None:
+    """Kills: the default decision with ``execution_allowed: true`` (the typed layer used to trust
+    the flag without checking it against the state, the status and the missing controls)."""
+    base = DEFAULT_DECISION if name.startswith(("default", "DENY")) else APPROVED_ALLOW
+    with pytest.raises(MalformedDecisionError):
+        PolicyVerdict.from_policy(base | changes)
