@@ -4,8 +4,9 @@ Errors: a module OPA (1.x) or regopy cannot compile, or one that aborts regopy's
 Warnings, each with file and line: v0 syntax (regopy accepts it, OPA 1.x does not),
 builtins regopy lacks or leaves silently undefined, builtins that break replay, packages that
 data would shadow, `with input as` in tests (the regopy abort), helper functions defined
-under the same name in two packages (a regopy segfault seen here), and engine-divergent
-constructs (docs/engine-findings.md items 23-26), each with the rewrite that does not diverge.
+under the same name in two packages (a regopy segfault seen here), engine-divergent
+constructs (docs/engine-findings.md items 23-26), each with the rewrite that does not diverge,
+and lines over MAX_LINE characters (tests too: a reviewer reads every line of a diff).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 from kcp_opa.declare.waivers import refusals as waiver_refusals
 
 CHECK_TIMEOUT_S = 120
+#: The longest line a policy module (or its test) may have, in characters (a tab counts one).
+MAX_LINE = 120
 
 #: Builtins regopy 1.5.2 leaves undefined without an error (docs/engine-findings.md hazard 5).
 SILENT_IN_REGOPY = (
@@ -81,7 +84,22 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
     ]
 
     findings += finding_problems(modules)
+    findings += long_lines(modules)
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
+
+
+def long_lines(modules: Mapping[str, str]) -> list[CheckFinding]:
+    """Every line over MAX_LINE characters, comments included (a warning: it fails --strict)."""
+    return [
+        CheckFinding(
+            name, number, "warning", "line_too_long",
+            f"{len(line)} characters, over {MAX_LINE}: continue a `with` chain on the next line, "
+            "bind a sub-expression to a local, split a long string with concat() or move long data to a rule",
+        )
+        for name, source in sorted(modules.items())
+        for number, line in enumerate(source.splitlines(), start=1)
+        if len(line) > MAX_LINE
+    ]  # fmt: skip
 
 
 def _opa_compile(modules: Mapping[str, str]) -> list[CheckFinding]:

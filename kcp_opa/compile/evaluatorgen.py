@@ -81,7 +81,8 @@ def _union(terms: list[str]) -> str:
 
 
 def _rego_set(codes: set[str] | frozenset[str]) -> str:
-    return "{" + ", ".join(f'"{c}"' for c in sorted(codes)) + "}" if codes else "set()"
+    """One code a line, as `opa fmt` writes a long set: the module stays within 120 columns."""
+    return "{\n" + "".join(f'\t"{c}",\n' for c in sorted(codes)) + "}" if codes else "set()"
 
 
 def render_union(policies: Path) -> str:

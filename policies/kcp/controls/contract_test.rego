@@ -22,5 +22,10 @@ test_the_actor_table_is_the_contract if {
 }
 
 test_without_a_registry_the_human_controls_are_the_base_four if {
-	controls.human_controls == {"user_confirmation", "step_up_authentication", "independent_human_approval", "compliance_review"}
+	controls.human_controls == {
+		"user_confirmation",
+		"step_up_authentication",
+		"independent_human_approval",
+		"compliance_review",
+	}
 }

@@ -123,17 +123,26 @@ _rejection := {"code": "no_trust_registry", "message": "the bundle has no trust 
 	not _principal
 } else := {"code": "issuer_not_allowed", "message": "this issuer may not attest this control"} if {
 	not _issuer_allowed
-} else := {"code": "control_failed", "message": "this control already FAILED for this decision; a FAILED result is final"} if {
+} else := {
+	"code": "control_failed",
+	"message": "this control already FAILED for this decision; a FAILED result is final",
+} if {
 	_already_failed
 } else := {"code": "agent_cannot_satisfy_human_control", "message": "an AI agent cannot satisfy a human control"} if {
 	_principal.type == "ai_agent"
 	_control in human_controls
-} else := {"code": "self_approval", "message": "the subject, requester or an agent of the chain cannot satisfy this control"} if {
+} else := {
+	"code": "self_approval",
+	"message": "the subject, requester or an agent of the chain cannot satisfy this control",
+} if {
 	_control in sod_controls
 	_actor in input.parties
 } else := {"code": "actor_type_not_allowed", "message": "this kind of principal cannot satisfy this control"} if {
 	not actor_kind in _allowed_kinds
-} else := {"code": "approver_role_mismatch", "message": "the approver holds none of the roles the decision asks for"} if {
+} else := {
+	"code": "approver_role_mismatch",
+	"message": "the approver holds none of the roles the decision asks for",
+} if {
 	_role_missing
 }
 
@@ -167,7 +176,7 @@ default verdict := {"accepted": false, "code": "evidence_unreadable", "message":
 verdict := object.union({"accepted": false}, _rejection) if _rejection
 
 verdict := {"accepted": true, "actor_type": actor_kind, "satisfied": sort(satisfied)} if {
-	# mutate: equivalent a non-string actor_id names no principal (the registry's keys are strings), so _rejection is unknown_principal
+	# mutate: equivalent a non-string actor_id names no principal (the registry's keys are strings): unknown_principal
 	is_string(_actor)
 	input.evidence.status in {"PASSED", "FAILED"}
 	not _rejection

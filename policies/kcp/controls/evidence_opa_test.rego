@@ -9,19 +9,27 @@ package kcp.controls_test
 import rego.v1
 
 test_unreadable_evidence_falls_to_the_default_verdict if {
-	v := _judge(object.union(_input("identity_verification", "kyc-provider", "bank-idp", []), {"evidence": {"status": "OK"}}))
+	v := _judge(object.union(_input("identity_verification", "kyc-provider", "bank-idp", []), {
+		"evidence": {"status": "OK"},
+	}))
 	v == {"accepted": false, "code": "evidence_unreadable", "message": "the evidence could not be judged"}
 }
 
 test_satisfied_lists_the_passed_controls_without_a_failed_one if {
-	prior := [{"control": "identity_verification", "status": "PASSED"}, {"control": "user_confirmation", "status": "FAILED"}]
+	prior := [
+		{"control": "identity_verification", "status": "PASSED"},
+		{"control": "user_confirmation", "status": "FAILED"},
+	]
 	v := _verdict("independent_human_approval", "treasury_approver_anna", "approval-app", prior)
 	v.accepted
 	v.satisfied == ["identity_verification", "independent_human_approval"]
 }
 
 test_a_failed_after_a_passed_leaves_the_control_unsatisfied if {
-	prior := [{"control": "identity_verification", "status": "PASSED"}, {"control": "identity_verification", "status": "FAILED"}]
+	prior := [
+		{"control": "identity_verification", "status": "PASSED"},
+		{"control": "identity_verification", "status": "FAILED"},
+	]
 	v := _verdict("independent_human_approval", "treasury_approver_anna", "approval-app", prior)
 	v.accepted
 	v.satisfied == ["independent_human_approval"]

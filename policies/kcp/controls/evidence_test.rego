@@ -16,7 +16,10 @@ _trust := {
 		"kcp-opa-ledger": {"type": "system", "roles": []},
 	},
 	"issuers": {
-		"approval-app": {"type": "approval_app", "controls": ["independent_human_approval", "compliance_review", "sanctions_override"]},
+		"approval-app": {
+			"type": "approval_app",
+			"controls": ["independent_human_approval", "compliance_review", "sanctions_override"],
+		},
 		"bank-idp": {"type": "identity_provider", "controls": ["identity_verification", "user_confirmation"]},
 		"kcp-opa-gate": {"type": "gate", "controls": ["standard_audit_logging"]},
 	},
@@ -107,7 +110,9 @@ test_failed_is_terminal if {
 # tests/authorize/test_separation_of_duties.py::test_passed_then_failed_unsatisfies (under `with input.prior` regopy
 # leaves this verdict undefined, so a Rego test here would only measure the mock).
 
-_matrix := {"parameters": {"approver_roles": {"default": "treasury_approver", "by_task_type": {"refund": "support_agent"}}}}
+_matrix := {
+	"parameters": {"approver_roles": {"default": "treasury_approver", "by_task_type": {"refund": "support_agent"}}},
+}
 
 _by_matrix(actor, action_type) := v if {
 	doc := object.union(_input("independent_human_approval", actor, "approval-app", []), {"approver_roles": []})
@@ -127,7 +132,9 @@ test_no_decision_role_falls_back_to_the_matrix_approver if {
 }
 
 test_no_role_anywhere_refuses_the_approval if {
-	doc := object.union(_input("independent_human_approval", "treasury_approver_anna", "approval-app", []), {"approver_roles": []})
+	doc := object.union(_input("independent_human_approval", "treasury_approver_anna", "approval-app", []), {
+		"approver_roles": [],
+	})
 	trust := _trust
 	v := controls.verdict with input.evidence as doc.evidence with input.issuer as doc.issuer
 		with input.prior as doc.prior with input.subject as doc.subject with input.parties as doc.parties
@@ -157,7 +164,9 @@ test_no_registry_refuses_everything if {
 }
 
 test_malformed_status_refused if {
-	v := _judge(object.union(_input("identity_verification", "kyc-provider", "bank-idp", []), {"evidence": {"status": "OK"}}))
+	v := _judge(object.union(_input("identity_verification", "kyc-provider", "bank-idp", []), {
+		"evidence": {"status": "OK"},
+	}))
 	not v.accepted
 }
 

@@ -36,7 +36,7 @@ _why := {"authenticated": "access: authenticated", "restricted": "access: restri
 # description: public, authenticated or restricted (an unknown or absent value is public, KCP §4.11).
 level := value if {
 	value := facts.profile.access
-	# mutate: equivalent needs_principal looks the level up in _why again: an unknown value fails there and falls to the same else branches as "public"
+	# mutate: equivalent needs_principal looks level up in _why again: an unknown value takes the else branches as "public"
 	_why[value]
 } else := "public"
 
@@ -44,7 +44,7 @@ level := value if {
 # title: Why a principal is needed
 # description: The declaration that asks for one; null when none does.
 needs_principal := _why[level] if {
-	# mutate: equivalent _why["public"] is undefined, so the body fails and the else branches apply exactly as when this line fails
+	# mutate: equivalent _why["public"] is undefined: the body fails and the else branches apply as when this line fails
 	level != "public"
 } else := "visibility: requires_auth" if {
 	visibility.requires_auth
@@ -66,7 +66,9 @@ _scope_held if input.action.authorization_context.principal_scopes[_] == _scope
 #   requires: [input.action.knowledge.unit]
 #   absent: "no authenticated_principal: access_unauthenticated (this rule)"
 findings contains finding if {
-	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without
+	# this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# mutate: equivalent on OPA, as said above; kept for regopy (docs/engine-findings.md item 29)
 	facts.unit_known
 	is_string(needs_principal)
 	not authenticated
@@ -75,7 +77,11 @@ findings contains finding if {
 		"rule": "kcp.access.credential",
 		"state": "DENY",
 		"controls": [],
-		"message": concat("", ["the unit needs an authenticated principal, for ", needs_principal, ", and the action states none; KCP §4.11 and §4.16"]),
+		"message": concat("", [
+			"the unit needs an authenticated principal, for ",
+			needs_principal,
+			", and the action states none; KCP §4.11 and §4.16",
+		]),
 		"details": {"missing": "authorization_context.authenticated_principal", "because": needs_principal},
 	}
 }
@@ -85,7 +91,9 @@ findings contains finding if {
 #   requires: [input.action.knowledge.unit]
 #   absent: "no principal_scopes: access_scope_missing (this rule)"
 findings contains finding if {
-	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without
+	# this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# mutate: equivalent on OPA, as said above; kept for regopy (docs/engine-findings.md item 29)
 	facts.unit_known
 	level == "restricted"
 	# mutate: equivalent with a null scope the message concat fails, so the finding is undefined as when this line fails
@@ -96,7 +104,11 @@ findings contains finding if {
 		"rule": "kcp.access.auth_scope",
 		"state": "DENY",
 		"controls": [],
-		"message": concat("", ["access: restricted needs scope ", _scope, ", which the action's principal_scopes lack; KCP §4.11"]),
+		"message": concat("", [
+			"access: restricted needs scope ",
+			_scope,
+			", which the action's principal_scopes lack; KCP §4.11",
+		]),
 		"details": {"missing": "authorization_context.principal_scopes", "missing_scope": _scope},
 	}
 }

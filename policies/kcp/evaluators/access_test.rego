@@ -4,7 +4,12 @@ import rego.v1
 
 import data.kcp.evaluators.access
 
-_auth := {"sensitivity": "internal", "requires_auth": true, "condition": 0, "source": "visibility.conditions[0] (first match)"}
+_auth := {
+	"sensitivity": "internal",
+	"requires_auth": true,
+	"condition": 0,
+	"source": "visibility.conditions[0] (first match)",
+}
 
 _open := {"sensitivity": "internal", "requires_auth": false, "condition": null, "source": "visibility.default"}
 
@@ -21,7 +26,14 @@ _profiles := [
 	{"access": "public"},
 	{"access": "authenticated"},
 	{"access": "restricted", "auth_scope": "read:finance"},
-	{"access": "public", "effective_visibility": {"needs": ["environment"], "cells": {"": {"": _open}, "production": {"": _auth}}, "incomplete": _auth}},
+	{
+		"access": "public",
+		"effective_visibility": {
+			"needs": ["environment"],
+			"cells": {"": {"": _open}, "production": {"": _auth}},
+			"incomplete": _auth,
+		},
+	},
 	{"access": "secret-ish"},
 	{"access": "authenticated", "auth_scope": "read:finance"},
 ]
@@ -29,7 +41,8 @@ _profiles := [
 _access_codes(unit, authz, env) := {[f.code, f.state] | some f in fs} if {
 	units := _units
 	profiles := _profiles
-	fs := access.findings with input.action as {"knowledge": {"project": "p", "unit": unit}, "authorization_context": authz}
+	fs := access.findings
+		with input.action as {"knowledge": {"project": "p", "unit": unit}, "authorization_context": authz}
 		with input.context.facts as {"environment": {"value": env}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
@@ -37,7 +50,8 @@ _access_codes(unit, authz, env) := {[f.code, f.state] | some f in fs} if {
 _access_detail(unit, authz) := [f.details | some f in fs] if {
 	units := _units
 	profiles := _profiles
-	fs := access.findings with input.action as {"knowledge": {"project": "p", "unit": unit}, "authorization_context": authz}
+	fs := access.findings
+		with input.action as {"knowledge": {"project": "p", "unit": unit}, "authorization_context": authz}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }
 

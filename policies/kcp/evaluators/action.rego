@@ -31,7 +31,8 @@ missing := _required - _present
 # METADATA
 # title: Findings
 # custom:
-#   requires: [input.action.tenant_id, input.action.subject_id, input.action.agent_id, input.action.action_type, input.action.requested_action, input.action.target.type]
+#   requires: [input.action.tenant_id, input.action.subject_id, input.action.agent_id, input.action.action_type,
+#      input.action.requested_action, input.action.target.type]
 #   absent: "action_incomplete (this rule: absent is the finding)"
 findings contains finding if {
 	count(missing) > 0

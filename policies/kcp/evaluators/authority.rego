@@ -18,7 +18,13 @@ import rego.v1
 
 import data.kcp.lib.facts
 
-_safe_defaults := {"read": "initiative", "summarize": "initiative", "modify": "denied", "share_externally": "denied", "execute": "denied"}
+_safe_defaults := {
+	"read": "initiative",
+	"summarize": "initiative",
+	"modify": "denied",
+	"share_externally": "denied",
+	"execute": "denied",
+}
 
 # METADATA
 # title: KCP action of the task type
@@ -81,7 +87,11 @@ findings contains finding if {
 		"rule": "kcp.authority.custom",
 		"state": "DENY",
 		"controls": [],
-		"message": concat("", ["custom action ", _action_label, " is not declared in the unit's authority: unknown actions are denied (KCP §4.17)"]),
+		"message": concat("", [
+			"custom action ",
+			_action_label,
+			" is not declared in the unit's authority: unknown actions are denied (KCP §4.17)",
+		]),
 		"details": {"kcp_action": _action_label, "authority": "undeclared"},
 	}
 }
@@ -97,7 +107,13 @@ findings contains finding if {
 		"rule": "kcp.authority.requires_approval",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
-		"message": concat("", ["the unit's authority requires approval for ", _action_label, " (approval mechanism: ", _mechanism, ")"]),
+		"message": concat("", [
+			"the unit's authority requires approval for ",
+			_action_label,
+			" (approval mechanism: ",
+			_mechanism,
+			")",
+		]),
 		"details": {"kcp_action": _action_label, "authority": "requires_approval", "approval_mechanism": _mechanism},
 	}
 }
@@ -114,7 +130,10 @@ findings contains finding if {
 		"rule": "kcp.authority.unmapped",
 		"state": "ESCALATE",
 		"controls": [],
-		"message": "the unit declares authority but the delegation matrix does not say which KCP action this task type performs (kcp_action)",
+		"message": concat("", [
+			"the unit declares authority but the delegation matrix does not say which KCP action this task type performs ",
+			"(kcp_action)",
+		]),
 		"details": {"fields": ["data.kcp_data.matrix.kcp_actions"]},
 	}
 }

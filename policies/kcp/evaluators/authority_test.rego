@@ -12,14 +12,43 @@ _units := {"depth": 0, "count": 3, "slots": {"p": {
 
 _profiles := [
 	{
-		"authority": {"declared": true, "actions": {"read": "initiative", "summarize": "initiative", "modify": "denied", "share_externally": "requires_approval", "execute": "denied", "export_to_pdf": "requires_approval"}},
+		"authority": {
+			"declared": true,
+			"actions": {
+				"read": "initiative",
+				"summarize": "initiative",
+				"modify": "denied",
+				"share_externally": "requires_approval",
+				"execute": "denied",
+				"export_to_pdf": "requires_approval",
+			},
+		},
 		"delegation": {"human_in_the_loop": {"required": false, "approval_mechanism": "oauth_consent"}},
 	},
-	{"authority": {"declared": false, "actions": {"read": "initiative", "summarize": "initiative", "modify": "denied", "share_externally": "denied", "execute": "denied"}}},
+	{
+		"authority": {
+			"declared": false,
+			"actions": {
+				"read": "initiative",
+				"summarize": "initiative",
+				"modify": "denied",
+				"share_externally": "denied",
+				"execute": "denied",
+			},
+		},
+	},
 	{"compliance": {}},
 ]
 
-_matrix := {"kcp_actions": {"read": "read", "modify": "modify", "share": "share_externally", "export": "export_to_pdf", "print": "print_copy"}}
+_matrix := {
+	"kcp_actions": {
+		"read": "read",
+		"modify": "modify",
+		"share": "share_externally",
+		"export": "export_to_pdf",
+		"print": "print_copy",
+	},
+}
 
 _findings(unit, task) := fs if {
 	units := _units

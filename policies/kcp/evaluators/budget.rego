@@ -113,7 +113,18 @@ _exhausted(b) if {
 findings contains finding if {
 	some b in applicable
 	_exhausted(b)
-	text1 := concat("", ["budget ", b.id, " of ", key(b.per), " would reach ", format_int(total(b), 10), " ", b.currency, " minor units; its limit is ", format_int(b.limit_minor, 10)])
+	text1 := concat("", [
+		"budget ",
+		b.id,
+		" of ",
+		key(b.per),
+		" would reach ",
+		format_int(total(b), 10),
+		" ",
+		b.currency,
+		" minor units; its limit is ",
+		format_int(b.limit_minor, 10),
+	])
 	finding := {
 		"code": "budget_exhausted",
 		"rule": "budget.limit",
@@ -134,14 +145,31 @@ findings contains finding if {
 	is_number(b.approval_threshold_minor)
 	total(b) > b.approval_threshold_minor
 	not _exhausted(b)
-	text1 := concat("", ["budget ", b.id, " of ", key(b.per), " would reach ", format_int(total(b), 10), " ", b.currency, " minor units, past its approval threshold of ", format_int(b.approval_threshold_minor, 10)])
+	text1 := concat("", [
+		"budget ",
+		b.id,
+		" of ",
+		key(b.per),
+		" would reach ",
+		format_int(total(b), 10),
+		" ",
+		b.currency,
+		" minor units, past its approval threshold of ",
+		format_int(b.approval_threshold_minor, 10),
+	])
 	finding := {
 		"code": "budget_approval_required",
 		"rule": "budget.approval_threshold",
 		"state": "HUMAN_APPROVAL",
 		"controls": ["independent_human_approval"],
 		"message": text1,
-		"details": {"budget": b.id, "key": key(b.per), "total_minor": total(b), "approval_threshold_minor": b.approval_threshold_minor, "approver_role": _approver},
+		"details": {
+			"budget": b.id,
+			"key": key(b.per),
+			"total_minor": total(b),
+			"approval_threshold_minor": b.approval_threshold_minor,
+			"approver_role": _approver,
+		},
 	}
 }
 
@@ -175,14 +203,34 @@ findings contains finding if {
 	some v in velocity_rules
 	v.id in velocity_exceeded
 	c := _count("velocity", v)
-	text1 := concat("", ["velocity ", v.id, " of ", key(v.per), ": ", format_int(c.count + 1, 10), " transfers summing ", format_int(c.sum_minor + _amount, 10), " ", v.currency, " minor units in ", format_int(v.window_seconds, 10), " s"])
+	text1 := concat("", [
+		"velocity ",
+		v.id,
+		" of ",
+		key(v.per),
+		": ",
+		format_int(c.count + 1, 10),
+		" transfers summing ",
+		format_int(c.sum_minor + _amount, 10),
+		" ",
+		v.currency,
+		" minor units in ",
+		format_int(v.window_seconds, 10),
+		" s",
+	])
 	finding := {
 		"code": "velocity_exceeded",
 		"rule": "budget.velocity",
 		"state": _outcome[v.outcome].state,
 		"controls": _outcome[v.outcome].controls,
 		"message": text1,
-		"details": {"velocity": v.id, "key": key(v.per), "count": c.count + 1, "sum_minor": c.sum_minor + _amount, "approver_role": _approver},
+		"details": {
+			"velocity": v.id,
+			"key": key(v.per),
+			"count": c.count + 1,
+			"sum_minor": c.sum_minor + _amount,
+			"approver_role": _approver,
+		},
 	}
 }
 
@@ -223,7 +271,10 @@ limits[window] := limit if {
 	is_number(limit)
 }
 
-_unit_key := concat("/", [object.get(_action, ["knowledge", "project"], ""), object.get(_action, ["knowledge", "unit"], "")])
+_unit_key := concat("/", [
+	object.get(_action, ["knowledge", "project"], ""),
+	object.get(_action, ["knowledge", "unit"], ""),
+])
 
 _rate := r if {
 	r := _counters.rate
@@ -240,14 +291,31 @@ findings contains finding if {
 	some window, limit in limits
 	_rate[window] > limit
 	outcome := object.get(_params, ["rate_limits", "outcome"], "DENY")
-	text1 := concat("", ["request ", format_int(_rate[window], 10), " of ", principal, " on ", _unit_key, " past ", window, " ", format_int(limit, 10)])
+	text1 := concat("", [
+		"request ",
+		format_int(_rate[window], 10),
+		" of ",
+		principal,
+		" on ",
+		_unit_key,
+		" past ",
+		window,
+		" ",
+		format_int(limit, 10),
+	])
 	finding := {
 		"code": "rate_limited",
 		"rule": "budget.rate_limit",
 		"state": _outcome[outcome].state,
 		"controls": _outcome[outcome].controls,
 		"message": text1,
-		"details": {"window": window, "limit": limit, "requests": _rate[window], "unit": _unit_key, "approver_role": _approver},
+		"details": {
+			"window": window,
+			"limit": limit,
+			"requests": _rate[window],
+			"unit": _unit_key,
+			"approver_role": _approver,
+		},
 	}
 }
 
@@ -297,7 +365,11 @@ findings contains finding if {
 		"rule": "budget.counters",
 		"state": "ESCALATE",
 		"controls": [],
-		"message": concat("", ["a declared limit needs ", path, " from the gate's own history and the input lacks it; nothing is allowed without it"]),
+		"message": concat("", [
+			"a declared limit needs ",
+			path,
+			" from the gate's own history and the input lacks it; nothing is allowed without it",
+		]),
 		"details": {"fields": [path]},
 	}
 }

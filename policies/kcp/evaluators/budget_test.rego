@@ -12,8 +12,28 @@ import data.kcp.evaluators.budget
 _params := {
 	"approver_roles": {"default": "lead", "by_task_type": {"payment": "treasurer"}},
 	"money": {"high_value_minor": {"EUR": 100000}, "confirmation_minor": {}},
-	"budgets": [{"id": "daily", "per": "tenant", "task_types": ["payment", "read"], "currency": "EUR", "window_seconds": 86400, "approval_threshold_minor": 3000, "limit_minor": 5000}],
-	"velocity": [{"id": "per_beneficiary", "per": "beneficiary", "currency": "EUR", "window_seconds": 3600, "max_count": 3, "max_sum_minor": 4000, "outcome": "ESCALATE"}],
+	"budgets": [
+		{
+			"id": "daily",
+			"per": "tenant",
+			"task_types": ["payment", "read"],
+			"currency": "EUR",
+			"window_seconds": 86400,
+			"approval_threshold_minor": 3000,
+			"limit_minor": 5000,
+		},
+	],
+	"velocity": [
+		{
+			"id": "per_beneficiary",
+			"per": "beneficiary",
+			"currency": "EUR",
+			"window_seconds": 3600,
+			"max_count": 3,
+			"max_sum_minor": 4000,
+			"outcome": "ESCALATE",
+		},
+	],
 	"rate_limits": {"outcome": "DENY"},
 }
 
@@ -85,8 +105,12 @@ test_no_counts_is_context_missing_whatever_is_stated if {
 
 test_counts_for_another_key_are_missing if {
 	p := _params
-	counters := {"budgets": {"daily": {"key": "t2", "spent_minor": 0, "reserved_minor": 0}}, "velocity": _counts(0, 0, 0, 0).velocity}
-	found := {f.details.fields[0] | some f in budget.findings; f.code == "context_missing"} with input.action as _payment(100)
+	counters := {
+		"budgets": {"daily": {"key": "t2", "spent_minor": 0, "reserved_minor": 0}},
+		"velocity": _counts(0, 0, 0, 0).velocity,
+	}
+	found := {f.details.fields[0] | some f in budget.findings; f.code == "context_missing"}
+		with input.action as _payment(100)
 		with input.context.counters as counters with data.kcp_data.matrix.parameters as p
 	found == {"input.context.counters.budgets.daily"}
 }
@@ -95,7 +119,9 @@ test_other_currency_and_task_type_do_not_spend if {
 	p := _params
 	usd := object.union(_payment(100), {"amount": {"value_minor": 100, "currency": "USD"}})
 	count(budget.applicable) == 0 with input.action as usd with data.kcp_data.matrix.parameters as p
-	count(budget.applicable) == 0 with input.action as {"tenant_id": "t1", "action_type": "refund"} with data.kcp_data.matrix.parameters as p
+	count(budget.applicable) == 0
+		with input.action as {"tenant_id": "t1", "action_type": "refund"}
+		with data.kcp_data.matrix.parameters as p
 }
 
 test_velocity_count_and_sum if {
@@ -120,7 +146,14 @@ _rate_params := object.union(object.remove(_params, ["budgets", "velocity"]), {"
 
 _limited := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0}}}}
 
-_profiles := [{"rate_limits": {"default": {"requests_per_minute": 2, "requests_per_day": "unlimited"}, "authenticated": {"requests_per_minute": 5}}}]
+_profiles := [
+	{
+		"rate_limits": {
+			"default": {"requests_per_minute": 2, "requests_per_day": "unlimited"},
+			"authenticated": {"requests_per_minute": 5},
+		},
+	},
+]
 
 _read_u := {"agent_id": "a1", "action_type": "read", "knowledge": {"project": "p", "unit": "u"}}
 
@@ -129,11 +162,21 @@ test_rate_limit_past_the_window_gets_the_matrix_outcome if {
 	u := _limited
 	profiles := _profiles
 	found := {[f.code, f.state, f.details.window] | some f in budget.findings} with input.action as _read_u
-		with input.context.counters as {"rate": {"unit": "p/u", "principal": "a1", "requests_per_minute": 3, "requests_per_hour": 3, "requests_per_day": 3}}
+		with input.context.counters as {
+			"rate": {"unit": "p/u", "principal": "a1", "requests_per_minute": 3, "requests_per_hour": 3, "requests_per_day": 3},
+		}
 		with data.kcp_data.matrix.parameters as p with data.kcp_data.units as u with data.kcp_data.profiles as profiles
 	found == {["rate_limited", "ESCALATE", "requests_per_minute"]}
 	at_limit := budget.findings with input.action as _read_u
-		with input.context.counters as {"rate": {"unit": "p/u", "principal": "a1", "requests_per_minute": 2, "requests_per_hour": 9, "requests_per_day": 900}}
+		with input.context.counters as {
+			"rate": {
+				"unit": "p/u",
+				"principal": "a1",
+				"requests_per_minute": 2,
+				"requests_per_hour": 9,
+				"requests_per_day": 900,
+			},
+		}
 		with data.kcp_data.matrix.parameters as p with data.kcp_data.units as u with data.kcp_data.profiles as profiles
 	at_limit == set()
 }

@@ -54,12 +54,23 @@ bound if {
 # METADATA
 # title: Facts every decision needs
 # description: The decision time (seconds and day) and the action's creation time.
-always := {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds"}
+always := {
+	"input.context.decision_epoch_seconds",
+	"input.context.decision_epoch_day",
+	"input.context.action_created_epoch_seconds",
+}
 
 # METADATA
 # title: Facts a knowledge-bound action needs
-# description: Its unit (every knowledge rule), the resource tenant (tenant_boundary), the budget state and the evidence status.
-when_bound := {"input.action.knowledge.project", "input.action.knowledge.unit", "input.action.target.tenant_id", "input.action.runtime.budget_state", "input.context.facts.evidence_status"}
+# description: Its unit (every knowledge rule), the resource tenant (tenant_boundary), the budget state and the evidence
+#    status.
+when_bound := {
+	"input.action.knowledge.project",
+	"input.action.knowledge.unit",
+	"input.action.target.tenant_id",
+	"input.action.runtime.budget_state",
+	"input.context.facts.evidence_status",
+}
 
 # METADATA
 # title: Gate and attested facts the action's rules need
@@ -78,7 +89,11 @@ when_facts contains "input.context.facts.agent_scope" if facts.value_transfer
 when_facts contains path if {
 	facts.value_transfer
 	input.action.target.type == "beneficiary"
-	some path in {"input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"}
+	some path in {
+		"input.context.facts.new_beneficiary",
+		"input.context.facts.modified_beneficiary",
+		"input.context.facts.screening_uncertain",
+	}
 }
 
 # The profile is read once, with the visibility needs (regopy plans every reference to it anew
@@ -126,7 +141,8 @@ _external_target if {
 
 # METADATA
 # title: Facts the unit's visibility conditions need
-# description: A condition of the unit's visibility (KCP §4.16) on environment or agent_role needs the action to state it.
+# description: A condition of the unit's visibility (KCP §4.16) on environment or agent_role needs the action to state
+#    it.
 when_visible contains path if {
 	some key in _visibility_needs
 	path := _visibility_paths[key]
@@ -142,7 +158,16 @@ _visibility_needs := needs if {
 
 # METADATA
 # title: Every path this evaluator can require
-required_paths := (always | when_bound) | {"input.context.facts.environment", "input.context.facts.actor_role", "input.context.facts.deployment_region", "input.context.facts.model_hosting", "input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"}
+required_paths := (always | when_bound) | {
+	"input.context.facts.environment",
+	"input.context.facts.actor_role",
+	"input.context.facts.deployment_region",
+	"input.context.facts.model_hosting",
+	"input.context.facts.agent_scope",
+	"input.context.facts.new_beneficiary",
+	"input.context.facts.modified_beneficiary",
+	"input.context.facts.screening_uncertain",
+}
 
 # METADATA
 # title: Facts this action needs
@@ -219,7 +244,13 @@ findings contains finding if {
 	is_number(_now)
 	is_number(_created)
 	_now - _created > _max_age
-	text1 := concat("", ["the action was created ", format_int(_now - _created, 10), " s before the decision; the limit is ", format_int(_max_age, 10), " s"])
+	text1 := concat("", [
+		"the action was created ",
+		format_int(_now - _created, 10),
+		" s before the decision; the limit is ",
+		format_int(_max_age, 10),
+		" s",
+	])
 	finding := {
 		"code": "action_stale",
 		"rule": "kcp.context.freshness",
@@ -239,7 +270,13 @@ findings contains finding if {
 	is_number(_now)
 	is_number(_created)
 	_created - _now > _max_skew
-	text1 := concat("", ["the action is dated ", format_int(_created - _now, 10), " s after the decision; the allowed skew is ", format_int(_max_skew, 10), " s"])
+	text1 := concat("", [
+		"the action is dated ",
+		format_int(_created - _now, 10),
+		" s after the decision; the allowed skew is ",
+		format_int(_max_skew, 10),
+		" s",
+	])
 	finding := {
 		"code": "clock_skew",
 		"rule": "kcp.context.freshness",
@@ -260,14 +297,29 @@ findings contains finding if {
 #   requires: []
 findings contains finding if {
 	some conflict in trusted.conflicts
-	text1 := concat("", ["the action states ", conflict.fact, " ", _text(conflict.stated), "; the gate's value is ", _text(conflict.gate), " (", _source(conflict.fact), "): the gate's applies, or the stated one where it is stricter"])
+	text1 := concat("", [
+		"the action states ",
+		conflict.fact,
+		" ",
+		_text(conflict.stated),
+		"; the gate's value is ",
+		_text(conflict.gate),
+		" (",
+		_source(conflict.fact),
+		"): the gate's applies, or the stated one where it is stricter",
+	])
 	finding := {
 		"code": "context_conflict",
 		"rule": "kcp.context.trusted",
 		"state": "ALLOW",
 		"controls": [],
 		"message": text1,
-		"details": {"fields": [concat(".", array.concat(["input", "action"], trusted.stated_paths[conflict.fact]))], "fact": conflict.fact, "gate": conflict.gate, "stated": conflict.stated},
+		"details": {
+			"fields": [concat(".", array.concat(["input", "action"], trusted.stated_paths[conflict.fact]))],
+			"fact": conflict.fact,
+			"gate": conflict.gate,
+			"stated": conflict.stated,
+		},
 	}
 }
 

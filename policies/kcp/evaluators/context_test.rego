@@ -4,7 +4,12 @@ import rego.v1
 
 import data.kcp.evaluators.context
 
-_clock := {"decision_epoch_seconds": 1764410400, "decision_epoch_day": 20421, "action_created_epoch_seconds": 1764410100, "facts": {"evidence_status": {"value": "present", "class": "attested", "source": "test"}}}
+_clock := {
+	"decision_epoch_seconds": 1764410400,
+	"decision_epoch_day": 20421,
+	"action_created_epoch_seconds": 1764410100,
+	"facts": {"evidence_status": {"value": "present", "class": "attested", "source": "test"}},
+}
 
 _bound := {
 	"action_type": "read",
@@ -13,9 +18,17 @@ _bound := {
 	"runtime": {"budget_state": "within_budget"},
 }
 
-_all := {"parameters": {"context": {"knowledge_bound_task_types": "all", "max_action_age_seconds": 86400, "max_future_skew_seconds": 900}}}
+_all := {
+	"parameters": {
+		"context": {"knowledge_bound_task_types": "all", "max_action_age_seconds": 86400, "max_future_skew_seconds": 900},
+	},
+}
 
-_reads_only := {"parameters": {"context": {"knowledge_bound_task_types": ["read"], "max_action_age_seconds": 3600, "max_future_skew_seconds": 60}}}
+_reads_only := {
+	"parameters": {
+		"context": {"knowledge_bound_task_types": ["read"], "max_action_age_seconds": 3600, "max_future_skew_seconds": 60},
+	},
+}
 
 _codes(findings) := {f.code | some f in findings}
 
@@ -30,31 +43,64 @@ test_complete_context_has_no_finding if {
 
 test_missing_resource_tenant_is_named if {
 	c := _clock
-	a := {"action_type": "read", "target": {"type": "customer_record"}, "knowledge": {"project": "p", "unit": "u"}, "runtime": {"budget_state": "within_budget"}}
+	a := {
+		"action_type": "read",
+		"target": {"type": "customer_record"},
+		"knowledge": {"project": "p", "unit": "u"},
+		"runtime": {"budget_state": "within_budget"},
+	}
 	m := _all
-	_paths(context.findings) == {"input.action.target.tenant_id"} with input.action as a with input.context as c with data.kcp_data.matrix as m
-	{f.state | some f in context.findings} == {"ESCALATE"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.target.tenant_id"}
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
+	{f.state | some f in context.findings} == {"ESCALATE"}
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
 }
 
 test_missing_budget_state_is_named if {
 	c := _clock
-	a := {"action_type": "read", "target": {"type": "customer_record", "tenant_id": "t"}, "knowledge": {"project": "p", "unit": "u"}, "runtime": {}}
+	a := {
+		"action_type": "read",
+		"target": {"type": "customer_record", "tenant_id": "t"},
+		"knowledge": {"project": "p", "unit": "u"},
+		"runtime": {},
+	}
 	m := _all
-	_paths(context.findings) == {"input.action.runtime.budget_state"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.runtime.budget_state"}
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
 }
 
 test_knowledge_bound_by_default if {
 	c := _clock
-	a := {"action_type": "read", "target": {"type": "customer_record", "tenant_id": "t"}, "runtime": {"budget_state": "within_budget"}}
+	a := {
+		"action_type": "read",
+		"target": {"type": "customer_record", "tenant_id": "t"},
+		"runtime": {"budget_state": "within_budget"},
+	}
 	m := _all
-	_paths(context.findings) == {"input.action.knowledge.project", "input.action.knowledge.unit"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.knowledge.project", "input.action.knowledge.unit"}
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
 }
 
 test_no_settings_in_data_means_all_bound if {
 	c := _clock
-	a := {"action_type": "read", "target": {"type": "customer_record", "tenant_id": "t"}, "runtime": {"budget_state": "within_budget"}}
+	a := {
+		"action_type": "read",
+		"target": {"type": "customer_record", "tenant_id": "t"},
+		"runtime": {"budget_state": "within_budget"},
+	}
 	m := {"parameters": {}}
-	_paths(context.findings) == {"input.action.knowledge.project", "input.action.knowledge.unit"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.knowledge.project", "input.action.knowledge.unit"}
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
 }
 
 test_unbound_task_type_needs_only_the_clock if {
@@ -70,50 +116,96 @@ test_an_unbound_payment_needs_the_gate_facts_of_a_transfer_to_a_beneficiary if {
 	c := _clock
 	a := {"action_type": "payment", "target": {"type": "beneficiary"}}
 	m := _reads_only
-	_paths(context.findings) == _transfer_facts | {"input.action.target.tenant_id"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == _transfer_facts | {"input.action.target.tenant_id"}
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
 }
 
-_transfer_facts := {"input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"}
+_transfer_facts := {
+	"input.context.facts.agent_scope",
+	"input.context.facts.new_beneficiary",
+	"input.context.facts.modified_beneficiary",
+	"input.context.facts.screening_uncertain",
+}
 
 test_a_value_transfer_needs_the_resource_tenant if {
 	c := _clock
 	m := _reads_only
 	a := {"action_type": "payment", "target": {"type": "beneficiary"}}
-	"input.action.target.tenant_id" in _paths(context.findings) with input.action as a with input.context as c with data.kcp_data.matrix as m
+	"input.action.target.tenant_id" in _paths(context.findings)
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
 	# any positive amount is a value transfer, whatever the action type says
 	b := {"action_type": "notify", "target": {"type": "email"}, "amount": {"value_minor": 1, "currency": "EUR"}}
-	_paths(context.findings) == {"input.action.target.tenant_id", "input.context.facts.agent_scope"} with input.action as b with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {"input.action.target.tenant_id", "input.context.facts.agent_scope"}
+		with input.action as b
+		with input.context as c
+		with data.kcp_data.matrix as m
 	t := json.patch(a, [{"op": "add", "path": "/target/tenant_id", "value": "tenant_demo"}])
-	_paths(context.findings) == _transfer_facts with input.action as t with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == _transfer_facts
+		with input.action as t
+		with input.context as c
+		with data.kcp_data.matrix as m
 	# a target type the deployment declares outside every tenant (an external payee) needs none
 	e := json.patch(m, [{"op": "add", "path": "/parameters/context/external_target_types", "value": ["beneficiary"]}])
-	_paths(context.findings) == _transfer_facts with input.action as a with input.context as c with data.kcp_data.matrix as e
+	_paths(context.findings) == _transfer_facts
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as e
 	o := json.patch(a, [{"op": "replace", "path": "/target/type", "value": "account"}])
-	_paths(context.findings) == {"input.action.target.tenant_id", "input.context.facts.agent_scope"} with input.action as o with input.context as c with data.kcp_data.matrix as e
+	_paths(context.findings) == {"input.action.target.tenant_id", "input.context.facts.agent_scope"}
+		with input.action as o
+		with input.context as c
+		with data.kcp_data.matrix as e
 }
 
 test_naming_a_unit_binds_any_task_type if {
 	c := _clock
 	a := {"action_type": "payment", "target": {"type": "beneficiary"}, "knowledge": {"project": "p", "unit": "u"}}
 	m := _reads_only
-	_paths(context.findings) == {"input.action.target.tenant_id", "input.action.runtime.budget_state", "input.context.facts.agent_scope", "input.context.facts.new_beneficiary", "input.context.facts.modified_beneficiary", "input.context.facts.screening_uncertain"} with input.action as a with input.context as c with data.kcp_data.matrix as m
+	_paths(context.findings) == {
+		"input.action.target.tenant_id",
+		"input.action.runtime.budget_state",
+		"input.context.facts.agent_scope",
+		"input.context.facts.new_beneficiary",
+		"input.context.facts.modified_beneficiary",
+		"input.context.facts.screening_uncertain",
+	}
+		with input.action as a
+		with input.context as c
+		with data.kcp_data.matrix as m
 }
 
 test_missing_clock_is_named if {
 	a := _bound
 	m := _all
-	_paths(context.findings) == {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds", "input.context.facts.evidence_status"} with input.action as a with data.kcp_data.matrix as m
+	_paths(context.findings) == {
+		"input.context.decision_epoch_seconds",
+		"input.context.decision_epoch_day",
+		"input.context.action_created_epoch_seconds",
+		"input.context.facts.evidence_status",
+	}
+		with input.action as a
+		with data.kcp_data.matrix as m
 }
 
 test_stale_and_skewed_actions if {
 	a := _bound
 	m := _all
 	old := object.union(_clock, {"action_created_epoch_seconds": 1764410400 - 86401})
-	_codes(context.findings) == {"action_stale"} with input.action as a with input.context as old with data.kcp_data.matrix as m
+	_codes(context.findings) == {"action_stale"}
+		with input.action as a
+		with input.context as old
+		with data.kcp_data.matrix as m
 	edge := object.union(_clock, {"action_created_epoch_seconds": 1764410400 - 86400})
 	count(context.findings) == 0 with input.action as a with input.context as edge with data.kcp_data.matrix as m
 	ahead := object.union(_clock, {"action_created_epoch_seconds": 1764410400 + 901})
-	_codes(context.findings) == {"clock_skew"} with input.action as a with input.context as ahead with data.kcp_data.matrix as m
+	_codes(context.findings) == {"clock_skew"}
+		with input.action as a
+		with input.context as ahead
+		with data.kcp_data.matrix as m
 	skew := object.union(_clock, {"action_created_epoch_seconds": 1764410400 + 900})
 	count(context.findings) == 0 with input.action as a with input.context as skew with data.kcp_data.matrix as m
 }
@@ -122,7 +214,13 @@ test_window_is_the_deployments if {
 	a := _bound
 	m := _reads_only
 	hour := object.union(_clock, {"action_created_epoch_seconds": 1764410400 - 3601})
-	_codes(context.findings) == {"action_stale"} with input.action as a with input.context as hour with data.kcp_data.matrix as m
+	_codes(context.findings) == {"action_stale"}
+		with input.action as a
+		with input.context as hour
+		with data.kcp_data.matrix as m
 	minute := object.union(_clock, {"action_created_epoch_seconds": 1764410400 + 61})
-	_codes(context.findings) == {"clock_skew"} with input.action as a with input.context as minute with data.kcp_data.matrix as m
+	_codes(context.findings) == {"clock_skew"}
+		with input.action as a
+		with input.context as minute
+		with data.kcp_data.matrix as m
 }

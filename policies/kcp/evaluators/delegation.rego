@@ -47,7 +47,13 @@ _widened_at(i) := [names.not_an_identifier] if not names.identifiers(_capabiliti
 #   Each capability a hop holds that the previous hop's capabilities do not cover: covered
 #   means equal, or narrower by a ":" suffix (read:case:summary is within read:case,
 #   read:casefile is not). In hop order, then by capability; hop 1 is the first agent.
-widened := [hop_widened | some i; _chain[i]; i > 0; some capability in _widened_at(i); hop_widened := {"hop": i + 1, "agent_id": _chain[i].agent_id, "capability": capability}]
+widened := [hop_widened |
+	some i
+	_chain[i]
+	i > 0
+	some capability in _widened_at(i)
+	hop_widened := {"hop": i + 1, "agent_id": _chain[i].agent_id, "capability": capability}
+]
 
 # METADATA
 # title: Findings
@@ -57,7 +63,12 @@ widened := [hop_widened | some i; _chain[i]; i > 0; some capability in _widened_
 findings contains finding if {
 	is_number(_max_depth)
 	count(_chain) > _max_depth
-	text1 := concat("", ["delegation chain of depth ", format_int(count(_chain), 10), " exceeds max_depth ", format_int(_max_depth, 10)])
+	text1 := concat("", [
+		"delegation chain of depth ",
+		format_int(count(_chain), 10),
+		" exceeds max_depth ",
+		format_int(_max_depth, 10),
+	])
 	finding := {
 		"code": "delegation_too_deep",
 		"rule": "kcp.delegation.max_depth",

@@ -21,7 +21,10 @@ _widened(chain) := widened if {
 test_covered_means_equal_or_narrower_by_a_colon_suffix if {
 	chain := [
 		{"agent_id": "a", "capabilities": ["read:case", "read", "x:"]},
-		{"agent_id": "b", "capabilities": ["read:case:summary", "read", "read:casefile", "x::y", "x", "write", "read:case:summary"]},
+		{
+			"agent_id": "b",
+			"capabilities": ["read:case:summary", "read", "read:casefile", "x::y", "x", "write", "read:case:summary"],
+		},
 	]
 	_widened(chain) == [
 		{"hop": 2, "agent_id": "b", "capability": "write"},
@@ -52,7 +55,11 @@ test_no_chain_and_one_hop_widen_nothing if {
 test_too_deep_denied if {
 	units := _units
 	profiles := _profiles
-	chain := [{"agent_id": "a", "capabilities": ["read"]}, {"agent_id": "b", "capabilities": ["read"]}, {"agent_id": "c", "capabilities": ["read"]}]
+	chain := [
+		{"agent_id": "a", "capabilities": ["read"]},
+		{"agent_id": "b", "capabilities": ["read"]},
+		{"agent_id": "c", "capabilities": ["read"]},
+	]
 	codes := {f.code | some f in delegation.findings} with input.action.knowledge as {"project": "p", "unit": "strict"}
 		with input.action.delegation_chain as chain
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
@@ -62,7 +69,10 @@ test_too_deep_denied if {
 test_widening_denied if {
 	units := _units
 	profiles := _profiles
-	chain := [{"agent_id": "a", "capabilities": ["read:case"]}, {"agent_id": "b", "capabilities": ["read:case:summary", "write"]}]
+	chain := [
+		{"agent_id": "a", "capabilities": ["read:case"]},
+		{"agent_id": "b", "capabilities": ["read:case:summary", "write"]},
+	]
 	some f in delegation.findings with input.action.knowledge as {"project": "p", "unit": "strict"}
 		with input.action.delegation_chain as chain
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
@@ -73,7 +83,10 @@ test_widening_denied if {
 test_attenuating_chain_passes if {
 	units := _units
 	profiles := _profiles
-	chain := [{"agent_id": "a", "capabilities": ["read:case", "write"]}, {"agent_id": "b", "capabilities": ["read:case:summary"]}]
+	chain := [
+		{"agent_id": "a", "capabilities": ["read:case", "write"]},
+		{"agent_id": "b", "capabilities": ["read:case:summary"]},
+	]
 	count(delegation.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "strict"}
 		with input.action.delegation_chain as chain
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
@@ -82,7 +95,11 @@ test_attenuating_chain_passes if {
 test_unlimited_depth_and_no_attenuation if {
 	units := _units
 	profiles := _profiles
-	chain := [{"agent_id": "a", "capabilities": ["read"]}, {"agent_id": "b", "capabilities": ["write"]}, {"agent_id": "c", "capabilities": ["x"]}]
+	chain := [
+		{"agent_id": "a", "capabilities": ["read"]},
+		{"agent_id": "b", "capabilities": ["write"]},
+		{"agent_id": "c", "capabilities": ["x"]},
+	]
 	count(delegation.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "loose"}
 		with input.action.delegation_chain as chain
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles

@@ -273,13 +273,43 @@ findings contains finding if {
 # Amounts print in major units with the currency's ISO 4217 minor-unit digits (2 unless listed),
 # built from the digits of format_int: no `%` or division (docs/engine-findings.md item 1), so
 # the message is byte-identical on regopy and OPA.
-_minor_digits := {"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0, "UGX": 0, "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0, "BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3}
+_minor_digits := {
+	"BIF": 0,
+	"CLP": 0,
+	"DJF": 0,
+	"GNF": 0,
+	"ISK": 0,
+	"JPY": 0,
+	"KMF": 0,
+	"KRW": 0,
+	"PYG": 0,
+	"RWF": 0,
+	"UGX": 0,
+	"UYI": 0,
+	"VND": 0,
+	"VUV": 0,
+	"XAF": 0,
+	"XOF": 0,
+	"XPF": 0,
+	"BHD": 3,
+	"IQD": 3,
+	"JOD": 3,
+	"KWD": 3,
+	"LYD": 3,
+	"OMR": 3,
+	"TND": 3,
+}
 
 _digits := object.get(_minor_digits, _currency_label, 2)
 
 _money_label(minor) := concat("", [_sign(minor), format_int(abs(minor), 10)]) if _digits == 0
 
-_money_label(minor) := concat("", [_sign(minor), substring(padded, 0, n - _digits), ".", substring(padded, n - _digits, _digits)]) if {
+_money_label(minor) := concat("", [
+	_sign(minor),
+	substring(padded, 0, n - _digits),
+	".",
+	substring(padded, n - _digits, _digits),
+]) if {
 	_digits > 0
 	plain := format_int(abs(minor), 10)
 	padded := concat("", [substring("0000", 0, max([0, (_digits + 1) - count(plain)])), plain])
@@ -290,7 +320,11 @@ _sign(minor) := "-" if minor < 0
 
 _sign(minor) := "" if minor >= 0
 
-_high_value_clause := concat(" ", ["is at or above the high-value threshold of", _money_label(threshold), _currency_label]) if {
+_high_value_clause := concat(" ", [
+	"is at or above the high-value threshold of",
+	_money_label(threshold),
+	_currency_label,
+]) if {
 	threshold := _money.high_value_minor[_action.amount.currency]
 }
 

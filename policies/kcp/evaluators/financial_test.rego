@@ -16,8 +16,16 @@ _kya := {
 test_kya_supplier_payment_controls if {
 	m := _matrix
 	action := _kya
-	controls := {c | some f in financial.findings; some c in f.controls} with input.action as action with data.kcp_data.matrix as m
-	controls == {"user_confirmation", "identity_verification", "authority_verification", "beneficiary_verification", "independent_human_approval"}
+	controls := {c | some f in financial.findings; some c in f.controls}
+		with input.action as action
+		with data.kcp_data.matrix as m
+	controls == {
+		"user_confirmation",
+		"identity_verification",
+		"authority_verification",
+		"beneficiary_verification",
+		"independent_human_approval",
+	}
 }
 
 test_below_threshold_known_beneficiary if {
@@ -26,7 +34,9 @@ test_below_threshold_known_beneficiary if {
 		{"op": "replace", "path": "/amount/value_minor", "value": 4999},
 		{"op": "replace", "path": "/attributes/new_beneficiary", "value": false},
 	])
-	{f.code | some f in financial.findings} == {"value_transfer"} with input.action as action with data.kcp_data.matrix as m
+	{f.code | some f in financial.findings} == {"value_transfer"}
+		with input.action as action
+		with data.kcp_data.matrix as m
 }
 
 test_unknown_currency_counts_as_high_value if {
@@ -37,7 +47,9 @@ test_unknown_currency_counts_as_high_value if {
 
 test_payment_without_amount_denied if {
 	m := _matrix
-	some f in financial.findings with input.action as {"action_type": "payment", "requested_action": "pay"} with data.kcp_data.matrix as m
+	some f in financial.findings
+		with input.action as {"action_type": "payment", "requested_action": "pay"}
+		with data.kcp_data.matrix as m
 	f.code == "amount_missing"
 	f.state == "DENY"
 }
@@ -59,7 +71,13 @@ test_screening_uncertainty_is_compliance_review if {
 
 test_withdrawal_and_step_up if {
 	m := _matrix
-	action := {"action_type": "withdrawal", "requested_action": "withdraw", "amount": {"value_minor": 100, "currency": "USD"}, "authorization_context": {"agent_scope": ["withdraw"]}, "attributes": {"new_device": true}}
+	action := {
+		"action_type": "withdrawal",
+		"requested_action": "withdraw",
+		"amount": {"value_minor": 100, "currency": "USD"},
+		"authorization_context": {"agent_scope": ["withdraw"]},
+		"attributes": {"new_device": true},
+	}
 	codes := {f.code | some f in financial.findings} with input.action as action with data.kcp_data.matrix as m
 	codes == {"value_transfer", "identity_verification_required", "step_up_required"}
 }
@@ -79,7 +97,9 @@ test_high_value_message_prints_major_units_and_the_threshold if {
 	m := {"parameters": {"money": {"high_value_minor": {"EUR": 500000, "USD": 500000, "JPY": 100000, "KWD": 5000}}}}
 	eur := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 750000, "currency": "EUR"}}])
 	_high_value_message(eur, m) == "7500.00 EUR is at or above the high-value threshold of 5000.00 EUR"
-	cents := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 12345678905, "currency": "USD"}}])
+	cents := json.patch(_kya, [
+		{"op": "replace", "path": "/amount", "value": {"value_minor": 12345678905, "currency": "USD"}},
+	])
 	_high_value_message(cents, m) == "123456789.05 USD is at or above the high-value threshold of 5000.00 USD"
 	yen := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 250000, "currency": "JPY"}}])
 	_high_value_message(yen, m) == "250000 JPY is at or above the high-value threshold of 100000 JPY"

@@ -55,7 +55,15 @@ _clock_given if is_number(input.context.decision_epoch_day)
 findings contains finding if {
 	_clock_given
 	stale
-	text1 := concat("", ["unit last validated ", _validated_label, " is older than ", format_int(_policy.max_age_days, 10), " days (on_stale: ", _policy.on_stale, ")"])
+	text1 := concat("", [
+		"unit last validated ",
+		_validated_label,
+		" is older than ",
+		format_int(_policy.max_age_days, 10),
+		" days (on_stale: ",
+		_policy.on_stale,
+		")",
+	])
 	finding := {
 		"code": "unit_stale",
 		"rule": "kcp.freshness_policy",

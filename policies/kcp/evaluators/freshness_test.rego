@@ -4,7 +4,11 @@ import rego.v1
 
 import data.kcp.evaluators.freshness
 
-_units(validated_day) := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0, "validated": "2026-01-01", "validated_epoch_day": validated_day}}}}
+_units(validated_day) := {
+	"depth": 0,
+	"count": 1,
+	"slots": {"p": {"u": {"profile": 0, "validated": "2026-01-01", "validated_epoch_day": validated_day}}},
+}
 
 _profiles(on_stale) := [{"freshness": {"max_age_days": 30, "on_stale": on_stale, "review_contact": null}}]
 
@@ -54,6 +58,7 @@ test_never_validated_is_stale if {
 test_missing_clock_denies if {
 	units := _units(100)
 	profiles := _profiles("warn")
-	{f.code | some f in freshness.findings} == {"decision_time_missing"} with input.action.knowledge as {"project": "p", "unit": "u"}
+	{f.code | some f in freshness.findings} == {"decision_time_missing"}
+		with input.action.knowledge as {"project": "p", "unit": "u"}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 }

@@ -38,7 +38,7 @@ default not_yet_valid := false
 
 not_yet_valid if {
 	is_number(_now)
-	# mutate: equivalent _from is defined only as a number (its rule checks is_number), so this guard never fails where _from is defined
+	# mutate: equivalent _from is only ever a number (its rule checks is_number): the guard never fails where _from exists
 	is_number(_from)
 	_now < _from
 }
@@ -50,7 +50,7 @@ default expired := false
 
 expired if {
 	is_number(_now)
-	# mutate: equivalent _until is defined only as a number (its rule checks is_number), so this guard never fails where _until is defined
+	# mutate: equivalent _until is only ever a number (its rule checks is_number): the guard never fails where _until is
 	is_number(_until)
 	_now > _until
 }
@@ -66,7 +66,7 @@ _until_label := _temporal.valid_until if {
 } else := "(unknown)"
 
 _successor_note := concat("", ["; its successor is ", _temporal.superseded_by]) if {
-	# mutate: equivalent without it a non-string successor makes concat fail, the body is undefined and the else gives "" as before
+	# mutate: equivalent without it a non-string successor makes concat fail: the body is undefined, the else gives ""
 	is_string(_temporal.superseded_by)
 } else := ""
 
@@ -79,7 +79,9 @@ _successor_detail := _temporal.superseded_by if {
 # custom:
 #   requires: [input.action.knowledge.unit, input.context.decision_epoch_seconds]
 findings contains finding if {
-	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without
+	# this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# mutate: equivalent on OPA, as said above; kept for regopy (docs/engine-findings.md item 29)
 	facts.unit_known
 	not_yet_valid
 	finding := {
@@ -96,7 +98,9 @@ findings contains finding if {
 # custom:
 #   requires: [input.action.knowledge.unit, input.context.decision_epoch_seconds]
 findings contains finding if {
-	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without
+	# this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# mutate: equivalent on OPA, as said above; kept for regopy (docs/engine-findings.md item 29)
 	facts.unit_known
 	expired
 	finding := {
@@ -104,7 +108,12 @@ findings contains finding if {
 		"rule": "kcp.lifecycle.temporal",
 		"state": "DENY",
 		"controls": [],
-		"message": concat("", ["the unit was valid until ", _until_label, " and is no longer served (KCP §4.22)", _successor_note]),
+		"message": concat("", [
+			"the unit was valid until ",
+			_until_label,
+			" and is no longer served (KCP §4.22)",
+			_successor_note,
+		]),
 		"details": {"valid_until": _until_label, "superseded_by": _successor_detail},
 	}
 }
@@ -137,7 +146,9 @@ _strict := facts.profile.not_for_strict == true
 #   requires: [input.action.knowledge.unit]
 #   absent: "purpose absent: no stated purpose to exclude"
 findings contains finding if {
-	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without
+	# this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# mutate: equivalent on OPA, as said above; kept for regopy (docs/engine-findings.md item 29)
 	facts.unit_known
 	not_for_match
 	finding := {
@@ -155,7 +166,9 @@ findings contains finding if {
 #   requires: [input.action.knowledge.unit]
 #   absent: "purpose absent: nothing to fold"
 findings contains finding if {
-	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without
+	# this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# mutate: equivalent on OPA, as said above; kept for regopy (docs/engine-findings.md item 29)
 	facts.unit_known
 	count(_not_for) > 0
 	_purpose_given
@@ -165,7 +178,10 @@ findings contains finding if {
 		"rule": "kcp.lifecycle.not_for",
 		"state": "DENY",
 		"controls": [],
-		"message": "not_for: the purpose cannot be checked without its folded form in input.context.folded, which the gate builds",
+		"message": concat("", [
+			"not_for: the purpose cannot be checked without its folded form in input.context.folded, which the gate ",
+			"builds",
+		]),
 		"details": {},
 	}
 }
@@ -185,7 +201,9 @@ successors := [s | some s in facts.profile.superseded_by; is_string(s)] if {
 default deprecated := false
 
 deprecated if {
-	# mutate: equivalent on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# on OPA (the engine mutate runs) an unknown unit's profile is null, so every profile fact below is undefined without
+	# this line too; kept for regopy, where not f(undefined) differs (docs/engine-findings.md item 29)
+	# mutate: equivalent on OPA, as said above; kept for regopy (docs/engine-findings.md item 29)
 	facts.unit_known
 	facts.profile.deprecated == true
 }

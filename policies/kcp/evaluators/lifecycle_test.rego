@@ -20,13 +20,29 @@ _units := {"depth": 0, "count": 7, "slots": {"p": {
 }}}
 
 _profiles := [
-	{"temporal": {"valid_from": "2026-11-01", "valid_until": "2026-11-30", "superseded_by": "plain", "from_epoch_seconds": _from, "until_epoch_seconds": _until}},
+	{
+		"temporal": {
+			"valid_from": "2026-11-01",
+			"valid_until": "2026-11-30",
+			"superseded_by": "plain",
+			"from_epoch_seconds": _from,
+			"until_epoch_seconds": _until,
+		},
+	},
 	{"temporal": {"valid_until": "2026-11-30", "from_epoch_seconds": null, "until_epoch_seconds": _until}},
 	{"temporal": null, "not_for": [], "deprecated": false, "superseded_by": []},
 	{"not_for": ["initial kcp adoption (no prior version)", "migration from v2 to v3"], "not_for_strict": true},
 	{"deprecated": true, "superseded_by": ["new-a", "new-b"]},
 	{"deprecated": true, "superseded_by": []},
-	{"temporal": {"valid_from": 5, "valid_until": 5, "superseded_by": 5, "from_epoch_seconds": _from, "until_epoch_seconds": _until}},
+	{
+		"temporal": {
+			"valid_from": 5,
+			"valid_until": 5,
+			"superseded_by": 5,
+			"from_epoch_seconds": _from,
+			"until_epoch_seconds": _until,
+		},
+	},
 ]
 
 _life_findings(unit, now) := fs if {
@@ -61,7 +77,9 @@ test_after_window_expired_names_successor if {
 	fs := _life_findings("windowed", _until + 1)
 	{[f.code, f.state] | some f in fs} == {["unit_expired", "DENY"]}
 	{f.details.superseded_by | some f in fs} == {"plain"}
-	{f.message | some f in fs} == {"the unit was valid until 2026-11-30 and is no longer served (KCP §4.22); its successor is plain"}
+	{f.message | some f in fs} == {
+		"the unit was valid until 2026-11-30 and is no longer served (KCP §4.22); its successor is plain",
+	}
 }
 
 test_open_start_never_too_early if {
@@ -109,7 +127,9 @@ test_not_for_other_purpose_passes if {
 
 test_not_for_compares_the_fold_not_the_raw_purpose if {
 	# The raw purpose differs in case; only the fold the gate built is compared.
-	_life_codes_of(_life_purpose("excluded", "MIGRATION FROM V2 TO V3", "migration from v2 to v3")) == {"unit_not_for_purpose"}
+	_life_codes_of(_life_purpose("excluded", "MIGRATION FROM V2 TO V3", "migration from v2 to v3")) == {
+		"unit_not_for_purpose",
+	}
 }
 
 test_not_for_on_unit_without_entries_passes if {

@@ -2,8 +2,9 @@
 # title: Delegation matrix
 # description: |
 #   The autonomy level agreed for the action's task type (action_type) on each of the unit's
-#   data categories and on its effective sensitivity (KCP §4.16 visibility). Every applicable cell must exist: a combination
-#   the matrix does not cover denies, and so does a task type it does not list.
+#   data categories and on its effective sensitivity (KCP §4.16 visibility). Every applicable
+#   cell must exist: a combination the matrix does not cover denies, and so does a task type it
+#   does not list.
 #   autonomous = nothing, confirm = USER_CONFIRMATION, approve = HUMAN_APPROVAL, forbidden = DENY.
 # custom:
 #   evaluator_id: delegation_matrix_check
@@ -32,7 +33,7 @@ needed contains ["data_categories", category] if {
 }
 
 needed contains ["sensitivity", sensitivity] if {
-	# mutate: equivalent _sensitivity is defined only for a known unit (a profile object), which needs a named unit: knowledge_bound holds whenever the next line does
+	# mutate: equivalent _sensitivity needs a known (so named) unit: knowledge_bound holds whenever the next line does
 	facts.knowledge_bound
 	sensitivity := _sensitivity
 }
@@ -46,25 +47,34 @@ _task_hash := crypto.sha256(_task)
 
 # The action's matrix row, looked up with rules over input (cheaper than index.task_row in
 # regopy); static data paths in every body, never an alias rule (see kcp.lib.facts.unit).
-# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 _row := data.kcp_data.tasks.slots[_task] if data.kcp_data.tasks.depth == 0
 
-# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 _row := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][_task] if data.kcp_data.tasks.depth == 1
 
-# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
-_row := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][_task] if data.kcp_data.tasks.depth == 2
-
 _row := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
-	data.kcp_data.tasks.depth == 3
-	entry := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][_task]
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
+	data.kcp_data.tasks.depth == 2
+	d0 := index.digit(_task_hash, 0)
+	entry := data.kcp_data.tasks.slots[d0][index.digit(_task_hash, 1)][_task]
 }
 
 _row := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
+	data.kcp_data.tasks.depth == 3
+	d0 := index.digit(_task_hash, 0)
+	d1 := index.digit(_task_hash, 1)
+	entry := data.kcp_data.tasks.slots[d0][d1][index.digit(_task_hash, 2)][_task]
+}
+
+_row := entry if {
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.tasks.depth == 4
-	entry := data.kcp_data.tasks.slots[index.digit(_task_hash, 0)][index.digit(_task_hash, 1)][index.digit(_task_hash, 2)][index.digit(_task_hash, 3)][_task]
+	d0 := index.digit(_task_hash, 0)
+	d1 := index.digit(_task_hash, 1)
+	d2 := index.digit(_task_hash, 2)
+	entry := data.kcp_data.tasks.slots[d0][d1][d2][index.digit(_task_hash, 3)][_task]
 }
 
 default _task_listed := false
@@ -122,7 +132,7 @@ findings contains finding if {
 findings contains finding if {
 	some cell in needed
 	agreed := level(cell)
-	# mutate: equivalent _route has no "autonomous" key, so without this line the finding's state is undefined and no finding is made
+	# mutate: equivalent _route has no "autonomous" key: without this line the state is undefined and no finding is made
 	agreed != "autonomous"
 	text1 := concat("_", ["matrix", agreed])
 	text2 := concat("", ["the delegation matrix sets ", agreed, " for ", _task_label, " on ", cell[0], "=", cell[1]])

@@ -10,7 +10,11 @@ _units := {"depth": 0, "count": 2, "slots": {"p": {
 }}}
 
 _profiles := [
-	{"sensitivity": "confidential", "compliance": {"data_categories": ["personal", "financial"]}, "effective_visibility": _flat_confidential},
+	{
+		"sensitivity": "confidential",
+		"compliance": {"data_categories": ["personal", "financial"]},
+		"effective_visibility": _flat_confidential,
+	},
 	{"sensitivity": null, "compliance": {"data_categories": []}},
 ]
 
@@ -18,11 +22,22 @@ _profiles := [
 # "bare" profile has none, as a hand-edited bundle: its level is "undeclared".
 _flat_confidential := {"needs": [], "cells": {"": {"": _confidential}}, "incomplete": _confidential}
 
-_confidential := {"sensitivity": "confidential", "requires_auth": false, "condition": null, "source": "flat sensitivity (no visibility block)"}
+_confidential := {
+	"sensitivity": "confidential",
+	"requires_auth": false,
+	"condition": null,
+	"source": "flat sensitivity (no visibility block)",
+}
 
 _cells := {"depth": 0, "count": 4, "slots": {
-	"read": {"data_categories": {"personal": "autonomous", "financial": "confirm"}, "sensitivity": {"confidential": "autonomous"}},
-	"write": {"data_categories": {"personal": "approve", "financial": "forbidden"}, "sensitivity": {"confidential": "confirm"}},
+	"read": {
+		"data_categories": {"personal": "autonomous", "financial": "confirm"},
+		"sensitivity": {"confidential": "autonomous"},
+	},
+	"write": {
+		"data_categories": {"personal": "approve", "financial": "forbidden"},
+		"sensitivity": {"confidential": "confirm"},
+	},
 }}
 
 _matrix := {"task_types": ["read", "write"]}
@@ -45,7 +60,8 @@ test_autonomous_except_confirm if {
 	profiles := _profiles
 	cells := _cells
 	m := _matrix
-	{f.code | some f in matrix.findings} == {"matrix_confirm"} with input.action.knowledge as {"project": "p", "unit": "crm"}
+	{f.code | some f in matrix.findings} == {"matrix_confirm"}
+		with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "read"
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 		with data.kcp_data.tasks as cells
@@ -57,7 +73,8 @@ test_unknown_task_type_denied if {
 	profiles := _profiles
 	cells := _cells
 	m := _matrix
-	{f.code | some f in matrix.findings} == {"task_type_not_in_matrix"} with input.action.knowledge as {"project": "p", "unit": "crm"}
+	{f.code | some f in matrix.findings} == {"task_type_not_in_matrix"}
+		with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "delete"
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 		with data.kcp_data.tasks as cells
@@ -111,7 +128,8 @@ test_needed_cells_of_a_known_unit if {
 	profiles := _profiles
 	cells := _cells
 	m := _matrix
-	matrix.needed == {["data_categories", "personal"], ["data_categories", "financial"], ["sensitivity", "confidential"]} with input.action.knowledge as {"project": "p", "unit": "crm"}
+	matrix.needed == {["data_categories", "personal"], ["data_categories", "financial"], ["sensitivity", "confidential"]}
+		with input.action.knowledge as {"project": "p", "unit": "crm"}
 		with input.action.action_type as "read"
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 		with data.kcp_data.tasks as cells

@@ -61,7 +61,10 @@ findings contains finding if {
 		"rule": "kcp.compliance.data_residency",
 		"state": "DENY",
 		"controls": [],
-		"message": "the unit declares data_residency but the gate does not know its deployment region (input.context.facts.deployment_region)",
+		"message": concat("", [
+			"the unit declares data_residency but the gate does not know its deployment region ",
+			"(input.context.facts.deployment_region)",
+		]),
 		"details": {"data_residency": _regions},
 	}
 }
@@ -79,7 +82,13 @@ findings contains finding if {
 	facts.restricted("no-cross-border")
 	is_array(_regions)
 	not admitted(_target_place, _regions)
-	text1 := concat("", ["no-cross-border: target ", _target_place, " is outside data_residency [", concat(", ", _regions), "]"])
+	text1 := concat("", [
+		"no-cross-border: target ",
+		_target_place,
+		" is outside data_residency [",
+		concat(", ", _regions),
+		"]",
+	])
 	finding := {
 		"code": "cross_border_transfer",
 		"rule": "kcp.restrictions.no-cross-border",

@@ -53,7 +53,10 @@ findings contains finding if {
 		"rule": "kcp.restrictions.no-external-llm",
 		"state": "DENY",
 		"controls": [],
-		"message": "no-external-llm: the gate does not know where the agent's model is hosted (input.context.facts.model_hosting)",
+		"message": concat("", [
+			"no-external-llm: the gate does not know where the agent's model is hosted ",
+			"(input.context.facts.model_hosting)",
+		]),
 		"details": {},
 	}
 }
@@ -95,7 +98,10 @@ findings contains finding if {
 		"rule": "kcp.restrictions.no-ai-training",
 		"state": "DENY",
 		"controls": [],
-		"message": "no-ai-training: the purpose cannot be checked without its folded form in input.context.folded, which the gate builds",
+		"message": concat("", [
+			"no-ai-training: the purpose cannot be checked without its folded form in input.context.folded, which the gate ",
+			"builds",
+		]),
 		"details": {},
 	}
 }

@@ -11,8 +11,14 @@ _units := {"depth": 0, "count": 3, "slots": {"p": {
 }}}
 
 _profiles := [
-	{"compliance": {"restrictions": ["no-external-llm", "no-ai-training"]}, "delegation": {"human_in_the_loop": {"required": false}}},
-	{"compliance": {"restrictions": []}, "delegation": {"human_in_the_loop": {"required": true, "approval_mechanism": "oauth_consent"}}},
+	{
+		"compliance": {"restrictions": ["no-external-llm", "no-ai-training"]},
+		"delegation": {"human_in_the_loop": {"required": false}},
+	},
+	{
+		"compliance": {"restrictions": []},
+		"delegation": {"human_in_the_loop": {"required": true, "approval_mechanism": "oauth_consent"}},
+	},
 	{"compliance": {"restrictions": []}, "delegation": {"human_in_the_loop": {"required": false}}},
 ]
 
@@ -44,7 +50,8 @@ test_unknown_hosting_denied if {
 test_training_purpose_denied if {
 	units := _units
 	profiles := _profiles
-	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "TRAİNING"}
+	codes := {f.code | some f in restrictions.findings}
+		with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "TRAİNING"}
 		with input.context.folded as {"purpose": "training"}
 		with input.context.facts as {"model_id": {"value": "local"}, "model_hosting": {"value": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
@@ -55,7 +62,8 @@ test_training_purpose_denied if {
 test_raw_purpose_case_is_not_compared if {
 	units := _units
 	profiles := _profiles
-	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "support"}
+	codes := {f.code | some f in restrictions.findings}
+		with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "support"}
 		with input.context.folded as {"purpose": "support"}
 		with input.context.facts as {"model_id": {"value": "local"}, "model_hosting": {"value": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
@@ -65,7 +73,8 @@ test_raw_purpose_case_is_not_compared if {
 test_purpose_without_fold_denied if {
 	units := _units
 	profiles := _profiles
-	codes := {f.code | some f in restrictions.findings} with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "Training"}
+	codes := {f.code | some f in restrictions.findings}
+		with input.action.knowledge as {"project": "p", "unit": "llm", "purpose": "Training"}
 		with input.context.facts as {"model_id": {"value": "local"}, "model_hosting": {"value": "self_hosted"}}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes == {"purpose_not_folded"}

@@ -41,7 +41,12 @@ _low_risk if risk.low
 findings contains finding if {
 	is_string(_action.target.tenant_id)
 	_action.target.tenant_id != _actor_tenant_label
-	text1 := concat("", ["actor tenant ", _actor_tenant_label, " may not act on resource tenant ", _action.target.tenant_id])
+	text1 := concat("", [
+		"actor tenant ",
+		_actor_tenant_label,
+		" may not act on resource tenant ",
+		_action.target.tenant_id,
+	])
 	finding := {
 		"code": "tenant_boundary",
 		"rule": "runtime.tenant_boundary",

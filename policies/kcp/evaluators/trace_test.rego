@@ -30,9 +30,15 @@ test_valid_traceparent if {
 test_missing_trace_denied_when_required if {
 	units := _units
 	profiles := _profiles
-	some f in trace.findings with input.action.knowledge as {"project": "p", "unit": "traced"} with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	some f in trace.findings
+		with input.action.knowledge as {"project": "p", "unit": "traced"}
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 	f.code == "trace_context_invalid"
-	count(trace.findings) == 1 with input.action.knowledge as {"project": "p", "unit": "chain"} with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	count(trace.findings) == 1
+		with input.action.knowledge as {"project": "p", "unit": "chain"}
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 }
 
 test_valid_trace_passes if {
@@ -47,5 +53,8 @@ test_valid_trace_passes if {
 test_not_required_no_finding if {
 	units := _units
 	profiles := _profiles
-	count(trace.findings) == 0 with input.action.knowledge as {"project": "p", "unit": "free"} with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	count(trace.findings) == 0
+		with input.action.knowledge as {"project": "p", "unit": "free"}
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 }

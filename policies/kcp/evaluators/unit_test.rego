@@ -12,7 +12,10 @@ test_unknown_unit_is_denied if {
 	units := _units
 	profiles := _profiles
 	knowledge := {"project": "p", "unit": "nope"}
-	some f in unit.findings with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	some f in unit.findings
+		with input.action.knowledge as knowledge
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 	f.code == "unknown_unit"
 	f.state == "DENY"
 }
@@ -21,14 +24,20 @@ test_unknown_project_is_denied if {
 	units := _units
 	profiles := _profiles
 	knowledge := {"project": "q", "unit": "u"}
-	count(unit.findings) == 1 with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	count(unit.findings) == 1
+		with input.action.knowledge as knowledge
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 }
 
 test_known_unit_has_no_finding if {
 	units := _units
 	profiles := _profiles
 	knowledge := {"project": "p", "unit": "u"}
-	count(unit.findings) == 0 with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	count(unit.findings) == 0
+		with input.action.knowledge as knowledge
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 }
 
 test_unit_whose_profile_is_missing_is_denied if {
@@ -42,5 +51,8 @@ test_unit_whose_profile_is_missing_is_denied if {
 test_action_without_knowledge_has_no_finding if {
 	units := _units
 	profiles := _profiles
-	count(unit.findings) == 0 with input.action as {"action_type": "payment"} with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	count(unit.findings) == 0
+		with input.action as {"action_type": "payment"}
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 }

@@ -9,21 +9,44 @@ import rego.v1
 
 import data.kcp.gate
 
-_units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0, "validated": "1970-04-11", "validated_epoch_day": 100}}}}
+_units := {
+	"depth": 0,
+	"count": 1,
+	"slots": {"p": {"u": {"profile": 0, "validated": "1970-04-11", "validated_epoch_day": 100}}},
+}
 
 _profiles := [{
 	"sensitivity": "internal",
-	"compliance": {"data_residency": null, "restrictions": ["audit-required"], "declared_fields": ["email"], "data_categories": []},
-	"delegation": {"max_depth": null, "require_capability_attenuation": false, "audit_chain": false, "human_in_the_loop": {"required": false}},
+	"compliance": {
+		"data_residency": null,
+		"restrictions": ["audit-required"],
+		"declared_fields": ["email"],
+		"data_categories": [],
+	},
+	"delegation": {
+		"max_depth": null,
+		"require_capability_attenuation": false,
+		"audit_chain": false,
+		"human_in_the_loop": {"required": false},
+	},
 	"trust": {"agent_must_log": false, "require_trace_context": false},
 	"freshness": null,
 	"effective_visibility": {"needs": [], "cells": {"": {"": _internal}}, "incomplete": _internal},
 }]
 
 # The compiled form of the flat sensitivity (kcp_opa/declare/governance.py visibility_cells).
-_internal := {"sensitivity": "internal", "requires_auth": false, "condition": null, "source": "flat sensitivity (no visibility block)"}
+_internal := {
+	"sensitivity": "internal",
+	"requires_auth": false,
+	"condition": null,
+	"source": "flat sensitivity (no visibility block)",
+}
 
-_cells := {"depth": 0, "count": 2, "slots": {"read": {"sensitivity": {"internal": "autonomous"}}, "send": {"sensitivity": {"internal": "confirm"}}}}
+_cells := {
+	"depth": 0,
+	"count": 2,
+	"slots": {"read": {"sensitivity": {"internal": "autonomous"}}, "send": {"sensitivity": {"internal": "confirm"}}},
+}
 
 _matrix := {"task_types": ["read", "send", "refund"], "parameters": {
 	"money": {"high_value_minor": {}},
@@ -41,7 +64,15 @@ _read := {
 }
 
 # The decision time and the action's creation time (five minutes earlier), as the gate builds them.
-_clock := {"decision_epoch_seconds": 1764410400, "decision_epoch_day": 20421, "action_created_epoch_seconds": 1764410100, "facts": {"evidence_status": {"value": "present", "class": "attested", "source": "test"}, "deployment_region": {"value": "EU", "class": "gate", "source": "test"}}}
+_clock := {
+	"decision_epoch_seconds": 1764410400,
+	"decision_epoch_day": 20421,
+	"action_created_epoch_seconds": 1764410100,
+	"facts": {
+		"evidence_status": {"value": "present", "class": "attested", "source": "test"},
+		"deployment_region": {"value": "EU", "class": "gate", "source": "test"},
+	},
+}
 
 test_clean_read_is_allowed_pending_audit_logging if {
 	c := _clock
@@ -74,7 +105,9 @@ test_deny_is_terminal_and_lists_every_reason if {
 		{"op": "replace", "path": "/action_type", "value": "refund"},
 		{"op": "replace", "path": "/runtime/risk_level", "value": "high"},
 	])
-	d := gate.decision with input.action as action with input.context.satisfied_controls as ["standard_audit_logging", "independent_human_approval"]
+	d := gate.decision
+		with input.action as action
+		with input.context.satisfied_controls as ["standard_audit_logging", "independent_human_approval"]
 		with data.kcp_data as kd
 	d.decision == "DENY"
 	d.authorization_status == "DENIED"
@@ -133,9 +166,16 @@ test_no_human_approval_names_no_approver if {
 test_controls_accumulate if {
 	c := _clock
 	kd := _data
-	action := json.patch(_read, [{"op": "replace", "path": "/action_type", "value": "send"}, {"op": "add", "path": "/authorization_context", "value": {"actor_role": "support_agent"}}])
+	action := json.patch(_read, [
+		{"op": "replace", "path": "/action_type", "value": "send"},
+		{"op": "add", "path": "/authorization_context", "value": {"actor_role": "support_agent"}},
+	])
 	facts := object.union(c.facts, {"actor_role": {"value": "support_agent", "class": "gate", "source": "test"}})
-	d := gate.decision with input.action as action with input.context as c with input.context.facts as facts with data.kcp_data as kd
+	d := gate.decision
+		with input.action as action
+		with input.context as c
+		with input.context.facts as facts
+		with data.kcp_data as kd
 	d.decision == "USER_CONFIRMATION"
 	d.required_controls == ["standard_audit_logging", "user_confirmation"]
 }
@@ -147,7 +187,9 @@ test_missing_resource_tenant_escalates_never_allows if {
 	d := gate.decision with input.action as action with input.context as c with data.kcp_data as kd
 	d.decision == "ESCALATE"
 	d.reason_codes == ["context_missing"]
-	d.violations == [{"evaluator_id": "context_check", "code": "context_missing", "fields": ["input.action.target.tenant_id"]}]
+	d.violations == [
+		{"evaluator_id": "context_check", "code": "context_missing", "fields": ["input.action.target.tenant_id"]},
+	]
 }
 
 test_missing_clock_escalates if {
@@ -155,7 +197,11 @@ test_missing_clock_escalates if {
 	action := _read
 	d := gate.decision with input.action as action with data.kcp_data as kd
 	d.decision == "ESCALATE"
-	clock := {"input.context.decision_epoch_seconds", "input.context.decision_epoch_day", "input.context.action_created_epoch_seconds"}
+	clock := {
+		"input.context.decision_epoch_seconds",
+		"input.context.decision_epoch_day",
+		"input.context.action_created_epoch_seconds",
+	}
 	clock - {v.fields[0] | some v in d.violations} == set()
 }
 

@@ -12,7 +12,10 @@ test_an_undefined_decision_falls_to_the_closed_deny if {
 	properties := {}
 	action := {"tenant_id": "t"}
 	context := {"satisfied_controls": ["standard_audit_logging"]}
-	d := gate.decision with data.kcp.lib.routing.properties as properties with input.action as action with input.context as context
+	d := gate.decision
+		with data.kcp.lib.routing.properties as properties
+		with input.action as action
+		with input.context as context
 	d == {
 		"decision": "DENY",
 		"outcome": "deny",
@@ -22,7 +25,15 @@ test_an_undefined_decision_falls_to_the_closed_deny if {
 		"required_controls": [],
 		"satisfied_controls": [],
 		"missing_controls": [],
-		"reasons": [{"code": "policy_undefined", "rule": "kcp.gate.default", "evaluator_id": "kcp_gate", "evaluator_version": "1.0.0", "message": "the policy produced no decision; failing closed"}],
+		"reasons": [
+			{
+				"code": "policy_undefined",
+				"rule": "kcp.gate.default",
+				"evaluator_id": "kcp_gate",
+				"evaluator_version": "1.0.0",
+				"message": "the policy produced no decision; failing closed",
+			},
+		],
 		"reason_codes": ["policy_undefined"],
 		"violations": [],
 		"obligations": ["audit"],

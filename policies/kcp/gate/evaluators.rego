@@ -89,11 +89,36 @@ findings_by_evaluator := exceptions.apply(evaluated_by_evaluator, waivable, term
 
 # METADATA
 # title: Codes an exception may waive (custom.waivable of the findings rules)
-waivable := {"external_llm_forbidden", "field_access_violation", "matrix_approve", "matrix_confirm", "unit_stale"}
+waivable := {
+	"external_llm_forbidden",
+	"field_access_violation",
+	"matrix_approve",
+	"matrix_confirm",
+	"unit_stale",
+}
 
 # METADATA
 # title: Terminal denials, never waivable (kcp_opa.declare.waivers)
-terminal := {"access_unauthenticated", "ai_training_forbidden", "audit_unavailable", "capability_widened", "compliance_review_required", "context_conflict", "context_missing", "delegation_too_deep", "engine_divergence", "engine_error", "evidence_forbidden", "matrix_forbidden", "matrix_not_covered", "policy_undefined", "role_cannot_send", "task_type_not_in_matrix", "tenant_boundary", "unknown_unit"}
+terminal := {
+	"access_unauthenticated",
+	"ai_training_forbidden",
+	"audit_unavailable",
+	"capability_widened",
+	"compliance_review_required",
+	"context_conflict",
+	"context_missing",
+	"delegation_too_deep",
+	"engine_divergence",
+	"engine_error",
+	"evidence_forbidden",
+	"matrix_forbidden",
+	"matrix_not_covered",
+	"policy_undefined",
+	"role_cannot_send",
+	"task_type_not_in_matrix",
+	"tenant_boundary",
+	"unknown_unit",
+}
 
 # METADATA
 # title: Every finding of every evaluator, with its evaluator's id and version

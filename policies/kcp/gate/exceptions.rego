@@ -82,11 +82,26 @@ _applied(e, codes) := {
 	"rule": concat("", ["kcp.exceptions.", e.id]),
 	"state": "ALLOW",
 	"controls": [],
-	"message": concat("", ["exception ", e.id, " waives ", concat(", ", codes), " (ticket ", e.ticket, ", granted by ", e.grantor, ", until ", e.expires_at, ")"]),
+	"message": concat("", [
+		"exception ",
+		e.id,
+		" waives ",
+		concat(", ", codes),
+		" (ticket ",
+		e.ticket,
+		", granted by ",
+		e.grantor,
+		", until ",
+		e.expires_at,
+		")",
+	]),
 	"details": {"exception": e.id, "waives": codes, "expires_at": e.expires_at, "grantor": e.grantor, "ticket": e.ticket},
 }
 
-_with_waivers(found, waiver) := {f | some f in found; not waiver[f.code]} | {_mark(f, waiver[f.code]) | some f in found; waiver[f.code]}
+_with_waivers(found, waiver) := kept | marked if {
+	kept := {f | some f in found; not waiver[f.code]}
+	marked := {_mark(f, waiver[f.code]) | some f in found; waiver[f.code]}
+}
 
 _applied_all(waiver) := {_applied(e, codes) |
 	some e in in_force

@@ -4,9 +4,27 @@ import rego.v1
 
 import data.kcp.gate.exceptions
 
-_field := {"code": "field_access_violation", "rule": "kcp.compliance.declared_fields", "evaluator_id": "field_access_check", "evaluator_version": "1.0.0", "state": "DENY", "controls": [], "message": "fields read outside declared_fields: phone", "details": {"fields": ["phone"]}}
+_field := {
+	"code": "field_access_violation",
+	"rule": "kcp.compliance.declared_fields",
+	"evaluator_id": "field_access_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "fields read outside declared_fields: phone",
+	"details": {"fields": ["phone"]},
+}
 
-_tenant := {"code": "tenant_boundary", "rule": "kcp.runtime.tenant_boundary", "evaluator_id": "runtime_rules", "evaluator_version": "1.0.0", "state": "DENY", "controls": [], "message": "cross-tenant", "details": {}}
+_tenant := {
+	"code": "tenant_boundary",
+	"rule": "kcp.runtime.tenant_boundary",
+	"evaluator_id": "runtime_rules",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "cross-tenant",
+	"details": {},
+}
 
 _evaluated := {_field, _tenant}
 
@@ -21,11 +39,21 @@ _terminal := {"tenant_boundary"}
 
 _params := {"exceptions": {"max_lifetime_seconds": 604800}}
 
-_action := {"tenant_id": "t1", "agent_id": "agent-1", "action_type": "read", "knowledge": {"project": "crm", "unit": "customer-records"}}
+_action := {
+	"tenant_id": "t1",
+	"agent_id": "agent-1",
+	"action_type": "read",
+	"knowledge": {"project": "crm", "unit": "customer-records"},
+}
 
 # Decision time 1000000; the exception runs [999000, 1003600).
 _exc := {
-	"id": "EXC-1", "scope": {"tenant_id": "t1", "unit": "crm/customer-records", "agent_id": "agent-1", "task_type": "read"},
+	"id": "EXC-1", "scope": {
+		"tenant_id": "t1",
+		"unit": "crm/customer-records",
+		"agent_id": "agent-1",
+		"task_type": "read",
+	},
 	"waives": ["field_access_violation", "tenant_boundary"], "reason": "DPO waiver", "ticket": "CHG-2231",
 	"grantor": "dpo@example.com", "expires_at": "1970-01-12T14:53:20Z",
 	"not_before_epoch_seconds": 999000, "expires_epoch_seconds": 1003600,
@@ -65,7 +93,10 @@ test_a_waiver_in_scope_waives_only_the_waivable_code if {
 	f.code == "exception_applied"
 	f.rule == "kcp.exceptions.EXC-1"
 	[c | some c in f.details.waives] == ["field_access_violation"]
-	f.message == "exception EXC-1 waives field_access_violation (ticket CHG-2231, granted by dpo@example.com, until 1970-01-12T14:53:20Z)"
+	f.message == concat("", [
+		"exception EXC-1 waives field_access_violation ",
+		"(ticket CHG-2231, granted by dpo@example.com, until 1970-01-12T14:53:20Z)",
+	])
 }
 
 test_no_exception_leaves_findings_unchanged if {

@@ -50,25 +50,29 @@ _hash := crypto.sha256(concat("/", [_project, _unit_id]))
 #   data.kcp_data.units...: an alias rule (`u := data.kcp_data.units`) makes OPA copy the
 #   whole index on each query (21 ms at 1,000 units).
 unit := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 0
 	entry := data.kcp_data.units.slots[_project][_unit_id]
 } else := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 1
 	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][_project][_unit_id]
 } else := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 2
 	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][index.digit(_hash, 1)][_project][_unit_id]
 } else := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 3
-	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][index.digit(_hash, 1)][index.digit(_hash, 2)][_project][_unit_id]
+	d0 := index.digit(_hash, 0)
+	entry := data.kcp_data.units.slots[d0][index.digit(_hash, 1)][index.digit(_hash, 2)][_project][_unit_id]
 } else := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 4
-	entry := data.kcp_data.units.slots[index.digit(_hash, 0)][index.digit(_hash, 1)][index.digit(_hash, 2)][index.digit(_hash, 3)][_project][_unit_id]
+	d0 := index.digit(_hash, 0)
+	d1 := index.digit(_hash, 1)
+	d2 := index.digit(_hash, 2)
+	entry := data.kcp_data.units.slots[d0][d1][d2][index.digit(_hash, 3)][_project][_unit_id]
 } else := null
 
 # METADATA

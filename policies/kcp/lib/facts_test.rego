@@ -30,8 +30,14 @@ test_missing_profile_is_null_and_the_unit_unknown if {
 	units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 7}}}}
 	profiles := _profiles
 	knowledge := {"project": "p", "unit": "u"}
-	facts.profile == null with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
-	not facts.unit_known with input.action.knowledge as knowledge with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	facts.profile == null
+		with input.action.knowledge as knowledge
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
+	not facts.unit_known
+		with input.action.knowledge as knowledge
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
 }
 
 test_restricted if {

@@ -41,37 +41,38 @@ leaf_path(parts, depth) := [d | some i in [0, 1, 2, 3]; i < depth; d := _digit(_
 #   The index entry of unit `unit_id` of `project` (its own fields and its profile's
 #   position in data.kcp_data.profiles); undefined when unknown.
 unit(project, unit_id) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 0
 	entry := data.kcp_data.units.slots[project][unit_id]
 }
 
 unit(project, unit_id) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 1
 	hash := _hash([project, unit_id])
 	entry := data.kcp_data.units.slots[_digit(hash, 0)][project][unit_id]
 }
 
 unit(project, unit_id) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 2
 	hash := _hash([project, unit_id])
 	entry := data.kcp_data.units.slots[_digit(hash, 0)][_digit(hash, 1)][project][unit_id]
 }
 
 unit(project, unit_id) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 3
 	hash := _hash([project, unit_id])
 	entry := data.kcp_data.units.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][project][unit_id]
 }
 
 unit(project, unit_id) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.units.depth == 4
 	hash := _hash([project, unit_id])
-	entry := data.kcp_data.units.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][_digit(hash, 3)][project][unit_id]
+	d0 := _digit(hash, 0)
+	entry := data.kcp_data.units.slots[d0][_digit(hash, 1)][_digit(hash, 2)][_digit(hash, 3)][project][unit_id]
 }
 
 # METADATA
@@ -86,34 +87,34 @@ unit_known(project, unit_id) if unit(project, unit_id)
 #   matrix does not list the task type. A row is small (one entry per category and
 #   sensitivity), so looking a cell up inside it is cheap in both engines.
 task_row(task_type) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.tasks.depth == 0
 	entry := data.kcp_data.tasks.slots[task_type]
 }
 
 task_row(task_type) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.tasks.depth == 1
 	hash := _hash([task_type])
 	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][task_type]
 }
 
 task_row(task_type) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.tasks.depth == 2
 	hash := _hash([task_type])
 	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][_digit(hash, 1)][task_type]
 }
 
 task_row(task_type) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.tasks.depth == 3
 	hash := _hash([task_type])
 	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][task_type]
 }
 
 task_row(task_type) := entry if {
-	# mutate: equivalent an index of another depth has no entry on this path (a string id never indexes a digit array, a digit never a name object)
+	# mutate: equivalent another depth's index has no entry here (a string never indexes a digit array, a digit no name)
 	data.kcp_data.tasks.depth == 4
 	hash := _hash([task_type])
 	entry := data.kcp_data.tasks.slots[_digit(hash, 0)][_digit(hash, 1)][_digit(hash, 2)][_digit(hash, 3)][task_type]

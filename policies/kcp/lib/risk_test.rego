@@ -8,52 +8,96 @@ import rego.v1
 
 import data.kcp.lib.risk
 
-_params := {"money": {"high_value_minor": {"USD": 500000}, "confirmation_minor": {"USD": 50000}}, "budgets": [], "velocity": []}
+_params := {
+	"money": {"high_value_minor": {"USD": 500000}, "confirmation_minor": {"USD": 50000}},
+	"budgets": [],
+	"velocity": [],
+}
 
-_pay(value) := {"tenant_id": "t", "action_type": "payment", "amount": {"value_minor": value, "currency": "USD"}, "target": {"reference": "b"}}
+_pay(value) := {
+	"tenant_id": "t",
+	"action_type": "payment",
+	"amount": {"value_minor": value, "currency": "USD"},
+	"target": {"reference": "b"},
+}
 
 _known := {"beneficiary": {"key": "t/b", "prior_payments": 3}}
 
 test_a_small_payment_to_a_known_beneficiary_is_low if {
 	p := _params
-	risk.level == "LOW" with input.action as _pay(100) with input.context.counters as _known with data.kcp_data.matrix.parameters as p
+	risk.level == "LOW"
+		with input.action as _pay(100)
+		with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
 }
 
 test_factors_raise_it if {
 	p := _params
-	risk.level == "MEDIUM" with input.action as _pay(60000) with input.context.counters as _known with data.kcp_data.matrix.parameters as p
-	risk.level == "HIGH" with input.action as _pay(600000) with input.context.counters as _known with data.kcp_data.matrix.parameters as p
+	risk.level == "MEDIUM"
+		with input.action as _pay(60000)
+		with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
+	risk.level == "HIGH"
+		with input.action as _pay(600000)
+		with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
 	first := {"beneficiary": {"key": "t/b", "prior_payments": 0}}
-	risk.level == "HIGH" with input.action as _pay(100) with input.context.counters as first with data.kcp_data.matrix.parameters as p
+	risk.level == "HIGH"
+		with input.action as _pay(100)
+		with input.context.counters as first
+		with data.kcp_data.matrix.parameters as p
 	risk.level == "MEDIUM" with input.action as _pay(100) with data.kcp_data.matrix.parameters as p
 	cross := object.union(_pay(100), {"action_type": "cross_border_payment"})
-	risk.level == "HIGH" with input.action as cross with input.context.counters as _known with data.kcp_data.matrix.parameters as p
+	risk.level == "HIGH"
+		with input.action as cross
+		with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
 }
 
 test_a_stated_level_only_raises_it if {
 	p := _params
 	low := object.union(_pay(600000), {"runtime": {"risk_level": "low"}})
-	risk.level == "HIGH" with input.action as low with input.context.counters as _known with data.kcp_data.matrix.parameters as p
+	risk.level == "HIGH"
+		with input.action as low
+		with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
 	critical := object.union(_pay(100), {"runtime": {"risk_level": "critical"}})
-	risk.level == "CRITICAL" with input.action as critical with input.context.counters as _known with data.kcp_data.matrix.parameters as p
+	risk.level == "CRITICAL"
+		with input.action as critical
+		with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
 }
 
 test_counts_for_another_beneficiary_are_not_history if {
 	p := _params
 	other := {"beneficiary": {"key": "t/other", "prior_payments": 0}}
-	risk.level == "MEDIUM" with input.action as _pay(100) with input.context.counters as other with data.kcp_data.matrix.parameters as p
-	{f[0] | some f in risk.factors} == {"beneficiary_history_unknown"} with input.action as _pay(100) with input.context.counters as other
+	risk.level == "MEDIUM"
+		with input.action as _pay(100)
+		with input.context.counters as other
+		with data.kcp_data.matrix.parameters as p
+	{f[0] | some f in risk.factors} == {"beneficiary_history_unknown"}
+		with input.action as _pay(100)
+		with input.context.counters as other
 		with data.kcp_data.matrix.parameters as p
 }
 
 test_a_beneficiary_flag_raises_it_attested_or_stated if {
 	p := _params
 	attested := {"new_beneficiary": {"value": true, "class": "attested", "source": "attestation:x/k"}}
-	risk.level == "MEDIUM" with input.action as _pay(100) with input.context.counters as _known with input.context.facts as attested
+	risk.level == "MEDIUM"
+		with input.action as _pay(100)
+		with input.context.counters as _known
+		with input.context.facts as attested
 		with data.kcp_data.matrix.parameters as p
 	stated := object.union(_pay(100), {"attributes": {"modified_beneficiary": true}})
-	risk.level == "MEDIUM" with input.action as stated with input.context.counters as _known with data.kcp_data.matrix.parameters as p
+	risk.level == "MEDIUM"
+		with input.action as stated
+		with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
 	lowered := {"new_beneficiary": {"value": false, "class": "attested", "source": "attestation:x/k"}}
-	risk.level == "LOW" with input.action as _pay(100) with input.context.counters as _known with input.context.facts as lowered
+	risk.level == "LOW"
+		with input.action as _pay(100)
+		with input.context.counters as _known
+		with input.context.facts as lowered
 		with data.kcp_data.matrix.parameters as p
 }

@@ -16,7 +16,9 @@ test_the_gates_value_is_a_candidate_and_established if {
 test_a_differing_statement_is_a_conflict_and_a_candidate_never_established if {
 	facts := {"deployment_region": _gate("US")}
 	runtime := {"deployment_region": "EU"}
-	trusted.candidates.deployment_region == {"US", "EU"} with input.context.facts as facts with input.action.runtime as runtime
+	trusted.candidates.deployment_region == {"US", "EU"}
+		with input.context.facts as facts
+		with input.action.runtime as runtime
 	trusted.conflicts == {{"fact": "deployment_region", "gate": "US", "stated": "EU"}} with input.context.facts as facts
 		with input.action.runtime as runtime
 }
@@ -37,12 +39,16 @@ test_a_false_flag_is_established_and_a_stated_true_raises_it if {
 	facts := {"new_beneficiary": _gate(false)}
 	trusted.established == {"new_beneficiary"} with input.context.facts as facts
 	not trusted.raised("new_beneficiary") with input.context.facts as facts
-	trusted.raised("new_beneficiary") with input.context.facts as facts with input.action.attributes as {"new_beneficiary": true}
+	trusted.raised("new_beneficiary")
+		with input.context.facts as facts
+		with input.action.attributes as {"new_beneficiary": true}
 }
 
 test_a_true_flag_of_the_gate_is_raised_whatever_the_action_says if {
 	facts := {"new_beneficiary": _gate(true)}
-	trusted.raised("new_beneficiary") with input.context.facts as facts with input.action.attributes as {"new_beneficiary": false}
+	trusted.raised("new_beneficiary")
+		with input.context.facts as facts
+		with input.action.attributes as {"new_beneficiary": false}
 }
 
 test_an_expired_attestation_establishes_nothing if {

@@ -4,16 +4,16 @@
 #   KCP §4.16: a unit's visibility block (the unit's replaces the root's) gives a default
 #   sensitivity and ordered conditions on the gate's environment and the actor's role
 #   (input.context.facts.environment, .actor_role: gate facts, never the action's statement, which
-#   kcp.lib.trusted only compares; the two values are not ordered, so the gate's applies); the first condition whose every `when` key lists the
-#   action's value wins, and its sensitivity and requires_auth apply. A stated environment or
-#   role that no condition lists falls to the default (the spec's MUST). A condition key the
-#   action does not state is missing context (kcp.evaluators.context answers context_missing)
-#   and meanwhile the strictest branch applies. Without a block the flat sensitivity applies.
-#   kcp_opa/declare/governance.py resolves first-match-wins at compile time into the profile's
-#   effective_visibility.cells (environment -> role -> result; "" = a value no condition
-#   lists), so a decision is two
-#   object lookups in one rule that reads the profile once: regopy's planning time grows with
-#   every reference to the profile (docs/engine-findings.md item 27).
+#   kcp.lib.trusted only compares; the two values are not ordered, so the gate's applies); the first
+#   condition whose every `when` key lists the action's value wins, and its sensitivity and
+#   requires_auth apply. A stated environment or role that no condition lists falls to the default
+#   (the spec's MUST). A condition key the action does not state is missing context
+#   (kcp.evaluators.context answers context_missing) and meanwhile the strictest branch applies.
+#   Without a block the flat sensitivity applies. kcp_opa/declare/governance.py resolves
+#   first-match-wins at compile time into the profile's effective_visibility.cells (environment ->
+#   role -> result; "" = a value no condition lists), so a decision is two object lookups in one
+#   rule that reads the profile once: regopy's planning time grows with every reference to the
+#   profile (docs/engine-findings.md item 27).
 package kcp.lib.visibility
 
 import rego.v1
@@ -53,7 +53,8 @@ view := result if {
 
 # METADATA
 # title: Effective sensitivity
-# description: The level the matrix's sensitivity cell is looked up with ("undeclared" when nothing declares one); undefined without a known unit.
+# description: The level the matrix's sensitivity cell is looked up with ("undeclared" when nothing
+#   declares one); undefined without a known unit.
 sensitivity := view.sensitivity
 
 # METADATA

@@ -9,9 +9,19 @@ import data.kcp.lib.visibility
 #     {when: {environment: production}, then: {sensitivity: confidential, requires_auth: true}},
 #     {when: {agent_role: [auditor]}, then: {sensitivity: restricted}},
 #     {when: {environment: production, agent_role: auditor}, then: {sensitivity: public}}]}
-_cond0 := {"sensitivity": "confidential", "requires_auth": true, "condition": 0, "source": "visibility.conditions[0] (first match)"}
+_cond0 := {
+	"sensitivity": "confidential",
+	"requires_auth": true,
+	"condition": 0,
+	"source": "visibility.conditions[0] (first match)",
+}
 
-_cond1 := {"sensitivity": "restricted", "requires_auth": false, "condition": 1, "source": "visibility.conditions[1] (first match)"}
+_cond1 := {
+	"sensitivity": "restricted",
+	"requires_auth": false,
+	"condition": 1,
+	"source": "visibility.conditions[1] (first match)",
+}
 
 _default := {"sensitivity": "internal", "requires_auth": false, "condition": null, "source": "visibility.default"}
 
@@ -21,14 +31,26 @@ _visible := {
 		"": {"": _default, "auditor": _cond1},
 		"production": {"": _cond0, "auditor": _cond0},
 	},
-	"incomplete": {"sensitivity": "restricted", "requires_auth": true, "condition": null, "source": "strictest branch (a condition's input is missing)"},
+	"incomplete": {
+		"sensitivity": "restricted",
+		"requires_auth": true,
+		"condition": null,
+		"source": "strictest branch (a condition's input is missing)",
+	},
 }
 
-_units := {"depth": 0, "count": 3, "slots": {"p": {"vis": {"profile": 0}, "flat": {"profile": 1}, "old": {"profile": 2}}}}
+_units := {
+	"depth": 0,
+	"count": 3,
+	"slots": {"p": {"vis": {"profile": 0}, "flat": {"profile": 1}, "old": {"profile": 2}}},
+}
 
 _profiles := [
 	{"sensitivity": "public", "effective_visibility": _visible},
-	{"sensitivity": "internal", "effective_visibility": {"needs": [], "cells": {"": {"": _default}}, "incomplete": _default}},
+	{
+		"sensitivity": "internal",
+		"effective_visibility": {"needs": [], "cells": {"": {"": _default}}, "incomplete": _default},
+	},
 	{"sensitivity": "public"},
 ]
 
