@@ -224,3 +224,11 @@ test_window_is_the_deployments if {
 		with input.context as minute
 		with data.kcp_data.matrix as m
 }
+
+# Only a value transfer needs the beneficiary facts: a notice to a beneficiary moves no money.
+test_an_unbound_notice_to_a_beneficiary_needs_only_the_clock if {
+	c := _clock
+	a := {"action_type": "notify", "target": {"type": "beneficiary"}}
+	m := _reads_only
+	count(context.findings) == 0 with input.action as a with input.context as c with data.kcp_data.matrix as m
+}

@@ -106,3 +106,14 @@ test_external_model_without_id_is_still_denied if {
 	some f in found
 	f.code == "external_llm_forbidden"
 }
+
+# Training is refused only where the unit declares no-ai-training ("open" declares nothing).
+test_training_purpose_on_an_unrestricted_unit_passes if {
+	units := _units
+	profiles := _profiles
+	codes := {f.code | some f in restrictions.findings}
+		with input.action.knowledge as {"project": "p", "unit": "open", "purpose": "training"}
+		with input.context.folded as {"purpose": "training"}
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	codes == set()
+}
