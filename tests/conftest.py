@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -105,7 +106,8 @@ def vouched_context(action: Any, now: str) -> dict[str, Any]:
     from kcp_opa.decide.action import action_hash
 
     sources, principal = case_sources(action, {"from_action": True}, now)
-    return build_context(sources, action, principal=principal, action_hash=action_hash(action))
+    when = dt.datetime.fromisoformat(now.replace("Z", "+00:00")) if isinstance(now, str) else now
+    return build_context(sources, action, principal=principal, action_hash=action_hash(action), now=when)
 
 
 def receipt_for(decision: Any, action: Any, key: Any, **options: Any) -> dict[str, Any]:
