@@ -125,7 +125,8 @@ def test_a_tar_member_announcing_1_gib_is_refused_from_its_header(tmp_path: Path
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
     refused, peak = proc.stdout.strip().splitlines()
     assert refused.startswith("refused:"), proc.stdout + proc.stderr
-    assert int(peak) < 300, f"peak memory {peak} MB before the refusal"  # was ~590 MB: read to the cap first
+    # Read to the cap first, it was ~590 MB; refused from the header, 223-380 MB on fresh clones.
+    assert int(peak) < 450, f"peak memory {peak} MB before the refusal"
     assert "declares 1073741824 bytes" in refused  # refused from the member's header
 
 
