@@ -12,7 +12,9 @@ Shape: docs/budgets.md.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +56,23 @@ def _key(per: str, action: Mapping[str, Any]) -> str | None:
 
 def _filter_value(per: str, action: Mapping[str, Any]) -> str | None:
     return beneficiary(action) if per == "beneficiary" else _key(per, action)
+
+
+#: The receipt whose own reservation the counts leave out, for the re-decision at execution
+#: (set by :func:`excluding`; per thread and task, so concurrent decisions are unaffected).
+_EXCLUDED: ContextVar[str | None] = ContextVar("kcp_opa_excluded_receipt", default=None)
+
+
+@contextmanager
+def excluding(receipt_id: str | None) -> Iterator[None]:
+    """Count everything but ``receipt_id``'s own reservation while inside: the re-decision at
+    execution asks whether this receipt's transfer still fits beside every other one, and the
+    reservation made when it was issued is that very transfer (counted once, as the amount)."""
+    token = _EXCLUDED.set(receipt_id)
+    try:
+        yield
+    finally:
+        _EXCLUDED.reset(token)
 
 
 class StoreCounters:
@@ -112,7 +131,7 @@ class StoreCounters:
 
     def history(self, view: CounterView, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
         """Budgets, velocity and beneficiary counts for ``action`` (no request recorded)."""
-        stamp = utc_stamp(now)
+        stamp, left_out = utc_stamp(now), _EXCLUDED.get()
         budgets: dict[str, Any] = {}
         for b in self.budgets:
             key = _key(str(b["per"]), action)
@@ -126,6 +145,7 @@ class StoreCounters:
                 now=stamp,
                 where=[(_PER_COLUMN[str(b["per"])], key)],
                 task_types=list(types) if isinstance(types, list) else None,
+                excluding=left_out,
             )
             budgets[str(b["id"])] = {
                 "key": key,
@@ -141,7 +161,9 @@ class StoreCounters:
                 continue
             where = [("tenant_id", tenant)] + ([("beneficiary", value)] if per == "beneficiary" else [])
             since = utc_stamp(now - dt.timedelta(seconds=int(v["window_seconds"])))
-            totals = view.transfers(currency=str(v["currency"]), since=since, now=stamp, where=where)
+            totals = view.transfers(
+                currency=str(v["currency"]), since=since, now=stamp, where=where, excluding=left_out
+            )
             velocity[str(v["id"])] = {
                 "key": key,
                 "count": totals.count,

@@ -3,13 +3,14 @@
 A receipt is signed for a decision; by the time it is used the bundle may have been reloaded,
 an exception it relied on may have expired, or the budget it counted on may have been spent by
 another execution. Immediately before the receipt is consumed, the executor re-decides the
-frozen action on the gate's current bundle, exceptions and context, with the controls the
-verified receipt covers as satisfied (the receipt is the evidence that they were). Unless the
-policy approves it again, execution is refused with ``policy_changed`` naming what the policy
-says now, the receipt is not consumed, and the ledger holds both decisions: the original and
-the re-decision (the gate records every decision it makes). A retry with the same idempotency
-key, or an ambiguous execution reconciled and retried, presents a receipt and goes through the
-same check. Python decides nothing here: it asks the policy and reads ``execution_allowed``.
+frozen action on the gate's current bundle, exceptions and context (every count but this
+receipt's own reservation), with the controls the verified receipt covers as satisfied (the
+receipt is the evidence that they were). Unless the policy approves it again, execution is
+refused with ``policy_changed`` naming what the policy says now, the receipt is not consumed,
+and the ledger holds both decisions: the original and the re-decision (the gate records every
+decision it makes). A retry with the same idempotency key, or an ambiguous execution
+reconciled and retried, presents a receipt and goes through the same check. Python decides
+nothing here: it asks the policy and reads ``execution_allowed``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.errors import ActionRejectedError, ReceiptVerificationError
+from kcp_opa.decide.counting import excluding
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
 from kcp_opa.models.decision import Decision
@@ -35,8 +37,14 @@ def redecide(
     principal: str | None = None,
     context: ContextSources | None = None,
 ) -> Decision:
-    """The policy's decision now for ``action``, with the verified receipt's controls satisfied."""
-    fresh = gate.prepare(action, now=now, principal=principal, context=context)  # today's facts and exceptions
+    """The policy's decision now for ``action``, with the verified receipt's controls satisfied.
+
+    The gate's counts leave out the receipt's own budget reservation: that reservation is the
+    transfer being decided (its amount), so counting it as well would refuse a receipt that fits.
+    """
+    own = receipt.get("receipt_id")
+    with excluding(own if isinstance(own, str) else None):  # today's facts, exceptions and counts
+        fresh = gate.prepare(action, now=now, principal=principal, context=context)
     covered = [c for c in receipt.get("satisfied_controls") or [] if isinstance(c, str)]
     prepared = gate.reprepare(  # the gate's own seal, as the control desk re-derives a decision
         action,

@@ -175,9 +175,11 @@ class CounterView(Protocol):
         now: str,
         where: Sequence[tuple[str, str]] = (),
         task_types: Sequence[str] | None = None,
+        excluding: str | None = None,
     ) -> TransferTotals:
         """Value transfers reserved in (since, now] matching ``where`` (column, value): committed or
-        reserved and not yet expired; released ones never count."""
+        reserved and not yet expired; released ones never count. ``excluding``: a receipt id whose
+        own transfer is left out (the re-decision at execution, which must not count it twice)."""
         ...
 
     def prior_payments(self, tenant_id: str, beneficiary: str) -> int:

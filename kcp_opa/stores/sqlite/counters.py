@@ -74,6 +74,7 @@ class _View:
         now: str,
         where: Sequence[tuple[str, str]] = (),
         task_types: Sequence[str] | None = None,
+        excluding: str | None = None,
     ) -> TransferTotals:
         clauses = ["currency = ?", "reserved_at > ?", "reserved_at <= ?"]
         args: list[str | int] = [currency, since, now]
@@ -85,6 +86,9 @@ class _View:
         if task_types is not None:
             clauses.append(f"task_type IN ({', '.join('?' for _ in task_types)})")
             args.extend(task_types)
+        if excluding is not None:
+            clauses.append("receipt_id != ?")
+            args.append(excluding)
         matching = " AND ".join(clauses)  # columns from a fixed set; every value is a parameter
         query = (
             "SELECT count(*),"  # noqa: S608
