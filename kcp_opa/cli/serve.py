@@ -123,6 +123,11 @@ from kcp_opa.core.errors import KcpOpaError
     type=click.Path(path_type=Path, dir_okay=False),
     help="JSON list of signed fact attestations (evidence status, screening, beneficiary); needs --trust.",
 )
+@click.option(
+    "--exceptions",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Signed, expiring exceptions (kind kcp-opa/exceptions); needs --trust; re-read on reload.",
+)
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.

@@ -71,6 +71,8 @@ class ServiceConfig:
     region: str | None = None
     environment: str | None = None
     attestations: Path | None = None
+    #: Signed, expiring exceptions (kind kcp-opa/exceptions), verified with --trust; re-read on reload.
+    exceptions: Path | None = None
 
     def __post_init__(self) -> None:
         if self.transport not in {"stdio", "http"}:
@@ -79,6 +81,8 @@ class ServiceConfig:
             raise ServiceConfigError(f"mode {self.mode!r}: enforce or log_only")
         if self.trust is None and (self.issuer_ids or self.issuer_keyring or self.tokens or self.principal):
             raise ServiceConfigError("--issuer-id, --issuer-keyring, --tokens and --principal need --trust")
+        if self.trust is None and self.exceptions is not None:
+            raise ServiceConfigError("--exceptions needs --trust (the registry names their issuers and grantors)")
         if self.trust is not None and (not self.issuer_ids or self.issuer_keyring is None):
             raise ServiceConfigError("--trust needs --issuer-id and --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING)")
         if self.keyring is not None and self.signing_key is not None:

@@ -26,6 +26,7 @@ from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
+from kcp_opa.execute.recheck import Rechecked
 from kcp_opa.service.challenges import ChallengeError, action_summary, addressees, check_open
 from kcp_opa.service.handlers import bound_handler
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
@@ -36,6 +37,7 @@ from kcp_opa.service.records import (
     UnknownRecordError,
     canonical_or_none,
     check_current,
+    decided_for,
     export,
     restore,
 )
@@ -111,8 +113,13 @@ class GateService:
             desk = issuers.desk(gate, registry, seal_key=self.records.seal_key())
         keyring = keyring or self._loaded.keyring
         versions = {gate.policy_version}
-        executor = Executor(
-            keyring=keyring, policy_versions=versions, store=self.store, audit=gate.audit, handoffs=self.handoffs
+        executor = Executor(  # with the gate: every receipt is re-decided before it is consumed (recheck.py)
+            keyring=keyring,
+            policy_versions=versions,
+            store=self.store,
+            audit=gate.audit,
+            handoffs=self.handoffs,
+            gate=gate,
         )
         return Loaded(gate, desk, registry, issuers, executor, keyring)
 
@@ -330,8 +337,10 @@ class GateService:
         principal.require(Scope.VERIFY_RECEIPT, "verify and consume receipts")
         check_action(action)
         gate, keyring = self.gate, self.keyring
+        who = decided_for(self.records, receipt)  # re-decided as execution does, before the consume
+        nonces = Rechecked(self.store, gate, action, receipt, now=None, principal=who, context=None)
         verified = verify_receipt(
-            receipt, action, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=self.store
+            receipt, action, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=nonces
         )
         self.handoffs.hand_off(verified.receipt.nonce, verified.receipt.receipt_id, principal.id)
         if gate.audit is not None:
@@ -350,7 +359,9 @@ class GateService:
         principal.require(Scope.EXECUTE, "execute actions")
         function = bound_handler(self.handlers, handler, action)  # before the receipt is consumed
         try:  # the consumer is the caller: a receipt it verified (and so consumed) is executed once
-            result = self._loaded.executor.execute_authorized_action(action, receipt, function, consumer=principal.id)
+            result = self._loaded.executor.execute_authorized_action(
+                action, receipt, function, consumer=principal.id, principal=decided_for(self.records, receipt)
+            )
         except (ValueError, TypeError) as exc:  # past the claim it is not the caller's argument: never bad_arguments
             raise CodedError(f"the execution failed: {type(exc).__name__}: {exc}", "handler_error") from None
         return {

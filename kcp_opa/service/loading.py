@@ -19,13 +19,14 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, StaticGateConfig
+from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, SignedExceptions, StaticGateConfig
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
+from kcp_opa.declare.exceptions import DEFAULT_MAX_LIFETIME_SECONDS
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
 from kcp_opa.service.config import HostParts, ServiceConfig, ServiceConfigError
@@ -48,6 +49,7 @@ __all__ = [
     "open_service",
     "service_context",
     "with_counters",
+    "with_exceptions",
 ]
 
 
@@ -125,7 +127,28 @@ def load_gate(
         context=context,
         isolation=isolation,
     )
+    with_exceptions(gate, registry, config.exceptions, keys)
     return LoadedGate(gate, registry, issuers)
+
+
+def with_exceptions(gate: Gate, registry: TrustRegistry | None, path: Path | None, keys: Keyring | None) -> None:
+    """Apply the signed exceptions at ``path`` (--exceptions, read again on each reload like the
+    bundle): verified against the registry, none longer than the bundle's matrix allows; a file
+    with one refused entry is refused whole (at start: the server does not start; on reload: the
+    exceptions in force stay)."""
+    if path is None:
+        return
+    if registry is None:
+        raise ServiceConfigError("--exceptions needs --trust (the registry names their issuers and grantors)")
+    matrix = _mapping(_mapping(gate.bundle.data.get("kcp_data")).get("matrix"))
+    limits = _mapping(_mapping(matrix.get("parameters")).get("exceptions"))
+    lifetime = limits.get("max_lifetime_seconds", DEFAULT_MAX_LIFETIME_SECONDS)
+    held = SignedExceptions(registry, path=path, keyring=keys, max_lifetime_seconds=int(lifetime))
+    gate.context = replace(gate.context if gate.context is not None else ContextSources(), exceptions=held)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def receipt_keyring(config: ServiceConfig) -> Keyring | None:

@@ -19,9 +19,18 @@ from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
+from kcp_opa.stores.protocols import DecisionStore
 from kcp_opa.stores.records import StoredDecision, UnknownRecordError
 
-__all__ = ["StoredDecision", "UnknownRecordError", "canonical_or_none", "check_current", "export", "restore"]
+__all__ = [
+    "StoredDecision",
+    "UnknownRecordError",
+    "canonical_or_none",
+    "check_current",
+    "decided_for",
+    "export",
+    "restore",
+]
 
 
 def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> dict[str, Any]:
@@ -63,4 +72,17 @@ def canonical_or_none(value: Any) -> str | None:
     try:
         return canonical_id(value) if isinstance(value, str) else None
     except IdentityError:
+        return None
+
+
+def decided_for(records: DecisionStore, receipt: Any) -> str | None:
+    """Who evaluated the decision a receipt names: the re-decision at execution establishes the
+    facts for that same caller. None (no such record here): the action's agent, whose facts the
+    registry must then establish, else the re-decision holds it (fail closed)."""
+    decision_id = receipt.get("decision_id") if isinstance(receipt, Mapping) else None
+    if not isinstance(decision_id, str):
+        return None
+    try:
+        return records.get(decision_id).evaluated_by
+    except UnknownRecordError:
         return None

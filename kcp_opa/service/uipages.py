@@ -11,7 +11,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kcp_opa.audit.summary import LedgerSummary
+from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
 
 CSS = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
@@ -117,6 +117,7 @@ def dashboard(summary: LedgerSummary, open_challenges: int) -> str:
         ),
         "approvals",
     )
+    exceptions = _table(EXCEPTION_HEADERS, exception_rows(summary), "exceptions")
     decisions = _table(
         ["decision", "state", "status", "agent", "reasons"],
         (
@@ -135,7 +136,8 @@ def dashboard(summary: LedgerSummary, open_challenges: int) -> str:
         f"<h1>Dashboard</h1>{chain}{cards}"
         '<p><a href="/ui/report">The full report, with charts</a></p>'
         f"<h2>Decisions by state</h2>{by_state}<h2>Refusals by code</h2>{refusals}"
-        f"<h2>Latest control results</h2>{approvals}<h2>Latest decisions</h2>{decisions}"
+        f"<h2>Latest control results</h2>{approvals}<h2>Exceptions applied (overrides)</h2>{exceptions}"
+        f"<h2>Latest decisions</h2>{decisions}"
     )
 
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
+import multiprocessing
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import DEPLOYMENTS, POLICIES, REPO, opa_query
+from conftest import DEPLOYMENTS, POLICIES, REPO, opa_query, run_cli
 from trustkit import REGISTRY, make_desk
 
 from kcp_opa.authoring.casecontext import vouching
@@ -25,7 +30,7 @@ from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import ReceiptVerificationError
-from kcp_opa.core.signing import Keyring, generate_ed25519
+from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
 from kcp_opa.trail.ledger import AuditLedger, read_entries
@@ -144,3 +149,50 @@ def test_a_receipt_issued_before_its_exception_expired_is_refused_after(
     for entry in both:
         replayed = opa_query(read_bundle(before), "data.kcp.gate.decision", entry["input"])
         assert replayed["decision"] == entry["result"]["decision"]
+
+
+def _claim_and_die(store: str, keys: str, versions: list[str], action: dict[str, Any], receipt: dict[str, Any]) -> None:
+    """An executor process that consumes the receipt, claims the key and is killed mid-handler:
+    its one-second lease lapses with no outcome (``ambiguous``)."""
+    executor = Executor(
+        keyring=load_keyring(Path(keys)), policy_versions=versions, store=SQLiteStore(Path(store)), lease_seconds=1
+    )
+    executor.execute_authorized_action(
+        action, receipt, lambda a: os.kill(os.getpid(), signal.SIGKILL), now=T + dt.timedelta(seconds=5)
+    )
+
+
+def test_an_ambiguous_execution_reconciled_and_retried_is_re_decided(
+    tmp_path: Path, bundles: tuple[Path, Path]
+) -> None:
+    before, after = bundles
+    gate, desk, executor, key = _setup(tmp_path, before, {"from_action": True})
+    action = _action("idem_recheck_resumed")
+    first, retry = _receipt(desk, key, action), _receipt(desk, key, action)  # the workflow holds a second one
+    keys = tmp_path / "receipt-keys.json"
+    keys.write_text(json.dumps(Keyring({key.kid: key}, key.kid).to_file_dict(include_private=True)))
+    child = multiprocessing.get_context("spawn").Process(
+        target=_claim_and_die,
+        args=(str(tmp_path / "exec.db"), str(keys), [gate.policy_version], action, first),
+    )
+    child.start()
+    child.join(timeout=300)
+    assert child.exitcode == -signal.SIGKILL
+    time.sleep(1.5)  # the dead process's lease lapses
+    reconciled = run_cli(
+        "executions", "reconcile", "idem_recheck_resumed", "--outcome", "succeeded", "--evidence", "crm-audit-77",
+        "--store", str(tmp_path / "exec.db"),
+    )  # fmt: skip
+    assert reconciled.returncode == 0, reconciled.stderr  # it was ambiguous: only such a claim is reconciled
+    gate.activate(after)  # meanwhile the policy stopped allowing the read
+    with pytest.raises(ReceiptVerificationError) as caught:  # the resumed workflow retries with its receipt
+        executor.execute_authorized_action(action, retry, lambda a: "read", now=T + dt.timedelta(seconds=10))
+    assert caught.value.code == "policy_changed" and "DENY (matrix_forbidden)" in str(caught.value)
+    decisions = _decisions(tmp_path / "ledger.jsonl", retry["action_hash"])
+    redecided = decisions[-1]
+    assert redecided["result"]["decision"] == "DENY" and redecided["decision_id"] not in {
+        first["decision_id"],
+        retry["decision_id"],
+    }
+    replayed = opa_query(read_bundle(after), "data.kcp.gate.decision", redecided["input"])
+    assert replayed["decision"] == "DENY"
