@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kcp_opa.audit.summary import LedgerSummary
+from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
 from kcp_opa.core.errors import KcpOpaError
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -191,6 +191,9 @@ def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, lis
         ),
         "<h2>Approvals and control results</h2>" + approvals,
         "<h2>Overrides and exceptions</h2>"
+        + "<h3>Exceptions applied</h3>"
+        + _table(EXCEPTION_HEADERS, exception_rows(summary), empty="No exception was applied.")
+        + "<h3>Override controls</h3>"
         + _table(
             ["decision", "control", "actor", "issuer", "seq"],
             ([o["decision_id"], o["control"], o["actor_id"], o["issuer"], o["seq"]] for o in summary.overrides),

@@ -4,15 +4,18 @@ One record per unit that declares personal-data categories (or declares none at 
 unit gets "not declared" values and a warning, never a silent gap). Purpose from ``intent``,
 legal basis with its Article 6 (or 9) label, recipients from ``access`` and ``audience``,
 residency and whether it implies a transfer outside the EU/EEA, risk from sensitivity and
-special categories, security measures from restrictions, trust and delegation.
+special categories, security measures from restrictions, trust and delegation; and the
+exceptions (signed waivers) in force that may apply to the unit.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kcp_opa.declare.effective import DEFAULT, EffectiveUnit, effective_units
+from kcp_opa.declare.exceptions import GrantedException, epoch
 from kcp_opa.declare.manifest import Manifest
 
 NOT_DECLARED = "not declared"
@@ -93,8 +96,37 @@ def _measures(unit: Mapping[str, Any]) -> list[str]:
     return measures or [NOT_DECLARED]
 
 
-def build_ropa(manifests: Sequence[Manifest]) -> dict[str, Any]:
-    """The records, a summary and the warnings for every unit that lacks what a record needs."""
+def active_exceptions(held: Sequence[GrantedException], activity: str, now: dt.datetime) -> list[dict[str, Any]]:
+    """The exceptions in force at ``now`` that may apply to ``activity`` (``project/unit``): those
+    scoped to that unit and those with no unit in their scope (a tenant's, an agent's)."""
+    moment = int(now.timestamp())
+    return [
+        {
+            "id": item.id,
+            "scope": dict(item.scope),
+            "waives": list(item.waives),
+            "grantor": item.grantor,
+            "ticket": item.ticket,
+            "reason": item.reason,
+            "expires_at": item.expires_at,
+        }
+        for item in held
+        if epoch(item.issued_at) <= moment < epoch(item.expires_at) and item.scope.get("unit", activity) == activity
+    ]
+
+
+def build_ropa(
+    manifests: Sequence[Manifest],
+    exceptions: Sequence[GrantedException] = (),
+    *,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """The records, a summary and the warnings for every unit that lacks what a record needs.
+
+    ``exceptions``: the waivers granted (kind kcp-opa/exceptions); each record lists those in
+    force at ``now`` (default: the current time) that may apply to its unit.
+    """
+    moment = now or dt.datetime.now(dt.UTC)
     records, warnings, without_personal = [], [], []
     for manifest in manifests:
         for effective in effective_units(manifest):
@@ -150,6 +182,7 @@ def build_ropa(manifests: Sequence[Manifest]) -> dict[str, Any]:
                     "regulations": compliance.get("regulations") or [],
                     "audit_logged": bool((unit.get("trust") or {}).get("agent_must_log"))
                     or "audit-required" in (compliance.get("restrictions") or []),
+                    "active_exceptions": active_exceptions(exceptions, where, moment),
                     "source": {"manifest": manifest.file, "path": unit.get("path"), "validated": unit.get("validated")},
                 }
             )
@@ -158,6 +191,7 @@ def build_ropa(manifests: Sequence[Manifest]) -> dict[str, Any]:
         "high_risk": sum(1 for r in records if r["risk"] == "high"),
         "third_country_transfers": sum(1 for r in records if r["third_country_transfer"] is True),
         "audit_logged": sum(1 for r in records if r["audit_logged"]),
+        "with_active_exceptions": sum(1 for r in records if r["active_exceptions"]),
         "not_declared": sum(1 for r in records if NOT_DECLARED in (r["personal_data_categories"], r["legal_basis"])),
         "units_without_personal_data": without_personal,
     }
@@ -193,6 +227,7 @@ def to_markdown(ropa: Mapping[str, Any]) -> str:
             f"| third-country transfer | {_shown(record['third_country_transfer'])} |",
             f"| risk | {record['risk']} |",
             f"| security measures | {'; '.join(record['security_measures'])} |",
+            f"| active exceptions | {'; '.join(_exception(e) for e in record['active_exceptions']) or 'none'} |",
         ]
     return "\n".join(lines) + "\n"
 
@@ -211,10 +246,21 @@ def to_text(ropa: Mapping[str, Any]) -> str:
         for key, value in record.items():
             if key in ("activity", "source"):
                 continue
+            if key == "active_exceptions":
+                value = [_exception(e) for e in value] or ["none"]
             shown = "; ".join(_shown(v) for v in value) if isinstance(value, list) else _shown(value)
             lines.append(f"  {key.replace('_', ' '):<26} {shown}")
         lines.append(f"  {'source':<26} {record['source']['manifest']}: {record['source']['path']}")
     return "\n".join(lines) + "\n"
+
+
+def _exception(item: Mapping[str, Any]) -> str:
+    """One waiver as a record of processing states it: what, for whom, by whom, until when."""
+    scope = ", ".join(f"{k}={v}" for k, v in sorted(item["scope"].items()))
+    return (
+        f"{item['id']} waives {', '.join(item['waives'])} for {scope}, granted by {item['grantor']}"
+        f" ({item['ticket']}) until {item['expires_at']}"
+    )
 
 
 def _shown(value: Any) -> str:

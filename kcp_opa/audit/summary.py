@@ -29,6 +29,63 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+class AppliedExceptions:
+    """The exceptions decisions applied, from the ledger: per exception id what it waived, for
+    which scope (the exception as the archived input held it), granted by whom, until when, and
+    how many decisions applied it (an ``exception_applied`` reason; one decision once, however
+    many entries record it)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._decisions: dict[str, set[str]] = {}
+
+    def add(self, entry: Mapping[str, Any]) -> None:
+        if entry.get("type") != "decision":
+            return
+        given = _mapping(_mapping(entry.get("input")).get("context")).get("exceptions")
+        held = {str(e.get("id")): e for e in given if isinstance(e, Mapping)} if isinstance(given, list) else {}
+        reasons = _mapping(entry.get("result")).get("reasons")
+        for reason in reasons if isinstance(reasons, list) else []:
+            if not isinstance(reason, Mapping) or reason.get("code") != "exception_applied":
+                continue
+            details = _mapping(reason.get("details"))
+            found = str(details.get("exception") or str(reason.get("rule", "")).removeprefix("kcp.exceptions."))
+            row = self._rows.setdefault(found, {"id": found, "waives": []})
+            waives = details.get("waives")
+            row["waives"] = sorted({*row["waives"], *(str(c) for c in waives if isinstance(waives, list))})
+            for name in ("grantor", "ticket", "expires_at"):
+                row[name] = str(details.get(name) or row.get(name) or "")
+            row["scope"] = dict(_mapping(_mapping(held.get(found)).get("scope"))) or row.get("scope", {})
+            self._decisions.setdefault(found, set()).add(str(entry.get("decision_id") or entry.get("seq")))
+
+    def uses(self, exception_id: str) -> int:
+        return len(self._decisions.get(exception_id, ()))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per exception applied, by id: id, scope, waives, grantor, ticket, expires_at, uses."""
+        return [{**self._rows[i], "uses": self.uses(i)} for i in sorted(self._rows)]
+
+
+EXCEPTION_HEADERS = ["exception", "scope", "codes waived", "grantor", "ticket", "expires_at", "uses"]
+
+
+def exception_rows(summary: LedgerSummary) -> list[list[Any]]:
+    """The exceptions applied as the report and the dashboard show them (EXCEPTION_HEADERS);
+    the pages escape every value (an exception's text is whatever it was signed with)."""
+    return [
+        [
+            e["id"],
+            ", ".join(f"{k}={v}" for k, v in sorted(e["scope"].items())),
+            ", ".join(e["waives"]),
+            e["grantor"],
+            e["ticket"],
+            e["expires_at"],
+            e["uses"],
+        ]
+        for e in summary.exceptions
+    ]
+
+
 def _time(text: Any) -> dt.datetime | None:
     try:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
@@ -56,6 +113,8 @@ class LedgerSummary:
     bucket: str = "day"
     approvals: list[dict[str, Any]] = field(default_factory=list)
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    #: The exceptions decisions applied (AppliedExceptions.rows): overrides granted as data.
+    exceptions: list[dict[str, Any]] = field(default_factory=list)
     refusals: Counter[str] = field(default_factory=Counter)
     refusal_rows: list[dict[str, Any]] = field(default_factory=list)
     ambiguous: list[dict[str, Any]] = field(default_factory=list)
@@ -81,6 +140,7 @@ class LedgerSummary:
             "bucket": self.bucket,
             "approvals": self.approvals,
             "overrides": self.overrides,
+            "exceptions": self.exceptions,
             "refusals": dict(self.refusals),
             "ambiguous_executions": self.ambiguous,
             "engine_divergences": self.divergences,
@@ -116,9 +176,12 @@ def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> L
         summary.chain_detail = f"broken at line {problem.line}: {problem.message}"
     first_seen: dict[str, dt.datetime] = {}
     first_state: dict[str, str] = {}
+    applied = AppliedExceptions()
     for _, entry in read_entries(ledger):
         summary.entries += 1
         _count(summary, entry, first_seen, first_state)
+        applied.add(entry)
+    summary.exceptions = applied.rows()
     summary.decisions = len(summary.final)
     for entry in summary.final.values():
         summary.by_state[str(entry.get("decision"))] += 1

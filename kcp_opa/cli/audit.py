@@ -24,6 +24,7 @@ from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, load_keyring
+from kcp_opa.declare.exceptions import validate_exceptions
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.ledger import verify_ledger
@@ -40,18 +41,29 @@ from kcp_opa.trail.ledger import verify_ledger
     "Default: text on a terminal, json when piped.",
 )
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here instead of stdout.")
+@click.option(
+    "--exceptions",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A kcp-opa/exceptions file: each record lists the exceptions in force for its unit.",
+)
 @MAX_BYTES
-def ropa(manifests: Sequence[Path], fmt: str | None, output: Path | None, max_bytes: int) -> None:
+def ropa(
+    manifests: Sequence[Path], fmt: str | None, output: Path | None, exceptions: Path | None, max_bytes: int
+) -> None:
     """GDPR Article 30 records of processing from KCP manifests (one record per personal-data unit).
 
     The controller is the manifest's trust.provenance.publisher; special categories need
     compliance.article_9_condition (any Art. 9(2) condition, docs/auditing.md). Units missing a
-    field get "not declared" and a warning on stderr, never a silent gap.
+    field get "not declared" and a warning on stderr, never a silent gap. With --exceptions, each
+    record lists the waivers in force for its unit (verify them with `kcp-opa exceptions check`).
     """
     if fmt is None:
         fmt = "json" if output is not None or as_json(None) else "text"
     loaded = [load_manifest(path, max_bytes=max_bytes) for path in manifests]
-    records = build_ropa(loaded)
+    held = validate_exceptions(exceptions, max_bytes=max_bytes) if exceptions is not None else None
+    if held is not None and held.document is None:
+        fail(f"{exceptions}: not a valid exceptions file (kcp-opa validate {exceptions} names the lines)", EXIT_INVALID)
+    records = build_ropa(loaded, held.document.exceptions if held is not None and held.document else ())
     renderers = {"markdown": to_markdown, "text": to_text}
     text = renderers[fmt](records) if fmt in renderers else json.dumps(records, indent=2, ensure_ascii=False) + "\n"
     for warning in records["warnings"]:

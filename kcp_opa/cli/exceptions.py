@@ -1,7 +1,8 @@
 """``kcp-opa exceptions list|check``: what is waived, for whom, by whom, until when.
 
 ``list`` shows each exception of a file with its scope, the codes it waives, its grantor,
-ticket and expiry, and (given the ledger) how many decisions applied it. ``check`` exits 1 when
+ticket and expiry, and (given the ledger, a file or a ``postgresql://`` database) how many
+decisions applied it (each decision once, however many entries record it). ``check`` exits 1 when
 an exception has expired but is still in the file, when one expires within ``--expiring``, or
 when the registry does not vouch for one (forged, unsigned, a grantor without a granting role,
 longer than the matrix allows): CI runs it so a waiver is removed on purpose, never forgotten.
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kcp_opa.audit.summary import AppliedExceptions
 from kcp_opa.cli import render
+from kcp_opa.cli.ledgerarg import LEDGER
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.signing import load_keyring
@@ -47,18 +49,12 @@ def _span(text: str | None) -> int:
     return int(found.group(1)) * _UNIT[found.group(2)]
 
 
-def _uses(ledger: Path | None) -> Counter[str]:
+def _uses(ledger: Path | None) -> AppliedExceptions:
     """How many recorded decisions applied each exception (their ``exception_applied`` reasons)."""
-    used: Counter[str] = Counter()
-    if ledger is None:
-        return used
-    for _, entry in read_entries(ledger):
-        result = entry.get("result") if entry.get("type") == "decision" else None
-        reasons = result.get("reasons") if isinstance(result, dict) else None
-        for reason in reasons if isinstance(reasons, list) else []:
-            if isinstance(reason, dict) and reason.get("code") == "exception_applied":
-                used[str(reason.get("rule", "")).removeprefix("kcp.exceptions.")] += 1
-    return used
+    applied = AppliedExceptions()
+    for _, entry in read_entries(ledger) if ledger is not None else ():
+        applied.add(entry)
+    return applied
 
 
 def _report(path: Path, trust: Path | None, keys: Path | None, matrix: Path | None, max_bytes: int) -> Report[Any]:
@@ -72,7 +68,7 @@ def _report(path: Path, trust: Path | None, keys: Path | None, matrix: Path | No
     return verify_exceptions(report, load_trust(trust), keyring, lifetime)
 
 
-def _rows(held: ExceptionsFile, now: int, soon: int, used: Counter[str]) -> list[dict[str, Any]]:
+def _rows(held: ExceptionsFile, now: int, soon: int, used: AppliedExceptions) -> list[dict[str, Any]]:
     rows = []
     for item in held.exceptions:
         expires = epoch(item.expires_at)
@@ -91,7 +87,7 @@ def _rows(held: ExceptionsFile, now: int, soon: int, used: Counter[str]) -> list
                 "issued_at": item.issued_at,
                 "expires_at": item.expires_at,
                 "issuer": item.issuer,
-                "uses": used.get(item.id, 0),
+                "uses": used.uses(item.id),
             }
         )
     return rows
@@ -103,7 +99,9 @@ _COMMON = [
     click.option("--trust", type=_FILE, help="The trust registry: verify signatures, issuers and grantors."),
     click.option("--issuer-keys", type=_FILE, help="Keyring with HMAC issuers' secrets (Ed25519 keys: registry)."),
     click.option("--matrix", type=_FILE, help="The delegation matrix: its maximum exception lifetime (default 30d)."),
-    click.option("--ledger", type=_FILE, help="Count each exception's uses in this audit ledger."),
+    click.option(
+        "--ledger", type=LEDGER, help="Count each exception's uses in this audit ledger (a file or postgresql://)."
+    ),
     click.option("--expiring", help="Also flag exceptions that expire within this span (14d, 12h)."),
     click.option("--now", help="The time to judge expiry at (RFC 3339; default: now)."),
     FORMAT,

@@ -52,7 +52,25 @@ def _hostile_ledger(path: Path) -> Path:
                 "decision": "DENY",
                 "authorization_status": "DENIED",
                 "reason_codes": [text],
-                "input": {"action": {"tenant_id": text}},
+                "input": {
+                    "action": {"tenant_id": text},
+                    "context": {"exceptions": [{"id": text, "scope": {"unit": text}}]},
+                },
+                "result": {  # an exception applied, every field of it hostile: shown as an override
+                    "reasons": [
+                        {
+                            "code": "exception_applied",
+                            "rule": f"kcp.exceptions.{text}",
+                            "details": {
+                                "exception": text,
+                                "waives": [text],
+                                "grantor": text,
+                                "ticket": text,
+                                "expires_at": text,
+                            },
+                        }
+                    ]
+                },
                 "timestamp": f"2026-11-29T10:0{index}:00.000000Z",
             }
         )
@@ -91,6 +109,8 @@ def test_report_of_a_hostile_ledger_renders_inert(tmp_path: Path) -> None:
             assert driver.find_elements(By.TAG_NAME, tag) == []  # type: ignore[attr-defined]
         body = driver.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
         assert HOSTILE[0] in body and HOSTILE[1] in body  # shown as the text it is
+        overrides = driver.find_element(By.XPATH, "//h3[text()='Exceptions applied']/following-sibling::table[1]")  # type: ignore[attr-defined]
+        assert all(text in overrides.text for text in HOSTILE), overrides.text  # id, scope, codes, grantor, ...
         try:
             driver.switch_to.alert  # type: ignore[attr-defined]  # noqa: B018
             raise AssertionError("a script from the ledger ran")
