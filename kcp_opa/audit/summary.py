@@ -52,7 +52,7 @@ class AppliedExceptions:
             found = str(details.get("exception") or str(reason.get("rule", "")).removeprefix("kcp.exceptions."))
             row = self._rows.setdefault(found, {"id": found, "waives": []})
             waives = details.get("waives")
-            row["waives"] = sorted({*row["waives"], *(str(c) for c in waives if isinstance(waives, list))})
+            row["waives"] = sorted({*row["waives"], *(str(c) for c in (waives if isinstance(waives, list) else []))})
             for name in ("grantor", "ticket", "expires_at"):
                 row[name] = str(details.get(name) or row.get(name) or "")
             row["scope"] = dict(_mapping(_mapping(held.get(found)).get("scope"))) or row.get("scope", {})

@@ -114,7 +114,8 @@ def test_a_budget_spent_by_another_execution_meanwhile_is_refused(bundles: tuple
     assert executor.store.execution(action["idempotency_key"]) is None  # not claimed, not consumed
     decisions = [e for _, e in read_entries(ledger) if e.get("type") == "decision"]
     mine = [e for e in decisions if e.get("action_hash") == receipt["action_hash"]]
-    assert {e["result"]["decision"] for e in mine[:-1]} == {"ALLOW"}
+    assert {e["decision_id"] for e in mine[:-1]} == {receipt["decision_id"]}  # opened, then its controls recorded
+    assert mine[-2]["result"]["execution_allowed"] and not mine[-1]["result"]["execution_allowed"]
     redecided = mine[-1]
     assert (
         redecided["decision_id"] != receipt["decision_id"] and "budget_exhausted" in redecided["result"]["reason_codes"]
