@@ -44,18 +44,19 @@ class AppliedExceptions:
             return
         given = _mapping(_mapping(entry.get("input")).get("context")).get("exceptions")
         held = {str(e.get("id")): e for e in given if isinstance(e, Mapping)} if isinstance(given, list) else {}
-        reasons = _mapping(entry.get("result")).get("reasons")
-        for reason in reasons if isinstance(reasons, list) else []:
-            if not isinstance(reason, Mapping) or reason.get("code") != "exception_applied":
+        listed = _mapping(entry.get("result")).get("reasons")
+        reasons = [r for r in listed if isinstance(r, Mapping)] if isinstance(listed, list) else []
+        for reason in reasons:
+            if reason.get("code") != "exception_applied":
                 continue
-            details = _mapping(reason.get("details"))
-            found = str(details.get("exception") or str(reason.get("rule", "")).removeprefix("kcp.exceptions."))
+            found = str(reason.get("rule", "")).removeprefix("kcp.exceptions.")
+            granted = _mapping(held.get(found))  # the exception as the gate verified and passed it
             row = self._rows.setdefault(found, {"id": found, "waives": []})
-            waives = details.get("waives")
-            row["waives"] = sorted({*row["waives"], *(str(c) for c in (waives if isinstance(waives, list) else []))})
+            waived = {str(r.get("code")) for r in reasons if r.get("waived_by") == found}
+            row["waives"] = sorted(waived | set(row["waives"]))
             for name in ("grantor", "ticket", "expires_at"):
-                row[name] = str(details.get(name) or row.get(name) or "")
-            row["scope"] = dict(_mapping(_mapping(held.get(found)).get("scope"))) or row.get("scope", {})
+                row[name] = str(granted.get(name) or row.get(name) or "")
+            row["scope"] = dict(_mapping(granted.get("scope"))) or row.get("scope", {})
             self._decisions.setdefault(found, set()).add(str(entry.get("decision_id") or entry.get("seq")))
 
     def uses(self, exception_id: str) -> int:

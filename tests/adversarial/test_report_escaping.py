@@ -54,21 +54,16 @@ def _hostile_ledger(path: Path) -> Path:
                 "reason_codes": [text],
                 "input": {
                     "action": {"tenant_id": text},
-                    "context": {"exceptions": [{"id": text, "scope": {"unit": text}}]},
+                    "context": {  # an exception applied, every field of it hostile: shown as an override
+                        "exceptions": [
+                            {"id": text, "scope": {"unit": text}, "grantor": text, "ticket": text, "expires_at": text}
+                        ]
+                    },
                 },
-                "result": {  # an exception applied, every field of it hostile: shown as an override
+                "result": {
                     "reasons": [
-                        {
-                            "code": "exception_applied",
-                            "rule": f"kcp.exceptions.{text}",
-                            "details": {
-                                "exception": text,
-                                "waives": [text],
-                                "grantor": text,
-                                "ticket": text,
-                                "expires_at": text,
-                            },
-                        }
+                        {"code": "exception_applied", "rule": f"kcp.exceptions.{text}"},
+                        {"code": f"waived{text}", "waived_by": text},
                     ]
                 },
                 "timestamp": f"2026-11-29T10:0{index}:00.000000Z",

@@ -32,7 +32,8 @@ from servicekit import GATE_ISSUER, SERVICE_ISSUER, start_server, stop_server, w
 
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.core.signing import Keyring
+from kcp_opa.context import sign_fact
+from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.trail.ledger import read_entries
 
 AGENT = "sd-agent"
@@ -40,6 +41,9 @@ WHO = {AGENT: "t-sd-agent-" + "a" * 32, "approval-desk": "t-desk-" + "b" * 32}
 WHO |= {"payments-executor": "t-exec-" + "c" * 32, "ops_olga": "t-admin-" + "d" * 32}
 WHO |= {"auditor_ada": "t-auditor-" + "e" * 32}
 browser = uikit.browser  # the module-scoped headless Chromium
+#: What the providers attest about the customer: evidence present, nothing new or uncertain.
+SUBJECT = {"evidence_status": "present", "new_beneficiary": False, "modified_beneficiary": False}
+SUBJECT["screening_uncertain"] = False
 BASE: dict[str, Any] = yaml.safe_load((REPO / "fixtures" / "cases" / "support-desk.yaml").read_text())["base_action"]
 
 
@@ -86,7 +90,26 @@ def _registry(work: Path) -> tuple[Path, Path, Any]:
             "keys": [{"kid": board.kid, "alg": "Ed25519", "public_key": public}],
         }
     )
+    attestor = generate_ed25519("recheck-attestor-ed25519")
+    public = Keyring({attestor.kid: attestor}).to_file_dict(include_private=False)["keys"][0]["public_key"]
+    registry["issuers"].append(
+        {
+            "id": "recheck-attestor",
+            "type": "provider",
+            "controls": [],
+            "facts": sorted(SUBJECT),
+            "keys": [{"kid": attestor.kid, "alg": "Ed25519", "public_key": public}],
+        }
+    )
     registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    times = {"issued_at": now - dt.timedelta(hours=1), "expires_at": now + dt.timedelta(days=1)}
+    stamps = {k: v.strftime("%Y-%m-%dT%H:%M:%SZ") for k, v in times.items()}
+    items = [
+        sign_fact({"fact": f, "value": v, "subject_id": "user_001", **stamps}, "recheck-attestor", attestor)
+        for f, v in SUBJECT.items()
+    ]
+    (work / "attestations.json").write_text(json.dumps(items))  # serve reads the file beside the registry
     return registry_path, keys, board
 
 
@@ -188,7 +211,7 @@ def _both_decisions_replay(served: Served, receipt: dict[str, Any], code: str = 
     assert code in redecided[-1]["result"]["reason_codes"]
     revisions = {read_bundle(b).revision: b for b in (served.before, served.after)}
     for entry in [*original, redecided[-1]]:
-        bundle = read_bundle(revisions[entry["bundle_revision"]])
+        bundle = read_bundle(revisions[entry["input"]["context"]["bundle_revision"]])
         replayed = opa_query(bundle, "data.kcp.gate.decision", entry["input"])
         assert replayed["decision"] == entry["result"]["decision"], entry["decision_id"]
 
@@ -256,7 +279,7 @@ def test_the_dashboard_shows_the_exceptions_applied_as_overrides(served: Served,
     table = uikit._wait_for(browser, "exceptions")
     headers = [h.text for h in table.find_elements(By.TAG_NAME, "th")]
     assert headers == ["exception", "scope", "codes waived", "grantor", "ticket", "expires_at", "uses"]
-    cells = [c.text for c in table.find_elements(By.CSS_SELECTOR, "tbody tr td")]
+    cells = [c.get_attribute("textContent") for c in table.find_elements(By.CSS_SELECTOR, "tbody tr td")]
     assert cells[:5] == [
         "EXC-1",
         f"agent_id={AGENT}, tenant_id=tenant_a, unit=support-desk/customer-records",
