@@ -162,7 +162,8 @@ def _governance(manifest: Manifest, root: Mapping[str, Any], unit: Mapping[str, 
     out["effective_visibility"] = Sourced(
         gov.visibility_cells(visibility, flat if isinstance(flat, str) else None), f"resolved from {source}"
     )
-    out["superseded_by"] = Sourced(gov.superseded_by(manifest.units, str(unit["id"])), "units that declare supersedes")
+    successors = list(manifest.supersessors.get(str(unit["id"]), []))
+    out["superseded_by"] = Sourced(successors, "units that declare supersedes")
     out["rate_limits"] = Sourced(*gov.replaced_block(root, unit, "rate_limits"))
     out["temporal"] = Sourced(*gov.effective_temporal(root, unit))
     out["not_for"] = Sourced(gov.folded_not_for(unit), UNIT if "not_for" in unit else DEFAULT)

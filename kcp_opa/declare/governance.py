@@ -346,6 +346,12 @@ def folded_not_for(unit: Mapping[str, Any]) -> list[str]:
     return sorted({fold_text(v) for v in values if isinstance(v, str)}) if isinstance(values, list) else []
 
 
-def superseded_by(units: Iterable[Mapping[str, Any]], unit_id: str) -> list[str]:
-    """The units that declare ``supersedes: unit_id`` (KCP §4.8): what an agent should prefer."""
-    return sorted({str(u["id"]) for u in units if u.get("supersedes") == unit_id and "id" in u})
+def supersessors(units: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per unit id, the units that declare ``supersedes: <id>`` (KCP §4.8): what an agent should
+    prefer. One pass over the manifest, so resolving every unit stays linear in the unit count."""
+    found: dict[str, set[str]] = {}
+    for unit in units:
+        target = unit.get("supersedes")
+        if isinstance(target, str) and "id" in unit:
+            found.setdefault(target, set()).add(str(unit["id"]))
+    return {target: sorted(ids) for target, ids in found.items()}
