@@ -74,7 +74,10 @@ def service_context(
             raise CodedError(f"{attestations}: a JSON list of attestations", "attestations")
         signed = SignedAttestations(registry, keyring, items)
     return ContextSources(
-        registry=RegistrySource(registry) if registry is not None else None, config=config, attestations=signed
+        registry=RegistrySource(registry) if registry is not None else None,
+        config=config,
+        attestations=signed,
+        metering=signed,  # spend attestations of metering issuers, from the same file
     )
 
 
