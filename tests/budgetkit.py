@@ -114,9 +114,7 @@ def parts(
 ) -> tuple[Gate, ControlDesk, Executor]:
     counters, executions = stores_at(store)
     gate = vouched_gate(bundle, preflight=False, plan_cache=plan_cache)
-    gate.context = replace(
-        context or ContextSources(), counters=StoreCounters.for_bundle(counters, gate.bundle.data)
-    )
+    gate.context = replace(context or ContextSources(), counters=StoreCounters.for_bundle(counters, gate.bundle.data))
     keyring = Keyring({KEY.kid: KEY}, KEY.kid)
     executor = Executor(keyring=keyring, policy_versions=[gate.policy_version], store=executions)
     return gate, make_desk(gate), executor

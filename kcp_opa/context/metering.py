@@ -64,7 +64,9 @@ def epoch_seconds(text: Any) -> int | None:
 
 def subjects(action: Mapping[str, Any]) -> set[str]:
     """The keys a budget of this action may count under (budget.rego's ``key``)."""
-    return {v for v in (action.get("tenant_id"), action.get("agent_id"), action.get("action_type")) if isinstance(v, str)}
+    return {
+        v for v in (action.get("tenant_id"), action.get("agent_id"), action.get("action_type")) if isinstance(v, str)
+    }
 
 
 def refusal(raw: Mapping[str, Any], registry: TrustRegistry, keyring: Keyring | None) -> str | None:
@@ -114,7 +116,9 @@ def metered_spends(
         why = refusal(raw, registry, keyring)
         if why is not None:
             budget = raw.get("budget")
-            refused.append({"fact": METERED_SPEND, "reason": why, **({"budget": budget} if isinstance(budget, str) else {})})
+            refused.append(
+                {"fact": METERED_SPEND, "reason": why, **({"budget": budget} if isinstance(budget, str) else {})}
+            )
             continue
         issuer = canonical_id(str(raw["issuer"]))
         spend = {

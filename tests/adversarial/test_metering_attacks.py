@@ -88,7 +88,9 @@ def test_attested_spend_counts_toward_the_budget_with_its_source(bundle: Path, t
 
 def test_an_agent_stating_a_lower_spend_is_not_believed(bundle: Path, tmp_path: Path) -> None:
     genuine = decide(bundle, tmp_path / "a.db", [spend()])
-    own = sign_spend({"budget": "tenant_daily_usd", "subject": "tenant_demo", "amount_minor": 0}, METER, generate_ed25519("x"))
+    own = sign_spend(
+        {"budget": "tenant_daily_usd", "subject": "tenant_demo", "amount_minor": 0}, METER, generate_ed25519("x")
+    )
     stated = {"budget_state": "within_budget", "spent_minor": 0, "metering": [own], "metered_spend_minor": 0}
     lax = decide(bundle, tmp_path / "b.db", [spend()], runtime=stated)
     assert lax[0] == "ESCALATE" and "budget_exhausted" in lax[1]

@@ -98,8 +98,13 @@ def test_the_newest_spend_of_one_period_speaks() -> None:
 
 def test_a_spend_is_not_a_fact_and_a_fact_is_not_a_spend() -> None:
     fact = sign_fact(
-        {"fact": "evidence_status", "value": "present", "subject_id": "u1", "issued_at": FIELDS["issued_at"],
-         "expires_at": FIELDS["expires_at"]},
+        {
+            "fact": "evidence_status",
+            "value": "present",
+            "subject_id": "u1",
+            "issued_at": FIELDS["issued_at"],
+            "expires_at": FIELDS["expires_at"],
+        },
         "bank-idp",
         issuer_key("bank-idp"),
     )

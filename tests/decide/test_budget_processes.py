@@ -136,9 +136,7 @@ def _killed_child(bundle: Path, store: str, tmp: Path, stage: str) -> dict[str, 
     return receipt
 
 
-def test_kill_9_between_reservation_and_execution_never_spends_twice(
-    bundle: Path, store: str, tmp_path: Path
-) -> None:
+def test_kill_9_between_reservation_and_execution_never_spends_twice(bundle: Path, store: str, tmp_path: Path) -> None:
     receipt = _killed_child(bundle, store, tmp_path, "after_reservation")
     assert _spent(store) == {"reserved_count": 1, "reserved_minor": AMOUNT}  # held, not spent
     _, desk, executor = parts(bundle, store)
@@ -160,9 +158,7 @@ def test_kill_9_between_reservation_and_execution_never_spends_twice(
     }
 
 
-def test_kill_9_inside_the_handler_spends_once_and_a_retry_releases(
-    bundle: Path, store: str, tmp_path: Path
-) -> None:
+def test_kill_9_inside_the_handler_spends_once_and_a_retry_releases(bundle: Path, store: str, tmp_path: Path) -> None:
     _killed_child(bundle, store, tmp_path, "in_handler")
     assert _spent(store) == {"committed_count": 1, "committed_minor": AMOUNT}  # consumed: committed with it
     _, desk, executor = parts(bundle, store)

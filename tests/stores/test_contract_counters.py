@@ -182,9 +182,7 @@ def test_transfers_are_filtered_by_key_task_type_and_window(backend: Backend) ->
     _reserve(counters, _transfer("r2", beneficiary="b2", amount=50))
 
     def totals(**query: Any) -> tuple[int, int]:
-        found = counters.read(
-            lambda view: view.transfers(currency=query.pop("currency", "USD"), now=_at(1), **query)
-        )
+        found = counters.read(lambda view: view.transfers(currency=query.pop("currency", "USD"), now=_at(1), **query))
         return found.count, found.reserved_minor
 
     since = "2026-11-29T09:00:00.000000Z"
