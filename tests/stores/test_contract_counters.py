@@ -205,3 +205,22 @@ def test_the_counter_schema_is_versioned_and_a_newer_one_refused(backend: Backen
     with pytest.raises(StoreError) as newer:
         backend.open()
     assert newer.value.code == "schema_newer"
+
+
+def test_a_store_made_before_the_counters_gains_them_in_one_migration(backend: Backend) -> None:
+    stores = backend.open()
+    executions = stores.executions.schema_version()  # type: ignore[attr-defined]
+    backend.execute(  # as a kcp-opa without counters left it: no counter tables, executions one version back
+        *(f"DROP TABLE IF EXISTS {table}" for table in ("transfers", "requests", "request_heads", "counter_head")),
+        "DELETE FROM store_schema WHERE component = 'counters'",
+        f"UPDATE store_schema SET version = {executions - 1} WHERE component = 'executions'",
+    )
+    versions = migrate(backend.location)
+    assert versions["counters"] == 1 and versions["executions"] == executions
+    reopened = backend.open()
+    counters = reopened.counters
+    assert counters is not None
+    _reserve(counters, _transfer("r1"))
+    assert reopened.executions.consume("n1", "r1", "2030-01-01T00:00:00Z") is True
+    assert counters.transfer_state("r1") == "committed"
+    assert counters.count_request("p/u", "alice", _at(10), [_at(0)]) == [1]
