@@ -106,6 +106,14 @@ metering_unusable contains b.id if {
 	metering.unusable(b, key(b.per))
 }
 
+_exhausted(b) if total(b) > b.limit_minor
+
+# A budget already at its limit is exhausted for an action that moves no money too.
+_exhausted(b) if {
+	_amount == 0
+	total(b) >= b.limit_minor
+}
+
 # METADATA
 # title: Findings
 # description: ESCALATE budget_exhausted when this action would take the budget past its limit.

@@ -17,7 +17,15 @@ _metering := object.get(input, ["context", "metering"], [])
 
 _refused := object.get(input, ["context", "attestations_refused"], [])
 
-_decided_at := object.get(input, ["context", "decision_epoch_seconds"], null)
+# The decision time, only when the input has one (no arithmetic on anything else).
+_decided_at := t if {
+	t := input.context.decision_epoch_seconds
+	is_number(t)
+}
+
+default _timed := false
+
+_timed if is_number(_decided_at)
 
 # METADATA
 # title: A metering source built this input (input.context.metering is a list)
@@ -30,15 +38,9 @@ _names(b, k, m) if {
 	m.subject == k
 }
 
-_in_window(b, m) if {
-	is_number(_decided_at)
-	m.period_end_epoch_seconds > _decided_at - b.window_seconds
-}
+_in_window(b, m) if m.period_end_epoch_seconds > _decided_at - b.window_seconds
 
-_current(m) if {
-	is_number(_decided_at)
-	m.expires_epoch_seconds > _decided_at
-}
+_current(m) if m.expires_epoch_seconds > _decided_at
 
 # METADATA
 # title: Attested spend of budget b under key k
@@ -71,7 +73,7 @@ unusable(b, k) if {
 unusable(b, k) if {
 	some m in _metering
 	_names(b, k, m)
-	not is_number(_decided_at)
+	not _timed
 }
 
 unusable(b, _) if {

@@ -29,9 +29,9 @@ _spend(amount, extra) := object.union(
 
 test_current_spend_in_the_window_is_summed if {
 	spends := [_spend(1200, {}), _spend(300, {"period_start_epoch_seconds": _now - 7200})]
-	metering.spent(_b, "a1") == 1500 with input.context.metering as spends with input.context.decision_epoch_seconds as _now
-	not metering.unusable(_b, "a1") with input.context.metering as spends
-		with input.context.decision_epoch_seconds as _now
+	c := {"metering": spends, "decision_epoch_seconds": _now}
+	metering.spent(_b, "a1") == 1500 with input.context as c
+	not metering.unusable(_b, "a1") with input.context as c
 }
 
 test_another_budget_key_or_an_old_period_is_not_counted_and_not_unusable if {
@@ -41,27 +41,30 @@ test_another_budget_key_or_an_old_period_is_not_counted_and_not_unusable if {
 		_spend(1000, {"budget": "other"}),
 		_spend(1000, {"period_start_epoch_seconds": old - 60, "period_end_epoch_seconds": old}),
 	]
-	metering.spent(_b, "a1") == 0 with input.context.metering as spends with input.context.decision_epoch_seconds as _now
-	not metering.unusable(_b, "a1") with input.context.metering as spends
-		with input.context.decision_epoch_seconds as _now
+	c := {"metering": spends, "decision_epoch_seconds": _now}
+	metering.spent(_b, "a1") == 0 with input.context as c
+	not metering.unusable(_b, "a1") with input.context as c
 }
 
 test_a_stale_spend_is_not_counted_and_unusable if {
 	spends := [_spend(1000, {"expires_epoch_seconds": _now})]
-	metering.spent(_b, "a1") == 0 with input.context.metering as spends with input.context.decision_epoch_seconds as _now
-	metering.unusable(_b, "a1") with input.context.metering as spends with input.context.decision_epoch_seconds as _now
+	c := {"metering": spends, "decision_epoch_seconds": _now}
+	metering.spent(_b, "a1") == 0 with input.context as c
+	metering.unusable(_b, "a1") with input.context as c
 }
 
 test_a_spend_in_another_currency_is_not_counted_and_unusable if {
 	spends := [_spend(1000, {"currency": "EUR"})]
-	metering.spent(_b, "a1") == 0 with input.context.metering as spends with input.context.decision_epoch_seconds as _now
-	metering.unusable(_b, "a1") with input.context.metering as spends with input.context.decision_epoch_seconds as _now
+	c := {"metering": spends, "decision_epoch_seconds": _now}
+	metering.spent(_b, "a1") == 0 with input.context as c
+	metering.unusable(_b, "a1") with input.context as c
 }
 
 test_without_a_decision_time_a_spend_is_unusable if {
 	spends := [_spend(1000, {})]
-	metering.spent(_b, "a1") == 0 with input.context.metering as spends
-	metering.unusable(_b, "a1") with input.context.metering as spends
+	c := {"metering": spends}
+	metering.spent(_b, "a1") == 0 with input.context as c
+	metering.unusable(_b, "a1") with input.context as c
 }
 
 test_a_refused_spend_makes_the_budget_it_names_unusable if {
