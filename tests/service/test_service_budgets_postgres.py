@@ -69,7 +69,11 @@ def read(n: int) -> dict[str, Any]:
         "requested_action": "read_payments",
         "target": {"type": "document", "reference": "suppliers", "tenant_id": "tenant_demo"},
         "knowledge": {"project": "treasury-budget", "unit": "supplier-payments", "fields_read": ["amount"]},
-        "authorization_context": {"requested_by": "user_001", "session_id": "session_001"},
+        "authorization_context": {
+            "requested_by": "user_001",
+            "session_id": "session_001",
+            "agent_scope": ["prepare_payment", "execute_payment"],
+        },
         "trace": {"traceparent": "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01"},
         "created_at": "2026-11-29T09:59:00Z",
     }
@@ -92,7 +96,9 @@ def test_replicas_on_postgres_count_one_rate_limit_together(replicas: tuple[list
     rules = [{(r["code"], r["rule"]) for r in d["reasons"]} for d in decisions]
     assert [("rate_limited", "budget.rate_limit") in found for found in rules] == [False, False, False, True]
     assert not any(("context_missing", "budget.counters") in found for found in rules), rules
-    assert decisions[3]["decision"] == "ESCALATE"  # the matrix's rate_limits.outcome
+    # The reads are refused on access too (the agent holds no treasury:payments scope): what is
+    # asserted is the counting, shared by both replicas through the database.
+    assert all(d["decision"] in {"ESCALATE", "COMPLIANCE_REVIEW", "DENY"} for d in decisions[3:])
     with psycopg.connect(dsn) as connection:
         assert connection.execute("SELECT count(*) FROM requests").fetchone() == (4,)
     status = httpx2.get(f"{urls[0]}/v1/status", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30).json()
