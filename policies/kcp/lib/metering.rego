@@ -40,7 +40,7 @@ _names(b, k, m) if {
 
 _in_window(b, m) if m.period_end_epoch_seconds > _decided_at - b.window_seconds
 
-_current(m) if m.expires_epoch_seconds > _decided_at
+_spend_current(m) if m.expires_epoch_seconds > _decided_at
 
 # METADATA
 # title: Attested spend of budget b under key k
@@ -49,18 +49,20 @@ spent(b, k) := sum([m.amount_minor |
 	some m in _metering
 	_names(b, k, m)
 	_in_window(b, m)
-	_current(m)
+	_spend_current(m)
 	m.currency == b.currency
 ])
 
 # METADATA
 # title: Budget b's attested spend under key k cannot be established
-# description: Stale at the decision time, in another currency, refused, not placed in time, or a metered budget without a source.
+# description: |
+#   Stale at the decision time, in another currency, refused, not placed in time, or a metered
+#   budget without a source.
 unusable(b, k) if {
 	some m in _metering
 	_names(b, k, m)
 	_in_window(b, m)
-	not _current(m)
+	not _spend_current(m)
 }
 
 unusable(b, k) if {
