@@ -1,15 +1,18 @@
 """The budget deployment (fixtures/deployments/budget) and one payment's whole path through it.
 
-Each call builds its own gate, desk and executor on a shared store file, as a separate process
-does: decide -> record the required controls -> issue (reserving the budget) -> execute.
+Each call builds its own gate, desk and executor on a shared store (a SQLite file, or a
+``postgresql://`` database), as a separate process does: decide -> record the required
+controls -> issue (reserving the budget) -> execute.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,8 @@ from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.opening import Stores, is_database, open_stores
+from kcp_opa.stores.protocols import CounterStore, ExecutorStore
 from kcp_opa.stores.sqlite import SQLiteCounterStore, SQLiteStore
 
 SECRET = b"budget-receipt-secret-0123456789abcdef"
@@ -76,12 +81,42 @@ def payment(n: int, *, value: int = 100000, beneficiary: str = "supplier_1", **e
     }
 
 
-def parts(bundle: Path, store: Path, *, plan_cache: Path | None = None) -> tuple[Gate, ControlDesk, Executor]:
-    counters = SQLiteCounterStore(store)
+#: One pool per database and process: each ``parts`` call on SQLite opens its own connections
+#: (as another process would); on PostgreSQL they share the process's pool, as a replica does.
+_DATABASES: dict[str, Stores] = {}
+
+
+def stores_at(store: Path | str) -> tuple[CounterStore, ExecutorStore]:
+    """The counter store and the executor store at ``store`` (one SQLite file or one database)."""
+    if is_database(store):
+        location = str(store)
+        if location not in _DATABASES:
+            _DATABASES[location] = open_stores(location)
+        opened = _DATABASES[location]
+        assert opened.counters is not None
+        return opened.counters, opened.executions
+    return SQLiteCounterStore(Path(store)), SQLiteStore(Path(store))
+
+
+def rows(store: Path | str, query: str) -> list[tuple[Any, ...]]:
+    """``query``'s rows on a fresh connection to ``store``, past the stores' API (what a test checks)."""
+    if is_database(store):
+        import psycopg
+
+        with psycopg.connect(str(store), autocommit=True) as connection:
+            return [tuple(row) for row in connection.execute(query.encode()).fetchall()]
+    with sqlite3.connect(store) as connection:
+        return [tuple(row) for row in connection.execute(query).fetchall()]
+
+
+def parts(
+    bundle: Path, store: Path | str, *, plan_cache: Path | None = None, context: ContextSources | None = None
+) -> tuple[Gate, ControlDesk, Executor]:
+    counters, executions = stores_at(store)
     gate = vouched_gate(bundle, preflight=False, plan_cache=plan_cache)
-    gate.context = ContextSources(counters=StoreCounters.for_bundle(counters, gate.bundle.data))
+    gate.context = replace(context or ContextSources(), counters=StoreCounters.for_bundle(counters, gate.bundle.data))
     keyring = Keyring({KEY.kid: KEY}, KEY.kid)
-    executor = Executor(keyring=keyring, policy_versions=[gate.policy_version], store=SQLiteStore(store))
+    executor = Executor(keyring=keyring, policy_versions=[gate.policy_version], store=executions)
     return gate, make_desk(gate), executor
 
 
@@ -96,7 +131,7 @@ def approve(desk: ControlDesk, action: Mapping[str, Any], now: dt.datetime) -> G
 
 def pay(
     bundle: Path,
-    store: Path,
+    store: Path | str,
     action: Mapping[str, Any],
     *,
     now: dt.datetime = T0,

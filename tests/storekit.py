@@ -42,6 +42,19 @@ class Backend:
         with psycopg.connect(self.location, autocommit=True) as connection:
             connection.execute("UPDATE store_schema SET version = %s WHERE component = %s", (version, component))
 
+    def execute(self, *statements: str) -> None:
+        """Run schema statements behind the stores' back (to leave a store as an older kcp-opa did)."""
+        if self.name == "sqlite":
+            with sqlite3.connect(self.location) as connection:
+                for statement in statements:
+                    connection.execute(statement)
+            return
+        import psycopg
+
+        with psycopg.connect(self.location, autocommit=True) as connection:
+            for statement in statements:
+                connection.execute(statement.encode())
+
     def close(self) -> None:
         for stores in self.opened:
             database = getattr(stores.executions, "database", None)

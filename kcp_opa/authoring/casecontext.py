@@ -222,6 +222,8 @@ class VouchingGate(Gate):
                 return super().prepare(action, now=now, principal=principal)
             if self.context is not None and self.context.counters is not None:  # the gate's counts stay its own
                 context = replace(context, counters=self.context.counters)
+            if self.context is not None and self.context.metering is not None:  # and so does its metering
+                context = replace(context, metering=self.context.metering)
         return super().prepare(action, now=now, principal=principal, context=context)
 
 

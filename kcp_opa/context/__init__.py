@@ -8,6 +8,7 @@ from kcp_opa.context.attested import AttestationSource, SignedAttestations, sign
 from kcp_opa.context.builder import ContextSourceError, ContextSources, build_context
 from kcp_opa.context.exceptions import ExceptionSource, SignedExceptions
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
+from kcp_opa.context.metering import METERED_SPEND, MeteringSource, sign_spend
 from kcp_opa.context.sources import (
     CounterSource,
     GateConfigSource,
@@ -19,6 +20,7 @@ from kcp_opa.context.sources import (
 
 __all__ = [
     "FACTS",
+    "METERED_SPEND",
     "AttestationSource",
     "ContextSourceError",
     "ContextSources",
@@ -27,6 +29,7 @@ __all__ = [
     "FactClass",
     "FactSpec",
     "GateConfigSource",
+    "MeteringSource",
     "PrincipalSource",
     "RegistrySource",
     "SignedAttestations",
@@ -35,4 +38,5 @@ __all__ = [
     "StaticGateConfig",
     "build_context",
     "sign_fact",
+    "sign_spend",
 ]

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, FactClass
+from kcp_opa.context.metering import METERED_SPEND, Spend, metered_spends
 from kcp_opa.context.sources import Fact, fact
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
@@ -64,7 +65,8 @@ def _same_id(left: Any, right: Any) -> bool:
 
 
 class SignedAttestations:
-    """Fact attestations held in memory, verified against the trust registry per action."""
+    """Fact and spend attestations held in memory, verified against the trust registry per action
+    (an :class:`AttestationSource` and a :class:`~kcp_opa.context.metering.MeteringSource`)."""
 
     def __init__(self, registry: TrustRegistry, keyring: Keyring | None = None, items: Iterable[Any] = ()) -> None:
         self.registry, self.keyring = registry, keyring
@@ -79,6 +81,12 @@ class SignedAttestations:
         with self._lock:
             held = len(self._items)
         return {"kind": "attestations", "registry": self.registry.name, "held": held}
+
+    def metered_spends(self, action: Mapping[str, Any]) -> tuple[list[Spend], list[dict[str, str]]]:
+        """The verified spend attestations of this action's subjects (kcp_opa.context.metering)."""
+        with self._lock:
+            items = list(self._items)
+        return metered_spends(items, action, self.registry, self.keyring)
 
     def refusal(self, raw: Any, action: Mapping[str, Any], action_hash: str) -> str | None:
         """Why ``raw`` does not attest a fact of this action, or None when it does."""
@@ -124,6 +132,8 @@ class SignedAttestations:
         facts: dict[str, Fact] = {}
         refused: list[dict[str, str]] = []
         for raw in items:
+            if isinstance(raw, Mapping) and raw.get("fact") == METERED_SPEND:
+                continue  # a spend, not a fact: metered_spends
             why = self.refusal(raw, action, action_hash)
             if why == "not_bound_to_this_action":
                 continue  # another action's attestation: not this decision's business

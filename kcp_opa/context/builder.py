@@ -20,6 +20,7 @@ import structlog
 from kcp_opa.context.attested import AttestationSource
 from kcp_opa.context.exceptions import ExceptionSource
 from kcp_opa.context.facts import FACTS
+from kcp_opa.context.metering import MeteringSource
 from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
 from kcp_opa.core.errors import KcpOpaError, StoreError
 
@@ -41,6 +42,8 @@ class ContextSources:
     counters: CounterSource | None = None
     #: Verified exceptions (kcp_opa.context.exceptions); absent -> no ``exceptions`` key.
     exceptions: ExceptionSource | None = None
+    #: Attested spend from metering issuers (kcp_opa.context.metering); absent -> no ``metering`` key.
+    metering: MeteringSource | None = None
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /v1/status`` and the decision document show: the sources, never their keys."""
@@ -50,6 +53,7 @@ class ContextSources:
             "attestations": self.attestations.describe() if self.attestations is not None else None,
             "counters": type(self.counters).__name__ if self.counters is not None else None,
             "exceptions": self.exceptions.describe() if self.exceptions is not None else None,
+            "metering": self.metering.describe() if self.metering is not None else None,
         }
 
 
@@ -69,8 +73,8 @@ def build_context(
     action_hash: str,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "counters"?: {...},
-    "exceptions"?: [...]}``.
+    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "metering"?: [...],
+    "counters"?: {...}, "exceptions"?: [...]}``.
 
     ``now`` is the decision time the counter source counts its windows back from. A counter
     store that fails leaves ``counters`` absent: the policy answers ``context_missing`` for a
@@ -89,6 +93,11 @@ def build_context(
         facts.update(_only("attestation", attested))
         if refused:
             built["attestations_refused"] = refused
+    if sources.metering is not None:
+        spends, unmetered = sources.metering.metered_spends(action)
+        built["metering"] = spends
+        if unmetered:
+            built["attestations_refused"] = [*built.get("attestations_refused", []), *unmetered]
     if sources.counters is not None:
         try:
             counted = sources.counters.counters(action, now=now)

@@ -80,7 +80,7 @@ def created_epoch_seconds(action: Mapping[str, Any]) -> int:
 
 
 #: The keys of ``input.context`` the context stage builds (kcp_opa.context.builder).
-CONTEXT_KEYS = ("facts", "facts_principal", "attestations_refused", "counters", "exceptions")
+CONTEXT_KEYS = ("facts", "facts_principal", "attestations_refused", "metering", "counters", "exceptions")
 
 
 def built_context(document: Mapping[str, Any]) -> dict[str, Any]:

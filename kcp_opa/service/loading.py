@@ -76,7 +76,10 @@ def service_context(
             raise CodedError(f"{attestations}: a JSON list of attestations", "attestations")
         signed = SignedAttestations(registry, keyring, items)
     return ContextSources(
-        registry=RegistrySource(registry) if registry is not None else None, config=config, attestations=signed
+        registry=RegistrySource(registry) if registry is not None else None,
+        config=config,
+        attestations=signed,
+        metering=signed,  # spend attestations of metering issuers, from the same file
     )
 
 
@@ -178,7 +181,7 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     keyring = keyring or store_receipt_keyring(stores.decisions.seal_key())
     if stores.counters is not None:  # budgets and rate limits count on the service's own store
         with_counters(gate, stores.counters)
-    else:  # a PostgreSQL store counts nothing yet (docs/budgets.md): a declared limit is context_missing
+    else:  # a store without counters counts nothing (docs/budgets.md): a declared limit is context_missing
         _log.warning("counters_unavailable", reason="the store has no counter store", effect="context_missing")
     service = GateService(
         gate,

@@ -75,6 +75,7 @@ def open_stores(location: str | Path) -> Stores:
                 challenges=postgres.PostgresChallengeStore(database),
                 decisions=postgres.PostgresDecisionStore(database),
                 location=database.location,
+                counters=postgres.PostgresCounterStore(database),
             )
         except StoreError:
             database.close()

@@ -1,4 +1,5 @@
-"""Rate limits and velocity counted by the gate from its own history (issue 25), on one store.
+"""Rate limits and velocity counted by the gate from its own history (issue 25), on one store:
+each test runs on a SQLite file and on a PostgreSQL database (the ``backend`` fixture).
 
 The window is the gate's decision time (``now`` injected), never a sleep: the fourth read of a
 unit limited to three a minute gets the matrix's outcome, and a minute later it is allowed again.
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from budgetkit import T0, compile_budget, parts, pay, payment
 from conftest import DEPLOYMENTS, POLICIES, vouched_gate
+from storekit import Backend
 from trustkit import REGISTRY
 
 from kcp_opa.compile.compiler import compile_bundle
@@ -22,6 +24,12 @@ from kcp_opa.core.errors import StoreError
 from kcp_opa.decide.counting import StoreCounters
 
 TRACE = {"traceparent": "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01"}
+
+
+@pytest.fixture
+def store(backend: Backend) -> str:
+    """The store every part of one test shares: a SQLite file, then a PostgreSQL database."""
+    return backend.location
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +56,8 @@ def read(n: int, principal: str = "user_001") -> dict[str, Any]:
     return action
 
 
-def test_the_request_past_the_limit_gets_the_matrix_outcome_and_the_window_slides(bundle: Path, tmp_path: Path) -> None:
-    gate, _, _ = parts(bundle, tmp_path / "store.db")
+def test_the_request_past_the_limit_gets_the_matrix_outcome_and_the_window_slides(bundle: Path, store: str) -> None:
+    gate, _, _ = parts(bundle, store)
     at = [T0, T0 + dt.timedelta(seconds=10), T0 + dt.timedelta(seconds=20), T0 + dt.timedelta(seconds=30)]
     decisions = [gate.decide(read(n), now=moment) for n, moment in enumerate(at)]
     assert [("rate_limited" in d.reason_codes) for d in decisions] == [False, False, False, True]
@@ -64,8 +72,7 @@ def test_the_request_past_the_limit_gets_the_matrix_outcome_and_the_window_slide
     assert "rate_limited" in gate.decide(read(10), now=T0 + dt.timedelta(seconds=87)).reason_codes
 
 
-def test_velocity_sum_in_the_window_crossing_the_threshold_raises_the_decision(bundle: Path, tmp_path: Path) -> None:
-    store = tmp_path / "store.db"
+def test_velocity_sum_in_the_window_crossing_the_threshold_raises_the_decision(bundle: Path, store: str) -> None:
     assert pay(bundle, store, payment(1, value=250000))[0] == "executed"
     gate, _, _ = parts(bundle, store)
     crossing = gate.decide(payment(2, value=100000), now=T0 + dt.timedelta(minutes=10))
@@ -77,8 +84,7 @@ def test_velocity_sum_in_the_window_crossing_the_threshold_raises_the_decision(b
     assert "velocity_exceeded" not in slid.reason_codes and slid.decision.value == "USER_CONFIRMATION"
 
 
-def test_a_first_payment_is_high_risk_from_the_history_and_a_second_is_not(bundle: Path, tmp_path: Path) -> None:
-    store = tmp_path / "store.db"
+def test_a_first_payment_is_high_risk_from_the_history_and_a_second_is_not(bundle: Path, store: str) -> None:
     gate, _, _ = parts(bundle, store)
     stated_low = payment(1, runtime={"risk_level": "low"})
     assert gate.decide(stated_low, now=T0).risk_level.value == "HIGH"
@@ -100,8 +106,8 @@ def test_counters_unavailable_is_context_missing_never_an_allow(bundle: Path, tm
     }
 
 
-def test_the_counts_are_in_the_archived_input(bundle: Path, tmp_path: Path) -> None:
-    gate, _, _ = parts(bundle, tmp_path / "store.db")
+def test_the_counts_are_in_the_archived_input(bundle: Path, store: str) -> None:
+    gate, _, _ = parts(bundle, store)
     assert gate.context is not None and isinstance(gate.context.counters, StoreCounters)
     document = gate.prepare(read(1), now=T0).document
     counters = document["context"]["counters"]
@@ -116,7 +122,7 @@ def test_the_counts_are_in_the_archived_input(bundle: Path, tmp_path: Path) -> N
     assert counters["budgets"]["tenant_daily_usd"] == {"key": "tenant_demo", "spent_minor": 0, "reserved_minor": 0}
 
 
-def test_a_reloaded_bundle_counts_its_own_budgets(bundle: Path, tmp_path: Path) -> None:
+def test_a_reloaded_bundle_counts_its_own_budgets(bundle: Path, store: str, tmp_path: Path) -> None:
     """A hot reload that changes the matrix's budgets is counted from its first decision on: the
     gate never keeps counting the budgets of the bundle it started with."""
     base = tmp_path / "deployment"
@@ -127,7 +133,7 @@ def test_a_reloaded_bundle_counts_its_own_budgets(bundle: Path, tmp_path: Path) 
     )
     renamed = tmp_path / "renamed.tar.gz"
     compile_bundle([base / "knowledge.yaml"], matrix, POLICIES, renamed, trust_path=REGISTRY)
-    gate, _, _ = parts(bundle, tmp_path / "store.db")
+    gate, _, _ = parts(bundle, store)
     assert "tenant_daily_usd" in gate.prepare(read(1), now=T0).document["context"]["counters"]["budgets"]
     gate.activate(renamed)
     budgets = gate.prepare(read(2), now=T0).document["context"]["counters"]["budgets"]

@@ -6,6 +6,7 @@ Needs the ``postgres`` extra (psycopg 3 with its pool). Every store of a process
 
 from kcp_opa.stores.postgres.base import PostgresBase, PostgresDatabase, is_postgres, redact
 from kcp_opa.stores.postgres.challenges import PostgresChallengeStore
+from kcp_opa.stores.postgres.counters import PostgresCounterStore
 from kcp_opa.stores.postgres.decisions import PostgresDecisionStore
 from kcp_opa.stores.postgres.executions import PostgresStore
 from kcp_opa.stores.postgres.handoffs import PostgresHandoffStore
@@ -13,6 +14,7 @@ from kcp_opa.stores.postgres.handoffs import PostgresHandoffStore
 __all__ = [
     "PostgresBase",
     "PostgresChallengeStore",
+    "PostgresCounterStore",
     "PostgresDatabase",
     "PostgresDecisionStore",
     "PostgresHandoffStore",

@@ -6,6 +6,10 @@ this caller consumed it; nothing back means someone did before, whichever unique
 matched), an idempotency key is claimed the same way, and :meth:`consume_and_claim` does both in
 one transaction, so no crash leaves a receipt consumed without its claim. Nothing reads first
 and writes after (no check-then-act). Leases are set and judged by the database's ``now()``.
+
+A receipt's budget reservation (counters.py) is committed in the consume's own transaction and
+released in the transaction that records a failure or loses the claim: a receipt consumed is a
+budget spent, and one that never runs spends nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.postgres.base import Connection, PostgresBase
+from kcp_opa.stores.postgres.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 
 _TABLES = (
@@ -83,15 +88,23 @@ class PostgresStore(PostgresBase):
     """Nonce store and execution ledger in one PostgreSQL database (what every replica shares)."""
 
     component = "executions"
-    steps = (_TABLES,)
+    #: v1: the tables; v2: budget reservations (counters.py), committed in the consume's transaction.
+    steps = (_TABLES, (TRANSFERS_TABLE,))
     failure = "executor store failed"
 
     def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
-        """Atomically and durably remember a receipt; False if its nonce or receipt id was seen before."""
-        return self._run(
-            lambda c: c.execute(_CONSUME, (nonce, receipt_id, expires_at)).fetchone() is not None,
-            "cannot record the receipt as consumed",
-        )
+        """Atomically and durably remember a receipt; False if its nonce or receipt id was seen before.
+
+        The receipt's budget reservation (if any) is committed in the same transaction.
+        """
+
+        def work(c: Connection) -> bool:
+            if c.execute(_CONSUME, (nonce, receipt_id, expires_at)).fetchone() is None:
+                return False
+            c.execute(COMMIT_TRANSFER, (receipt_id,))
+            return True
+
+        return self._run(work, "cannot record the receipt as consumed")
 
     def consume_and_claim(
         self,
@@ -112,8 +125,10 @@ class PostgresStore(PostgresBase):
         def work(c: Connection) -> tuple[bool, ExecutionRecord | None]:
             if c.execute(_CONSUME, (nonce, receipt_id, expires_at)).fetchone() is None:
                 return False, None
+            c.execute(COMMIT_TRANSFER, (receipt_id,))
             if c.execute(_CLAIM, (idempotency_key, action_hash, receipt_id, lease_seconds)).fetchone() is not None:
                 return True, None
+            c.execute(RELEASE_TRANSFER, (receipt_id,))  # the key ran before: this receipt never runs
             return True, self._one(c, idempotency_key)
 
         return self._run(work, "cannot consume the receipt and claim the execution")
@@ -121,11 +136,15 @@ class PostgresStore(PostgresBase):
     def claim_execution(
         self, idempotency_key: str, action_hash: str, receipt_id: str, *, lease_seconds: float = 300.0
     ) -> ExecutionRecord | None:
-        """Claim the key for a new execution under a lease; the existing record if it was claimed before."""
+        """Claim the key for a new execution under a lease; the existing record if it was claimed before.
+
+        A receipt that loses the claim never runs, so its reservation is released in the same transaction.
+        """
 
         def work(c: Connection) -> ExecutionRecord | None:
             if c.execute(_CLAIM, (idempotency_key, action_hash, receipt_id, lease_seconds)).fetchone() is not None:
                 return None
+            c.execute(RELEASE_TRANSFER, (receipt_id,))
             return self._one(c, idempotency_key)
 
         return self._run(work, "cannot claim the execution")
@@ -136,20 +155,24 @@ class PostgresStore(PostgresBase):
         return _record(row) if row else None
 
     def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
-        """Record the outcome of a running claim; False if it was no longer running (reconciled)."""
+        """Record the outcome of a running claim; False if it was no longer running (reconciled).
+
+        A failure releases the claim's budget reservation in the same transaction.
+        """
         state = "failed" if error is not None else "succeeded"
         document = json.dumps(outcome, sort_keys=True, allow_nan=False)
-        return self._run(
-            lambda c: (
-                c.execute(
-                    "UPDATE executions SET state = %s, outcome = %s, error = %s, finished_at = now()"
-                    " WHERE idempotency_key = %s AND state = 'running'",
-                    (state, document, error, idempotency_key),
-                ).rowcount
-                == 1
-            ),
-            "cannot record the outcome",
-        )
+
+        def work(c: Connection) -> bool:
+            row = c.execute(
+                "UPDATE executions SET state = %s, outcome = %s, error = %s, finished_at = now()"
+                " WHERE idempotency_key = %s AND state = 'running' RETURNING receipt_id",
+                (state, document, error, idempotency_key),
+            ).fetchone()
+            if row is not None and error is not None:
+                c.execute(RELEASE_TRANSFER, (row[0],))
+            return row is not None
+
+        return self._run(work, "cannot record the outcome")
 
     def execution(self, idempotency_key: str) -> ExecutionRecord | None:
         return self._run(lambda c: self._one(c, idempotency_key))

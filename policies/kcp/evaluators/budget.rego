@@ -11,7 +11,10 @@
 #   its threshold gets the rule's outcome (`velocity_exceeded`); a request past a unit's rate
 #   limit in its window the matrix's outcome (`rate_limited`). Counts the gate did not supply,
 #   or counted for another key, are ESCALATE `context_missing`: a stated budget_state never
-#   stands in for them (it can only add its own, stricter finding in runtime_rules).
+#   stands in for them (it can only add its own, stricter finding in runtime_rules). Spend the
+#   gate cannot see comes as attested spend (input.context.metering, class attested, signed by
+#   a metering issuer) and is added to the budget's total; a stale, refused or unsummable one
+#   is never counted and holds its budget ESCALATE `context_missing`.
 # custom:
 #   evaluator_id: budget_check
 #   evaluator_version: "1.0.0"
@@ -21,6 +24,7 @@ import rego.v1
 
 import data.kcp.evaluators.financial
 import data.kcp.lib.facts
+import data.kcp.lib.metering
 
 _action := input.action
 
@@ -89,11 +93,17 @@ _count(kind, rule) := c if {
 
 # METADATA
 # title: Budget totals
-# description: spent (committed) + reserved (receipts issued, not expired) + this action's amount.
-total(b) := ((c.spent_minor + c.reserved_minor) + _amount) if {
+# description: spent (committed) + reserved (receipts issued, not expired) + attested spend + this action's amount.
+total(b) := ((c.spent_minor + c.reserved_minor) + metering.spent(b, key(b.per))) + _amount if {
 	c := _count("budgets", b)
 	is_number(c.spent_minor)
 	is_number(c.reserved_minor)
+}
+
+# Budgets whose attested spend cannot be established: never counted, context_missing below.
+metering_unusable contains b.id if {
+	some b in applicable
+	metering.unusable(b, key(b.per))
 }
 
 _exhausted(b) if total(b) > b.limit_minor
@@ -353,6 +363,29 @@ missing contains path if {
 }
 
 missing contains "input.context.counters.rate" if count(_windows_counted) < count(limits)
+
+# METADATA
+# description: ESCALATE context_missing for a budget whose attested spend cannot be established (never counted).
+# custom:
+#   requires: []
+findings contains finding if {
+	some id in metering_unusable
+	path := concat(".", ["input.context.metering", id])
+	finding := {
+		"code": "context_missing",
+		"rule": "budget.metering",
+		"state": "ESCALATE",
+		"controls": [],
+		"message": concat("", [
+			"budget ",
+			id,
+			" has attested spend that is stale, refused or not in its currency (",
+			path,
+			"); it is not counted and nothing is allowed without it",
+		]),
+		"details": {"fields": [path]},
+	}
+}
 
 # METADATA
 # description: ESCALATE context_missing for each count a declared limit needs (never the stated budget_state).

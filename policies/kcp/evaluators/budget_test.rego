@@ -193,3 +193,30 @@ test_authenticated_tier_and_missing_rate_counts if {
 		with data.kcp_data.matrix.parameters as p with data.kcp_data.units as u with data.kcp_data.profiles as profiles
 	found == {["context_missing", "input.context.counters.rate"]}
 }
+
+_metered(amount, expires) := [{
+	"budget": "daily", "subject": "t1", "amount_minor": amount, "currency": "EUR",
+	"period_start_epoch_seconds": 1799990000, "period_end_epoch_seconds": 1799999000,
+	"issued_epoch_seconds": 1799999000, "expires_epoch_seconds": expires,
+	"class": "attested", "source": "attestation:metering-service/k1",
+}]
+
+test_attested_spend_is_added_to_the_total if {
+	p := _params
+	codes := {f.code: f.details.total_minor | some f in budget.findings} with input.action as _payment(1000)
+		with input.context.counters as _counts(1000, 0, 0, 0)
+		with input.context.metering as _metered(3500, 1800000600)
+		with input.context.decision_epoch_seconds as 1800000000
+		with data.kcp_data.matrix.parameters as p
+	codes == {"budget_exhausted": 5500}
+}
+
+test_stale_attested_spend_is_not_counted_and_holds_the_budget if {
+	p := _params
+	found := {[f.code, f.rule, f.state] | some f in budget.findings} with input.action as _payment(1000)
+		with input.context.counters as _counts(1000, 0, 0, 0)
+		with input.context.metering as _metered(2500, 1800000000)
+		with input.context.decision_epoch_seconds as 1800000000
+		with data.kcp_data.matrix.parameters as p
+	found == {["context_missing", "budget.metering", "ESCALATE"]}
+}

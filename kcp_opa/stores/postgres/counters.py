@@ -1,0 +1,203 @@
+"""PostgreSQL counters: the requests and value transfers every replica recorded, counted alike.
+
+Implements :class:`~kcp_opa.stores.protocols.CounterStore` with the semantics of the SQLite
+one (kcp_opa.stores.sqlite.counters): ``requests`` holds one row per decision on a unit,
+``transfers`` one row per receipt issued for a value transfer, ``reserved`` when issued,
+``committed`` in the consume's own transaction (executions.py), ``released`` when its execution
+fails or never runs; a reserved row past its ``expires_at`` no longer counts.
+
+The concurrency is the database's, so it holds across replicas on many machines (a Python lock
+would hold in one process only):
+
+- A request first upserts its (unit, principal) row in ``request_heads``: the row lock it
+  takes is held until the transaction commits, so the requests of one key are recorded one
+  after the other, each counting (on a fresh READ COMMITTED snapshot, taken after the lock) every
+  request committed before it: of N concurrent requests the k-th sees exactly k.
+- A reservation first locks the one row of ``counter_head`` (``SELECT ... FOR UPDATE``): the
+  counts read under it, the decision taken on them and the row reserved commit together, and
+  the next reserver reads them only after that commit. N concurrent issuers against a budget
+  that allows k reserve at most k. (The lock is global because a reservation reads counts over
+  any tenant, agent, task type or beneficiary the bundle declares, which is known only inside.)
+
+Windows are counted from the decision time the caller passes (the time archived with the
+input, so a replay counts alike); settling (commit, release) is stamped with ``now()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kcp_opa.stores.postgres.base import Connection, PostgresBase
+from kcp_opa.stores.records import Transfer, TransferTotals
+
+T = TypeVar("T")
+
+TRANSFERS_TABLE = """CREATE TABLE IF NOT EXISTS transfers (
+    receipt_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    task_type TEXT NOT NULL,
+    beneficiary TEXT,
+    currency TEXT NOT NULL,
+    amount_minor BIGINT NOT NULL CHECK (amount_minor >= 0),
+    state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
+    reserved_at TIMESTAMPTZ NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    settled_at TIMESTAMPTZ
+)"""
+#: The consume's second statement (executions.py runs it in the consume's transaction).
+COMMIT_TRANSFER = (
+    "UPDATE transfers SET state = 'committed', settled_at = now() WHERE receipt_id = %s AND state = 'reserved'"
+)
+#: A transfer whose execution failed or never ran gives its amount back.
+RELEASE_TRANSFER = (
+    "UPDATE transfers SET state = 'released', settled_at = now()"
+    " WHERE receipt_id = %s AND state IN ('reserved', 'committed')"
+)
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS requests (
+    id BIGSERIAL PRIMARY KEY,
+    unit TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    at TIMESTAMPTZ NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS requests_by_key ON requests (unit, principal, at)",
+    """CREATE TABLE IF NOT EXISTS request_heads (
+    unit TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    requests BIGINT NOT NULL,
+    PRIMARY KEY (unit, principal)
+)""",
+    TRANSFERS_TABLE,
+    "CREATE INDEX IF NOT EXISTS transfers_by_tenant ON transfers (tenant_id, currency, reserved_at)",
+    "CREATE INDEX IF NOT EXISTS transfers_by_beneficiary ON transfers (tenant_id, beneficiary)",
+    "CREATE TABLE IF NOT EXISTS counter_head (id INTEGER PRIMARY KEY CHECK (id = 1), reservations BIGINT NOT NULL)",
+    "INSERT INTO counter_head (id, reservations) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+)
+
+#: Taken first by every reservation and held to its commit (the module's note).
+LOCK_HEAD = "SELECT reservations FROM counter_head WHERE id = 1 FOR UPDATE"
+_HEAD_REQUEST = (
+    "INSERT INTO request_heads (unit, principal, requests) VALUES (%s, %s, 1)"
+    " ON CONFLICT (unit, principal) DO UPDATE SET requests = request_heads.requests + 1"
+)
+_COUNT_REQUESTS = (
+    "SELECT count(r.id) FROM unnest(%s::timestamptz[]) WITH ORDINALITY AS s(start, i)"
+    " LEFT JOIN requests r ON r.unit = %s AND r.principal = %s AND r.id <= %s"
+    " AND r.at > s.start AND r.at <= %s::timestamptz GROUP BY s.i ORDER BY s.i"
+)
+_COLUMNS = frozenset({"tenant_id", "agent_id", "task_type", "beneficiary"})
+
+
+class _View:
+    """The counting queries on one connection (inside a reservation's transaction, or alone)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def transfers(
+        self,
+        *,
+        currency: str,
+        since: str,
+        now: str,
+        where: Sequence[tuple[str, str]] = (),
+        task_types: Sequence[str] | None = None,
+    ) -> TransferTotals:
+        clauses = ["currency = %s", "reserved_at > %s::timestamptz", "reserved_at <= %s::timestamptz"]
+        args: list[Any] = [currency, since, now]
+        for column, value in where:
+            if column not in _COLUMNS:
+                raise ValueError(column)
+            clauses.append(f"{column} = %s")
+            args.append(value)
+        if task_types is not None:
+            clauses.append("task_type = ANY(%s)")
+            args.append(list(task_types))
+        matching = " AND ".join(clauses)  # columns from a fixed set; every value is a parameter
+        query = (
+            "SELECT count(*),"  # noqa: S608
+            " coalesce(sum(amount_minor) FILTER (WHERE state = 'committed'), 0),"
+            " coalesce(sum(amount_minor) FILTER (WHERE state = 'reserved'), 0)"
+            f" FROM transfers WHERE {matching} AND (state = 'committed' OR"
+            " (state = 'reserved' AND expires_at > %s::timestamptz))"
+        )
+        row = self.connection.execute(query, (*args, now)).fetchone()
+        assert row is not None
+        return TransferTotals(int(row[0]), int(row[1]), int(row[2]))
+
+    def prior_payments(self, tenant_id: str, beneficiary: str) -> int:
+        row = self.connection.execute(
+            "SELECT count(*) FROM transfers WHERE tenant_id = %s AND beneficiary = %s AND state = 'committed'",
+            (tenant_id, beneficiary),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
+class PostgresCounterStore(PostgresBase):
+    """Requests and value transfers in the database every replica shares (with the executor store's)."""
+
+    component = "counters"
+    steps = (_TABLES,)
+    failure = "counter store failed"
+
+    def count_request(self, unit: str, principal: str, at: str, since: Sequence[str]) -> list[int]:
+        """Record one request at ``at``; per start in ``since``, the requests from it up to this one."""
+
+        def work(c: Connection) -> list[int]:
+            c.execute(_HEAD_REQUEST, (unit, principal))  # the key's row lock, to the commit
+            row = c.execute(
+                "INSERT INTO requests (unit, principal, at) VALUES (%s, %s, %s::timestamptz) RETURNING id",
+                (unit, principal, at),
+            ).fetchone()
+            assert row is not None
+            counts = c.execute(_COUNT_REQUESTS, (list(since), unit, principal, row[0], at)).fetchall()
+            return [int(n) for (n,) in counts]
+
+        return self._run(work, "cannot count the request")
+
+    def read(self, work: Callable[[_View], T]) -> T:
+        """``work`` over the counting queries, without the lock (a decision's counts)."""
+        return self._run(lambda c: work(_View(c)), "cannot read the counters")
+
+    def reserving(self, work: Callable[[_View], tuple[T, Transfer | None]]) -> T:
+        """Run ``work`` under the head row's lock; keep the transfer it returns as reserved, in the
+        same transaction. An exception from ``work`` rolls back and reserves nothing."""
+
+        def run(c: Connection) -> T:
+            c.execute(LOCK_HEAD)
+            result, transfer = work(_View(c))
+            if transfer is not None:
+                c.execute(
+                    "INSERT INTO transfers (receipt_id, tenant_id, agent_id, task_type, beneficiary, currency,"
+                    " amount_minor, state, reserved_at, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 'reserved',"
+                    " %s::timestamptz, %s::timestamptz)",
+                    (
+                        transfer.receipt_id,
+                        transfer.tenant_id,
+                        transfer.agent_id,
+                        transfer.task_type,
+                        transfer.beneficiary,
+                        transfer.currency,
+                        transfer.amount_minor,
+                        transfer.reserved_at,
+                        transfer.expires_at,
+                    ),
+                )
+                c.execute("UPDATE counter_head SET reservations = reservations + 1 WHERE id = 1")
+            return result
+
+        return self._run(run, "cannot reserve the budget")
+
+    def transfer_state(self, receipt_id: str) -> str | None:
+        """reserved, committed, released, or None when no transfer was reserved for the receipt."""
+        row = self._run(
+            lambda c: c.execute("SELECT state FROM transfers WHERE receipt_id = %s", (receipt_id,)).fetchone()
+        )
+        return str(row[0]) if row else None
+
+    def release(self, receipt_id: str) -> bool:
+        """Give a reservation back (its receipt will not execute); False if there was none to release."""
+        return self._run(lambda c: c.execute(RELEASE_TRANSFER, (receipt_id,)).rowcount == 1, "cannot release")
