@@ -60,8 +60,8 @@ from kcp_opa.trail.ledger import AuditLedger
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"
-CHAIN_LENGTHS = (0, 4, 8, 16)  # 16: the action contract's cap on delegation_chain
-FIELDS_READ = (2, 16, 128, 1024)
+CHAIN_LENGTHS = (0, 2, 4, 8)  # 8: the action contract's cap on delegation_chain
+FIELDS_READ = (2, 16, 64, 256)  # 256: its cap on knowledge.fields_read
 DECLARING_UNIT = "unit-fields-declared"  # declares name, email and field_0000..field_1021
 NARROW_UNIT = "unit-fields-narrow"  # declares name and email only
 
@@ -138,9 +138,24 @@ def _with_fields(action: dict[str, Any], fields: int, unit: str, extra: tuple[st
     return out
 
 
+def contract_caps() -> dict[str, int]:
+    """The action contract's list caps, read from its schema, so the hostile rows follow a change."""
+    from importlib import resources
+
+    schema = json.loads(resources.files("kcp_opa.schemas").joinpath("action-intent.schema.json").read_text("utf-8"))
+    chain = schema["properties"]["delegation_chain"]
+    return {
+        "hops": chain["maxItems"],
+        "capabilities": chain["items"]["properties"]["capabilities"]["maxItems"],
+        "fields": schema["properties"]["knowledge"]["properties"]["fields_read"]["maxItems"],
+        "scopes": schema["properties"]["authorization_context"]["properties"]["agent_scope"]["maxItems"],
+    }
+
+
 def _hostile_actions(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The largest lists the action contract accepts (schemas/action-intent.schema.json)."""
-    hops, capabilities, fields = 16, 64, 1024
+    caps = contract_caps()
+    hops, capabilities, fields, scopes = caps["hops"], caps["capabilities"], caps["fields"], caps["scopes"]
 
     def chain(kind: str) -> list[dict[str, Any]]:
         def names(h: int) -> list[str]:
@@ -161,13 +176,13 @@ def _hostile_actions(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     everything = changed(undeclared(), delegation_chain=chain("widens"))
     everything["authorization_context"] |= {
-        "agent_scope": [f"scope.{i}" for i in range(256)],
-        "principal_scopes": [f"scope.{i}" for i in range(256)],
+        "agent_scope": [f"scope.{i}" for i in range(scopes)],
+        "principal_scopes": [f"scope.{i}" for i in range(scopes)],
     }
     return {
         "baseline (the read)": base,
         f"{fields:,} fields read, none declared": undeclared(),
-        f"{fields:,} fields read of a unit declaring {fields:,}": _with_fields(base, fields, DECLARING_UNIT),
+        f"{fields:,} fields read of a unit declaring 1,024": _with_fields(base, fields, DECLARING_UNIT),
         f"chain {hops}x{capabilities}, widens at every hop": changed(base, delegation_chain=chain("widens")),
         f"chain {hops}x{capabilities}, never widens": changed(base, delegation_chain=chain("same")),
         f"chain {hops}x{capabilities}, narrows by suffix": changed(base, delegation_chain=chain("narrows")),

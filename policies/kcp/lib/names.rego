@@ -54,3 +54,4 @@ with_suffix(names, suffix) := split(concat("", [concat(concat("", [suffix, ","])
 }
 
 with_suffix(names, suffix) := [] if not identifiers(names)
+
