@@ -8,18 +8,20 @@ Not a test. Two parts, both written to bench/results-growth.json:
   build (checks, hash, context, ids, time), the engine step (input term,
   evaluation, output), typing the policy's result, and the audit write (fsync per entry).
 - ``growth``: a 1,000-unit synthetic deployment read with a growing delegation chain
-  (0 / 4 / 8 / 16 hops) and a growing list of fields read (2 / 16 / 128 / 1,024). The fields
+  (0 / 2 / 4 / 8 hops, 8 the contract's cap) and a growing list of fields read (2 / 16 / 64 /
+  256, the cap). The fields
   are read from a unit that DECLARES 1,024 fields (every read is inside the declaration, so the
   field check runs on every size and the decision stays ALLOW; checked: one undeclared field on
   that unit is a ``field_access_violation``) and from a unit that declares two (every extra
   field is a violation, so the DENY's violation list grows with it). regopy and the OPA
   reference on the same bundle and inputs, so the ratio shows what grows in which engine.
-- ``hostile``: the worst an agent can send within the action contract's caps, on the same
-  1,000-unit bundle: 1,024 undeclared fields, 1,024 fields of a unit declaring 1,024, a
-  16-hop chain of 64 capabilities that widens at every hop / never widens / narrows by a ':'
-  suffix at every hop, ``attributes`` at its caps (1,024 ``true`` values under 256 keys; 1,024
-  strings of 1,024 characters, ~1 MiB), and all the lists at once. regopy beside OPA; the
-  suite exits 1 if the two engines' documents differ.
+- ``hostile``: the worst an agent can send within the action contract's caps (read from its
+  schema, :func:`contract_caps`), on the same 1,000-unit bundle: every field read undeclared,
+  as many fields of a unit declaring 1,024, a chain at the hop and capability caps that widens
+  at every hop / never widens / narrows by a ':' suffix at every hop, ``attributes`` at its
+  caps (1,024 ``true`` values under 256 keys; 1,024 strings of 1,024 characters, ~1 MiB), and
+  all the lists at once. regopy beside OPA; the suite exits 1 if the two engines' documents
+  differ.
 - ``slopes``: the cost of one more hop / field (us), between the smallest and the largest size
   of a dimension that give the same decision (state and reason codes), so a change of decision
   is never counted as growth.
