@@ -54,4 +54,3 @@ with_suffix(names, suffix) := split(concat("", [concat(concat("", [suffix, ","])
 }
 
 with_suffix(names, suffix) := [] if not identifiers(names)
-
