@@ -8,18 +8,20 @@ Not a test. Two parts, both written to bench/results-growth.json:
   build (checks, hash, context, ids, time), the engine step (input term,
   evaluation, output), typing the policy's result, and the audit write (fsync per entry).
 - ``growth``: a 1,000-unit synthetic deployment read with a growing delegation chain
-  (0 / 4 / 8 / 16 hops) and a growing list of fields read (2 / 16 / 128 / 1,024). The fields
+  (0 / 2 / 4 / 8 hops, 8 the contract's cap) and a growing list of fields read (2 / 16 / 64 /
+  256, the cap). The fields
   are read from a unit that DECLARES 1,024 fields (every read is inside the declaration, so the
   field check runs on every size and the decision stays ALLOW; checked: one undeclared field on
   that unit is a ``field_access_violation``) and from a unit that declares two (every extra
   field is a violation, so the DENY's violation list grows with it). regopy and the OPA
   reference on the same bundle and inputs, so the ratio shows what grows in which engine.
-- ``hostile``: the worst an agent can send within the action contract's caps, on the same
-  1,000-unit bundle: 1,024 undeclared fields, 1,024 fields of a unit declaring 1,024, a
-  16-hop chain of 64 capabilities that widens at every hop / never widens / narrows by a ':'
-  suffix at every hop, ``attributes`` at its caps (1,024 ``true`` values under 256 keys; 1,024
-  strings of 1,024 characters, ~1 MiB), and all the lists at once. regopy beside OPA; the
-  suite exits 1 if the two engines' documents differ.
+- ``hostile``: the worst an agent can send within the action contract's caps (read from its
+  schema, :func:`contract_caps`), on the same 1,000-unit bundle: every field read undeclared,
+  as many fields of a unit declaring 1,024, a chain at the hop and capability caps that widens
+  at every hop / never widens / narrows by a ':' suffix at every hop, ``attributes`` at its
+  caps (1,024 ``true`` values under 256 keys; 1,024 strings of 1,024 characters, ~1 MiB), and
+  all the lists at once. regopy beside OPA; the suite exits 1 if the two engines' documents
+  differ.
 - ``slopes``: the cost of one more hop / field (us), between the smallest and the largest size
   of a dimension that give the same decision (state and reason codes), so a change of decision
   is never counted as growth.
@@ -61,8 +63,8 @@ from kcp_opa.trail.ledger import AuditLedger
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"
-CHAIN_LENGTHS = (0, 4, 8, 16)  # 16: the action contract's cap on delegation_chain
-FIELDS_READ = (2, 16, 128, 1024)
+CHAIN_LENGTHS = (0, 2, 4, 8)  # 8: the action contract's cap on delegation_chain
+FIELDS_READ = (2, 16, 64, 256)  # 256: its cap on knowledge.fields_read
 DECLARING_UNIT = "unit-fields-declared"  # declares name, email and field_0000..field_1021
 NARROW_UNIT = "unit-fields-narrow"  # declares name and email only
 
@@ -140,9 +142,24 @@ def _with_fields(action: dict[str, Any], fields: int, unit: str, extra: tuple[st
     return out
 
 
+def contract_caps() -> dict[str, int]:
+    """The action contract's list caps, read from its schema, so the hostile rows follow a change."""
+    from importlib import resources
+
+    schema = json.loads(resources.files("kcp_opa.schemas").joinpath("action-intent.schema.json").read_text("utf-8"))
+    chain = schema["properties"]["delegation_chain"]
+    return {
+        "hops": chain["maxItems"],
+        "capabilities": chain["items"]["properties"]["capabilities"]["maxItems"],
+        "fields": schema["properties"]["knowledge"]["properties"]["fields_read"]["maxItems"],
+        "scopes": schema["properties"]["authorization_context"]["properties"]["agent_scope"]["maxItems"],
+    }
+
+
 def _hostile_actions(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The largest lists the action contract accepts (schemas/action-intent.schema.json)."""
-    hops, capabilities, fields = 16, 64, 1024
+    caps = contract_caps()
+    hops, capabilities, fields, scopes = caps["hops"], caps["capabilities"], caps["fields"], caps["scopes"]
 
     def chain(kind: str) -> list[dict[str, Any]]:
         def names(h: int) -> list[str]:
@@ -163,13 +180,13 @@ def _hostile_actions(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     everything = changed(undeclared(), delegation_chain=chain("widens"))
     everything["authorization_context"] |= {
-        "agent_scope": [f"scope.{i}" for i in range(256)],
-        "principal_scopes": [f"scope.{i}" for i in range(256)],
+        "agent_scope": [f"scope.{i}" for i in range(scopes)],
+        "principal_scopes": [f"scope.{i}" for i in range(scopes)],
     }
     return {
         "baseline (the read)": base,
         f"{fields:,} fields read, none declared": undeclared(),
-        f"{fields:,} fields read of a unit declaring {fields:,}": _with_fields(base, fields, DECLARING_UNIT),
+        f"{fields:,} fields read of a unit declaring 1,024": _with_fields(base, fields, DECLARING_UNIT),
         f"chain {hops}x{capabilities}, widens at every hop": changed(base, delegation_chain=chain("widens")),
         f"chain {hops}x{capabilities}, never widens": changed(base, delegation_chain=chain("same")),
         f"chain {hops}x{capabilities}, narrows by suffix": changed(base, delegation_chain=chain("narrows")),

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.authorize.gatedocs import sign_decision_document
 from kcp_opa.authorize.records import export_record, load_record
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
@@ -153,7 +154,8 @@ def controls() -> None:
     \b
     kcp-opa controls challenge --bundle B --trust T --action A.json --record R.json
     kcp-opa controls record    --bundle B --trust T --record R.json --evidence E.json --action A.json
-    kcp-opa controls show      --bundle B --trust T --record R.json [--decision-out D.json]
+    kcp-opa controls show      --bundle B --trust T --record R.json [--decision-out D.json
+                               --decision-signing-key K.json]
     kcp-opa controls issue     --bundle B --trust T --record R.json --keyring K.json --output RCPT.json
     """
 
@@ -194,13 +196,24 @@ def record_command(record_path: Path, evidence_path: str, action_path: str, **de
 @click.option(
     "--decision-out", type=click.Path(path_type=Path, dir_okay=False), help="Write the KYA decision document here."
 )
+@click.option(
+    "--decision-signing-key",
+    metavar="URI|KEYRING",
+    help="Sign the decision document with this key (a pkcs11: URI or a keyring file), so `receipt issue"
+    " --decision-key` can tell it from a hand-written one.",
+)
 @_errors
-def show(record_path: Path, decision_out: Path | None, **desk: Any) -> None:
+def show(record_path: Path, decision_out: Path | None, decision_signing_key: str | None, **desk: Any) -> None:
     """Show the record's status, re-derived from its verified evidence."""
+    if decision_signing_key is not None and decision_out is None:
+        raise KeyringError("--decision-signing-key signs the document --decision-out writes: give both", "usage")
     the_desk = _desk(**desk)
     record = load_record(the_desk, _read_json(str(record_path), "record"))
     if decision_out is not None:
-        _write(decision_out, record.to_dict())
+        document = record.to_dict()
+        if decision_signing_key is not None:
+            document = sign_decision_document(document, load_signing_key(decision_signing_key))
+        _write(decision_out, document)
     render.print_json(_summary(record))
 
 

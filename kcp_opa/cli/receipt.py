@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from kcp_opa.authorize.receipts import issue_for_checked_decision, verify_receipt
+from kcp_opa.authorize.gatedocs import issue_for_gate_document
+from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.keys import signing_key_option
@@ -132,9 +133,17 @@ def receipt_hash(action_path: str) -> None:
     help="Keyring with the HMAC secrets of issuers registered by keyring kid.",
 )
 @click.option(
+    "--decision-key",
+    "decision_key",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Without --issuer: keyring with the key of the gate that signed the decision document"
+    " (`controls show --decision-signing-key`); its signature must verify.",
+)
+@click.option(
     "--accept-unsigned-decision",
     is_flag=True,
-    help="With --issuer: accept an unsigned decision document, only from a gate the registry marks unsigned.",
+    help="Accept a decision document nobody authenticated: with --issuer only from a gate the registry marks"
+    " unsigned; without, instead of --decision-key. The receipt says decision_authentication: unsigned.",
 )
 @now_option("Issue time [default: now].")
 @verification_options
@@ -152,6 +161,7 @@ def receipt_issue(
     trust_path: Path | None,
     bundle_path: Path | None,
     issuer_keyring: Path | None,
+    decision_key: Path | None,
     accept_unsigned_decision: bool,
     now: str | None,
     verification_keys: tuple[str, ...],
@@ -159,6 +169,8 @@ def receipt_issue(
 ) -> None:
     """Issue a receipt: only for an APPROVED decision whose required controls all PASSED.
 
+    The decision document must be signed by the gate that wrote it and verify with
+    --decision-key (or be taken unsigned with --accept-unsigned-decision, marked in the receipt).
     A KYA reference decision from another gate (items without per-item decision_id and
     action_hash) is accepted with --issuer GATE --trust REGISTRY --bundle BUNDLE when the
     registry lists GATE as a gate allowed to attest those controls; its items are then bound
@@ -175,6 +187,8 @@ def receipt_issue(
     if gate is not None:
         if trust_path is None or bundle_path is None:
             raise ReceiptIssueError("--issuer needs --trust REGISTRY and --bundle BUNDLE", "usage")
+        if decision_key is not None:
+            raise ReceiptIssueError("with --issuer the registry's keys verify, not --decision-key", "usage")
         from kcp_opa.authorize.interop import issue_for_foreign_decision
         from kcp_opa.compile.bundle import read_bundle
         from kcp_opa.declare.trust import load_trust
@@ -192,7 +206,15 @@ def receipt_issue(
             accept_unsigned=accept_unsigned_decision,
         )
     else:
-        receipt = issue_for_checked_decision(decision, action, key, ttl_seconds=ttl_seconds, now=moment)
+        receipt = issue_for_gate_document(
+            decision,
+            action,
+            key,
+            decision_keys=load_keyring(decision_key) if decision_key is not None else None,
+            accept_unsigned=accept_unsigned_decision,
+            ttl_seconds=ttl_seconds,
+            now=moment,
+        )
     issued = receipt.to_dict()
     if output is not None:
         write_atomically(output, json.dumps(issued, indent=2).encode("utf-8") + b"\n")

@@ -1,8 +1,9 @@
 """Attack class: an action built to the contract's size caps.
 
 An agent that cannot talk its way past the gate may try to stall it: the largest lists the
-action schema accepts (1,024 fields read, a delegation chain of 16 hops with 64 capabilities
-each) used to cost regopy seconds per decision, and a 64-hop chain of 256 capabilities made
+action schema accepts (now 256 fields read, a delegation chain of 8 hops with 32 capabilities
+each; the caps come from the measured cost curve, docs/input-contract.md "Sizes") used to cost
+regopy seconds per decision, and a 64-hop chain of 256 capabilities made
 regopy fail outright while OPA took 47 s (docs/engine-findings.md item 28). Here every such
 action decides on the cross-checked gate, so regopy and OPA must return the same whole
 document (an `engine_divergence` or `engine_error` fails the test), and one item past a cap is
@@ -31,7 +32,7 @@ from kcp_opa.decide.gate import Gate
 REPO = Path(__file__).resolve().parents[2]
 CASES = yaml.safe_load((REPO / "fixtures" / "cases" / "support-desk.yaml").read_text(encoding="utf-8"))
 NOW = CASES["now"]
-MAX_HOPS, MAX_CAPABILITIES, MAX_FIELDS = 16, 64, 1024
+MAX_HOPS, MAX_CAPABILITIES, MAX_FIELDS = 8, 32, 256  # kcp_opa/schemas/action-intent.schema.json
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +105,7 @@ def test_a_chain_at_the_caps_that_narrows_by_suffix(gate: Gate) -> None:
 
 
 def test_names_at_their_maximum_length(gate: Gate) -> None:
-    """1,024 fields of 256 characters and 16x64 capabilities of 128: every string at its cap too.
+    """256 fields of 256 characters and 8x32 capabilities of 128: every string at its cap too.
 
     An anchored regex over the joined names (~30,000 characters and up) crashed regopy with
     SIGSEGV, taking the whole process down (docs/engine-findings.md item 31): this would kill
@@ -134,12 +135,15 @@ def test_names_at_their_maximum_length(gate: Gate) -> None:
     ],
     ids=["fields", "hops", "capabilities"],
 )
-def test_one_past_a_cap_is_refused(changes: dict[str, Any], path: str) -> None:
-    with pytest.raises(ActionRejectedError) as refused:
-        check_action(_action(**changes))
-    assert path in str(refused.value)
-    assert "\n" not in str(refused.value)
-    assert "items; at most" in str(refused.value) and len(str(refused.value)) < 300  # not the list echoed
+def test_one_past_a_cap_is_refused(changes: dict[str, Any], path: str, gate: Gate) -> None:
+    """Also through ``Gate.decide`` (the library; the CLI, HTTP and MCP go through it): the caps
+    were 1,024 fields, 16 hops and 64 capabilities, so each of these was admitted before."""
+    for attempt in (lambda: check_action(_action(**changes)), lambda: gate.decide(_action(**changes), now=NOW)):
+        with pytest.raises(ActionRejectedError) as refused:
+            attempt()
+        assert path in str(refused.value)
+        assert "\n" not in str(refused.value)
+        assert "items; at most" in str(refused.value) and len(str(refused.value)) < 300  # not the list echoed
 
 
 def test_the_cli_refuses_one_hop_past_the_cap_with_exit_1(bundle: Path, tmp_path: Path) -> None:

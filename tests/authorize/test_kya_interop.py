@@ -80,7 +80,8 @@ def test_kya_decision_from_a_trusted_gate_issues_a_kya_verifiable_receipt(
         "--kid",
         "kya-1",
     ]
-    refused = run_cli(*base, "--now", "2026-11-29T10:02:00Z")
+    # without --issuer the document is this gate's own, taken unsigned here: its items lack the bindings
+    refused = run_cli(*base, "--accept-unsigned-decision", "--now", "2026-11-29T10:02:00Z")
     assert refused.returncode == 2
     error = json.loads(refused.stderr)
     assert error["code"] == "controls_missing"

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from trustkit import RECEIPT_SIGNERS, approve_all
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.authorize.gatedocs import sign_decision_document
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import (
@@ -260,7 +261,10 @@ _ED_KEY = generate_ed25519("ed-hypothesis")
 def test_cli_hash_issue_verify_replay(approved: GateDecision, tmp_path: Path) -> None:
     env_secret = SECRET.decode()
     decision = tmp_path / "decision.json"
-    decision.write_text(json.dumps(approved.to_dict()))
+    gate_key = generate_ed25519("gate-decisions-1")  # the gate signs the document it writes (controls show)
+    decision.write_text(json.dumps(sign_decision_document(approved.to_dict(), gate_key)))
+    gate_public = tmp_path / "gate-public.json"
+    gate_public.write_text(json.dumps(Keyring({gate_key.kid: gate_key}).public().to_file_dict(include_private=False)))
     assert json.loads(run_cli("receipt", "hash", "--action", str(KYA_PATH)).stdout)["action_hash"] == KYA_HASH
     os.environ["KYA_RECEIPT_SECRET"] = env_secret
     try:
@@ -271,6 +275,8 @@ def test_cli_hash_issue_verify_replay(approved: GateDecision, tmp_path: Path) ->
             str(KYA_PATH),
             "--decision",
             str(decision),
+            "--decision-key",
+            str(gate_public),
             "--output",
             str(tmp_path / "r.json"),
             "--now",
@@ -323,12 +329,14 @@ def test_cli_ed25519_keyring_and_rotation(approved: GateDecision, tmp_path: Path
         str(KYA_PATH),
         "--decision",
         str(decision),
+        "--accept-unsigned-decision",
         "--keyring",
         str(ring),
         "--output",
         str(tmp_path / "r.json"),
     )
     assert issued.returncode == 0, issued.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["decision_authentication"] == "unsigned"
     verify = [
         "receipt",
         "verify",

@@ -67,3 +67,20 @@ def test_cli_flow_from_challenge_to_verified_receipt(
         "--nonce-db", str(tmp_path / "nonces.db"),
     )  # fmt: skip
     assert verified.returncode == 0 and json.loads(verified.stdout)["consumed"] is True
+    # the KYA decision document, signed by the gate: `receipt issue` takes it with the gate's public key
+    decision_keys, decision_public = tmp_path / "decision-keys.json", tmp_path / "decision-public.json"
+    made = run_cli("receipt", "keygen", "--kid", "gate-decisions-1", "--keyring", str(decision_keys),
+                   "--public", str(decision_public))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    document = tmp_path / "decision.json"
+    written = run_cli("controls", "show", *desk_args, "--record", str(record), "--decision-out", str(document),
+                      "--decision-signing-key", str(decision_keys))  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    assert json.loads(document.read_text())["signature"]["kid"] == "gate-decisions-1"
+    receipt_args = ["receipt", "issue", "--action", action, "--decision", str(document), "--keyring", str(signer)]
+    taken = run_cli(*receipt_args, "--decision-key", str(decision_public), "--now", "2026-11-29T10:02:00Z")
+    assert taken.returncode == 0, taken.stderr
+    edited = json.loads(document.read_text()) | {"receipt_ttl_seconds": 900}
+    document.write_text(json.dumps(edited))
+    refused = run_cli(*receipt_args, "--decision-key", str(decision_public), "--now", "2026-11-29T10:02:00Z")
+    assert refused.returncode == 2 and json.loads(refused.stderr)["code"] == "bad_signature"

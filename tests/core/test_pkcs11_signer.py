@@ -149,7 +149,8 @@ def test_the_cli_signs_a_receipt_with_signing_key_pkcs11(
     action.write_text(json.dumps(ACTION))
     decision.write_text(json.dumps(approved))
     uri = softhsm_token.uri("receipts-1")
-    proc = run_cli("receipt", "issue", "--action", str(action), "--decision", str(decision), "--signing-key", uri)
+    proc = run_cli("receipt", "issue", "--action", str(action), "--decision", str(decision), "--signing-key", uri,
+                   "--accept-unsigned-decision")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert softhsm_token.pin not in proc.stdout + proc.stderr
     receipt = tmp_path / "receipt.json"
@@ -162,7 +163,7 @@ def test_the_cli_signs_a_receipt_with_signing_key_pkcs11(
     )  # fmt: skip
     assert proc.returncode == 0 and json.loads(proc.stdout)["ok"] is True, proc.stderr
     proc = run_cli("receipt", "issue", "--action", str(action), "--decision", str(decision),
-                   "--signing-key", uri + "?pin-value=1234")  # fmt: skip
+                   "--accept-unsigned-decision", "--signing-key", uri + "?pin-value=1234")  # fmt: skip
     assert proc.returncode == 2 and json.loads(proc.stderr)["code"] == "pin_in_uri"
 
 

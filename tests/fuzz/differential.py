@@ -219,10 +219,10 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
                                 "currency": draw(st.sampled_from(d.currencies))}  # fmt: skip
         elif kind == 8:
             # Narrowing by ":" suffix, near misses (read:casefile), empty segments and repeats:
-            # the attenuation check's edges; up to the contract's 16 hops.
+            # the attenuation check's edges; up to the contract's 8 hops.
             caps = [*d.scopes, "read", "read:case", "read:case:summary", "read:casefile", "read:",
                     "execute_payment:limited", "execute_payment:limited:eu", "*", "a::b", "a:"]  # fmt: skip
-            hops = draw(st.integers(0, 6) | st.just(16))
+            hops = draw(st.integers(0, 6) | st.just(8))
             action["delegation_chain"] = [
                 {"agent_id": f"agent_{i}", "capabilities": draw(st.lists(st.sampled_from(caps), max_size=6))}
                 for i in range(hops)

@@ -124,3 +124,17 @@ test_a_hop_after_one_that_lists_no_capabilities_widens_all_it_holds if {
 	chain := [{"agent_id": "a"}, {"agent_id": "b", "capabilities": ["admin"]}]
 	_widened(chain) == [{"hop": 2, "agent_id": "b", "capability": "admin"}]
 }
+
+test_a_widening_capability_listed_twice_is_listed_twice if {
+	chain := [
+		{"agent_id": "a", "capabilities": ["read"]},
+		{"agent_id": "b", "capabilities": ["write", "read:x", "write", "admin", "admin", "write"]},
+	]
+	_widened(chain) == [
+		{"hop": 2, "agent_id": "b", "capability": "admin"},
+		{"hop": 2, "agent_id": "b", "capability": "admin"},
+		{"hop": 2, "agent_id": "b", "capability": "write"},
+		{"hop": 2, "agent_id": "b", "capability": "write"},
+		{"hop": 2, "agent_id": "b", "capability": "write"},
+	]
+}

@@ -17,7 +17,7 @@ import data.kcp.lib.names
 _declared := facts.profile.compliance.declared_fields
 
 # Object keys and object.remove, not a set difference: sets are superlinear in regopy, and an
-# action may list 1,024 fields (kcp.lib.names; docs/engine-findings.md item 28).
+# action may list 256 fields (kcp.lib.names; docs/engine-findings.md item 28).
 _undeclared := object.remove(names.as_keys(input.action.knowledge.fields_read), _declared) if {
 	is_array(_declared)
 	names.identifiers(input.action.knowledge.fields_read)
