@@ -105,6 +105,7 @@ class _View:
         now: str,
         where: Sequence[tuple[str, str]] = (),
         task_types: Sequence[str] | None = None,
+        excluding: str | None = None,
     ) -> TransferTotals:
         clauses = ["currency = %s", "reserved_at > %s::timestamptz", "reserved_at <= %s::timestamptz"]
         args: list[Any] = [currency, since, now]
@@ -116,6 +117,9 @@ class _View:
         if task_types is not None:
             clauses.append("task_type = ANY(%s)")
             args.append(list(task_types))
+        if excluding is not None:
+            clauses.append("receipt_id <> %s")
+            args.append(excluding)
         matching = " AND ".join(clauses)  # columns from a fixed set; every value is a parameter
         query = (
             "SELECT count(*),"  # noqa: S608
