@@ -194,6 +194,8 @@ def test_transfers_are_filtered_by_key_task_type_and_window(backend: Backend) ->
     assert totals(since=since, task_types=[]) == (0, 0)
     assert totals(since=since, currency="EUR") == (0, 0)
     assert totals(since=T0) == (0, 0)  # reserved at T0: the window (T0, now] does not hold it
+    assert totals(since=since, excluding="r2") == (1, 100)  # the re-decision leaves out its own receipt
+    assert totals(since=since, excluding="unknown") == (2, 150)
     with pytest.raises(ValueError):
         totals(since=since, where=[("state", "committed")])  # only the key columns
 
