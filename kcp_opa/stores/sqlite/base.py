@@ -138,7 +138,8 @@ class SQLiteBase:
 
         def run(connection: sqlite3.Connection) -> T:
             with immediate(connection):
-                return work(connection)
+                result = work(connection)
+            return result
 
         return self._run(run, failure)
 
