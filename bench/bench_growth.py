@@ -54,6 +54,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context.builder import build_context
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateinput import decision_time
 from kcp_opa.models.decision import PolicyVerdict
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
@@ -109,11 +110,12 @@ def stages(tmp: Path, rounds: int, per_round: int) -> dict[str, float]:
     trail = AuditTrail(AuditLedger(tmp / "stages.jsonl", durability="fsync"), gate.bundle)
     sources, principal = vouched.context(action)["context"], vouched.context(action)["principal"]
     digest = action_hash(action)
+    moment = decision_time(NOW)
     steps: dict[str, Callable[[], Any]] = {
         "decide_us": lambda: vouched.decide(action),
         "check_action_us": lambda: check_action(action),
         "action_hash_us": lambda: action_hash(action),
-        "context_us": lambda: build_context(sources, action, principal=principal, action_hash=digest),
+        "context_us": lambda: build_context(sources, action, principal=principal, action_hash=digest, now=moment),
         "build_input_us": lambda: vouched.prepare(action),
         "engine_us": lambda: gate.engine.evaluate(prepared.document),
         "typing_us": lambda: PolicyVerdict.from_policy(raw),
