@@ -138,8 +138,7 @@ class SQLiteBase:
 
         def run(connection: sqlite3.Connection) -> T:
             with immediate(connection):
-                result = work(connection)
-            return result
+                return work(connection)
 
         return self._run(run, failure)
 
