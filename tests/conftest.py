@@ -182,6 +182,17 @@ def softhsm_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
+def finance_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The finance deployment compiled without an engine check (the CLI tests decide and inspect with it)."""
+    from kcp_opa.compile.compiler import compile_bundle
+
+    out = tmp_path_factory.mktemp("bundles") / "finance.tar.gz"
+    base = DEPLOYMENTS / "finance"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, engine_check=False)
+    return out
+
+
+@pytest.fixture(scope="module")
 def trust_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The finance deployment compiled with the reference trust registry (cached by content)."""
     from trustkit import compile_with_trust

@@ -102,3 +102,20 @@ def test_an_employee_cannot_approve_their_own_leave(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, check=False, cwd=REPO,
     )  # fmt: skip
     assert recorded.returncode != 0 and json.loads(recorded.stderr)["code"] == "self_approval"
+
+
+def test_a_failing_step_of_the_pasted_guide_leaves_the_shell_running(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "WORK": str(tmp_path),
+        "DEPLOY": str(tmp_path),  # no deployment there: step 1 fails
+        "POLICIES": "policies",
+    }
+    pasted = _script() + "\necho the-shell-is-still-here\n"
+    proc = subprocess.run(
+        ["bash", "-c", pasted], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert "the-shell-is-still-here" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "no such file" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "bundles").exists()  # the walk-through stopped at the failing step

@@ -225,16 +225,24 @@ def test_the_architecture_doc_lists_every_module() -> None:
 #: differential fuzzer, the conformance corpus, the docs-only deployments and the fixtures.
 KEPT_TEST_DIRS = frozenset({"adversarial", "fuzz", "conformance", "deployments", "fixtures"})
 #: A test file is named for the behaviour it pins, never for the technique that found the test.
-TECHNIQUE = re.compile(r"^test_(mutants?|survivors?|mutmut|kills?|killing|regressions?|hypothesis|fuzzed)(_|$)")
+TECHNIQUE = re.compile(
+    r"^test_(mutants?|survivors?|mutmut|kills?|killing|regressions?|hypothesis|fuzzed|usability|feedback)(_|$)"
+)
+#: ... nor for the round of work that wrote it (``_round``, ``round2``, ``usability2``, ``_second``).
+ROUND = re.compile(
+    r"(^|_)round(?!_?trips?(_|$))(s|_?\d+|_(one|two|three|four|five|six|seven|eight|nine|ten))?(_|$)"
+    r"|(usability|feedback|review)_?\d+(_|$)|_(second|third|fourth|fifth)(_|$)"
+)
 
 
 def misfiled_tests(tests: list[str], packages: set[str]) -> list[str]:
-    """Test files (paths relative to tests/) named after a technique, or in a directory that is
-    neither a kept one nor a kcp_opa package (``stage`` or ``stage/sub``)."""
+    """Test files (paths relative to tests/) named after a technique or a round of work, or in a
+    directory that is neither a kept one nor a kcp_opa package (``stage`` or ``stage/sub``)."""
     bad = []
     for name in tests:
         parts = name.split("/")
-        technique = TECHNIQUE.match(parts[-1].removesuffix(".py")) is not None
+        stem = parts[-1].removesuffix(".py")
+        technique = TECHNIQUE.match(stem) is not None or ROUND.search(stem) is not None
         stray = len(parts) > 1 and parts[0] not in KEPT_TEST_DIRS and "/".join(parts[:-1]) not in packages
         if technique or stray:
             bad.append(name)
@@ -249,10 +257,13 @@ def test_tests_are_filed_by_behaviour_mirroring_the_packages() -> None:
     assert misfiled_tests(tests, packages) == []
 
 
-def test_the_filing_check_catches_a_technique_name_and_a_stray_directory() -> None:
+def test_the_filing_check_catches_a_technique_name_a_round_name_and_a_stray_directory() -> None:
     packages = {"authorize", "stores", "stores/sqlite"}
     good = ["test_layout.py", "authorize/test_separation_of_duties.py", "stores/sqlite/test_x.py"]
-    good += ["adversarial/test_ledger_attacks.py", "test_mutate.py"]
+    good += ["adversarial/test_ledger_attacks.py", "test_mutate.py", "authorize/test_pkcs11_signer.py"]
+    good += ["test_json_round_trip.py", "test_round_trips.py", "test_surround.py", "test_ed25519.py"]
     bad = ["test_mutants_controls.py", "test_survivors_runtime.py", "authorize/test_mutants_receipts.py"]
     bad += ["misc/test_receipts.py", "authorize/extra/test_seal.py"]
+    bad += ["test_usability.py", "test_usability_round_two.py", "test_usability2.py", "test_ropa_round3.py"]
+    bad += ["test_round.py", "cli/test_second_round.py", "test_review_2.py", "test_receipts_second.py"]
     assert misfiled_tests(good + bad, packages) == bad

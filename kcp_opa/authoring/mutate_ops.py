@@ -14,16 +14,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-STATES = (
-    "DENY",
-    "COMPLIANCE_REVIEW",
-    "ESCALATE",
-    "HUMAN_APPROVAL",
-    "IDENTITY_VERIFICATION",
-    "STEP_UP_AUTHENTICATION",
-    "USER_CONFIRMATION",
-    "ALLOW",
-)
+from kcp_opa.models.decision import RoutingState
+
+STATES = tuple(state.value for state in RoutingState)  # strongest first
 CONTROLS = (
     "standard_audit_logging",
     "user_confirmation",

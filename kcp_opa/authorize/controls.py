@@ -11,8 +11,6 @@ the verdict from the verified evidence before a receipt is signed.
 from __future__ import annotations
 
 import copy
-import hashlib
-import hmac
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,9 +22,8 @@ from kcp_opa.authorize.evidence import EvidenceStatus as EvidenceStatus  # re-ex
 from kcp_opa.authorize.evidence import evidence_for as evidence_for
 from kcp_opa.authorize.parties import canonical_or_empty, parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
-from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
-from kcp_opa.core.signing import Keyring, Signer
+from kcp_opa.core.signing import Keyring, Signer, seal, seal_holds
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
@@ -103,19 +100,17 @@ class GateDecision:
         document["context_sources"] = context_sources(self.prepared.document)
         return document
 
-    def sealed_content(self) -> bytes:
+    def sealed_content(self) -> dict[str, Any]:
         """What the seal covers: the action, the sealed input, the decision and every attestation."""
-        return canonical_json(
-            {
-                "action": self.action,
-                "prepared": self.prepared.document,
-                "decision": self.decision.to_dict(),
-                "trace_id": self.decision.trace_id,
-                "attestations": [e.attestation.to_dict() for e in self.evidence],
-                "actor_types": [e.actor_type for e in self.evidence],
-                "receipt_ttl_seconds": self.receipt_ttl_seconds,
-            }
-        )
+        return {
+            "action": self.action,
+            "prepared": self.prepared.document,
+            "decision": self.decision.to_dict(),
+            "trace_id": self.decision.trace_id,
+            "attestations": [e.attestation.to_dict() for e in self.evidence],
+            "actor_types": [e.actor_type for e in self.evidence],
+            "receipt_ttl_seconds": self.receipt_ttl_seconds,
+        }
 
 
 def decide_record(
@@ -163,17 +158,20 @@ class ControlDesk:
         self.receipt_ttl_seconds = ttl if isinstance(ttl, int) else DEFAULT_RECEIPT_TTL_SECONDS
 
     def _sealed(self, record: GateDecision) -> GateDecision:
-        return replace(record, seal=hmac.new(self._seal_key, record.sealed_content(), hashlib.sha256).hexdigest())
+        return replace(record, seal=seal(self._seal_key, record.sealed_content()))
 
     def check_seal(self, record: GateDecision) -> None:
         """Refuse a record this desk did not hand out as it is (edited evidence, input or decision)."""
-        expected = hmac.new(self._seal_key, record.sealed_content(), hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(record.seal, expected):
+        if not seal_holds(self._seal_key, record.sealed_content(), record.seal):
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
     def seal_document(self, body: Mapping[str, Any]) -> str:
         """This desk's seal over a record document (the files ``kcp_opa.authorize.records`` writes)."""
-        return hmac.new(self._seal_key, canonical_json(body), hashlib.sha256).hexdigest()
+        return seal(self._seal_key, body)
+
+    def seal_document_holds(self, body: Mapping[str, Any], presented: object) -> bool:
+        """Whether ``presented`` is this desk's seal over ``body`` (constant-time)."""
+        return seal_holds(self._seal_key, body, presented)
 
     def open(self, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""

@@ -9,7 +9,6 @@ nothing in it is taken on its word.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -43,8 +42,7 @@ def load_record(desk: ControlDesk, document: Any) -> GateDecision:
     if not isinstance(document, Mapping) or document.get("format") != RECORD_FORMAT:
         raise EvidenceRejectedError(f"not a {RECORD_FORMAT} document", "malformed_record")
     body = {k: v for k, v in document.items() if k != "seal"}
-    seal = document.get("seal")
-    if not isinstance(seal, str) or not hmac.compare_digest(seal, desk.seal_document(body)):
+    if not desk.seal_document_holds(body, document.get("seal")):
         raise EvidenceRejectedError("the record was edited or sealed by another desk", "record_tampered")
     if body.get("bundle_revision") != desk.gate.bundle_revision:
         raise EvidenceRejectedError(

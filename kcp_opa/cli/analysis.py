@@ -18,18 +18,11 @@ from kcp_opa.analysis.prove import DEFAULT_BUDGET, cases_document, prove
 from kcp_opa.analysis.report import diff_markdown, diff_text, proof_text
 from kcp_opa.analysis.sources import load_bundle, resolve
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
+from kcp_opa.cli.options import FILE, file_option
 from kcp_opa.cli.output import EXIT_INVALID
+from kcp_opa.models.decision import RoutingState
 
-STATES = [
-    "DENY",
-    "COMPLIANCE_REVIEW",
-    "ESCALATE",
-    "HUMAN_APPROVAL",
-    "IDENTITY_VERIFICATION",
-    "STEP_UP_AUTHENTICATION",
-    "USER_CONFIRMATION",
-    "ALLOW",
-]
+STATES = [state.value for state in RoutingState]  # strongest first, as the contract lists them
 _file = click.Path(exists=True, dir_okay=False, path_type=Path)
 _source = click.Path(exists=True, path_type=Path)
 _dir = click.Path(exists=True, file_okay=False, path_type=Path)
@@ -53,11 +46,7 @@ _dir = click.Path(exists=True, file_okay=False, path_type=Path)
     type=_file,
     help="Also hold the facts another bundle's rules need (an old policy against today's contract).",
 )
-@click.option(
-    "--cases-out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write every shrunk counterexample as a decision-case file here.",
-)
+@file_option("--cases-out", help="Write every shrunk counterexample as a decision-case file here.")
 @click.option("--deployment", help="The cases' deployment name [default: the bundle's first project].")
 @click.option("--engines", type=click.Choice(["regopy,opa", "regopy"]), default="regopy,opa", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -171,7 +160,7 @@ def cases_group() -> None:
 @click.argument("decision_id")
 @click.option("--expect", "expect", type=click.Choice(STATES), required=True, help="The corrected decision.")
 @click.option("--reason", "reasons", multiple=True, help="A reason code the corrected decision must carry; repeatable.")
-@click.option("--to", "to", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The case file.")
+@click.option("--to", "to", type=FILE, required=True, help="The case file.")
 @click.option("--deployment", help="The deployment (required for a new case file; checked for an existing one).")
 @click.option("--case-id", help="The case id [default: pinned-<decision id>].")
 def pin_command(

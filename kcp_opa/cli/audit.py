@@ -18,8 +18,17 @@ from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.audit.rows import row
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.keys import signer_from, signing_key_option
+from kcp_opa.cli.keys import signer_from
 from kcp_opa.cli.ledgerarg import LEDGER, ledger_line, shown_ledger
+from kcp_opa.cli.options import (
+    ANY_PATH,
+    DIR,
+    FILE,
+    bundles_option,
+    checkpoints_option,
+    keyring_option,
+    signing_key_option,
+)
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
@@ -31,7 +40,7 @@ from kcp_opa.trail.ledger import verify_ledger
 
 
 @click.command()
-@click.argument("manifests", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("manifests", nargs=-1, required=True, type=ANY_PATH)
 @click.option(
     "--format",
     "fmt",
@@ -40,10 +49,10 @@ from kcp_opa.trail.ledger import verify_ledger
     help="json for tools, markdown for a wiki or a ticket, text for a terminal (values never cut). "
     "Default: text on a terminal, json when piped.",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here instead of stdout.")
+@click.option("-o", "--output", type=FILE, help="Write here instead of stdout.")
 @click.option(
     "--exceptions",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="A kcp-opa/exceptions file: each record lists the exceptions in force for its unit.",
 )
 @MAX_BYTES
@@ -91,19 +100,10 @@ def _expect_head(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 @audit.command(name="verify")
 @click.argument("ledger", type=LEDGER)
-@click.option(
-    "--checkpoint",
-    "checkpoints",
-    multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Signed checkpoint file(s) (kept off-box); the chain must contain each one's head. Needs --keyring.",
+@checkpoints_option(
+    "Signed checkpoint file(s) (kept off-box); the chain must contain each one's head. Needs --keyring."
 )
-@click.option(
-    "--keyring",
-    "keyring_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="The writer's keys (public ones suffice): checkpoints and every entry's writer signature are checked.",
-)
+@keyring_option("The writer's keys (public ones suffice): checkpoints and every entry's writer signature are checked.")
 @click.option(
     "--writer",
     metavar="KID",
@@ -203,19 +203,14 @@ def _anchors(checkpoints: Sequence[Path], keyring: Keyring | None) -> tuple[list
 
 @audit.command(name="checkpoint")
 @click.argument("ledger", type=LEDGER)
-@click.option(
-    "--keyring",
-    "keyring_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Keyring whose signing key (Ed25519 or HMAC via secret_env) signs the checkpoint.",
-)
+@keyring_option("Keyring whose signing key (Ed25519 or HMAC via secret_env) signs the checkpoint.")
 @signing_key_option()
 @click.option(
     "--allow-unbound",
     is_flag=True,
     help="Sign the chain head of a ledger whose header names no writer (its entries are not authenticated).",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not stdout.")
+@click.option("-o", "--output", type=FILE, help="Write here, not stdout.")
 def audit_checkpoint(
     ledger: Path, keyring_path: Path | None, signing_key: str | None, allow_unbound: bool, output: Path | None
 ) -> None:
@@ -248,20 +243,9 @@ def audit_checkpoint(
 @click.option(
     "--seq", type=click.IntRange(min=1), help="Which of its entries, when the decision has several (see audit query)."
 )
+@bundles_option("Where to find the bundle revision the decision names.")
 @click.option(
-    "--bundles",
-    "bundles_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("bundles"),
-    show_default=True,
-    help="Where to find the bundle revision the decision names.",
-)
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Directory for input.json, result.json, the bundle and a README.",
+    "-o", "--output", required=True, type=DIR, help="Directory for input.json, result.json, the bundle and a README."
 )
 @verification_options
 def audit_export(
@@ -286,14 +270,7 @@ def audit_export(
 
 @audit.command(name="replay")
 @click.argument("ledger", type=LEDGER)
-@click.option(
-    "--bundles",
-    "bundles_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("bundles"),
-    show_default=True,
-    help="Directory of bundles; each decision is replayed with the revision it names.",
-)
+@bundles_option("Directory of bundles; each decision is replayed with the revision it names.")
 @click.option("--no-opa", is_flag=True, help="Replay on regopy only (default: also on the OPA reference if installed).")
 @verification_options
 @FORMAT

@@ -20,6 +20,7 @@ from kcp_opa.authorize.documents import Receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.ledgerarg import LEDGER
+from kcp_opa.cli.options import DIR, FILE, checkpoints_option, keyring_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.signing import load_keyring
@@ -47,29 +48,15 @@ def audit_case() -> None:
 @audit_case.command(name="gather", hidden=True)
 @click.argument("ledger", type=LEDGER)
 @click.argument("decision_id")
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path, file_okay=False), help="New directory.")
-@click.option("--bundles", "bundles_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("bundles"))
-@click.option(
-    "--trust", required=True, type=click.Path(path_type=Path, dir_okay=False), help="The bundle's trust registry."
+@click.option("-o", "--output", required=True, type=DIR, help="New directory.")
+@click.option("--bundles", "bundles_dir", type=DIR, default=Path("bundles"))
+@click.option("--trust", required=True, type=FILE, help="The bundle's trust registry.")
+@keyring_option(
+    "Checkpoint keys: verifies --checkpoint, or (with a signing key) signs a checkpoint of the head.", required=True
 )
-@click.option(
-    "--keyring",
-    "keyring_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Checkpoint keys: verifies --checkpoint, or (with a signing key) signs a checkpoint of the head.",
-)
-@click.option(
-    "--checkpoint",
-    "checkpoints",
-    multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Signed checkpoint file(s); the first at or after the decision's last entry anchors the case.",
-)
-@click.option("--receipt", "receipt_path", type=click.Path(path_type=Path, dir_okay=False), help="The receipt JSON.")
-@click.option(
-    "--receipt-keyring", type=click.Path(path_type=Path, dir_okay=False), help="The keyring that verifies it."
-)
+@checkpoints_option("Signed checkpoint file(s); the first at or after the decision's last entry anchors the case.")
+@click.option("--receipt", "receipt_path", type=FILE, help="The receipt JSON.")
+@click.option("--receipt-keyring", type=FILE, help="The keyring that verifies it.")
 @verification_options
 def audit_case_gather(
     ledger: Path,
@@ -102,17 +89,11 @@ def audit_case_gather(
 
 
 @audit_case.command(name="verify")
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--trust", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the registry you hold.")
-@click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the checkpoint keys you hold.")
-@click.option(
-    "--receipt-keyring", type=click.Path(path_type=Path, dir_okay=False), help="Pin: the receipt keys you hold."
-)
-@click.option(
-    "--checkpoint",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="A newer signed checkpoint you hold: a case cut before it fails.",
-)
+@click.argument("directory", type=DIR)
+@click.option("--trust", type=FILE, help="Pin: the registry you hold.")
+@click.option("--keyring", type=FILE, help="Pin: the checkpoint keys you hold.")
+@click.option("--receipt-keyring", type=FILE, help="Pin: the receipt keys you hold.")
+@click.option("--checkpoint", type=FILE, help="A newer signed checkpoint you hold: a case cut before it fails.")
 @click.option("--expect-head", type=click.IntRange(min=1), help="The head seq you know the ledger reached.")
 @click.option("--no-opa", is_flag=True, help="Skip the OPA replay (regopy only); the case is then not fully proved.")
 @verification_options
@@ -158,10 +139,8 @@ def audit_case_verify(
 
 @click.command(name="report")
 @click.argument("ledger", type=LEDGER)
-@click.option(
-    "--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here."
-)
-@click.option("--trust", type=click.Path(path_type=Path, dir_okay=False), help="Trust registry: each approver's roles.")
+@click.option("--html", "html_path", type=FILE, help="Write the HTML report here.")
+@click.option("--trust", type=FILE, help="Trust registry: each approver's roles.")
 @FORMAT
 def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: str | None) -> None:
     """Decisions by state, reason, agent, model, unit and tenant; approvals; refusals; chain status.

@@ -20,6 +20,7 @@ from kcp_opa.authoring.regoexplain import explain_results
 from kcp_opa.authoring.regotest import Outcome, TestResult, discover, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
+from kcp_opa.cli.options import ANY_PATH, JUNIT, cases_options, file_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, status
 from kcp_opa.compile.bundle import read_bundle, write_atomically
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR, GENERATED
@@ -33,24 +34,11 @@ WATCH_INTERVAL_S = 1.0
 
 
 @click.command(name="test")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=ANY_PATH)
 @click.option("--run", "run_regex", metavar="REGEX", help="Only tests (data.pkg.test_x) and cases matching REGEX.")
 @click.option("-v", "--verbose", "verbose", is_flag=True, help="Every test with its engines' details.")
 @click.option("--engines", default="regopy,opa", show_default=True, help="Comma-separated: regopy, opa.")
-@click.option(
-    "--cases",
-    "cases_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Decision-case YAML files to run [default: fixtures/cases if it exists].",
-)
-@click.option(
-    "--deployments",
-    "deployments_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("fixtures/deployments"),
-    show_default=True,
-    help="Where each case's deployment (knowledge.yaml, matrix.yaml) lives.",
-)
+@cases_options("Decision-case YAML files to run [default: fixtures/cases if it exists].")
 @click.option("--rego-only", "--no-cases", "no_cases", is_flag=True, help="Rego tests only, no decision cases.")
 @click.option("--cases-only", is_flag=True, help="Decision cases only, no Rego tests (a deployment's own cases).")
 @click.option("--coverage", is_flag=True, help="Report policy line coverage (OPA reference engine).")
@@ -66,14 +54,8 @@ WATCH_INTERVAL_S = 1.0
     show_default=True,
     help="A case that must not execute but would fails the run.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default=None,
-    help="Output format. Default: text on a terminal, json when piped.",
-)
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
+@FORMAT
+@JUNIT
 @click.option("--watch", is_flag=True, help="Run again whenever a .rego, case or deployment file changes.")
 def test_command(
     paths: Sequence[Path],
@@ -228,12 +210,8 @@ def _snapshot(paths: Sequence[Path]) -> tuple[tuple[str, int], ...]:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--bundle",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also check the policies against this bundle's data (shadowed rules).",
-)
+@click.argument("paths", nargs=-1, type=ANY_PATH)
+@file_option("--bundle", help="Also check the policies against this bundle's data (shadowed rules).")
 @click.option("--strict", is_flag=True, help="Warnings fail the check too (exit 1).")
 @FORMAT
 def check(paths: Sequence[Path], bundle: Path | None, strict: bool, fmt: str | None) -> None:
@@ -280,35 +258,16 @@ def _stale_generated(targets: Sequence[Path]) -> list[CheckFinding]:
 
 
 @click.command(name="mutate")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--cases",
-    "cases_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Decision-case YAML files each mutant must still pass [default: fixtures/cases if it exists].",
-)
-@click.option(
-    "--deployments",
-    "deployments_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("fixtures/deployments"),
-    show_default=True,
-    help="Where each case's deployment (knowledge.yaml, matrix.yaml) lives.",
-)
+@click.argument("paths", nargs=-1, type=ANY_PATH)
+@cases_options("Decision-case YAML files each mutant must still pass [default: fixtures/cases if it exists].")
 @click.option("--threshold", type=click.FloatRange(0, 100), help="Exit 2 when the mutation score is below this.")
 @click.option("--sample", type=click.IntRange(1), help="Only a fixed, seeded sample of this many mutants (CI slice).")
 @click.option("--seed", type=int, default=18, show_default=True, help="The sample's seed.")
 @click.option("--only", "only_regex", metavar="REGEX", help="Only mutate policy files whose path matches REGEX.")
 @click.option("--jobs", type=click.IntRange(1), help="Worker processes [default: one per core].")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=120.0, show_default=True, help="Per mutant.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default=None,
-    help="Output format. Default: text on a terminal, json when piped.",
-)
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here.")
+@FORMAT
+@JUNIT
 def mutate_command(
     paths: Sequence[Path],
     cases_dir: Path | None,

@@ -11,21 +11,18 @@ from typing import Any
 import click
 
 from kcp_opa.cli import render
+from kcp_opa.cli.options import FILE, file_option, stacked
 from kcp_opa.cli.output import FORMAT, as_json, console
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import ALGORITHMS, SigningKey, Verification
 from kcp_opa.core.errors import BundleSignatureError
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
 
 def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--signing-key, --signing-alg, --signing-key-id, --claims-file, --scope (compile)."""
-    options: list[Decorator] = [
-        click.option(
-            "--signing-key",
-            type=click.Path(path_type=Path, dir_okay=False),
-            help="PEM private key (RSA, EC P-256 or Ed25519): write .signatures.json in OPA's format.",
+    return stacked(
+        file_option(
+            "--signing-key", help="PEM private key (RSA, EC P-256 or Ed25519): write .signatures.json in OPA's format."
         ),
         click.option(
             "--signing-alg",
@@ -33,24 +30,17 @@ def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help="JWS algorithm [default: RS256 for RSA, ES256 for EC, EdDSA for Ed25519].",
         ),
         click.option("--signing-key-id", help="The key id (kid) [default: kcp- + 16 hex of the public key's sha256]."),
-        click.option(
-            "--claims-file",
-            type=click.Path(path_type=Path, dir_okay=False),
-            help="JSON object of extra claims for the signature payload (as opa build --claims-file).",
+        file_option(
+            "--claims-file", help="JSON object of extra claims for the signature payload (as opa build --claims-file)."
         ),
         click.option("--scope", default="", help="The signature's scope claim (a loader must expect the same)."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    )(command)
 
 
 def verification_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--verification-key (repeatable) and --verification-scope on every command that loads a bundle."""
     command = click.option(
-        "--verification-scope",
-        default="",
-        help="The scope the bundle must be signed for [default: none].",
+        "--verification-scope", default="", help="The scope the bundle must be signed for [default: none]."
     )(command)
     return click.option(
         "--verification-key",
@@ -97,7 +87,7 @@ def bundle() -> None:
 
 
 @bundle.command()
-@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("path", type=FILE)
 @verification_options
 @FORMAT
 def verify(path: Path, verification_keys: Sequence[str], verification_scope: str, fmt: str | None) -> None:
@@ -123,7 +113,7 @@ def verify(path: Path, verification_keys: Sequence[str], verification_scope: str
 
 
 @bundle.command()
-@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("path", type=FILE)
 @click.option("--alg", type=click.Choice(["EdDSA", "ES256", "RS256"]), default="EdDSA", show_default=True)
 def keygen(path: Path, alg: str) -> None:
     """Write a new signing key to PATH (PEM, mode 0600; never overwritten) and its public key to PATH.pub.

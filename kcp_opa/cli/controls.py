@@ -7,10 +7,8 @@ replays every signed attestation through the bundle's control policy.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,10 +20,18 @@ from kcp_opa.authorize.gatedocs import sign_decision_document
 from kcp_opa.authorize.records import export_record, load_record
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.keys import signer_from, signing_key_option
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, now_option, read_text
+from kcp_opa.cli.keys import signer_from
+from kcp_opa.cli.options import (
+    action_option,
+    file_option,
+    keyring_option,
+    signing_key_option,
+    stacked,
+    trust_option,
+)
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, json_errors, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
-from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError
+from kcp_opa.core.errors import CodedError, KeyringError
 from kcp_opa.core.signing import MIN_SECRET_BYTES, load_keyring, load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import Gate, decision_time
@@ -33,54 +39,42 @@ from kcp_opa.declare.trust import load_trust
 from kcp_opa.trail.ledger import AuditLedger
 
 
-def _errors(fn: Callable[..., None]) -> Callable[..., None]:
-    """Refusals as one JSON line on stderr: exit 1 for refused evidence, 2 for usage and I/O."""
+def _exit_code(exc: CodedError) -> int:
+    """Exit 1 for refused evidence, 2 for usage and I/O (a key that cannot be loaded)."""
+    return EXIT_USAGE if isinstance(exc, KeyringError) else EXIT_INVALID
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-        except CodedError as exc:
-            click.echo(json.dumps({"ok": False, "error": str(exc), "code": exc.code}), err=True)
-            sys.exit(EXIT_USAGE if isinstance(exc, KeyringError) else EXIT_INVALID)
-        except KcpOpaError as exc:
-            click.echo(json.dumps({"ok": False, "error": str(exc), "code": "invalid_input"}), err=True)
-            sys.exit(EXIT_USAGE)
 
-    return wrapper
+_errors = json_errors(_exit_code)
+
+
+#: The control record file every controls command but attest reads or writes.
+RECORD = file_option("--record", "record_path", required=True)
 
 
 def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
-    options = [
-        click.option("--bundle", "bundle", required=True, type=click.Path(path_type=Path, dir_okay=False)),
-        click.option("--trust", "trust", required=True, type=click.Path(path_type=Path, dir_okay=False)),
+    options = stacked(
+        file_option("--bundle", "bundle", required=True),
+        trust_option(None, "trust", required=True),
         click.option(
             "--seal-secret-env",
             default="KCP_OPA_DESK_SECRET",
             show_default=True,
             help="Environment variable with the desk's sealing secret (>= 32 bytes).",
         ),
-        click.option(
-            "--issuer-keyring",
-            type=click.Path(path_type=Path, dir_okay=False),
-            help="HMAC secrets of issuers registered by keyring kid.",
-        ),
+        file_option("--issuer-keyring", help="HMAC secrets of issuers registered by keyring kid."),
         click.option(
             "--gate-keyring",
             metavar="KEYRING|URI",
             help="Private keyring (or pkcs11: URI) whose key signs the gate's own attestations (audit logging).",
         ),
-        click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Audit ledger (JSONL)."),
-        click.option(
+        file_option("--ledger", help="Audit ledger (JSONL)."),
+        file_option(
             "--context",
             "context_path",
-            type=click.Path(path_type=Path, dir_okay=False),
             help="What the gate knows (as `kcp-opa decide --context`); without it every gate fact is missing.",
         ),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return verification_options(fn)
+    )
+    return verification_options(options(fn))
 
 
 def _desk(
@@ -162,8 +156,8 @@ def controls() -> None:
 
 @controls.command()
 @_desk_options
-@click.option("--action", "action_path", required=True, metavar="ACTION.json")
-@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@action_option()
+@RECORD
 @now_option("Decision time [default: now].")
 @_errors
 def challenge(action_path: str, record_path: Path, now: str | None, **desk: Any) -> None:
@@ -176,9 +170,9 @@ def challenge(action_path: str, record_path: Path, now: str | None, **desk: Any)
 
 @controls.command(name="record")
 @_desk_options
-@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@RECORD
 @click.option("--evidence", "evidence_path", required=True, metavar="ATTESTATION.json")
-@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action as it stands now.")
+@action_option("The action as it stands now.")
 @_errors
 def record_command(record_path: Path, evidence_path: str, action_path: str, **desk: Any) -> None:
     """Record one signed control result (an attestation by a registered issuer)."""
@@ -192,10 +186,8 @@ def record_command(record_path: Path, evidence_path: str, action_path: str, **de
 
 @controls.command()
 @_desk_options
-@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option(
-    "--decision-out", type=click.Path(path_type=Path, dir_okay=False), help="Write the KYA decision document here."
-)
+@RECORD
+@file_option("--decision-out", help="Write the KYA decision document here.")
 @click.option(
     "--decision-signing-key",
     metavar="URI|KEYRING",
@@ -219,11 +211,11 @@ def show(record_path: Path, decision_out: Path | None, decision_signing_key: str
 
 @controls.command()
 @_desk_options
-@click.option("--record", "record_path", required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help="Receipt keyring.")
+@RECORD
+@keyring_option("Receipt keyring.")
 @signing_key_option()
 @click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900.")
-@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
+@file_option("--output", help="Write the receipt here.")
 @now_option("Issue time [default: now].")
 @_errors
 def issue(
@@ -248,7 +240,7 @@ def issue(
 
 @controls.command()
 @click.option("--issuer", required=True, help="The registered issuer signing (e.g. approval-app).")
-@click.option("--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help="Issuer's keyring.")
+@keyring_option("Issuer's keyring.")
 @click.option("--kid", help="Key id in the keyring [default: its signing kid].")
 @signing_key_option()
 @click.option("--control", required=True)
@@ -257,7 +249,7 @@ def issue(
 @click.option("--decision-id", required=True)
 @click.option("--action-hash", required=True)
 @click.option("--reference", "evidence_reference", required=True, help="Evidence reference (never the document).")
-@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the attestation here.")
+@file_option("--output", help="Write the attestation here.")
 @now_option("Completion time [default: now].")
 @_errors
 def attest(

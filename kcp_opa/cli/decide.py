@@ -14,6 +14,7 @@ from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, verification_of, verification_options
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
+from kcp_opa.cli.options import bundle_option, choice_option, file_option, ledger_key_option
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, QueryError
@@ -26,14 +27,7 @@ from kcp_opa.trail.ledger import AuditLedger
 
 
 @click.command()
-@click.option(
-    "-b",
-    "--bundle",
-    "bundle",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Bundle written by `kcp-opa compile`.",
-)
+@bundle_option("Bundle written by `kcp-opa compile`.")
 @click.option(
     "-i",
     "--input",
@@ -50,16 +44,10 @@ from kcp_opa.trail.ledger import AuditLedger
     help="Print {input, decision}: the exact input evaluated, ready for `eval`/`opa eval`.",
 )
 @click.option("--enforce", is_flag=True, help="Exit 4 when the decision does not allow execution.")
-@click.option(
-    "--ledger",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Append the decision to this audit ledger (JSON Lines; fsynced before printing).",
-)
-@click.option(
-    "--ledger-key",
-    metavar="URI|KEYRING",
-    help="The ledger's writer key (a pkcs11: URI or a keyring file): it signs each entry and a checkpoint of "
-    "the head; a ledger holding entries it did not write is not extended (DENY audit_unavailable).",
+@file_option("--ledger", help="Append the decision to this audit ledger (JSON Lines; fsynced before printing).")
+@ledger_key_option(
+    "The ledger's writer key (a pkcs11: URI or a keyring file): it signs each entry and a checkpoint of "
+    "the head; a ledger holding entries it did not write is not extended (DENY audit_unavailable)."
 )
 @click.option(
     "--cross-check",
@@ -67,10 +55,9 @@ from kcp_opa.trail.ledger import AuditLedger
     help="Also evaluate on the OPA reference engine; any difference is a DENY engine_divergence.",
 )
 @verification_options
-@click.option(
+@file_option(
     "--context",
     "context_path",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="YAML/JSON: what the gate knows (config, registry, attested; from_action: true vouches for what "
     "the action states). Without it every gate and attested fact is missing (docs/contract.md, Facts).",
 )
@@ -146,30 +133,21 @@ def declared_context(path: Path) -> dict[str, Any]:
 
 
 @click.command(name="eval")
-@click.option(
-    "-b",
-    "--bundle",
-    "bundle",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Bundle (e.g. the revision an archived decision names).",
-)
+@bundle_option("Bundle (e.g. the revision an archived decision names).")
 @click.option("-i", "--input", "input_path", metavar="INPUT.json", help="The input document; '-' reads stdin.")
-@click.option(
+@choice_option(
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(["json", "values"]),
+    choices=("json", "values"),
     default="json",
-    show_default=True,
-    help="json: opa eval's result document; values: the expression values only.",
+    help_text="json: opa eval's result document; values: the expression values only.",
 )
-@click.option(
+@choice_option(
     "--engine",
-    type=click.Choice(["regopy", "opa"]),
+    choices=("regopy", "opa"),
     default="regopy",
-    show_default=True,
-    help="regopy (the gate's engine) or opa (the Go reference engine, from opa-golib-python-bindings).",
+    help_text="regopy (the gate's engine) or opa (the Go reference engine, from opa-golib-python-bindings).",
 )
 @verification_options
 @click.argument("query")

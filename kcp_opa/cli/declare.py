@@ -12,6 +12,7 @@ import click
 
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, signing_of, signing_options, verification_options
+from kcp_opa.cli.options import ANY_PATH, FILE, dir_option, output_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.compile.policyfiles import default_policies
@@ -41,14 +42,14 @@ MANIFEST_KEY = click.option(
     "--manifest-key",
     "manifest_keys",
     multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="An Ed25519 public key (PEM or base64) that may sign manifests declaring "
     "trust.content_integrity.signing (repeatable).",
 )
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=ANY_PATH)
 @FORMAT
 @MAX_BYTES
 @click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1 on any warning).")
@@ -159,7 +160,7 @@ def _head(path: Path) -> bytes:
 
 
 @click.command()
-@click.argument("manifest", type=click.Path(path_type=Path))
+@click.argument("manifest", type=ANY_PATH)
 @click.argument("unit")
 @FORMAT
 @MAX_BYTES
@@ -182,32 +183,20 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
 
 
 @click.command(name="compile")
-@click.argument("manifests", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--matrix",
-    "matrix",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The delegation matrix YAML.",
-)
+@click.argument("manifests", nargs=-1, required=True, type=ANY_PATH)
+@click.option("--matrix", "matrix", required=True, type=ANY_PATH, help="The delegation matrix YAML.")
 @click.option(
     "--trust",
     "trust",
-    type=click.Path(path_type=Path),
+    type=ANY_PATH,
     help="A trust registry YAML: its principals, roles and issuers' controls (never keys) go into the data.",
 )
-@click.option(
+@dir_option(
     "--policies",
-    type=click.Path(path_type=Path, file_okay=False),
     help="Directory of .rego modules (*_test.rego files are left out of the bundle) "
     "[default: ./policies if present, else the policies shipped with kcp-opa].",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Bundle path [default: bundles/<project>.tar.gz, the manifests' project ids].",
-)
+@output_option("Bundle path [default: bundles/<project>.tar.gz, the manifests' project ids].")
 @click.option("--revision", help="Bundle revision [default: a sha256 of the bundle's content].")
 @click.option("--policy-version", help="Policy version [default: the policies directory's VERSION file].")
 @click.option(
@@ -270,7 +259,7 @@ def compile_command(
 
 
 @click.command()
-@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("bundle", type=FILE)
 @verification_options
 @FORMAT
 def inspect(bundle: Path, verification_keys: Sequence[str], verification_scope: str, fmt: str | None) -> None:

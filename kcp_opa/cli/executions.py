@@ -22,7 +22,18 @@ import click
 
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, fail, now_option, read_text
+from kcp_opa.cli.options import action_option, file_option, keyring_option, receipt_option, store_option
+from kcp_opa.cli.output import (
+    EXIT_INVALID,
+    EXIT_USAGE,
+    FORMAT,
+    as_json,
+    console,
+    fail,
+    now_option,
+    read_text,
+    refusal_line,
+)
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError, StoreError
@@ -30,20 +41,13 @@ from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.execute.executor import Executor
-from kcp_opa.stores.opening import STORE_ENV, is_database, open_executor_store, shown
+from kcp_opa.stores.opening import is_database, open_executor_store, shown
 from kcp_opa.stores.protocols import ExecutorStore
 from kcp_opa.stores.records import AMBIGUOUS
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
 
-STORE = click.option(
-    "--store",
-    "store_path",
-    required=True,
-    envvar=STORE_ENV,
-    show_envvar=True,
-    help="The executor's store: a SQLite file or a postgresql:// database (password in PGPASSWORD).",
-)
+STORE = store_option("The executor's store: a SQLite file or a postgresql:// database (password in PGPASSWORD).")
 
 
 def _open(store_path: str) -> ExecutorStore:
@@ -93,11 +97,7 @@ def executions_list(store_path: str, fmt: str | None) -> None:
 @click.option("--outcome", required=True, type=click.Choice(["succeeded", "failed"]), help="What really happened.")
 @click.option("--evidence", required=True, help="Reference to what shows it (bank statement id, ticket...).")
 @STORE
-@click.option(
-    "--ledger",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Audit ledger that records the reconciliation (recommended).",
-)
+@file_option("--ledger", help="Audit ledger that records the reconciliation (recommended).")
 def executions_reconcile(key: str, outcome: str, evidence: str, store_path: str, ledger: Path | None) -> None:
     """Resolve an AMBIGUOUS execution; refused (exit 1) for a key that is not ambiguous."""
     store = _open(store_path)
@@ -125,21 +125,16 @@ def executions_reconcile(key: str, outcome: str, evidence: str, store_path: str,
 
 
 @executions.command(name="run", context_settings={"ignore_unknown_options": True})
-@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action the receipt covers.")
-@click.option("--receipt", "receipt_path", required=True, metavar="RECEIPT.json", help="The signed receipt.")
-@click.option(
-    "--keyring",
-    "keyring_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Keys that verify receipts (an Ed25519 public keyring is enough).",
-)
+@action_option("The action the receipt covers.")
+@receipt_option("The signed receipt.")
+@keyring_option("Keys that verify receipts (an Ed25519 public keyring is enough).", required=True)
 @click.option("--policy-version", "policy_versions", required=True, multiple=True, help="An active policy version.")
-@click.option("--store", "store_path", required=True, envvar=STORE_ENV, show_envvar=True,
-              help="The executor's store (a SQLite file, created if missing, or a postgresql:// database):"
-              " nonces and idempotency keys.")  # fmt: skip
-@click.option("--bundle", type=click.Path(path_type=Path, dir_okay=False), help="With --ledger: the gate's bundle.")
-@click.option("--ledger", type=click.Path(path_type=Path, dir_okay=False), help="Record the execution in this ledger.")
+@store_option(
+    "The executor's store (a SQLite file, created if missing, or a postgresql:// database):"
+    " nonces and idempotency keys."
+)
+@file_option("--bundle", help="With --ledger: the gate's bundle.")
+@file_option("--ledger", help="Record the execution in this ledger.")
 @now_option("Verification time [default: now].")
 @verification_options
 @click.argument("handler", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -189,7 +184,7 @@ def executions_run(
             action, receipt, _command_handler(handler), now=decision_time(now) if now else None
         )
     except (ReceiptVerificationError, ExecutionError) as exc:
-        click.echo(json.dumps({"ok": False, "error": str(exc), "code": exc.code}), err=True)
+        refusal_line(str(exc), exc.code)
         sys.exit(EXIT_INVALID)
     render.print_json(
         {

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kcp_opa.cli import render
+from kcp_opa.cli.options import dir_option, file_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json, console
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.evaluatorgen import GENERATED, stale, write_union
@@ -16,18 +17,13 @@ from kcp_opa.compile.referencegen import reference_stale, render_reference
 
 
 @click.command(name="generate")
-@click.option(
+@dir_option(
     "--policies",
-    type=click.Path(path_type=Path, file_okay=False),
     default=Path("policies"),
     show_default=True,
     help="The policies tree (holding VERSION and kcp/evaluators/).",
 )
-@click.option(
-    "--reference",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also the reference (docs/reference.md) generated from the policies and the schemas.",
-)
+@file_option("--reference", help="Also the reference (docs/reference.md) generated from the policies and the schemas.")
 @click.option("--check", "check_only", is_flag=True, help="Write nothing; exit 1 when a generated file is stale.")
 @FORMAT
 def generate(policies: Path, reference: Path | None, check_only: bool, fmt: str | None) -> None:

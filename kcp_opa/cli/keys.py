@@ -1,4 +1,5 @@
-"""The ``--signing-key`` option every signing command shares: a ``pkcs11:`` URI or a keyring file.
+"""What ``--signing-key`` names, as a key: a ``pkcs11:`` URI or a keyring file (the option itself
+is ``kcp_opa.cli.options.signing_key_option``).
 
 A URI names a key held in an HSM (RFC 7512: ``pkcs11:token=T;object=LABEL``, the PIN from
 ``pin-source`` or ``$KCP_OPA_PKCS11_PIN``, never argv); a path names a keyring file whose
@@ -7,23 +8,10 @@ signing kid signs. Either way the command holds a :class:`~kcp_opa.core.keys.Sig
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import click
 
 from kcp_opa.core.errors import KeyringError
 from kcp_opa.core.signing import Key, load_keyring, load_signing_key
-
-SIGNING_KEY_HELP = (
-    "The signing key: a pkcs11: URI (RFC 7512; the key stays in the HSM, the PIN from pin-source or "
-    "$KCP_OPA_PKCS11_PIN) or a keyring file (its signing kid)."
-)
-
-
-def signing_key_option(help_text: str = SIGNING_KEY_HELP) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option("--signing-key", "signing_key", metavar="URI|KEYRING", help=help_text)
 
 
 def signer_from(signing_key: str | None, keyring_path: Path | None, *, what: str = "--keyring") -> Key:

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from kcp_opa.cli import render
+from kcp_opa.cli.options import output_option
 from kcp_opa.cli.output import EXIT_INVALID, fail
 from kcp_opa.trail.locations import dump, is_database, readable, shown
 
@@ -61,9 +62,7 @@ def ledger_line(path: Path, line: int) -> str:
 
 @click.command(name="dump")
 @click.argument("location", metavar="POSTGRESQL_URI")
-@click.option(
-    "-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False), help="The JSONL file to write."
-)
+@output_option("The JSONL file to write.", required=True)
 def audit_dump(location: str, output: Path) -> None:
     """Write a database ledger as a JSONL ledger file, with its checkpoints in OUTPUT.checkpoints.
 

@@ -1,8 +1,11 @@
-"""What every command shares: exit codes, the --format and --max-bytes options, one-line errors."""
+"""What every command shares: exit codes, one-line errors, JSON or text output (the shared options
+are in ``kcp_opa.cli.options``; ``FORMAT``, ``MAX_BYTES`` and ``now_option`` are re-exported here)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -11,46 +14,17 @@ from typing import Any
 import click
 from rich.console import Console
 
-from kcp_opa.core.errors import ActionRejectedError, SourceUnreadableError
+from kcp_opa.cli.options import FORMAT as FORMAT
+from kcp_opa.cli.options import MAX_BYTES as MAX_BYTES
+from kcp_opa.cli.options import Decorator
+from kcp_opa.cli.options import now_option as now_option
+from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, SourceUnreadableError
 from kcp_opa.core.files import read_regular_text
-from kcp_opa.decide.gate import decision_time
-from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_NOT_ALLOWED = 4
-
-
-FORMAT = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default=None,
-    help="Output format. Default: text on a terminal, json when piped.",
-)
-MAX_BYTES = click.option(
-    "--max-bytes",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_BYTES,
-    show_default=True,
-    help="Refuse YAML files larger than this.",
-)
-
-
-def _rfc3339(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--now is a usage matter: a time that does not parse is exit 2 before anything runs."""
-    if value is not None:
-        try:
-            decision_time(value)
-        except ActionRejectedError as exc:
-            raise click.BadParameter(str(exc).removeprefix("action: ")) from None
-    return value
-
-
-def now_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The --now flag every time-dependent command shares, checked at parse time."""
-    return click.option("--now", metavar="RFC3339", callback=_rfc3339, help=help_text)
 
 
 def as_json(fmt: str | None) -> bool:
@@ -86,3 +60,29 @@ def read_text(path: str, what: str) -> str:
         raise ActionRejectedError("", f"{what} {path} is not UTF-8 text") from None
     except OSError as exc:
         raise SourceUnreadableError(path, f"cannot read {what}: {exc.strerror or exc}") from None
+
+
+def refusal_line(message: str, code: str) -> None:
+    """A refusal as one JSON line on stderr, as the KYA reference script writes it."""
+    click.echo(json.dumps({"ok": False, "error": message, "code": code}), err=True)
+
+
+def json_errors(exit_code: Callable[[CodedError], int] = lambda exc: EXIT_USAGE) -> Decorator:
+    """A command whose refusals are one JSON line on stderr: a coded refusal exits ``exit_code(exc)``,
+    any other deliberate failure is ``invalid_input`` and exit 2."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            try:
+                fn(*args, **kwargs)
+            except CodedError as exc:
+                refusal_line(str(exc), exc.code)
+                sys.exit(exit_code(exc))
+            except KcpOpaError as exc:
+                refusal_line(str(exc), "invalid_input")
+                sys.exit(EXIT_USAGE)
+
+        return wrapper
+
+    return decorate

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,19 @@ from kcp_opa.authorize.gatedocs import issue_for_gate_document
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.keys import signing_key_option
-from kcp_opa.cli.output import EXIT_USAGE, now_option, read_text
+from kcp_opa.cli.options import (
+    action_option,
+    file_option,
+    keyring_option,
+    receipt_option,
+    signing_key_option,
+    stacked,
+    trust_option,
+)
+from kcp_opa.cli.output import json_errors, now_option, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core import strictjson
-from kcp_opa.core.errors import CodedError, KcpOpaError, KeyringError, ReceiptIssueError
+from kcp_opa.core.errors import KeyringError, ReceiptIssueError
 from kcp_opa.core.signing import (
     Keyring,
     create_pkcs11_ed25519,
@@ -31,23 +38,8 @@ from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.stores.opening import open_executor_store
 
-
-def _receipt_errors(fn: Callable[..., None]) -> Callable[..., None]:
-    """Receipt commands answer like the KYA reference script: JSON errors on stderr, exit 2."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-        except CodedError as exc:
-            click.echo(json.dumps({"ok": False, "error": str(exc), "code": exc.code}), err=True)
-            sys.exit(EXIT_USAGE)
-        except KcpOpaError as exc:
-            click.echo(json.dumps({"ok": False, "error": str(exc), "code": "invalid_input"}), err=True)
-            sys.exit(EXIT_USAGE)
-
-    return wrapper
+#: Receipt commands answer like the KYA reference script: JSON errors on stderr, exit 2.
+_receipt_errors = json_errors()
 
 
 def _load_json(path: str, what: str) -> Any:
@@ -67,19 +59,16 @@ def _keyring_for(keyring_path: Path | None, secret_env: str, kid: str) -> Keyrin
 def _key_options(*, keyring_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """The key flags `receipt issue` and `receipt verify` share (the KYA script's, plus --keyring)."""
 
-    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
-        fn = click.option(
-            "--keyring", "keyring_path", type=click.Path(path_type=Path, dir_okay=False), help=keyring_help
-        )(fn)
-        fn = click.option("--kid", default="default", show_default=True, help="Key id of the HMAC secret.")(fn)
-        return click.option(
+    return stacked(
+        click.option(
             "--secret-env",
             default="KYA_RECEIPT_SECRET",
             show_default=True,
             help="Environment variable holding the HMAC secret (>= 32 bytes); never the secret itself.",
-        )(fn)
-
-    return decorate
+        ),
+        click.option("--kid", default="default", show_default=True, help="Key id of the HMAC secret."),
+        keyring_option(keyring_help),
+    )
 
 
 @click.group()
@@ -96,7 +85,7 @@ def receipt() -> None:
 
 
 @receipt.command(name="hash")
-@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action intent.")
+@action_option("The action intent.")
 @_receipt_errors
 def receipt_hash(action_path: str) -> None:
     """Print the action's KYA-CJ-1 hash."""
@@ -105,7 +94,7 @@ def receipt_hash(action_path: str) -> None:
 
 
 @receipt.command(name="issue")
-@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The action intent.")
+@action_option("The action intent.")
 @click.option(
     "--decision",
     "decision_path",
@@ -116,22 +105,15 @@ def receipt_hash(action_path: str) -> None:
 @_key_options(keyring_help="Sign with the keyring's signing key instead (Ed25519 or HMAC).")
 @signing_key_option("Sign with this key instead: a pkcs11: URI (the key stays in the HSM) or a keyring file.")
 @click.option("--ttl-seconds", type=int, help="Receipt lifetime, 30..900 [default: the decision's, else 300].")
-@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the receipt here.")
+@file_option("--output", help="Write the receipt here.")
 @click.option("--issuer", "gate", metavar="GATE", help="The registered gate that wrote the decision (KYA interop).")
-@click.option(
-    "--trust", "trust_path", type=click.Path(path_type=Path, dir_okay=False), help="Trust registry (with --issuer)."
-)
-@click.option(
+@trust_option("Trust registry (with --issuer).", "trust_path")
+@file_option(
     "--bundle",
     "bundle_path",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="Bundle compiled with that registry: its control policy judges the evidence (with --issuer).",
 )
-@click.option(
-    "--issuer-keyring",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Keyring with the HMAC secrets of issuers registered by keyring kid.",
-)
+@file_option("--issuer-keyring", help="Keyring with the HMAC secrets of issuers registered by keyring kid.")
 @click.option(
     "--decision-key",
     "decision_key",
@@ -222,8 +204,8 @@ def receipt_issue(
 
 
 @receipt.command(name="verify")
-@click.option("--action", "action_path", required=True, metavar="ACTION.json", help="The final action intent.")
-@click.option("--receipt", "receipt_path", required=True, metavar="RECEIPT.json", help="The receipt.")
+@action_option("The final action intent.")
+@receipt_option("The receipt.")
 @click.option(
     "--policy-version",
     "policy_versions",
@@ -267,19 +249,8 @@ def receipt_verify(
 
 @receipt.command(name="keygen")
 @click.option("--kid", required=True, help="Key id for the new Ed25519 key.")
-@click.option(
-    "--keyring",
-    "keyring_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Private keyring file (created, or extended: the new key becomes the signer).",
-)
-@click.option(
-    "--public",
-    "public_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write the public keyring here, for executors.",
-)
+@keyring_option("Private keyring file (created, or extended: the new key becomes the signer).", required=True)
+@file_option("--public", "public_path", help="Also write the public keyring here, for executors.")
 @click.option("--retire", multiple=True, metavar="KID", help="Retire this kid (it stops verifying).")
 @click.option(
     "--pkcs11",

@@ -13,21 +13,25 @@ import click
 from click.core import ParameterSource
 
 from kcp_opa.cli.bundlekeys import verification_options
-from kcp_opa.cli.keys import signing_key_option
+from kcp_opa.cli.options import (
+    choice_option,
+    dir_option,
+    file_option,
+    ledger_key_option,
+    signing_key_option,
+    trust_option,
+)
 from kcp_opa.core.errors import KcpOpaError
 
 
 @click.command()
-@click.option(
+@file_option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="JSON file of settings, named as these options (issuer_ids: a list); options given here win.",
 )
-@click.option(
-    "--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="MCP transport."
-)
-@click.option("-b", "--bundle", type=click.Path(path_type=Path, dir_okay=False), help="Bundle to decide with.")
+@choice_option("--transport", choices=("stdio", "http"), default="stdio", help_text="MCP transport.")
+@file_option("-b", "--bundle", help="Bundle to decide with.")
 @click.option(
     "--store",
     default="audit/service.db",
@@ -46,11 +50,7 @@ from kcp_opa.core.errors import KcpOpaError
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP listen address.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="HTTP port.")
-@click.option(
-    "--trust",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Trust registry (the one the bundle was compiled with): principals, roles, evidence issuers.",
-)
+@trust_option("Trust registry (the one the bundle was compiled with): principals, roles, evidence issuers.")
 @click.option(
     "--issuer-id",
     "issuer_ids",
@@ -58,31 +58,21 @@ from kcp_opa.core.errors import KcpOpaError
     help="With --trust: a registered issuer the service signs control results as (repeatable; per control "
     "the first one allowed for it).",
 )
-@click.option(
+@file_option(
     "--issuer-keyring",
-    type=click.Path(path_type=Path, dir_okay=False),
     envvar="KCP_OPA_ISSUER_KEYRING",
     show_envvar=True,
     help="With --trust: keyring file holding the issuers' private keys.",
 )
-@click.option(
-    "--tokens",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help='With --trust and http: JSON {"tokens": {"sha256:<hex>": "principal id"}} (hashes only).',
-)
+@file_option("--tokens", help='With --trust and http: JSON {"tokens": {"sha256:<hex>": "principal id"}} (hashes only).')
 @click.option("--principal", help="With --trust and stdio: the registered principal calling.")
-@click.option("--keyring", type=click.Path(path_type=Path, dir_okay=False), help="Receipt signing keyring.")
+@file_option("--keyring", help="Receipt signing keyring.")
 @signing_key_option(
     "Sign receipts with this key instead of --keyring: a pkcs11: URI (the key stays in the HSM; kept across reloads)."
 )
-@click.option(
-    "--ledger-key",
-    metavar="URI|KEYRING",
-    help="The ledger's writer key (a pkcs11: URI or a keyring file): signs every entry and the checkpoints.",
-)
-@click.option(
+@ledger_key_option("The ledger's writer key (a pkcs11: URI or a keyring file): signs every entry and the checkpoints.")
+@file_option(
     "--handlers",
-    type=click.Path(path_type=Path, dir_okay=False),
     help='JSON file {"handlers": {"name": "module:function"}} that execute_authorized_action may run: '
     "each fn(action), imported from the file's directory or PYTHONPATH and checked at start.",
 )
@@ -92,7 +82,7 @@ from kcp_opa.core.errors import KcpOpaError
     show_default=True,
     help="HTTP without --trust: the environment variable holding the local agent's bearer token.",
 )
-@click.option("--plan-cache", type=click.Path(path_type=Path, file_okay=False), help="rego-cpp plan cache directory.")
+@dir_option("--plan-cache", help="rego-cpp plan cache directory.")
 @click.option("--otel", is_flag=True, help="Emit OpenTelemetry spans (needs the [otel] extra and a configured SDK).")
 @click.option(
     "--bundle-source",
@@ -102,25 +92,22 @@ from kcp_opa.core.errors import KcpOpaError
 @click.option(
     "--poll-seconds", type=click.FloatRange(0.05), default=30.0, show_default=True, help="Bundle source poll."
 )
-@click.option(
+@choice_option(
     "--mode",
-    type=click.Choice(["enforce", "log_only"]),
+    choices=("enforce", "log_only"),
     default="enforce",
-    show_default=True,
-    help="log_only: decide and archive as usual, but tell callers it was not enforced (recorded).",
+    help_text="log_only: decide and archive as usual, but tell callers it was not enforced (recorded).",
 )
 @click.option("--mode-second-approval", is_flag=True, help="Leaving enforce needs a second service_admin's request.")
-@click.option(
+@file_option(
     "--shadow-bundle",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="A candidate bundle evaluated beside the active one; it never decides (audit shadow-report).",
 )
 @verification_options
 @click.option("--region", help="The gate's deployment region (a gate fact; what an action states is only compared).")
 @click.option("--environment", help="The gate's environment (production, staging, ...), a gate fact like --region.")
-@click.option(
+@file_option(
     "--attestations",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="JSON list of signed fact attestations (evidence status, screening, beneficiary); needs --trust.",
 )
 @click.option(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import click
 
 from kcp_opa.cli import render
+from kcp_opa.cli.options import store_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.core.errors import StoreError
-from kcp_opa.stores.opening import STORE_ENV, migrate, shown
+from kcp_opa.stores.opening import migrate, shown
 
 
 @click.group()
@@ -21,13 +22,8 @@ def store() -> None:
 
 
 @store.command(name="migrate")
-@click.option(
-    "--store",
-    "location",
-    required=True,
-    envvar=STORE_ENV,
-    show_envvar=True,
-    help="SQLite file or postgresql://user@host/db (the password in PGPASSWORD or a PGPASSFILE, never here).",
+@store_option(
+    "SQLite file or postgresql://user@host/db (the password in PGPASSWORD or a PGPASSFILE, never here).", "location"
 )
 def store_migrate(location: str) -> None:
     """Create or migrate every store at --store; print each store's schema version."""

@@ -17,15 +17,15 @@ from pathlib import Path
 import click
 
 from kcp_opa.cli import render
+from kcp_opa.cli.options import file_option, trust_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.identity import IdentityError, canonical_id
 
-TOKENS_FILE = click.option(
+TOKENS_FILE = file_option(
     "--tokens",
     "tokens_path",
     required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
     help='The tokens file (JSON {"tokens": {"sha256:<hex>": "principal id"}}) the server reads.',
 )
 
@@ -67,9 +67,7 @@ def tokens() -> None:
 @tokens.command(name="add")
 @TOKENS_FILE
 @click.option("--principal", required=True, help="The registered principal the token authenticates.")
-@click.option(
-    "--trust", type=click.Path(path_type=Path, dir_okay=False), help="Refuse a principal this registry lacks."
-)
+@trust_option("Refuse a principal this registry lacks.")
 def tokens_add(tokens_path: Path, principal: str, trust: Path | None) -> None:
     """Make a token for PRINCIPAL: its hash goes to the file, the token to stdout, once."""
     from kcp_opa.declare.trust import load_trust

@@ -99,6 +99,19 @@ def document_verifies(document: Mapping[str, Any], verifier: Verifier, at: str =
     return isinstance(value, str) and verifier.verify(signed_bytes(document, at), value)
 
 
+def seal(secret: bytes, value: object) -> str:
+    """HMAC-SHA256 (hex) over the canonical JSON of ``value``: the seal a gate or a control desk puts
+    on what it hands out and checks when it comes back (the secret never leaves the process)."""
+    return hmac.new(secret, canonical_json(value), hashlib.sha256).hexdigest()
+
+
+def seal_holds(secret: bytes, value: object, presented: object) -> bool:
+    """Constant-time: ``presented`` is ``value``'s seal (any other type or text, non-ASCII too, is not)."""
+    if not isinstance(presented, str):
+        return False
+    return hmac.compare_digest(presented.encode("utf-8"), seal(secret, value).encode("ascii"))
+
+
 def strict_b64url(value: str) -> bytes | None:
     """Unpadded base64url, accepted only in its one canonical spelling (the one ``sign`` writes).
 

@@ -9,8 +9,6 @@ Python decides nothing here: a malformed or missing policy answer becomes the fa
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 import secrets
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,8 +22,8 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.context.builder import ContextSources
-from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
+from kcp_opa.core.signing import seal, seal_holds
 from kcp_opa.decide.active import ActiveBundle, utc_now
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.crosscheck import cross_checked
@@ -259,10 +257,11 @@ class Gate:
         sources = StoreCounters.bound_to(context if context is not None else self.context, active.bundle.data)
         return self._sealed(active, action, now=now, satisfied_controls=controls, context=sources, principal=principal)
 
-    def _seal_of(self, prepared: DecisionInput) -> str:
+    @staticmethod
+    def _sealed_fields(prepared: DecisionInput) -> list[Any]:
+        """What the gate's seal on a prepared input covers."""
         fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
-        message = canonical_json([*fields, prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256])
-        return hmac.new(self._seal_key, message, hashlib.sha256).hexdigest()
+        return [*fields, prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256]
 
     def reprepare(
         self, action: Mapping[str, Any], *, at: str, decision_id: str, satisfied: Sequence[str], facts: Any
@@ -279,7 +278,7 @@ class Gate:
         built = replace(
             build_input(action, bundle_revision=active.bundle.revision, **fields), bundle_sha256=active.bundle.sha256
         )
-        return replace(built, seal=self._seal_of(built))
+        return replace(built, seal=seal(self._seal_key, self._sealed_fields(built)))
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
@@ -340,7 +339,7 @@ class Gate:
         Only inputs this gate sealed are decided: an edited input (say, controls marked
         satisfied by the caller) is refused before it can be evaluated or archived.
         """
-        if not hmac.compare_digest(prepared.seal, self._seal_of(prepared)):
+        if not seal_holds(self._seal_key, self._sealed_fields(prepared), prepared.seal):
             raise ActionRejectedError("", "the prepared input was not built by this gate or was edited after prepare()")
         active = self._active_for(prepared)
         decision, result, answers = self._evaluate(active, prepared)

@@ -12,10 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.documents import Fields, JsonDict, Signature, sign
@@ -114,9 +112,9 @@ def read_checkpoints(path: Path) -> list[Checkpoint]:
     return [read_checkpoint(item, str(path)) for item in items]
 
 
-def append_checkpoint(path: Path, checkpoint: Checkpoint | Mapping[str, Any]) -> None:
+def append_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     """Append one checkpoint line durably (no symlinks followed)."""
-    document = checkpoint.to_dict() if isinstance(checkpoint, Checkpoint) else read_checkpoint(checkpoint).to_dict()
+    document = checkpoint.to_dict()
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, 0o640)
     try:
@@ -124,21 +122,3 @@ def append_checkpoint(path: Path, checkpoint: Checkpoint | Mapping[str, Any]) ->
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# The ledger writer (kcp_opa.trail.ledger) keeps checkpoints as JSON objects until its entries are
-# typed too; these read and write them through Checkpoint, so there is still one shape.
-
-
-def make_checkpoint(
-    ledger_id: str | None, seq: int, head_hash: str, key: Signer, *, now: dt.datetime | None = None
-) -> dict[str, Any]:
-    return Checkpoint.sign(ledger_id, seq, head_hash, key, now=now).to_dict()
-
-
-def load_checkpoints(path: Path) -> list[dict[str, Any]]:
-    return [checkpoint.to_dict() for checkpoint in read_checkpoints(path)]
-
-
-def verify_checkpoint(checkpoint: Mapping[str, Any], keyring: Keyring) -> None:
-    read_checkpoint(checkpoint).verify(keyring)

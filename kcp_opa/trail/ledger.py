@@ -45,7 +45,7 @@ from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KeyringError, LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
-from kcp_opa.trail.checkpoint import append_checkpoint, load_checkpoints, make_checkpoint, verify_checkpoint
+from kcp_opa.trail.checkpoint import Checkpoint, append_checkpoint, read_checkpoints
 from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import (
     AUTH_KEY,
@@ -101,7 +101,7 @@ class AuditLedger:
         self._verified = False
         self._head: tuple[str | None, int, str] | None = None  # (ledger_id, seq, hash) this writer last wrote
         self._marked: tuple[str | None, int, str] | None = None  # the head of its last checkpoint
-        self._last_checkpoint: dict[str, Any] | None = None
+        self._last_checkpoint: Checkpoint | None = None
         self._lock = threading.Lock()
         self._group = GroupCommit(self._write_batch, max_batch=512)
 
@@ -127,7 +127,7 @@ class AuditLedger:
         return self._group.submit(dict(entry))
 
     def close(self) -> dict[str, Any] | None:
-        """Write a signed checkpoint of the current head (if a key is set); returns it."""
+        """Write a signed checkpoint of the current head (if a key is set); returns its wire form."""
         if self.checkpoint_key is None:
             return None
         fd = self._open()
@@ -138,8 +138,8 @@ class AuditLedger:
             if seq == 0:
                 return None
             if self._marked == (ledger_id, seq, previous) and self._last_checkpoint is not None:
-                return self._last_checkpoint  # this head is checkpointed already
-            return self._checkpoint(ledger_id, seq, previous)
+                return self._last_checkpoint.to_dict()  # this head is checkpointed already
+            return self._checkpoint(ledger_id, seq, previous).to_dict()
         finally:
             os.close(fd)
 
@@ -194,11 +194,11 @@ class AuditLedger:
             self._maybe_checkpoint(ledger_id, written)
         return written
 
-    def _checkpoint(self, ledger_id: str | None, seq: int, head_hash: str) -> dict[str, Any]:
+    def _checkpoint(self, ledger_id: str | None, seq: int, head_hash: str) -> Checkpoint:
         """Sign and append a checkpoint of (seq, head_hash); LedgerError or OSError if it is not written."""
         assert self.checkpoint_key is not None
         try:
-            checkpoint = make_checkpoint(ledger_id, seq, head_hash, self.checkpoint_key)
+            checkpoint = Checkpoint.sign(ledger_id, seq, head_hash, self.checkpoint_key)
         except KeyringError as exc:
             raise LedgerError(f"{self.path}: cannot sign the checkpoint: {exc}") from None
         append_checkpoint(checkpoint_path(self.path), checkpoint)
@@ -266,14 +266,14 @@ class AuditLedger:
         if self._trusted is None:
             return [], None
         try:
-            last = load_checkpoints(path)[-1]
+            last = read_checkpoints(path)[-1]
         except LedgerError as exc:
             raise LedgerError(
                 f"{self.path}: this keyed ledger has entries but no readable checkpoint ({exc}); its cut "
                 f"could not be detected: restore {path.name} or start a new ledger file"
             ) from None
-        verify_checkpoint(last, self._trusted)
-        return [(int(last["seq"]), str(last["entry_hash"]))], last.get("ledger_id")
+        last.verify(self._trusted)
+        return [(last.seq, last.entry_hash)], last.ledger_id
 
     def _maybe_checkpoint(self, ledger_id: str | None, written: list[dict[str, Any]]) -> None:
         if self.checkpoint_key is None or not written:

@@ -31,7 +31,7 @@ from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
 from kcp_opa.stores.postgres.base import PostgresDatabase
 from kcp_opa.stores.postgres.ledger import ChainHead, ChainRow, ChainView, PostgresChain
-from kcp_opa.trail.checkpoint import load_checkpoints, make_checkpoint, verify_checkpoint
+from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.ledger import header_line
 from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import (
@@ -77,7 +77,7 @@ class PostgresLedger:
         self._verified = checkpoint_key is None
         self._head: tuple[str, int, str] | None = None  # (ledger_id, seq, hash) this writer last wrote
         self._ledger_id = ""
-        self._last_checkpoint: dict[str, Any] | None = None
+        self._last_checkpoint: Checkpoint | None = None
         self._lock = threading.Lock()
         self._group = GroupCommit(self._write_batch, max_batch=512)
 
@@ -93,7 +93,7 @@ class PostgresLedger:
         return self._group.submit(dict(entry))
 
     def close(self) -> dict[str, Any] | None:
-        """With a writer key, commit a signed checkpoint of the current head; returns it (None if empty).
+        """With a writer key, commit a signed checkpoint of the current head; returns its wire form (None if empty).
 
         The head is admitted as for an append (the chain's true end, its last entry this key's), in
         the transaction that commits the checkpoint: a writer never signs a head it would not extend.
@@ -106,21 +106,21 @@ class PostgresLedger:
                 return None
             if not self._verified:
                 self._verify_once()
-            marked: list[dict[str, Any]] = []
+            marked: list[Checkpoint] = []
 
             def build(found: ChainHead, view: ChainView) -> tuple[list[ChainRow], str | None]:
                 marked.clear()
                 self._admit(found, view)
                 last = self._last_checkpoint
-                if last is not None and (last.get("seq"), last.get("entry_hash")) == (found.seq, found.head_hash):
+                if last is not None and (last.seq, last.entry_hash) == (found.seq, found.head_hash):
                     marked.append(last)  # this head is checkpointed already
                     return [], None
                 marked.append(self._sign_checkpoint(found.ledger_id, found.seq, found.head_hash))
-                return [], canonical_json(marked[0]).decode("utf-8")
+                return [], _line(marked[0])
 
             self._call(lambda: self.chain.extend((head[0], head[1], head[3]), build))
             self._last_checkpoint = marked[0]
-            return marked[0]
+            return marked[0].to_dict()
 
     def healthy(self) -> bool:
         """Whether the database answers (an append may still fail: it then raises, and the gate denies)."""
@@ -146,7 +146,7 @@ class PostgresLedger:
         fresh = json.loads(header_line(self.checkpoint_key))
         header = (str(fresh["ledger_id"]), canonical_json(fresh).decode("utf-8"), canonical_hash(fresh))
         written: list[dict[str, Any]] = []
-        marked: list[dict[str, Any]] = []
+        marked: list[Checkpoint] = []
 
         def build(head: ChainHead, view: ChainView) -> tuple[list[ChainRow], str | None]:
             written.clear()
@@ -165,7 +165,7 @@ class PostgresLedger:
             if self.checkpoint_key is None or not due:
                 return rows, None
             marked.append(self._sign_checkpoint(head.ledger_id, seq, previous))
-            return rows, canonical_json(marked[0]).decode("utf-8")
+            return rows, _line(marked[0])
 
         self._call(lambda: self.chain.extend(header, build))
         last = written[-1]
@@ -238,15 +238,15 @@ class PostgresLedger:
         with tempfile.TemporaryDirectory(prefix="kcp-opa-ledger-") as tmp:
             marks = Path(tmp) / "ledger.jsonl.checkpoints"
             marks.write_text(lines[-1] + "\n", encoding="utf-8")
-            last = load_checkpoints(marks)[-1]
-            verify_checkpoint(last, self._trusted)
+            last = read_checkpoints(marks)[-1]
+            last.verify(self._trusted)
             path = Path(tmp) / "ledger.jsonl"
             with path.open("wb") as sink:
                 self._call(lambda: self.chain.dump(sink))
             report = verify_ledger(
                 path,
-                anchors=[(int(last["seq"]), str(last["entry_hash"]))],
-                ledger_id=last.get("ledger_id"),
+                anchors=[(last.seq, last.entry_hash)],
+                ledger_id=last.ledger_id,
                 keyring=self._trusted,
                 writer=self.checkpoint_key.kid,
             )
@@ -263,12 +263,17 @@ class PostgresLedger:
         except KeyringError as exc:
             raise LedgerError(f"{self.location}: cannot sign the entry: {exc}") from None
 
-    def _sign_checkpoint(self, ledger_id: str, seq: int, head_hash: str) -> dict[str, Any]:
+    def _sign_checkpoint(self, ledger_id: str, seq: int, head_hash: str) -> Checkpoint:
         assert self.checkpoint_key is not None
         try:
-            return make_checkpoint(ledger_id, seq, head_hash, self.checkpoint_key)
+            return Checkpoint.sign(ledger_id, seq, head_hash, self.checkpoint_key)
         except KeyringError as exc:
             raise LedgerError(f"{self.location}: cannot sign the checkpoint: {exc}") from None
+
+
+def _line(checkpoint: Checkpoint) -> str:
+    """A checkpoint as the chain keeps it: one canonical JSON line, as the file ledger writes it."""
+    return canonical_json(checkpoint.to_dict()).decode("utf-8")
 
 
 def _parse(line: str) -> Any:

@@ -110,7 +110,7 @@ def test_ledger_checkpoint_signed_by_another_key_is_refused(tmp_path: Path) -> N
 
 
 def test_ledger_writes_signed_checkpoints_every_n_entries_and_on_close(tmp_path: Path) -> None:
-    from kcp_opa.trail.checkpoint import load_checkpoints
+    from kcp_opa.trail.checkpoint import read_checkpoints
 
     key = generate_ed25519("ckpt-1")
     path = tmp_path / "audit.jsonl"
@@ -118,7 +118,7 @@ def test_ledger_writes_signed_checkpoints_every_n_entries_and_on_close(tmp_path:
     for index in range(7):
         ledger.append({"type": "decision", "n": index})
     ledger.close()
-    seqs = [c["seq"] for c in load_checkpoints(path.with_name("audit.jsonl.checkpoints"))]
+    seqs = [c.seq for c in read_checkpoints(path.with_name("audit.jsonl.checkpoints"))]
     assert seqs == [1, 3, 6, 7]  # the first batch of a new keyed ledger is checkpointed too
     public = tmp_path / "public.json"
     public.write_text(json.dumps(Keyring({"ckpt-1": key}).public().to_file_dict(include_private=False)))

@@ -192,3 +192,26 @@ def test_the_library_issues_no_receipt_for_a_decision_its_desk_did_not_seal(desk
         now=moment,
     )
     assert verified.receipt == receipt
+
+
+@pytest.mark.parametrize("seal", ["é" * 64, "\u0663" * 64, "", None, 7, ["a"]])
+def test_a_record_or_prepared_input_with_a_non_ascii_or_non_text_seal_is_refused_not_a_crash(
+    desk: ControlDesk, seal: object
+) -> None:
+    """A seal is compared in constant time; a forged seal that is not ASCII text (which ``hmac``
+    cannot compare as a str) is still a refusal, never a TypeError (exit 3 at the CLI)."""
+    import dataclasses
+
+    from kcp_opa.authorize.records import export_record, load_record
+    from kcp_opa.core.errors import ActionRejectedError, EvidenceRejectedError
+
+    record = desk.open(KYA, now=DECIDED)
+    with pytest.raises(EvidenceRejectedError) as caught:
+        load_record(desk, {**export_record(desk, record), "seal": seal})
+    assert caught.value.code == "record_tampered"
+    with pytest.raises(EvidenceRejectedError) as tampered:
+        desk.check_seal(dataclasses.replace(record, seal=seal))  # type: ignore[arg-type]
+    assert tampered.value.code == "record_tampered"
+    prepared = desk.gate.prepare(KYA, now=DECIDED)
+    with pytest.raises(ActionRejectedError, match="edited"):
+        desk.gate.decide_prepared(dataclasses.replace(prepared, seal=seal))  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import cli_json
+from conftest import cli_json, run_cli
 
 from kcp_opa.authoring.mutate_ops import Mutant, excuse, generate
 
@@ -151,3 +151,9 @@ def test_a_failing_baseline_is_refused(policy_dir: Path) -> None:
     (policy_dir / "policies" / "kcp" / "demo_test.rego").write_text(TESTS + "\ntest_wrong if demo.allowed\n")
     code, _, stderr = cli_json("mutate", str(policy_dir / "policies"), "--cases", str(policy_dir / "cases"))
     assert code == 2 and "unmutated suite does not pass" in stderr
+
+
+def test_mutate_on_a_file_names_the_only_flag() -> None:
+    proc = run_cli("mutate", "policies/kcp/evaluators/matrix.rego")
+    assert proc.returncode == 2
+    assert "--only" in proc.stderr and "kcp-opa mutate policies --only matrix\\.rego" in proc.stderr, proc.stderr

@@ -32,7 +32,7 @@ from kcp_opa.core.signing import (
     load_signing_key,
     open_pkcs11_key,
 )
-from kcp_opa.trail.checkpoint import make_checkpoint, verify_checkpoint
+from kcp_opa.trail.checkpoint import Checkpoint
 
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)
@@ -86,8 +86,8 @@ def test_attestations_and_checkpoints_sign_in_the_hsm(hsm_key: Pkcs11Key) -> Non
     }
     item = sign_attestation(fields, "approval-app", hsm_key)
     assert document_verifies(item, public) and not document_verifies({**item, "status": "FAILED"}, public)
-    checkpoint = make_checkpoint("ledger-1", 7, "sha256:" + "ab" * 32, hsm_key)
-    verify_checkpoint(checkpoint, Keyring({hsm_key.kid: public}))
+    checkpoint = Checkpoint.sign("ledger-1", 7, "sha256:" + "ab" * 32, hsm_key)
+    Checkpoint.from_dict(checkpoint.to_dict()).verify(Keyring({hsm_key.kid: public}))
 
 
 def test_a_keyring_file_names_the_hsm_key_without_holding_it(hsm_key: Pkcs11Key, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from conftest import run_cli
+from deploykit import hr_manifest
 
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
@@ -89,3 +90,11 @@ def test_explain_shows_what_the_bundle_decides_on(tmp_path: Path) -> None:
     assert profile["effective_visibility"]["cells"]["production"][""]["sensitivity"] == "confidential"
     (restricted,) = [p for p in data["profiles"] if p.get("access") == "restricted"]
     assert restricted["auth_scope"] == "executive-team"
+
+
+def test_validate_warns_when_a_restricted_unit_leaves_access_to_the_public_default(tmp_path: Path) -> None:
+    proc = run_cli("validate", "--format", "json", str(hr_manifest(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    findings = json.loads(proc.stdout)["warnings"]
+    flagged = [f["path"] for f in findings if f["code"] == "access_not_declared"]
+    assert flagged == ["units[0]"]  # payroll only: sick-leave declares access: restricted

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,3 +116,18 @@ def test_yaml_shaped_noise_never_escapes(text: str) -> None:
         parse_yaml(text.encode())
     except SourceError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("kind: x\nunits:\n  - id: a\n    path: [unclosed\n", "it started at line 4, column 11: `path: [unclosed`"),
+        ("a: 1\n b: 2\n", "(column 3: `b: 2`)"),
+    ],
+)
+def test_a_yaml_error_gives_the_column_and_an_excerpt(tmp_path: Path, text: str, shown: str) -> None:
+    bad = tmp_path / "knowledge.yaml"
+    bad.write_text(text)
+    proc = run_cli("validate", str(bad), "--format", "text")
+    assert proc.returncode == 1
+    assert shown in proc.stdout, proc.stdout

@@ -23,7 +23,7 @@ from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.trail import ledger as ledger_module
-from kcp_opa.trail.checkpoint import load_checkpoints, verify_checkpoint
+from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.ledger import GENESIS, AuditLedger, checkpoint_path, read_entries, verify_ledger
 
 KEY = hmac_key("ck-1", b"checkpoint-secret-0123456789abcdef")
@@ -217,29 +217,30 @@ def test_checkpoints_every_n_and_on_close(tmp_path: Path) -> None:
     assert ledger.close() is None  # nothing written yet
     ledger.append({"type": "a"})
     # the first batch of a new keyed ledger is checkpointed: it is never without a checkpoint
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1]
+    assert [c.seq for c in read_checkpoints(checkpoint_path(path))] == [1]
     second = ledger.append({"type": "b"})
-    _, checkpoint = load_checkpoints(checkpoint_path(path))
+    _, checkpoint = read_checkpoints(checkpoint_path(path))
     header = json.loads(_lines(path)[0])
-    assert (checkpoint["seq"], checkpoint["entry_hash"], checkpoint["ledger_id"]) == (
+    assert (checkpoint.seq, checkpoint.entry_hash, checkpoint.ledger_id) == (
         2,
         second["entry_hash"],
         header["ledger_id"],
     )
-    verify_checkpoint(checkpoint, Keyring({"ck-1": KEY}))
+    checkpoint.verify(Keyring({"ck-1": KEY}))
     ledger.append({"type": "c"})
-    assert len(load_checkpoints(checkpoint_path(path))) == 2
+    assert len(read_checkpoints(checkpoint_path(path))) == 2
     fourth = ledger.append({"type": "d"})
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1, 2, 4]
+    assert [c.seq for c in read_checkpoints(checkpoint_path(path))] == [1, 2, 4]
     closed = ledger.close()
     assert closed is not None and closed["seq"] == 4 and closed["entry_hash"] == fourth["entry_hash"]
     assert closed["ledger_id"] == header["ledger_id"]
     # the head is checkpointed already: close returns that checkpoint, it does not repeat it
-    assert load_checkpoints(checkpoint_path(path)) == [load_checkpoints(checkpoint_path(path))[0], checkpoint, closed]
+    _, *rest = read_checkpoints(checkpoint_path(path))
+    assert rest == [checkpoint, Checkpoint.from_dict(closed)]
     ledger.append({"type": "e"})
     reclosed = ledger.close()
     assert reclosed is not None and reclosed["seq"] == 5
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1, 2, 4, 5]
+    assert [c.seq for c in read_checkpoints(checkpoint_path(path))] == [1, 2, 4, 5]
     assert AuditLedger(path).close() is None  # no key, no checkpoint
     empty = AuditLedger(tmp_path / "empty.jsonl", checkpoint_key=KEY)
     assert empty.close() is None and (tmp_path / "empty.jsonl").read_bytes() == b""
@@ -336,14 +337,14 @@ def test_checkpoint_rules(tmp_path: Path) -> None:
     ledger = AuditLedger(path, checkpoint_key=KEY, checkpoint_every=3)
     for _ in range(2):
         ledger.append({"type": "a"})
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1]  # the first batch's
+    assert [c.seq for c in read_checkpoints(checkpoint_path(path))] == [1]  # the first batch's
     ledger.append({"type": "a"})
-    assert [c["seq"] for c in load_checkpoints(checkpoint_path(path))] == [1, 3]
+    assert [c.seq for c in read_checkpoints(checkpoint_path(path))] == [1, 3]
     # every 1: the first batch's checkpoint names the header's ledger id
     first = tmp_path / "first.jsonl"
     AuditLedger(first, checkpoint_key=KEY, checkpoint_every=1).append({"type": "a"})
-    (checkpoint,) = load_checkpoints(checkpoint_path(first))
-    assert checkpoint["ledger_id"] == json.loads(_lines(first)[0])["ledger_id"]
+    (checkpoint,) = read_checkpoints(checkpoint_path(first))
+    assert checkpoint.ledger_id == json.loads(_lines(first)[0])["ledger_id"]
 
 
 def test_a_checkpoint_not_written_is_logged(tmp_path: Path) -> None:

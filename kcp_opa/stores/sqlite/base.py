@@ -12,12 +12,13 @@ the columns followed by ``ALTER TABLE`` outside that lock let two processes both
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -49,6 +50,20 @@ def add_column(table: str, column: str, kind: str) -> Step:
             connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     return run
+
+
+@contextlib.contextmanager
+def immediate(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One ``BEGIN IMMEDIATE`` transaction (the write lock taken up front): committed when the
+    block ends, rolled back on any exception. Every SQLite transaction of the stores is this one."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield connection
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
 
 
 def utc_now() -> dt.datetime:
@@ -122,15 +137,8 @@ class SQLiteBase:
         """``work`` in one ``BEGIN IMMEDIATE`` transaction (rolled back on any exception)."""
 
         def run(connection: sqlite3.Connection) -> T:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(connection)
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise
-            return result
+            with immediate(connection):
+                return work(connection)
 
         return self._run(run, failure)
 
@@ -138,8 +146,7 @@ class SQLiteBase:
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
         """Bring this component's schema to the current version, atomically (see the module's note)."""
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(connection):
             connection.execute(_VERSIONS)
             row = connection.execute(
                 "SELECT version FROM store_schema WHERE component = ?", (self.component,)
@@ -158,11 +165,6 @@ class SQLiteBase:
                 " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
                 (self.component, len(self.steps)),
             )
-            connection.execute("COMMIT")
-        except BaseException:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise
 
     def schema_version(self) -> int:
         row = self._run(

@@ -26,7 +26,7 @@ from typing import Any
 from kcp_opa.core.errors import StoreError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
-from kcp_opa.stores.sqlite.base import SQLiteBase, add_column, statements
+from kcp_opa.stores.sqlite.base import SQLiteBase, add_column, immediate, statements
 from kcp_opa.stores.sqlite.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE
 
 _TABLES = statements(
@@ -117,10 +117,9 @@ class SQLiteStore(SQLiteBase):
 
     def _consume_batch(self, batch: list[tuple[str, str, str]]) -> list[bool]:
         """One transaction for the waiting consumes (runs on the group-commit writer thread)."""
-        connection = self._connection()
         results: list[bool] = []
-        try:
-            connection.execute("BEGIN IMMEDIATE")
+        # a driver error rolls back the whole batch: nothing in it was consumed, every caller fails closed
+        with immediate(self._connection()) as connection:
             stamp = self.stamp()
             for nonce, receipt_id, expires_at in batch:
                 try:
@@ -133,11 +132,6 @@ class SQLiteStore(SQLiteBase):
                     connection.execute("ROLLBACK TO one")
                     connection.execute("RELEASE one")
                     results.append(False)
-            connection.execute("COMMIT")
-        except sqlite3.Error:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise  # nothing in this batch was consumed: every caller fails closed
         return results
 
     def consume_and_claim(
@@ -163,21 +157,8 @@ class SQLiteStore(SQLiteBase):
             except sqlite3.IntegrityError:
                 return None  # consumed before: nothing claimed
             connection.execute(COMMIT_TRANSFER, (self.stamp(moment), receipt_id))
-            try:
-                connection.execute(
-                    _CLAIM,
-                    (
-                        idempotency_key,
-                        action_hash,
-                        receipt_id,
-                        self.stamp(moment),
-                        self.stamp(moment + dt.timedelta(seconds=lease_seconds)),
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                connection.execute(RELEASE_TRANSFER, (self.stamp(moment), receipt_id))
-                return False  # consumed now; the key was claimed before: it never runs, spends nothing
-            return True
+            # consumed now; a key claimed before never runs, and spends nothing
+            return self._claim(connection, moment, idempotency_key, action_hash, receipt_id, lease_seconds)
 
         claimed = self._transaction(work, "cannot consume the receipt and claim the execution")
         if claimed is None:
@@ -195,25 +176,30 @@ class SQLiteStore(SQLiteBase):
         moment = self.clock()
 
         def claim(connection: sqlite3.Connection) -> bool:
-            try:
-                connection.execute(
-                    _CLAIM,
-                    (
-                        idempotency_key,
-                        action_hash,
-                        receipt_id,
-                        self.stamp(moment),
-                        self.stamp(moment + dt.timedelta(seconds=lease_seconds)),
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                connection.execute(RELEASE_TRANSFER, (self.stamp(moment), receipt_id))
-                return False
-            return True
+            return self._claim(connection, moment, idempotency_key, action_hash, receipt_id, lease_seconds)
 
         if self._transaction(claim, "cannot claim the execution"):
             return None
         return self.execution(idempotency_key)
+
+    def _claim(
+        self,
+        connection: sqlite3.Connection,
+        moment: dt.datetime,
+        idempotency_key: str,
+        action_hash: str,
+        receipt_id: str,
+        lease_seconds: float,
+    ) -> bool:
+        """Claim the key inside the caller's transaction; a key claimed before releases the receipt's
+        budget reservation (it never runs) and is False."""
+        lease = (self.stamp(moment), self.stamp(moment + dt.timedelta(seconds=lease_seconds)))
+        try:
+            connection.execute(_CLAIM, (idempotency_key, action_hash, receipt_id, *lease))
+        except sqlite3.IntegrityError:
+            connection.execute(RELEASE_TRANSFER, (self.stamp(moment), receipt_id))
+            return False
+        return True
 
     def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
         """Record the outcome of a running claim; False if it was no longer running (reconciled).
