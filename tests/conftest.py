@@ -20,7 +20,9 @@ CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 SHARED = REPO.parent / "shared"
 
 
-def run_cli(*args: str, cwd: Path | None = None, input_bytes: bytes | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, input_bytes: bytes | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run ``kcp-opa`` as a real process (what a user or CI runs), never in-process."""
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("KCP_OPA_DEBUG", None)
@@ -31,7 +33,7 @@ def run_cli(*args: str, cwd: Path | None = None, input_bytes: bytes | None = Non
         text=True,
         env=env,
         input=input_bytes.decode("utf-8") if input_bytes is not None else None,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
 
