@@ -176,6 +176,9 @@ def test_watch_runs_again_when_a_test_file_changes(tmp_path: Path) -> None:
         [sys.executable, "-m", "kcp_opa", "test", str(tmp_path), "--no-cases", "--engines", "opa", "--watch"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "COLUMNS": "200"},
+        # A terminal's foreground job: a harness started in the background (nohup, `&`) passes
+        # SIGINT down ignored, and Python then installs no KeyboardInterrupt for Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert proc.stdout is not None and proc.stderr is not None
 
