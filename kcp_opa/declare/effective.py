@@ -111,8 +111,9 @@ class EffectiveUnit:
 
 
 def effective_units(manifest: Manifest) -> Iterator[EffectiveUnit]:
+    successors = gov.supersessors(manifest.units)  # once: a per-unit scan made compile quadratic
     for unit in manifest.units:
-        yield resolve_unit(manifest, unit)
+        yield resolve_unit(manifest, unit, successors)
 
 
 def effective_unit(manifest: Manifest, unit_id: str) -> EffectiveUnit:
@@ -123,7 +124,10 @@ def effective_unit(manifest: Manifest, unit_id: str) -> EffectiveUnit:
     return resolve_unit(manifest, unit)
 
 
-def resolve_unit(manifest: Manifest, unit: Mapping[str, Any]) -> EffectiveUnit:
+def resolve_unit(
+    manifest: Manifest, unit: Mapping[str, Any], successors: Mapping[str, list[str]] | None = None
+) -> EffectiveUnit:
+    """One unit's effective declaration; ``successors`` is the manifest's supersessors index."""
     root = manifest.data
     fields: dict[str, Sourced] = {}
     fields["manifest_version"] = Sourced(manifest.version, ROOT)
@@ -148,11 +152,14 @@ def resolve_unit(manifest: Manifest, unit: Mapping[str, Any]) -> EffectiveUnit:
     fields.update(_delegation(_block(root, "delegation"), _block(unit, "delegation")))
     fields.update(_trust(_block(root, "trust")))
     fields["freshness"] = _freshness(root, unit)
-    fields.update(_governance(manifest, root, unit, fields["sensitivity"].value))
+    index = gov.supersessors(manifest.units) if successors is None else successors
+    fields.update(_governance(index, root, unit, fields["sensitivity"].value))
     return EffectiveUnit(manifest.project, str(unit["id"]), fields)
 
 
-def _governance(manifest: Manifest, root: Mapping[str, Any], unit: Mapping[str, Any], flat: Any) -> dict[str, Sourced]:
+def _governance(
+    successors: Mapping[str, list[str]], root: Mapping[str, Any], unit: Mapping[str, Any], flat: Any
+) -> dict[str, Sourced]:
     """authority, visibility, lifecycle and rate limits (kcp_opa.declare.governance), with provenance."""
     out: dict[str, Sourced] = {}
     authority, source = gov.effective_authority(root, unit)
@@ -162,8 +169,7 @@ def _governance(manifest: Manifest, root: Mapping[str, Any], unit: Mapping[str, 
     out["effective_visibility"] = Sourced(
         gov.visibility_cells(visibility, flat if isinstance(flat, str) else None), f"resolved from {source}"
     )
-    successors = list(manifest.supersessors.get(str(unit["id"]), []))
-    out["superseded_by"] = Sourced(successors, "units that declare supersedes")
+    out["superseded_by"] = Sourced(list(successors.get(str(unit["id"]), [])), "units that declare supersedes")
     out["rate_limits"] = Sourced(*gov.replaced_block(root, unit, "rate_limits"))
     out["temporal"] = Sourced(*gov.effective_temporal(root, unit))
     out["not_for"] = Sourced(gov.folded_not_for(unit), UNIT if "not_for" in unit else DEFAULT)

@@ -9,7 +9,6 @@ import posixpath
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.coverage import check_coverage
 from kcp_opa.declare.declstrings import MANIFEST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
-from kcp_opa.declare.governance import check_governance, supersessors
+from kcp_opa.declare.governance import check_governance
 from kcp_opa.declare.spec_rules import check_spec_rules
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
@@ -53,22 +52,7 @@ class Manifest:
         return units
 
     def unit(self, unit_id: str) -> Mapping[str, Any] | None:
-        return self._by_id.get(unit_id)
-
-    @cached_property
-    def _by_id(self) -> Mapping[str, Mapping[str, Any]]:
-        """The first unit of each id (validation refuses duplicates); built once per manifest."""
-        index: dict[str, Mapping[str, Any]] = {}
-        for unit in self.units:
-            key = unit.get("id")
-            if isinstance(key, str):
-                index.setdefault(key, unit)
-        return index
-
-    @cached_property
-    def supersessors(self) -> Mapping[str, list[str]]:
-        """Per unit id, the units that declare they supersede it (built once per manifest)."""
-        return supersessors(self.units)
+        return next((u for u in self.units if u.get("id") == unit_id), None)
 
 
 ManifestReport = Report[Manifest]
