@@ -62,3 +62,27 @@ test_an_expired_attestation_establishes_nothing if {
 test_a_fact_of_no_known_name_is_ignored if {
 	trusted.established == set() with input.context.facts as {"budget_state": _gate("within_budget")}
 }
+
+# `stated` has one rule per fact: each reads the path stated_paths names, and every fact has one.
+test_stated_reads_every_path_of_stated_paths if {
+	action := {
+		"runtime": {
+			"deployment_region": "r",
+			"environment": "e",
+			"model": {"id": "m", "hosting": "h"},
+			"evidence_status": "s",
+		},
+		"authorization_context": {"actor_role": "a", "agent_scope": ["x"]},
+		"attributes": {"new_beneficiary": true, "modified_beneficiary": false, "screening_uncertain": true},
+	}
+	got := trusted.stated with input.action as action
+	count(got) == count(trusted.stated_paths)
+	every name, path in trusted.stated_paths {
+		got[name] == object.get(action, path, null)
+	}
+}
+
+test_a_gate_fact_without_a_value_establishes_nothing if {
+	trusted.established == set() with input.context.facts as {"deployment_region": {"class": "gate"}}
+	trusted.established == set() with input.context.facts as {"deployment_region": "EU"}
+}
