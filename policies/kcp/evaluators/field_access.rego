@@ -20,7 +20,7 @@ _declared := facts.profile.compliance.declared_fields
 # action may list 256 fields (kcp.lib.names; docs/engine-findings.md item 28).
 _undeclared := object.remove(names.as_keys(input.action.knowledge.fields_read), _declared) if {
 	is_array(_declared)
-	names.identifiers(input.action.knowledge.fields_read)
+	_fields_identifiers
 }
 
 # A field name that is not an identifier is outside any declaration: the input contract refuses
@@ -30,8 +30,13 @@ _undeclared := {names.not_an_identifier: true} if {
 	is_array(_declared)
 	# mutate: equivalent on OPA, where not f(undefined) is undefined anyway; regopy reads it as true (item 29)
 	_fields_read_listed
-	not names.identifiers(input.action.knowledge.fields_read)
+	not _fields_identifiers
 }
+
+# The identifier check, once a decision (a rule, not a call in each body).
+default _fields_identifiers := false
+
+_fields_identifiers if names.identifiers(input.action.knowledge.fields_read)
 
 # METADATA
 # title: Fields read outside the declaration
