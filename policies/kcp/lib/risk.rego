@@ -43,9 +43,12 @@ factors contains ["high_risk_country", "HIGH"] if _action.attributes.high_risk_c
 factors contains ["first_payment_to_beneficiary", "HIGH"] if {
 	financial.value_transfer
 	c := input.context.counters.beneficiary
-	c.key == budget.key("beneficiary")
+	c.key == _beneficiary_key
 	c.prior_payments == 0
 }
+
+# Once a decision (two rules read it; a call runs every body of budget.key).
+_beneficiary_key := budget.key("beneficiary")
 
 # Without the gate's history the first-payment fact is unknown: not low.
 factors contains ["beneficiary_history_unknown", "MEDIUM"] if {
@@ -53,7 +56,7 @@ factors contains ["beneficiary_history_unknown", "MEDIUM"] if {
 	not _history_known
 }
 
-_history_known if input.context.counters.beneficiary.key == budget.key("beneficiary")
+_history_known if input.context.counters.beneficiary.key == _beneficiary_key
 
 factors contains ["velocity_exceeded", "HIGH"] if count(budget.velocity_exceeded) > 0
 
@@ -72,7 +75,7 @@ factors contains ["confirmation_amount", "MEDIUM"] if {
 # Attested by the gate or stated by the action (kcp.lib.trusted): either raises it.
 factors contains ["beneficiary_flag", "MEDIUM"] if {
 	some flag in ["new_beneficiary", "modified_beneficiary"]
-	trusted.raised(flag)
+	trusted.candidates[flag][true] # trusted.raised, inline (no call per flag)
 }
 
 factors contains ["stated", level] if {
