@@ -134,7 +134,7 @@ mutate-controls: $(STAMP) ## mutmut on authorize/controls.py alone, with its own
 
 mutate: mutate-policies mutate-python mutate-controls ## every mutation run (not part of test)
 
-bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~10 min)
+bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~55 min on 2 cores)
 	$(BIN)/python bench/suite.py
 	$(BIN)/python bench/bench_service.py
 	$(BIN)/python bench/bench_analysis.py
