@@ -106,24 +106,27 @@ def regopy_files(
             proc.stdin.close()
         except OSError:
             pass  # the child died before reading: its first file is reported below
-        reported = _reports(proc, limit, len(left))
+        reported, overran = _reports(proc, limit, len(left))
         for name, out in reported:
             done[name] = out
         left = left[len(reported) :]
         if left:  # the child stopped (died or overran) at this file
             name = left[0][0]
-            timed_out = proc.poll() is None
+            # Whether it overran is what the reader saw (the deadline passed), not whether the
+            # process has been reaped yet: a child that aborts closes its stdout a moment before
+            # it exits, and on a loaded box poll() still finds it running then.
             proc.kill()
             proc.wait()
-            done[name] = {"__timeout__": limit} if timed_out else None
+            done[name] = {"__timeout__": limit} if overran else None
             left = left[1:]
         else:
             proc.wait()
     return done
 
 
-def _reports(proc: subprocess.Popen[bytes], timeout_s: float, expected: int) -> list[tuple[str, Any]]:
-    """The child's file reports, in order, until it ends, overruns a file's limit or has sent all."""
+def _reports(proc: subprocess.Popen[bytes], timeout_s: float, expected: int) -> tuple[list[tuple[str, Any]], bool]:
+    """The child's file reports, in order, until it ends, overruns a file's limit or has sent all;
+    and whether it overran (True) rather than ended or finished."""
     assert proc.stdout is not None
     reports: list[tuple[str, Any]] = []
     buffer = b""
@@ -133,20 +136,20 @@ def _reports(proc: subprocess.Popen[bytes], timeout_s: float, expected: int) -> 
         while len(reports) < expected:
             wait = deadline - time.monotonic()
             if wait <= 0 or not selector.select(wait):
-                return reports
+                return reports, True
             chunk = os.read(proc.stdout.fileno(), 1 << 20)
             if not chunk:
-                return reports
+                return reports, False
             buffer += chunk
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 try:
                     report = json.loads(line)
                 except ValueError:
-                    return reports
+                    return reports, False
                 reports.append((str(report["file"]), report["out"]))
                 deadline = time.monotonic() + timeout_s  # progress: the next file gets its own limit
-    return reports
+    return reports, False
 
 
 def regopy_child(

@@ -12,20 +12,18 @@ replay judges it exactly as the gate did. A refused attestation is listed, with 
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, FactClass
-from kcp_opa.context.metering import METERED_SPEND, Spend, metered_spends
+from kcp_opa.context.metering import METERED_SPEND, Spend, epoch_seconds, metered_spends
 from kcp_opa.context.sources import Fact, fact
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.declare.trust import TrustRegistry
 
 SIGNED = ("fact", "value", "issued_at", "expires_at", "issuer")
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class AttestationSource(Protocol):
@@ -43,18 +41,6 @@ def sign_fact(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, 
     item = {k: fields[k] for k in (*SIGNED, "action_hash", "subject_id") if k in fields and k != "issuer"}
     item["issuer"] = issuer
     return sign_document(item, key)
-
-
-def _epoch(text: Any) -> int | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        return None
-    return int((moment - _EPOCH).total_seconds() // 1)
 
 
 def _same_id(left: Any, right: Any) -> bool:
@@ -120,7 +106,7 @@ class SignedAttestations:
             bound = _same_id(raw.get("subject_id"), action.get("subject_id"))
         if not bound:
             return "not_bound_to_this_action"
-        if _epoch(raw["issued_at"]) is None or _epoch(raw["expires_at"]) is None:
+        if epoch_seconds(raw["issued_at"]) is None or epoch_seconds(raw["expires_at"]) is None:
             return "malformed"
         return None
 
@@ -140,7 +126,7 @@ class SignedAttestations:
             if why is not None:
                 refused.append({"fact": str(raw.get("fact", "")) if isinstance(raw, Mapping) else "", "reason": why})
                 continue
-            issued, expires = _epoch(raw["issued_at"]), _epoch(raw["expires_at"])
+            issued, expires = epoch_seconds(raw["issued_at"]), epoch_seconds(raw["expires_at"])
             name = str(raw["fact"])
             held = facts.get(name)
             if held is not None and held["issued_epoch_seconds"] >= (issued or 0):

@@ -27,7 +27,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO
 from servicekit import GATE_ISSUER, SERVICE_ISSUER, start_server, stop_server, write_registry, write_tokens
 
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.context import sign_fact
+from kcp_opa.context import sign_fact, sign_spend
 from kcp_opa.core.signing import Keyring, generate_ed25519
 
 STATES = ["ALLOW", "USER_CONFIRMATION", "STEP_UP_AUTHENTICATION", "IDENTITY_VERIFICATION", "HUMAN_APPROVAL"]
@@ -83,7 +83,10 @@ SERVERS = {  # deployment, --region, --environment
     "support": ("support-desk", "EU", None),
     "visibility": ("kcp-visibility-access", "EU", "production"),
     "governance": ("kcp-governance", "US", None),  # residency [EU]: the gate runs outside it
+    "budget": ("budget", "EU", None),  # the tenant's USD day budget, spent by metered agent runs
 }
+#: What the metering issuer attests the tenant's agent runs spent today: 4,999.50 of 5,000.00.
+METERED_MINOR = 499950
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 CREATED = (NOW - dt.timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -111,6 +114,13 @@ def bound_payment() -> dict[str, Any]:
     return action
 
 
+def budget_payment() -> dict[str, Any]:
+    """A 1.00 payment of the budget deployment's tenant: past its day budget only with the metered spend."""
+    action = _case_action("budget.yaml", "budget-within")
+    action["amount"] = {"value_minor": 100, "currency": "USD"}
+    return action
+
+
 def email() -> dict[str, Any]:
     return _case_action("support-desk.yaml", "sd-send-by-support-agent")
 
@@ -134,6 +144,9 @@ class Attack:
     subject: str = "user_001"
     #: Text the decision must not carry (a stated value that would be believed).
     never_names: tuple[str, ...] = field(default=())
+    #: Whether the statement is of the fact itself, so a context_conflict must name it (an agent
+    #: has no field for its metered spend: the nearest it can say is its budget_state).
+    conflict: bool = True
 
 
 #: For every gate and attested fact: the statement pair. The gate's value is the strictest.
@@ -180,6 +193,15 @@ TABLE: dict[str, Attack] = {
     "screening_uncertain": Attack(
         "finance", "ctx_plain", payment, ("attributes", "screening_uncertain"), True, False, "subj_screening"
     ),
+    "metered_spend": Attack(
+        "budget",
+        "ctx_external",
+        budget_payment,
+        ("runtime", "budget_state"),
+        "exhausted",
+        "within_budget",
+        conflict=False,
+    ),
 }
 
 
@@ -205,7 +227,7 @@ def _registry(work: Path) -> tuple[Path, Path, Path]:
             "id": "ctx-attestor",
             "type": "provider",
             "controls": [],
-            "facts": sorted(LAX_FLAGS),
+            "facts": sorted([*LAX_FLAGS, "metered_spend"]),
             "keys": [{"kid": attestor.kid, "alg": "Ed25519", "public_key": public}],
         }
     )
@@ -221,6 +243,17 @@ def _registry(work: Path) -> tuple[Path, Path, Path]:
         for subject, strict in SUBJECTS.items()
         for fact, value in {**LAX_FLAGS, **strict}.items()
     ]
+    spent = {
+        "budget": "tenant_daily_usd",
+        "subject": "tenant_demo",
+        "amount_minor": METERED_MINOR,
+        "currency": "USD",
+        "period_start": (NOW - dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "period_end": (NOW - dt.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "issued_at": issued,
+        "expires_at": expires,
+    }
+    items.append(sign_spend(spent, "ctx-attestor", attestor))
     attestations = work / "attestations.json"
     attestations.write_text(json.dumps(items))
     return registry_path, keys_path, attestations
@@ -309,7 +342,7 @@ def test_stating_the_laxest_value_buys_no_weaker_decision(fleet: Callable[[str],
     for stated in attack.never_names:
         assert stated not in judged, f"{fact}: the decision was made on the stated {stated!r}: {judged}"
     # The differing statement is recorded, naming the fact, and the sources are shown.
-    if attack.laxest != attack.strictest:
+    if attack.laxest != attack.strictest and attack.conflict:
         conflicts = [r for r in lax["reasons"] if r["code"] == "context_conflict"]
         assert conflicts and any(fact in r["message"] or "model" in r["message"] for r in conflicts), lax["reasons"]
     assert lax["context_sources"], lax

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from gatecounts import COUNTERS, METERING, drawn_counters, drawn_metering
 from hostile import hostile_text
 from hypothesis import strategies as st
 
@@ -86,6 +87,12 @@ class Deployment:
     auth_scopes: list[str] = field(default_factory=list)
     #: not_for entries as declared: the purposes an action states to hit them (mutated or not).
     purposes: list[str] = field(default_factory=list)
+    #: Per case id, the counts its file gives (``base_counters``/``counters``), or None.
+    counters: dict[str, Any] = field(default_factory=dict)
+    #: The matrix's parameters (budgets, velocity) and the manifest's rate-limit tiers: what the
+    #: gate counts, so the fuzzer draws counts on each side of every declared bound.
+    parameters: dict[str, Any] = field(default_factory=dict)
+    rate_limits: dict[str, Any] = field(default_factory=dict)
     regopy: Any = None
     opa: Any = None
 
@@ -147,6 +154,11 @@ def make_deployment(name: str, bundle: Path, cases: list[Any], manifest: dict[st
         roles=sorted(_condition_values(manifest, "agent_role")),
         auth_scopes=sorted({str(u["auth_scope"]) for u in units if "auth_scope" in u}),
         purposes=sorted({str(p) for u in units for p in u.get("not_for") or [] if isinstance(p, str)}),
+        counters={c.case_id: getattr(c, "counters", None) for c in cases},
+        parameters=dict((matrix.get("parameters") or {}) if isinstance(matrix.get("parameters"), dict) else {}),
+        rate_limits={str(i): tier for i, block in enumerate([manifest, *units])
+                     if isinstance(block, dict) and isinstance(block.get("rate_limits"), dict)
+                     for tier in [block["rate_limits"]]},
     )  # fmt: skip
 
 
@@ -268,6 +280,10 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
     controls = draw(st.lists(st.sampled_from(CONTROLS), max_size=4, unique=True))
     if draw(st.integers(0, 3)) == 0:
         action[EXCEPTIONS] = draw(st.lists(_exception(action, now), max_size=2))
+    if d.parameters.get("budgets") or d.parameters.get("velocity") or d.rate_limits:
+        # The gate's counts and attested spend for the mutated action (tests/fuzz/gatecounts.py).
+        action[COUNTERS] = draw(drawn_counters(d.parameters, d.rate_limits, d.counters.get(case_id), action))
+        action[METERING] = draw(drawn_metering(d.parameters, action, now))
     # A second either side of the case's time: the lifecycle cases sit on temporal window bounds.
     return case_id, action, _shifted(now, draw(st.sampled_from([0, 0, -1, 1]))), controls
 
@@ -338,6 +354,8 @@ class Tally:
     states: Counter[str] = field(default_factory=Counter)
     reason_codes: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
+    #: Decisions by the gate context drawn beside the action: counters, attested spend, exceptions.
+    drawn: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -351,22 +369,24 @@ class Tally:
             "states_missing": [s for s in STATES if s not in self.states],
             "reason_codes": dict(sorted(self.reason_codes.items())),
             "refusals": dict(sorted(self.refusals.items())),
+            "drawn": dict(sorted(self.drawn.items())),
             "divergence_examples": self.divergences[:25],
             "crash_examples": self.crashes[:25],
         }
 
 
-def prepare(action: dict[str, Any], now: str, controls: list[str], declared: Any) -> Any:
-    """The input both engines decide: the action, its controls and the context ``declared``."""
+def prepare(action: dict[str, Any], now: str, controls: list[str], declared: Any, counters: Any = None) -> Any:
+    """The input both engines decide: the action, its controls, the context ``declared`` and the
+    gate's ``counters`` (through the case sources, as a decision case's counts)."""
     sources = principal = None
-    if declared:
+    if declared or counters is not None:
         try:
             from kcp_opa.authoring.casecontext import case_sources
         except ImportError:  # an older checkout (KCP_FUZZ_REPO) before the context stage
             case_sources = None
         if case_sources is not None:
             with contextlib.suppress(TypeError, ValueError, AttributeError):  # build_input names why
-                sources, principal = case_sources(action, declared, now)
+                sources, principal = case_sources(action, declared, now, counters)
     if sources is None:
         return build_input(action, now=now, satisfied_controls=controls, decision_id="dec_fuzz")
     return build_input(action, now=now, satisfied_controls=controls, decision_id="dec_fuzz", context=sources,
@@ -376,10 +396,11 @@ def prepare(action: dict[str, Any], now: str, controls: list[str], declared: Any
 def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: str, controls: list[str],
             tally: Tally) -> str | None:  # fmt: skip
     """Decide one action on both engines; the divergence's description, or None."""
-    exceptions = action.get(EXCEPTIONS)
-    action = {k: v for k, v in action.items() if k != EXCEPTIONS}
+    exceptions, counters = action.get(EXCEPTIONS), action.get(COUNTERS)
+    metering, metering_refused = action.get(METERING) or (None, [])
+    action = {k: v for k, v in action.items() if k not in (EXCEPTIONS, COUNTERS, METERING)}
     try:
-        prepared = prepare(action, now, controls, deployment.contexts.get(case_id))
+        prepared = prepare(action, now, controls, deployment.contexts.get(case_id), counters)
     except ActionRejectedError as refused:
         tally.refused += 1
         tally.refusals[refused.path.split("/")[1] if "/" in refused.path else "(root)"] += 1
@@ -389,6 +410,13 @@ def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: s
     document["context"] = {**document["context"], "trace_id": "fuzz"}  # generated ids never differ by engine
     if exceptions is not None:
         document["context"]["exceptions"] = exceptions
+    if metering is not None:  # what the context stage lists after verifying each attestation
+        document["context"]["metering"] = metering
+    if metering_refused:
+        document["context"]["attestations_refused"] = [
+            *document["context"].get("attestations_refused", []),
+            *metering_refused,
+        ]
     regopy = deployment.regopy.evaluate(document)
     try:
         opa: Any = deployment.opa.eval_document("kcp.gate.decision", document)
@@ -397,6 +425,9 @@ def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: s
         opa, opa_error = None, f"{type(exc).__name__}: {exc}"
     tally.seconds += time.perf_counter() - started
     tally.decisions += 1
+    tally.drawn.update(name for name, given in (("counters", counters), ("metering", metering),
+                                                ("metering_refused", metering_refused), ("exceptions", exceptions))
+                       if given)  # fmt: skip
     if regopy.error is not None and opa_error is not None:
         tally.crashes.append({"deployment": deployment.name, "case": case_id, "regopy": regopy.error, "opa": opa_error,
                               "action": action})  # fmt: skip
@@ -409,7 +440,7 @@ def compare(deployment: Deployment, case_id: str, action: dict[str, Any], now: s
         return None
     tally.divergences.append({
         "deployment": deployment.name, "case": case_id, "now": now, "controls": controls, "action": action,
-        "exceptions": exceptions,
+        "exceptions": exceptions, "counters": counters, "metering": [metering, metering_refused],
         "context": deployment.contexts.get(case_id),
         "regopy": regopy.value if regopy.error is None else {"engine_error": regopy.error},
         "opa": opa if opa_error is None else {"engine_error": opa_error},

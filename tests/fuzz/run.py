@@ -52,6 +52,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"- declarations mutated: {report['declarations']['mutated']:,}; refused by validate/compile: "
         f"{report['declarations']['refused']:,} {report['declarations']['refusals']}; accepted and decided: "
         f"{report['declarations']['accepted']:,} ({report['declaration_decisions']:,} decisions)",
+        f"- decided with the gate's context drawn beside the action: {report['drawn']}",
         f"- seeds: {report['seeds']}; wall time {report['elapsed_s']:.0f} s",
         "",
         "| routing state | decisions |",
@@ -115,6 +116,7 @@ def main() -> int:
         total.states.update(tally.states)
         total.reason_codes.update(tally.reason_codes)
         total.refusals.update(tally.refusals)
+        total.drawn.update(tally.drawn)
         total.seconds += tally.seconds
     report = {**total.to_dict(), "seeds": seeds, "elapsed_s": time.perf_counter() - started,
               "deployments": {name: t.to_dict() for name, t in tallies.items()},

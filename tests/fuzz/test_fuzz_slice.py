@@ -1,6 +1,7 @@
 """The bounded, derandomized slice of the differential fuzzer that `make test` runs (issue 13).
 
-A few hundred mutated decision cases per run across the three reference deployments, on regopy
+A few hundred mutated decision cases per run across four reference deployments (the budget one with the gate's
+counts and attested spend drawn beside each action), on regopy
 and OPA, compared as whole decision documents; `make fuzz` runs >= 20,000 over fixed seeds.
 A divergence fails here with hypothesis's shrunk example: pin it as a decision case.
 """
@@ -25,13 +26,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Deployment]:
     return loaded
 
 
-@pytest.mark.parametrize("name", ["customer-onboarding", "finance", "support-desk"])
+@pytest.mark.parametrize("name", ["budget", "customer-onboarding", "finance", "support-desk"])
 def test_engines_agree_on_mutated_cases(world: dict[str, Deployment], name: str) -> None:
     deployment = world[name]
     tally = Tally()
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=EXAMPLES * (3 if name == "budget" else 1),
         derandomize=True,
         database=None,
         deadline=None,
@@ -45,6 +46,10 @@ def test_engines_agree_on_mutated_cases(world: dict[str, Deployment], name: str)
 
     agree()
     assert tally.decisions > EXAMPLES // 2, "most mutated actions must pass the contract and be decided"
+    if name == "budget":  # the gate's own counts and attested spend are drawn, not only the action
+        assert tally.drawn["counters"] and tally.drawn["metering"], tally.drawn
+        reached = {"budget_exhausted", "budget_approval_required", "velocity_exceeded", "rate_limited"}
+        assert reached <= set(tally.reason_codes), sorted(tally.reason_codes)
 
 
 def test_mutated_declarations_are_refused_or_decided_alike(tmp_path: Path) -> None:

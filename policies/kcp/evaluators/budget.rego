@@ -119,6 +119,7 @@ _exhausted(b) if {
 # description: ESCALATE budget_exhausted when this action would take the budget past its limit.
 # custom:
 #   requires: [input.context.counters.budgets]
+#   facts: {metered_spend: attested}
 #   absent: "counts absent: context_missing (this evaluator)"
 findings contains finding if {
 	some b in applicable
