@@ -46,7 +46,9 @@ def principal(action: Mapping[str, Any]) -> str | None:
     return bound if isinstance(bound, str) and bound else _text(action.get("agent_id"))
 
 
-def _key(per: str, action: Mapping[str, Any]) -> str | None:
+def key(per: str, action: Mapping[str, Any]) -> str | None:
+    """The key a budget or velocity rule counted ``per`` tenant, agent, task type or beneficiary
+    counts ``action`` under (as budget.rego's ``key``); None when the action has none."""
     if per == "beneficiary":
         tenant, paid = _text(action.get("tenant_id")), beneficiary(action)
         return f"{tenant}/{paid}" if tenant is not None and paid is not None else None
@@ -55,7 +57,7 @@ def _key(per: str, action: Mapping[str, Any]) -> str | None:
 
 
 def _filter_value(per: str, action: Mapping[str, Any]) -> str | None:
-    return beneficiary(action) if per == "beneficiary" else _key(per, action)
+    return beneficiary(action) if per == "beneficiary" else key(per, action)
 
 
 #: The receipt whose own reservation the counts leave out, for the re-decision at execution
@@ -122,20 +124,20 @@ class StoreCounters:
         who = principal(action)
         if unit is None or who is None or not isinstance(knowledge, Mapping):
             return None
-        key = f"{_text(knowledge.get('project')) or ''}/{unit}"
+        unit_key = f"{_text(knowledge.get('project')) or ''}/{unit}"
         day = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         starts = {name: now - dt.timedelta(seconds=seconds) for name, seconds in RATE_WINDOWS.items()}
         starts["requests_per_day"] = day - dt.timedelta(microseconds=1)
-        counts = self.store.count_request(key, who, utc_stamp(now), [utc_stamp(s) for s in starts.values()])
-        return {"unit": key, "principal": who, **dict(zip(starts, counts, strict=True))}
+        counts = self.store.count_request(unit_key, who, utc_stamp(now), [utc_stamp(s) for s in starts.values()])
+        return {"unit": unit_key, "principal": who, **dict(zip(starts, counts, strict=True))}
 
     def history(self, view: CounterView, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
         """Budgets, velocity and beneficiary counts for ``action`` (no request recorded)."""
         stamp, left_out = utc_stamp(now), _EXCLUDED.get()
         budgets: dict[str, Any] = {}
         for b in self.budgets:
-            key = _key(str(b["per"]), action)
-            if key is None:
+            counted = key(str(b["per"]), action)
+            if counted is None:
                 continue
             since = utc_stamp(now - dt.timedelta(seconds=int(b["window_seconds"])))
             types = b.get("task_types")
@@ -143,12 +145,12 @@ class StoreCounters:
                 currency=str(b["currency"]),
                 since=since,
                 now=stamp,
-                where=[(_PER_COLUMN[str(b["per"])], key)],
+                where=[(_PER_COLUMN[str(b["per"])], counted)],
                 task_types=list(types) if isinstance(types, list) else None,
                 excluding=left_out,
             )
             budgets[str(b["id"])] = {
-                "key": key,
+                "key": counted,
                 "spent_minor": totals.committed_minor,
                 "reserved_minor": totals.reserved_minor,
             }
@@ -156,8 +158,8 @@ class StoreCounters:
         tenant = _text(action.get("tenant_id"))
         for v in self.velocity:
             per = str(v["per"])
-            key, value = _key(per, action), _filter_value(per, action)
-            if key is None or value is None or tenant is None:
+            counted, value = key(per, action), _filter_value(per, action)
+            if counted is None or value is None or tenant is None:
                 continue
             where = [("tenant_id", tenant)] + ([("beneficiary", value)] if per == "beneficiary" else [])
             since = utc_stamp(now - dt.timedelta(seconds=int(v["window_seconds"])))
@@ -165,7 +167,7 @@ class StoreCounters:
                 currency=str(v["currency"]), since=since, now=stamp, where=where, excluding=left_out
             )
             velocity[str(v["id"])] = {
-                "key": key,
+                "key": counted,
                 "count": totals.count,
                 "sum_minor": totals.committed_minor + totals.reserved_minor,
             }
