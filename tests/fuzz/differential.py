@@ -89,10 +89,10 @@ class Deployment:
     purposes: list[str] = field(default_factory=list)
     #: Per case id, the counts its file gives (``base_counters``/``counters``), or None.
     counters: dict[str, Any] = field(default_factory=dict)
-    #: The matrix's parameters (budgets, velocity) and the manifest's rate-limit tiers: what the
+    #: The matrix's parameters (budgets, velocity) and every rate limit the manifest declares: what the
     #: gate counts, so the fuzzer draws counts on each side of every declared bound.
     parameters: dict[str, Any] = field(default_factory=dict)
-    rate_limits: dict[str, Any] = field(default_factory=dict)
+    rate_limits: list[int] = field(default_factory=list)
     regopy: Any = None
     opa: Any = None
 
@@ -156,9 +156,9 @@ def make_deployment(name: str, bundle: Path, cases: list[Any], manifest: dict[st
         purposes=sorted({str(p) for u in units for p in u.get("not_for") or [] if isinstance(p, str)}),
         counters={c.case_id: getattr(c, "counters", None) for c in cases},
         parameters=dict((matrix.get("parameters") or {}) if isinstance(matrix.get("parameters"), dict) else {}),
-        rate_limits={str(i): tier for i, block in enumerate([manifest, *units])
-                     if isinstance(block, dict) and isinstance(block.get("rate_limits"), dict)
-                     for tier in [block["rate_limits"]]},
+        rate_limits=sorted({n for block in [manifest, *units] if isinstance(block.get("rate_limits"), dict)
+                            for tier in block["rate_limits"].values() if isinstance(tier, dict)
+                            for n in tier.values() if isinstance(n, int) and not isinstance(n, bool)}),
     )  # fmt: skip
 
 

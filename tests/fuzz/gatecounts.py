@@ -17,27 +17,17 @@ branches. These strategies draw both the way a store and a metering source hand 
 from __future__ import annotations
 
 import copy
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
 from hypothesis import strategies as st
 
+from kcp_opa.context.metering import epoch_seconds
 from kcp_opa.decide import counting
 
 #: Hidden keys of a drawn action (popped before the action is checked: the gate holds these).
 COUNTERS = "__fuzz_counters"
 METERING = "__fuzz_metering"
-
-
-def _key(per: str, action: Mapping[str, Any]) -> str | None:
-    """The key the gate counts ``per`` under for ``action`` (as budget.rego's ``key``)."""
-    if per == "beneficiary":
-        paid = counting.beneficiary(action)
-        tenant = action.get("tenant_id")
-        return f"{tenant}/{paid}" if isinstance(tenant, str) and paid is not None else None
-    value = action.get({"tenant": "tenant_id", "agent": "agent_id", "task_type": "action_type"}.get(per, ""))
-    return value if isinstance(value, str) else None
 
 
 def _near(*bounds: Any) -> Any:
@@ -49,7 +39,7 @@ def _near(*bounds: Any) -> Any:
 def _keyed(draw: Any, per: str, action: Mapping[str, Any], before: Any) -> str:
     """The mutated action's key mostly; the case's key or a stranger's now and then."""
     choice = draw(st.integers(0, 5))
-    mine = _key(per, action)
+    mine = counting.key(per, action)
     if choice == 0 and isinstance(before, str):
         return before
     if choice == 1 or mine is None:
@@ -58,7 +48,7 @@ def _keyed(draw: Any, per: str, action: Mapping[str, Any], before: Any) -> str:
 
 
 @st.composite
-def drawn_counters(draw: Any, parameters: Mapping[str, Any], rate_limits: Mapping[str, Any],
+def drawn_counters(draw: Any, parameters: Mapping[str, Any], rate_limits: list[int],
                    base: Mapping[str, Any] | None, action: Mapping[str, Any]) -> dict[str, Any] | None:  # fmt: skip
     """``input.context.counters`` for ``action``: None (no counter source) now and then."""
     if draw(st.integers(0, 9)) == 0:
@@ -93,19 +83,14 @@ def drawn_counters(draw: Any, parameters: Mapping[str, Any], rate_limits: Mappin
     knowledge = action.get("knowledge") if isinstance(action.get("knowledge"), Mapping) else {}
     if knowledge and draw(st.integers(0, 4)):
         windows = ("requests_per_minute", "requests_per_hour", "requests_per_day")
-        limits = [x for tier in rate_limits.values() if isinstance(tier, Mapping) for x in tier.values()]
         unit = f"{knowledge.get('project', '')}/{knowledge.get('unit', '')}"
         rate: dict[str, Any] = {
             "unit": unit if draw(st.integers(0, 5)) else "other/unit",
             "principal": counting.principal(action) or "nobody",
         }
-        rate.update({w: draw(_near(*[x for x in limits if isinstance(x, int)])) for w in windows})
+        rate.update({w: draw(_near(*rate_limits)) for w in windows})
         out["rate"] = rate
     return out
-
-
-def _epoch(now: str) -> int:
-    return int(dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp())
 
 
 @st.composite
@@ -115,7 +100,8 @@ def drawn_metering(draw: Any, parameters: Mapping[str, Any], action: Mapping[str
     budgets = [b for b in parameters.get("budgets") or [] if isinstance(b, Mapping)]
     if not budgets or draw(st.integers(0, 2)) == 0:
         return None, []
-    at = _epoch(now)
+    at = epoch_seconds(now)
+    assert at is not None, now
     spends: list[dict[str, Any]] = []
     for _ in range(draw(st.integers(0, 3))):
         b = draw(st.sampled_from(budgets))
