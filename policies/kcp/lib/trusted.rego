@@ -54,11 +54,12 @@ gate := {name: value |
 	not _expired[name]
 }
 
-# `some name, _ in gate` here aborts regopy's planner; a self-comparison holds for false values too.
-
 # METADATA
 # title: The facts the gate established
-established := {name | gate[name] == gate[name]}
+# description: |
+#   The keys of gate, natively (a comprehension over gate, `{name | gate[name] == gate[name]}`,
+#   cost regopy four times as much; `some name, _ in gate` in one aborts its planner).
+established := object.keys(gate)
 
 # METADATA
 # title: What the action states about each fact
