@@ -2,82 +2,71 @@
 
 rego-cpp aborts the whole process on some inputs (docs/engine-findings.md hazards 2 and 4), so a build
 of modules the compiler has not seen before runs in a child: a crash there becomes a compile
-error, never a dead CI job or agent host.
+error, never a dead CI job or agent host. The child (kcp_opa.compile.planchild) is given the
+bundle's contents by the parent, so it plans the very bytes the parent loaded, and it can hand
+its plan back, so the gate's preflight costs one build, not two.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError
 
 PROBE_TIMEOUT_S = 600
+_CHILD = Path(__file__).with_name("planchild.py")
 
 
 def check_bundle_in_child(bundle: Path, *, evaluate: bool = True) -> None:
-    """Plan the bundle's entrypoints in a child; with ``evaluate``, also evaluate each once.
+    """Plan the bundle file's entrypoints in a child; with ``evaluate``, also evaluate each once."""
+    plan_in_child(read_bundle(bundle, skip_verification=True), evaluate=evaluate)  # the caller verified
+
+
+def plan_in_child(
+    bundle: LoadedBundle, *, evaluate: bool = False, strict: bool = False, plan: Path | None = None
+) -> None:
+    """Plan ``bundle``'s entrypoints in a child process (raises :class:`CompileError` if it cannot).
 
     ``evaluate=False`` is the gate's preflight: only a plan that crashes or fails refuses the
-    bundle; errors while evaluating are the gate's to turn into fail-closed decisions.
+    bundle; errors while evaluating are the gate's to turn into fail-closed decisions. With
+    ``plan`` the child saves its built entrypoints there (rego-cpp's binary plan); ``strict``
+    builds as the gate does (undefined builtins are errors).
     """
-    proc = subprocess.run(
-        [sys.executable, "-m", "kcp_opa.compile.enginecheck", str(bundle), *([] if evaluate else ["--plan-only"])],
-        capture_output=True,
-        text=True,
-        timeout=PROBE_TIMEOUT_S,
-        check=False,
-    )
+    metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
+    job = {
+        # UTF-8, never \u escapes inside the data text: regopy keeps escapes raw (engine-findings 2).
+        # The envelope itself is ASCII JSON, so the child reads exactly these strings back.
+        "data": canonical_json(bundle.data).decode("utf-8"),
+        "modules": sorted(bundle.modules.items()),
+        "entrypoints": list(metadata.get("entrypoints", [])),
+        "packages": list(metadata.get("packages", [])),
+        "evaluate": evaluate,
+        "strict": strict,
+        "plan": None if plan is None else str(plan),
+    }
+    source = bundle.source
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", str(_CHILD)],
+            input=json.dumps(job).encode("ascii"),
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"{source}: regopy did not finish planning the bundle in {PROBE_TIMEOUT_S} s") from None
     if proc.returncode < 0:
         raise CompileError(
-            f"{bundle}: regopy crashed (signal {-proc.returncode}) planning the bundle; "
+            f"{source}: regopy crashed (signal {-proc.returncode}) planning the bundle; "
             "see docs/engine-findings.md hazards 2 and 4 (`x in coll` under `with input as`)"
         )
     if proc.returncode != 0:
-        detail = proc.stdout.strip() or proc.stderr.strip().splitlines()[-1:] or ["no detail"]
-        raise CompileError(
-            f"{bundle}: regopy cannot load the bundle: {detail if isinstance(detail, str) else detail[0]}"
-        )
-
-
-def _probe(bundle_path: str, plan_only: bool = False) -> int:
-    from regopy import Interpreter
-
-    bundle = read_bundle(bundle_path, skip_verification=True)  # the parent verified these bytes
-    interp = Interpreter()
-    # UTF-8, never \u escapes: regopy keeps escapes raw inside strings (docs/engine-findings.md).
-    interp.add_data_json(canonical_json(bundle.data).decode("utf-8"))
-    for name, source in sorted(bundle.modules.items()):
-        interp.add_module(name, source)
-    entrypoints = list(bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("entrypoints", []))
-    if entrypoints:
-        built = interp.build(None, entrypoints)
-        if not built.ok():
-            print(f"build failed: {built.node()}")
-            return 1
-        if plan_only:
-            return 0
-        for entrypoint in entrypoints:
-            try:
-                output = interp.query_bundle_entrypoint(built, entrypoint)
-            except ValueError as exc:  # hazard 3: error text that is not JSON
-                print(f"entrypoint {entrypoint} does not evaluate: {exc}")
-                return 1
-            if not output.ok():
-                print(f"entrypoint {entrypoint} does not evaluate: {str(output).splitlines()[0][:300]}")
-                return 1
-        return 0
-    packages = bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("packages", [])
-    for package in packages:
-        output = interp.query(f"x := data.{package}")
-        if not output.ok():
-            print(f"package {package}: {str(output).splitlines()[0][:300]}")
-            return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_probe(sys.argv[1], plan_only="--plan-only" in sys.argv[2:]))
+        out = proc.stdout.decode("utf-8", "replace").strip()
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+        detail = out.splitlines()[0] if out else (err[0] if err else "no detail")
+        raise CompileError(f"{source}: regopy cannot load the bundle: {detail}")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -124,10 +126,28 @@ class RegopyEngine:
                 copy.unlink(missing_ok=True)
             return
         if preflight:
-            preflight_in_child(bundle)
+            self._built = self._preflighted(cached)
+            return
         self._built = self._build()
         if cached is not None:
             self._save_plan(cached)
+
+    def _preflighted(self, cached: Path | None) -> Any:
+        """Plan in a child first (a plan that aborts rego-cpp kills the child, not this process),
+        then load the child's plan rather than building a second one here; the plan cache gets
+        the child's file (rego-cpp cannot save a plan it loaded)."""
+        with tempfile.TemporaryDirectory(prefix="kcp-opa-preflight-") as private:  # mode 0700
+            plan = Path(private) / "plan.rbb"
+            preflight_in_child(self.bundle, plan=plan)
+            if not plan.is_file():  # a bundle without entrypoints plans nothing to hand back
+                built = self._build()
+                if cached is not None:
+                    self._save_plan(cached)
+                return built
+            built = self._load_plan(plan, preflight=True)
+            if cached is not None:
+                self._save_plan(cached, planned=plan)
+            return built
 
     def _cache_path(self, plan_cache: Path | None) -> Path | None:
         """rego-cpp's own binary plan for this bundle: keyed by bundle sha256, entrypoint, engine."""
@@ -139,26 +159,34 @@ class RegopyEngine:
         key = hashlib.sha256(f"{self.bundle.sha256}|{self.entrypoint}|{version}".encode()).hexdigest()
         return Path(plan_cache) / f"{key}.rbb"
 
-    def _load_plan(self, path: Path) -> Any:
+    def _load_plan(self, path: Path, *, preflight: bool = False) -> Any:
         from regopy import BundleFormat
+
+        what = "plan the preflight built" if preflight else "cached plan"
+        where = self.bundle.source if preflight else str(path)
+        hint = "" if preflight else "; delete it to rebuild"
 
         interpreter = self._new_interpreter()
         try:
             built = interpreter.load_bundle(str(path), BundleFormat.Binary)
         except Exception as exc:
-            raise EngineLoadError(f"{path}: cannot load the cached plan: {_one_line(exc)}") from None
+            raise EngineLoadError(f"{where}: cannot load the {what}: {_one_line(exc)}") from None
         if not built.ok():
-            raise EngineLoadError(f"{path}: the cached plan is not usable; delete it to rebuild")
+            raise EngineLoadError(f"{where}: the {what} is not usable{hint}")
         self._local.interpreter = interpreter
         return built
 
-    def _save_plan(self, path: Path) -> None:
+    def _save_plan(self, path: Path, *, planned: Path | None = None) -> None:
+        """Save this engine's plan (or copy ``planned``, the file it was loaded from) as ``path``."""
         from regopy import BundleFormat
 
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            self._interpreter().save_bundle(str(temporary), self._built, BundleFormat.Binary)
+            if planned is not None:
+                shutil.copyfile(planned, temporary)
+            else:
+                self._interpreter().save_bundle(str(temporary), self._built, BundleFormat.Binary)
             temporary.replace(path)
             plancache.bind(path, self.bundle.sha256, self.entrypoint)
         except Exception as exc:  # a cache that cannot be written only costs the next start time
@@ -232,13 +260,17 @@ def check_manifest(bundle: LoadedBundle, entrypoint: str) -> None:
         raise EngineLoadError(f"{source}: policy calls a builtin that breaks replay or leaks secrets: {calls[0]}")
 
 
-def preflight_in_child(bundle: LoadedBundle) -> None:
-    """Plan the bundle in a child process first: a plan that aborts rego-cpp fails here."""
-    from kcp_opa.compile.enginecheck import check_bundle_in_child
+def preflight_in_child(bundle: LoadedBundle, *, plan: Path | None = None) -> None:
+    """Plan the bundle in a child process first: a plan that aborts rego-cpp fails here.
+
+    The child plans the data and modules this process holds (not the file again, which could
+    have changed since); with ``plan`` it saves what it built there for this process to load.
+    """
+    from kcp_opa.compile.enginecheck import plan_in_child
     from kcp_opa.core.errors import CompileError
 
     try:
-        check_bundle_in_child(Path(bundle.source), evaluate=False)
+        plan_in_child(bundle, strict=True, plan=plan)
     except CompileError as exc:
         raise EngineLoadError(str(exc)) from None
 

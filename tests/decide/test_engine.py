@@ -235,9 +235,10 @@ def test_engine_result_for_direct_use() -> None:
 
 
 def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> None:
-    """rego-cpp's binary plan (Gate plan_cache) must give the same result as a fresh build on
-    every decision case; a string formatting difference between the two once broke the JSON
-    output (docs/engine-findings.md item 19)."""
+    """rego-cpp's binary plan (the preflight child's, which the default gate decides with, and
+    the plan cache's) must give the same result as a fresh build on every decision case; a
+    string formatting difference between the two once broke the JSON output
+    (docs/engine-findings.md item 19)."""
     from kcp_opa.authoring.casecontext import case_input
     from kcp_opa.authoring.cases import case_files, load_cases
 
@@ -246,11 +247,55 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
         base = DEPLOYMENTS / name
         bundle = tmp_path / f"{name}.tar.gz"
         compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle)
-        fresh = Gate.from_bundle(bundle, plan_cache=tmp_path / "plans")  # builds and saves
-        assert list((tmp_path / "plans").glob("*.rbb"))
-        cached = Gate.from_bundle(bundle, plan_cache=tmp_path / "plans")  # loads the saved plan
+        fresh = Gate.from_bundle(bundle, preflight=False, plan_cache=tmp_path / name)  # builds, saves
+        assert list((tmp_path / name).glob("*.rbb"))
+        cached = Gate.from_bundle(bundle, plan_cache=tmp_path / name)  # loads the saved plan
+        preflighted = Gate.from_bundle(bundle)  # loads the plan its preflight child built
         for case in (c for c in cases if c.deployment == name):
             document = case_input(case, bundle_revision=fresh.bundle_revision).document
-            built, loaded = fresh.engine.evaluate(document), cached.engine.evaluate(document)
-            assert built.error is None and loaded.error is None, (case.case_id, loaded.error)
-            assert built.value == loaded.value, case.case_id
+            built = fresh.engine.evaluate(document)
+            for other in (cached, preflighted):
+                loaded = other.engine.evaluate(document)
+                assert built.error is None and loaded.error is None, (case.case_id, loaded.error)
+                assert built.value == loaded.value, case.case_id
+
+
+def test_a_preflighted_plan_goes_into_the_plan_cache(tmp_path: Path) -> None:
+    """With a plan cache, the preflight child's plan is what gets cached (rego-cpp cannot save a
+    plan it loaded: it crashes), and the next start loads it without a preflight."""
+    bundle = _finance()
+    first = vouched_gate(bundle, plan_cache=tmp_path / "plans")
+    assert len(list((tmp_path / "plans").glob("*.rbb"))) == 1
+    second = vouched_gate(bundle, plan_cache=tmp_path / "plans")
+    one, two = first.decide(KYA, now=NOW), second.decide(KYA, now=NOW)
+    assert one.decision is two.decision is RoutingState.HUMAN_APPROVAL
+    assert (one.reason_codes, one.required_controls) == (two.reason_codes, two.required_controls)
+
+
+def test_the_preflight_plans_the_bundle_the_gate_holds_not_the_file(tmp_path: Path) -> None:
+    """A bundle file swapped after the gate read it must not pass the preflight for it: the
+    child plans the data and modules the parent holds. Re-reading the file, the child would
+    plan the harmless bundle put in its place, and the parent would then build the one it holds
+    and die of the abort the preflight exists to catch (run in a child, so that is seen)."""
+    crashing = _bundle_with_decision(
+        tmp_path,
+        '_f if "a" in input.xs\n\n_g if _f with input as {"xs": ["a"]}\n\n'
+        '@entrypoint\ndecision := {"decision": "ALLOW"} if _g\n',
+    )
+    script = (
+        "import shutil, sys\n"
+        "from kcp_opa.compile.bundle import read_bundle\n"
+        "from kcp_opa.core.errors import EngineLoadError\n"
+        "from kcp_opa.decide.gate import Gate\n"
+        "held = read_bundle(sys.argv[1])\n"
+        "shutil.copyfile(sys.argv[2], sys.argv[1])  # the file is swapped for a harmless bundle\n"
+        "try:\n"
+        "    Gate(held)\n"
+        "except EngineLoadError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(crashing), str(_finance())], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"the gate's process died (exit {done.returncode}): {done.stderr[-300:]}"
+    assert "refused:" in done.stdout and "regopy crashed" in done.stdout, done.stdout

@@ -100,7 +100,8 @@ class Deployment:
         from opa_bindings import OpaEngine
 
         loaded = read_bundle(self.bundle)
-        self.regopy = RegopyEngine(loaded, DECISION_ENTRYPOINT, preflight=False)
+        # As the gate starts it: planned in a child, deciding with the plan the child built.
+        self.regopy = RegopyEngine(loaded, DECISION_ENTRYPOINT)
         self.opa = OpaEngine()
         for name, source in sorted(loaded.modules.items()):
             self.opa.add_policy(name, source)
