@@ -13,6 +13,7 @@ import re
 import stat
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -277,8 +278,11 @@ def test_read_entries(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("durability", ["fsync", "group"])
-def test_who_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str) -> None:
-    """fsync durability syncs on the caller's thread; group durability on the group's writer."""
+def test_a_lone_append_syncs_on_the_callers_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """With no batch in flight, even group durability commits on the caller's thread: a lone
+    writer pays no hand-off to the group's writer thread and back."""
     threads: list[threading.Thread] = []
     real_fsync = os.fsync
 
@@ -288,7 +292,36 @@ def test_who_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: 
 
     monkeypatch.setattr(os, "fsync", observed)
     AuditLedger(tmp_path / "audit.jsonl", durability=durability).append({"type": "a"})
-    assert threads and (threads[-1] is threading.current_thread()) == (durability == "fsync")
+    assert threads == [threading.current_thread()]
+
+
+def test_appends_during_a_group_write_share_the_next_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one append is being written, the others queue and go to disk as one batch, synced
+    once on the group's writer thread; every append is acknowledged only after its fsync."""
+    synced: list[threading.Thread] = []
+    first_started, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def held(fd: int) -> None:
+        if not synced:
+            first_started.set()
+            assert release.wait(10)
+        synced.append(threading.current_thread())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", held)
+    ledger = AuditLedger(tmp_path / "audit.jsonl", durability="group")
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        first = pool.submit(ledger.append, {"n": 0})
+        assert first_started.wait(10)
+        others = [pool.submit(ledger.append, {"n": n}) for n in range(1, 6)]
+        time.sleep(0.2)  # the others queue behind the held write
+        assert not any(f.done() for f in [first, *others])  # nothing acknowledged before its fsync
+        release.set()
+        written = [f.result(timeout=10) for f in [first, *others]]
+    assert sorted(e["seq"] for e in written) == list(range(1, 7))
+    assert len(synced) == 2, "the five queued appends were not synced as one batch"
+    assert verify_ledger(tmp_path / "audit.jsonl").ok
 
 
 @pytest.mark.parametrize("failure", [OSError(5, "Input/output error"), RuntimeError("interrupted")])
