@@ -258,7 +258,9 @@ def exceptions_from_data(
 ) -> ExceptionsFile:
     """Like :func:`load_exceptions` for a document already in memory (no lines to name)."""
     findings = Findings()
-    check_schema(schemas.validator(schemas.EXCEPTIONS), dict(data), findings)
+    check_schema(
+        schemas.validator(schemas.EXCEPTIONS), dict(data), findings, schemas.fast_validator(schemas.EXCEPTIONS)
+    )
     if not findings.errors:
         _check(dict(data), findings)
     findings.close()

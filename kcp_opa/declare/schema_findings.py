@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from kcp_opa.declare.diagnostics import MAX_COUNTED, Findings, did_you_mean
 
 
-def check_schema(validator: Draft202012Validator, data: Any, findings: Findings) -> None:
+def check_schema(
+    validator: Draft202012Validator, data: Any, findings: Findings, fast: Callable[[Any], Any] | None = None
+) -> None:
     """The first ``findings.limit`` schema errors, worded; the rest counted up to MAX_COUNTED
-    (jsonschema yields them lazily, so an invalid 4 MiB manifest stops early)."""
+    (jsonschema yields them lazily, so an invalid 4 MiB manifest stops early).
+
+    ``fast`` (kcp_opa.schemas.fast_validator) answers first: what it passes has no schema
+    errors; what it refuses is judged and worded by ``validator`` alone.
+    """
+    if fast is not None:
+        try:
+            fast(data)
+            return
+        except fastjsonschema.JsonSchemaException:
+            pass
     kept: list[ValidationError] = []
     counted = 0
     for error in validator.iter_errors(data):

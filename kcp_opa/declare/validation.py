@@ -42,7 +42,7 @@ def validate_yaml(kind: DocumentKind[T], source: YamlSource) -> Report[T]:
     findings = Findings()
     data = source.data
     if isinstance(data, dict):
-        check_schema(schemas.validator(kind.schema), data, findings)
+        check_schema(schemas.validator(kind.schema), data, findings, schemas.fast_validator(kind.schema))
         if not findings.full:  # semantic checks word every finding; past the cap only counts matter
             kind.check(data, findings)
     else:

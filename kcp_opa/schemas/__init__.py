@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator, validators
 
 #: JSON Schema counts 5000.0 as an integer; kcp-opa does not. Money is integer minor units and
@@ -36,9 +38,48 @@ def schema(name: str) -> dict[str, Any]:
 def validator(name: str) -> Draft202012Validator:
     """A validator over the schema with local ``$ref``s inlined: reference resolution was half
     of jsonschema's time on large manifests, and these schemas are not recursive."""
-    document = schema(name)
-    strict: Draft202012Validator = StrictValidator(_inline(document, document.get("$defs", {})))
+    strict: Draft202012Validator = StrictValidator(_inlined(name))
     return strict
+
+
+@cache
+def fast_validator(name: str) -> Callable[[Any], Any]:
+    """The same schema compiled to Python by fastjsonschema (~12x faster on a large manifest).
+
+    Only its acceptance is used: a document it passes is valid, and one it refuses goes to
+    :func:`validator`, whose verdict and wording stand (tests/declare/test_schema_fast_path.py
+    checks that it never passes what the strict validator refuses).
+    """
+    compiled: Callable[[Any], Any] = fastjsonschema.compile(_inlined(name))
+
+    def check(data: Any) -> None:
+        # fastjsonschema takes 5000.0 for an integer; StrictValidator does not. A document with
+        # an integral float anywhere is left to the strict validator.
+        if _integral_float(data):
+            raise fastjsonschema.JsonSchemaValueException("an integral float: for the strict validator")
+        compiled(data)
+
+    return check
+
+
+def _integral_float(node: Any) -> bool:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float) and item.is_integer():
+            return True
+    return False
+
+
+@cache
+def _inlined(name: str) -> dict[str, Any]:
+    document = schema(name)
+    inlined: dict[str, Any] = _inline(document, document.get("$defs", {}))
+    return inlined
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
