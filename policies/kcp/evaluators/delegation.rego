@@ -23,13 +23,33 @@ _max_depth := facts.profile.delegation.max_depth
 _capabilities(i) := object.get(_chain[i], "capabilities", [])
 
 # The capabilities of hop i that no capability of hop i-1 covers, sorted (one listed twice is
-# listed twice: dropping repeats costs regopy more than the whole check). c is
-# covered by p when c == p or c starts with p + ":", that is when c + ":" starts with p + ":":
-# one native prefix match per capability over an array. No object, set or object lookup: in
-# regopy each of those is superlinear in its size (docs/engine-findings.md items 28 and 33), and
-# a chain may hold 8 hops of 32 capabilities. The comprehension reads locals only: on regopy a
-# comprehension inside a function ignores an argument it uses as an index (item 30).
-_widened_at(i) := sort(widening) if {
+# listed twice: dropping repeats costs regopy more than the whole check). c is covered by p
+# when c == p or c starts with p + ":", that is when c + ":" starts with p + ":". No object,
+# set or object lookup: in regopy each of those is superlinear in its size
+# (docs/engine-findings.md items 28 and 33), and a chain may hold 8 hops of 32 capabilities.
+#
+# First body, no per-capability step (regopy pays ~20 us for each element a comprehension
+# visits with a builtin call): the hop's capabilities joined as ",c1:,c2:,", and one
+# regex.replace deletes every item that starts with a previous capability + ":" (the previous
+# hop's identifiers as literal alternatives; '.', '+' and '*' are the only characters of an
+# identifier that a pattern reads as operators). What is left, split, is the widening. The
+# pattern's one repetition ([^,]*) runs within one item: the joined string is bounded so that
+# it cannot reach the length at which a repeated class crashes regopy (item 31). An empty
+# capability (",:," in the joined string), an empty previous hop (an empty alternation would
+# cover everything) or a longer string take the second body, the per-capability check.
+_widened_at(i) := sort(_items(left)) if {
+	capabilities := _capabilities(i)
+	names.identifiers(capabilities)
+	previous := _capabilities(i - 1)
+	count(previous) > 0
+	names.identifiers(previous)
+	joined := concat("", [",", concat(":,", capabilities), ":,"])
+	count(joined) < 16384
+	count(concat(",", previous)) < 16384
+	not contains(joined, ",:,")
+	covered := concat("", [",(?:", _alternatives(previous), "):[^,]*"])
+	left := regex.replace(joined, covered, "")
+} else := sort(widening) if {
 	capabilities := _capabilities(i)
 	names.identifiers(capabilities)
 	covering := names.with_suffix(_capabilities(i - 1), ":")
@@ -40,13 +60,35 @@ _widened_at(i) := sort(widening) if {
 # the input contract refuses such an action, and a policy evaluated without it fails closed.
 _widened_at(i) := [names.not_an_identifier] if not names.identifiers(_capabilities(i))
 
+# Identifiers as the alternatives of a pattern, each matched literally.
+_alternatives(identifiers) := replace(replace(replace(concat("|", identifiers), ".", `\.`), "+", `\+`), "*", `\*`)
+
+# The capabilities left in ",c1:,c2:," by _widened_at, without their ":" ("," when none is).
+_items(left) := [] if left == "," else := split(trim(replace(left, ":,", ","), ","), ",")
+
 # METADATA
 # title: Hops that widen capabilities
 # description: |
 #   Each capability a hop holds that the previous hop's capabilities do not cover: covered
 #   means equal, or narrower by a ":" suffix (read:case:summary is within read:case,
 #   read:casefile is not). In hop order, then by capability; hop 1 is the first agent.
-widened := [hop_widened |
+widened := _widened_hops if is_array(_chain) else := _widened_any
+
+# The hop number and the agent bound once a hop, not once a capability (regopy evaluates
+# them for every element the comprehension yields); the hops 1..n-1 counted, not iterated,
+# each tested and checked in the order of _widened_any, so both read the same hops.
+_widened_hops := [] if count(_chain) < 2 else := [hop_widened |
+	some i in numbers.range(1, count(_chain) - 1)
+	_chain[i]
+	widening := _widened_at(i)
+	hop := i + 1
+	agent := _chain[i].agent_id
+	some capability in widening
+	hop_widened := {"hop": hop, "agent_id": agent, "capability": capability}
+]
+
+# A chain that is not an array (refused by the input contract): its keys as the hops.
+_widened_any := [hop_widened |
 	some i
 	_chain[i]
 	i > 0

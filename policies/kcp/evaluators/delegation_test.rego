@@ -138,3 +138,35 @@ test_a_widening_capability_listed_twice_is_listed_twice if {
 		{"hop": 2, "agent_id": "b", "capability": "write"},
 	]
 }
+
+# The characters a pattern reads as operators ('.', '+', '*') cover only themselves: a.b does
+# not cover axb, a+b not aab, a*b not a*bb. A hop after an empty one widens all it holds; an
+# empty capability (refused by the input contract) is checked one by one and widens.
+test_operator_characters_in_capabilities_are_literal if {
+	chain := [
+		{"agent_id": "a", "capabilities": ["a.b", "a+b", "a*b", "x"]},
+		{"agent_id": "b", "capabilities": ["a.b:x", "axb", "a+b", "a*b:c", "a*bb", "a.b", "a.b", "aab"]},
+		{"agent_id": "c", "capabilities": []},
+		{"agent_id": "d", "capabilities": ["q"]},
+		{"agent_id": "e", "capabilities": ["", "q:r"]},
+	]
+	_widened(chain) == [
+		{"hop": 2, "agent_id": "b", "capability": "a*bb"},
+		{"hop": 2, "agent_id": "b", "capability": "aab"},
+		{"hop": 2, "agent_id": "b", "capability": "axb"},
+		{"hop": 4, "agent_id": "d", "capability": "q"},
+		{"hop": 5, "agent_id": "e", "capability": ""},
+	]
+}
+
+# Hops a regex and a per-capability check read alike: every hop of a long chain, each against
+# the one before it, whichever body decides it.
+test_each_hop_is_checked_against_the_one_before if {
+	chain := [
+		{"agent_id": "a", "capabilities": ["read", "write"]},
+		{"agent_id": "b", "capabilities": ["read:x", "write"]},
+		{"agent_id": "c", "capabilities": ["read:x:y", "write", "read"]},
+		{"agent_id": "d", "capabilities": ["read"]},
+	]
+	_widened(chain) == [{"hop": 3, "agent_id": "c", "capability": "read"}]
+}

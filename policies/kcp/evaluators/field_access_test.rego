@@ -27,6 +27,19 @@ test_reading_phone_is_denied_with_the_violation if {
 	f.details.fields == ["phone"]
 }
 
+# Sorted, each once, a name that is also a prefix of another ("a" before "a.b", "a:" after).
+test_violations_are_sorted_and_listed_once if {
+	units := _units
+	profiles := _profiles
+	knowledge := {"project": "p", "unit": "min", "fields_read": ["zeta", "a:", "name", "a.b", "zeta", "a", "B", "_x"]}
+	some f in field_access.findings
+		with input.action.knowledge as knowledge
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
+	f.details.fields == ["B", "_x", "a", "a.b", "a:", "zeta"]
+	f.message == "fields read outside declared_fields: B, _x, a, a.b, a:, zeta"
+}
+
 test_declared_fields_only_is_fine if {
 	units := _units
 	profiles := _profiles

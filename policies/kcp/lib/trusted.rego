@@ -54,11 +54,12 @@ gate := {name: value |
 	not _expired[name]
 }
 
-# `some name, _ in gate` here aborts regopy's planner; a self-comparison holds for false values too.
-
 # METADATA
 # title: The facts the gate established
-established := {name | gate[name] == gate[name]}
+# description: |
+#   The keys of gate, natively (a comprehension over gate, `{name | gate[name] == gate[name]}`,
+#   cost regopy four times as much; `some name, _ in gate` in one aborts its planner).
+established := object.keys(gate)
 
 # METADATA
 # title: What the action states about each fact
@@ -121,10 +122,6 @@ _authorization := input.action.authorization_context
 
 _attributes := input.action.attributes
 
-# Scopes compare as sets: the same scope in another order is no conflict.
-_norm(value) := sort(value) if is_array(value)
-
-_norm(value) := value if not is_array(value)
 
 # METADATA
 # title: The values every rule checks
@@ -141,11 +138,36 @@ candidates := object.union(
 
 # METADATA
 # title: Stated values that differ from the gate's
+# description: |
+#   Lists compare as sets of scopes (sorted). Written out, no _norm call: equal values never
+#   conflict, two values of which one is not a list differ, and two lists are sorted only when
+#   needed: the stated one first, which equals the gate's list whenever that is sorted (one
+#   sort of a 256-scope statement, not two).
 conflicts contains conflict if {
 	some name, value in gate
 	said := stated[name]
-	said != value # equal values never conflict: skips the two _norm calls
-	_norm(said) != _norm(value)
+	said != value
+	not is_array(said)
+	conflict := {"fact": name, "gate": value, "stated": said}
+}
+
+conflicts contains conflict if {
+	some name, value in gate
+	said := stated[name]
+	said != value
+	not is_array(value)
+	conflict := {"fact": name, "gate": value, "stated": said}
+}
+
+conflicts contains conflict if {
+	some name, value in gate
+	said := stated[name]
+	said != value
+	is_array(said)
+	is_array(value)
+	sorted := sort(said)
+	sorted != value # value is a sorted list equal to sorted: sort(value) is too
+	sorted != sort(value)
 	conflict := {"fact": name, "gate": value, "stated": said}
 }
 

@@ -35,6 +35,22 @@ test_scopes_in_another_order_are_no_conflict if {
 		with input.action.authorization_context as {"agent_scope": ["b", "a"]}
 }
 
+# The three conflict rules: a list against an unsorted gate list, lists of other lengths or
+# elements, a list against a non-list either way.
+test_scopes_compare_as_sets_whichever_side_is_sorted if {
+	facts := {"agent_scope": _gate(["b", "a", "c"])}
+	count(trusted.conflicts) == 0 with input.context.facts as facts
+		with input.action.authorization_context as {"agent_scope": ["c", "b", "a"]}
+	count(trusted.conflicts) == 1 with input.context.facts as facts
+		with input.action.authorization_context as {"agent_scope": ["c", "b", "a", "a"]}
+	count(trusted.conflicts) == 1 with input.context.facts as facts
+		with input.action.authorization_context as {"agent_scope": ["c", "b", "d"]}
+	count(trusted.conflicts) == 1 with input.context.facts as facts
+		with input.action.authorization_context as {"agent_scope": "a"}
+	count(trusted.conflicts) == 1 with input.context.facts as {"agent_scope": _gate("a")}
+		with input.action.authorization_context as {"agent_scope": ["a"]}
+}
+
 test_a_false_flag_is_established_and_a_stated_true_raises_it if {
 	facts := {"new_beneficiary": _gate(false)}
 	trusted.established == {"new_beneficiary"} with input.context.facts as facts
