@@ -9,6 +9,8 @@ import gzip
 import io
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -143,3 +145,40 @@ def test_bundle_plan_planted_under_another_bundles_key_is_not_used(tmp_path: Pat
     decision = vouched_gate(bundles / "finance.tar.gz", plan_cache=cache).decide(CLEAN_READ.action, now=CLEAN_READ.now)
     assert decision.decision == fresh.decision and decision.reason_codes == fresh.reason_codes
     assert fresh.decision.value != "ALLOW"  # the support-desk plan would have allowed it
+
+
+def test_the_preflight_plans_the_bundle_the_gate_holds_not_the_file(tmp_path: Path, bundles: Path) -> None:
+    """A bundle file swapped after the gate read it must not pass the preflight for it: the
+    child plans the data and modules the parent holds. Re-reading the file, the child would
+    plan the harmless bundle put in its place, and the parent would then build the one it holds
+    and die of the abort the preflight exists to catch (run in a child, so that is seen)."""
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    (policies / "kcp" / "gate" / "decision_test.rego").unlink()
+    (policies / "kcp" / "gate" / "decision.rego").write_text(
+        "package kcp.gate\n\nimport rego.v1\n\n"
+        '_f if "a" in input.xs\n\n_g if _f with input as {"xs": ["a"]}\n\n'
+        "# METADATA\n# title: a decision whose plan aborts rego-cpp\n# entrypoint: true\n"
+        'decision := {"decision": "ALLOW"} if _g\n'
+    )
+    crashing = tmp_path / "crashing.tar.gz"
+    base = DEPLOYMENTS / "finance"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, crashing)
+    script = (
+        "import shutil, sys\n"
+        "from kcp_opa.compile.bundle import read_bundle\n"
+        "from kcp_opa.core.errors import EngineLoadError\n"
+        "from kcp_opa.decide.gate import Gate\n"
+        "held = read_bundle(sys.argv[1])\n"
+        "shutil.copyfile(sys.argv[2], sys.argv[1])  # the file is swapped for a harmless bundle\n"
+        "try:\n"
+        "    Gate(held)\n"
+        "except EngineLoadError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    harmless = bundles / "finance.tar.gz"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(crashing), str(harmless)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"the gate's process died (exit {done.returncode}): {done.stderr[-300:]}"
+    assert "refused:" in done.stdout and "regopy crashed" in done.stdout, done.stdout
