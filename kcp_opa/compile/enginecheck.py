@@ -52,7 +52,9 @@ def plan_in_child(
     source = bundle.source
     try:
         proc = subprocess.run(
-            [sys.executable, "-I", str(_CHILD)],
+            # -P: the child's directory is not put on sys.path (its imports are the standard
+            # library's and regopy's); PYTHONPATH still applies, as it does to this process.
+            [sys.executable, "-P", str(_CHILD)],
             input=json.dumps(job).encode("ascii"),
             capture_output=True,
             timeout=PROBE_TIMEOUT_S,
