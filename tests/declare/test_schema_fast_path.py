@@ -20,6 +20,7 @@ from typing import Any
 import fastjsonschema
 import pytest
 from conftest import REPO
+from exceptionkit import exception, key
 
 from kcp_opa import schemas
 from kcp_opa.declare.yamlsource import load_yaml
@@ -57,18 +58,7 @@ def _documents() -> list[tuple[str, Any]]:
 
 def _exceptions_document() -> dict[str, Any]:
     now = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
-    item = {
-        "id": "EXC-1",
-        "scope": {"tenant_id": "tenant_a", "unit": "support-desk/customer-records"},
-        "waives": ["field_access_violation"],
-        "reason": "read phone to call back about an outage",
-        "ticket": "CHG-2231",
-        "grantor": "dpo@example.com",
-        "issued_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "expires_at": (now + dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "issuer": "change-board",
-        "signature": {"alg": "ed25519", "key_id": "k", "value": "AAAA"},
-    }
+    item = exception(key(), issued=now, expires=now + dt.timedelta(days=1))
     return {"kind": "kcp-opa/exceptions", "format_version": 1, "name": "support-desk", "exceptions": [item]}
 
 
