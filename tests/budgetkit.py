@@ -86,6 +86,29 @@ def payment(n: int, *, value: int = 100000, beneficiary: str = "supplier_1", **e
 _DATABASES: dict[str, Stores] = {}
 
 
+TRACE = {"traceparent": "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01"}
+
+
+def unit_read(n: int, principal: str = "user_001") -> dict[str, Any]:
+    """A read of the rate-limited unit (three a minute per principal; a read needs an approver)."""
+    action = payment(n, action_type="read", requested_action="read_payments", trace=TRACE)
+    del action["amount"]
+    action["target"] = {"type": "document", "reference": "suppliers", "tenant_id": "tenant_demo"}
+    action["knowledge"] = {"project": "treasury-budget", "unit": "supplier-payments", "fields_read": ["amount"]}
+    action["authorization_context"] = {
+        **action["authorization_context"],
+        "authenticated_principal": principal,
+        "principal_scopes": ["treasury:payments"],
+    }
+    action["runtime"] = {
+        "deployment_region": "EU",
+        "model": {"id": "treasury-llm", "hosting": "self_hosted"},
+        "evidence_status": "present",
+        "budget_state": "within_budget",
+    }
+    return action
+
+
 def stores_at(store: Path | str) -> tuple[CounterStore, ExecutorStore]:
     """The counter store and the executor store at ``store`` (one SQLite file or one database)."""
     if is_database(store):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from budgetkit import KEY, T0, approve, compile_budget, payment
+from budgetkit import KEY, T0, approve, compile_budget, payment, unit_read
 from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 from trustkit import REGISTRY, make_desk
 
@@ -122,3 +122,28 @@ def test_a_budget_spent_by_another_execution_meanwhile_is_refused(bundles: tuple
     )
     counted = redecided["input"]["context"]["counters"]["budgets"]["tenant_daily_usd"]
     assert counted["spent_minor"] == 5 * AMOUNT and counted["reserved_minor"] == 0  # its own reservation left out
+
+
+def test_the_rate_window_counts_the_decided_request_once_at_execution(
+    bundles: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The re-decision is the gate checking its own decision, not the agent asking again: the
+    third read of a unit limited to three a minute, approved and executed inside that minute,
+    runs; recording the re-decision as a fourth request would refuse it ``rate_limited``."""
+    five, _ = bundles
+    gate, desk, executor = _rechecking(five, tmp_path / "store.db", tmp_path / "ledger.jsonl")
+    for n in range(2):  # requests 1 and 2 of the minute
+        assert "rate_limited" not in gate.decide(unit_read(n), now=T0 + dt.timedelta(seconds=n)).reason_codes
+    action = unit_read(2)  # request 3: within the limit, for an approver
+    at = T0 + dt.timedelta(seconds=10)
+    record = approve(desk, action, at)
+    assert "rate_limited" not in record.decision.reason_codes and record.decision.verdict.execution_allowed
+    receipt = desk.issue(record, KEY, now=at).to_dict()
+    done = executor.execute_authorized_action(action, receipt, _paid, now=at + dt.timedelta(seconds=5))
+    assert done.outcome == _paid(action)
+    decisions = [e for _, e in read_entries(tmp_path / "ledger.jsonl") if e.get("type") == "decision"]
+    rate = decisions[-1]["input"]["context"]["counters"]["rate"]
+    assert rate["requests_per_minute"] == 3  # the re-decision read the window; it added nothing
+    # The window still holds three: the agent's next read is the fourth.
+    fourth = gate.decide(unit_read(3), now=at + dt.timedelta(seconds=6))
+    assert "rate_limited" in fourth.reason_codes

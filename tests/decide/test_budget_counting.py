@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from budgetkit import T0, compile_budget, parts, pay, payment
+from budgetkit import unit_read as read
 from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 from storekit import Backend
 from trustkit import REGISTRY
@@ -22,8 +23,6 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import ContextSources
 from kcp_opa.core.errors import StoreError
 from kcp_opa.decide.counting import StoreCounters
-
-TRACE = {"traceparent": "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01"}
 
 
 @pytest.fixture
@@ -35,25 +34,6 @@ def store(backend: Backend) -> str:
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_budget(tmp_path_factory.mktemp("budget") / "budget.tar.gz")
-
-
-def read(n: int, principal: str = "user_001") -> dict[str, Any]:
-    action = payment(n, action_type="read", requested_action="read_payments", trace=TRACE)
-    del action["amount"]
-    action["target"] = {"type": "document", "reference": "suppliers", "tenant_id": "tenant_demo"}
-    action["knowledge"] = {"project": "treasury-budget", "unit": "supplier-payments", "fields_read": ["amount"]}
-    action["authorization_context"] = {
-        **action["authorization_context"],
-        "authenticated_principal": principal,
-        "principal_scopes": ["treasury:payments"],
-    }
-    action["runtime"] = {
-        "deployment_region": "EU",
-        "model": {"id": "treasury-llm", "hosting": "self_hosted"},
-        "evidence_status": "present",
-        "budget_state": "within_budget",
-    }
-    return action
 
 
 def test_the_request_past_the_limit_gets_the_matrix_outcome_and_the_window_slides(bundle: Path, store: str) -> None:
