@@ -67,33 +67,44 @@ _alternatives(identifiers) := replace(replace(replace(concat("|", identifiers), 
 _items(left) := [] if left == "," else := split(trim(replace(left, ":,", ","), ","), ",")
 
 # METADATA
-# title: Hops that widen capabilities
+# title: Hops that widen capabilities, one entry a hop
 # description: |
-#   Each capability a hop holds that the previous hop's capabilities do not cover: covered
-#   means equal, or narrower by a ":" suffix (read:case:summary is within read:case,
-#   read:casefile is not). In hop order, then by capability; hop 1 is the first agent.
-widened := _widened_hops if is_array(_chain) else := _widened_any
+#   Each hop holding a capability that the previous hop's capabilities do not cover (covered
+#   means equal, or narrower by a ":" suffix: read:case:summary is within read:case,
+#   read:casefile is not), with those capabilities sorted, in hop order; hop 1 is the first
+#   agent. What the finding carries: one object a hop, not one a capability (regopy pays for
+#   every object a finding carries through the gate, docs/performance.md).
+widening_hops := _widening_hops if is_array(_chain) else := _widening_any
 
-# The hop number and the agent bound once a hop, not once a capability (regopy evaluates
-# them for every element the comprehension yields); the hops 1..n-1 counted, not iterated,
-# each tested and checked in the order of _widened_any, so both read the same hops.
-_widened_hops := [] if count(_chain) < 2 else := [hop_widened |
+# The hops 1..n-1 counted, not iterated, each tested and checked in the order of
+# _widening_any, so both read the same hops.
+_widening_hops := [] if count(_chain) < 2 else := [hop_widened |
 	some i in numbers.range(1, count(_chain) - 1)
 	_chain[i]
 	widening := _widened_at(i)
-	hop := i + 1
-	agent := _chain[i].agent_id
-	some capability in widening
-	hop_widened := {"hop": hop, "agent_id": agent, "capability": capability}
+	count(widening) > 0
+	hop_widened := {"hop": i + 1, "agent_id": _chain[i].agent_id, "capabilities": widening}
 ]
 
 # A chain that is not an array (refused by the input contract): its keys as the hops.
-_widened_any := [hop_widened |
+_widening_any := [hop_widened |
 	some i
 	_chain[i]
 	i > 0
-	some capability in _widened_at(i)
-	hop_widened := {"hop": i + 1, "agent_id": _chain[i].agent_id, "capability": capability}
+	widening := _widened_at(i)
+	count(widening) > 0
+	hop_widened := {"hop": i + 1, "agent_id": _chain[i].agent_id, "capabilities": widening}
+]
+
+# METADATA
+# title: Capabilities that widen, one entry each
+# description: |
+#   widening_hops flattened: {hop, agent_id, capability} per widened capability, in hop order,
+#   then by capability (for tools and tests; the finding carries widening_hops).
+widened := [hop_widened |
+	some hop in widening_hops
+	some capability in hop.capabilities
+	hop_widened := {"hop": hop.hop, "agent_id": hop.agent_id, "capability": capability}
 ]
 
 # METADATA
@@ -126,13 +137,13 @@ findings contains finding if {
 #   absent: "no delegation_chain: no delegation"
 findings contains finding if {
 	facts.profile.delegation.require_capability_attenuation == true
-	count(widened) > 0
+	count(widening_hops) > 0
 	finding := {
 		"code": "capability_widened",
 		"rule": "kcp.delegation.require_capability_attenuation",
 		"state": "DENY",
 		"controls": [],
 		"message": "a delegation hop widens the capabilities it was given",
-		"details": {"hops": widened},
+		"details": {"hops": widening_hops},
 	}
 }

@@ -47,6 +47,20 @@ test_each_hop_is_held_to_the_previous_hop_in_hop_order if {
 	]
 }
 
+test_the_finding_carries_one_entry_a_widening_hop if {
+	chain := [
+		{"agent_id": "a", "capabilities": ["read"]},
+		{"agent_id": "b", "capabilities": ["read:case", "write", "admin"]},
+		{"agent_id": "c", "capabilities": ["read:case:x"]},
+		{"agent_id": "d", "capabilities": ["z"]},
+	]
+	hops := delegation.widening_hops with input.action.delegation_chain as chain
+	hops == [
+		{"hop": 2, "agent_id": "b", "capabilities": ["admin", "write"]},
+		{"hop": 4, "agent_id": "d", "capabilities": ["z"]},
+	]
+}
+
 test_no_chain_and_one_hop_widen_nothing if {
 	_widened([]) == []
 	_widened([{"agent_id": "a", "capabilities": ["anything"]}]) == []
@@ -77,7 +91,7 @@ test_widening_denied if {
 		with input.action.delegation_chain as chain
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	f.code == "capability_widened"
-	f.details.hops == [{"hop": 2, "agent_id": "b", "capability": "write"}]
+	f.details.hops == [{"hop": 2, "agent_id": "b", "capabilities": ["write"]}]
 }
 
 test_attenuating_chain_passes if {
