@@ -134,7 +134,7 @@ mutate-controls: $(STAMP) ## mutmut on authorize/controls.py alone, with its own
 
 mutate: mutate-policies mutate-python mutate-controls ## every mutation run (not part of test)
 
-bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~55 min on 2 cores)
+bench: $(STAMP) ## every figure in docs/performance.md: the suite and the service -> bench/results*.json (not part of test; ~12 min on 2 cores)
 	$(BIN)/python bench/suite.py
 	$(BIN)/python bench/bench_service.py
 	$(BIN)/python bench/bench_analysis.py
@@ -142,7 +142,7 @@ bench: $(STAMP) ## every figure in docs/performance.md: the suite and the servic
 bench-replicas: $(STAMP) sysdeps-postgres ## decisions/s with 1, 2, 3 serve replicas on one PostgreSQL ledger -> bench/results-replicas.json (not part of test; ~5 min)
 	$(BIN)/python bench/bench_replicas.py
 
-bench-quick: $(STAMP) ## the suite without the 100,000-unit deployment and the service, fewer rounds (~25 min on 2 cores)
+bench-quick: $(STAMP) ## the suite without the 100,000-unit deployment and the service, fewer rounds (~4 min on 2 cores)
 	$(BIN)/python bench/suite.py --quick
 
 fuzz: $(STAMP) ## differential fuzzer, regopy vs OPA: >= 20,000 decisions over fixed seeds -> reports/fuzz-report.{json,md}
