@@ -63,25 +63,17 @@ def _filter_value(per: str, action: Mapping[str, Any]) -> str | None:
 #: The receipt whose own reservation the counts leave out, for the re-decision at execution
 #: (set by :func:`excluding`; per thread and task, so concurrent decisions are unaffected).
 _EXCLUDED: ContextVar[str | None] = ContextVar("kcp_opa_excluded_receipt", default=None)
-#: True inside :func:`excluding`: the re-decision records no request of its own.
-_RECHECKING: ContextVar[bool] = ContextVar("kcp_opa_rechecking", default=False)
 
 
 @contextmanager
 def excluding(receipt_id: str | None) -> Iterator[None]:
     """Count everything but ``receipt_id``'s own reservation while inside: the re-decision at
     execution asks whether this receipt's transfer still fits beside every other one, and the
-    reservation made when it was issued is that very transfer (counted once, as the amount).
-
-    Nor is a request recorded inside: the re-decision is the gate checking a decision it already
-    made, not the agent asking again, so its unit's rate windows are read as they stand (the
-    decided request among them) rather than counting one request more."""
+    reservation made when it was issued is that very transfer (counted once, as the amount)."""
     token = _EXCLUDED.set(receipt_id)
-    rechecking = _RECHECKING.set(True)
     try:
         yield
     finally:
-        _RECHECKING.reset(rechecking)
         _EXCLUDED.reset(token)
 
 
@@ -126,8 +118,7 @@ class StoreCounters:
         return out
 
     def rate(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any] | None:
-        """Record this request on its unit and count it per window (None for an action on no unit);
-        inside :func:`excluding` (the re-decision at execution) count without recording."""
+        """Record this request on its unit and count it per window (None for an action on no unit)."""
         knowledge = action.get("knowledge")
         unit = _text(knowledge.get("unit")) if isinstance(knowledge, Mapping) else None
         who = principal(action)
@@ -137,11 +128,7 @@ class StoreCounters:
         day = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         starts = {name: now - dt.timedelta(seconds=seconds) for name, seconds in RATE_WINDOWS.items()}
         starts["requests_per_day"] = day - dt.timedelta(microseconds=1)
-        at, since = utc_stamp(now), [utc_stamp(s) for s in starts.values()]
-        if _RECHECKING.get():
-            counts = self.store.read(lambda view: view.requests(unit_key, who, at, since))
-        else:
-            counts = self.store.count_request(unit_key, who, at, since)
+        counts = self.store.count_request(unit_key, who, utc_stamp(now), [utc_stamp(s) for s in starts.values()])
         return {"unit": unit_key, "principal": who, **dict(zip(starts, counts, strict=True))}
 
     def history(self, view: CounterView, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:

@@ -186,11 +186,6 @@ class CounterView(Protocol):
         """Committed value transfers of the tenant to the beneficiary, ever (first payment when 0)."""
         ...
 
-    def requests(self, unit: str, principal: str, at: str, since: Sequence[str]) -> list[int]:
-        """Per start in ``since``, the requests recorded in (start, at]; records nothing (the
-        re-decision at execution, whose request was counted when it was decided)."""
-        ...
-
 
 class CounterStore(Protocol):
     """Requests per unit and principal, and budget reservations, counted across processes.

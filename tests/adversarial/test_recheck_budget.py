@@ -124,26 +124,31 @@ def test_a_budget_spent_by_another_execution_meanwhile_is_refused(bundles: tuple
     assert counted["spent_minor"] == 5 * AMOUNT and counted["reserved_minor"] == 0  # its own reservation left out
 
 
-def test_the_rate_window_counts_the_decided_request_once_at_execution(
+def test_receipts_gathered_over_windows_cannot_execute_past_the_rate_limit_at_once(
     bundles: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """The re-decision is the gate checking its own decision, not the agent asking again: the
-    third read of a unit limited to three a minute, approved and executed inside that minute,
-    runs; recording the re-decision as a fourth request would refuse it ``rate_limited``."""
+    """The execution is a request on the unit too: an agent that gathers receipts for reads
+    decided three a minute over two minutes (each decision within the limit) and presents them
+    all at once gets three executed in that minute, not six; the rest are refused
+    ``policy_changed`` ``rate_limited``, their receipts unconsumed. (The price, near a limit:
+    an execution counts beside its own decision, so it can be refused; never an allow.)"""
     five, _ = bundles
-    gate, desk, executor = _rechecking(five, tmp_path / "store.db", tmp_path / "ledger.jsonl")
-    for n in range(2):  # requests 1 and 2 of the minute
-        assert "rate_limited" not in gate.decide(unit_read(n), now=T0 + dt.timedelta(seconds=n)).reason_codes
-    action = unit_read(2)  # request 3: within the limit, for an approver
-    at = T0 + dt.timedelta(seconds=10)
-    record = approve(desk, action, at)
-    assert "rate_limited" not in record.decision.reason_codes and record.decision.verdict.execution_allowed
-    receipt = desk.issue(record, KEY, now=at).to_dict()
-    done = executor.execute_authorized_action(action, receipt, _paid, now=at + dt.timedelta(seconds=5))
-    assert done.outcome == _paid(action)
-    decisions = [e for _, e in read_entries(tmp_path / "ledger.jsonl") if e.get("type") == "decision"]
-    rate = decisions[-1]["input"]["context"]["counters"]["rate"]
-    assert rate["requests_per_minute"] == 3  # the re-decision read the window; it added nothing
-    # The window still holds three: the agent's next read is the fourth.
-    fourth = gate.decide(unit_read(3), now=at + dt.timedelta(seconds=6))
-    assert "rate_limited" in fourth.reason_codes
+    _, desk, executor = _rechecking(five, tmp_path / "store.db", tmp_path / "ledger.jsonl")
+    issued = []
+    for n, second in enumerate((0, 1, 2, 61, 62, 63)):
+        at = T0 + dt.timedelta(seconds=second)
+        action = unit_read(n)
+        record = approve(desk, action, at)
+        assert "rate_limited" not in record.decision.reason_codes and record.decision.verdict.execution_allowed
+        issued.append((action, desk.issue(record, KEY, now=at).to_dict()))
+    burst = T0 + dt.timedelta(seconds=125)  # the minute (65 s, 125 s] holds none of the decisions
+    outcomes = []
+    for action, receipt in issued:
+        try:
+            executor.execute_authorized_action(action, receipt, _paid, now=burst)
+            outcomes.append("executed")
+        except ReceiptVerificationError as exc:
+            assert exc.code == "policy_changed" and "rate_limited" in str(exc), str(exc)
+            assert executor.store.execution(action["idempotency_key"]) is None  # not consumed
+            outcomes.append("refused")
+    assert outcomes == ["executed"] * 3 + ["refused"] * 3

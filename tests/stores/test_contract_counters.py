@@ -63,19 +63,6 @@ def test_requests_are_counted_per_unit_principal_and_window(backend: Backend) ->
     assert counters.count_request("p/u", "alice", _at(30), [_at(15), _at(0)]) == [2, 3]
 
 
-def test_reading_the_windows_records_no_request(backend: Backend) -> None:
-    """What the re-decision at execution reads: the windows as they stand, one request no more."""
-    counters = _counters(backend)
-    for second in (10, 20):
-        counters.count_request("p/u", "alice", _at(second), [_at(0)])
-    counters.count_request("p/u", "bob", _at(20), [_at(0)])
-    peek = lambda view: view.requests("p/u", "alice", _at(30), [_at(0), _at(15), _at(25)])  # noqa: E731
-    assert counters.read(peek) == [2, 1, 0]
-    assert counters.read(peek) == [2, 1, 0]  # reading twice added nothing
-    assert counters.read(lambda view: view.requests("p/u", "alice", _at(15), [_at(0)])) == [1]  # up to ``at`` only
-    assert counters.count_request("p/u", "alice", _at(30), [_at(0)]) == [3]
-
-
 def _race_requests(location: str, barrier: Any, answers: Any) -> None:
     try:
         counters = open_stores(location).counters

@@ -88,11 +88,6 @@ _COUNT_REQUESTS = (
     " LEFT JOIN requests r ON r.unit = %s AND r.principal = %s AND r.id <= %s"
     " AND r.at > s.start AND r.at <= %s::timestamptz GROUP BY s.i ORDER BY s.i"
 )
-_PEEK_REQUESTS = (
-    "SELECT count(r.id) FROM unnest(%s::timestamptz[]) WITH ORDINALITY AS s(start, i)"
-    " LEFT JOIN requests r ON r.unit = %s AND r.principal = %s"
-    " AND r.at > s.start AND r.at <= %s::timestamptz GROUP BY s.i ORDER BY s.i"
-)
 _COLUMNS = frozenset({"tenant_id", "agent_id", "task_type", "beneficiary"})
 
 
@@ -143,10 +138,6 @@ class _View:
             (tenant_id, beneficiary),
         ).fetchone()
         return int(row[0]) if row else 0
-
-    def requests(self, unit: str, principal: str, at: str, since: Sequence[str]) -> list[int]:
-        rows = self.connection.execute(_PEEK_REQUESTS, (list(since), unit, principal, at)).fetchall()
-        return [int(n) for (n,) in rows]
 
 
 class PostgresCounterStore(PostgresBase):

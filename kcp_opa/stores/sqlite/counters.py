@@ -107,10 +107,6 @@ class _View:
         ).fetchone()
         return int(row[0])
 
-    def requests(self, unit: str, principal: str, at: str, since: Sequence[str]) -> list[int]:
-        query = "SELECT count(*) FROM requests WHERE unit = ? AND principal = ? AND at > ? AND at <= ?"
-        return [int(self.connection.execute(query, (unit, principal, start, at)).fetchone()[0]) for start in since]
-
 
 class SQLiteCounterStore(SQLiteBase):
     """Requests and value transfers in a SQLite file (usually the executor's: see executions.py)."""
