@@ -5,7 +5,7 @@ Warnings, each with file and line: v0 syntax (regopy accepts it, OPA 1.x does no
 builtins regopy lacks or leaves silently undefined, builtins that break replay, packages that
 data would shadow, `with input as` in tests (the regopy abort), helper functions defined
 under the same name in two packages (a regopy segfault seen here), engine-divergent
-constructs (docs/engine-findings.md items 23-26), each with the rewrite that does not diverge,
+constructs (docs/engine-findings.md items 23-26, 34 and 35), each with the rewrite that does not diverge,
 and lines over MAX_LINE characters (tests too: a reviewer reads every line of a diff).
 """
 
@@ -48,6 +48,8 @@ _KEYWORDS = {"package", "import", "default", "not", "some", "every", "with", "el
 
 #: A line may say why its sort is engine-independent: ``# kcp-opa: sorted identifiers``.
 SORTED_IDENTIFIERS = "kcp-opa: sorted identifiers"
+#: A line may say why its min or max orders alike on both engines: ``# kcp-opa: ordered alike (why)``.
+ORDERED_ALIKE = "kcp-opa: ordered alike"
 _STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 #: Constructs whose result differs between regopy and OPA, and the rewrite that does not.
@@ -278,7 +280,9 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
     return findings
 
 
-_ANY_CALL = re.compile(r"(?<![\w.])(lower|upper|json\.marshal|sprintf|sort)\s*\(")
+_ANY_CALL = re.compile(r"(?<![\w.])(lower|upper|json\.marshal|sprintf|sort|min|max)\s*\(")
+#: ``concat(sep, {...})``: a set comprehension or literal joined in the order the engine iterates it.
+_CONCAT_SET = re.compile(r"(?<![\w.])concat\s*\(\s*(?:\"[^\"]*\"|`[^`]*`)\s*,\s*\{")
 
 
 def _divergent(name: str, number: int, code: str, line: str, previous: str) -> list[CheckFinding]:
@@ -292,9 +296,28 @@ def _divergent(name: str, number: int, code: str, line: str, previous: str) -> l
                 "item 2): write the character itself, or move the value to data",
             )
         )  # fmt: skip
+    if _CONCAT_SET.search(code):
+        found.append(
+            CheckFinding(
+                name, number, "warning", "divergent_order",
+                "concat over a set: regopy iterates a set a policy builds in the order it was built, OPA in "
+                "sorted order (engine-findings item 35): join a sorted array, concat(sep, sort({...}))",
+            )
+        )  # fmt: skip
     for match in _ANY_CALL.finditer(code):
         called = match.group(1)
-        if called != "sort":
+        if called in ("min", "max"):
+            if ORDERED_ALIKE not in line and ORDERED_ALIKE not in previous:
+                found.append(
+                    CheckFinding(
+                        name, number, "warning", "divergent_order",
+                        f"{called}: regopy orders numbers by their text (max([9, 10]) is 9, max([-1, -2]) is -2; "
+                        "engine-findings item 34): compare with < or > (numeric on both engines), e.g. "
+                        "[x | some x in xs; every y in xs { y <= x }], or, when every value is a non-negative "
+                        f"single digit or an identifier, mark the line `# {ORDERED_ALIKE} (<why>)`",
+                    )
+                )  # fmt: skip
+        elif called != "sort":
             message = f"{called}: {DIVERGENT_CALLS[called]}"
             found.append(CheckFinding(name, number, "warning", "divergent_builtin", message))
         elif "input." in code and SORTED_IDENTIFIERS not in line and SORTED_IDENTIFIERS not in previous:
@@ -302,8 +325,9 @@ def _divergent(name: str, number: int, code: str, line: str, previous: str) -> l
                 CheckFinding(
                     name, number, "warning", "divergent_sort",
                     "sort over input strings: regopy compares strings with their closing quote (\"phone \" < "
-                    "\"phone\"; engine-findings item 25). Sort only identifiers (docs/input-contract.md) and mark "
-                    f"the line `# {SORTED_IDENTIFIERS}`, or do not let the order decide or be archived",
+                    "\"phone\"; engine-findings item 25) and numbers by their text ([10, 9]; item 34). Sort only "
+                    f"identifiers (docs/input-contract.md) and mark the line `# {SORTED_IDENTIFIERS}`, or do not let "
+                    "the order decide or be archived",
                 )
             )  # fmt: skip
     return found

@@ -8,7 +8,10 @@ NUL-terminated string, so a NUL would cut the string there (engine-findings item
 contract (:func:`kcp_opa.decide.action.check_strings`) refuses NUL before anything gets here,
 and :func:`rego_input` refuses it too rather than truncate. rego-cpp also reads an input string
 wrapped in double quotes (``'"x"'``) as the string inside them (``x``, ``count`` 1): refused the
-same way.
+same way. rego-cpp iterates an object in the order its keys were pushed, OPA in key order
+(engine-findings item 35): keys are pushed sorted by code point, which is OPA's order (UTF-8
+byte order), so ``[v | some v in input.o]`` and the like read alike whatever order the caller
+wrote.
 
 Out: regopy serialises its output without escaping strings (a ``"``, ``\\`` or control
 character yields invalid or, worse, different JSON; engine-findings item 23), so results are
@@ -61,9 +64,9 @@ def rego_input(value: Any) -> Any:
         if kind is str:
             status |= push_str(handle, text(item))
         elif kind is dict:
-            for key, member in item.items():
+            for key in sorted(item):  # OPA's key order, which regopy iterates in (see the docstring)
                 status |= push_str(handle, text(key))
-                push(member)
+                push(item[key])
                 status |= close_item(handle)
             status |= close_object(handle, len(item))
         elif kind is list or kind is tuple:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from kcp_opa.authoring.policycheck import _argument_index, _divergent, check_modules
 
 _POLICY = """package kcp.demo
@@ -23,6 +25,14 @@ msg := sprintf("%v", [input.action.scenario])
 escaped := "a\\\\"b"
 
 constants := sort(["b", "a"])
+
+largest := max(input.action.amounts)
+
+smallest := min([input.action.retries, 1]) # kcp-opa: ordered alike (a count against 1)
+
+joined := concat(", ", {x | some x in input.action.tags})
+
+joined_sorted := concat(", ", sort({x | some x in input.action.tags})) # kcp-opa: sorted identifiers
 """
 
 
@@ -42,22 +52,27 @@ def test_each_divergent_construct_is_flagged_with_its_rewrite() -> None:
         (13, "divergent_builtin"),
         (15, "divergent_builtin"),
         (17, "escaped_literal"),
+        (21, "divergent_order"),
+        (25, "divergent_order"),
     ]
     messages = {f.message for n, line in enumerate(_POLICY.splitlines(), 1) for f in _divergent("d", n, line, line, "")}
     assert any("input.context.folded" in m for m in messages)
     assert any("sorted identifiers" in m for m in messages)
     assert any("concat" in m for m in messages)
+    assert any("every y in xs" in m and "ordered alike" in m for m in messages)
+    assert any("sort({...})" in m for m in messages)
 
 
 def test_check_reports_them() -> None:
     findings = check_modules({"demo.rego": _POLICY})
     codes = {f.code for f in findings if f.file == "demo.rego"}
-    assert {"divergent_builtin", "divergent_sort", "escaped_literal"} <= codes
+    assert {"divergent_builtin", "divergent_sort", "divergent_order", "escaped_literal"} <= codes
 
 
 def test_tests_may_use_them() -> None:
     findings = check_modules({"demo_test.rego": _POLICY.replace("package kcp.demo", "package kcp.demo_test")})
-    assert not {f.code for f in findings} & {"divergent_builtin", "divergent_sort", "escaped_literal"}
+    divergent = {"divergent_builtin", "divergent_sort", "divergent_order", "escaped_literal"}
+    assert not {f.code for f in findings} & divergent
 
 
 _ARGUMENT_INDEX = """package kcp.demo
@@ -142,3 +157,48 @@ def test_regopy_still_ignores_the_argument_so_the_check_is_needed() -> None:
     finally:
         opa.close()
     assert on_regopy["bindings"]["x"] == [["a", "b", "c", "d", "e"], ["c"]]
+
+
+_ORDER = """package kcp.demo
+
+import rego.v1
+
+largest := max([9, 10])
+
+smallest := min([-1, -2])
+
+ordered := sort([10, 9])
+
+mixed := sort(["a", 1])
+
+built := concat(",", {x | some x in ["b", "a", "c"]})
+
+compared := [x | some x in [9, 10]; every y in [9, 10] { y <= x }]
+"""
+
+
+def test_regopy_still_orders_numbers_by_text_and_sets_as_built() -> None:
+    """engine-findings items 34 and 35 on both engines: if a regopy release fixes them, this says so.
+
+    Comparison operators stay numeric on both, so the rewrite the check offers agrees."""
+    import regopy
+    from opa_bindings import OpaEngine
+
+    rules = ["largest", "smallest", "ordered", "mixed", "built", "compared"]
+    interpreter = regopy.Interpreter()
+    interpreter.add_module("demo.rego", _ORDER)
+    query = "x := [" + ", ".join(f"data.kcp.demo.{r}" for r in rules) + "]"
+    on_regopy = dict(zip(rules, json.loads(str(interpreter.query(query)))["bindings"]["x"], strict=True))
+    opa = OpaEngine()
+    try:
+        opa.add_policy("demo.rego", _ORDER)
+        opa.add_data({})
+        on_opa = {r: opa.eval_document(f"kcp.demo.{r}", {}) for r in rules}
+    finally:
+        opa.close()
+    assert on_opa == {
+        "largest": 10, "smallest": -2, "ordered": [9, 10], "mixed": [1, "a"], "built": "a,b,c", "compared": [10],
+    }  # fmt: skip
+    assert on_regopy == {
+        "largest": 9, "smallest": -1, "ordered": [10, 9], "mixed": ["a", 1], "built": "b,a,c", "compared": [10],
+    }  # fmt: skip

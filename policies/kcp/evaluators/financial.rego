@@ -314,6 +314,7 @@ _money_label(minor) := concat("", [
 ]) if {
 	_digits > 0
 	plain := format_int(abs(minor), 10)
+	# kcp-opa: ordered alike (0 against an integer: the text orders as the value)
 	padded := concat("", [substring("0000", 0, max([0, (_digits + 1) - count(plain)])), plain])
 	n := count(padded)
 }

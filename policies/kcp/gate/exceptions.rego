@@ -64,7 +64,7 @@ in_force contains e if {
 
 # The code -> exception id table for the given waivable and terminal sets: for each code an
 # exception in force names, that the evaluators declare waivable and that is not terminal, the
-# smallest id (ids are [A-Za-z0-9._-], ordered alike on both engines).
+# smallest id. kcp-opa: ordered alike (ids are [A-Za-z0-9._-], identifiers)
 _waivers(waivable, terminal) := {code: min({e.id | some e in in_force; code in e.waives}) |
 	some code in {c | some e in in_force; some c in e.waives; c in waivable; not c in terminal}
 }

@@ -85,7 +85,7 @@ factors contains ["stated", level] if {
 # METADATA
 # title: The computed risk level
 # description: The highest level any factor raises it to; LOW when none applies.
-level := _levels[max({_order[f[1]] | some f in factors} | {0})]
+level := _levels[max({_order[f[1]] | some f in factors} | {0})] # kcp-opa: ordered alike (ranks 0-3)
 
 # METADATA
 # title: Low risk

@@ -31,7 +31,7 @@ strength(state) := 7 - properties[state].rank
 # description: |
 #   The strongest of a set of states; ALLOW for the empty set. States the table does not know
 #   are ignored; if only such states are given, the result is undefined (the gate fails closed).
-strongest(found) := states[min(ranks)] if {
+strongest(found) := states[min(ranks)] if { # kcp-opa: ordered alike (ranks 0-7)
 	ranks := {properties[state].rank | some state in found}
 	count(ranks) > 0
 }

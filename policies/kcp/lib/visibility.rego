@@ -48,7 +48,7 @@ view := result if {
 	row := object.get(v.cells, _env, v.cells[""])
 	hit := object.get(row, _role, row[""])
 	gap := count({k | some k in v.needs; not _given[k]})
-	result := [hit, v.incomplete][min([gap, 1])]
+	result := [hit, v.incomplete][min([gap, 1])] # kcp-opa: ordered alike (a count against 1)
 } else := null
 
 # METADATA
