@@ -19,14 +19,16 @@ def check_schema(
     (jsonschema yields them lazily, so an invalid 4 MiB manifest stops early).
 
     ``fast`` (kcp_opa.schemas.fast_validator) answers first: what it passes has no schema
-    errors; what it refuses is judged and worded by ``validator`` alone.
+    errors; what it refuses is judged and worded by ``validator``, and should ``validator`` find
+    nothing wrong with it, the refusal stands.
     """
+    refused: fastjsonschema.JsonSchemaValueException | None = None
     if fast is not None:
         try:
             fast(data)
             return
-        except fastjsonschema.JsonSchemaException:
-            pass
+        except fastjsonschema.JsonSchemaValueException as compiled:
+            refused = compiled
     kept: list[ValidationError] = []
     counted = 0
     for error in validator.iter_errors(data):
@@ -39,6 +41,10 @@ def check_schema(
     for error in sorted(kept, key=lambda e: [str(p) for p in e.absolute_path]):
         findings.error("schema", _message(error), tuple(error.absolute_path))
     findings.dropped += counted
+    if not kept and refused is not None and refused.name:
+        # The two disagree (an integral float, unnamed, is the strict validator's alone to judge):
+        # the refusal stands, in the compiled check's words. Fail closed.
+        findings.error("schema", refused.message, tuple(refused.path[1:]))
 
 
 def _message(error: ValidationError) -> str:

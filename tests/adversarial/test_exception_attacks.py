@@ -103,6 +103,18 @@ def test_an_unsigned_exception_is_refused(tmp_path: Path, signed: tuple[Any, Any
     assert "signature" in _refused(path, registry)
 
 
+@pytest.mark.parametrize("field", ["id", "ticket"])
+def test_a_signed_id_ending_in_a_line_break_is_refused(tmp_path: Path, signed: tuple[Any, Any], field: str) -> None:
+    """jsonschema read `^...$` as Python does: `$` also matched before a final newline, so a signed
+    `EXC-1\n` loaded, and regopy orders it unlike OPA (`min` picks the waiver's id: the engines
+    named different exceptions). The schema's patterns now end where ECMA-262 ends them."""
+    signer, registry = signed
+    item = exception(signer, issued=ISSUED, expires=EXPIRES, **{field: "EXC-1\n" if field == "id" else "CHG-1\n"})
+    path = write_file(tmp_path / "newline.yaml", [item])
+    refusal = _refused(path, registry)
+    assert "does not match" in refusal and field in refusal
+
+
 def test_longer_than_the_matrix_allows_is_refused(tmp_path: Path, signed: tuple[Any, Any]) -> None:
     signer, registry = signed
     item = exception(signer, issued=ISSUED, expires=ISSUED + dt.timedelta(days=30, seconds=1))

@@ -162,3 +162,72 @@ def test_validation_words_errors_with_the_strict_validator(tmp_path: Path) -> No
     report = validate_manifest(path)
     assert not report.valid
     assert any(d.code == "schema" and d.line for d in report.errors), [str(d) for d in report.errors]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "matches"),
+    [
+        ("^[a-z]+$", "abc", True),
+        ("^[a-z]+$", "abc\n", False),  # Python's $ matched here; ECMA-262's does not
+        (r"^https://\S+$", "https://x\n", False),
+        ("^[$]x$", "$x", True),  # a $ inside a class is the character
+        (r"^a\$$", "a$", True),  # so is an escaped one
+        (r"\S", " x ", True),  # unanchored patterns still search
+    ],
+)
+def test_patterns_end_where_ecma_262_ends_them(pattern: str, value: str, matches: bool) -> None:
+    assert bool(schemas.ecma_pattern(pattern).search(value)) is matches
+
+
+_ACCEPTED = [
+    "abc", "EUR", "a.b-c_1", "2026-01-31", "2026-01-31T10:00:00Z", "2026-01-31T10:00:00+01:00",
+    "https://example.com/x", "A" * 43 + "=",
+]  # fmt: skip
+
+
+def test_every_pattern_of_every_schema_refuses_a_final_line_break() -> None:
+    """Each anchored pattern of the shipped schemas, given a value it accepts plus a final line
+    break (which Python's `re` also accepts there), refuses it."""
+    import re
+
+    covered = set()
+    for name in (schemas.MANIFEST, schemas.MATRIX, schemas.TRUST, schemas.EXCEPTIONS):
+        stack: list[Any] = [schemas.schema(name)]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                pattern = node.get("pattern")
+                if isinstance(pattern, str) and pattern.endswith("$"):
+                    strict = schemas.StrictValidator({"type": "string", "pattern": pattern})
+                    for value in (v for v in _ACCEPTED if re.search(pattern, v)):
+                        assert re.search(pattern, value + "\n")  # the hazard: Python's $
+                        assert not list(strict.iter_errors(value)), (pattern, value)
+                        assert list(strict.iter_errors(value + "\n")), (pattern, value)
+                        covered.add(pattern)
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+    assert len(covered) >= 8, covered
+
+
+def test_a_refusal_the_strict_validator_cannot_word_still_refuses() -> None:
+    """Should the two validators ever disagree the other way, the compiled check's refusal stands."""
+    from jsonschema import Draft202012Validator
+
+    from kcp_opa.declare.diagnostics import Findings
+    from kcp_opa.declare.schema_findings import check_schema
+
+    def fast(_data: Any) -> None:
+        message = "data.units[0].id must match pattern ^x$"
+        raise fastjsonschema.JsonSchemaValueException(message, name="data.units[0].id")
+
+    findings = Findings()
+    check_schema(Draft202012Validator({}), {"units": [{"id": "y"}]}, findings, fast)
+    assert [e.message for e in findings.errors] == ["data.units[0].id must match pattern ^x$"]
+
+    def integral(_data: Any) -> None:  # unnamed: the strict validator's alone to judge
+        raise fastjsonschema.JsonSchemaValueException("an integral float: for the strict validator")
+
+    findings = Findings()
+    check_schema(Draft202012Validator({}), {"n": 5.0}, findings, integral)
+    assert not findings.errors
