@@ -190,6 +190,7 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
     probe = Interpreter()
     findings: list[CheckFinding] = []
     helpers: dict[str, list[tuple[str, int, str]]] = {}
+    sets = frozenset(set_rules({n: s for n, s in modules.items() if not n.endswith("_test.rego")}))
     for name, source in sorted(modules.items()):
         aliases = {m.group(2) or m.group(1).split(".")[-1] for m in _IMPORT.finditer(source)}
         package = _PACKAGE.search(source)
@@ -224,7 +225,8 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
                 )
             findings += _argument_index(name, number, code, source.splitlines())
             if not name.endswith("_test.rego"):
-                findings += _divergent(name, number, code, line, source.splitlines()[number - 2] if number > 1 else "")
+                previous = source.splitlines()[number - 2] if number > 1 else ""
+                findings += _divergent(name, number, code, line, previous, sets)
             for match in _CALL.finditer(code):
                 called = match.group(1)
                 if called.split(".")[0] in aliases:
@@ -283,25 +285,38 @@ def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFind
 _ANY_CALL = re.compile(r"(?<![\w.])(lower|upper|json\.marshal|sprintf|sort|min|max)\s*\(")
 #: ``concat(sep, {...})``: a set comprehension or literal joined in the order the engine iterates it.
 _CONCAT_SET = re.compile(r"(?<![\w.])concat\s*\(\s*(?:\"[^\"]*\"|`[^`]*`)\s*,\s*\{")
+#: ``concat(sep, name)``: joins whatever ``name`` is; a warning when a module defines it as a set.
+_CONCAT_NAME = re.compile(r"(?<![\w.])concat\s*\(\s*(?:\"[^\"]*\"|`[^`]*`)\s*,\s*([A-Za-z_][\w.]*)\s*\)")
+#: A rule that is a set: ``name contains ...`` or ``name := {x | ...}`` (no ``:`` before the bar).
+_SET_RULE = re.compile(r"^([a-z_]\w*)\s+contains\b|^([a-z_]\w*)\s*:=\s*\{[^:|{}]*\|", re.MULTILINE)
 
 
-def _divergent(name: str, number: int, code: str, line: str, previous: str) -> list[CheckFinding]:
-    """Engine-divergent constructs on one policy line (tests may use them on purpose)."""
+def set_rules(modules: Mapping[str, str]) -> set[str]:
+    """The names of the rules some module defines as a set (by the two forms of _SET_RULE)."""
+    return {a or b for source in modules.values() for a, b in _SET_RULE.findall(source)}
+
+
+def _divergent(
+    name: str, number: int, code: str, line: str, previous: str, sets: frozenset[str] = frozenset()
+) -> list[CheckFinding]:
+    """Engine-divergent constructs on one policy line (tests may use them on purpose). ``sets``:
+    the rules the policies define as sets, whose join follows the engine's iteration order."""
     found: list[CheckFinding] = []
+    joined = _CONCAT_NAME.search(_code_only(line))
+    if _CONCAT_SET.search(_code_only(line)) or (joined and joined.group(1).rsplit(".", 1)[-1] in sets):
+        found.append(
+            CheckFinding(
+                name, number, "warning", "divergent_order",
+                "concat over a set: regopy iterates a set a policy builds in the order it was built, OPA in "
+                "sorted order (engine-findings item 35): join a sorted array, concat(sep, sort(s))",
+            )
+        )  # fmt: skip
     if "\\" in "".join(_STRING_LITERAL.findall(code)):
         found.append(
             CheckFinding(
                 name, number, "warning", "escaped_literal",
                 "regopy keeps a string literal's escape text (\"a\\\"b\" is 4 characters there; engine-findings "
                 "item 2): write the character itself, or move the value to data",
-            )
-        )  # fmt: skip
-    if _CONCAT_SET.search(code):
-        found.append(
-            CheckFinding(
-                name, number, "warning", "divergent_order",
-                "concat over a set: regopy iterates a set a policy builds in the order it was built, OPA in "
-                "sorted order (engine-findings item 35): join a sorted array, concat(sep, sort({...}))",
             )
         )  # fmt: skip
     for match in _ANY_CALL.finditer(code):

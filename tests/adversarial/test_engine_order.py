@@ -26,7 +26,10 @@ value := {
 """
 
 
-@given(keys=st.lists(st.text(alphabet="abzAZ_é日-0 ", min_size=1, max_size=4), min_size=1, max_size=8, unique=True))
+_KEY_CHARACTERS = "abzAZ_é日-0 \t\U0001f600\uffff"
+
+
+@given(keys=st.lists(st.text(alphabet=_KEY_CHARACTERS, max_size=4), min_size=1, max_size=8, unique=True))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_an_object_iterates_alike_whatever_order_the_caller_wrote_its_keys(keys: list[str]) -> None:
     """An agent writes an object's keys in the order it likes; regopy iterates in that order, OPA

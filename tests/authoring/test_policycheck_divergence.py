@@ -60,7 +60,36 @@ def test_each_divergent_construct_is_flagged_with_its_rewrite() -> None:
     assert any("sorted identifiers" in m for m in messages)
     assert any("concat" in m for m in messages)
     assert any("every y in xs" in m and "ordered alike" in m for m in messages)
-    assert any("sort({...})" in m for m in messages)
+    assert any("concat(sep, sort(s))" in m for m in messages)
+
+
+_SET_JOINS = """package kcp.demo
+
+import rego.v1
+
+tags := {x | some x in input.action.tags}
+
+codes contains c if some c in input.action.codes
+
+pairs := {k: v | some k, v in input.action.pairs}
+
+a := concat(", ", tags)
+
+b := concat("#", data.kcp.demo.codes)
+
+c := concat(`,`, {x | some x in input.action.tags})
+
+d := concat(", ", sort(tags)) # kcp-opa: sorted identifiers
+
+e := concat(", ", input.action.names)
+
+f := concat(", ", pairs)
+"""
+
+
+def test_a_join_of_a_set_rule_is_flagged_however_the_separator_is_written() -> None:
+    findings = check_modules({"demo.rego": _SET_JOINS})
+    assert sorted(f.line for f in findings if f.code == "divergent_order") == [11, 13, 15]
 
 
 def test_check_reports_them() -> None:
