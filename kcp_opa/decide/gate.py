@@ -48,8 +48,7 @@ __all__ = ["ActiveBundle", "DecisionInput", "Gate", "build_input", "created_epoc
 
 
 #: Controls the gate satisfies itself when its audit ledger is on: the decision is durably
-#: written before it is returned, or it becomes a DENY ``audit_unavailable`` (a ledger that
-#: refuses the write); a ledger database that cannot be reached raises ``StoreUnavailableError``.
+#: written before it is returned, or it becomes a DENY ``audit_unavailable`` (an outage raises).
 SYSTEM_CONTROLS = ("standard_audit_logging",)
 
 
@@ -326,9 +325,8 @@ class Gate:
         context: ContextSources | None = None,
     ) -> Decision:
         """Decide one action (``principal``: whom the facts are established for; ``context``: this
-        decision's sources instead of the gate's). Raises :class:`ActionRejectedError` for an
-        action that may not be evaluated, and :class:`StoreUnavailableError` when the database
-        behind the ledger or the counters cannot be reached (a fault: no decision is returned)."""
+        decision's sources instead of the gate's). Raises :class:`ActionRejectedError` for an action
+        that may not be evaluated, :class:`StoreUnavailableError` when a database it needs is down."""
         return self.decide_prepared(self.prepare(action, now=now, principal=principal, context=context))
 
     def decide_prepared(self, prepared: DecisionInput) -> Decision:
@@ -347,12 +345,11 @@ class Gate:
         decision, result, answers = self._evaluate(active, prepared)
         if active.audit is None:
             return decision, None
-        action = prepared.document["action"]
         shadow = self.shadow
         try:
             entry = active.audit.decision(
                 prepared.document,
-                action,
+                prepared.document["action"],
                 decision,
                 result,
                 engine_results=answers,

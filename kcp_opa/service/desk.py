@@ -20,7 +20,7 @@ import structlog
 
 from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, decide_record
 from kcp_opa.authorize.receipts import verify_receipt
-from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError, StoreUnavailableError
+from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
@@ -153,9 +153,7 @@ class GateService:
     def refuse(self, principal: Principal | None, tool: str, exc: KcpOpaError) -> None:
         """Count and audit a refusal; a failed audit write is logged, the call is refused anyway."""
         code = getattr(exc, "code", None) or ("action_rejected" if isinstance(exc, ActionRejectedError) else "error")
-        self.metrics.refusals.labels(code=code).inc()
-        if isinstance(exc, StoreUnavailableError):
-            self.metrics.store_unavailable.labels(tool=tool).inc()
+        self.metrics.refused(code, tool)
         if self.gate.audit is None:
             return
         try:
@@ -383,11 +381,6 @@ class GateService:
         return {"written": True, "event": event, "principal": principal.id}
 
     # -- health ------------------------------------------------------------------------------------
-
-    def ready(self) -> dict[str, Any]:
-        """Readiness for a load balancer: whether the store and the ledger answer now (no paths)."""
-        database = self.gate.audit.ledger if self.ledger_path is None and self.gate.audit is not None else None
-        return health(self.location, self.challenges.healthy(), self.ledger_path or database, shown=False)
 
     def status(self, principal: Principal | None = None, *, admin: bool = True) -> dict[str, Any]:
         """Health; file paths only to an admin (``admin``: an in-process caller, no principal)."""

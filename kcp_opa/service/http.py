@@ -42,7 +42,7 @@ from kcp_opa.service.httpedge import (
 )
 from kcp_opa.service.identity import Authenticator
 from kcp_opa.service.mcpserver import build_server
-from kcp_opa.service.observe import METRICS_CONTENT_TYPE, span
+from kcp_opa.service.observe import METRICS_CONTENT_TYPE, health, span
 from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
@@ -74,6 +74,13 @@ _STATUS = {
 def _refused(exc: KcpOpaError) -> JSONResponse:
     payload = error_payload(exc)
     return JSONResponse(payload, _STATUS.get(payload["code"], 422))
+
+
+def _readiness(service: GateService) -> dict[str, Any]:
+    """Whether the store and the ledger answer now, as /v1/status says it, never with their paths."""
+    audit = service.gate.audit
+    ledger = service.ledger_path or (audit.ledger if audit is not None else None)
+    return health(service.location, service.challenges.healthy(), ledger, shown=False)
 
 
 Arguments = Callable[[Request, dict[str, Any]], dict[str, Any]]
@@ -148,7 +155,7 @@ def build_app(
         return JSONResponse({"ok": True})
 
     async def ready(request: Request) -> Response:  # readiness: the store and the ledger answer now
-        document = await anyio.to_thread.run_sync(service.ready)
+        document = await anyio.to_thread.run_sync(_readiness, service)
         if document["ok"]:
             return JSONResponse(document)
         down = " and ".join(part for part in ("store", "ledger") if not document[part]["ok"])

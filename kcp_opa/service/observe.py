@@ -51,6 +51,12 @@ class Metrics:
             registry=self.registry,
         )
 
+    def refused(self, code: str, tool: str) -> None:
+        """Count a refusal; an outage (``store_unavailable``) also on its own counter, by tool."""
+        self.refusals.labels(code=code).inc()
+        if code == "store_unavailable":
+            self.store_unavailable.labels(tool=tool).inc()
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
