@@ -62,6 +62,7 @@ from kcp_opa.core.errors import (
     ReceiptVerificationError,
     SourceError,
     SourceUnreadableError,
+    StoreUnavailableError,
     UnitNotFoundError,
     ValidationFailedError,
 )
@@ -204,6 +205,7 @@ __all__ = [
     "StaticCounters",
     "StaticGateConfig",
     "StoreCounters",
+    "StoreUnavailableError",
     "UnitNotFoundError",
     "UserInvariants",
     "ValidationFailedError",

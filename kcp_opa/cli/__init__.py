@@ -26,7 +26,7 @@ from kcp_opa.cli.exceptions import exceptions
 from kcp_opa.cli.executions import executions
 from kcp_opa.cli.generate import generate
 from kcp_opa.cli.ledgerarg import audit_dump
-from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, fail
+from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
 from kcp_opa.cli.store import store
@@ -36,6 +36,7 @@ from kcp_opa.core.errors import (
     KcpOpaError,
     ManifestIntegrityError,
     SourceError,
+    StoreUnavailableError,
     ValidationFailedError,
 )
 from kcp_opa.core.logsetup import configure
@@ -120,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail(f"action refused, nothing evaluated: {exc}", EXIT_INVALID)
     except ManifestIntegrityError as exc:
         fail(str(exc), EXIT_INVALID)
+    except StoreUnavailableError as exc:  # an outage: neither a decision nor a usage error
+        fail(f"store_unavailable: {exc}", EXIT_UNAVAILABLE)
     except KcpOpaError as exc:
         fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:

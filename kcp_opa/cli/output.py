@@ -25,6 +25,8 @@ EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_NOT_ALLOWED = 4
+#: The store's or the ledger's database cannot be reached: a fault to retry, never a decision.
+EXIT_UNAVAILABLE = 5
 
 
 def as_json(fmt: str | None) -> bool:

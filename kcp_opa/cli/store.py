@@ -11,8 +11,8 @@ import click
 
 from kcp_opa.cli import render
 from kcp_opa.cli.options import store_option
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, fail
-from kcp_opa.core.errors import StoreError
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_USAGE, fail
+from kcp_opa.core.errors import StoreError, StoreUnavailableError
 from kcp_opa.stores.opening import migrate, shown
 
 
@@ -29,6 +29,9 @@ def store_migrate(location: str) -> None:
     """Create or migrate every store at --store; print each store's schema version."""
     try:
         versions = migrate(location)
+    except StoreUnavailableError as exc:  # the database cannot be reached: a fault to retry
+        fail(f"store_unavailable: {exc}", EXIT_UNAVAILABLE)
+        raise
     except StoreError as exc:
         fail(f"{exc} ({exc.code})", EXIT_INVALID if exc.code == "schema_newer" else EXIT_USAGE)
         raise

@@ -22,7 +22,7 @@ from kcp_opa.context.exceptions import ExceptionSource
 from kcp_opa.context.facts import FACTS
 from kcp_opa.context.metering import MeteringSource
 from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
-from kcp_opa.core.errors import KcpOpaError, StoreError
+from kcp_opa.core.errors import KcpOpaError, StoreError, StoreUnavailableError
 
 _log = structlog.get_logger("kcp_opa.context")
 
@@ -101,6 +101,8 @@ def build_context(
     if sources.counters is not None:
         try:
             counted = sources.counters.counters(action, now=now)
+        except StoreUnavailableError:
+            raise  # the counters' database is down: a fault, never facts left missing (a policy answer)
         except StoreError as exc:
             _log.error("counters_unavailable", error=str(exc))
             return built

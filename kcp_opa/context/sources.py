@@ -46,7 +46,9 @@ class CounterSource(Protocol):
     Called once per decision, after the action is checked, with the decision time ``now`` (the
     windows are counted back from it; a store-backed source records the call as one request).
     The builder puts the returned JSON object under ``input.context.counters`` unchanged; a
-    :class:`~kcp_opa.core.errors.StoreError` leaves the key absent (``context_missing``).
+    :class:`~kcp_opa.core.errors.StoreUnavailableError` (the database is down) propagates: the
+    decision is not made. Any other :class:`~kcp_opa.core.errors.StoreError` leaves the key
+    absent (``context_missing``).
     """
 
     def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]: ...

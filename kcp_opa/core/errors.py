@@ -129,8 +129,19 @@ class StoreError(CodedError):
     code = "store_unavailable"
 
 
+class StoreUnavailableError(StoreError):
+    """The database behind a store or the ledger cannot be reached or written now (down, failing,
+    read-only, its pool exhausted): a fault, never a policy answer. Nothing was decided, consumed
+    or executed; retry later (the service answers 503 ``store_unavailable``, the CLI exits 5)."""
+
+
 class LedgerError(KcpOpaError):
     """The audit ledger cannot be written or read; a decision that needed it fails closed."""
+
+
+class LedgerUnavailableError(StoreUnavailableError, LedgerError):
+    """The ledger's database is unavailable: :class:`Gate.decide` raises it (no decision was
+    recorded, so none is returned) instead of answering a DENY built from the outage."""
 
 
 class MalformedDocumentError(CodedError):

@@ -22,7 +22,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.context.builder import ContextSources
-from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError
+from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, LedgerUnavailableError
 from kcp_opa.core.signing import seal, seal_holds
 from kcp_opa.decide.active import ActiveBundle, utc_now
 from kcp_opa.decide.counting import StoreCounters
@@ -48,7 +48,7 @@ __all__ = ["ActiveBundle", "DecisionInput", "Gate", "build_input", "created_epoc
 
 
 #: Controls the gate satisfies itself when its audit ledger is on: the decision is durably
-#: written before it is returned, or it becomes a DENY ``audit_unavailable``.
+#: written before it is returned, or it becomes a DENY ``audit_unavailable`` (an outage raises).
 SYSTEM_CONTROLS = ("standard_audit_logging",)
 
 
@@ -325,8 +325,8 @@ class Gate:
         context: ContextSources | None = None,
     ) -> Decision:
         """Decide one action (``principal``: whom the facts are established for; ``context``: this
-        decision's sources instead of the gate's). Raises :class:`ActionRejectedError` for an
-        action that may not be evaluated."""
+        decision's sources instead of the gate's). Raises :class:`ActionRejectedError` for an action
+        that may not be evaluated, :class:`StoreUnavailableError` when a database it needs is down."""
         return self.decide_prepared(self.prepare(action, now=now, principal=principal, context=context))
 
     def decide_prepared(self, prepared: DecisionInput) -> Decision:
@@ -345,17 +345,18 @@ class Gate:
         decision, result, answers = self._evaluate(active, prepared)
         if active.audit is None:
             return decision, None
-        action = prepared.document["action"]
         shadow = self.shadow
         try:
             entry = active.audit.decision(
                 prepared.document,
-                action,
+                prepared.document["action"],
                 decision,
                 result,
                 engine_results=answers,
                 shadow=None if shadow is None else shadow.sha256,
             )
+        except LedgerUnavailableError:
+            raise  # the ledger's database is down: a fault to retry, not a decision (nothing was recorded)
         except LedgerError as exc:
             _log.error("audit_unavailable", decision_id=prepared.decision_id, error=str(exc))
             return replace(decision, verdict=AUDIT_UNAVAILABLE_VERDICT, engine_error=f"audit: {exc}"), None

@@ -153,7 +153,7 @@ class GateService:
     def refuse(self, principal: Principal | None, tool: str, exc: KcpOpaError) -> None:
         """Count and audit a refusal; a failed audit write is logged, the call is refused anyway."""
         code = getattr(exc, "code", None) or ("action_rejected" if isinstance(exc, ActionRejectedError) else "error")
-        self.metrics.refusals.labels(code=code).inc()
+        self.metrics.refused(code, tool)
         if self.gate.audit is None:
             return
         try:

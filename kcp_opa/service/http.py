@@ -4,7 +4,8 @@ One Starlette app: ``/mcp`` is the SDK's streamable HTTP transport; ``/v1/...`` 
 over the same tool dispatch (so the two can never disagree), one route per catalog tool that
 names one (catalog.py); ``POST /v1/data/kcp/gate/decision``
 answers existing OPA clients (``{"input": <action>}`` -> ``{"result": <decision>}``);
-``/health`` and ``/metrics`` are open. Every other route needs ``Authorization: Bearer``: the
+``/health`` (liveness), ``/ready`` (the store and the ledger answer: 200, else 503
+``store_unavailable``) and ``/metrics`` are open. Every other route needs ``Authorization: Bearer``: the
 token is resolved by the :class:`~kcp_opa.service.identity.Authenticator`, and an
 unauthenticated call is refused with 401 and audited like every refusal. The SDK binds each MCP
 session to the credential that opened it.
@@ -41,7 +42,7 @@ from kcp_opa.service.httpedge import (
 )
 from kcp_opa.service.identity import Authenticator
 from kcp_opa.service.mcpserver import build_server
-from kcp_opa.service.observe import METRICS_CONTENT_TYPE, span
+from kcp_opa.service.observe import METRICS_CONTENT_TYPE, health, span
 from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
@@ -73,6 +74,13 @@ _STATUS = {
 def _refused(exc: KcpOpaError) -> JSONResponse:
     payload = error_payload(exc)
     return JSONResponse(payload, _STATUS.get(payload["code"], 422))
+
+
+def _readiness(service: GateService) -> dict[str, Any]:
+    """Whether the store and the ledger answer now, as /v1/status says it, never with their paths."""
+    audit = service.gate.audit
+    ledger = service.ledger_path or (audit.ledger if audit is not None else None)
+    return health(service.location, service.challenges.healthy(), ledger, shown=False)
 
 
 Arguments = Callable[[Request, dict[str, Any]], dict[str, Any]]
@@ -143,8 +151,16 @@ def build_app(
     manager = StreamableHTTPSessionManager(app=server, json_response=True, security_settings=security)
     mcp_app = RequireAuth(StreamableHTTPASGIApp(manager), service, "mcp")
 
-    async def health(request: Request) -> Response:
+    async def health(request: Request) -> Response:  # liveness: the process answers, whatever its database does
         return JSONResponse({"ok": True})
+
+    async def ready(request: Request) -> Response:  # readiness: the store and the ledger answer now
+        document = await anyio.to_thread.run_sync(_readiness, service)
+        if document["ok"]:
+            return JSONResponse(document)
+        down = " and ".join(part for part in ("store", "ledger") if not document[part]["ok"])
+        refusal = {"error": f"the {down} cannot be reached: not ready", "code": "store_unavailable"}
+        return JSONResponse({**document, **refusal}, 503)
 
     async def metrics(request: Request) -> Response:
         return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
@@ -189,6 +205,7 @@ def build_app(
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/mcp", mcp_app),
         Route("/v1/status", RequireAuth(endpoint_app(status), service, "/v1/status"), methods=["GET"]),

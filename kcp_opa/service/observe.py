@@ -26,7 +26,7 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 
 class Metrics:
-    """Decisions by routing state, decision latency, refusals by code, ledger write latency."""
+    """Decisions by routing state, decision latency, refusals by code (outages on their own), ledger write latency."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -44,6 +44,18 @@ class Metrics:
             registry=self.registry,
         )
         self.tool_calls = Counter("kcp_opa_tool_calls", "Tool calls by tool.", ["tool"], registry=self.registry)
+        self.store_unavailable = Counter(
+            "kcp_opa_store_unavailable",
+            "Calls refused 503 store_unavailable because the store or ledger database could not be reached.",
+            ["tool"],
+            registry=self.registry,
+        )
+
+    def refused(self, code: str, tool: str) -> None:
+        """Count a refusal; an outage (``store_unavailable``) also on its own counter, by tool."""
+        self.refusals.labels(code=code).inc()
+        if code == "store_unavailable":
+            self.store_unavailable.labels(tool=tool).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -32,7 +32,7 @@ from starlette.routing import Route
 
 from kcp_opa.audit.report import render_html
 from kcp_opa.audit.summary import LedgerSummary, entries_by_decision, summarize
-from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
+from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreUnavailableError
 from kcp_opa.service import uipages
 from kcp_opa.service.catalog import Catalog, error_payload
 from kcp_opa.service.desk import GateService
@@ -50,6 +50,8 @@ REPORT_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
 REFRESH_SECONDS = 15
+#: An answer's page status by refusal code (otherwise 403): an outage is 503, never a refusal.
+_ANSWER_STATUS = {"challenge_used": 409, "store_unavailable": 503}
 _log = structlog.get_logger(__name__)
 
 
@@ -229,8 +231,16 @@ class Ui:
             refusal = AccessDeniedError(f"{principal.kind.value} {principal.id} may not read the dashboard")
             await anyio.to_thread.run_sync(self._refuse, principal, what, refusal)
             return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
-        result: Response = await anyio.to_thread.run_sync(build, session, principal)
+        try:
+            result: Response = await anyio.to_thread.run_sync(build, session, principal)
+        except StoreUnavailableError as exc:
+            await anyio.to_thread.run_sync(self._refuse, principal, what, exc)
+            return self._unavailable(exc, session, principal)
         return result
+
+    def _unavailable(self, exc: StoreUnavailableError, session: Session, principal: Principal) -> Response:
+        """503 for an outage: a page that says so, never a refusal or an empty view."""
+        return self._page("Unavailable", uipages.unavailable(error_payload(exc)), session, principal, 503)
 
     async def inbox(self, request: Request) -> Response:
         signed = self._signed_in(request)
@@ -239,6 +249,8 @@ class Ui:
         session, principal = signed
         try:
             found = await anyio.to_thread.run_sync(list_addressed, self.service, principal)
+        except StoreUnavailableError as exc:  # audited by the service: an outage, not a refusal
+            return self._unavailable(exc, session, principal)
         except KcpOpaError:  # refused and audited by the service
             return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
         return self._page("Inbox", uipages.inbox(found["challenges"], session.csrf), session, principal)
@@ -275,7 +287,7 @@ class Ui:
         except KcpOpaError as exc:  # refused and audited by the tool path
             error = error_payload(exc)
         await anyio.to_thread.run_sync(self._note, principal, args, result, error)
-        status = 200 if error is None else 409 if error["code"] == "challenge_used" else 403
+        status = 200 if error is None else _ANSWER_STATUS.get(str(error["code"]), 403)
         return self._page("Answer", uipages.answered(result, error), session, principal, status)
 
     def _note(
@@ -303,6 +315,9 @@ class Ui:
         return response
 
 
+_LIST_STATUS = {"not_authorized": 403, "unauthenticated": 403, "store_unavailable": 503}
+
+
 def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catalog) -> list[Route]:
     """The /ui routes and ``GET /v1/challenges`` for ``build_app`` (answers go through ``catalog``)."""
     ui = Ui(service, authenticator, catalog)
@@ -316,7 +331,7 @@ def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catal
             found = await anyio.to_thread.run_sync(list_addressed, service, principal_of(request))
         except KcpOpaError as exc:
             payload = error_payload(exc)
-            return JSONResponse(payload, 403 if payload["code"] in {"not_authorized", "unauthenticated"} else 422)
+            return JSONResponse(payload, _LIST_STATUS.get(payload["code"], 422))
         return JSONResponse(found)
 
     def get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:

@@ -202,3 +202,11 @@ def nothing_here(principal: Mapping[str, Any]) -> str:
         f'<h1>No views</h1><p id="no-views">{esc(principal.get("id"))} ({esc(principal.get("kind"))}) has no dashboard '
         "and no inbox: an agent decides and opens challenges through the API; it never answers them.</p>"
     )
+
+
+def unavailable(error: Mapping[str, Any]) -> str:
+    """The page for a store or ledger outage (503): a fault to retry, never a refusal or an empty inbox."""
+    return (
+        f'<h1>Unavailable</h1><p class="bad" id="outcome">{esc(error.get("code"))}: the gate\'s store or ledger'
+        " cannot be reached right now; nothing was recorded. Try again shortly.</p>"
+    )

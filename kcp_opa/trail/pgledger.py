@@ -9,10 +9,11 @@ An append runs in one transaction that locks the chain head (``kcp_opa.stores.po
 replicas take turns, so the chain never forks, and concurrent decisions in one process share a
 transaction (group commit). The head is checked against its last entry before it is extended
 (a tampered head or tail is refused, not built on). A database that is down, failing or
-read-only raises :class:`LedgerError`: the gate fails closed, and nothing a caller saw fail is
-committed. A writer key binds the chain as it binds a file: the header names the key, every entry
-is signed, a checkpoint is committed with the first entry and every ``checkpoint_every`` entries,
-and a writer extends only a chain whose last entry its key signed, verified once in full
+read-only raises :class:`~kcp_opa.core.errors.LedgerUnavailableError` (a ``store_unavailable``
+fault): the gate raises it rather than answer, and nothing a caller saw fail is committed. A
+writer key binds the chain as it binds a file: the header names the key, every entry is signed,
+a checkpoint is committed with the first entry and every ``checkpoint_every`` entries, and a
+writer extends only a chain whose last entry its key signed, verified once in full
 against its last checkpoint.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
-from kcp_opa.core.errors import KeyringError, LedgerError, StoreError
+from kcp_opa.core.errors import KeyringError, LedgerError, LedgerUnavailableError, StoreError, StoreUnavailableError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
 from kcp_opa.stores.postgres.base import PostgresDatabase
@@ -68,6 +69,8 @@ class PostgresLedger:
         try:
             self.database = database or PostgresDatabase(location)
             self.chain = PostgresChain(self.database)
+        except StoreUnavailableError as exc:
+            raise LedgerUnavailableError(str(exc)) from None
         except StoreError as exc:
             raise LedgerError(str(exc)) from None
         self.durability = durability
@@ -125,7 +128,7 @@ class PostgresLedger:
     def healthy(self) -> bool:
         """Whether the database answers (an append may still fail: it then raises, and the gate denies)."""
         try:
-            self.database.run(lambda c: c.execute("SELECT 1"), "ledger health check", timeout_s=2.0)
+            self.database.run(lambda c: c.execute("SELECT 1"), "ledger health check")
         except StoreError:
             return False
         return True
@@ -137,6 +140,8 @@ class PostgresLedger:
     def _call(self, work: Any) -> Any:
         try:
             return work()
+        except StoreUnavailableError as exc:  # the database, not the chain: a fault the caller must not dress as a DENY
+            raise LedgerUnavailableError(str(exc)) from None
         except StoreError as exc:
             raise LedgerError(str(exc)) from None
 

@@ -21,7 +21,7 @@ from trustkit import REGISTRY
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import ContextSources
-from kcp_opa.core.errors import StoreError
+from kcp_opa.core.errors import StoreError, StoreUnavailableError
 from kcp_opa.decide.counting import StoreCounters
 
 
@@ -70,6 +70,21 @@ def test_a_first_payment_is_high_risk_from_the_history_and_a_second_is_not(bundl
     assert gate.decide(stated_low, now=T0).risk_level.value == "HIGH"
     assert pay(bundle, store, payment(2))[0] == "executed"
     assert gate.decide(payment(3), now=T0).risk_level.value == "MEDIUM"
+
+
+def test_the_counters_database_down_is_a_fault_never_a_decision(bundle: Path) -> None:
+    """A counter store that cannot be reached raises StoreUnavailableError out of Gate.decide: no
+    ESCALATE context_missing (a policy answer) is built from the outage."""
+
+    class Unreachable:
+        def counters(self, action: Any, *, now: dt.datetime) -> dict[str, Any]:
+            raise StoreUnavailableError("postgresql://db/kcp: couldn't get a connection after 1.00 sec")
+
+    gate = vouched_gate(bundle, preflight=False)
+    gate.context = ContextSources(counters=Unreachable())
+    with pytest.raises(StoreUnavailableError) as raised:
+        gate.decide(payment(1, runtime={"budget_state": "within_budget"}), now=T0)
+    assert raised.value.code == "store_unavailable"
 
 
 def test_counters_unavailable_is_context_missing_never_an_allow(bundle: Path, tmp_path: Path) -> None:

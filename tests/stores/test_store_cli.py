@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import run_cli
 from storekit import Backend
 
@@ -44,3 +45,17 @@ def test_executions_list_and_reconcile_read_either_backend(backend: Backend) -> 
     assert run_cli("executions", "list", "--store", backend.location).returncode == 0
     record = store.execution("idem_cli_0000000001")
     assert record is not None and record.state == "failed"
+
+
+def test_the_store_timeout_bounds_the_wait_and_a_bad_value_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KCP_OPA_STORE_TIMEOUT is how long a call waits for an unreachable database; garbage is refused."""
+    from servicekit import free_port
+
+    nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/kcp_nowhere"
+    monkeypatch.setenv("KCP_OPA_STORE_TIMEOUT", "0.3")
+    waited = run_cli("store", "migrate", "--store", nowhere)
+    assert waited.returncode == 5 and "couldn't get a connection after 0.30 sec" in waited.stderr, waited.stderr
+    monkeypatch.setenv("KCP_OPA_STORE_TIMEOUT", "soon")
+    refused = run_cli("store", "migrate", "--store", nowhere)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "KCP_OPA_STORE_TIMEOUT='soon': give seconds between 0.1 and 60" in refused.stderr

@@ -4,9 +4,13 @@ One :class:`PostgresDatabase` per location holds a psycopg connection pool that 
 of a process share. Every call borrows a connection, runs in one transaction and returns it;
 a connection is checked before it is handed out, so after a database restart the next call
 gets a fresh one (the gate recovers by itself); while the database is unreachable, failing or
-read-only every call raises :class:`~kcp_opa.core.errors.StoreError` within a few seconds (the
-gate fails closed). Times that decide anything (leases, expiry) are the database's ``now()``,
-so replicas on machines with skewed clocks agree.
+read-only every call raises :class:`~kcp_opa.core.errors.StoreUnavailableError` within the
+store timeout (``KCP_OPA_STORE_TIMEOUT`` seconds, default 1; once an outage is known, within a
+quarter second), so the gate fails closed and says it is a fault. The outage is logged once when
+it starts and once when it ends (``database_unavailable``, ``database_recovered``), for every
+pool on that location together; the pool's own per-attempt warnings are not. Times that decide
+anything (leases, expiry) are the database's ``now()``, so replicas on machines with skewed
+clocks agree.
 
 Credentials never travel in the location: libpq reads ``PGPASSWORD`` or a ``PGPASSFILE``; a
 location carrying a password is refused, and what status and errors show is :func:`redact`-ed.
@@ -18,14 +22,20 @@ it while the others wait, then find it current; a newer schema is refused (``sch
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
+import structlog
 from psycopg_pool import ConnectionPool
 
-from kcp_opa.core.errors import StoreError
+from kcp_opa.core.errors import StoreError, StoreUnavailableError
 
 T = TypeVar("T")
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -34,6 +44,20 @@ Step = tuple[str, ...]
 
 _VERSIONS = "CREATE TABLE IF NOT EXISTS store_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 _LOCK = "SELECT pg_advisory_xact_lock(7262630)"  # one lock id for every kcp-opa migration
+#: Seconds a call may wait for a pooled connection (and a new connection may take) before it is
+#: refused ``store_unavailable``: the bound on how long an outage takes to be answered.
+TIMEOUT_ENV = "KCP_OPA_STORE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 1.0
+#: Once an outage is known on a location, a call waits at most this long: a request that touches
+#: the store and then the ledger (its refusal audited) is answered within the bound, not twice it.
+KNOWN_DOWN_WAIT_S = 0.25
+#: How long the pool's background reconnect backs off (1 s, then 2 s) before it gives up and the
+#: next call starts a fresh attempt at once: the database back, the pool serves within seconds.
+RECONNECT_S = 3.0
+_log = structlog.get_logger("kcp_opa.stores.postgres")
+# The pool warns on every reconnect attempt ("error connecting in 'pool-1'"); the outage is
+# logged here instead, one line when it starts and one when it ends.
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def is_postgres(location: str) -> bool:
@@ -69,31 +93,90 @@ def check_location(location: str) -> str:
     return redact(location)
 
 
+def store_timeout() -> float:
+    """The store timeout in seconds: ``KCP_OPA_STORE_TIMEOUT`` (0.1..60), else 1."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.1 <= value <= 60:
+        raise StoreError(f"{TIMEOUT_ENV}={raw[:20]!r}: give seconds between 0.1 and 60 (default 1)", "store_config")
+    return value
+
+
+class Reachability:
+    """Whether each database location answers, as every pool of the process on it last found.
+
+    The first failure of an outage logs ``database_unavailable`` and the first success after it
+    ``database_recovered``: two lines per outage, however many calls and reconnects happen in it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down: dict[str, float] = {}  # location -> when the outage was first seen (monotonic)
+
+    def is_down(self, location: str) -> bool:
+        return location in self._down
+
+    def failed(self, location: str, reason: str) -> None:
+        with self._lock:
+            if location in self._down:
+                return
+            self._down[location] = time.monotonic()
+        _log.error("database_unavailable", location=location, error=reason)
+
+    def answered(self, location: str) -> None:
+        if location not in self._down:  # the common case: no lock
+            return
+        with self._lock:
+            since = self._down.pop(location, None)
+        if since is not None:
+            _log.warning("database_recovered", location=location, down_seconds=round(time.monotonic() - since, 1))
+
+
+REACHABILITY = Reachability()
+
+
+def _outage(exc: psycopg.Error) -> bool:
+    """A failure of the database itself (unreachable, shut down, read-only), not of one statement."""
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.errors.ReadOnlySqlTransaction)
+
+
 class PostgresDatabase:
     """A pool of connections to one database, shared by every store of the process."""
 
-    def __init__(self, location: str, *, max_size: int = 16, timeout_s: float = 5.0) -> None:
+    def __init__(self, location: str, *, max_size: int = 16, timeout_s: float | None = None) -> None:
         self.location = check_location(location)
-        self.timeout_s = timeout_s
+        self.timeout_s = store_timeout() if timeout_s is None else timeout_s
         self.pool: ConnectionPool[Connection] = ConnectionPool(
             location,
             min_size=1,
             max_size=max_size,
-            timeout=timeout_s,
+            timeout=self.timeout_s,
             open=True,
             check=ConnectionPool.check_connection,
-            reconnect_timeout=10.0,  # a retry gives up after 10 s; the next call starts a fresh one (no long backoff)
-            kwargs={"connect_timeout": max(1, int(timeout_s)), "application_name": "kcp-opa"},
+            reconnect_timeout=RECONNECT_S,  # a retry gives up after 3 s; the next call starts a fresh one
+            kwargs={"connect_timeout": max(2, math.ceil(self.timeout_s)), "application_name": "kcp-opa"},
         )
 
     def run(self, work: Callable[[Connection], T], failure: str, *, timeout_s: float | None = None) -> T:
-        """``work`` in one transaction on a pooled connection; a driver error becomes a StoreError."""
+        """``work`` in one transaction on a pooled connection; a driver error becomes a StoreUnavailableError."""
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        if REACHABILITY.is_down(self.location):
+            wait = min(wait, KNOWN_DOWN_WAIT_S)
         try:
-            with self.pool.connection(timeout=timeout_s) as connection, connection.transaction():
-                return work(connection)
+            with self.pool.connection(timeout=wait) as connection, connection.transaction():
+                done = work(connection)
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreError(f"{self.location}: {failure}: {reason}") from None
+            if _outage(exc):
+                REACHABILITY.failed(self.location, reason)
+            raise StoreUnavailableError(f"{self.location}: {failure}: {reason}") from None
+        REACHABILITY.answered(self.location)
+        return done
 
     def migrate(self, component: str, steps: Sequence[Step]) -> int:
         """Bring ``component`` to ``len(steps)`` atomically; refuse a newer schema. Returns the version."""

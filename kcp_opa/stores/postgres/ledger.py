@@ -17,7 +17,7 @@ from typing import IO
 
 import psycopg
 
-from kcp_opa.core.errors import StoreError
+from kcp_opa.core.errors import StoreError, StoreUnavailableError
 from kcp_opa.stores.postgres.base import Connection, PostgresBase, check_location
 
 _TABLES = (
@@ -140,7 +140,7 @@ class PostgresChain(PostgresBase):
             with self.database.pool.connection() as connection:
                 return _dump(connection, sink)[0]
         except psycopg.Error as exc:
-            raise StoreError(f"{self.location}: cannot read the ledger: {_reason(exc)}") from None
+            raise StoreUnavailableError(f"{self.location}: cannot read the ledger: {_reason(exc)}") from None
 
 
 def read_chain(location: str, sink: IO[bytes], *, timeout_s: int = 5) -> tuple[int, list[str]]:

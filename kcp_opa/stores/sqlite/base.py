@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
-from kcp_opa.core.errors import StoreError
+from kcp_opa.core.errors import StoreError, StoreUnavailableError
 
 T = TypeVar("T")
 #: One schema step: run on the migrating connection, inside the write transaction.
@@ -75,6 +75,18 @@ def utc_stamp(moment: dt.datetime, fmt: str = MICROS) -> str:
     return moment.astimezone(dt.UTC).strftime(fmt)
 
 
+def _create_private(path: Path) -> None:
+    """Create the store file owner-only (0600) before SQLite opens it: it holds the desk's sealing
+    key and may hold the receipt key; SQLite gives its -wal and -shm files the same mode."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
+    os.close(descriptor)
+
+
 class SQLiteBase:
     """A store kind in a SQLite file; subclasses name their ``component`` and its ``steps``.
 
@@ -96,6 +108,7 @@ class SQLiteBase:
         self.clock = clock
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self.path)
         self._run(self._migrate, "cannot create or migrate the schema")
 
     # ------------------------------------------------------------------ connections
@@ -130,8 +143,8 @@ class SQLiteBase:
         """Run ``work`` on this thread's connection; a driver error becomes a StoreError naming the file."""
         try:
             return work(self._connection())
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: {failure or self.failure}: {exc}") from None
+        except sqlite3.Error as exc:  # the file cannot be read or written now: a fault, never an answer
+            raise StoreUnavailableError(f"{self.path}: {failure or self.failure}: {exc}") from None
 
     def _transaction(self, work: Callable[[sqlite3.Connection], T], failure: str | None = None) -> T:
         """``work`` in one ``BEGIN IMMEDIATE`` transaction (rolled back on any exception)."""
