@@ -30,6 +30,7 @@ it, so the store never says ``succeeded`` or ``failed`` for an outcome the ledge
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Collection, Mapping
@@ -177,10 +178,15 @@ class Executor:
                 action_hash=claim.digest,
             )
         except LedgerError as exc:
-            raise ExecutionError(
-                f"{claim.key} did not run: the audit ledger cannot record its intent ({exc}); {self._release(claim)}",
-                "audit_unavailable",
-            ) from None
+            message = f"{claim.key} did not run: the audit ledger cannot record its intent ({exc})"
+            message = f"{message}; {self._release(claim)}"
+            # The store's trace of the attempt (the ledger could not take one); when the store is
+            # failing too, the caller's error is the only trace left.
+            with contextlib.suppress(StoreError):
+                self.store.record_refusal(
+                    "audit_unavailable", message, receipt_id=claim.receipt_id, action_hash=claim.digest
+                )
+            raise ExecutionError(message, "audit_unavailable") from None
         return int(entry["seq"])
 
     def _release(self, claim: _Claim) -> str:
