@@ -34,18 +34,18 @@ SECRET = b"adversarial-executor-secret-0123456789"
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 
 
-def _receipt() -> dict[str, Any]:
-    """A genuine receipt for ACTION (the decision document is what an approving gate returns)."""
+def _receipt(action: Any = ACTION) -> dict[str, Any]:
+    """A genuine receipt for ``action`` (the decision document is what an approving gate returns)."""
     decision = {
         "decision_id": "dec_adv_1",
-        "action_hash": action_hash(ACTION),
+        "action_hash": action_hash(action),
         "decision": "ALLOW",
         "authorization_status": "APPROVED",
         "required_controls": [],
         "control_evidence": [],
         "policy_version": "0.1.0",
     }
-    return receipt_for(decision, ACTION, hmac_key("kya-1", SECRET))
+    return receipt_for(decision, action, hmac_key("kya-1", SECRET))
 
 
 def _executor(db: Path, lease: float = 300.0) -> Executor:
@@ -300,3 +300,64 @@ def test_executor_ledger_full_after_the_handler_is_unrecorded_not_succeeded(
     resolved = run_cli("executions", "reconcile", key, "--outcome", "succeeded", *evidence)
     assert resolved.returncode == 0, resolved.stderr
     assert summarize(ledger).unresolved_intents == []
+
+
+def _executed_after_recovery(executor: Executor, action: Any, receipt: Any, handler: Any) -> Any:
+    """Execute once the ledger's database answers again (its pool reconnects by itself)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return executor.execute_authorized_action(action, receipt, handler)
+        except ExecutionError as exc:
+            assert exc.code == "audit_unavailable" and time.monotonic() < deadline, exc
+            time.sleep(0.5)
+
+
+@pytest.mark.postgres
+def test_executor_postgres_ledger_stopped_before_and_inside_the_handler(
+    tmp_path: Path, finance: LoadedBundle, postgres: Any
+) -> None:
+    """The same two failures with the ledger in PostgreSQL, the server really stopped."""
+    from kcp_opa.trail.locations import readable
+    from kcp_opa.trail.pgledger import PostgresLedger
+
+    if not postgres.port:
+        pytest.skip("an external server (KCP_OPA_TEST_POSTGRES) is not stopped by the tests")
+    location, db, effects = postgres.database("kcp_exec_intent"), tmp_path / "exec.db", tmp_path / "effects.txt"
+    executor = _executor(db)
+    executor.audit = AuditTrail(PostgresLedger(location), finance)
+    receipt, key = _receipt(), ACTION["idempotency_key"]
+    postgres.stop()
+    try:
+        with pytest.raises(ExecutionError) as down:
+            executor.execute_authorized_action(ACTION, receipt, _paying(effects))
+    finally:
+        postgres.start()
+    assert down.value.code == "audit_unavailable" and not effects.exists()
+    assert executor.store.execution(key) is None and SQLiteStore(db).count("consumed_receipts") == 0
+    assert not _executed_after_recovery(executor, ACTION, receipt, _paying(effects)).replayed
+    assert effects.read_text() == "paid\n"
+
+    second = {**ACTION, "action_id": "act_adv_intent_2", "idempotency_key": "idem_adv_intent_2"}
+
+    def stopping(action: Any) -> Any:
+        result = _paying(effects)(action)
+        postgres.stop("immediate")  # the ledger's database goes down while the side effect runs
+        return result
+
+    try:
+        with pytest.raises(ExecutionError) as unrecorded:
+            executor.execute_authorized_action(second, _receipt(second), stopping)
+    finally:
+        postgres.start()
+    assert unrecorded.value.code == "outcome_unrecorded" and effects.read_text() == "paid\npaid\n"
+    record = executor.store.execution(second["idempotency_key"])
+    assert record is not None and record.state == "ambiguous"
+    with readable(location) as path:
+        assert verify_ledger(path).ok
+        entries = [e for _, e in read_entries(path)]
+        summary = summarize(path)
+    intents = [e for e in entries if e.get("type") == "intent"]
+    assert [e["idempotency_key"] for e in intents] == [key, second["idempotency_key"]]
+    assert [e["intent_seq"] for e in entries if e.get("intent_seq")] == [intents[0]["seq"]]
+    assert summary.executions == 1 and [i["seq"] for i in summary.unresolved_intents] == [intents[1]["seq"]]
