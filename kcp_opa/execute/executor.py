@@ -297,7 +297,16 @@ class Executor:
             self.store.record_refusal(
                 exc.code, str(exc), receipt_id=str(receipt_id) if receipt_id else None, action_hash=digest
             )
-            self._emit("failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest)
+            try:
+                self._emit(
+                    "failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest
+                )
+            except LedgerError as failure:  # e.g. the re-decision refused because the ledger is down
+                raise ExecutionError(
+                    f"{key} did not run: refused ({exc.code}: {exc}) and the audit ledger cannot record it "
+                    f"({failure}); the receipt was not consumed by this call",
+                    "audit_unavailable",
+                ) from None
             raise
         if combined.claimed:
             existing = combined.claim

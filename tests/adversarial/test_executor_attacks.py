@@ -361,3 +361,34 @@ def test_executor_postgres_ledger_stopped_before_and_inside_the_handler(
     assert [e["idempotency_key"] for e in intents] == [key, second["idempotency_key"]]
     assert [e["intent_seq"] for e in entries if e.get("intent_seq")] == [intents[0]["seq"]]
     assert summary.executions == 1 and [i["seq"] for i in summary.unresolved_intents] == [intents[1]["seq"]]
+
+
+def test_executor_ledger_unwritable_gives_a_hand_off_back(tmp_path: Path, finance: LoadedBundle) -> None:
+    """A receipt verified and consumed before (the KYA hand-off) is not spent by a ledger outage at
+    its execution: the hand-off is given back, and its principal executes it once afterwards."""
+    from kcp_opa.stores.sqlite.handoffs import SQLiteHandoffStore
+
+    db, ledger, effects = tmp_path / "exec.db", tmp_path / "audit.jsonl", tmp_path / "side-effects.txt"
+    executor = _executor(db)
+    executor.handoffs = SQLiteHandoffStore(db)
+    executor.audit = AuditTrail(AuditLedger(ledger), finance)
+    receipt = _receipt()
+    assert executor.store.consume(receipt["nonce"], receipt["receipt_id"], receipt["expires_at"])  # verified before
+    executor.handoffs.hand_off(receipt["nonce"], receipt["receipt_id"], "payments-executor")
+    AuditLedger(ledger).append({"type": "note", "note": "opened"})
+    aside = tmp_path / "audit.aside"
+    ledger.rename(aside)
+    ledger.mkdir()  # the ledger's path is no longer a writable file (root cannot write it either)
+    try:
+        with pytest.raises(ExecutionError) as caught:
+            executor.execute_authorized_action(ACTION, receipt, _paying(effects), consumer="payments-executor")
+    finally:
+        ledger.rmdir()
+        aside.rename(ledger)
+    assert caught.value.code == "audit_unavailable" and not effects.exists()
+    assert executor.store.execution(ACTION["idempotency_key"]) is None
+    result = executor.execute_authorized_action(ACTION, receipt, _paying(effects), consumer="payments-executor")
+    assert not result.replayed and effects.read_text() == "paid\n"
+    with pytest.raises(ReceiptVerificationError) as again:
+        executor.execute_authorized_action(ACTION, receipt, _paying(effects), consumer="payments-executor")
+    assert again.value.code == "replay" and effects.read_text() == "paid\n"
