@@ -287,6 +287,8 @@ def test_executor_ledger_full_after_the_handler_is_unrecorded_not_succeeded(
     assert reported.returncode == 0 and f"intent without an outcome: seq {intent['seq']} key {key}" in reported.stdout
     as_json = json.loads(run_cli("audit", "report", str(ledger), "--format", "json").stdout)
     assert [i["seq"] for i in as_json["unresolved_intents"]] == [intent["seq"]] and as_json["executions"] == 0
+    queried = run_cli("audit", "query", str(ledger), "--type", "intent", "--format", "json")
+    assert [e["seq"] for e in json.loads(queried.stdout)] == [intent["seq"]]
     listed = run_cli("executions", "list", "--store", str(db), "--format", "json")
     assert listed.returncode == 1 and "outcome_unrecorded" in json.loads(listed.stdout)[0]["note"]
 
