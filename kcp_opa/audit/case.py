@@ -74,7 +74,7 @@ The value must equal `result.json`; `kcp-opa audit case verify` compares the can
 def _is_case_entry(entry: Mapping[str, Any], decision_id: str, receipt_ids: set[str]) -> bool:
     if entry_decision_id(entry) == decision_id:
         return True
-    return entry.get("type") in {"execution", "failure"} and entry.get("receipt_id") in receipt_ids
+    return entry.get("type") in {"intent", "execution", "failure"} and entry.get("receipt_id") in receipt_ids
 
 
 def _read_lines(ledger: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

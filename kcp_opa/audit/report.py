@@ -154,6 +154,7 @@ def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, lis
             ("receipts", summary.receipts),
             ("executions", summary.executions),
             ("ambiguous executions", len(summary.ambiguous)),
+            ("intents without an outcome", len(summary.unresolved_intents)),
             ("engine divergences", len(summary.divergences)),
         )
     )
@@ -206,6 +207,14 @@ def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, lis
         + _table(
             ["seq", "idempotency key", "message"],
             ([a["seq"], a["idempotency_key"], a["message"]] for a in summary.ambiguous),
+        ),
+        "<h2>Intents without an outcome</h2>"
+        + _table(
+            ["seq", "idempotency key", "receipt", "agent", "time"],
+            (
+                [i["seq"], i["idempotency_key"], i["receipt_id"], i["agent_id"], i["timestamp"]]
+                for i in summary.unresolved_intents
+            ),
         ),
         "<h2>Engine divergences</h2>"
         + _table(

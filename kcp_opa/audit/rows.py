@@ -56,9 +56,13 @@ def row(entry: Mapping[str, Any]) -> dict[str, str]:
         what = _text(entry.get("receipt_id"))
         kid, expires = _mapping(entry.get("signature")).get("kid"), entry.get("expires_at")
         detail = "; ".join([*([f"kid {kid}"] if kid else []), *([f"expires {expires}"] if expires else [])])
+    elif kind == "intent":
+        what = _text(entry.get("idempotency_key"))
+        detail = f"receipt {_text(entry.get('receipt_id'))}; about to run"
     elif kind == "execution":
         what = _text(entry.get("idempotency_key"))
         detail = f"receipt {_text(entry.get('receipt_id'))}" + ("; replayed" if entry.get("replayed") else "")
+        detail += f"; intent seq {entry['intent_seq']}" if entry.get("intent_seq") else ""
     elif kind == "note":
         who = entry_principal(entry) or who
         what = _text(entry.get("note"))

@@ -5,7 +5,10 @@ PENDING_CONTROLS -> APPROVED counts as approved); the over-time series counts ea
 its first entry. Approvals are the accepted control results, with who acted, the issuer that
 signed and the latency from the decision's first entry. Refusals are the ``failure`` entries,
 by code; ambiguous executions are the executor's ``execution_ambiguous`` refusals; engine
-divergences are decision entries that kept both engines' answers.
+divergences are decision entries that kept both engines' answers. An execution is its
+``intent`` and the outcome naming it (``intent_seq``), counted once; an intent with no outcome
+(the side effect ran, or was about to, and the ledger never got its outcome) is listed as
+unresolved until an outcome or an ``executions reconcile`` entry for its key follows it.
 """
 
 from __future__ import annotations
@@ -67,6 +70,37 @@ class AppliedExceptions:
         return [{**self._rows[i], "uses": self.uses(i)} for i in sorted(self._rows)]
 
 
+class OpenIntents:
+    """Execution intents without an outcome: an entry naming the intent's seq (``intent_seq``), or a
+    reconciliation of its idempotency key written after it, resolves it."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, dict[str, Any]] = {}
+
+    def add(self, entry: Mapping[str, Any]) -> None:
+        seq = entry.get("seq")
+        if entry.get("type") == "intent" and isinstance(seq, int):
+            self._open[seq] = {
+                "seq": seq,
+                "idempotency_key": str(entry.get("idempotency_key") or ""),
+                "receipt_id": str(entry.get("receipt_id") or ""),
+                "agent_id": str(entry.get("agent_id") or ""),
+                "timestamp": str(entry.get("timestamp")),
+            }
+            return
+        named = entry.get("intent_seq")
+        if isinstance(named, int):
+            self._open.pop(named, None)
+        if entry.get("type") == "execution" and entry.get("reconciled"):
+            key = str(entry.get("idempotency_key") or "")
+            for seq in [s for s, row in self._open.items() if row["idempotency_key"] == key]:
+                del self._open[seq]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per unresolved intent, in chain order: seq, idempotency_key, receipt_id, agent_id, timestamp."""
+        return [self._open[seq] for seq in sorted(self._open)]
+
+
 EXCEPTION_HEADERS = ["exception", "scope", "codes waived", "grantor", "ticket", "expires_at", "uses"]
 
 
@@ -119,6 +153,8 @@ class LedgerSummary:
     refusals: Counter[str] = field(default_factory=Counter)
     refusal_rows: list[dict[str, Any]] = field(default_factory=list)
     ambiguous: list[dict[str, Any]] = field(default_factory=list)
+    #: Execution intents no outcome names (OpenIntents.rows): side effects the ledger has no outcome for.
+    unresolved_intents: list[dict[str, Any]] = field(default_factory=list)
     divergences: list[dict[str, Any]] = field(default_factory=list)
     receipts: int = 0
     executions: int = 0
@@ -144,6 +180,7 @@ class LedgerSummary:
             "exceptions": self.exceptions,
             "refusals": dict(self.refusals),
             "ambiguous_executions": self.ambiguous,
+            "unresolved_intents": self.unresolved_intents,
             "engine_divergences": self.divergences,
             "receipts": self.receipts,
             "executions": self.executions,
@@ -177,12 +214,14 @@ def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> L
         summary.chain_detail = f"broken at line {problem.line}: {problem.message}"
     first_seen: dict[str, dt.datetime] = {}
     first_state: dict[str, str] = {}
-    applied = AppliedExceptions()
+    applied, intents = AppliedExceptions(), OpenIntents()
     for _, entry in read_entries(ledger):
         summary.entries += 1
         _count(summary, entry, first_seen, first_state)
         applied.add(entry)
+        intents.add(entry)
     summary.exceptions = applied.rows()
+    summary.unresolved_intents = intents.rows()
     summary.decisions = len(summary.final)
     for entry in summary.final.values():
         summary.by_state[str(entry.get("decision"))] += 1

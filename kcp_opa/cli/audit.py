@@ -316,7 +316,9 @@ def audit_replay(
 @click.option("--principal", help="The service principal (or, for gate entries, the agent).")
 @click.option("--code", help="Refusal code, e.g. replay or not_authorized.")
 @click.option(
-    "--type", "event_type", type=click.Choice(["decision", "control", "receipt", "execution", "failure", "note"])
+    "--type",
+    "event_type",
+    type=click.Choice(["decision", "control", "receipt", "intent", "execution", "failure", "note"]),
 )
 @click.option("--since", metavar="RFC3339", help="From this time (UTC, e.g. 2026-11-29T00:00:00Z).")
 @click.option("--until", metavar="RFC3339", help="Up to this time.")

@@ -169,3 +169,8 @@ def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: 
     ):
         shown = ", ".join(f"{name} {count}" for name, count in counts.most_common())
         click.echo(f"  by {title}: {shown or 'none'}")
+    for intent in summary.unresolved_intents:
+        click.echo(
+            f"  intent without an outcome: seq {intent['seq']} key {intent['idempotency_key']} receipt "
+            f"{intent['receipt_id']} (the side effect may have run: check it, then `kcp-opa executions reconcile`)"
+        )

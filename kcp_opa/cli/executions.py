@@ -2,8 +2,9 @@
 and reconcile them.
 
 An ambiguous execution is one whose process died between claiming the idempotency key and
-recording the outcome: the side effect may or may not have happened, and the executor will not
-guess (it never runs the handler twice). An operator checks the target system and records what
+recording the outcome (the side effect may or may not have happened), or whose handler ran but
+whose outcome the audit ledger could not record: the executor will not guess (it never runs the
+handler twice). An operator checks the target system and records what
 happened, with a reference to the evidence; the store keeps the reconciliation, and the audit
 ledger gets an entry when ``--ledger`` is given.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
@@ -69,14 +71,21 @@ def executions() -> None:
 @STORE
 @FORMAT
 def executions_list(store_path: str, fmt: str | None) -> None:
-    """Claims whose lease expired without an outcome (exit 1 when there is any)."""
+    """Claims whose lease expired without an outcome, or whose outcome the ledger could not record
+    (the note says which; exit 1 when there is any)."""
     try:
         records = _open(store_path).ambiguous_executions()
     except StoreError as exc:
         fail(f"{shown(store_path)}: cannot read the executor store ({exc})", EXIT_USAGE)
         raise
     rows = [
-        {"idempotency_key": r.idempotency_key, "receipt_id": r.receipt_id, "claimed_at": r.started_at, "state": r.state}
+        {
+            "idempotency_key": r.idempotency_key,
+            "receipt_id": r.receipt_id,
+            "claimed_at": r.started_at,
+            "state": r.state,
+            "note": r.error or "lease expired without an outcome",
+        }
         for r in records
     ]
     if as_json(fmt):
@@ -86,7 +95,8 @@ def executions_list(store_path: str, fmt: str | None) -> None:
         out.print(f"{len(rows)} ambiguous execution(s) in {shown(store_path)}")
         for row in rows:
             out.print(
-                f"[yellow]{AMBIGUOUS}[/] {row['idempotency_key']} receipt {row['receipt_id']} {row['claimed_at']}"
+                f"[yellow]{AMBIGUOUS}[/] {row['idempotency_key']} receipt {row['receipt_id']} {row['claimed_at']}: "
+                f"{escape(row['note'])}"
             )
     if rows:
         sys.exit(EXIT_INVALID)

@@ -11,10 +11,26 @@ may run); if its process dies between the claim and the outcome, later calls get
 again: the caller must find out from the target system whether it happened and record that
 with ``kcp-opa executions reconcile``. A handler result that is not JSON is recorded as a
 failure with its repr (the side effect ran; the key is never left ``running``).
+
+Nothing runs without a committed ledger entry. With an audit trail, the executor writes the
+execution's ``intent`` (chained, durable) after the claim and before the handler, and its
+outcome (an ``execution`` or ``failure`` entry naming ``intent_seq``) before the store records
+it, so the store never says ``succeeded`` or ``failed`` for an outcome the ledger has not got:
+
+- the intent cannot be written (``audit_unavailable``): the handler does not run, and the claim
+  is released with the consume it came with (the receipt is unconsumed, its budget reserved
+  again, a hand-off given back), so the same receipt executes exactly once when the ledger is
+  back. Burning the receipt instead would punish the caller for the gate's outage and leave a
+  consumed receipt the ledger never mentions.
+- the outcome cannot be written (``outcome_unrecorded``): the side effect ran and the ledger
+  shows its intent with no outcome; the claim's lease is ended so it reads as ``ambiguous`` at
+  once (never run again, listed by ``executions list``, resolved by ``executions reconcile``),
+  keeping what the handler returned for the operator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Collection, Mapping
@@ -24,7 +40,7 @@ from typing import Any
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.context.builder import ContextSources
-from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
+from kcp_opa.core.errors import ExecutionError, LedgerError, ReceiptVerificationError, StoreError
 from kcp_opa.core.signing import Keyring
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
@@ -53,10 +69,18 @@ class _HandedOff:
     def __init__(self, nonces: NonceStore, handoffs: HandoffStore, consumer: str) -> None:
         self.nonces, self.handoffs, self.consumer = nonces, handoffs, consumer
 
+        self.taken: tuple[str, str] | None = None
+
     def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
         if self.handoffs.take(nonce, receipt_id, self.consumer):
+            self.taken = (nonce, receipt_id)
             return True
         return self.nonces.consume(nonce, receipt_id, expires_at)
+
+    def give_back(self) -> None:
+        """Undo the take (the execution never ran): the consumer may take it once more."""
+        if self.taken is not None:
+            self.handoffs.give_back(*self.taken, self.consumer)
 
 
 class _ConsumeAndClaim:
@@ -70,8 +94,10 @@ class _ConsumeAndClaim:
         self.store, self.key, self.digest, self.lease_seconds = store, key, digest, lease_seconds
         self.claimed = False
         self.claim: ExecutionRecord | None = None
+        self.nonce: str | None = None
 
     def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
+        self.nonce = nonce
         consumed, self.claim = self.store.consume_and_claim(
             nonce,
             receipt_id,
@@ -82,6 +108,18 @@ class _ConsumeAndClaim:
         )
         self.claimed = consumed
         return consumed
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """The key this call claimed, under which receipt; ``nonce`` when the claim consumed the receipt
+    in its own transaction, ``handed`` when it took a hand-off (what releasing it must undo)."""
+
+    key: str
+    digest: str
+    receipt_id: str
+    nonce: str | None
+    handed: _HandedOff | None
 
 
 @dataclass(frozen=True)
@@ -126,6 +164,94 @@ class Executor:
         if self.audit is not None:
             self.audit.event(kind, action, None, **fields)
 
+    def _intend(self, action: Mapping[str, Any], claim: _Claim) -> int | None:
+        """Write the execution's intent (its seq), or release the claim and refuse: nothing runs unaudited."""
+        if self.audit is None:
+            return None
+        try:
+            entry = self.audit.event(
+                "intent",
+                action,
+                None,
+                idempotency_key=claim.key,
+                receipt_id=claim.receipt_id,
+                action_hash=claim.digest,
+            )
+        except LedgerError as exc:
+            message = f"{claim.key} did not run: the audit ledger cannot record its intent ({exc})"
+            message = f"{message}; {self._release(claim)}"
+            # The store's trace of the attempt (the ledger could not take one); when the store is
+            # failing too, the caller's error is the only trace left.
+            with contextlib.suppress(StoreError):
+                self.store.record_refusal(
+                    "audit_unavailable", message, receipt_id=claim.receipt_id, action_hash=claim.digest
+                )
+            raise ExecutionError(message, "audit_unavailable") from None
+        return int(entry["seq"])
+
+    def _release(self, claim: _Claim) -> str:
+        """Undo the claim (and the consume or hand-off it came with); what the caller is told of it."""
+        try:
+            released = self.store.release_claim(claim.key, claim.receipt_id, nonce=claim.nonce)
+            if released and claim.handed is not None:
+                claim.handed.give_back()
+        except StoreError as exc:
+            return (
+                f"the claim could not be released either ({exc}): it reads as ambiguous when its lease ends, and "
+                f"the ledger holds no intent for it, so reconcile it as failed (it did not run)"
+            )
+        if not released:
+            return "its claim was no longer running (reconciled meanwhile)"
+        return f"receipt {claim.receipt_id} is not consumed: present it again when the ledger is back"
+
+    def _conclude(
+        self,
+        action: Mapping[str, Any],
+        claim: _Claim,
+        intent_seq: int | None,
+        kind: str,
+        *,
+        outcome: Any = None,
+        error: str | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Record the outcome: in the ledger first (naming the intent), then in the store.
+
+        Returns the store's answer (False: the claim was reconciled meanwhile). When the ledger
+        cannot take the outcome, the store row is marked unrecorded (ambiguous) instead of
+        finished, and the caller gets ``outcome_unrecorded``: the side effect ran.
+        """
+        if self.audit is not None:
+            try:
+                self.audit.event(
+                    kind,
+                    action,
+                    None,
+                    idempotency_key=claim.key,
+                    receipt_id=claim.receipt_id,
+                    action_hash=claim.digest,
+                    intent_seq=intent_seq,
+                    **fields,
+                )
+            except LedgerError as exc:
+                ran = f"failed ({error})" if error is not None else "succeeded"
+                note = (
+                    f"outcome_unrecorded: the handler ran and {ran}, but the audit ledger could not record the "
+                    f"outcome of intent seq {intent_seq} ({exc})"
+                )
+                try:
+                    marked = self.store.mark_unrecorded(claim.key, claim.receipt_id, outcome=outcome, note=note)
+                    where = "the claim reads as ambiguous" if marked else "its claim was reconciled meanwhile"
+                except StoreError as failure:
+                    where = f"the store could not mark it either ({failure}): it reads as ambiguous when its lease ends"
+                raise ExecutionError(
+                    f"{claim.key}: the side effect RAN but its outcome is not in the audit ledger ({exc}); {where}: "
+                    f"check the target system, then `kcp-opa executions reconcile {claim.key} --outcome "
+                    "succeeded|failed --evidence REF --ledger LEDGER`",
+                    "outcome_unrecorded",
+                ) from None
+        return self.store.finish_execution(claim.key, outcome=outcome, error=error)
+
     def execute_authorized_action(
         self,
         action: Mapping[str, Any],
@@ -151,8 +277,9 @@ class Executor:
         key = str(action["idempotency_key"])
         combined = _ConsumeAndClaim(self.store, key, digest, self.lease_seconds)
         nonces: NonceStore = combined
+        handed = None
         if consumer is not None and self.handoffs is not None:
-            nonces = _HandedOff(combined, self.handoffs, consumer)
+            nonces = handed = _HandedOff(combined, self.handoffs, consumer)
         if self.gate is not None:
             agent = action.get("agent_id")
             who = principal if principal is not None else agent if isinstance(agent, str) else None
@@ -170,7 +297,16 @@ class Executor:
             self.store.record_refusal(
                 exc.code, str(exc), receipt_id=str(receipt_id) if receipt_id else None, action_hash=digest
             )
-            self._emit("failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest)
+            try:
+                self._emit(
+                    "failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest
+                )
+            except LedgerError as failure:  # e.g. the re-decision refused because the ledger is down
+                raise ExecutionError(
+                    f"{key} did not run: refused ({exc.code}: {exc}) and the audit ledger cannot record it "
+                    f"({failure}); the receipt was not consumed by this call",
+                    "audit_unavailable",
+                ) from None
             raise
         if combined.claimed:
             existing = combined.claim
@@ -180,9 +316,14 @@ class Executor:
             if existing.action_hash != digest:
                 raise ExecutionError(f"idempotency key {key} was used for a different action", "idempotency_key_reused")
             if existing.state == AMBIGUOUS:
+                why = (
+                    f"ran but its outcome is not in the audit ledger ({existing.error})"
+                    if existing.error
+                    else "its lease expired without an outcome: it may or may not have run"
+                )
                 message = (
-                    f"{key} was claimed under receipt {existing.receipt_id} at {existing.started_at} and its lease "
-                    "expired without an outcome: it may or may not have run; check the target system, then "
+                    f"{key} was claimed under receipt {existing.receipt_id} at {existing.started_at} and {why}; "
+                    "check the target system, then "
                     f"`kcp-opa executions reconcile {key} --outcome succeeded|failed --evidence REF`"
                 )
                 self._emit(
@@ -203,30 +344,39 @@ class Executor:
                 "execution", action, idempotency_key=key, receipt_id=receipt_id, action_hash=digest, replayed=True
             )
             return ExecutionResult(key, existing.receipt_id, existing.outcome, replayed=True)
+        claim = _Claim(
+            key,
+            digest,
+            str(receipt_id),
+            combined.nonce if combined.claimed else None,
+            handed if handed is not None and handed.taken is not None else None,
+        )
+        intent_seq = self._intend(action, claim)  # nothing below runs unless the ledger holds the intent
         try:
             outcome = handler(action)
         except Exception as exc:
-            self.store.finish_execution(key, error=f"{type(exc).__name__}: {exc}")
-            self._emit(
-                "failure", action, code="handler_failed", message=str(exc), receipt_id=receipt_id, action_hash=digest
-            )
+            message = f"{type(exc).__name__}: {exc}"
+            self._conclude(action, claim, intent_seq, "failure", error=message, code="handler_failed", message=str(exc))
             raise ExecutionError(f"the handler failed for {key}: {exc}", "handler_failed") from exc
         try:
             json.dumps(outcome, sort_keys=True, allow_nan=False)  # exactly as the store writes it
         except (TypeError, ValueError) as exc:
             detail = f"the handler's result is not JSON ({exc}): {repr(outcome)[:500]}"
-            self.store.finish_execution(key, error=detail)
-            self._emit(
-                "failure", action, code="result_not_json", message=detail, receipt_id=receipt_id, action_hash=digest
-            )
+            self._conclude(action, claim, intent_seq, "failure", error=detail, code="result_not_json", message=detail)
             raise ExecutionError(
                 f"{key}: {detail}; recorded as failed (the side effect ran)", "result_not_json"
             ) from None
-        if not self.store.finish_execution(key, outcome=outcome):
+        if not self._conclude(action, claim, intent_seq, "execution", outcome=outcome, replayed=False):
             message = f"{key} finished after its lease expired and was reconciled meanwhile; outcome {outcome!r}"
             self._emit(
-                "failure", action, code="late_outcome", message=message, receipt_id=receipt_id, action_hash=digest
+                "failure",
+                action,
+                code="late_outcome",
+                message=message,
+                receipt_id=receipt_id,
+                action_hash=digest,
+                idempotency_key=key,
+                intent_seq=intent_seq,
             )
             raise ExecutionError(message, "late_outcome")
-        self._emit("execution", action, idempotency_key=key, receipt_id=receipt_id, action_hash=digest, replayed=False)
         return ExecutionResult(key, str(receipt_id), outcome, replayed=False)

@@ -68,6 +68,8 @@ _STATUS = {
     "bad_arguments": 400,
     "unknown_tool": 404,
     "store_unavailable": 503,  # the database is down, failing or read-only: retry later (nothing was done)
+    "audit_unavailable": 503,  # the ledger cannot record an execution's intent: nothing ran, retry later
+    "outcome_unrecorded": 500,  # the side effect ran and the ledger lacks its outcome: reconcile, never retry
 }
 
 

@@ -105,6 +105,7 @@ def dashboard(summary: LedgerSummary, open_challenges: int) -> str:
             ("receipts", "receipts", summary.receipts),
             ("executions", "executions", summary.executions),
             ("ambiguous", "ambiguous executions", len(summary.ambiguous)),
+            ("unresolved-intents", "intents without an outcome", len(summary.unresolved_intents)),
         ]
     )
     by_state = _table(["state", "decisions"], summary.by_state.most_common(), "by-state")

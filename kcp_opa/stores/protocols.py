@@ -45,6 +45,25 @@ class ExecutionStore(Protocol):
         """Record the outcome (failed when ``error``) of a running claim; False if it was no longer running."""
         ...
 
+    def release_claim(self, idempotency_key: str, receipt_id: str, *, nonce: str | None = None) -> bool:
+        """Undo a running claim whose handler never ran (its intent could not be audited).
+
+        The claim is deleted; with ``nonce`` (the receipt consumed in the claim's own transaction)
+        the receipt is consumed no more and its budget reservation is reserved again, in the same
+        transaction, so the store is as if the call had never been made. False (nothing changed)
+        when ``receipt_id`` holds no running claim of the key.
+        """
+        ...
+
+    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: Any, note: str) -> bool:
+        """A running claim whose handler ran but whose outcome the ledger could not record.
+
+        Its lease ends now, so it reads as ``ambiguous`` (never run again, listed, resolved only by
+        ``reconcile``); ``outcome`` (what the handler returned, JSON) and ``note`` (kept as its
+        error) are for the operator. False when ``receipt_id`` holds no running claim of the key.
+        """
+        ...
+
     def execution(self, idempotency_key: str) -> ExecutionRecord | None:
         """The key's record; a running claim past its lease reads as ``ambiguous``."""
         ...
@@ -95,6 +114,10 @@ class HandoffStore(Protocol):
 
     def take(self, nonce: str, receipt_id: str, principal: str) -> bool:
         """Accept the hand-off for ``principal`` once (atomically); False for anyone else or a second time."""
+        ...
+
+    def give_back(self, nonce: str, receipt_id: str, principal: str) -> bool:
+        """Undo ``take`` for a receipt whose execution never ran: ``principal`` may take it once more."""
         ...
 
 

@@ -8,7 +8,7 @@ is the hash-chained ledger: an exception there reaches the caller, which fails c
 
 Content of a unit under ``no-logging`` never reaches the ledger: only the allow-listed,
 non-content fields of ``trail.redaction`` are archived, in decision and in control, receipt,
-execution and failure events alike; everything else is erased and listed in ``erased`` as JSON
+intent, execution and failure events alike; everything else is erased and listed in ``erased`` as JSON
 pointers. The access itself is recorded.
 """
 
@@ -174,14 +174,20 @@ class AuditTrail:
         )
         return entry
 
-    def event(self, kind: str, action: Mapping[str, Any] | None, decision: Decision | None, **fields: Any) -> None:
-        """A control, receipt, execution or failure event, with the KCP fields of its action."""
+    def event(
+        self, kind: str, action: Mapping[str, Any] | None, decision: Decision | None, **fields: Any
+    ) -> dict[str, Any]:
+        """A control, receipt, intent, execution or failure event, with the KCP fields of its action.
+
+        Returns the entry as chained (its ``seq`` is what an execution's outcome names as ``intent_seq``).
+        """
         base = {**self._kcp_fields(action or {}, decision), "bundles": self.bundles()}
         if action is not None and self.no_logging(action):
             kept, erased = redact(fields, EVENT_FIELDS)
-            self._log.msg(kind, **base, **kept, erased=erased)
+            entry: dict[str, Any] = self._log.msg(kind, **base, **kept, erased=erased)
         else:
-            self._log.msg(kind, **base, **fields)
+            entry = self._log.msg(kind, **base, **fields)
+        return entry
 
     def no_logging(self, action: Mapping[str, Any]) -> bool:
         """True when the unit the action names is under the ``no-logging`` restriction."""

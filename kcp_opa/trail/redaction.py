@@ -4,7 +4,7 @@ An allow-list because a deny-list leaks whatever nobody thought of: every field 
 named here (free text, references, attributes, prompts, trace state, fields added to the action
 format later) is erased and listed in ``erased`` as a JSON pointer. What stays is the shape of
 the access: who, which unit, which action type and fields, which controls and outcome. The same
-lists apply to decision, control, receipt, execution and failure events (docs/fail-closed.md).
+lists apply to decision, control, receipt, intent, execution and failure events (docs/fail-closed.md).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ _EVIDENCE: Mapping[str, Spec] = {
     "action_hash": True,
 }
 
-#: Fields of control, receipt, execution and failure events (beside the KCP fields, which name
+#: Fields of control, receipt, intent, execution and failure events (beside the KCP fields, which name
 #: no content). Absent here, and so erased: messages (exception text, refusal wording that may
 #: quote the action), evidence references, handler outcomes.
 #: A shadow entry's two answers: their routing only, never an engine's message.
@@ -113,6 +113,7 @@ EVENT_FIELDS: Mapping[str, Spec] = {
     "expires_at": True,
     "approver_ids": True,
     "idempotency_key": True,
+    "intent_seq": True,
     "replayed": True,
     "state": True,
 }

@@ -29,7 +29,7 @@ from kcp_opa.authorize.issuance import issue_receipt
 from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.core.errors import ReceiptVerificationError
+from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
@@ -196,3 +196,31 @@ def test_an_ambiguous_execution_reconciled_and_retried_is_re_decided(
     }
     replayed = opa_query(read_bundle(after), "data.kcp.gate.decision", redecided["input"])
     assert replayed["decision"] == "DENY"
+
+
+def test_a_ledger_down_at_execution_runs_nothing_and_spends_no_receipt(
+    tmp_path: Path, bundles: tuple[Path, Path]
+) -> None:
+    """With the gate (as the service runs it), a ledger that cannot be written stops the execution
+    at the re-decision: audit_unavailable, the handler uncalled, the receipt still unspent."""
+    before, _ = bundles
+    _, desk, executor, key = _setup(tmp_path, before, {"from_action": True})
+    action = _action("idem_recheck_ledger_down")
+    receipt = _receipt(desk, key, action)
+    ledger = tmp_path / "ledger.jsonl"
+    aside = tmp_path / "ledger.aside"
+    ledger.rename(aside)
+    ledger.mkdir()  # the ledger's path is no longer a writable file (root cannot write it either)
+    calls: list[str] = []
+    try:
+        with pytest.raises(ExecutionError) as caught:
+            executor.execute_authorized_action(action, receipt, calls.append, now=T + dt.timedelta(seconds=5))
+    finally:
+        ledger.rmdir()
+        aside.rename(ledger)
+    assert caught.value.code == "audit_unavailable" and "did not run" in str(caught.value) and calls == []
+    assert (
+        executor.store.execution("idem_recheck_ledger_down") is None and executor.store.count("consumed_receipts") == 0
+    )
+    done = executor.execute_authorized_action(action, receipt, lambda a: "read", now=T + dt.timedelta(seconds=6))
+    assert done.outcome == "read" and not done.replayed

@@ -12,10 +12,14 @@ from typing import Any
 
 import pytest
 import trustkit
-from conftest import vouched_gate
+from conftest import receipt_for, vouched_gate
 
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.core.errors import EvidenceRejectedError
+from kcp_opa.core.errors import EvidenceRejectedError, ExecutionError
+from kcp_opa.core.signing import Keyring, hmac_key
+from kcp_opa.decide.action import action_hash
+from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger
 from kcp_opa.trail.redaction import ACTION_FIELDS
 
@@ -140,19 +144,51 @@ def test_no_marker_of_action_or_evidence_reaches_the_ledger(bundle: Path, tmp_pa
     )
     gate.audit.event("failure", action, None, code="handler_failed", message="MKF1Z: card 4111 declined")
     markers += ["MKR1Z", "MKX1Z", "MKF1Z"]
+    # The executor's own entries, for real: an intent and its outcome, then an intent and a failure.
+    _execute(gate.audit, action, tmp_path, lambda a: {"paid": "MKX2Z"})
+    failing = {**action, "idempotency_key": "idem_co_nolog_0002"}
+    with pytest.raises(ExecutionError):
+        _execute(gate.audit, failing, tmp_path, lambda a: (_ for _ in ()).throw(RuntimeError("MKF2Z declined")))
+    markers += ["MKX2Z", "MKF2Z"]
     raw = ledger.read_bytes()
     leaked = sorted({m for m in markers if m.encode() in raw})
     assert not leaked, f"no-logging content in the ledger: {leaked}"
     lines = [json.loads(line) for line in raw.splitlines()]
     assert "kcp_opa_ledger" in lines[0]  # the ledger's header line names no content either
     entries = lines[1:]
-    assert {e["type"] for e in entries} == {"decision", "control", "failure", "receipt", "execution"}
+    assert {e["type"] for e in entries} == {"decision", "control", "failure", "receipt", "intent", "execution"}
+    intents = [e for e in entries if e["type"] == "intent"]
+    assert [e["idempotency_key"] for e in intents] == ["idem_co_nolog_0001", "idem_co_nolog_0002"]
+    assert [e["intent_seq"] for e in entries if e.get("intent_seq")] == [i["seq"] for i in intents]
     for entry in entries:
         assert entry["kcp_unit_applied"] == "customer-onboarding/gdpr_data_minimisation"  # the access is recorded
-        assert entry["erased"], entry["type"]
+        assert "erased" in entry, entry["type"]  # every entry went through the allow-list
+    # content was there to erase in all but the executor's intents and executions (ids only)
+    assert all(e["erased"] for e in entries if e["type"] in {"decision", "control", "receipt", "failure"})
     assert "/input/runtime/prompt" not in entries[0]["erased"]  # pointers are exact, under /input/action
     assert "/input/action/runtime/prompt" in entries[0]["erased"]
     assert any(re.fullmatch(r"/input/action/attributes", p) for p in entries[0]["erased"])
+
+
+def _execute(audit: Any, action: dict[str, Any], tmp_path: Path, handler: Any) -> Any:
+    """Run ``action`` through a real executor writing to ``audit`` (a receipt signed for it)."""
+    key = hmac_key("nolog-1", b"nolog-executor-secret-0123456789abcdef")
+    decision = {
+        "decision_id": "dec_nolog_exec",
+        "action_hash": action_hash(action),
+        "decision": "ALLOW",
+        "authorization_status": "APPROVED",
+        "required_controls": [],
+        "control_evidence": [],
+        "policy_version": "0.1.0",
+    }
+    executor = Executor(
+        keyring=Keyring({"nolog-1": key}, "nolog-1"),
+        policy_versions={"0.1.0"},
+        store=SQLiteStore(tmp_path / "exec.db"),
+        audit=audit,
+    )
+    return executor.execute_authorized_action(action, receipt_for(decision, action, key), handler)
 
 
 def test_audit_replay_reports_the_erased_decision_as_not_reproducible(bundle: Path, tmp_path: Path) -> None:

@@ -258,8 +258,11 @@ def test_replay_reproduces_every_demo_decision_on_both_engines(demo_ledger: tupl
         erased = sum(1 for item in report["erased_unverifiable"] if item.endswith(f"({engine})"))
         assert erased >= 1 and report["reproduced"][engine] + erased == report["decisions"]
     assert report["mismatches"] == [] and report["missing_bundles"] == {}
-    types = {json.loads(line)["type"] for line in ledger.read_text().splitlines()[1:]}
-    assert types == {"decision", "control", "receipt", "execution", "failure"}
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()[1:]]
+    assert {e["type"] for e in entries} == {"decision", "control", "receipt", "intent", "execution", "failure"}
+    # every execution the demo ran is its intent and the outcome naming it: one execution, not two
+    intents = [e["seq"] for e in entries if e["type"] == "intent"]
+    assert intents and sorted(e["intent_seq"] for e in entries if e.get("intent_seq")) == intents
 
 
 def test_replay_reports_a_decision_that_does_not_reproduce(demo_ledger: tuple[Path, Path], tmp_path: Path) -> None:

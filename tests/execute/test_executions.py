@@ -268,7 +268,10 @@ def test_late_outcome_after_reconcile(tmp_path: Path) -> None:
         receipt["receipt_id"],
         DIGEST,
     )
-    assert not [e for e in _events(tmp_path) if e.get("type") == "execution"]
+    # The ledger holds what really happened: the intent, the handler's outcome, then the conflict.
+    intent, outcome, late = [e for e in _events(tmp_path) if e.get("type") in {"intent", "execution", "failure"}]
+    assert (intent["type"], outcome["type"]) == ("intent", "execution")
+    assert outcome["intent_seq"] == late["intent_seq"] == intent["seq"] and late["code"] == "late_outcome"
 
 
 def test_no_audit_still_executes(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """The executor store's contract, the same tests on SQLite and on PostgreSQL (``backend``).
 
 Consumed once (also by racing processes), claimed once, leases that expire into ``ambiguous``,
-reconciliation on evidence only, and the consume and the claim in one transaction.
+reconciliation on evidence only, the consume and the claim in one transaction, and the two undo
+steps of an execution the ledger could not audit: a claim released with its consume (the intent
+was not written) and a claim marked unrecorded (the outcome was not written).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from storekit import Backend
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.opening import open_executor_store
-from kcp_opa.stores.records import AMBIGUOUS
+from kcp_opa.stores.records import AMBIGUOUS, Transfer
 
 PROCESSES = 6
 NONCES = 25
@@ -125,6 +127,63 @@ def test_a_lease_expires_into_ambiguous_and_only_evidence_resolves_it(backend: B
     with pytest.raises(StoreError) as twice:
         store.reconcile("slow", "failed", "again")
     assert twice.value.code == "not_ambiguous"
+
+
+def test_a_released_claim_unconsumes_its_receipt_and_reserves_its_budget_again(backend: Backend) -> None:
+    stores = backend.open()
+    store, counters = stores.executions, stores.counters
+    assert counters is not None
+    counters.reserving(
+        lambda view: (
+            None,
+            Transfer(
+                "r1", "t", "a", "payment", "b", "USD", 100, "2026-11-29T10:00:00.000000Z", "2030-01-01T00:00:00.000000Z"
+            ),
+        )
+    )
+    assert store.consume_and_claim("n1", "r1", "2030", idempotency_key="k", action_hash="h") == (True, None)
+    assert counters.transfer_state("r1") == "committed"
+    assert store.release_claim("k", "r2", nonce="n1") is False  # another receipt's claim is not released
+    assert store.release_claim("k", "r1", nonce="n1") is True
+    assert store.execution("k") is None and store.count("consumed_receipts") == 0
+    assert counters.transfer_state("r1") == "reserved"
+    assert store.release_claim("k", "r1", nonce="n1") is False  # nothing left to release
+    # the same receipt consumes and claims again, once
+    assert store.consume_and_claim("n1", "r1", "2030", idempotency_key="k", action_hash="h") == (True, None)
+    assert counters.transfer_state("r1") == "committed"
+    assert store.finish_execution("k", outcome="paid") is True
+    assert store.release_claim("k", "r1", nonce="n1") is False  # a finished execution is never released
+    assert store.execution("k").state == "succeeded"  # type: ignore[union-attr]
+    # without a nonce (a hand-off: consumed before the claim) only the claim goes
+    assert store.consume("n3", "r3", "2030") is True
+    assert store.claim_execution("k3", "h", "r3") is None
+    assert store.release_claim("k3", "r3") is True
+    assert store.execution("k3") is None and store.consume("n3", "r3", "2030") is False
+
+
+def test_an_unrecorded_outcome_reads_as_ambiguous_until_reconciled(backend: Backend) -> None:
+    store = backend.open().executions
+    assert store.claim_execution("k", "h", "r1", lease_seconds=600) is None
+    assert store.mark_unrecorded("k", "r2", outcome={"paid": 1}, note="x") is False  # not its claim
+    assert store.mark_unrecorded("k", "r1", outcome={"paid": 1}, note="outcome_unrecorded: ledger full") is True
+    record = store.execution("k")
+    assert record is not None and record.state == AMBIGUOUS  # at once, not when the lease would have ended
+    assert record.outcome == {"paid": 1} and record.error == "outcome_unrecorded: ledger full"
+    assert [r.idempotency_key for r in store.ambiguous_executions()] == ["k"]
+    assert store.claim_execution("k", "h", "r9") is not None  # never claimed (run) again
+    resolved = store.reconcile("k", "succeeded", "bank statement 9")
+    assert resolved.state == "succeeded" and resolved.error is None
+    assert store.mark_unrecorded("k", "r1", outcome=None, note="late") is False  # only a running claim
+
+
+def test_a_hand_off_given_back_is_taken_once_more(backend: Backend) -> None:
+    handoffs = backend.open().handoffs
+    handoffs.hand_off("n1", "r1", "alice")
+    assert handoffs.give_back("n1", "r1", "alice") is False  # not taken yet
+    assert handoffs.take("n1", "r1", "alice") is True and handoffs.take("n1", "r1", "alice") is False
+    assert handoffs.give_back("n1", "r1", "mallory") is False  # only its principal's
+    assert handoffs.give_back("n1", "r1", "alice") is True
+    assert handoffs.take("n1", "r1", "mallory") is False and handoffs.take("n1", "r1", "alice") is True
 
 
 def test_refusals_are_kept(backend: Backend) -> None:

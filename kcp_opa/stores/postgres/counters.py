@@ -50,6 +50,10 @@ TRANSFERS_TABLE = """CREATE TABLE IF NOT EXISTS transfers (
 COMMIT_TRANSFER = (
     "UPDATE transfers SET state = 'committed', settled_at = now() WHERE receipt_id = %s AND state = 'reserved'"
 )
+#: A consume undone (its execution's intent could not be audited): reserved again, until the receipt expires.
+UNCOMMIT_TRANSFER = (
+    "UPDATE transfers SET state = 'reserved', settled_at = NULL WHERE receipt_id = %s AND state = 'committed'"
+)
 #: A transfer whose execution failed or never ran gives its amount back.
 RELEASE_TRANSFER = (
     "UPDATE transfers SET state = 'released', settled_at = now()"

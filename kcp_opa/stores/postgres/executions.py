@@ -19,7 +19,7 @@ from typing import Any
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.postgres.base import Connection, PostgresBase
-from kcp_opa.stores.postgres.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE
+from kcp_opa.stores.postgres.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE, UNCOMMIT_TRANSFER
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 
 _TABLES = (
@@ -173,6 +173,37 @@ class PostgresStore(PostgresBase):
             return row is not None
 
         return self._run(work, "cannot record the outcome")
+
+    def release_claim(self, idempotency_key: str, receipt_id: str, *, nonce: str | None = None) -> bool:
+        """Undo a running claim whose handler never ran; with ``nonce``, un-consume its receipt (one transaction)."""
+
+        def work(c: Connection) -> bool:
+            deleted = c.execute(
+                "DELETE FROM executions WHERE idempotency_key = %s AND receipt_id = %s AND state = 'running'",
+                (idempotency_key, receipt_id),
+            ).rowcount
+            if deleted != 1:
+                return False
+            if nonce is not None:
+                c.execute("DELETE FROM consumed_receipts WHERE nonce = %s AND receipt_id = %s", (nonce, receipt_id))
+                c.execute(UNCOMMIT_TRANSFER, (receipt_id,))
+            return True
+
+        return self._run(work, "cannot release the claim")
+
+    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: Any, note: str) -> bool:
+        """End the lease of a running claim whose outcome the ledger lacks: it reads as ambiguous now."""
+        document = json.dumps(outcome, sort_keys=True, allow_nan=False)
+
+        def work(c: Connection) -> bool:
+            updated = c.execute(
+                "UPDATE executions SET lease_expires_at = now(), outcome = %s, error = %s"
+                " WHERE idempotency_key = %s AND receipt_id = %s AND state = 'running'",
+                (document, note, idempotency_key, receipt_id),
+            ).rowcount
+            return updated == 1
+
+        return self._run(work, "cannot mark the execution unrecorded")
 
     def execution(self, idempotency_key: str) -> ExecutionRecord | None:
         return self._run(lambda c: self._one(c, idempotency_key))

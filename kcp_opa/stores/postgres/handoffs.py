@@ -50,3 +50,17 @@ class PostgresHandoffStore(PostgresBase):
             ),
             "cannot take the verified receipt",
         )
+
+    def give_back(self, nonce: str, receipt_id: str, principal: str) -> bool:
+        """Undo ``take`` for a receipt whose execution never ran (its intent could not be audited)."""
+        return self._run(
+            lambda c: (
+                c.execute(
+                    "UPDATE receipt_handoffs SET state = 'verified', executed_at = NULL"
+                    " WHERE nonce = %s AND receipt_id = %s AND principal = %s AND state = 'executed'",
+                    (nonce, receipt_id, principal),
+                ).rowcount
+                == 1
+            ),
+            "cannot give the verified receipt back",
+        )

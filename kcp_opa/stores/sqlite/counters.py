@@ -40,6 +40,10 @@ TRANSFERS_TABLE = """CREATE TABLE IF NOT EXISTS transfers (
 )"""
 #: The consume's second statement (executions.py runs it in the consume's transaction).
 COMMIT_TRANSFER = "UPDATE transfers SET state = 'committed', settled_at = ? WHERE receipt_id = ? AND state = 'reserved'"
+#: A consume undone (its execution's intent could not be audited): reserved again, until the receipt expires.
+UNCOMMIT_TRANSFER = (
+    "UPDATE transfers SET state = 'reserved', settled_at = NULL WHERE receipt_id = ? AND state = 'committed'"
+)
 #: A committed transfer whose execution failed or never ran gives its amount back.
 RELEASE_TRANSFER = (
     "UPDATE transfers SET state = 'released', settled_at = ?"

@@ -27,7 +27,7 @@ from kcp_opa.core.errors import StoreError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 from kcp_opa.stores.sqlite.base import SQLiteBase, add_column, immediate, statements
-from kcp_opa.stores.sqlite.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE
+from kcp_opa.stores.sqlite.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE, UNCOMMIT_TRANSFER
 
 _TABLES = statements(
     """CREATE TABLE IF NOT EXISTS consumed_receipts (
@@ -226,6 +226,40 @@ class SQLiteStore(SQLiteBase):
             return cursor.rowcount == 1
 
         return self._transaction(finish, "cannot record the outcome")
+
+    def release_claim(self, idempotency_key: str, receipt_id: str, *, nonce: str | None = None) -> bool:
+        """Undo a running claim whose handler never ran; with ``nonce``, un-consume its receipt (one transaction)."""
+
+        def release(connection: sqlite3.Connection) -> bool:
+            cursor = connection.execute(
+                "DELETE FROM executions WHERE idempotency_key = ? AND receipt_id = ? AND state = 'running'",
+                (idempotency_key, receipt_id),
+            )
+            if cursor.rowcount != 1:
+                return False
+            if nonce is not None:
+                connection.execute(
+                    "DELETE FROM consumed_receipts WHERE nonce = ? AND receipt_id = ?", (nonce, receipt_id)
+                )
+                connection.execute(UNCOMMIT_TRANSFER, (receipt_id,))
+            return True
+
+        return self._transaction(release, "cannot release the claim")
+
+    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: Any, note: str) -> bool:
+        """End the lease of a running claim whose outcome the ledger lacks: it reads as ambiguous now."""
+        document = json.dumps(outcome, sort_keys=True, allow_nan=False)
+        stamp = self.stamp()
+
+        def mark(connection: sqlite3.Connection) -> bool:
+            cursor = connection.execute(
+                "UPDATE executions SET lease_expires_at = ?, outcome = ?, error = ?"
+                " WHERE idempotency_key = ? AND receipt_id = ? AND state = 'running'",
+                (stamp, document, note, idempotency_key, receipt_id),
+            )
+            return cursor.rowcount == 1
+
+        return self._transaction(mark, "cannot mark the execution unrecorded")
 
     def execution(self, idempotency_key: str) -> ExecutionRecord | None:
         rows = self._executions("WHERE idempotency_key = ?", (idempotency_key,))

@@ -49,3 +49,15 @@ class SQLiteHandoffStore(SQLiteBase):
             "cannot take the verified receipt",
         )
         return cursor.rowcount == 1
+
+    def give_back(self, nonce: str, receipt_id: str, principal: str) -> bool:
+        """Undo ``take`` for a receipt whose execution never ran (its intent could not be audited)."""
+        cursor = self._run(
+            lambda c: c.execute(
+                "UPDATE receipt_handoffs SET state = 'verified', executed_at = NULL"
+                " WHERE nonce = ? AND receipt_id = ? AND principal = ? AND state = 'executed'",
+                (nonce, receipt_id, principal),
+            ),
+            "cannot give the verified receipt back",
+        )
+        return cursor.rowcount == 1
