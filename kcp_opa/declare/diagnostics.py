@@ -21,8 +21,12 @@ MAX_COUNTED = 10_000
 
 
 class Severity(StrEnum):
+    """An error rejects the file; a warning informs (``validate --strict`` fails on it); a note
+    is said for the record only (an accepted choice, an advisory block, an acknowledged gap)."""
+
     ERROR = "error"
     WARNING = "warning"
+    NOTE = "note"
 
 
 def format_path(path: Sequence[PathPart]) -> str:
@@ -97,6 +101,9 @@ class Findings:
     def warn(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
         self._add(Diagnostic(Severity.WARNING, code, message, tuple(path)))
 
+    def note(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
+        self._add(Diagnostic(Severity.NOTE, code, message, tuple(path)))
+
     def close(self) -> None:
         """Append the count of what was not kept, as an error (a truncated report is never valid)."""
         if self.dropped:
@@ -123,12 +130,16 @@ class Findings:
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
     """A ' (did you mean X?)' suffix for near misses such as ``no_ai_training``."""
     options = list(choices)
-    normalised = value.lower().replace("_", "-").replace(" ", "-")
+    normalised = _normalised(value)
     for choice in options:
-        if choice.lower() == normalised:
+        if _normalised(choice) == normalised:
             return f" (did you mean {choice!r}?)"
     close = difflib.get_close_matches(value, options, n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _normalised(text: str) -> str:
+    return text.lower().replace("_", "-").replace(" ", "-")
 
 
 @dataclass(frozen=True)
@@ -152,12 +163,17 @@ class Report(Generic[T]):
     def warnings(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity is Severity.WARNING]
 
+    @property
+    def notes(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.NOTE]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "file": self.file,
             "valid": self.valid,
             "errors": [d.to_dict() for d in self.errors],
             "warnings": [d.to_dict() for d in self.warnings],
+            "notes": [d.to_dict() for d in self.notes],
             **self.counts,
         }
 
