@@ -18,7 +18,7 @@ from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError, ValidationFailedError
 from kcp_opa.core.files import read_regular
-from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
+from kcp_opa.declare.diagnostics import UNENFORCED_CODES, Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.exceptions import (
     DEFAULT_MAX_LIFETIME_SECONDS,
@@ -33,7 +33,7 @@ from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, load_matrix, validate_matrix
 from kcp_opa.declare.matrixcoverage import coverage_gaps, unreachable_cells
 from kcp_opa.declare.trust import TRUST_KIND_NAME, TrustRegistry, validate_trust
-from kcp_opa.declare.unenforced import UNENFORCED_CODES, as_acknowledged, as_refusal, finding_name
+from kcp_opa.declare.unenforced import as_acknowledged, as_refusal, finding_name
 from kcp_opa.declare.yamlsource import read_bounded
 
 MATRIX_KIND = "kcp-opa/delegation-matrix"

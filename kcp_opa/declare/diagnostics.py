@@ -20,6 +20,22 @@ MAX_FINDINGS = 200
 MAX_COUNTED = 10_000
 
 
+#: Findings that name a declaration the gate would not enforce: a warning for ``validate`` (KCP
+#: says ignore), an error for ``compile`` and ``validate --strict`` unless acknowledged
+#: (kcp_opa.declare.unenforced). Here so that a bounded report never drops one silently.
+UNENFORCED_CODES = frozenset(
+    {
+        "unknown_key",
+        "unknown_restriction",
+        "restriction_unenforced",
+        "unknown_regulation",
+        "unknown_access",
+        "authority_value_unknown",
+        "visibility_condition_incomplete",
+    }
+)
+
+
 class Severity(StrEnum):
     """An error rejects the file; a warning informs (``validate --strict`` fails on it); a note
     is said for the record only (an accepted choice, an advisory block, an acknowledged gap)."""
@@ -82,6 +98,7 @@ class Findings:
     limit: int = MAX_FINDINGS
     dropped: int = 0
     has_errors: bool = False
+    dropped_unenforced: set[str] = field(default_factory=set)
 
     @property
     def full(self) -> bool:
@@ -93,6 +110,8 @@ class Findings:
             self.items.append(item)
         else:
             self.dropped += 1
+            if item.code in UNENFORCED_CODES and item.severity is Severity.WARNING:
+                self.dropped_unenforced.add(item.code)
 
     def error(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
         self.has_errors = True
@@ -105,7 +124,21 @@ class Findings:
         self._add(Diagnostic(Severity.NOTE, code, message, tuple(path)))
 
     def close(self) -> None:
-        """Append the count of what was not kept, as an error (a truncated report is never valid)."""
+        """Append the count of what was not kept, as an error (a truncated report is never valid);
+        and, when a dropped finding named an unenforced declaration, one warning with its code, so
+        that compile still refuses what it cannot show."""
+        if self.dropped_unenforced:
+            codes = sorted(self.dropped_unenforced)
+            self.items.append(
+                Diagnostic(
+                    Severity.WARNING,
+                    codes[0],
+                    f"more declarations the gate would not enforce ({', '.join(codes)}) are past the first "
+                    f"{self.limit} findings and not shown: fix the ones shown and validate again",
+                    (),
+                )
+            )
+            self.dropped_unenforced = set()
         if self.dropped:
             more = f"{self.dropped:,}" + ("+" if self.dropped >= MAX_COUNTED else "")
             self.items.append(

@@ -18,20 +18,14 @@ from typing import Any
 
 from kcp_opa import schemas
 from kcp_opa.core.errors import ValidationFailedError
-from kcp_opa.declare.diagnostics import Diagnostic, Findings, PathPart, Severity, did_you_mean, format_path
-
-#: Findings that name a declaration the gate would not enforce: a warning for ``validate`` (KCP
-#: says ignore), an error for ``compile`` and ``validate --strict`` unless acknowledged.
-UNENFORCED_CODES = frozenset(
-    {
-        "unknown_key",
-        "unknown_restriction",
-        "restriction_unenforced",
-        "unknown_regulation",
-        "unknown_access",
-        "authority_value_unknown",
-        "visibility_condition_incomplete",
-    }
+from kcp_opa.declare.diagnostics import (
+    UNENFORCED_CODES,
+    Diagnostic,
+    Findings,
+    PathPart,
+    Severity,
+    did_you_mean,
+    format_path,
 )
 
 #: Root and unit blocks whose keys bear on a decision, walked against the schema. ``visibility``

@@ -191,3 +191,19 @@ def test_the_reference_deployments_validate_strictly(deployment: str) -> None:
     files = [str(p) for p in sorted(base.glob("knowledge*.yaml"))] + [str(base / "matrix.yaml")]
     proc = run_cli("validate", "--strict", *files, "--format", "text")
     assert proc.returncode == 0, proc.stdout  # the GDPR advisory is a note: it never fails --strict
+
+
+def test_an_unenforced_declaration_past_the_report_limit_is_still_refused(tmp_path: Path) -> None:
+    """Reports keep the first 200 findings: 250 notes (ids outside the spec pattern) came first,
+    and the unknown restriction after them was only counted, so compile saw nothing to refuse."""
+    unit = '  - {{id: unit_{0}, path: u{0}.md, intent: "U{0}", scope: project, audience: [agent]}}\n'
+    units = "".join(unit.format(i) for i in range(250))
+    text = (
+        'kcp_version: "0.30"\nproject: crowded\ncompliance:\n  sensitivity: internal\n'
+        "  restrictions: [no_ai_training]\nunits:\n" + units
+    )
+    matrix = MATRIX.replace("{restricted: autonomous}", "{internal: autonomous}")
+    knowledge, matrix_path = _write(tmp_path, text, matrix)
+    with pytest.raises(UnenforcedError, match="unknown_restriction"):
+        compile_bundle([knowledge], matrix_path, POLICIES, tmp_path / "b.tar.gz")
+    assert not (tmp_path / "b.tar.gz").exists()
