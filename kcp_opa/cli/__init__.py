@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(130)
     except ValidationFailedError as exc:
         lines = exc.errors
-        click.echo(f"kcp-opa: error: {exc.file} is invalid:", err=True)
+        click.echo(f"kcp-opa: error: {exc.file} {getattr(exc, 'heading', 'is invalid')}:", err=True)
         for line in lines[:20]:
             click.echo(f"  {line}", err=True)
         if len(lines) > 20:

@@ -16,9 +16,9 @@ from kcp_opa.cli.options import ANY_PATH, FILE, dir_option, output_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.compile.policyfiles import default_policies
-from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError
+from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError, ValidationFailedError
 from kcp_opa.core.files import read_regular
-from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
+from kcp_opa.declare.diagnostics import UNENFORCED_CODES, Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.exceptions import (
     DEFAULT_MAX_LIFETIME_SECONDS,
@@ -29,10 +29,11 @@ from kcp_opa.declare.exceptions import (
 )
 from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import load_manifest_key, verify_manifest
-from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
-from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
-from kcp_opa.declare.matrixcoverage import coverage_gaps
+from kcp_opa.declare.manifest import Manifest, validate_manifest
+from kcp_opa.declare.matrix import DelegationMatrix, load_matrix, validate_matrix
+from kcp_opa.declare.matrixcoverage import coverage_gaps, unreachable_cells
 from kcp_opa.declare.trust import TRUST_KIND_NAME, TrustRegistry, validate_trust
+from kcp_opa.declare.unenforced import as_acknowledged, as_refusal, finding_name
 from kcp_opa.declare.yamlsource import read_bounded
 
 MATRIX_KIND = "kcp-opa/delegation-matrix"
@@ -52,17 +53,26 @@ MANIFEST_KEY = click.option(
 @click.argument("files", nargs=-1, required=True, type=ANY_PATH)
 @FORMAT
 @MAX_BYTES
-@click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1 on any warning).")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Report every warning as an error (exit 1), as compile refuses what the gate would not enforce; "
+    "notes (advisory blocks, acknowledged gaps) stay notes.",
+)
 @MANIFEST_KEY
 def validate(
     files: Sequence[Path], fmt: str | None, max_bytes: int, strict: bool, manifest_keys: Sequence[Path]
 ) -> None:
     """Validate KCP manifests (and delegation matrices, trust registries and exceptions, recognised by their `kind`).
 
-    Given a manifest with its matrix, every data category and sensitivity the manifest declares
-    that no matrix row covers is a warning (matrix_not_covered: each action on it would be
-    denied); --strict makes it an error. Given exceptions with a trust registry (and a matrix),
-    each exception's signature, issuer, grantor and lifetime are checked too.
+    Unknown keys in a policy-bearing block (`restrictons:`) and values no rule reads are
+    warnings here, as KCP asks, each with a did-you-mean; `compile` refuses them unless the
+    matrix's `unenforced` list acknowledges them (then they are notes). Given a manifest with its
+    matrix, every data category and sensitivity the manifest declares that no matrix row covers
+    is a warning (matrix_not_covered: each action on it would be denied), and so is every matrix
+    cell no action can meet (matrix_cell_unreachable). --strict makes warnings errors. Given
+    exceptions with a trust registry (and a matrix), each exception's signature, issuer,
+    grantor and lifetime are checked too.
 
     Every finding names the file, the YAML path and the line. A declared manifest hash is
     checked, and a declared signature too when --manifest-key is given. Exit 0 when all are
@@ -78,6 +88,8 @@ def validate(
             unreadable.append(str(exc))
     reports = _with_coverage(reports)
     reports = _with_trust(reports)
+    if strict:
+        reports = [_strict(r) for r in reports]
     if as_json(fmt):
         payload = [r.to_dict() for r in reports]
         render.print_json(payload[0] if len(files) == 1 and payload else payload)
@@ -87,21 +99,48 @@ def validate(
         click.echo(f"kcp-opa: error: {message}", err=True)
     if unreadable:
         sys.exit(EXIT_USAGE)
-    if any(not r.valid or (strict and r.warnings) for r in reports):
+    if any(not r.valid for r in reports):
         sys.exit(EXIT_INVALID)
 
 
+def _strict(report: Report[Any]) -> Report[Any]:
+    """Every warning reported as the error compile would make of it; notes stay notes."""
+    if not report.warnings:
+        return report
+    promoted = tuple(
+        (as_refusal(d) if d.code in UNENFORCED_CODES else replace(d, severity=Severity.ERROR))
+        if d.severity is Severity.WARNING
+        else d
+        for d in report.diagnostics
+    )
+    return replace(report, diagnostics=promoted, document=None)
+
+
 def _with_coverage(reports: list[Report[Any]]) -> list[Report[Any]]:
-    """Given manifests and matrices together, each manifest also reports what no matrix row covers."""
+    """Given manifests and matrices together: each manifest also reports what no matrix row
+    covers and which of its unenforced findings the matrices acknowledge; each matrix, the cells
+    no action can meet."""
     matrices = [r.document for r in reports if isinstance(r.document, DelegationMatrix)]
     if not matrices:
         return reports
-    return [
-        replace(r, diagnostics=(*r.diagnostics, *coverage_gaps(r.document, matrices)))
-        if isinstance(r.document, Manifest)
-        else r
-        for r in reports
-    ]
+    manifests = [r.document for r in reports if isinstance(r.document, Manifest)]
+    acknowledged = {at: reason for m in matrices for at, reason in m.unenforced.items()}
+    out: list[Report[Any]] = []
+    for r in reports:
+        if isinstance(r.document, Manifest):
+            own = tuple(_acknowledge(d, acknowledged) for d in r.diagnostics)
+            r = replace(r, diagnostics=(*own, *coverage_gaps(r.document, matrices)))
+        elif isinstance(r.document, DelegationMatrix) and manifests:
+            r = replace(r, diagnostics=(*r.diagnostics, *unreachable_cells(manifests, r.document)))
+        out.append(r)
+    return out
+
+
+def _acknowledge(diagnostic: Diagnostic, acknowledged: dict[str, str]) -> Diagnostic:
+    reason = acknowledged.get(finding_name(diagnostic))
+    if reason is None or diagnostic.code not in UNENFORCED_CODES or diagnostic.severity is not Severity.WARNING:
+        return diagnostic
+    return as_acknowledged(diagnostic, reason)
 
 
 def _with_trust(reports: list[Report[Any]]) -> list[Report[Any]]:
@@ -162,13 +201,28 @@ def _head(path: Path) -> bytes:
 @click.command()
 @click.argument("manifest", type=ANY_PATH)
 @click.argument("unit")
+@click.option(
+    "--matrix",
+    "matrix",
+    type=ANY_PATH,
+    help="The deployment's delegation matrix: its `unenforced` list marks which gaps it acknowledges.",
+)
 @FORMAT
 @MAX_BYTES
-def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
+def explain(manifest: Path, unit: str, matrix: Path | None, fmt: str | None, max_bytes: int) -> None:
     """Show the effective compliance, delegation, trust and freshness of UNIT, and where each
-    value came from (root, unit or default)."""
-    loaded = load_manifest(manifest, max_bytes=max_bytes)
-    resolved = effective_unit(loaded, unit)
+    value came from (root, unit or default).
+
+    Below it, what the unit (or the root it inherits from) declares that the gate does not
+    enforce: unknown keys and values, each acknowledged (a note, with the matrix's reason) or not
+    (a warning `compile` would refuse).
+    """
+    report = validate_manifest(manifest, max_bytes=max_bytes)
+    if report.document is None:
+        raise ValidationFailedError(report.file, [str(d) for d in report.errors])
+    resolved = effective_unit(report.document, unit)
+    acknowledged = load_matrix(matrix, max_bytes=max_bytes).unenforced if matrix is not None else {}
+    gaps = [_acknowledge(d, acknowledged) for d in _unenforced_for(report, report.document, unit)]
     if as_json(fmt):
         render.print_json(
             {
@@ -176,10 +230,23 @@ def explain(manifest: Path, unit: str, fmt: str | None, max_bytes: int) -> None:
                 "unit": resolved.unit_id,
                 "effective": resolved.to_data(),
                 "sources": {name: s.source for name, s in resolved.fields.items()},
+                "unenforced": [
+                    {**d.to_dict(), "at": finding_name(d), "acknowledged": d.severity is Severity.NOTE} for d in gaps
+                ],
             }
         )
     else:
-        render.effective(console(), resolved)
+        render.effective(console(), resolved, gaps)
+
+
+def _unenforced_for(report: Report[Any], manifest: Manifest, unit_id: str) -> list[Diagnostic]:
+    """The unenforced findings on the unit itself and on the root blocks it inherits."""
+    index = next(i for i, u in enumerate(manifest.units) if u.get("id") == unit_id)
+    return [
+        d
+        for d in report.diagnostics
+        if d.code in UNENFORCED_CODES and (d.path[:1] != ("units",) or d.path[:2] == ("units", index))
+    ]
 
 
 @click.command(name="compile")

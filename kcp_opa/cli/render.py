@@ -19,7 +19,7 @@ def print_json(value: Any) -> None:
 
 
 def _diagnostic_line(d: Diagnostic) -> str:
-    colour = "red" if d.severity.value == "error" else "yellow"
+    colour = {"error": "red", "warning": "yellow"}.get(d.severity.value, "cyan")
     return f"  [{colour}]{d.severity.value}[/{colour}] {escape(d.location)}: {escape(d.message)} [dim]({d.code})[/dim]"
 
 
@@ -32,15 +32,17 @@ def reports(console: Console, items: Sequence[Report[Any]]) -> None:
         mark = "[green]valid[/green]" if report.valid else "[red]invalid[/red]"
         counts = ", ".join(f"{v} {k.removesuffix('_count').replace('_', ' ')}s" for k, v in report.counts.items())
         console.print(f"[bold]{escape(report.file)}[/bold]: {mark} ({counts})")
-        for d in (*report.errors, *report.warnings):
+        for d in (*report.errors, *report.warnings, *report.notes):
             console.print(_diagnostic_line(d), highlight=False)
     invalid = sum(not r.valid for r in items)
     warnings = sum(len(r.warnings) for r in items)
+    notes = sum(len(r.notes) for r in items)
     summary = f"{len(items)} file(s): {len(items) - invalid} valid, {invalid} invalid, {warnings} warning(s)"
+    summary += f", {notes} note(s)" if notes else ""
     console.print(f"[{'red' if invalid else 'green'}]{summary}[/]")
 
 
-def effective(console: Console, unit: EffectiveUnit) -> None:
+def effective(console: Console, unit: EffectiveUnit, unenforced: Sequence[Diagnostic] = ()) -> None:
     table = Table(title=f"{unit.project} / {unit.unit_id}: effective unit", title_justify="left")
     table.add_column("field", style="bold", overflow="fold")
     table.add_column("value", overflow="fold")
@@ -50,6 +52,10 @@ def effective(console: Console, unit: EffectiveUnit) -> None:
         shown = "—" if value is None else json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
         table.add_row(name, escape(shown), sourced.source)
     console.print(table)
+    if unenforced:
+        console.print("[bold]declared but not enforced by the gate:[/bold]")
+    for d in unenforced:
+        console.print(_diagnostic_line(d), highlight=False)
 
 
 def compiled(console: Console, result: CompileResult) -> None:
@@ -69,6 +75,8 @@ def compiled(console: Console, result: CompileResult) -> None:
     }
     for key, value in rows.items():
         table.add_row(key, value)
+    for entry in result.unenforced:
+        table.add_row("unenforced", escape(f"{entry.at} ({entry.code}): {entry.reason}"))
     console.print(table)
 
 
@@ -92,6 +100,8 @@ def bundle_summary(console: Console, manifest: Mapping[str, Any], sha256: str, s
     evaluators = meta.get("evaluators", {})
     table.add_row("evaluators", ", ".join(f"{k}@{v}" for k, v in evaluators.items()) or "—")
     table.add_row("packages", ", ".join(meta.get("packages", [])))
+    for entry in meta.get("unenforced", []):
+        table.add_row("unenforced", escape(f"{entry.get('at')} ({entry.get('code')}): {entry.get('reason')}"))
     console.print(table)
 
 

@@ -35,6 +35,7 @@ from kcp_opa.declare.integrity import verify_manifest
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
 from kcp_opa.declare.trust import validate_trust
+from kcp_opa.declare.unenforced import Acknowledged, UnenforcedError, finding_name, settle, unused
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, load_yaml, read_bounded
 
 log = structlog.get_logger(__name__)
@@ -55,6 +56,7 @@ class CompileResult:
     policy_version: str
     manifest: dict[str, Any]
     warnings: tuple[Diagnostic, ...]
+    unenforced: tuple[Acknowledged, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +69,7 @@ class CompileResult:
             "module_count": self.module_count,
             "policy_version": self.policy_version,
             "warnings": [w.to_dict() for w in self.warnings],
+            "unenforced": [a.to_dict() for a in self.unenforced],
         }
 
 
@@ -125,6 +128,12 @@ def compile_bundle(
     manifests, warnings = _load_manifests(manifest_paths, max_bytes, manifest_keys)
     matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
     warnings.extend(matrix_warnings)
+    acknowledged, refused = settle(warnings, matrix.unenforced)
+    if refused:
+        raise UnenforcedError(refused)
+    accepted = {(a.at, a.code) for a in acknowledged}
+    warnings = [w for w in warnings if (finding_name(w), w.code) not in accepted]  # recorded instead
+    warnings.extend(unused(matrix.unenforced, acknowledged, matrix.file))
     modules = collect_policies(policies_dir)
     if (policies_dir / EVALUATORS_DIR).is_dir():
         # An evaluator missing from the gate's union would have its DENYs dropped: refuse.
@@ -143,6 +152,7 @@ def compile_bundle(
     files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]
     files += [BundleFile(m.path, m.source.encode("utf-8")) for m in modules]
     metadata = _metadata(manifests, matrix, modules, version, sorted(data))
+    metadata["unenforced"] = [a.to_dict() for a in acknowledged]
     metadata["files"] = {f.path: hashlib.sha256(f.content).hexdigest() for f in sorted(files, key=lambda f: f.path)}
     if trust is not None:
         metadata["trust"] = {"name": trust.name, "file": Path(trust.file).name, "sha256": trust.sha256}
@@ -174,6 +184,7 @@ def compile_bundle(
         policy_version=version,
         manifest=manifest,
         warnings=tuple(warnings),
+        unenforced=tuple(acknowledged),
     )
     log.info(
         "bundle.compiled",

@@ -3,10 +3,12 @@
 A restriction no rule reads (``no-redistribution``), one the gate cannot apply
 (``no-cross-border`` on a unit with no ``data_residency`` anywhere: nothing to cross) or a
 visibility condition that matches what it does not list (``environment: [""]``, the bundle's
-"no condition lists it" key) looked enforced to its author and decided nothing. Each is a
-validation error here, so ``validate`` and ``compile`` both refuse it with file and line.
-Regulations and the legal basis are advisory: carried and shown, never decided on, and
-``validate`` says so once per manifest. What reads each value: ``vocabulary.READ_BY``.
+"no condition lists it" key) looked enforced to its author and decided nothing. The last two
+are validation errors here. A restriction that is unknown or that no rule reads is a warning
+(KCP tells validators to ignore values they do not know) that ``compile`` refuses unless the
+deployment acknowledges it (kcp_opa.declare.unenforced). Regulations and the legal basis are
+advisory: carried and shown, never decided on, and ``validate`` notes so once per manifest.
+What reads each value: ``vocabulary.READ_BY``.
 """
 
 from __future__ import annotations
@@ -43,14 +45,14 @@ def _check_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], fi
         at = (*here, "restrictions", index)
         rule = vocab.RESTRICTION_RULES.get(value)
         if rule is None:
-            findings.error(
+            findings.warn(
                 "unknown_restriction",
                 f"restriction {value!r} is not one kcp-opa enforces, so no rule would read it"
                 f"{did_you_mean(value, vocab.RESTRICTION_RULES)}; enforced: {', '.join(_enforced())}",
                 at,
             )
         elif rule == vocab.REFUSED:
-            findings.error(
+            findings.warn(
                 "restriction_unenforced",
                 f"restriction {value!r} is known to KCP but no rule of the gate reads it: a bundle would "
                 "decide as if it were not declared. Remove it (and enforce it where the data is handled), "
@@ -91,7 +93,7 @@ def _advise(blocks: Sequence[tuple[tuple[PathPart, ...], Mapping[str, Any]]], fi
         regulations = [r for _, r in _items(block.get("regulations")) if r in vocab.REGULATIONS]
         if regulations or block.get("legal_basis") in vocab.LEGAL_BASES:
             named = ", ".join(sorted(set(map(str, regulations))) or [str(block.get("legal_basis"))])
-            findings.warn(
+            findings.note(
                 "advisory_declaration",
                 f"{named}: regulations and legal_basis are recorded (bundle, explain, ROPA) but no rule decides on "
                 "them (advisory); what they require is enforced through restrictions, data categories and the "

@@ -20,9 +20,29 @@ MAX_FINDINGS = 200
 MAX_COUNTED = 10_000
 
 
+#: Findings that name a declaration the gate would not enforce: a warning for ``validate`` (KCP
+#: says ignore), an error for ``compile`` and ``validate --strict`` unless acknowledged
+#: (kcp_opa.declare.unenforced). Here so that a bounded report never drops one silently.
+UNENFORCED_CODES = frozenset(
+    {
+        "unknown_key",
+        "unknown_restriction",
+        "restriction_unenforced",
+        "unknown_regulation",
+        "unknown_access",
+        "authority_value_unknown",
+        "visibility_condition_incomplete",
+    }
+)
+
+
 class Severity(StrEnum):
+    """An error rejects the file; a warning informs (``validate --strict`` fails on it); a note
+    is said for the record only (an accepted choice, an advisory block, an acknowledged gap)."""
+
     ERROR = "error"
     WARNING = "warning"
+    NOTE = "note"
 
 
 def format_path(path: Sequence[PathPart]) -> str:
@@ -78,6 +98,7 @@ class Findings:
     limit: int = MAX_FINDINGS
     dropped: int = 0
     has_errors: bool = False
+    dropped_unenforced: set[str] = field(default_factory=set)
 
     @property
     def full(self) -> bool:
@@ -89,6 +110,8 @@ class Findings:
             self.items.append(item)
         else:
             self.dropped += 1
+            if item.code in UNENFORCED_CODES and item.severity is Severity.WARNING:
+                self.dropped_unenforced.add(item.code)
 
     def error(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
         self.has_errors = True
@@ -97,8 +120,25 @@ class Findings:
     def warn(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
         self._add(Diagnostic(Severity.WARNING, code, message, tuple(path)))
 
+    def note(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
+        self._add(Diagnostic(Severity.NOTE, code, message, tuple(path)))
+
     def close(self) -> None:
-        """Append the count of what was not kept, as an error (a truncated report is never valid)."""
+        """Append the count of what was not kept, as an error (a truncated report is never valid);
+        and, when a dropped finding named an unenforced declaration, one warning with its code, so
+        that compile still refuses what it cannot show."""
+        if self.dropped_unenforced:
+            codes = sorted(self.dropped_unenforced)
+            self.items.append(
+                Diagnostic(
+                    Severity.WARNING,
+                    codes[0],
+                    f"more declarations the gate would not enforce ({', '.join(codes)}) are past the first "
+                    f"{self.limit} findings and not shown: fix the ones shown and validate again",
+                    (),
+                )
+            )
+            self.dropped_unenforced = set()
         if self.dropped:
             more = f"{self.dropped:,}" + ("+" if self.dropped >= MAX_COUNTED else "")
             self.items.append(
@@ -123,12 +163,16 @@ class Findings:
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
     """A ' (did you mean X?)' suffix for near misses such as ``no_ai_training``."""
     options = list(choices)
-    normalised = value.lower().replace("_", "-").replace(" ", "-")
+    normalised = _normalised(value)
     for choice in options:
-        if choice.lower() == normalised:
+        if _normalised(choice) == normalised:
             return f" (did you mean {choice!r}?)"
     close = difflib.get_close_matches(value, options, n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _normalised(text: str) -> str:
+    return text.lower().replace("_", "-").replace(" ", "-")
 
 
 @dataclass(frozen=True)
@@ -152,12 +196,17 @@ class Report(Generic[T]):
     def warnings(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity is Severity.WARNING]
 
+    @property
+    def notes(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.NOTE]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "file": self.file,
             "valid": self.valid,
             "errors": [d.to_dict() for d in self.errors],
             "warnings": [d.to_dict() for d in self.warnings],
+            "notes": [d.to_dict() for d in self.notes],
             **self.counts,
         }
 

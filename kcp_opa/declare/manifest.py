@@ -20,6 +20,7 @@ from kcp_opa.declare.declstrings import MANIFEST_RULES, check_declaration_string
 from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
 from kcp_opa.declare.governance import check_governance
 from kcp_opa.declare.spec_rules import check_spec_rules
+from kcp_opa.declare.unenforced import check_unknown_keys
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
@@ -86,6 +87,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     if why is not None:
         findings.error("project_characters", f"project {project!r}: {why}", ("project",))
     check_declaration_strings(doc, MANIFEST_RULES, findings)
+    check_unknown_keys(doc, findings)
     units = [u for u in _items(doc.get("units")) if isinstance(u[1], dict)]
     ids = _check_unit_ids(units, findings)
     root_compliance = _mapping(doc.get("compliance"))
@@ -175,7 +177,7 @@ def _check_unit_ids(units: list[tuple[int, dict[str, Any]]], findings: Findings)
         if why is not None:
             findings.error("unit_id_characters", f"unit id {unit_id!r}: {why}", ("units", index, "id"))
         elif not vocab.UNIT_ID_PATTERN.match(unit_id):
-            findings.warn(
+            findings.note(
                 "unit_id_pattern",
                 f"unit id {unit_id!r} is outside the spec pattern ^[a-z0-9.\\-]+$ (accepted)",
                 ("units", index, "id"),

@@ -63,6 +63,12 @@ class DelegationMatrix:
                 for value, level in sorted((entry.get(dimension) or {}).items()):
                     yield Cell(task_type, dimension, value, level)
 
+    @property
+    def unenforced(self) -> dict[str, str]:
+        """The declarations this deployment acknowledges the gate leaves unenforced: ``at`` -> reason
+        (kcp_opa.declare.unenforced; compile refuses any other)."""
+        return {str(e["at"]): str(e["reason"]) for e in self.data.get("unenforced") or []}
+
     def kcp_actions(self) -> dict[str, str]:
         """Task type -> the KCP authority action it performs: declared, or its own name when that
         is a standard action (KCP §4.17). Unmapped task types are absent (authority.rego)."""

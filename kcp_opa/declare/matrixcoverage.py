@@ -59,3 +59,57 @@ def _needed(unit: dict[str, object]) -> Iterator[tuple[str, str]]:
         return
     sensitivity = unit.get("sensitivity")
     yield "sensitivity", sensitivity if isinstance(sensitivity, str) else UNDECLARED
+
+
+def unreachable_cells(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> list[Diagnostic]:
+    """The matrix's side of coverage: a cell no action can meet is a level that decides nothing.
+
+    A warning when no unit of the manifests declares the cell's category or sensitivity (no
+    action on a unit can need it); a note when its task type need not name a unit
+    (``parameters.context.knowledge_bound_task_types`` leaves it out): an action of that type
+    that names no unit, such as a KYA payment or withdrawal intent, needs no cell at all, so the
+    cell's level never applies to it (docs/manifest-rules.md, "Unit-less action types").
+    """
+    declared: dict[str, set[str]] = {"data_categories": set(), "sensitivity": set()}
+    for manifest in manifests:
+        for unit in effective_units(manifest):
+            for dimension, value in _needed(unit.to_data()):
+                declared[dimension].add(value)
+    bound = matrix.parameters()["context"]["knowledge_bound_task_types"]
+    names = ", ".join(m.file for m in manifests)
+    out: list[Diagnostic] = []
+    for cell in matrix.cells():
+        where = ("task_types", cell.task_type, cell.dimension, cell.value)
+        unit_less = bound != "all" and cell.task_type not in bound
+        why_unit_less = (
+            f"; and {cell.task_type} need not name a unit (parameters.context.knowledge_bound_task_types), so a "
+            f"{cell.task_type} that names none meets no cell at all"
+            if unit_less
+            else ""
+        )
+        if cell.value not in declared[cell.dimension]:
+            out.append(
+                Diagnostic(
+                    Severity.WARNING,
+                    "matrix_cell_unreachable",
+                    f"{cell.task_type} on {cell.dimension} {cell.value!r} ({cell.level}) can never apply: no unit of "
+                    f"{names} declares {cell.dimension} {cell.value!r}{why_unit_less}",
+                    where,
+                    file=matrix.file,
+                )
+            )
+        elif unit_less:
+            out.append(
+                Diagnostic(
+                    Severity.NOTE,
+                    "matrix_cell_unit_less",
+                    f"{cell.task_type} on {cell.dimension} {cell.value!r} ({cell.level}) applies only to a "
+                    f"{cell.task_type} that names a unit: {cell.task_type} is not in "
+                    f"parameters.context.knowledge_bound_task_types, so one that names no unit (a KYA intent) meets "
+                    f"no cell and is governed by the financial rules and budgets, never by this {cell.level} "
+                    "(docs/manifest-rules.md, Unit-less action types)",
+                    where,
+                    file=matrix.file,
+                )
+            )
+    return out

@@ -83,7 +83,7 @@ def test_json_report_shape_for_several_files() -> None:
     assert code == 0
     assert isinstance(reports, list) and len(reports) == len(files)
     for report in reports:
-        assert set(report) == {"file", "valid", "errors", "warnings", "unit_count", "relationship_count"}
+        assert set(report) == {"file", "valid", "errors", "warnings", "notes", "unit_count", "relationship_count"}
 
 
 def test_one_invalid_file_among_valid_ones_exits_1() -> None:

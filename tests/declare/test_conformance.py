@@ -3,8 +3,11 @@
     # expect: valid
     # expect-error: CODE @ YAML.PATH [line N]
     # expect-warning: CODE @ YAML.PATH
+    # expect-note: CODE @ YAML.PATH
+    # expect-absent: CODE
 
-Errors must match exactly (no more, no fewer); listed warnings must be present.
+Errors must match exactly (no more, no fewer); listed warnings and notes must be present; an
+absent code must not be found at any severity.
 """
 
 from __future__ import annotations
@@ -20,29 +23,41 @@ from kcp_opa.declare.diagnostics import Report
 from kcp_opa.declare.manifest import validate_manifest
 from kcp_opa.declare.matrix import validate_matrix
 
-_EXPECT = re.compile(r"^# expect-(error|warning): (\S+) @ (\S+)(?: line (\d+))?\s*$")
+_EXPECT = re.compile(r"^# expect-(error|warning|note): (\S+) @ (\S+)(?: line (\d+))?\s*$")
+_ABSENT = re.compile(r"^# expect-absent: (\S+)\s*$")
+
+Expected = dict[str, set[tuple[str, str]]]
 
 
-def _expectations(path: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]], dict[tuple[str, str], int]]:
-    errors: set[tuple[str, str]] = set()
-    warnings: set[tuple[str, str]] = set()
+def _expectations(path: Path) -> tuple[Expected, dict[tuple[str, str], int], set[str]]:
+    expected: Expected = {"error": set(), "warning": set(), "note": set()}
     lines: dict[tuple[str, str], int] = {}
+    absent: set[str] = set()
     for line in path.read_text(encoding="utf-8").splitlines():
         match = _EXPECT.match(line)
         if match:
             kind, code, where, at_line = match.groups()
-            (errors if kind == "error" else warnings).add((code, where))
+            expected[kind].add((code, where))
             if at_line:
                 lines[(code, where)] = int(at_line)
-    return errors, warnings, lines
+        elif gone := _ABSENT.match(line):
+            absent.add(gone.group(1))
+    return expected, lines, absent
 
 
 def _check(report: Report[Any], path: Path) -> None:
-    expected_errors, expected_warnings, lines = _expectations(path)
+    expected, lines, absent = _expectations(path)
+    expected_errors = expected["error"]
     found_errors = {(d.code, d.to_dict()["path"]) for d in report.errors}
     found_warnings = {(d.code, d.to_dict()["path"]) for d in report.warnings}
+    found_notes = {(d.code, d.to_dict()["path"]) for d in report.notes}
     assert found_errors == expected_errors, [str(d) for d in report.errors]
-    assert expected_warnings <= found_warnings, [str(d) for d in report.warnings]
+    assert expected["warning"] <= found_warnings, [str(d) for d in report.warnings]
+    assert expected["note"] <= found_notes, [str(d) for d in report.notes]
+    assert not absent & {d.code for d in report.diagnostics}, [str(d) for d in report.diagnostics]
+    for d in report.warnings:
+        if (d.code, d.to_dict()["path"]) in lines:
+            assert d.line == lines[(d.code, d.to_dict()["path"])], str(d)
     assert report.valid == (not expected_errors)
     for d in report.errors:
         assert d.file == str(path)
