@@ -22,7 +22,7 @@ from kcp_opa.core import strictjson, strings
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.secretkeys import secret_name
-from kcp_opa.core.textfold import fold_text
+from kcp_opa.core.textfold import TextFoldError, fold_text
 
 MAX_ACTION_BYTES = 1024 * 1024
 MAX_DEPTH = 32
@@ -196,21 +196,37 @@ def _check_text(text: str, path: str, *, key: bool = False) -> None:
         )  # fmt: skip
 
 
-#: Free-text strings the policies compare regardless of case, folded into ``input.context.folded``.
+#: Free-text strings the policies compare as people read them, folded into ``input.context.folded``.
 FOLDED_PATHS = (("knowledge", "purpose"),)
 
 
 def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
-    """``{"purpose": fold}`` for each :data:`FOLDED_PATHS` string the action holds."""
-    folded: dict[str, str] = {}
+    """``{"purpose": fold}`` for each :data:`FOLDED_PATHS` string the action holds that folds.
+
+    One that cannot be read as one spelling (kcp_opa.core.textfold) has no fold: a rule that
+    compares it then denies (``purpose_not_folded``), and :func:`fold_refusals` says why.
+    """
+    return {name: fold for name, (fold, _) in _folds(action).items() if fold is not None}
+
+
+def fold_refusals(action: Mapping[str, Any]) -> dict[str, str]:
+    """``{"purpose": why}`` for each :data:`FOLDED_PATHS` string that cannot be folded."""
+    return {name: why for name, (_, why) in _folds(action).items() if why is not None}
+
+
+def _folds(action: Mapping[str, Any]) -> dict[str, tuple[str | None, str | None]]:
+    found: dict[str, tuple[str | None, str | None]] = {}
     for *parents, name in FOLDED_PATHS:
         node: Any = action
         for part in parents:
             node = node.get(part) if isinstance(node, Mapping) else None
         value = node.get(name) if isinstance(node, Mapping) else None
         if isinstance(value, str):
-            folded[name] = _contract_safe(fold_text(value))
-    return folded
+            try:
+                found[name] = (_contract_safe(fold_text(value)), None)
+            except TextFoldError as exc:
+                found[name] = (None, str(exc))
+    return found
 
 
 def _contract_safe(text: str) -> str:
