@@ -80,7 +80,15 @@ def created_epoch_seconds(action: Mapping[str, Any]) -> int:
 
 
 #: The keys of ``input.context`` the context stage builds (kcp_opa.context.builder).
-CONTEXT_KEYS = ("facts", "facts_principal", "attestations_refused", "metering", "counters", "exceptions")
+CONTEXT_KEYS = (
+    "facts",
+    "facts_principal",
+    "facts_refused",
+    "attestations_refused",
+    "metering",
+    "counters",
+    "exceptions",
+)
 
 
 def built_context(document: Mapping[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,7 @@ FINE_TUNING = {
     "underscore": "FINE_TUNING",
     "space": "fine tuning",
     "cyrillic i": "f\u0456ne-tuning",
-    "greek omicron free, cyrillic e": "fin\u0435 tuning",
+    "cyrillic e": "fin\u0435 tuning",
     "fullwidth": "\uff46\uff49\uff4e\uff45\uff0d\uff54\uff55\uff4e\uff49\uff4e\uff47",
     "zero-width joiner": "fine-tu\u200dning",
     "figure dash": "fine\u2012tuning",

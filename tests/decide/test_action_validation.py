@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import REPO
 
+from kcp_opa.core import strings
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.decide import action as module
 from kcp_opa.decide.action import (
@@ -211,10 +212,10 @@ def test_identifier_paths() -> None:
     # free text elsewhere may hold spaces and non-ASCII
     assert "identifier" not in _try(_with(("target", "reference"), "supplier 4821 é"))
     assert "identifier" not in _try(_with(("authorization_context", "agent_scope_note"), "a b"))
-    assert module._IDENTIFIER_PATH.match("/delegation_chain/12/capabilities/3")
-    assert not module._IDENTIFIER_PATH.match("/delegation_chain/x/agent_id")
-    assert not module._IDENTIFIER_PATH.match("/tenant_id/extra")
-    assert not module._IDENTIFIER_PATH.match("x/tenant_id")
+    assert strings.is_action_identifier_path("/delegation_chain/12/capabilities/3")
+    assert not strings.is_action_identifier_path("/delegation_chain/x/agent_id")
+    assert not strings.is_action_identifier_path("/tenant_id/extra")
+    assert not strings.is_action_identifier_path("x/tenant_id")
 
 
 def test_check_strings_walks_lists_and_keys_only_when_strings() -> None:
