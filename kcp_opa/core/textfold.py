@@ -40,6 +40,7 @@ _SCRIPT_SETS = (
     frozenset({"LATIN", "HAN", "HANGUL"}),
 )
 _NEUTRAL_SCRIPTS = frozenset({"COMMON", "INHERITED"})
+_ASCII_LETTER = re.compile("[A-Za-z]")
 
 
 class TextFoldError(ValueError):
@@ -91,10 +92,10 @@ def _as_latin(text: str) -> str:
 
 def _check_one_reading(plain: str, folded: str) -> None:
     """Refuse a string mixing scripts that do not map to one, or holding an I-or-l look-alike."""
-    if any(char.isascii() and char.isalpha() for char in folded):
-        either = next((char for char in plain if char in _i_or_l()), None)
-        if either is not None:
-            raise TextFoldError(f"character {_named(either)} reads as either I or l")
+    if _ASCII_LETTER.search(folded):
+        either = sorted(set(plain) & _i_or_l())
+        if either:
+            raise TextFoldError(f"character {_named(either[0])} reads as either I or l")
     if _one_script(_scripts(plain)):
         return
     after = _scripts(folded)
@@ -109,7 +110,7 @@ def _one_script(scripts: set[str]) -> bool:
 def _scripts(text: str) -> set[str]:
     found = {_script(char) for char in set(text) if not char.isascii()}
     found.discard("")
-    if any(char.isascii() and char.isalpha() for char in text):
+    if _ASCII_LETTER.search(text):
         found.add("LATIN")
     return found
 
