@@ -176,3 +176,22 @@ def test_case_file_refuses_a_quoted_fact(tmp_path: Path, block: dict[str, Any], 
         load_cases(path)
     assert any(value in line for line in refused.value.errors), refused.value.errors
     assert check_context({"from_action": True, **block}) is not None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("model: {id: treasury-llm,", "model: {id: '\"treasury-llm\"',"),
+        ("agent_scope: [prepare_payment,", "agent_scope: ['\"prepare_payment\"',"),
+    ],
+)
+def test_trust_registry_refuses_a_quoted_gate_fact_at_load(tmp_path: Path, old: str, new: str) -> None:
+    from kcp_opa.declare.trust import load_trust
+
+    text = (REPO / "fixtures" / "trust" / "registry.yaml").read_text()
+    assert old in text
+    path = tmp_path / "registry.yaml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ValidationFailedError) as refused:
+        load_trust(path)
+    assert any("U+0022" in line for line in refused.value.errors), refused.value.errors
