@@ -195,3 +195,14 @@ def test_trust_registry_refuses_a_quoted_gate_fact_at_load(tmp_path: Path, old: 
     with pytest.raises(ValidationFailedError) as refused:
         load_trust(path)
     assert any("U+0022" in line for line in refused.value.errors), refused.value.errors
+
+
+def test_a_vouched_action_stating_a_quoted_fact_is_refused_at_its_path(onboarding: Path) -> None:
+    """The host vouches for what the action states: the action's own contract names the path."""
+    from kcp_opa.core.errors import ActionRejectedError
+
+    action = _action()
+    action["runtime"]["environment"] = '"production"'
+    with pytest.raises(ActionRejectedError) as refused:
+        vouched_gate(onboarding).decide(action, now=NOW)
+    assert refused.value.path == "/runtime/environment"
