@@ -19,7 +19,7 @@ import bisect
 import json
 import re
 import unicodedata
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 _DROPPED_IN_FOLD = frozenset({"Mn", "Me", "Cf"})
@@ -41,6 +41,8 @@ _SCRIPT_SETS = (
 )
 _NEUTRAL_SCRIPTS = frozenset({"COMMON", "INHERITED"})
 _ASCII_LETTER = re.compile("[A-Za-z]")
+#: Per-character answers kept: bounded, so a stream of distinct characters cannot grow memory.
+_CHARS_CACHED = 4096
 
 
 class TextFoldError(ValueError):
@@ -75,7 +77,7 @@ def _unmarked(text: str) -> str:
     return decomposed.translate(table) if table else decomposed
 
 
-@cache
+@lru_cache(maxsize=_CHARS_CACHED)
 def _plain(char: str) -> str:
     category = unicodedata.category(char)
     if char in _BLANK_FILLERS or (category in _UNREADABLE and not char.isspace()):
@@ -115,7 +117,7 @@ def _scripts(text: str) -> set[str]:
     return found
 
 
-@cache
+@lru_cache(maxsize=_CHARS_CACHED)
 def _script(char: str) -> str:
     """The script of a letter (Scripts.txt); ``""`` for Common, Inherited and what is no letter."""
     if not char.isalpha():
@@ -133,7 +135,7 @@ def _script(char: str) -> str:
 _LATIN_VARIANT = re.compile(r"LATIN (?:SMALL |CAPITAL )?LETTER (?:SMALL CAPITAL )?([A-Z])(?: WITH .+)?")
 
 
-@cache
+@lru_cache(maxsize=_CHARS_CACHED)
 def _reading(char: str) -> str:
     """The ASCII letters ``char`` reads as, or ``char`` itself.
 
