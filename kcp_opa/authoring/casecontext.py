@@ -23,6 +23,7 @@ from typing import Any
 
 from kcp_opa.context import (
     ContextSources,
+    GateFactError,
     RegistrySource,
     SignedAttestations,
     SignedExceptions,
@@ -32,7 +33,7 @@ from kcp_opa.context import (
 )
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
-from kcp_opa.decide.action import action_hash
+from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input, decision_time
 from kcp_opa.declare.exceptions import sign_exception
 from kcp_opa.declare.trust import TrustRegistry
@@ -216,6 +217,9 @@ class VouchingGate(Gate):
             at = decision_time(now).strftime("%Y-%m-%dT%H:%M:%SZ")
             try:
                 context, principal = case_sources(action, self.declared, at)
+            except GateFactError:
+                check_action(action)  # a fact the action states breaks the contract: named at its path
+                raise  # the declared context's own
             except (TypeError, ValueError, AttributeError):
                 context = None  # an action the contract refuses: prepare() names why
             if context is None:

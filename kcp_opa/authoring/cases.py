@@ -19,6 +19,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from kcp_opa.context.factcontract import fact_problem
+from kcp_opa.context.facts import FACTS
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.decide import counting
 from kcp_opa.declare.yamlsource import YamlSource, load_yaml
@@ -95,8 +97,30 @@ def check_context(value: Any) -> str | None:
     checker = Draft202012Validator({**schema["$defs"]["context"], "$defs": schema["$defs"]})
     error = next(iter(checker.iter_errors(value)), None)
     if error is None:
-        return None
+        return next((f"{'/'.join(map(str, path))}: {why}" for path, why in context_fact_problems(value)), None)
     return f"{'/'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
+
+
+def context_fact_problems(context: Any) -> list[tuple[list[str], str]]:
+    """(path, why) for each ``config``/``registry`` fact a context declares that breaks the
+    contract of the action path it would be stated at (kcp_opa.context.factcontract)."""
+    found: list[tuple[list[str], str]] = []
+    if not isinstance(context, Mapping):
+        return found
+    for block in ("config", "registry"):
+        declared = context.get(block)
+        if not isinstance(declared, Mapping):
+            continue
+        for key, value in declared.items():
+            if key == "model" and isinstance(value, Mapping):
+                named = [(["model", part], f"model_{part}", value[part]) for part in ("id", "hosting") if part in value]
+            else:
+                named = [([str(key)], str(key), value)]
+            for path, name, given in named:
+                why = fact_problem(name, given) if given is not None and name in FACTS else None
+                if why is not None:
+                    found.append(([block, *path], why))
+    return found
 
 
 @cache
@@ -116,6 +140,15 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
     ]
     if errors:
         raise ValidationFailedError(str(path), errors)
+    contexts: list[tuple[list[str | int], Any]] = [(["context"], document.get("context"))]
+    contexts += [(["cases", index, "context"], raw.get("context")) for index, raw in enumerate(document["cases"])]
+    refused = [
+        f"{path}:{source.line_of([*where, *inner]) or 1}: {'/'.join(map(str, [*where, *inner]))}: {why}"
+        for where, context in contexts
+        for inner, why in context_fact_problems(context)
+    ]
+    if refused:
+        raise ValidationFailedError(str(path), refused)
     seen: set[str] = set()
     cases = []
     for index, raw in enumerate(document["cases"]):

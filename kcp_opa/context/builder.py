@@ -19,6 +19,7 @@ import structlog
 
 from kcp_opa.context.attested import AttestationSource
 from kcp_opa.context.exceptions import ExceptionSource
+from kcp_opa.context.factcontract import fact_problem
 from kcp_opa.context.facts import FACTS
 from kcp_opa.context.metering import MeteringSource
 from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
@@ -57,12 +58,22 @@ class ContextSources:
         }
 
 
-def _only(kind: str, given: Mapping[str, Fact]) -> dict[str, Fact]:
-    for name in given:
+def _only(kind: str, given: Mapping[str, Fact], refused: list[dict[str, str]]) -> dict[str, Fact]:
+    """The facts of ``kind``; one breaking its stated path's contract is dropped into ``refused``."""
+    kept: dict[str, Fact] = {}
+    for name, entry in given.items():
         spec = FACTS.get(name)
         if spec is None or spec.source_kind != kind:
             raise ContextSourceError(f"a {kind} source may not establish {name!r}")
-    return dict(given)
+        value = entry.get("value") if isinstance(entry, Mapping) else None
+        why = fact_problem(name, value)
+        if why is not None:
+            source = str(entry.get("source", kind)) if isinstance(entry, Mapping) else kind
+            _log.error("fact_refused", fact=name, source=source, reason=why, effect="context_missing")
+            refused.append({"fact": name, "source": source, "reason": why})
+            continue
+        kept[name] = entry
+    return kept
 
 
 def build_context(
@@ -73,8 +84,12 @@ def build_context(
     action_hash: str,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """``{"facts": {...}, "facts_principal": ..., "attestations_refused"?: [...], "metering"?: [...],
-    "counters"?: {...}, "exceptions"?: [...]}``.
+    """``{"facts": {...}, "facts_principal": ..., "facts_refused"?: [...], "attestations_refused"?: [...],
+    "metering"?: [...], "counters"?: {...}, "exceptions"?: [...]}``.
+
+    A fact whose value breaks the contract of its stated path (kcp_opa.context.factcontract) is
+    left out and listed in ``facts_refused`` as ``{fact, source, reason}``: a rule that needs it
+    answers ``context_missing``, on both engines alike.
 
     ``now`` is the decision time the counter source counts its windows back from. A counter
     store that fails leaves ``counters`` absent: the policy answers ``context_missing`` for a
@@ -84,15 +99,18 @@ def build_context(
     built: dict[str, Any] = {"facts": facts, "facts_principal": principal}
     if sources is None:
         return built
+    facts_refused: list[dict[str, str]] = []
     if sources.config is not None:
-        facts.update(_only("config", sources.config.config_facts()))
+        facts.update(_only("config", sources.config.config_facts(), facts_refused))
     if sources.registry is not None:
-        facts.update(_only("registry", sources.registry.principal_facts(principal)))
+        facts.update(_only("registry", sources.registry.principal_facts(principal), facts_refused))
     if sources.attestations is not None:
         attested, refused = sources.attestations.attested_facts(action, action_hash)
-        facts.update(_only("attestation", attested))
+        facts.update(_only("attestation", attested, facts_refused))
         if refused:
             built["attestations_refused"] = refused
+    if facts_refused:
+        built["facts_refused"] = facts_refused
     if sources.metering is not None:
         spends, unmetered = sources.metering.metered_spends(action)
         built["metering"] = spends

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kcp_opa.context.factcontract import check_fact
 from kcp_opa.context.facts import FACTS
 from kcp_opa.core.identity import IdentityError
 from kcp_opa.declare.trust import TrustRegistry
@@ -98,11 +99,21 @@ class RegistrySource:
 
 @dataclass(frozen=True)
 class StaticGateConfig:
-    """The gate's own configuration, set by its operator (``kcp-opa serve --region/--environment``)."""
+    """The gate's own configuration, set by its operator (``kcp-opa serve --region/--environment``).
+
+    Each value is held to the contract of the action path it would be stated at
+    (kcp_opa.context.factcontract): one that breaks it is refused here, at load.
+    """
 
     deployment_region: str | None = None
     environment: str | None = None
     name: str = "gate-config"
+
+    def __post_init__(self) -> None:
+        for fact_name in ("deployment_region", "environment"):
+            value = getattr(self, fact_name)
+            if value is not None:
+                check_fact(fact_name, value, f"gate configuration {self.name}")
 
     def config_facts(self) -> dict[str, Fact]:
         where = f"config:{self.name}"

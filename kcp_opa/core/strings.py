@@ -32,6 +32,41 @@ IDENTIFIER = re.compile(r"[A-Za-z0-9_.:/@+~=#*-]+")
 
 IDENTIFIER_RULE = "letters, digits and _ . : / @ + ~ = # * - only"
 
+#: Where an action holds identifiers (``*`` is any array index): what policies match, index,
+#: hash, sort or put in messages. A gate fact stated at one of these paths is held to it too.
+ACTION_IDENTIFIER_PATHS = (
+    "/action_id",
+    "/idempotency_key",
+    "/tenant_id",
+    "/subject_id",
+    "/agent_id",
+    "/action_type",
+    "/requested_action",
+    "/target/type",
+    "/target/tenant_id",
+    "/target/country",
+    "/target/region",
+    "/authorization_context/requested_by",
+    "/authorization_context/agent_scope/*",
+    "/authorization_context/actor_role",
+    "/authorization_context/principal_scopes/*",
+    "/knowledge/project",
+    "/knowledge/unit",
+    "/knowledge/fields_read/*",
+    "/runtime/deployment_region",
+    "/runtime/model/id",
+    "/delegation_chain/*/agent_id",
+    "/delegation_chain/*/capabilities/*",
+)
+_ACTION_IDENTIFIER_PATH = re.compile(
+    "^(?:" + "|".join(re.escape(p).replace(r"\*", "[0-9]+") for p in ACTION_IDENTIFIER_PATHS) + ")$"
+)
+
+
+def is_action_identifier_path(path: str) -> bool:
+    """True for ``/runtime/deployment_region``, ``/authorization_context/agent_scope/0`` and the like."""
+    return _ACTION_IDENTIFIER_PATH.match(path) is not None
+
 
 def char_name(char: str) -> str:
     """``U+0000 "\\x00"``: the code point and an ASCII-only escaped form, safe to print and log."""
@@ -41,6 +76,11 @@ def char_name(char: str) -> str:
     else:
         shown = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
     return f'U+{code:04X} "{shown}"'
+
+
+QUOTE_WRAPPED_RULE = (
+    'a string may not both start and end with U+0022 """: regopy reads it as the string inside the quotes'
+)
 
 
 def quote_wrapped(text: str) -> bool:

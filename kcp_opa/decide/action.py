@@ -22,7 +22,7 @@ from kcp_opa.core import strictjson, strings
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.secretkeys import secret_name
-from kcp_opa.core.textfold import fold_text
+from kcp_opa.core.textfold import TextFoldError, fold_text
 
 MAX_ACTION_BYTES = 1024 * 1024
 MAX_DEPTH = 32
@@ -127,33 +127,8 @@ def _check_values(root: Mapping[str, Any]) -> None:
             raise ActionRejectedError(path, f"{type(value).__name__} is not a JSON value")
 
 
-#: Where the action holds identifiers (``*`` is any array index): what policies match, index,
-#: hash, sort or put in messages.
-IDENTIFIER_PATHS = (
-    "/action_id",
-    "/idempotency_key",
-    "/tenant_id",
-    "/subject_id",
-    "/agent_id",
-    "/action_type",
-    "/requested_action",
-    "/target/type",
-    "/target/tenant_id",
-    "/target/country",
-    "/target/region",
-    "/authorization_context/requested_by",
-    "/authorization_context/agent_scope/*",
-    "/authorization_context/actor_role",
-    "/authorization_context/principal_scopes/*",
-    "/knowledge/project",
-    "/knowledge/unit",
-    "/knowledge/fields_read/*",
-    "/runtime/deployment_region",
-    "/runtime/model/id",
-    "/delegation_chain/*/agent_id",
-    "/delegation_chain/*/capabilities/*",
-)
-_IDENTIFIER_PATH = re.compile("^(?:" + "|".join(re.escape(p).replace(r"\*", "[0-9]+") for p in IDENTIFIER_PATHS) + ")$")
+#: Where the action holds identifiers (kcp_opa/core/strings.py, shared with the gate's facts).
+IDENTIFIER_PATHS = strings.ACTION_IDENTIFIER_PATHS
 
 
 def check_strings(root: Mapping[str, Any]) -> None:
@@ -168,7 +143,7 @@ def check_strings(root: Mapping[str, Any]) -> None:
         value, path = stack.pop()
         if isinstance(value, str):
             _check_text(value, path)
-            problem = strings.identifier_problem(value) if _IDENTIFIER_PATH.match(path) else None
+            problem = strings.identifier_problem(value) if strings.is_action_identifier_path(path) else None
             if problem is not None:
                 raise ActionRejectedError(
                     path, f"{problem} is not allowed in an identifier ({strings.IDENTIFIER_RULE})"
@@ -184,9 +159,7 @@ def check_strings(root: Mapping[str, Any]) -> None:
 
 def _check_text(text: str, path: str, *, key: bool = False) -> None:
     if strings.quote_wrapped(text):
-        raise ActionRejectedError(
-            path, 'a string may not both start and end with U+0022 """: regopy reads it as the string inside the quotes'
-        )
+        raise ActionRejectedError(path, strings.QUOTE_WRAPPED_RULE)
     bad = strings.forbidden_char(text)
     if bad is not None:
         where = "an object key" if key else "a string"
@@ -196,21 +169,37 @@ def _check_text(text: str, path: str, *, key: bool = False) -> None:
         )  # fmt: skip
 
 
-#: Free-text strings the policies compare regardless of case, folded into ``input.context.folded``.
+#: Free-text strings the policies compare as people read them, folded into ``input.context.folded``.
 FOLDED_PATHS = (("knowledge", "purpose"),)
 
 
 def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
-    """``{"purpose": fold}`` for each :data:`FOLDED_PATHS` string the action holds."""
-    folded: dict[str, str] = {}
+    """``{"purpose": fold}`` for each :data:`FOLDED_PATHS` string the action holds that folds.
+
+    One that cannot be read as one spelling (kcp_opa.core.textfold) has no fold: a rule that
+    compares it then denies (``purpose_not_folded``), and :func:`fold_refusals` says why.
+    """
+    return {name: fold for name, (fold, _) in _folds(action).items() if fold is not None}
+
+
+def fold_refusals(action: Mapping[str, Any]) -> dict[str, str]:
+    """``{"purpose": why}`` for each :data:`FOLDED_PATHS` string that cannot be folded."""
+    return {name: why for name, (_, why) in _folds(action).items() if why is not None}
+
+
+def _folds(action: Mapping[str, Any]) -> dict[str, tuple[str | None, str | None]]:
+    found: dict[str, tuple[str | None, str | None]] = {}
     for *parents, name in FOLDED_PATHS:
         node: Any = action
         for part in parents:
             node = node.get(part) if isinstance(node, Mapping) else None
         value = node.get(name) if isinstance(node, Mapping) else None
         if isinstance(value, str):
-            folded[name] = _contract_safe(fold_text(value))
-    return folded
+            try:
+                found[name] = (_contract_safe(fold_text(value)), None)
+            except TextFoldError as exc:
+                found[name] = (None, str(exc))
+    return found
 
 
 def _contract_safe(text: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kcp_opa.context.builder import ContextSources, build_context
 from kcp_opa.core.errors import ActionRejectedError
-from kcp_opa.decide.action import check_action, folded_strings, trace_id_of
+from kcp_opa.decide.action import check_action, fold_refusals, folded_strings, trace_id_of
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: The decision times the gate accepts: epoch seconds and days stay non-negative and every
@@ -80,7 +80,15 @@ def created_epoch_seconds(action: Mapping[str, Any]) -> int:
 
 
 #: The keys of ``input.context`` the context stage builds (kcp_opa.context.builder).
-CONTEXT_KEYS = ("facts", "facts_principal", "attestations_refused", "metering", "counters", "exceptions")
+CONTEXT_KEYS = (
+    "facts",
+    "facts_principal",
+    "facts_refused",
+    "attestations_refused",
+    "metering",
+    "counters",
+    "exceptions",
+)
 
 
 def built_context(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,6 +142,7 @@ def build_input(
             "action_created_epoch_seconds": created_epoch_seconds(action),
             "satisfied_controls": sorted(set(satisfied_controls)),
             "folded": folded_strings(action),
+            **({"folded_refused": refused} if (refused := fold_refusals(action)) else {}),
             **(
                 dict(built)
                 if built is not None

@@ -19,7 +19,7 @@ from typing import Any
 
 from kcp_opa.core import strings
 from kcp_opa.core.errors import CompileError
-from kcp_opa.core.textfold import fold_text
+from kcp_opa.core.textfold import TextFoldError, fold_text
 from kcp_opa.declare.diagnostics import Findings, PathPart
 
 TEXT, IDENT = "text", "identifier"
@@ -95,6 +95,11 @@ TRUST_RULES = _rules(
     ("separation_of_duties/*", IDENT),
     ("principals/*/roles/*", IDENT),
     ("principals/*/auth_scopes/*", IDENT),
+    # the gate facts the registry establishes (kcp_opa.context.facts): identifiers as the action's
+    ("principals/*/actor_role", IDENT),
+    ("principals/*/agent_scope/*", IDENT),
+    ("principals/*/model/id", IDENT),
+    ("principals/*/model/hosting", IDENT),
     ("issuers/*/controls/*", IDENT),
 )
 
@@ -116,8 +121,19 @@ def check_declaration_strings(doc: Mapping[str, Any], rules: Sequence[Rule], fin
                 f"(an identifier: {strings.IDENTIFIER_RULE}; the same rule as an action's)",
                 path,
             )
-        elif path[-2:-1] == ("not_for",) and not fold_text(value):
-            findings.error("declaration_empty", "a not_for entry that folds to nothing matches no purpose", path)
+        elif path[-2:-1] == ("not_for",):
+            _check_not_for(value, path, findings)
+
+
+def _check_not_for(value: str, path: tuple[PathPart, ...], findings: Findings) -> None:
+    """A not_for entry must fold (kcp_opa.core.textfold) to something, as the purposes it excludes do."""
+    try:
+        folded = fold_text(value)
+    except TextFoldError as exc:
+        findings.error("declaration_unreadable", f"{_shown(value)}: {exc}; spell the purpose in one script", path)
+        return
+    if not folded:
+        findings.error("declaration_empty", "a not_for entry that folds to nothing matches no purpose", path)
 
 
 @dataclass

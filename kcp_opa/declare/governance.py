@@ -13,7 +13,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kcp_opa.core.textfold import fold_text
+from kcp_opa.core.errors import CompileError
+from kcp_opa.core.textfold import TextFoldError, fold_text
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.diagnostics import Findings, PathPart
 
@@ -343,7 +344,12 @@ def effective_temporal(root: Mapping[str, Any], unit: Mapping[str, Any]) -> tupl
 def folded_not_for(unit: Mapping[str, Any]) -> list[str]:
     """not_for entries in the folded form the gate compares the action's purpose with."""
     values = unit.get("not_for")
-    return sorted({fold_text(v) for v in values if isinstance(v, str)}) if isinstance(values, list) else []
+    if not isinstance(values, list):
+        return []
+    try:
+        return sorted({fold_text(v) for v in values if isinstance(v, str)})
+    except TextFoldError as exc:  # validate names the entry; never compiled as a not_for matching nothing
+        raise CompileError(f"unit {unit.get('id', '?')!s}: a not_for entry cannot be folded: {exc}") from None
 
 
 def supersessors(units: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:

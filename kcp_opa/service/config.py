@@ -18,6 +18,7 @@ from typing import Any
 
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.context import ContextSources, StaticGateConfig
+from kcp_opa.context.factcontract import fact_problem
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
@@ -87,6 +88,13 @@ class ServiceConfig:
             raise ServiceConfigError("--trust needs --issuer-id and --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING)")
         if self.keyring is not None and self.signing_key is not None:
             raise ServiceConfigError("give --keyring or --signing-key, not both")
+        for option, fact_name, value in (
+            ("--region", "deployment_region", self.region),
+            ("--environment", "environment", self.environment),
+        ):
+            problem = fact_problem(fact_name, value) if value is not None else None
+            if problem is not None:  # both engines must read the gate's own facts alike (docs/input-contract.md)
+                raise ServiceConfigError(f"{option} {value!r}: {problem}")
 
     def verification(self) -> Verification | None:
         """The keys and scope every bundle (at start and on each reload) must be signed with."""

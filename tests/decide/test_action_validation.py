@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
 from conftest import REPO
 
+from kcp_opa.core import strings
 from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.core.textfold import TextFoldError
 from kcp_opa.decide import action as module
 from kcp_opa.decide.action import (
     action_hash,
     check_action,
     check_strings,
+    fold_refusals,
     fold_text,
     folded_strings,
     parse_action,
@@ -211,10 +215,10 @@ def test_identifier_paths() -> None:
     # free text elsewhere may hold spaces and non-ASCII
     assert "identifier" not in _try(_with(("target", "reference"), "supplier 4821 é"))
     assert "identifier" not in _try(_with(("authorization_context", "agent_scope_note"), "a b"))
-    assert module._IDENTIFIER_PATH.match("/delegation_chain/12/capabilities/3")
-    assert not module._IDENTIFIER_PATH.match("/delegation_chain/x/agent_id")
-    assert not module._IDENTIFIER_PATH.match("/tenant_id/extra")
-    assert not module._IDENTIFIER_PATH.match("x/tenant_id")
+    assert strings.is_action_identifier_path("/delegation_chain/12/capabilities/3")
+    assert not strings.is_action_identifier_path("/delegation_chain/x/agent_id")
+    assert not strings.is_action_identifier_path("/tenant_id/extra")
+    assert not strings.is_action_identifier_path("x/tenant_id")
 
 
 def test_check_strings_walks_lists_and_keys_only_when_strings() -> None:
@@ -244,6 +248,22 @@ def test_fold_text() -> None:
     assert fold_text("e\u0301") == "e" and fold_text("\u20dd") == ""  # Mn and Me dropped
     assert fold_text("ǅ") == "dz"
     assert fold_text("한") == "한"  # recomposed by the final NFC
+    # look-alikes read as the Latin letters (TR39), before and after case folding
+    assert fold_text("tr\u0430ining") == fold_text("\u03a4R\u0391\u0399\u039d\u0399\u039dG") == "training"
+    assert fold_text("\u1d1b\u0280\u1d00\u026a\u0274\u026a\u0274\u0262") == "training"  # small capitals
+    assert (
+        fold_text("ai\u2013training") == fold_text("ai\u30fctraining") == fold_text("ai\u203ftraining") == "ai_training"
+    )
+    assert fold_text("\u7814\u7a76 training") == "\u7814\u7a76_training"  # Han with Latin is one reading
+    assert fold_text("\u043e\u0431\u0443\u0447\u0435\u043d\u0438\u0435")  # one script: folded, not refused
+    for unreadable, why in (
+        ("tra\u01c0ning", "either I or l"),
+        ("tr\u0430ining\u0436", "CYRILLIC, LATIN"),
+        ("train\u3164ing", "U+1160"),  # U+3164 after NFKD
+        ("trai\ue000ning", "U+E000"),
+    ):
+        with pytest.raises(TextFoldError, match=re.escape(why)):
+            fold_text(unreadable)
 
 
 def test_folded_strings() -> None:
@@ -253,6 +273,9 @@ def test_folded_strings() -> None:
     assert folded_strings({"knowledge": "flat"}) == {}
     assert folded_strings({"knowledge": {"purpose": 5}}) == {}
     assert folded_strings(_with(("knowledge", "purpose"), '"\u200bx"')) == {"purpose": "x"}
+    refused = _with(("knowledge", "purpose"), "tra\u01c0ning")
+    assert folded_strings(refused) == {} and "either I or l" in fold_refusals(refused)["purpose"]
+    assert fold_refusals(action) == {}
     assert module._contract_safe('"') == '"' and module._contract_safe('"a') == '"a'
     assert module.FOLDED_PATHS == (("knowledge", "purpose"),)
 

@@ -57,7 +57,17 @@ FLAGS = (
     "provider_conflict", "audit_failure", "irreversible", "material_irreversible", "high_risk_country",
 )  # fmt: skip
 MONEY_MOVING = ("payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending")
-PURPOSES = ("training", "TRAİNING", "Training", "ai_training", "MODEL_TRAINING", "Trai\u0307ning", "support", "")
+PURPOSES = (
+    *("training", "TRAİNING", "Training", "ai_training", "MODEL_TRAINING", "Trai\u0307ning", "support", ""),
+    # look-alike spellings (docs/input-contract.md, "Purposes"): folded to training, or refused
+    *(
+        "tr\u0430ining",
+        "\u03a4R\u0391\u0399\u039d\u0399\u039dG",
+        "\u1d1b\u0280\u1d00\u026a\u0274\u026a\u0274\u0262",
+        "ai\u2013training",
+    ),
+    *("model\uff3ftraining", "trai\u200dning", "tra\u01c0ning", "tr\u0430ining\u0436", "\ufb01ne-tuning"),
+)
 # not_for entries of kcp-governance's v3-upgrade, as declared and folded-equal (lifecycle.rego).
 PURPOSES += ("Initial KCP adoption (no prior version)", "\u0130NITIAL KCP ADOPTION (no prior version)")
 FREE_TEXT = (
