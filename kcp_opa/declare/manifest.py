@@ -237,7 +237,6 @@ _UNKNOWN_CODES = {
     "regulations": "unknown_regulation",
     "restrictions": "unknown_restriction",
     "data_categories": "unknown_data_category",
-    "waivable_restrictions": "unknown_restriction",
 }
 
 
@@ -245,7 +244,6 @@ def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], f
     vocabularies: tuple[tuple[str, Sequence[str]], ...] = (
         ("regulations", vocab.REGULATIONS),
         ("data_categories", vocab.DATA_CATEGORIES),
-        ("waivable_restrictions", [r for r, rule in vocab.RESTRICTION_RULES.items() if "restrictions" in rule]),
     )
     for key, known in vocabularies:
         for index, value in _items(block.get(key)):
