@@ -89,12 +89,12 @@ def recordable_controls(modules: Mapping[str, str], trust: Mapping[str, Any] | N
 def unresolved_controls(modules: Mapping[str, str], trust: Mapping[str, Any] | None) -> list[Unresolved]:
     """Each required control the desk would refuse as ``unknown_control``, naming where to declare it."""
     known = recordable_controls(modules, trust)
-    where = "the trust registry's" if trust is not None else "a trust registry's (none given)"
+    how = "a human control" if trust is not None else "a human control; check reads it from --bundle, compiled --trust"
     return [
         Unresolved(
             file, line, "unknown_control", control,
             f"a finding requires control {control}, which the control desk cannot record{nearest(control, known)}: "
-            f"declare it in {where} separation_of_duties (a human control) or in kcp.controls.allowed_actors",
+            f"declare it in the trust registry's separation_of_duties ({how}) or in kcp.controls.allowed_actors",
         )
         for file, line, control in required_controls(modules)
         if control not in known

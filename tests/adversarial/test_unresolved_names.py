@@ -27,7 +27,6 @@ from exceptionkit import exception, key, write_file, write_registry
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.compile.resolution import waivable_codes
 from kcp_opa.context import SignedExceptions
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.decide.gate import Gate
@@ -217,9 +216,7 @@ def test_an_exception_cannot_lift_no_external_llm_on_special_category_data(
     signer, registry = signed
     bundle = _art9_bundle(tmp_path, categories, opted_in)
     item = exception(signer, issued=ISSUED, expires=EXPIRES, waives=["external_llm_forbidden"])
-    held = SignedExceptions(
-        registry, path=write_file(tmp_path / "exc.yaml", [item]), waivable=waivable_codes(read_bundle(bundle).modules)
-    )
+    held = SignedExceptions(registry, path=write_file(tmp_path / "exc.yaml", [item]))
     gate = Gate.from_bundle(bundle)
     sources, principal = case_sources(_READ, {"from_action": True}, NOW.strftime("%Y-%m-%dT%H:%M:%SZ"))
     assert sources is not None
