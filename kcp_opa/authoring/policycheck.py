@@ -20,6 +20,7 @@ from kcp_opa.authoring.findingcheck import finding_problems
 from kcp_opa.authoring.regochild import regopy_files
 from kcp_opa.authoring.regosyntax import syntax_problems
 from kcp_opa.authoring.regotest import OPA_ONLY
+from kcp_opa.compile.resolution import policy_problems
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 from kcp_opa.declare.waivers import refusals as waiver_refusals
 
@@ -84,7 +85,8 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
     findings += [  # a terminal denial marked waivable: no exception may ever lift it
         CheckFinding(w.file, w.line, "error", "terminal_waivable", why) for w, why in waiver_refusals(modules)
     ]
-
+    trust = (data or {}).get("kcp_data", {}).get("trust")  # a bundle compiled --trust: its registry
+    findings += [CheckFinding(u.file, u.line or 1, "error", u.code, u.message) for u in policy_problems(modules, trust)]
     findings += finding_problems(modules)
     findings += long_lines(modules)
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))

@@ -6,6 +6,8 @@ decisions applied it (each decision once, however many entries record it). ``che
 an exception has expired but is still in the file, when one expires within ``--expiring``, or
 when the registry does not vouch for one (forged, unsigned, a grantor without a granting role,
 longer than the matrix allows): CI runs it so a waiver is removed on purpose, never forgotten.
+Both refuse an exception that waives a terminal code or one no rule lets it waive (the policies'
+``custom.waivable``: the ``--bundle``'s, else the shipped policies').
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from typing import Any
 import click
 
 from kcp_opa.audit.summary import AppliedExceptions
+from kcp_opa.authoring.policytree import load_modules
 from kcp_opa.cli import render
 from kcp_opa.cli.ledgerarg import LEDGER
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console, fail
+from kcp_opa.compile.bundle import read_bundle
+from kcp_opa.compile.policyfiles import default_policies
+from kcp_opa.compile.resolution import check_waived, waivable_codes
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.gateinput import decision_time
@@ -57,8 +63,18 @@ def _uses(ledger: Path | None) -> AppliedExceptions:
     return applied
 
 
-def _report(path: Path, trust: Path | None, keys: Path | None, matrix: Path | None, max_bytes: int) -> Report[Any]:
-    report: Report[Any] = validate_exceptions(path, max_bytes=max_bytes)
+def _waivable(bundle: Path | None) -> tuple[frozenset[str], str]:
+    """The codes the policies let an exception waive, and whose policies they are."""
+    if bundle is not None:
+        return waivable_codes(read_bundle(bundle).modules), str(bundle)
+    policies = default_policies()
+    return waivable_codes(load_modules([policies])), str(policies)
+
+
+def _report(
+    path: Path, trust: Path | None, keys: Path | None, matrix: Path | None, bundle: Path | None, max_bytes: int
+) -> Report[Any]:
+    report: Report[Any] = check_waived(validate_exceptions(path, max_bytes=max_bytes), *_waivable(bundle))
     if trust is None:
         return report
     lifetime = DEFAULT_MAX_LIFETIME_SECONDS
@@ -100,6 +116,9 @@ _COMMON = [
     click.option("--issuer-keys", type=_FILE, help="Keyring with HMAC issuers' secrets (Ed25519 keys: registry)."),
     click.option("--matrix", type=_FILE, help="The delegation matrix: its maximum exception lifetime (default 30d)."),
     click.option(
+        "--bundle", type=_FILE, help="Bundle whose policies list the waivable codes [default: the shipped policies]."
+    ),
+    click.option(
         "--ledger", type=LEDGER, help="Count each exception's uses in this audit ledger (a file or postgresql://)."
     ),
     click.option("--expiring", help="Also flag exceptions that expire within this span (14d, 12h)."),
@@ -116,9 +135,9 @@ def _common(function: Any) -> Any:
 
 
 def _run(mode: str, file: Path, trust: Path | None, issuer_keys: Path | None, matrix: Path | None,
-         ledger: Path | None, expiring: str | None, now: str | None, fmt: str | None,
+         bundle: Path | None, ledger: Path | None, expiring: str | None, now: str | None, fmt: str | None,
          max_bytes: int) -> None:  # fmt: skip
-    report = _report(file, trust, issuer_keys, matrix, max_bytes)
+    report = _report(file, trust, issuer_keys, matrix, bundle, max_bytes)
     if report.document is None:
         if as_json(fmt):
             render.print_json(report.to_dict())
@@ -167,5 +186,6 @@ def list_command(**options: Any) -> None:
 @_common
 def check_command(**options: Any) -> None:
     """Exit 1 on an exception that expired but is still in the file (or expires within
-    --expiring), and on one the registry does not vouch for; 0 otherwise."""
+    --expiring), on one the registry does not vouch for, and on one that waives a terminal code
+    or a code the policies (--bundle's, else the shipped ones) do not mark waivable; 0 otherwise."""
     _run("check", **options)

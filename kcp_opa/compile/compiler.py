@@ -24,6 +24,7 @@ from kcp_opa.compile.datadoc import DATA_ROOT, build_data
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR
 from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
+from kcp_opa.compile.resolution import refuse_unresolved
 from kcp_opa.compile.signatures import SIGNATURES_NAME, SigningKey, signatures_file
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
@@ -147,6 +148,7 @@ def compile_bundle(
         if report.document is None:
             raise ValidationFailedError(report.file, [str(d) for d in report.errors])
         trust = report.document
+        refuse_unresolved({str(policies_dir / m.path): m.source for m in modules}, matrix, trust)
     data = build_data(manifests, matrix, trust)
     check_data_strings(data)  # the backstop: no string regopy would read escaped (declstrings)
     files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]

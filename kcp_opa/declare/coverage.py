@@ -30,6 +30,7 @@ def check_coverage(doc: Mapping[str, Any], units: Units, findings: Findings) -> 
     blocks += [(("units", i, "compliance"), c) for i, u in units if (c := _mapping(u.get("compliance")))]
     for here, block in blocks:
         _check_restrictions(block, here, findings)
+        _check_waivable_restrictions(block, here, findings)
     _check_cross_border(root or {}, units, findings)
     _advise(blocks, findings)
     for here, visibility in [(("visibility",), doc.get("visibility"))] + [
@@ -58,6 +59,19 @@ def _check_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], fi
                 "decide as if it were not declared. Remove it (and enforce it where the data is handled), "
                 f"or use one the gate enforces: {', '.join(_enforced())}",
                 at,
+            )
+
+
+def _check_waivable_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+    """``waivable_restrictions`` opts restriction rules in for exceptions on Art. 9 data (docs/exceptions.md)."""
+    rules = sorted(r for r, rule in vocab.RESTRICTION_RULES.items() if rule.startswith("kcp.restrictions."))
+    for index, value in _items(block.get("waivable_restrictions")):
+        if isinstance(value, str) and value not in rules:
+            findings.error(
+                "unknown_waivable_restriction",
+                f"waivable_restrictions value {value!r} is no restriction rule an exception could waive"
+                f"{did_you_mean(value, rules)}: it would opt nothing in; restriction rules: {', '.join(rules)}",
+                (*here, "waivable_restrictions", index),
             )
 
 

@@ -43,6 +43,7 @@ POLICY_FIELDS = (
     "compliance.declared_fields",
     "compliance.restrictions",
     "compliance.legal_basis",
+    "compliance.waivable_restrictions",
     "delegation.max_depth",
     "delegation.require_capability_attenuation",
     "delegation.audit_chain",
@@ -238,6 +239,9 @@ def _compliance(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, S
     )
     out["compliance.legal_basis"] = _inherit(root, unit, "legal_basis", None)
     out["compliance.article_9_condition"] = _inherit(root, unit, "article_9_condition", None)
+    opted = _inherit(root, unit, "waivable_restrictions", None)
+    if opted.value is not None:  # only when declared: profiles that say nothing stay as they are
+        out["compliance.waivable_restrictions"] = Sourced(sorted(set(opted.value)), opted.source)
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from kcp_opa.compile.resolution import waivable_codes
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, SignedExceptions, StaticGateConfig
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
@@ -146,7 +147,8 @@ def with_exceptions(gate: Gate, registry: TrustRegistry | None, path: Path | Non
     matrix = _mapping(_mapping(gate.bundle.data.get("kcp_data")).get("matrix"))
     limits = _mapping(_mapping(matrix.get("parameters")).get("exceptions"))
     lifetime = limits.get("max_lifetime_seconds", DEFAULT_MAX_LIFETIME_SECONDS)
-    held = SignedExceptions(registry, path=path, keyring=keys, max_lifetime_seconds=int(lifetime))
+    waivable = waivable_codes(gate.bundle.modules)  # an exception waiving another code is refused
+    held = SignedExceptions(registry, path=path, keyring=keys, max_lifetime_seconds=int(lifetime), waivable=waivable)
     gate.context = replace(gate.context if gate.context is not None else ContextSources(), exceptions=held)
 
 

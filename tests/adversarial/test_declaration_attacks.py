@@ -252,6 +252,11 @@ _UNREAD = [
     ("no-caching", "{restrictions: [no-caching]}", "restriction_unenforced"),
     ("a typo", "{restrictions: [no_ai_training]}", "unknown_restriction"),
     ("no-cross-border, no residency", "{restrictions: [no-cross-border]}", "cross_border_without_residency"),
+    (
+        "a waivable_restrictions typo",
+        "{restrictions: [no-ai-training], waivable_restrictions: [no-extrenal-llm]}",
+        "unknown_waivable_restriction",
+    ),
 ]
 
 

@@ -8,14 +8,20 @@
 #   parameters.exceptions.max_lifetime_seconds, and every key of its scope (tenant_id, unit,
 #   agent_id: the gate's principal, task_type) matches this action. It waives only the codes
 #   it names that the evaluators' METADATA declares waivable (custom.waivable) and that are not
-#   terminal. A waived finding stays in the decision, marked waived_by, routing nothing; each
-#   exception applied adds an exception_applied reason naming it, its ticket, grantor and expiry.
+#   terminal. A restriction's finding (rule kcp.restrictions.<name>) on a unit whose data is a
+#   GDPR Art. 9 special category (compliance.data_categories: health, biometric, genetic,
+#   special_category) is terminal for exceptions unless the manifest lists that restriction in
+#   compliance.waivable_restrictions. A waived finding stays in the decision, marked waived_by,
+#   routing nothing; each exception applied adds an exception_applied reason naming it, its
+#   ticket, grantor and expiry.
 # custom:
 #   evaluator_id: exception_check
 #   evaluator_version: "1.0.0"
 package kcp.gate.exceptions
 
 import rego.v1
+
+import data.kcp.lib.facts
 
 _now := input.context.decision_epoch_seconds
 
@@ -67,6 +73,30 @@ in_force contains e if {
 # smallest id. kcp-opa: ordered alike (ids are [A-Za-z0-9._-], identifiers)
 _waivers(waivable, terminal) := {code: min({e.id | some e in in_force; code in e.waives}) |
 	some code in {c | some e in in_force; some c in e.waives; c in waivable; not c in terminal}
+}
+
+# GDPR Art. 9 special categories (kcp_opa.audit.ropa.SPECIAL_CATEGORIES).
+_art9 := {"health", "biometric", "genetic", "special_category"}
+
+default _special_category := false
+
+_special_category if {
+	some category in facts.profile.compliance.data_categories
+	category in _art9
+}
+
+# The restrictions the manifest lets an exception waive even on special-category data.
+_opted_in := {r | some r in facts.profile.compliance.waivable_restrictions}
+
+_restriction_prefix := "kcp.restrictions."
+
+# The codes of restriction findings no exception may waive here: terminal on special-category data.
+_locked(found) := {f.code |
+	_special_category
+	some f in found
+	startswith(f.rule, _restriction_prefix)
+	restriction := substring(f.rule, count(_restriction_prefix), -1)
+	not restriction in _opted_in
 }
 
 _mark(f, id) := object.union(f, {
@@ -124,4 +154,6 @@ _by_evaluator(by_evaluator, waiver) := object.union(
 #   the cross-reference).
 apply(by_evaluator, waivable, terminal) := by_evaluator if {
 	count(in_force) == 0
-} else := _by_evaluator(by_evaluator, _waivers(waivable, terminal))
+} else := _by_evaluator(by_evaluator, _waivers(waivable, terminal | _locked(_all(by_evaluator))))
+
+_all(by_evaluator) := {f | some found in by_evaluator; some f in found}

@@ -151,3 +151,52 @@ test_two_exceptions_the_smallest_id_waives if {
 	["field_access_violation", "ALLOW", "EXC-1"] in _waived_codes(found)
 	count([f | some f in found; f.code == "exception_applied"]) == 1
 }
+
+_llm := {
+	"code": "external_llm_forbidden",
+	"rule": "kcp.restrictions.no-external-llm",
+	"evaluator_id": "restriction_check",
+	"evaluator_version": "1.0.0",
+	"state": "DENY",
+	"controls": [],
+	"message": "no-external-llm: model m is externally hosted",
+	"details": {},
+}
+
+_llm_exc := object.union(_exc, {"waives": ["external_llm_forbidden"]})
+
+# The unit crm/customer-records with the given compliance block (an index of depth 0).
+_llm_run(compliance) := found if {
+	by := {"restrictions": {_llm}}
+	ctx := _ctx(1000000, [_llm_exc])
+	action := _action
+	params := _params
+	units := {"depth": 0, "slots": {"crm": {"customer-records": {"profile": 0}}}}
+	profiles := [{"compliance": compliance}]
+	waivable := {"external_llm_forbidden"}
+	terminal := _terminal
+	out := exceptions.apply(by, waivable, terminal) with input.action as action
+		with input.context as ctx
+		with data.kcp_data.matrix.parameters as params
+		with data.kcp_data.units as units
+		with data.kcp_data.profiles as profiles
+	found := _flat(out)
+}
+
+test_a_restriction_on_special_category_data_is_terminal_for_exceptions if {
+	_waived_codes(_llm_run({"data_categories": ["health"], "restrictions": ["no-external-llm"]})) == {
+		["external_llm_forbidden", "DENY", ""],
+	}
+	found := _llm_run({"data_categories": ["special_category"], "waivable_restrictions": ["no-ai-training"]})
+	_waived_codes(found) == {["external_llm_forbidden", "DENY", ""]}
+}
+
+test_the_manifest_may_opt_a_restriction_in_on_special_category_data if {
+	found := _llm_run({"data_categories": ["genetic"], "waivable_restrictions": ["no-external-llm"]})
+	["external_llm_forbidden", "ALLOW", "EXC-1"] in _waived_codes(found)
+}
+
+test_a_restriction_on_other_data_stays_waivable if {
+	["external_llm_forbidden", "ALLOW", "EXC-1"] in _waived_codes(_llm_run({"data_categories": ["contact"]}))
+	["external_llm_forbidden", "ALLOW", "EXC-1"] in _waived_codes(_llm_run({}))
+}
