@@ -165,21 +165,48 @@ class StaticAuthenticator:
 def check_caller_action(principal: Principal, action: Any) -> None:
     """Check an action a caller asks the service to decide, and bind what it states about its caller.
 
+    Who acted is the authenticated caller: the action's ``agent_id`` must name the caller itself
+    (compared in canonical form, in constant time), so a decision is never made for, nor recorded
+    as, a principal that did not authenticate. The action model has no authenticated way to act
+    for another principal (``delegation_chain`` is the caller's own statement, and ``subject_id``
+    is whom the agent acts for, not who acts), so no statement lets a caller name another agent.
     KCP ``access`` and ``visibility.requires_auth`` read
     ``authorization_context.authenticated_principal``, ``access: restricted`` its
-    ``principal_scopes``. Over the service the caller's identity comes from its credential, so an
-    action may state only the caller itself (compared in canonical form, in constant time) and
-    only scopes the trust registry grants the caller (``auth_scopes``; none without a registry).
-    An agent naming another principal, or a scope it was not granted, to be served a unit it may
-    not read is refused with ``principal_mismatch`` / ``scope_not_granted``, and the refusal is
-    audited like every other.
+    ``principal_scopes``: an action may state only the caller itself there too, and only scopes
+    the trust registry grants the caller (``auth_scopes``; none without a registry). Anything else
+    is refused with ``principal_mismatch`` / ``scope_not_granted``, and the refusal is audited like
+    every other, attributed to the caller.
     """
     check_action(action)
+    _check_stated_agent(principal, action.get("agent_id"))
     context = action.get("authorization_context")
     if not isinstance(context, Mapping):
         return
     _check_stated_principal(principal, context.get("authenticated_principal"))
     _check_stated_scopes(principal, context.get("principal_scopes"))
+
+
+def _canonical_or_empty(stated: Any) -> str:
+    try:
+        return strict_canonical_id(stated)
+    except IdentityError:
+        return ""
+
+
+def _same_as_caller(principal: Principal, stated: Any) -> bool:
+    return hmac.compare_digest(_canonical_or_empty(stated).encode("utf-8"), principal.id.encode("utf-8"))
+
+
+def _check_stated_agent(principal: Principal, stated: Any) -> None:
+    if _same_as_caller(principal, stated):
+        return
+    named = _canonical_or_empty(stated)
+    stated_as = f"names {named}" if named else f"{str(stated)[:128]!r} has no canonical form"
+    raise AccessDeniedError(
+        f"agent_id {stated_as} but the authenticated caller is {principal.id}: an action is decided for, and"
+        f" recorded as, the principal that authenticated; state agent_id {principal.id!r}",
+        "principal_mismatch",
+    )
 
 
 def _check_stated_scopes(principal: Principal, stated: Any) -> None:
@@ -198,11 +225,7 @@ def _check_stated_scopes(principal: Principal, stated: Any) -> None:
 def _check_stated_principal(principal: Principal, stated: Any) -> None:
     if stated is None:
         return
-    try:
-        canonical = strict_canonical_id(stated)
-    except IdentityError:
-        canonical = ""
-    if not hmac.compare_digest(canonical.encode("utf-8"), principal.id.encode("utf-8")):
+    if not _same_as_caller(principal, stated):
         raise AccessDeniedError(
             f"authorization_context.authenticated_principal must be the authenticated caller ({principal.id}); "
             "an action cannot state another principal",

@@ -63,6 +63,24 @@ def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutabl
     return event
 
 
+def attribution(document: Mapping[str, Any], action: Mapping[str, Any]) -> dict[str, Any]:
+    """Whom a decision entry is attributed to (its top-level ``agent_id``).
+
+    The principal the decision was made for (``input.context.facts_principal``: over the service
+    the authenticated caller, over the library whom the host runs the agent as), never the
+    action's own word. The action's ``agent_id`` is kept beside it as ``stated_agent_id`` only when
+    it differs (the service admits only the caller's own id, so only its spelling can differ).
+    Without a principal (``kcp-opa decide``, ``Gate.decide`` without ``principal``) the entry
+    names the stated agent and says ``unauthenticated: true``.
+    """
+    context = document.get("context")
+    principal = context.get("facts_principal") if isinstance(context, Mapping) else None
+    stated = action.get("agent_id")
+    if isinstance(principal, str) and principal:
+        return {"agent_id": principal} if stated == principal else {"agent_id": principal, "stated_agent_id": stated}
+    return {"agent_id": stated, "unauthenticated": True}
+
+
 def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The decision input reduced to its allow-listed fields; the JSON pointers erased."""
     return redact(document, INPUT_FIELDS, "/input")
@@ -151,7 +169,7 @@ class AuditTrail:
             erased = [*erased, "/engine_results"]
         entry: dict[str, Any] = self._log.msg(
             "decision",
-            **self._kcp_fields(action, decision),
+            **{**self._kcp_fields(action, decision), **attribution(document, action)},
             decision_id=decision.decision_id,
             action_hash=decision.action_hash,
             decision=decision.decision.value,
