@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kcp_opa.core.errors import CodedError
-from kcp_opa.core.identity import IdentityError
-from kcp_opa.core.identity import canonical_id as strict_canonical_id
+from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.decide.action import check_action
 
 
@@ -186,21 +185,14 @@ def check_caller_action(principal: Principal, action: Any) -> None:
     _check_stated_scopes(principal, context.get("principal_scopes"))
 
 
-def _canonical_or_empty(stated: Any) -> str:
-    try:
-        return strict_canonical_id(stated)
-    except IdentityError:
-        return ""
-
-
 def _same_as_caller(principal: Principal, stated: Any) -> bool:
-    return hmac.compare_digest(_canonical_or_empty(stated).encode("utf-8"), principal.id.encode("utf-8"))
+    return hmac.compare_digest(canonical_or_empty(stated).encode("utf-8"), principal.id.encode("utf-8"))
 
 
 def _check_stated_agent(principal: Principal, stated: Any) -> None:
     if _same_as_caller(principal, stated):
         return
-    named = _canonical_or_empty(stated)
+    named = canonical_or_empty(stated)
     stated_as = f"names {named}" if named else f"{str(stated)[:128]!r} has no canonical form"
     raise AccessDeniedError(
         f"agent_id {stated_as} but the authenticated caller is {principal.id}: an action is decided for, and"

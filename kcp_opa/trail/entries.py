@@ -22,6 +22,7 @@ import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
+from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact
@@ -64,19 +65,19 @@ def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutabl
 
 
 def attribution(document: Mapping[str, Any], action: Mapping[str, Any]) -> dict[str, Any]:
-    """Whom a decision entry is attributed to (its top-level ``agent_id``).
+    """Whom a decision entry is attributed to (its top-level ``agent_id``), never on the action's word.
 
     The principal the decision was made for (``input.context.facts_principal``: over the service
-    the authenticated caller, over the library whom the host runs the agent as), never the
-    action's own word. The action's ``agent_id`` is kept beside it as ``stated_agent_id`` only when
-    it differs (the service admits only the caller's own id, so only its spelling can differ).
-    Without a principal (``kcp-opa decide``, ``Gate.decide`` without ``principal``) the entry
-    names the stated agent and says ``unauthenticated: true``.
+    the authenticated caller, whose canonical id the action's ``agent_id`` must be; over the
+    library whom the host runs the agent as) when the action names that principal; the action's
+    own spelling is kept as ``stated_agent_id`` when it differs. Otherwise nothing vouches for the
+    agent (``kcp-opa decide``, ``Gate.decide`` without ``principal``, a vouching host's stand-in
+    principal): the entry names the stated agent and says ``unauthenticated: true``.
     """
     context = document.get("context")
     principal = context.get("facts_principal") if isinstance(context, Mapping) else None
     stated = action.get("agent_id")
-    if isinstance(principal, str) and principal:
+    if isinstance(principal, str) and principal and canonical_or_empty(stated) == principal:
         return {"agent_id": principal} if stated == principal else {"agent_id": principal, "stated_agent_id": stated}
     return {"agent_id": stated, "unauthenticated": True}
 

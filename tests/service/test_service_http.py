@@ -28,7 +28,8 @@ from servicekit import local_context, open_local
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 TOKEN = "kcp-opa-test-token-" + "x" * 24
 CLIENTS = 8
 #: Without --trust the server knows none of the agent's facts (its scope, the beneficiary's
