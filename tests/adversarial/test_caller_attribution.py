@@ -6,8 +6,8 @@ tokens): the agent ``agent_payments_001`` posts the KYA payment stating ``agent_
 JSON API, the OPA-compatible ``/v1/data`` route and MCP ``tools/call`` (streamable HTTP and
 stdio) the action is refused with ``403 principal_mismatch`` naming both canonical ids; the
 refusal is in the ledger attributed to the caller; no decision, report row or metric names
-anna. The caller's own id in another case or width is the same principal: decided, recorded
-under the canonical id, the spelling kept as ``stated_agent_id``.
+anna. The caller's own id in another case is refused too (per-agent budgets count the id as
+written); its exact id is decided and recorded as the caller.
 """
 
 from __future__ import annotations
@@ -153,24 +153,27 @@ def test_look_alikes_and_a_stated_delegation_do_not_make_another_agent(served: t
     assert [e["principal"]["id"] for e in _mismatches(ledger)[before:]] == [AGENT] * 2
 
 
-def test_the_callers_own_id_in_another_spelling_is_recorded_as_the_caller(served: tuple[str, Path, Path]) -> None:
-    """Canonical comparison: case folds to the caller; the entry names the canonical caller, keeps
-    the spelling as stated_agent_id, and the subject it acts for."""
+def test_the_callers_own_id_in_another_spelling_is_refused_and_its_exact_id_recorded(
+    served: tuple[str, Path, Path],
+) -> None:
+    """Budgets and rate limits count per agent by the id as written: the caller's id in another
+    case would count apart, so only the exact canonical id is the caller. The decision it makes
+    names it, and the subject it acts for."""
     url, ledger, _ = served
-    stated = "Agent_PAYMENTS_001"
-    decided = _post(url, "/v1/decisions", {"action": _action(stated, "spelled")})
-    assert decided.status_code == 200, decided.text
+    spelled = _post(url, "/v1/decisions", {"action": _action("Agent_PAYMENTS_001", "spelled")})
+    assert spelled.status_code == 403 and spelled.json()["code"] == "principal_mismatch", spelled.text
+    assert "'Agent_PAYMENTS_001' spells the caller's id agent_payments_001 another way" in spelled.json()["error"]
+    stating = _action(AGENT, "stating", authorization_context={**KYA["authorization_context"]})
+    stating["authorization_context"]["authenticated_principal"] = "AGENT_payments_001"
+    restated = _post(url, "/v1/decisions", {"action": stating})
+    assert restated.status_code == 403 and restated.json()["code"] == "principal_mismatch", restated.text
     own = _post(url, "/v1/decisions", {"action": _action(AGENT, "own")})
     assert own.status_code == 200, own.text
-    entries = {e["decision_id"]: e for e in _decisions(ledger)}
-    spelled, plain = entries[decided.json()["decision_id"]], entries[own.json()["decision_id"]]
-    assert spelled["agent_id"] == AGENT and spelled["stated_agent_id"] == stated
-    assert plain["agent_id"] == AGENT and "stated_agent_id" not in plain
-    for entry in (spelled, plain):
-        assert "unauthenticated" not in entry
-        assert entry["input"]["context"]["facts_principal"] == AGENT
-        assert entry["input"]["action"]["subject_id"] == "user_001"  # whom the agent acts for
-    assert summarize(ledger).by_agent.get(AGENT, 0) >= 2
+    entry = {e["decision_id"]: e for e in _decisions(ledger)}[own.json()["decision_id"]]
+    assert entry["agent_id"] == AGENT and "stated_agent_id" not in entry and "unauthenticated" not in entry
+    assert entry["input"]["context"]["facts_principal"] == AGENT
+    assert entry["input"]["action"]["subject_id"] == "user_001"  # whom the agent acts for
+    assert summarize(ledger).by_agent.get(AGENT, 0) >= 1
 
 
 def test_an_approvers_token_is_attributed_to_the_approver(served: tuple[str, Path, Path]) -> None:
