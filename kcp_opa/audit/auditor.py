@@ -316,6 +316,14 @@ def entry_decision_id(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
+def entry_agent(entry: Mapping[str, Any]) -> str:
+    """Whom a decision entry is attributed to, as reports show it: its ``agent_id`` (the
+    authenticated principal), or the agent the action stated, marked, when no principal
+    authenticated (``unauthenticated: true``, a ``kcp-opa decide`` ledger)."""
+    agent = str(entry.get("agent_id") or "(none)")
+    return f"{agent} (unauthenticated)" if entry.get("unauthenticated") is True else agent
+
+
 def entry_principal(entry: Mapping[str, Any]) -> str | None:
     """The authenticated principal of a service entry (refusals, notes), by id."""
     principal = entry.get("principal")

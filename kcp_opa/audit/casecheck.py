@@ -36,11 +36,12 @@ from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
 from kcp_opa.authorize.documents import Attestation
-from kcp_opa.authorize.parties import canonical_or_empty, parties
+from kcp_opa.authorize.parties import parties
 from kcp_opa.compile.bundle import LoadedBundle, is_content_revision, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import SYSTEM_CONTROLS

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.audit.auditor import entry_decision_id, entry_principal
+from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
 
 COLUMNS = ("seq", "time", "type", "decision_id", "who", "what", "detail")
 
@@ -34,6 +34,7 @@ def row(entry: Mapping[str, Any]) -> dict[str, str]:
     evidence = _mapping(entry.get("evidence"))
     who, what, detail = _text(entry.get("agent_id")), "", ""
     if kind == "decision":
+        who = entry_agent(entry)
         what = f"{_text(entry.get('decision'))}/{_text(entry.get('authorization_status'))}"
         parts = [", ".join(_strings(entry.get("reason_codes")))]
         parts += [f"unit {entry['kcp_unit_applied']}"] if entry.get("kcp_unit_applied") else []

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcp_opa.audit.auditor import entry_decision_id, entry_principal
+from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
 from kcp_opa.core.identity import IdentityError
 from kcp_opa.declare.trust import Principal, TrustRegistry
 from kcp_opa.trail.ledger import read_entries, verify_ledger
@@ -227,7 +227,7 @@ def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> L
         summary.by_state[str(entry.get("decision"))] += 1
         summary.by_status[str(entry.get("authorization_status"))] += 1
         summary.by_reason.update(str(code) for code in entry.get("reason_codes") or [])
-        summary.by_agent[str(entry.get("agent_id") or "(none)")] += 1
+        summary.by_agent[entry_agent(entry)] += 1
         summary.by_model[str(entry.get("model") or "(none)")] += 1
         summary.by_unit[str(entry.get("kcp_unit_applied") or "(none)")] += 1
         tenant = _mapping(_mapping(entry.get("input")).get("action")).get("tenant_id")

@@ -20,9 +20,10 @@ from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation
 from kcp_opa.authorize.documents import Attestation, Receipt
 from kcp_opa.authorize.evidence import EvidenceStatus as EvidenceStatus  # re-exported: the old import path
 from kcp_opa.authorize.evidence import evidence_for as evidence_for
-from kcp_opa.authorize.parties import canonical_or_empty, parties
+from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
+from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.signing import Keyring, Signer, seal, seal_holds
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.counting import StoreCounters

@@ -13,14 +13,6 @@ from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
 
 
-def canonical_or_empty(value: Any) -> str:
-    """The canonical id of ``value``, or "" when it is not a string or cannot be made canonical."""
-    try:
-        return canonical_id(value) if isinstance(value, str) else ""
-    except IdentityError:
-        return ""
-
-
 def parties(action: Mapping[str, Any]) -> list[str]:
     """Canonical ids of the subject, the agent, the requester and every agent of the delegation chain.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 from kcp_opa.core.errors import CodedError
 
@@ -60,3 +61,11 @@ def canonical_id(value: str) -> str:
 def same_principal(left: str, right: str) -> bool:
     """True when both ids name the same principal (both must be canonicalisable)."""
     return canonical_id(left) == canonical_id(right)
+
+
+def canonical_or_empty(value: Any) -> str:
+    """The canonical id of ``value``, or "" when it is not a string or cannot be made canonical."""
+    try:
+        return canonical_id(value) if isinstance(value, str) else ""
+    except IdentityError:
+        return ""

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kcp_opa.core.errors import CodedError
-from kcp_opa.core.identity import IdentityError
-from kcp_opa.core.identity import canonical_id as strict_canonical_id
+from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.decide.action import check_action
 
 
@@ -165,21 +164,54 @@ class StaticAuthenticator:
 def check_caller_action(principal: Principal, action: Any) -> None:
     """Check an action a caller asks the service to decide, and bind what it states about its caller.
 
+    Who acted is the authenticated caller: the action's ``agent_id`` must be the caller's canonical
+    id, spelled exactly so (compared in constant time; a look-alike, a case or width variant is
+    refused, since budgets and rate limits count by the id as written), so a decision is never
+    made for, nor recorded as, a principal that did not authenticate. The action model has no authenticated way to act
+    for another principal (``delegation_chain`` is the caller's own statement, and ``subject_id``
+    is whom the agent acts for, not who acts), so no statement lets a caller name another agent.
     KCP ``access`` and ``visibility.requires_auth`` read
     ``authorization_context.authenticated_principal``, ``access: restricted`` its
-    ``principal_scopes``. Over the service the caller's identity comes from its credential, so an
-    action may state only the caller itself (compared in canonical form, in constant time) and
-    only scopes the trust registry grants the caller (``auth_scopes``; none without a registry).
-    An agent naming another principal, or a scope it was not granted, to be served a unit it may
-    not read is refused with ``principal_mismatch`` / ``scope_not_granted``, and the refusal is
-    audited like every other.
+    ``principal_scopes``: an action may state only the caller's exact id there too, and only scopes
+    the trust registry grants the caller (``auth_scopes``; none without a registry). Anything else
+    is refused with ``principal_mismatch`` / ``scope_not_granted``, and the refusal is audited like
+    every other, attributed to the caller.
     """
     check_action(action)
+    _check_stated_agent(principal, action.get("agent_id"))
     context = action.get("authorization_context")
     if not isinstance(context, Mapping):
         return
     _check_stated_principal(principal, context.get("authenticated_principal"))
     _check_stated_scopes(principal, context.get("principal_scopes"))
+
+
+def _exactly_the_caller(principal: Principal, stated: Any) -> bool:
+    """``stated`` is the caller's canonical id, spelled exactly so (constant time): budgets, rate
+    limits and the ledger count by the id as written, so another spelling would count apart."""
+    given = stated.encode("utf-8", "surrogatepass") if isinstance(stated, str) else b""
+    return hmac.compare_digest(given, principal.id.encode("utf-8"))
+
+
+def _not_the_caller(principal: Principal, field: str, stated: Any) -> AccessDeniedError:
+    named = canonical_or_empty(stated)
+    if named == principal.id:
+        why = f"{field} {str(stated)[:128]!r} spells the caller's id {principal.id} another way"
+        why += " (budgets, rate limits and the ledger count the exact id)"
+    elif named:
+        why = f"{field} names {named} but the authenticated caller is {principal.id}"
+    else:
+        why = f"{field} {str(stated)[:128]!r} has no canonical form; the authenticated caller is {principal.id}"
+    return AccessDeniedError(
+        f"{why}: an action is decided for, and recorded as, the principal that authenticated; "
+        f"state {field} {principal.id!r}",
+        "principal_mismatch",
+    )
+
+
+def _check_stated_agent(principal: Principal, stated: Any) -> None:
+    if not _exactly_the_caller(principal, stated):
+        raise _not_the_caller(principal, "agent_id", stated)
 
 
 def _check_stated_scopes(principal: Principal, stated: Any) -> None:
@@ -196,15 +228,5 @@ def _check_stated_scopes(principal: Principal, stated: Any) -> None:
 
 
 def _check_stated_principal(principal: Principal, stated: Any) -> None:
-    if stated is None:
-        return
-    try:
-        canonical = strict_canonical_id(stated)
-    except IdentityError:
-        canonical = ""
-    if not hmac.compare_digest(canonical.encode("utf-8"), principal.id.encode("utf-8")):
-        raise AccessDeniedError(
-            f"authorization_context.authenticated_principal must be the authenticated caller ({principal.id}); "
-            "an action cannot state another principal",
-            "principal_mismatch",
-        )
+    if stated is not None and not _exactly_the_caller(principal, stated):
+        raise _not_the_caller(principal, "authorization_context.authenticated_principal", stated)

@@ -11,6 +11,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kcp_opa.audit.auditor import entry_agent
 from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
 
 CSS = """
@@ -126,7 +127,7 @@ def dashboard(summary: LedgerSummary, open_challenges: int) -> str:
                 d,
                 e.get("decision"),
                 e.get("authorization_status"),
-                e.get("agent_id"),
+                entry_agent(e),
                 ", ".join(e.get("reason_codes") or []),
             ]
             for d, e in list(summary.final.items())[-50:][::-1]

@@ -22,6 +22,7 @@ import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
+from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact
@@ -61,6 +62,24 @@ def _timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMappi
 def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     event["type"] = event.pop("event")
     return event
+
+
+def attribution(document: Mapping[str, Any], action: Mapping[str, Any]) -> dict[str, Any]:
+    """Whom a decision entry is attributed to (its top-level ``agent_id``), never on the action's word.
+
+    The principal the decision was made for (``input.context.facts_principal``: over the service
+    the authenticated caller, whose canonical id the action's ``agent_id`` must be; over the
+    library whom the host runs the agent as) when the action names that principal; the action's
+    own spelling is kept as ``stated_agent_id`` when it differs. Otherwise nothing vouches for the
+    agent (``kcp-opa decide``, ``Gate.decide`` without ``principal``, a vouching host's stand-in
+    principal): the entry names the stated agent and says ``unauthenticated: true``.
+    """
+    context = document.get("context")
+    principal = context.get("facts_principal") if isinstance(context, Mapping) else None
+    stated = action.get("agent_id")
+    if isinstance(principal, str) and principal and canonical_or_empty(stated) == principal:
+        return {"agent_id": principal} if stated == principal else {"agent_id": principal, "stated_agent_id": stated}
+    return {"agent_id": stated, "unauthenticated": True}
 
 
 def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -151,7 +170,7 @@ class AuditTrail:
             erased = [*erased, "/engine_results"]
         entry: dict[str, Any] = self._log.msg(
             "decision",
-            **self._kcp_fields(action, decision),
+            **{**self._kcp_fields(action, decision), **attribution(document, action)},
             decision_id=decision.decision_id,
             action_hash=decision.action_hash,
             decision=decision.decision.value,

@@ -56,7 +56,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 def _decide(url: str, who: str, action: dict[str, Any]) -> httpx2.Response:
     headers = {"Authorization": f"Bearer {WHO[who]}"}
     with httpx2.Client(headers=headers, timeout=120) as client:  # a client of its own per call
-        return client.post(f"{url}/v1/decisions", json={"action": action})
+        return client.post(f"{url}/v1/decisions", json={"action": {**action, "agent_id": who}})  # who acts: the caller
 
 
 def _entry(ledger: Path, decision_id: str) -> dict[str, Any]:

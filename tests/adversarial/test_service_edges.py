@@ -32,7 +32,8 @@ from servicekit import (
 
 from kcp_opa.trail.ledger import read_entries
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the local agent the tests call as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 WHO = {
     "local-agent": "t-agent-" + "a" * 32,
     "user_001": "t-subject-" + "s" * 32,

@@ -167,6 +167,7 @@ def _action(key: str, fields: tuple[str, ...] = ("name", "email")) -> dict[str, 
     action["idempotency_key"] = key
     action["action_id"] = f"act_{key}"
     action["subject_id"] = "user_001"  # the subject the registry's attestations are for
+    action["agent_id"] = AGENT  # who acts is the caller
     action["created_at"] = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
     context = action["authorization_context"]
     context.update(requested_by="user_001", authenticated_principal=AGENT, principal_scopes=["support:read"])

@@ -297,6 +297,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], 
 def _stated(attack: Attack, agent: str, value: Any) -> dict[str, Any]:
     action = attack.action()
     action["subject_id"] = attack.subject
+    action["agent_id"] = agent  # who acts is the caller: the facts are the caller's own
     action["created_at"] = CREATED
     context = action.setdefault("authorization_context", {"requested_by": attack.subject})
     context["authenticated_principal"] = agent  # over the service, only the caller may be stated

@@ -31,7 +31,8 @@ from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.decide.gate import Gate, build_input
 from kcp_opa.trail.ledger import read_entries
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the local agent the tests call as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 NOW = "2026-07-17T08:00:00Z"
 TOKEN = "kcp-opa-unbounded-token-" + "u" * 24
 

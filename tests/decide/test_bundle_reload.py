@@ -210,7 +210,8 @@ def test_the_service_follows_the_bundle_server(
         wanted = hashlib.sha256(bundle_server.content).hexdigest()
         followed = wait_for(lambda s: s["bundle"]["sha256"] == wanted)
         assert followed["bundle_revision"] == "finance-2.0.0" and followed["policy_version"] == "2.0.0"
-        decided = httpx2.post(f"{base}/v1/decisions", json={"action": ACTION}, headers=headers, timeout=60).json()
+        mine = {**ACTION, "agent_id": "local-agent"}  # who acts is the caller
+        decided = httpx2.post(f"{base}/v1/decisions", json={"action": mine}, headers=headers, timeout=60).json()
         assert decided["bundle_sha256"] == wanted and decided["bundle_revision"] == "finance-2.0.0"
         flip = httpx2.post(f"{base}/v1/admin/mode", json={"mode": "log_only"}, headers=headers, timeout=30)
         assert flip.status_code == 403 and flip.json()["code"] == "not_authorized"  # an agent may not

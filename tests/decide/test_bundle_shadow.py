@@ -102,6 +102,7 @@ def test_serve_in_log_only_with_a_shadow(tmp_path: Path, bundles: dict[str, Path
         action = json.loads(json.dumps(case.action))
         for name in ("authenticated_principal", "principal_scopes"):  # the caller is local-agent, no scopes
             del action["authorization_context"][name]
+        action["agent_id"] = "local-agent"  # who acts is the caller
         body = {"action": action}  # the service takes its own clock
         decided = httpx2.post(f"{base}/v1/decisions", json=body, headers=headers, timeout=60).json()
         assert decided.get("mode") == "log_only" and decided["enforced"] is False, decided

@@ -18,6 +18,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.service.tools import TOOL_NAMES
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+LOCAL_KYA = KYA | {"agent_id": "local-agent"}  # who acts is the caller: the local agent's own payment
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_stdio_with_only_a_bundle_lists_nine_tools_and_holds_a_payment_it_knows_
     async def main() -> None:
         async with Client(params) as client:
             tools = [t.name for t in (await client.list_tools()).tools]
-            result = await client.call_tool("evaluate_financial_action", {"action": KYA})
+            result = await client.call_tool("evaluate_financial_action", {"action": LOCAL_KYA})
         assert tools == list(TOOL_NAMES)
         assert not result.is_error and isinstance(result.structured_content, dict)
         decision = result.structured_content
@@ -65,7 +66,7 @@ def test_stdio_with_trust_serves_a_registered_principal_and_records_through_the_
 
     async def main() -> None:
         async with Client(params) as client:
-            decided = await client.call_tool("evaluate_financial_action", {"action": KYA})
+            decided = await client.call_tool("evaluate_financial_action", {"action": LOCAL_KYA})
             assert isinstance(decided.structured_content, dict) and not decided.is_error
             decision = decided.structured_content
             # The gate's own control is already signed evidence (its ledger entry, as the registered gate issuer).

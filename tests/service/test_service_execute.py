@@ -20,7 +20,8 @@ from kcp_opa.service.config import HostParts
 from kcp_opa.service.handlers import bound
 from kcp_opa.service.identity import LOCAL_AGENT
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 RAN: list[str] = []
 
 

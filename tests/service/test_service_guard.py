@@ -39,8 +39,8 @@ def action_for(tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     action = copy.deepcopy(BASE)
     action["created_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     action["action_id"] = f"act_{tool}_{arguments.get('customer', 'x')}"
-    # The units need an authenticated principal; through the service it can only be the caller.
-    action["authorization_context"]["authenticated_principal"] = "local-agent"
+    # Who acts, and the units' authenticated principal: through the service only the caller.
+    action["agent_id"] = action["authorization_context"]["authenticated_principal"] = "local-agent"
     if tool == "create_refund":
         action.update(
             action_type="refund",

@@ -28,7 +28,8 @@ from servicekit import local_context, open_local
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 TOKEN = "kcp-opa-test-token-" + "x" * 24
 CLIENTS = 8
 #: Without --trust the server knows none of the agent's facts (its scope, the beneficiary's
@@ -151,8 +152,11 @@ def test_an_action_cannot_state_another_authenticated_principal(server: tuple[st
     assert all(a.json()["code"] == "principal_mismatch" for a in forged)
     audited = [e for _, e in read_entries(ledger) if e["type"] == "failure" and e.get("code") == "principal_mismatch"]
     assert len(audited) - before == 3
-    # The caller itself, in another case and width: the same canonical principal, decided as usual.
-    own = httpx2.post(f"{url}/v1/decisions", json={"action": stating("LOCAL-AGENT")}, headers=auth())
+    # The caller's id in another case is refused too (rate limits count per principal as written):
+    # only its exact canonical id is the caller, decided as usual.
+    spelled = httpx2.post(f"{url}/v1/decisions", json={"action": stating("LOCAL-AGENT")}, headers=auth())
+    assert spelled.status_code == 403 and spelled.json()["code"] == "principal_mismatch"
+    own = httpx2.post(f"{url}/v1/decisions", json={"action": stating("local-agent")}, headers=auth())
     assert own.status_code == 200 and own.json()["decision"] == HELD
 
 

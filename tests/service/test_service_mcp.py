@@ -40,7 +40,8 @@ from kcp_opa.service.mcpserver import build_server
 from kcp_opa.service.tools import TOOL_NAMES
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 SEVEN = TOOL_NAMES[:7]
 PAID: list[dict[str, Any]] = []
 

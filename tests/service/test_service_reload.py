@@ -40,7 +40,8 @@ from kcp_opa.service.loading import open_service
 from kcp_opa.service.reloading import Reloader, ReloadError
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 
 
 def _with_next_key(registry: Path, keys: Path, work: Path) -> tuple[str, str, Path]:

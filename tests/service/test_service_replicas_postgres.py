@@ -40,7 +40,8 @@ from servicekit import (
 from kcp_opa.trail.ledger import verify_ledger
 
 pytestmark = pytest.mark.postgres
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 WHO = {
     "local-agent": "t-agent-" + "a" * 32,
     "user_001": "t-subject-" + "s" * 32,

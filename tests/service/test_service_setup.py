@@ -30,7 +30,8 @@ from servicekit import (
     write_tokens,
 )
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 REGISTRY = REPO / "fixtures" / "trust" / "registry.yaml"
 
 

@@ -29,7 +29,8 @@ from servicekit import (
 
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 WHO = {
     "local-agent": "t-agent-" + "a" * 32,
     "agent_rogue_002": "t-rogue-" + "r" * 32,
@@ -116,8 +117,9 @@ def test_an_agent_opens_challenges_only_for_its_own_decisions_and_each_refusal_i
         assert refused.status_code == 403 and refused.json()["code"] == "not_your_decision"
     audited = [e for _, e in read_entries(ledger_b) if e["type"] == "failure" and e.get("code") == "not_your_decision"]
     assert [e["principal"]["id"] for e in audited] == ["agent_rogue_002"]
-    # The agent the action names (agent_payments_001) is not the rogue; a decision the rogue made is its own.
-    own = post(url_b, "/v1/decisions", "agent_rogue_002", {"action": KYA}).json()["decision_id"]
+    # A decision the rogue made (for itself: who acts is the caller) is its own.
+    rogues = KYA | {"agent_id": "agent_rogue_002"}
+    own = post(url_b, "/v1/decisions", "agent_rogue_002", {"action": rogues}).json()["decision_id"]
     opened = post(url_a, f"/v1/decisions/{own}/challenges", "agent_rogue_002", {})
     assert opened.status_code == 200 and len(opened.json()["challenges"]) == 5
     unknown = post(url_b, "/v1/decisions/dec_nope/challenges", "agent_rogue_002", {})
@@ -191,13 +193,13 @@ def test_an_action_states_only_the_scopes_the_registry_grants_its_caller(replica
     """KCP access: restricted reads principal_scopes; over the service they are the registry's auth_scopes."""
     url_a, _, ledger_a, _ = replicas
 
-    def stating(scopes: list[str]) -> dict[str, Any]:
-        action = json.loads(json.dumps(KYA))
+    def stating(who: str, scopes: list[str]) -> dict[str, Any]:
+        action = json.loads(json.dumps(KYA | {"agent_id": who}))
         action["authorization_context"]["principal_scopes"] = scopes
         return action
 
     def decide(who: str, scopes: list[str]) -> httpx2.Response:
-        return post(url_a, "/v1/decisions", who, {"action": stating(scopes)})
+        return post(url_a, "/v1/decisions", who, {"action": stating(who, scopes)})
 
     granted = decide("agent_payments_001", ["payments:read"])
     assert granted.status_code == 200, granted.text

@@ -24,7 +24,8 @@ from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import LOCAL_AGENT
 from kcp_opa.service.mcpserver import build_server
 
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACED = {**KYA, "trace": {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}}
 EXPORTER = InMemorySpanExporter()

@@ -21,7 +21,8 @@ from kcp_opa.service.identity import LOCAL_AGENT
 from kcp_opa.service.loading import open_service
 from kcp_opa.trail.ledger import verify_ledger
 
-ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+#: The supplier payment, made by the local agent the tests call as (who acts is the caller).
+ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 
 
 def test_the_service_signs_every_ledger_entry_with_its_writer_key(tmp_path: Path) -> None:
