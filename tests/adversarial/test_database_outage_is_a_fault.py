@@ -40,7 +40,7 @@ from servicekit import (
 )
 
 pytestmark = pytest.mark.postgres
-KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 WHO = {
     "local-agent": "t-agent-" + "a" * 32,
     "user_001": "t-subject-" + "s" * 32,
