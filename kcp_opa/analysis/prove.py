@@ -1,7 +1,8 @@
 """``kcp-opa prove``: every generated action, on both engines, against the invariants.
 
 The order spends the budget where holes hide: each unit with each task type in the clean
-action; then one fact at a time changed around each of those that is not a DENY (where an
+action; then what each restriction forbids on every unit's weakest action that is not a DENY;
+then one fact at a time changed around each of those that is not a DENY (where an
 allow can appear); then an all-pairs covering array; then seeded samples. Where the whole
 product fits the budget it is enumerated and the report says "exhaustive".
 """
@@ -15,17 +16,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcp_opa.analysis.covering import all_pairs, full_product, sampled
-from kcp_opa.analysis.engines import Evaluator, Outcome, UserInvariants
+from kcp_opa.analysis.engines import ENGINES_AGREE, Evaluator, Outcome, UserInvariants
 from kcp_opa.analysis.neighbours import EVIDENCE, MONOTONE, RESTRICTION, shrink, stronger
 from kcp_opa.analysis.pin import counterexample_case
 from kcp_opa.analysis.probes import next_restriction, supplied
 from kcp_opa.analysis.space import Sample, Space, derive_space, present
-from kcp_opa.analysis.spacedims import PROBED
+from kcp_opa.analysis.spacedims import PROBED, RESTRICTED_FACTS
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 
 DEFAULT_BUDGET = 1500
 SHRINK_ATTEMPTS = 120
+#: The states an action can be executed from (ALLOW, or once its controls are satisfied: the
+#: contract's require_approval outcome). A run that reaches none proved only that things deny.
+PASSABLE = ("ALLOW", "USER_CONFIRMATION", "STEP_UP_AUTHENTICATION", "IDENTITY_VERIFICATION", "HUMAN_APPROVAL")
 
 
 @dataclass
@@ -71,13 +75,44 @@ class ProofReport:
     counts: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     invariants: list[str] = field(default_factory=list)
+    #: {invariant: checks whose premise held} (the Rego's premises; OPA's cross-check in Python).
+    reach: Counter[str] = field(default_factory=Counter)
+    #: {invariant: why it has nothing to test in this bundle, or was not run}.
+    inapplicable: dict[str, str] = field(default_factory=dict)
+    #: Deployment invariants without a premise_<name> rule: their reach is not counted.
+    uncounted: list[str] = field(default_factory=list)
+    #: --strict: an invariant whose reach is not counted makes the run VACUOUS too.
+    strict: bool = False
+    #: {unit label: actions on it that reached a state in PASSABLE}.
+    units_passable: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     #: (unit, task, path) already probed in the search (each once; a counterexample's always).
     probed: set[tuple[str | None, str | None, str]] = field(default_factory=set)
 
     @property
     def proved(self) -> bool:
-        return not self.violations
+        """Nothing broke and every invariant was tested: green means something was shown."""
+        return self.verdict == "PROVED"
+
+    @property
+    def verdict(self) -> str:
+        if self.violations:
+            return "VIOLATED"
+        return "VACUOUS" if self.vacuous() else "PROVED"
+
+    def vacuous(self) -> list[str]:
+        """Why nothing broke proves little: no action that could pass, an invariant never tested."""
+        reasons = []
+        if not any(self.states[state] for state in PASSABLE):
+            reasons.append("no generated action reached ALLOW or an approval state")
+        for name in self.invariants:
+            if name in self.inapplicable or (name in self.uncounted and not self.strict):
+                continue
+            if name in self.uncounted:
+                reasons.append(f"{name}: no premise_ rule, so what it tested is not counted (--strict)")
+            elif not self.reach[name]:
+                reasons.append(f"{name}: no generated action met its premise")
+        return reasons
 
     def meaning(self) -> str:
         """What "proved" means for this run."""
@@ -94,7 +129,9 @@ class ProofReport:
             "deployment": self.deployment,
             "bundle": self.bundle,
             "provenance": self.provenance,
+            "verdict": self.verdict,
             "proved": self.proved,
+            "vacuous": self.vacuous(),
             "meaning": self.meaning(),
             "exhaustive": self.exhaustive,
             "engines": list(self.engines),
@@ -108,6 +145,10 @@ class ProofReport:
             "phases": dict(self.phases),
             "states": dict(sorted(self.states.items())),
             "invariants": self.invariants,
+            "reach": {name: self.reach[name] for name in self.invariants},
+            "inapplicable": dict(sorted(self.inapplicable.items())),
+            "uncounted": self.uncounted,
+            "units_passable": {unit: self.units_passable[unit] for unit in sorted(self.units_passable)},
             "violation_counts": dict(sorted(self.counts.items())),
             "violations": [v.to_dict() for v in self.violations],
             "seconds": round(self.seconds, 3),
@@ -140,6 +181,7 @@ def prove(
     requires_from: Sequence[LoadedBundle] = (),
     opa: bool = True,
     evaluator: Evaluator | None = None,
+    strict: bool = False,
 ) -> ProofReport:
     started = time.perf_counter()
     space = derive_space(bundle, requires_from=requires_from)
@@ -148,6 +190,9 @@ def prove(
     exhaustive = space.size * (1 + len(MONOTONE)) <= budget
     report = ProofReport(space.deployment, bundle.source, ev.engines, budget, seed, space.size, exhaustive)
     report.invariants = builtin_invariants(users)
+    report.strict = strict
+    report.uncounted = [f"{u.package}.{rule}" for u in users for rule in u.rules if rule not in u.premised]
+    report.units_passable = Counter({label: 0 for label in _unit_labels(space)})
     clean: list[tuple[tuple[int, ...], str]] = []
     seen: set[bytes] = set()
     for phase, row in plan_rows(space, seed, exhaustive, clean):
@@ -168,8 +213,29 @@ def prove(
     for violation in report.violations:
         _shrink(ev, space, violation)
     report.decisions = ev.decisions
+    report.inapplicable = dict(ev.inapplicable)
+    if ev.reference is None:
+        report.inapplicable[ENGINES_AGREE] = "OPA did not run (--engines regopy)"
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _unit_labels(space: Space) -> list[str]:
+    """The declared units' labels (the unit dimension's choices, less unknown and none)."""
+    return [choice.label for choice in space.dims[0].choices if "/" in choice.label]
+
+
+def _restricted(space: Space) -> list[tuple[int, int]]:
+    """(dimension, value) of each fact a restriction forbids (RESTRICTED_FACTS)."""
+    out = []
+    first_purpose = space.context.purposes[0] if space.context.purposes else None
+    for name, label in RESTRICTED_FACTS.values():
+        wanted = label if label is not None else first_purpose
+        for d, dim in enumerate(space.dims):
+            labels = [choice.label for choice in dim.choices]
+            if dim.name == name and wanted in labels:
+                out.append((d, labels.index(wanted)))
+    return out
 
 
 def _pair_rows(space: Space, seed: int) -> int:
@@ -203,6 +269,15 @@ def plan_rows(
     # they are unit-specific, and where a unit declares none the action repeats and costs nothing.
     clock = [d for d, dim in enumerate(space.dims) if dim.name == "clock"]
     edges = [(dim, value) for dim in clock for value in range(1, sizes[dim])]
+    # What each restriction forbids (an external model, a target outside the residency, a
+    # training purpose) on every unit's weakest action that is not a DENY, first: a restriction
+    # lost to a typo leaves that action allowed, and a small budget still decides it.
+    weakest: dict[int, tuple[int, ...]] = {}
+    for row in around:
+        weakest.setdefault(row[0], row)
+    for row in weakest.values():
+        for dim, value in _restricted(space):
+            yield "restricted", (*row[:dim], value, *row[dim + 1 :])
     for k in range(len(deviations) if around else 0):
         for i, row in enumerate(around):
             dim, value = deviations[(k + i) % len(deviations)]
@@ -242,6 +317,8 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
         return None
     state = str(outcome.decision.get("decision", "engine_error"))
     report.states[state] += 1
+    if state in PASSABLE and sample.labels.get("unit") in report.units_passable:
+        report.units_passable[sample.labels["unit"]] += 1
     fresh = {
         path
         for path in PROBED.values()
@@ -279,6 +356,7 @@ def _record(
     change: str = "",
     before: Outcome | None = None,
 ) -> None:
+    report.reach.update(outcome.premises)
     for name in found:
         report.counts[name] += 1
         if any(v.invariant == name for v in report.violations) or outcome.decision is None:
