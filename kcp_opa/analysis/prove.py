@@ -30,6 +30,7 @@ SHRINK_ATTEMPTS = 120
 #: The states an action can be executed from (ALLOW, or once its controls are satisfied: the
 #: contract's require_approval outcome). A run that reaches none proved only that things deny.
 PASSABLE = ("ALLOW", "USER_CONFIRMATION", "STEP_UP_AUTHENTICATION", "IDENTITY_VERIFICATION", "HUMAN_APPROVAL")
+EXECUTABLE = "contract.executable_only_with_every_control"
 
 
 @dataclass
@@ -333,6 +334,13 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
             after = ev.decide(sample.action, sample.now, controls)
             _record(report, ev.check(after, sample.facts, outcome, EVIDENCE), after, sample, EVIDENCE, outcome)
         return outcome
+    if state in PASSABLE[1:] and (report.actions % 4 == seed % 4 or not report.reach[EXECUTABLE]):
+        # An approval state with every required control recorded: where execution becomes
+        # allowed, contract.executable_only_with_every_control is tested (a quarter of them,
+        # and each until one was; a deployment that approves everything allows nothing bare).
+        controls = [str(c) for c in outcome.decision.get("required_controls", [])]
+        after = ev.decide(sample.action, sample.now, controls)
+        _record(report, ev.check(after, sample.facts, outcome, EVIDENCE), after, sample, EVIDENCE, outcome)
     for change in MONOTONE:
         action = stronger(sample.action, change)
         if action is None:

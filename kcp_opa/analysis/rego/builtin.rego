@@ -91,10 +91,15 @@ violations contains "executable_only_with_every_control" if {
 	count(object.get(_decision, "missing_controls", [])) > 0
 }
 
+# Execution follows ALLOW, or an approval state (USER_CONFIRMATION .. HUMAN_APPROVAL) once every
+# control it requires is recorded (gate contract: execution_allowed when APPROVED); a hold
+# (ESCALATE, COMPLIANCE_REVIEW) or a DENY never executes.
 violations contains "executable_only_with_every_control" if {
 	_decision.execution_allowed == true
-	_decision.decision != "ALLOW"
+	not _passable(_decision.decision)
 }
+
+_passable(state) if rank[state] <= rank.HUMAN_APPROVAL
 
 violations contains "unknown_unit_never_allows" if {
 	"unknown_unit_never_allows" in premises
