@@ -102,10 +102,16 @@ class ProofReport:
         return "VACUOUS" if self.vacuous() else "PROVED"
 
     def vacuous(self) -> list[str]:
-        """Why nothing broke proves little: no action that could pass, an invariant never tested."""
+        """Why nothing broke proves little: no action that could pass (anywhere, or on a unit),
+        an invariant never tested."""
         reasons = []
         if not any(self.states[state] for state in PASSABLE):
             reasons.append("no generated action reached ALLOW or an approval state")
+        reasons += [
+            f"unit {unit}: no generated action on it reached ALLOW or an approval state"
+            for unit, passed in sorted(self.units_passable.items())
+            if not passed
+        ]
         for name in self.invariants:
             if name in self.inapplicable or (name in self.uncounted and not self.strict):
                 continue
