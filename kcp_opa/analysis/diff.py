@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcp_opa.analysis.engines import Evaluator
-from kcp_opa.analysis.prove import PASSABLE, STATE_ORDER, plan_rows
+from kcp_opa.analysis.plan import PASSABLE, STATE_ORDER, plan_rows
 from kcp_opa.analysis.space import derive_space
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json

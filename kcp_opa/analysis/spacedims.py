@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kcp_opa.analysis.restricted import OTHER_PURPOSE, OUTSIDE_PLACE, inside, not_for, purpose
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.schemas import schema as load_schema
 
@@ -36,17 +37,6 @@ PROBED = {
     "risk_level": "input.action.runtime.risk_level",
     "hosting": "input.action.runtime.model.hosting",
 }
-#: For each restriction a rule enforces, the (dimension, value) that breaks it: the fact it needs.
-#: ``prove`` decides these on every unit early, whatever the unit declares (a restriction lost
-#: to a typo leaves the unit unrestricted; the action that restriction forbids must still be tried).
-#: A value None is the first purpose a policy forbids by name.
-RESTRICTED_FACTS = {
-    "no-external-llm": ("hosting", "external"),
-    "no-cross-border": ("target_place", "outside"),
-    "no-ai-training": ("purpose", None),
-}
-OUTSIDE_PLACE = "ZZ"
-OTHER_PURPOSE = "analysis_purpose"
 #: The value each runtime fact has in the base action: the first choice of its dimension, so
 #: row 0 of every dimension is the clean action the others deviate from.
 _BASE_VALUES = {
@@ -216,37 +206,10 @@ def dimensions(ctx: DimContext) -> list[tuple[str, list[tuple[str, Edit]]]]:
     # Where the data goes (no-cross-border reads it): the clean action names a place inside the
     # unit's residency, so a unit under no-cross-border is not denied for saying nothing.
     outside = _set("target.country", OUTSIDE_PLACE)
-    dims.append(("target_place", [("inside", _inside), ("outside", outside), ("absent", _drop("target.country"))]))
-    purposes = [(p, _purpose(p)) for p in [*ctx.purposes, OTHER_PURPOSE]]
-    dims.append(("purpose", [("absent", _purpose(None)), *purposes, ("not_for", _not_for)]))
+    dims.append(("target_place", [("inside", inside), ("outside", outside), ("absent", _drop("target.country"))]))
+    purposes = [(p, purpose(p)) for p in [*ctx.purposes, OTHER_PURPOSE]]
+    dims.append(("purpose", [("absent", purpose(None)), *purposes, ("not_for", not_for)]))
     return dims
-
-
-def _inside(action: dict[str, Any], c: DimContext) -> None:
-    """The target in the first region of the unit's data_residency (none declared: no place)."""
-    regions = _get(c.profile, "compliance", "data_residency")
-    if isinstance(regions, list) and regions and isinstance(regions[0], str):
-        action["target"]["country"] = regions[0]
-    else:
-        action["target"].pop("country", None)
-
-
-def _purpose(purpose: str | None) -> Edit:
-    def edit(action: dict[str, Any], c: DimContext) -> None:
-        knowledge = action.get("knowledge")
-        if isinstance(knowledge, dict):
-            if purpose is None:
-                knowledge.pop("purpose", None)
-            else:
-                knowledge["purpose"] = purpose
-
-    return edit
-
-
-def _not_for(action: dict[str, Any], c: DimContext) -> None:
-    """The first purpose the unit declares itself not for (KCP not_for), where it declares one."""
-    entries = [e for e in c.profile.get("not_for") or [] if isinstance(e, str) and e]
-    _purpose(entries[0] if entries else None)(action, c)
 
 
 def _units(ctx: DimContext) -> list[tuple[str, Edit]]:
