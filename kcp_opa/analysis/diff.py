@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcp_opa.analysis.engines import Evaluator
-from kcp_opa.analysis.prove import STATE_ORDER, plan_rows
+from kcp_opa.analysis.plan import PASSABLE, STATE_ORDER, plan_rows
 from kcp_opa.analysis.space import derive_space
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
@@ -61,11 +61,20 @@ class DiffReport:
     transitions: Counter[str] = field(default_factory=Counter)
     weakening: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[Change]] = field(default_factory=dict)
+    #: Per routing state, the generated actions each bundle decided that way (what it reached).
+    old_states: Counter[str] = field(default_factory=Counter)
+    new_states: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
 
     @property
     def changed(self) -> int:
         return sum(self.transitions.values())
+
+    @property
+    def vacuous(self) -> bool:
+        """Neither bundle let any action reach ALLOW or an approval state: "no change" (or no
+        weakening) then says nothing about what either lets through."""
+        return not any(self.old_states[s] or self.new_states[s] for s in PASSABLE)
 
     @property
     def weakens(self) -> bool:
@@ -85,6 +94,9 @@ class DiffReport:
             "unchanged": self.unchanged,
             "changed": self.changed,
             "weakens": self.weakens,
+            "vacuous": self.vacuous,
+            "old_states": dict(sorted(self.old_states.items())),
+            "new_states": dict(sorted(self.new_states.items())),
             "transitions": dict(sorted(self.transitions.items())),
             "weakening": dict(sorted(self.weakening.items())),
             "examples": {k: [c.to_dict() for c in v] for k, v in sorted(self.examples.items())},
@@ -144,6 +156,8 @@ def diff(old: LoadedBundle, new: LoadedBundle, *, budget: int = DEFAULT_BUDGET, 
             if first.decision is None or second.decision is None:
                 report.rejected += 1
                 continue
+            report.old_states[str(first.decision.get("decision", "engine_error"))] += 1
+            report.new_states[str(second.decision.get("decision", "engine_error"))] += 1
             if phase == "clean":
                 states = {str(first.decision.get("decision")), str(second.decision.get("decision"))}
                 clean.append((row, "DENY" if states == {"DENY"} else "other"))

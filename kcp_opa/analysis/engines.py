@@ -29,6 +29,9 @@ INVARIANTS_ENTRYPOINT = "kcp/analysis/run/report"
 HOST_VOUCHED = {"from_action": True}
 _PACKAGE = re.compile(r"^package\s+([A-Za-z_][A-Za-z0-9_.]*)\s*$", re.M)
 _RULE = re.compile(r"^(invariant_[A-Za-z0-9_]+)\s*(?:if\b|:=|=|\{)", re.M)
+_PREMISE = re.compile(r"^premise_([A-Za-z0-9_]+)\s*(?:if\b|:=|=|\{)", re.M)
+#: The invariant OPA's cross-check is: a comparison in Python, its premise an action OPA decided.
+ENGINES_AGREE = "contract.engines_agree"
 
 
 @dataclass
@@ -40,16 +43,22 @@ class Outcome:
     divergence: str | None = None
     violations: list[str] = field(default_factory=list)
     document: Mapping[str, Any] | None = None
+    #: The invariants whose premise this action met (what they are about held for it).
+    premises: list[str] = field(default_factory=list)
+    crosschecked: bool = False
 
 
 @dataclass(frozen=True)
 class UserInvariants:
-    """A deployment's invariants: every ``invariant_*`` rule of one Rego file must be true."""
+    """A deployment's invariants: every ``invariant_*`` rule of one Rego file must be true.
+    A ``premise_<name>`` rule beside ``invariant_<name>`` says what it is about, so ``prove``
+    counts the actions that met it (and says VACUOUS when none did)."""
 
     path: str
     package: str
     rules: tuple[str, ...]
     source: str
+    premised: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: str | Path) -> UserInvariants:
@@ -63,17 +72,23 @@ class UserInvariants:
             raise AnalysisError(f"{path}: no package line")
         if not rules:
             raise AnalysisError(f"{path}: no invariant_* rule (each invariant is a rule named invariant_<name>)")
-        return cls(str(path), package.group(1), rules, source)
+        premised = tuple(rule for rule in rules if rule.removeprefix("invariant_") in set(_PREMISE.findall(source)))
+        return cls(str(path), package.group(1), rules, source, premised)
 
 
 def _runner(users: Sequence[UserInvariants]) -> str:
-    lines = [
-        "package kcp.analysis.run",
-        "",
-        "import rego.v1",
-        "",
-        "violations contains name if {",
-        "\tsome found in data.kcp.analysis.builtin.violations",
+    lines = ["package kcp.analysis.run", "", "import rego.v1", ""]
+    for rule in ("violations", "premises"):  # the built-ins', each named contract.<name>
+        lines += [
+            f"{rule} contains name if {{",
+            f"\tsome found in data.kcp.analysis.builtin.{rule}",
+            '\tname := concat("", ["contract.", found])',
+            "}",
+            "",
+        ]
+    lines += [
+        "inapplicable[name] := why if {",
+        "\tsome found, why in data.kcp.analysis.builtin.inapplicable",
         '\tname := concat("", ["contract.", found])',
         "}",
         "",
@@ -82,7 +97,10 @@ def _runner(users: Sequence[UserInvariants]) -> str:
         for rule in user.rules:
             name = f"{user.package}.{rule}"
             lines += [f'violations contains "{name}" if not data.{user.package}.{rule} == true', ""]
-    lines.append('report := {"violations": sort(violations)}')
+        for rule in user.premised:
+            premise = "premise_" + rule.removeprefix("invariant_")
+            lines += [f'premises contains "{user.package}.{rule}" if data.{user.package}.{premise} == true', ""]
+    lines.append('report := {"violations": sort(violations), "premises": sort(premises), "inapplicable": inapplicable}')
     return "\n".join(lines) + "\n"
 
 
@@ -95,6 +113,8 @@ class Evaluator:
         self.bundle = bundle
         self.decisions = 0
         self.last_violations: list[str] = []
+        #: {invariant: why} for the invariants the bundle gives nothing to test (from the Rego).
+        self.inapplicable: dict[str, str] = {}
         self._variants: dict[str, Evaluator] = {}
         self.engine = RegopyEngine(bundle, preflight=checks)
         self.reference: Any = None
@@ -151,6 +171,7 @@ class Evaluator:
         outcome = Outcome(value, document=prepared.document)
         if self.reference is not None:
             other = self.reference.evaluate(prepared.document)
+            outcome.crosschecked = True
             if (result.error is None) != (other.error is None):
                 outcome.divergence = "/"
             elif result.error is None:
@@ -170,9 +191,14 @@ class Evaluator:
         if result.value is None:
             raise AnalysisError(f"the invariants failed to evaluate: {result.error}")
         found = [str(v) for v in result.value.get("violations", [])]
+        premises = [str(p) for p in result.value.get("premises", [])]
+        self.inapplicable = {str(k): str(v) for k, v in (result.value.get("inapplicable") or {}).items()}
+        if outcome.crosschecked:
+            premises.append(ENGINES_AGREE)
         if outcome.divergence is not None:
-            found.append("contract.engines_agree")
+            found.append(ENGINES_AGREE)
         outcome.violations = sorted(set(found))
+        outcome.premises = sorted(set(premises))
         self.last_violations = outcome.violations
         return outcome.violations
 

@@ -1,7 +1,8 @@
 """``kcp-opa prove``: every generated action, on both engines, against the invariants.
 
 The order spends the budget where holes hide: each unit with each task type in the clean
-action; then one fact at a time changed around each of those that is not a DENY (where an
+action; then what each restriction forbids on every unit's weakest action that is not a DENY;
+then one fact at a time changed around each of those that is not a DENY (where an
 allow can appear); then an all-pairs covering array; then seeded samples. Where the whole
 product fits the budget it is enumerated and the report says "exhaustive".
 """
@@ -10,14 +11,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcp_opa.analysis.covering import all_pairs, full_product, sampled
-from kcp_opa.analysis.engines import Evaluator, Outcome, UserInvariants
+from kcp_opa.analysis.covering import all_pairs
+from kcp_opa.analysis.engines import ENGINES_AGREE, Evaluator, Outcome, UserInvariants
 from kcp_opa.analysis.neighbours import EVIDENCE, MONOTONE, RESTRICTION, shrink, stronger
 from kcp_opa.analysis.pin import counterexample_case
+from kcp_opa.analysis.plan import PASSABLE, plan_rows
 from kcp_opa.analysis.probes import next_restriction, supplied
 from kcp_opa.analysis.space import Sample, Space, derive_space, present
 from kcp_opa.analysis.spacedims import PROBED
@@ -26,6 +28,7 @@ from kcp_opa.core.canonical import canonical_json
 
 DEFAULT_BUDGET = 1500
 SHRINK_ATTEMPTS = 120
+EXECUTABLE = "contract.executable_only_with_every_control"
 
 
 @dataclass
@@ -71,13 +74,50 @@ class ProofReport:
     counts: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     invariants: list[str] = field(default_factory=list)
+    #: {invariant: checks whose premise held} (the Rego's premises; OPA's cross-check in Python).
+    reach: Counter[str] = field(default_factory=Counter)
+    #: {invariant: why it has nothing to test in this bundle, or was not run}.
+    inapplicable: dict[str, str] = field(default_factory=dict)
+    #: Deployment invariants without a premise_<name> rule: their reach is not counted.
+    uncounted: list[str] = field(default_factory=list)
+    #: --strict: an invariant whose reach is not counted makes the run VACUOUS too.
+    strict: bool = False
+    #: {unit label: actions on it that reached a state in PASSABLE}.
+    units_passable: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     #: (unit, task, path) already probed in the search (each once; a counterexample's always).
     probed: set[tuple[str | None, str | None, str]] = field(default_factory=set)
 
     @property
     def proved(self) -> bool:
-        return not self.violations
+        """Nothing broke and every invariant was tested: green means something was shown."""
+        return self.verdict == "PROVED"
+
+    @property
+    def verdict(self) -> str:
+        if self.violations:
+            return "VIOLATED"
+        return "VACUOUS" if self.vacuous() else "PROVED"
+
+    def vacuous(self) -> list[str]:
+        """Why nothing broke proves little: no action that could pass (anywhere, or on a unit),
+        an invariant never tested."""
+        reasons = []
+        if not any(self.states[state] for state in PASSABLE):
+            reasons.append("no generated action reached ALLOW or an approval state")
+        reasons += [
+            f"unit {unit}: no generated action on it reached ALLOW or an approval state"
+            for unit, passed in sorted(self.units_passable.items())
+            if not passed
+        ]
+        for name in self.invariants:
+            if name in self.inapplicable or (name in self.uncounted and not self.strict):
+                continue
+            if name in self.uncounted:
+                reasons.append(f"{name}: no premise_ rule, so what it tested is not counted (--strict)")
+            elif not self.reach[name]:
+                reasons.append(f"{name}: no generated action met its premise")
+        return reasons
 
     def meaning(self) -> str:
         """What "proved" means for this run."""
@@ -94,7 +134,9 @@ class ProofReport:
             "deployment": self.deployment,
             "bundle": self.bundle,
             "provenance": self.provenance,
+            "verdict": self.verdict,
             "proved": self.proved,
+            "vacuous": self.vacuous(),
             "meaning": self.meaning(),
             "exhaustive": self.exhaustive,
             "engines": list(self.engines),
@@ -108,6 +150,10 @@ class ProofReport:
             "phases": dict(self.phases),
             "states": dict(sorted(self.states.items())),
             "invariants": self.invariants,
+            "reach": {name: self.reach[name] for name in self.invariants},
+            "inapplicable": dict(sorted(self.inapplicable.items())),
+            "uncounted": self.uncounted,
+            "units_passable": {unit: self.units_passable[unit] for unit in sorted(self.units_passable)},
             "violation_counts": dict(sorted(self.counts.items())),
             "violations": [v.to_dict() for v in self.violations],
             "seconds": round(self.seconds, 3),
@@ -140,6 +186,7 @@ def prove(
     requires_from: Sequence[LoadedBundle] = (),
     opa: bool = True,
     evaluator: Evaluator | None = None,
+    strict: bool = False,
 ) -> ProofReport:
     started = time.perf_counter()
     space = derive_space(bundle, requires_from=requires_from)
@@ -148,6 +195,9 @@ def prove(
     exhaustive = space.size * (1 + len(MONOTONE)) <= budget
     report = ProofReport(space.deployment, bundle.source, ev.engines, budget, seed, space.size, exhaustive)
     report.invariants = builtin_invariants(users)
+    report.strict = strict
+    report.uncounted = [f"{u.package}.{rule}" for u in users for rule in u.rules if rule not in u.premised]
+    report.units_passable = Counter({label: 0 for label in _unit_labels(space)})
     clean: list[tuple[tuple[int, ...], str]] = []
     seen: set[bytes] = set()
     for phase, row in plan_rows(space, seed, exhaustive, clean):
@@ -168,70 +218,20 @@ def prove(
     for violation in report.violations:
         _shrink(ev, space, violation)
     report.decisions = ev.decisions
+    report.inapplicable = dict(ev.inapplicable)
+    if ev.reference is None:
+        report.inapplicable[ENGINES_AGREE] = "OPA did not run (--engines regopy)"
     report.seconds = time.perf_counter() - started
     return report
 
 
+def _unit_labels(space: Space) -> list[str]:
+    """The declared units' labels (the unit dimension's choices, less unknown and none)."""
+    return [choice.label for choice in space.dims[0].choices if "/" in choice.label]
+
+
 def _pair_rows(space: Space, seed: int) -> int:
     return len(all_pairs([len(d.choices) for d in space.dims], seed))
-
-
-def plan_rows(
-    space: Space, seed: int, exhaustive: bool, clean: list[tuple[tuple[int, ...], str]]
-) -> Iterator[tuple[str, tuple[int, ...]]]:
-    """(phase, row) in the order the budget is spent; CLEAN is filled by the caller with each
-    clean row's decision as it goes (one fact at a time is varied around those not DENY)."""
-    sizes = [len(d.choices) for d in space.dims]
-    if exhaustive:
-        for row in full_product(sizes):
-            yield "exhaustive", row
-        return
-    units, tasks = sizes[0], sizes[1]
-    for task in range(tasks):  # every unit (the unknown one too) early, whatever the budget
-        for unit in range(units):
-            yield "clean", (unit, task, *([0] * (len(sizes) - 2)))
-    # One fact at a time around each clean action that is not a DENY, weakest first (where an
-    # allow can appear), absences first, spread: each pass gives every such action a different
-    # deviation, so a small budget still varies every fact on some action.
-    around = [row for row, state in sorted(clean, key=lambda item: _strength(item[1])) if state != "DENY"]
-    deviations = sorted(
-        ((dim, value) for dim in range(2, len(sizes)) for value in range(1, sizes[dim])),
-        key=lambda dv: space.dims[dv[0]].choices[dv[1]].label not in ("absent", "none", "empty"),
-    )
-    # The clock's edges (the action's age and skew limits, the unit's freshness and temporal
-    # window, each at the edge and one past it) on every such action, after two passes:
-    # they are unit-specific, and where a unit declares none the action repeats and costs nothing.
-    clock = [d for d, dim in enumerate(space.dims) if dim.name == "clock"]
-    edges = [(dim, value) for dim in clock for value in range(1, sizes[dim])]
-    for k in range(len(deviations) if around else 0):
-        for i, row in enumerate(around):
-            dim, value = deviations[(k + i) % len(deviations)]
-            yield "one_fact", (*row[:dim], value, *row[dim + 1 :])
-        for row in around if k == 1 else ():
-            for dim, value in edges:
-                yield "edges", (*row[:dim], value, *row[dim + 1 :])
-    for row in all_pairs(sizes, seed):
-        yield "pairs", row
-    while True:
-        for row in sampled(sizes, 256, seed := seed + 1):
-            yield "sampled", row
-
-
-#: The contract's routing order, weakest first (gate contract section 2).
-STATE_ORDER = (
-    "ALLOW",
-    "USER_CONFIRMATION",
-    "STEP_UP_AUTHENTICATION",
-    "IDENTITY_VERIFICATION",
-    "HUMAN_APPROVAL",
-    "ESCALATE",
-    "COMPLIANCE_REVIEW",
-    "DENY",
-)
-
-
-def _strength(state: str) -> int:
-    return STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER)
 
 
 def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, seed: int) -> Outcome | None:
@@ -242,6 +242,8 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
         return None
     state = str(outcome.decision.get("decision", "engine_error"))
     report.states[state] += 1
+    if state in PASSABLE and sample.labels.get("unit") in report.units_passable:
+        report.units_passable[sample.labels["unit"]] += 1
     fresh = {
         path
         for path in PROBED.values()
@@ -256,6 +258,13 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
             after = ev.decide(sample.action, sample.now, controls)
             _record(report, ev.check(after, sample.facts, outcome, EVIDENCE), after, sample, EVIDENCE, outcome)
         return outcome
+    if state in PASSABLE[1:] and (report.actions % 4 == seed % 4 or not report.reach[EXECUTABLE]):
+        # An approval state with every required control recorded: where execution becomes
+        # allowed, contract.executable_only_with_every_control is tested (a quarter of them,
+        # and each until one was; a deployment that approves everything allows nothing bare).
+        controls = [str(c) for c in outcome.decision.get("required_controls", [])]
+        after = ev.decide(sample.action, sample.now, controls)
+        _record(report, ev.check(after, sample.facts, outcome, EVIDENCE), after, sample, EVIDENCE, outcome)
     for change in MONOTONE:
         action = stronger(sample.action, change)
         if action is None:
@@ -279,6 +288,7 @@ def _record(
     change: str = "",
     before: Outcome | None = None,
 ) -> None:
+    report.reach.update(outcome.premises)
     for name in found:
         report.counts[name] += 1
         if any(v.invariant == name for v in report.violations) or outcome.decision is None:

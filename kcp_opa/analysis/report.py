@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from kcp_opa.analysis.diff import DiffReport
@@ -15,7 +16,11 @@ def _compact(value: Any, limit: int = 600) -> str:
 
 
 def proof_text(report: ProofReport) -> str:
-    verdict = "PROVED" if report.proved else f"VIOLATED: {len(report.violations)} invariant(s)"
+    verdict = report.verdict
+    if report.violations:
+        verdict = f"VIOLATED: {len(report.violations)} invariant(s)"
+    elif report.vacuous():
+        verdict = "VACUOUS: nothing broke, but what it did not reach is not proved"
     lines = [
         f"prove {report.bundle} ({report.deployment}): {verdict}",
         *([f"  bundle: {report.provenance}"] if report.provenance else []),
@@ -24,6 +29,10 @@ def proof_text(report: ProofReport) -> str:
         f"({report.decisions / report.seconds if report.seconds else 0:.0f}/s); {report.rejected} actions refused",
         f"  invariants: {', '.join(report.invariants)}",
         f"  states: {', '.join(f'{k} {v}' for k, v in sorted(report.states.items()))}",
+        f"  reach (checks whose premise held): {', '.join(_reach(report, name) for name in report.invariants)}",
+        f"  units (actions reaching ALLOW or an approval state): "
+        f"{', '.join(f'{unit} {count}' for unit, count in sorted(report.units_passable.items())) or 'none declared'}",
+        *(f"  VACUOUS: {reason}" for reason in report.vacuous() if not report.violations),
     ]
     for v in report.violations:
         lines += [
@@ -37,6 +46,14 @@ def proof_text(report: ProofReport) -> str:
     return "\n".join(lines)
 
 
+def _reach(report: ProofReport, name: str) -> str:
+    if name in report.inapplicable:
+        return f"{name} n/a ({report.inapplicable[name]})"
+    if name in report.uncounted:
+        return f"{name} not counted (no premise_ rule)"
+    return f"{name} {report.reach[name]}"
+
+
 def diff_text(report: DiffReport) -> str:
     verdict = "WEAKENS" if report.weakens else ("changes" if report.changed else "no change")
     lines = [
@@ -45,6 +62,8 @@ def diff_text(report: DiffReport) -> str:
         *([f"  new: {report.new_provenance}"] if report.new_provenance else []),
         f"  {report.actions} actions ({report.decisions} decisions, {report.rejected} refused), "
         f"{report.unchanged} unchanged, {report.changed} changed, in {report.seconds:.1f} s",
+        f"  states old: {_states(report.old_states)}; new: {_states(report.new_states)}",
+        *([f"  VACUOUS: {_VACUOUS_DIFF}"] if report.vacuous else []),
     ]
     for transition, count in sorted(report.transitions.items()):
         weak = report.weakening.get(transition, 0)
@@ -69,6 +88,9 @@ def diff_markdown(report: DiffReport) -> str:
         f"{report.actions} generated actions decided by both bundles: {report.unchanged} unchanged, "
         f"{report.changed} changed.",
         "",
+        f"States reached: old {_states(report.old_states)}; new {_states(report.new_states)}.",
+        "",
+        *([f"**Vacuous**: {_VACUOUS_DIFF}", ""] if report.vacuous else []),
         *(f"- {side} `{_escape(path)}`: {_escape(how)}" for side, path, how in _sides(report) if how),
         "",
     ]
@@ -94,6 +116,16 @@ def diff_markdown(report: DiffReport) -> str:
                 "",
             ]
     return "\n".join(lines)
+
+
+_VACUOUS_DIFF = (
+    "neither bundle let a generated action reach ALLOW or an approval state, so this diff says "
+    "nothing about what they let through"
+)
+
+
+def _states(states: Counter[str]) -> str:
+    return ", ".join(f"{state} {count}" for state, count in sorted(states.items())) or "none"
 
 
 def _escape(text: str) -> str:

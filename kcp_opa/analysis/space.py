@@ -135,6 +135,7 @@ def derive_space(bundle: LoadedBundle, *, requires_from: Sequence[LoadedBundle] 
     base = _base_action(context)
     needed = sorted({p for b in (bundle, *requires_from) for p in required_facts(b.modules)})
     context.conditional = {k: v for b in (bundle, *requires_from) for k, v in conditional_facts(b.modules).items()}
+    context.purposes = forbidden_purposes(bundle.modules)
     dims = [Dimension(name, tuple(Choice(label, fn) for label, fn in choices)) for name, choices in dimensions(context)]
     return Space(context.deployment, dims, base, context.now, context, needed)
 
@@ -185,6 +186,19 @@ def builtin_tasks(modules: Mapping[str, str]) -> set[str]:
                 for group in _SET.findall(line):
                     found |= set(_WORD.findall(group))
                 found |= set(re.findall(r'action_type\s*==\s*"([a-z_]+)"', line))
+    return found
+
+
+_PURPOSES = re.compile(r"folded\.purpose\s+in\s+\{([^}]*)\}")
+
+
+def forbidden_purposes(modules: Mapping[str, str]) -> list[str]:
+    """Purposes a rule forbids by name (``input.context.folded.purpose in {...}``), in order."""
+    found: list[str] = []
+    for name, source in sorted(modules.items()):
+        if not name.endswith("_test.rego"):
+            for group in _PURPOSES.findall(source):
+                found += [word for word in _WORD.findall(group) if word not in found]
     return found
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kcp_opa.analysis.restricted import OTHER_PURPOSE, OUTSIDE_PLACE, inside, not_for, purpose
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.schemas import schema as load_schema
 
@@ -66,6 +67,8 @@ class DimContext:
     slot: Mapping[str, Any] = field(default_factory=dict)
     now: str = ""
     conditional: dict[str, str] = field(default_factory=dict)
+    #: Purposes a policy forbids by name (no-ai-training's training purposes), from its text.
+    purposes: list[str] = field(default_factory=list)
 
     @property
     def known_tasks(self) -> set[str]:
@@ -200,6 +203,12 @@ def dimensions(ctx: DimContext) -> list[tuple[str, list[tuple[str, Edit]]]]:
             + [("absent", _noop)],
         )
     )
+    # Where the data goes (no-cross-border reads it): the clean action names a place inside the
+    # unit's residency, so a unit under no-cross-border is not denied for saying nothing.
+    outside = _set("target.country", OUTSIDE_PLACE)
+    dims.append(("target_place", [("inside", inside), ("outside", outside), ("absent", _drop("target.country"))]))
+    purposes = [(p, purpose(p)) for p in [*ctx.purposes, OTHER_PURPOSE]]
+    dims.append(("purpose", [("absent", purpose(None)), *purposes, ("not_for", not_for)]))
     return dims
 
 

@@ -50,6 +50,12 @@ _dir = click.Path(exists=True, file_okay=False, path_type=Path)
 @click.option("--deployment", help="The cases' deployment name [default: the bundle's first project].")
 @click.option("--engines", type=click.Choice(["regopy,opa", "regopy"]), default="regopy,opa", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="A deployment invariant without a premise_<name> rule (what it tested cannot be counted) "
+    "makes the run VACUOUS too.",
+)
 @verification_options
 def prove_command(
     bundle: Path,
@@ -61,14 +67,18 @@ def prove_command(
     deployment: str | None,
     engines: str,
     fmt: str,
+    strict: bool,
     verification_keys: tuple[str, ...],
     verification_scope: str,
 ) -> None:
     """Check the contract's invariants (and yours) on every generated action of BUNDLE.
 
-    A signed bundle is verified under --verification-key (and refused when it does not verify);
-    without a key its signature is not checked and the report says so. Exit 0 when nothing
-    broke, 1 on a violation (each with a shrunk counterexample), 2 when it cannot run.
+    The verdict is PROVED, VIOLATED (each broken invariant with a shrunk counterexample) or
+    VACUOUS: nothing broke, but no action reached ALLOW or an approval state, or an invariant's
+    premise held for no action (it was never tested); the report counts both. A signed bundle
+    is verified under --verification-key (and refused when it does not verify); without a key
+    its signature is not checked and the report says so. Exit 0 when PROVED, 1 when VIOLATED or
+    VACUOUS, 2 when it cannot run.
     """
     verification = verification_of(verification_keys, verification_scope)
     users = [UserInvariants.load(path) for path in invariant_files]
@@ -80,6 +90,7 @@ def prove_command(
         seed=seed,
         requires_from=[load_bundle(p, verification).bundle for p in requires_from],
         opa=engines == "regopy,opa",
+        strict=strict,
     )
     report.provenance = subject.provenance
     document = cases_document(report, deployment)
@@ -93,7 +104,7 @@ def prove_command(
         if report.violations:
             click.echo("\nAs decision cases (fixtures/cases format), ready to pin:\n")
             click.echo(text.rstrip())
-    if report.violations:
+    if not report.proved:
         sys.exit(EXIT_INVALID)
 
 

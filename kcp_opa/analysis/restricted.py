@@ -1,0 +1,58 @@
+"""The facts the manifest's restrictions read, as edits of a generated action: where the data
+goes (no-cross-border), the stated purpose (no-ai-training, a unit's not_for), and for each
+enforced restriction the value that breaks it, which ``prove`` decides on every unit early."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+
+class DimContext(Protocol):
+    """What an edit here reads of the per-action context: the chosen unit's profile."""
+
+    @property
+    def profile(self) -> Mapping[str, Any]: ...
+
+
+Edit = Callable[[dict[str, Any], DimContext], None]
+
+#: For each restriction a rule enforces, the (dimension, value) that breaks it: the fact it needs.
+#: ``prove`` decides these on every unit early, whatever the unit declares (a restriction lost
+#: to a typo leaves the unit unrestricted; the action that restriction forbids must still be tried).
+#: A value None is the first purpose a policy forbids by name.
+RESTRICTED_FACTS = {
+    "no-external-llm": ("hosting", "external"),
+    "no-cross-border": ("target_place", "outside"),
+    "no-ai-training": ("purpose", None),
+}
+OUTSIDE_PLACE = "ZZ"
+OTHER_PURPOSE = "analysis_purpose"
+
+
+def inside(action: dict[str, Any], c: DimContext) -> None:
+    """The target in the first region of the unit's data_residency (none declared: no place)."""
+    compliance = c.profile.get("compliance")
+    regions = compliance.get("data_residency") if isinstance(compliance, Mapping) else None
+    if isinstance(regions, list) and regions and isinstance(regions[0], str):
+        action["target"]["country"] = regions[0]
+    else:
+        action["target"].pop("country", None)
+
+
+def purpose(stated: str | None) -> Edit:
+    def edit(action: dict[str, Any], c: DimContext) -> None:
+        knowledge = action.get("knowledge")
+        if isinstance(knowledge, dict):
+            if stated is None:
+                knowledge.pop("purpose", None)
+            else:
+                knowledge["purpose"] = stated
+
+    return edit
+
+
+def not_for(action: dict[str, Any], c: DimContext) -> None:
+    """The first purpose the unit declares itself not for (KCP not_for), where it declares one."""
+    entries = [e for e in c.profile.get("not_for") or [] if isinstance(e, str) and e]
+    purpose(entries[0] if entries else None)(action, c)
