@@ -153,11 +153,16 @@ def _compile(deployment: Path, policies: Path = REPO / "policies") -> Path:
     return out
 
 
-def _deployment(tmp: Path, restrictions: str, *, more_units: bool = False) -> Path:
+def _deployment(tmp: Path, restrictions: str, *, more_units: bool = False, acknowledge: str = "") -> Path:
+    """A deployment; ACKNOWLEDGE is a declaration the matrix lists as knowingly unenforced
+    (compile refuses an unknown key otherwise, so a typo reaches a bundle only this way)."""
     tmp.mkdir(parents=True, exist_ok=True)
     manifest = HEAD.format(restrictions=restrictions) + (MORE_UNITS if more_units else "")
     (tmp / "knowledge.yaml").write_text(manifest, encoding="utf-8")
-    (tmp / "matrix.yaml").write_text(MATRIX, encoding="utf-8")
+    matrix = MATRIX
+    if acknowledge:
+        matrix += f"unenforced:\n  - at: '{acknowledge}'\n    reason: the typo under test\n"
+    (tmp / "matrix.yaml").write_text(matrix, encoding="utf-8")
     return tmp
 
 
@@ -226,7 +231,10 @@ def test_the_default_budget_finds_an_external_llm_a_restrictions_typo_let_throug
     it: prove decides what each restriction forbids on every unit early, and the counterexample
     is an action the gate itself decides ALLOW."""
     typo = "restrictons: [audit-required, no-external-llm, no-ai-training, no-cross-border]"
-    bundle = _compile(_deployment(tmp_path / "insurer", typo, more_units=True))
+    deployment = _deployment(
+        tmp_path / "insurer", typo, more_units=True, acknowledge="knowledge.yaml:compliance.restrictons"
+    )
+    bundle = _compile(deployment)
     rules = tmp_path / "insurer.rego"
     rules.write_text(HEALTH_INVARIANT, encoding="utf-8")
     users = [UserInvariants.load(rules)]
