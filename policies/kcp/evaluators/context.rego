@@ -100,11 +100,13 @@ when_facts contains path if {
 # under mocked data: docs/engine-findings.md item 27).
 _compliance := c if {
 	c := _profile.compliance
+	# mutate: equivalent only .data_residency and .restrictions of it are read: undefined on a non-object, as with {}
 	is_object(c)
 } else := {}
 
 _profile := p if {
 	p := facts.profile
+	# mutate: equivalent only .compliance and .effective_visibility of it are read: undefined on a non-object, as with {}
 	is_object(p)
 } else := {}
 

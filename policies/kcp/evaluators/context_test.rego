@@ -232,3 +232,43 @@ test_an_unbound_notice_to_a_beneficiary_needs_only_the_clock if {
 	m := _reads_only
 	count(context.findings) == 0 with input.action as a with input.context as c with data.kcp_data.matrix as m
 }
+
+# What kcp-opa's tooling reads as every path this evaluator can ask for: exactly these.
+test_required_paths_are_every_path_it_can_require if {
+	context.required_paths == {
+		"input.context.decision_epoch_seconds",
+		"input.context.decision_epoch_day",
+		"input.context.action_created_epoch_seconds",
+		"input.action.knowledge.project",
+		"input.action.knowledge.unit",
+		"input.action.target.tenant_id",
+		"input.action.runtime.budget_state",
+		"input.context.facts.evidence_status",
+		"input.context.facts.environment",
+		"input.context.facts.actor_role",
+		"input.context.facts.deployment_region",
+		"input.context.facts.model_hosting",
+		"input.context.facts.agent_scope",
+		"input.context.facts.new_beneficiary",
+		"input.context.facts.modified_beneficiary",
+		"input.context.facts.screening_uncertain",
+	}
+}
+
+test_bound_task_types_that_are_not_a_list_bind_nothing if {
+	a := {"action_type": "read", "target": {"type": "customer_record"}}
+	m := {"parameters": {"context": {"knowledge_bound_task_types": {"first": "read"}}}}
+	not context.bound with input.action as a with data.kcp_data.matrix as m
+}
+
+# A clock that is not a number is missing, never a stale or skewed action (and never an error).
+test_a_clock_that_is_not_a_number_is_missing_not_stale if {
+	a := _bound
+	m := _all
+	now := object.union(_clock, {"decision_epoch_seconds": "1764410400"})
+	_codes(context.findings) == {"context_missing"} with input.action as a with input.context as now
+		with data.kcp_data.matrix as m
+	created := object.union(_clock, {"action_created_epoch_seconds": "1764410100"})
+	_paths(context.findings) == {"input.context.action_created_epoch_seconds"} with input.action as a
+		with input.context as created with data.kcp_data.matrix as m
+}

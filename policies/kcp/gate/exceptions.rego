@@ -38,6 +38,7 @@ _well_formed(e) if {
 	is_number(e.not_before_epoch_seconds)
 	is_number(e.expires_epoch_seconds)
 	is_array(e.waives)
+	# mutate: equivalent _in_scope needs each scope key to be a _subject name: an array or string scope matches nothing
 	is_object(e.scope)
 	count(e.scope) > 0
 }

@@ -199,4 +199,51 @@ test_the_manifest_may_opt_a_restriction_in_on_special_category_data if {
 test_a_restriction_on_other_data_stays_waivable if {
 	["external_llm_forbidden", "ALLOW", "EXC-1"] in _waived_codes(_llm_run({"data_categories": ["contact"]}))
 	["external_llm_forbidden", "ALLOW", "EXC-1"] in _waived_codes(_llm_run({}))
+
+# A waived finding routes nothing: ALLOW, no controls, no approver, the waiver named in its
+# message; the exception_applied finding is whole.
+test_a_waived_finding_and_the_applied_exception_whole if {
+	approval := {
+		"code": "field_access_violation", "rule": "r", "evaluator_id": "field_access_check",
+		"evaluator_version": "1.0.0", "state": "HUMAN_APPROVAL", "controls": ["independent_human_approval"],
+		"message": "fields read outside declared_fields: phone",
+		"details": {"fields": ["phone"], "approver_role": "dpo"},
+	}
+	evaluated := {"field_access": {approval}}
+	waivable := _waivable
+	terminal := _terminal
+	params := _params
+	action := _action
+	ctx := _ctx(1000000, [_exc])
+	by := exceptions.apply(evaluated, waivable, terminal) with input.action as action
+		with input.context as ctx
+		with data.kcp_data.matrix.parameters as params
+	by.field_access == {object.union(approval, {
+		"state": "ALLOW", "controls": [], "waived_by": "EXC-1",
+		"message": "fields read outside declared_fields: phone (waived by exception EXC-1)",
+		"details": {"fields": ["phone"]},
+	})}
+	by.exceptions == {{
+		"code": "exception_applied", "rule": "kcp.exceptions.EXC-1", "state": "ALLOW", "controls": [],
+		"message": concat("", [
+			"exception EXC-1 waives field_access_violation ",
+			"(ticket CHG-2231, granted by dpo@example.com, until 1970-01-12T14:53:20Z)",
+		]),
+		"details": {
+			"exception": "EXC-1", "waives": ["field_access_violation"], "expires_at": "1970-01-12T14:53:20Z",
+			"grantor": "dpo@example.com", "ticket": "CHG-2231",
+		},
+	}}
+}
+
+test_an_exception_of_exactly_the_maximum_lifetime_is_in_force if {
+	exact := object.union(_exc, {"expires_epoch_seconds": 999000 + 604800})
+	["field_access_violation", "ALLOW", "EXC-1"] in _waived_codes(_run(1000000, [exact], _action))
+}
+
+test_malformed_exceptions_waive_nothing if {
+	_run(1000000, {"EXC-1": _exc}, _action) == _evaluated
+	_run(1000000, [object.union(_exc, {"not_before_epoch_seconds": null})], _action) == _evaluated
+	_run(1000000, [object.union(_exc, {"expires_epoch_seconds": "1003600"})], _action) == _evaluated
+	_run(1000000, [object.union(_exc, {"waives": {"code": "field_access_violation"}})], _action) == _evaluated
 }

@@ -85,3 +85,34 @@ test_a_metered_budget_needs_a_metering_source if {
 	not metering.unusable(_b, "a1") with input.context as {"decision_epoch_seconds": _now}
 	metering.spent(_b, "a1") == 0 with input.context as {"decision_epoch_seconds": _now}
 }
+
+# A stale spend, one in another currency, or one without a decision time holds only the budget
+# and key it names, and only when its period reaches into the window.
+test_an_unusable_spend_holds_only_its_own_budget_key_and_window if {
+	old := _now - 90000
+	every extra in [{"expires_epoch_seconds": _now}, {"currency": "EUR"}] {
+		spends := [
+			_spend(1000, object.union(extra, {"subject": "a2"})),
+			_spend(1000, object.union(extra, {"budget": "other"})),
+			_spend(1000, object.union(extra, {"period_start_epoch_seconds": old - 60, "period_end_epoch_seconds": old})),
+		]
+		c := {"metering": spends, "decision_epoch_seconds": _now}
+		not metering.unusable(_b, "a1") with input.context as c
+	}
+	untimed := {"metering": [_spend(1000, {"subject": "a2"}), _spend(1000, {"budget": "other"})]}
+	not metering.unusable(_b, "a1") with input.context as untimed
+}
+
+test_a_period_ending_at_the_windows_start_is_outside_it if {
+	edge := _now - 86400
+	c := {"metering": [_spend(1000, {"period_end_epoch_seconds": edge})], "decision_epoch_seconds": _now}
+	metering.spent(_b, "a1") == 0 with input.context as c
+	inside := {"metering": [_spend(1000, {"period_end_epoch_seconds": edge + 1})], "decision_epoch_seconds": _now}
+	metering.spent(_b, "a1") == 1000 with input.context as inside
+}
+
+test_a_decision_time_that_is_not_a_number_is_no_time if {
+	c := {"metering": [_spend(1000, {})], "decision_epoch_seconds": "1800000000"}
+	metering.spent(_b, "a1") == 0 with input.context as c
+	metering.unusable(_b, "a1") with input.context as c
+}

@@ -101,3 +101,44 @@ test_a_beneficiary_flag_raises_it_attested_or_stated if {
 		with input.context.facts as lowered
 		with data.kcp_data.matrix.parameters as p
 }
+
+test_only_a_value_transfer_has_payment_risk if {
+	p := object.union(_params, {"money": {"high_value_minor": {"USD": 500000}, "confirmation_minor": {"USD": 0}}})
+	read := {
+		"tenant_id": "t", "action_type": "read",
+		"amount": {"value_minor": 0, "currency": "USD"}, "target": {"reference": "b"},
+	}
+	first := {"beneficiary": {"key": "t/b", "prior_payments": 0}}
+	risk.factors == set() with input.action as read with input.context.counters as first
+		with data.kcp_data.matrix.parameters as p
+}
+
+test_the_confirmation_amount_itself_raises_it if {
+	p := _params
+	found := risk.factors with input.action as _pay(50000) with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
+	found == {["confirmation_amount", "MEDIUM"]}
+	below := risk.factors with input.action as _pay(49999) with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
+	below == set()
+}
+
+test_only_a_beneficiary_flag_is_a_beneficiary_flag if {
+	p := _params
+	stated := object.union(_pay(100), {"attributes": {"screening_uncertain": true}})
+	found := risk.factors with input.action as stated with input.context.counters as _known
+		with data.kcp_data.matrix.parameters as p
+	found == set()
+}
+
+test_a_unit_of_a_special_data_category_raises_it if {
+	p := _params
+	units := {"depth": 0, "count": 1, "slots": {"p": {"u": {"profile": 0}}}}
+	profiles := [{"compliance": {"data_categories": ["contact", "health"]}}]
+	read := {"tenant_id": "t", "action_type": "read", "knowledge": {"project": "p", "unit": "u"}}
+	found := risk.factors with input.action as read with data.kcp_data.matrix.parameters as p
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+	found == {["special_data_category", "MEDIUM"]}
+	risk.level == "MEDIUM" with input.action as read with data.kcp_data.matrix.parameters as p
+		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
+}

@@ -162,10 +162,12 @@ conflicts contains conflict if {
 conflicts contains conflict if {
 	some name, value in gate
 	said := stated[name]
+	# mutate: equivalent a shortcut: when said == value, sorted != sort(value) below fails too
 	said != value
 	is_array(said)
 	is_array(value)
 	sorted := sort(said)
+	# mutate: equivalent a shortcut: when sorted == value, value is sorted and sorted != sort(value) fails
 	sorted != value # value is a sorted list equal to sorted: sort(value) is too
 	sorted != sort(value)
 	conflict := {"fact": name, "gate": value, "stated": said}

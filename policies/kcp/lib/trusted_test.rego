@@ -102,3 +102,33 @@ test_a_gate_fact_without_a_value_establishes_nothing if {
 	trusted.established == set() with input.context.facts as {"deployment_region": {"class": "gate"}}
 	trusted.established == set() with input.context.facts as {"deployment_region": "EU"}
 }
+
+# The context stage's "unset" marker ({"kcp_opa": "unset"}) at any stated path states nothing.
+test_the_unset_marker_states_nothing_at_any_path if {
+	unset := {"kcp_opa": "unset"}
+	action := {
+		"runtime": {
+			"deployment_region": unset,
+			"environment": unset,
+			"model": {"id": unset, "hosting": unset},
+			"evidence_status": unset,
+		},
+		"authorization_context": {"actor_role": unset, "agent_scope": unset},
+		"attributes": {"new_beneficiary": unset, "modified_beneficiary": unset, "screening_uncertain": unset},
+	}
+	trusted.stated == {} with input.action as action
+	trusted.candidates == {} with input.action as action with input.context.facts as {}
+}
+
+test_a_statement_equal_to_the_gates_value_is_no_conflict if {
+	facts := {"deployment_region": _gate("US"), "new_beneficiary": _gate(false)}
+	trusted.conflicts == set() with input.context.facts as facts
+		with input.action.runtime as {"deployment_region": "US"}
+		with input.action.attributes as {"new_beneficiary": false}
+}
+
+test_an_attestation_with_an_expiry_that_is_not_a_number_never_expires if {
+	entry := {"value": "present", "class": "attested", "source": "attestation:x/k", "expires_epoch_seconds": null}
+	trusted.established == {"evidence_status"} with input.context.facts as {"evidence_status": entry}
+		with input.context.decision_epoch_seconds as 100
+}
