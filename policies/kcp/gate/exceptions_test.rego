@@ -199,6 +199,7 @@ test_the_manifest_may_opt_a_restriction_in_on_special_category_data if {
 test_a_restriction_on_other_data_stays_waivable if {
 	["external_llm_forbidden", "ALLOW", "EXC-1"] in _waived_codes(_llm_run({"data_categories": ["contact"]}))
 	["external_llm_forbidden", "ALLOW", "EXC-1"] in _waived_codes(_llm_run({}))
+}
 
 # A waived finding routes nothing: ALLOW, no controls, no approver, the waiver named in its
 # message; the exception_applied finding is whole.
