@@ -51,6 +51,7 @@ def _check_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], fi
                 f"restriction {value!r} is not one kcp-opa enforces, so no rule would read it"
                 f"{did_you_mean(value, vocab.RESTRICTION_RULES)}; enforced: {', '.join(_enforced())}",
                 at,
+                value=value,
             )
         elif rule == vocab.REFUSED:
             findings.warn(
@@ -59,6 +60,7 @@ def _check_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], fi
                 "decide as if it were not declared. Remove it (and enforce it where the data is handled), "
                 f"or use one the gate enforces: {', '.join(_enforced())}",
                 at,
+                value=value,
             )
 
 

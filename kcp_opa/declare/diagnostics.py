@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -64,6 +64,9 @@ class Diagnostic:
     path: YamlPath = ()
     line: int | None = None
     file: str = ""
+    #: The declared value a finding is about (an unknown restriction, an authority value), so an
+    #: acknowledgement names the value as well as its place: editing it makes a new finding.
+    value: str | None = None
 
     @property
     def location(self) -> str:
@@ -117,8 +120,8 @@ class Findings:
         self.has_errors = True
         self._add(Diagnostic(Severity.ERROR, code, message, tuple(path)))
 
-    def warn(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
-        self._add(Diagnostic(Severity.WARNING, code, message, tuple(path)))
+    def warn(self, code: str, message: str, path: Iterable[PathPart] = (), *, value: str | None = None) -> None:
+        self._add(Diagnostic(Severity.WARNING, code, message, tuple(path), value=value))
 
     def note(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
         self._add(Diagnostic(Severity.NOTE, code, message, tuple(path)))
@@ -218,4 +221,4 @@ def unreadable_report(file: str, reason: str, line: int | None, counts: Mapping[
 
 def locate(findings: Findings, file: str, line_of: Callable[[YamlPath], int | None]) -> tuple[Diagnostic, ...]:
     """Attach file and line to findings collected by path only."""
-    return tuple(Diagnostic(d.severity, d.code, d.message, d.path, line_of(d.path), file) for d in findings.items)
+    return tuple(replace(d, line=line_of(d.path), file=file) for d in findings.items)

@@ -78,6 +78,7 @@ def _check_authority(block: Any, here: tuple[PathPart, ...], findings: Findings)
                 f"authority {action}: {value!r} is not initiative, requires_approval or denied; "
                 f"ignored, so {action} is {fallback} (KCP §4.17 default)",
                 (*here, str(action)),
+                value=str(value),
             )
 
 

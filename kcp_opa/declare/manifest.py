@@ -259,6 +259,7 @@ def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], f
                     _UNKNOWN_CODES[key],
                     f"{key} value {value!r} is not known to kcp-opa{did_you_mean(value, known)}{effect}",
                     (*here, key, index),
+                    value=value,
                 )
     residency = block.get("data_residency")
     regions = residency.get("regions") if isinstance(residency, dict) else residency

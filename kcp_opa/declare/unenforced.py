@@ -12,7 +12,7 @@ name in its ``unenforced`` list. The known keys are the schema's ``properties``
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +111,11 @@ def _resolve(schema: Any, defs: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def finding_name(diagnostic: Diagnostic) -> str:
-    """How a deployment names a finding to acknowledge it: ``knowledge.yaml:units[0].compliance.x``."""
-    return f"{Path(diagnostic.file).name}:{format_path(diagnostic.path)}"
+    """How a deployment names a finding to acknowledge it: ``knowledge.yaml:units[0].compliance.x``,
+    with ``=VALUE`` for a declared value (``...restrictions[1]=no_ai_training``): an acknowledgement
+    covers that value at that place, never what is written there later."""
+    value = "" if diagnostic.value is None else f"={diagnostic.value}"
+    return f"{Path(diagnostic.file).name}:{format_path(diagnostic.path)}{value}"
 
 
 @dataclass(frozen=True)
@@ -151,12 +154,12 @@ def as_refusal(diagnostic: Diagnostic) -> Diagnostic:
         f"{diagnostic.message}. Fix it, or acknowledge it in the delegation matrix: "
         f"unenforced: [{{at: {finding_name(diagnostic)!r}, reason: ...}}]"
     )
-    return Diagnostic(Severity.ERROR, diagnostic.code, message, diagnostic.path, diagnostic.line, diagnostic.file)
+    return replace(diagnostic, severity=Severity.ERROR, message=message)
 
 
 def as_acknowledged(diagnostic: Diagnostic, reason: str) -> Diagnostic:
     message = f"{diagnostic.message} (acknowledged unenforced by the delegation matrix: {reason})"
-    return Diagnostic(Severity.NOTE, diagnostic.code, message, diagnostic.path, diagnostic.line, diagnostic.file)
+    return replace(diagnostic, severity=Severity.NOTE, message=message)
 
 
 def unused(acknowledgements: Mapping[str, str], accepted: Sequence[Acknowledged], matrix_file: str) -> list[Diagnostic]:

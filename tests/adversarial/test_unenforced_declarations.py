@@ -179,6 +179,23 @@ def test_an_unknown_restriction_value_validates_with_a_warning_but_does_not_comp
     assert f"knowledge.yaml:{_line_of(text, '      restrictions:')}:" in stderr and not out.exists()
 
 
+def test_an_acknowledged_value_covers_that_value_only(tmp_path: Path) -> None:
+    """An acknowledgement names the value as well as its place: a later edit of the acknowledged
+    slot to another unknown value (here the typo `no-ai-trainng`, which drops the training
+    protection) is a new finding that compile refuses, and the old entry is reported unused."""
+    at = "knowledge.yaml:units[0].compliance.restrictions[2]=no_ai_training"
+    acknowledged = MATRIX + f"unenforced:\n  - at: '{at}'\n    reason: SEC-14 pending\n"
+    first = MANIFEST.replace("no-ai-training, ", "no_ai_training, ")
+    knowledge, matrix = _write(tmp_path, first, acknowledged)
+    code, stderr, out = _compile_cli(tmp_path, knowledge, matrix)
+    assert code == 0, stderr
+    out.unlink()
+    knowledge.write_text(MANIFEST.replace("no-ai-training, ", "no-ai-trainng, "), encoding="utf-8")
+    code, stderr, out = _compile_cli(tmp_path, knowledge, matrix)
+    assert code == 1 and "restrictions[2]=no-ai-trainng" in stderr and "unknown_restriction" in stderr, stderr
+    assert not out.exists()
+
+
 def test_the_spelling_meant_compiles(tmp_path: Path) -> None:
     knowledge, matrix = _write(tmp_path, MANIFEST)
     code, stderr, _ = _compile_cli(tmp_path, knowledge, matrix)
