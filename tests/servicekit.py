@@ -56,8 +56,10 @@ PRINCIPALS = [
     {"id": "user_001", "type": "human", "roles": ["customer", "treasury_approver"]},
     {"id": "treasury_approver_anna", "type": "human", "roles": ["treasury_approver"]},
     {"id": "clerk_bob", "type": "human", "roles": ["clerk"]},
-    # The finance matrix's payroll approver: compile --trust refuses a role no principal holds.
+    # The reference matrices' other approver roles: compile --trust refuses a role no principal holds.
     {"id": "payroll_controller_paula", "type": "human", "roles": ["payroll_controller"]},
+    {"id": "support_manager_max", "type": "human", "roles": ["support_lead", "finance_reviewer", "manager"]},
+    {"id": "compliance_officer_omar", "type": "human", "roles": ["compliance_officer", "onboarding_supervisor"]},
     {"id": "kyc-provider", "type": "provider"},
     {"id": "approval-desk", "type": "system"},
     {"id": "kcp-opa-ledger", "type": "system"},  # the actor of the gate's own audit-logging evidence
