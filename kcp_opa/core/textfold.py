@@ -27,8 +27,9 @@ _DROPPED_IN_FOLD = frozenset({"Mn", "Me", "Cf"})
 _SEPARATOR_CATEGORIES = frozenset({"Pd", "Pc"})
 #: Symbols drawn as a dash: minus signs, the prolonged sound mark, box-drawing and heavy minus.
 _DASH_LIKE = frozenset("\u2212\u2043\u23af\u2500\u2501\u2796\u30fc\uff70\U00010ead")
-#: Runs of whitespace (TAB, CR, LF, NBSP...), hyphens, underscores and Unicode dashes: one ``_``.
-_SEPARATORS = re.compile(r"[\s_\-\u2010-\u2015\u2212\ufe58\ufe63\uff0d]+")
+#: Runs of whitespace (TAB, CR, LF, NBSP...), hyphens, underscores, Unicode dashes and ASCII
+#: punctuation (``training.``, ``(training)``, ``"training"``, ``ai/training``): one ``_``.
+_SEPARATORS = re.compile(r"[\s_\-\u2010-\u2015\u2212\ufe58\ufe63\uff0d!-/:-@\[-`{-~]+")
 #: Characters a fold never reads: unassigned, private use, surrogates, controls (but whitespace).
 _UNREADABLE = frozenset({"Cn", "Co", "Cs", "Cc"})
 #: Letters that show as blank space yet are no separator (Hangul fillers, the braille blank).
@@ -56,7 +57,7 @@ def fold_text(text: str) -> str:
     before and after case folding, so Greek ``\u039d`` reads ``N`` and Cyrillic ``\u0430`` reads ``a``;
     a Latin letter with a stroke, hook or small-capital form to its base letter); casefold,
     combining marks and format characters (zero-width, bidi) dropped, NFC; then every run of
-    separators (whitespace, ``-``, ``_``, dashes) one ``_``, none at either end.
+    separators (whitespace, ``-``, ``_``, dashes, punctuation) one ``_``, none at either end.
 
     ``TRAİNING``, ``Trai\u0307ning``, ``train\u200bing``, fullwidth ``\uff54\uff52\uff41\uff49\uff4e\uff49\uff4e\uff47``
     and ``tr\u0430ining`` (Cyrillic ``\u0430``) fold to ``training``; ``AI training``,
@@ -67,6 +68,9 @@ def fold_text(text: str) -> str:
     plain = _unmarked(text)
     folded = _as_latin(unicodedata.normalize("NFC", _unmarked(_as_latin(plain).casefold())))
     _check_one_reading(plain, folded)
+    # Punctuation left once look-alikes are mapped (curly quotes, the middle dot, brackets) parts
+    # words as ASCII punctuation does; mapped last, so a mark that looks like a letter reads as one.
+    folded = "".join("_" if not c.isascii() and unicodedata.category(c)[0] == "P" else c for c in folded)
     return _SEPARATORS.sub("_", folded).strip("_")
 
 

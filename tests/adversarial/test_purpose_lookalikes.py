@@ -47,6 +47,12 @@ TRAINING = {
     "fullwidth low line": "model\uff3ftraining",
     "minus sign": "ai\u2212training",
     "cyrillic in model": "M\u043edel training",
+    "full stop": "training.",
+    "brackets": "(training)",
+    "curly quotes": "\u201ctraining\u201d",
+    "slash": "ai/training",
+    "middle dot": "ai\u00b7training",
+    "exclamation and cyrillic": "model tr\u0430ining!",
 }
 
 #: Spellings a person reads as ``training`` that cannot be folded to one spelling: refused.
