@@ -27,6 +27,7 @@ UNENFORCED_CODES = frozenset(
     {
         "unknown_key",
         "unknown_restriction",
+        "data_category_misspelt",
         "restriction_unenforced",
         "unknown_regulation",
         "unknown_access",

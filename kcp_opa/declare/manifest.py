@@ -250,14 +250,19 @@ def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], f
     for key, known in vocabularies:
         for index, value in _items(block.get(key)):
             if isinstance(value, str) and value not in known:
+                meant = did_you_mean(value, known)
                 effect = (
                     "; unless the delegation matrix lists it, every action on the unit is DENY matrix_not_covered"
                     if key == "data_categories"
                     else " and is ignored by the policies"
                 )
+                # A near miss of a known category is a misspelling, not a custom category: a
+                # matrix cell naming it would route it while the rules that read the category
+                # (Art. 9 locks exceptions on 'health') never see it, so compile refuses it.
+                code = "data_category_misspelt" if key == "data_categories" and meant else _UNKNOWN_CODES[key]
                 findings.warn(
-                    _UNKNOWN_CODES[key],
-                    f"{key} value {value!r} is not known to kcp-opa{did_you_mean(value, known)}{effect}",
+                    code,
+                    f"{key} value {value!r} is not known to kcp-opa{meant}{effect}",
                     (*here, key, index),
                     value=value,
                 )

@@ -196,6 +196,22 @@ def test_an_acknowledged_value_covers_that_value_only(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize("written", ["helth", "special_categry", "biometrics"])
+def test_a_misspelt_data_category_is_refused_not_taken_as_a_custom_one(tmp_path: Path, written: str) -> None:
+    """`helth` beside a matrix cell for `helth` would route the unit while every rule reading
+    the category (Art. 9 makes its restrictions terminal for exceptions) misses it: compile
+    refuses a near miss of a known category; a custom category the matrix covers compiles."""
+    text = MANIFEST.replace("data_categories: [health]", f"data_categories: [{written}]")
+    matrix = MATRIX.replace("{health: autonomous}", f"{{{written}: autonomous}}")
+    knowledge, matrix_file = _write(tmp_path, text, matrix)
+    code, stderr, out = _compile_cli(tmp_path, knowledge, matrix_file)
+    assert code == 1 and "data_category_misspelt" in stderr and "did you mean" in stderr, stderr
+    assert not out.exists()
+    custom = _write(tmp_path, text.replace(written, "claims_history"), matrix.replace(written, "claims_history"))
+    code, stderr, out = _compile_cli(tmp_path, *custom)
+    assert code == 0, stderr
+
+
 def test_the_spelling_meant_compiles(tmp_path: Path) -> None:
     knowledge, matrix = _write(tmp_path, MANIFEST)
     code, stderr, _ = _compile_cli(tmp_path, knowledge, matrix)

@@ -16,9 +16,12 @@ def test_an_unknown_data_category_warning_is_spelled_right_and_tells_the_truth(t
     proc = run_cli("validate", str(dep / "knowledge.yaml"), "--format", "json")
     warnings = json.loads(proc.stdout)["warnings"]
     codes = [w["code"] for w in warnings]
-    assert "unknown_data_category" in codes and "unknown_data_categorie" not in codes
-    message = next(w["message"] for w in warnings if w["code"] == "unknown_data_category")
+    assert "data_category_misspelt" in codes and "unknown_data_categorie" not in codes  # a near miss
+    message = next(w["message"] for w in warnings if w["code"] == "data_category_misspelt")
     assert "ignored" not in message and "matrix_not_covered" in message and "did you mean 'health'" in message
+    custom = hr_leave_copy(tmp_path / "custom", categories="[personal, leave_history]")
+    proc = run_cli("validate", str(custom / "knowledge.yaml"), "--format", "json")
+    assert "unknown_data_category" in [w["code"] for w in json.loads(proc.stdout)["warnings"]]
 
 
 def test_validate_reports_what_no_matrix_row_covers_and_strict_fails_on_it(tmp_path: Path) -> None:
