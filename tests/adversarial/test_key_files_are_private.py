@@ -53,3 +53,16 @@ def test_every_key_holding_file_is_created_owner_only(tmp_path: Path) -> None:
     assert expected <= secret, secret
     modes = {name: oct(stat.S_IMODE((tmp_path / name).stat().st_mode)) for name in sorted(secret)}
     assert modes == dict.fromkeys(sorted(secret), "0o600")
+
+
+def test_a_store_others_can_read_is_narrowed_when_opened(tmp_path: Path) -> None:
+    """A store file made 0644 (by an older kcp-opa or another umask) still holds the sealing key:
+    opening it narrows the file and its -wal/-shm to 0600."""
+    path = tmp_path / "service.db"
+    stores = open_stores(path)
+    assert len(stores.decisions.seal_key()) >= 32
+    for file in tmp_path.iterdir():
+        file.chmod(0o644)
+    open_stores(path).decisions.seal_key()
+    modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(modes, "0o600") and "service.db" in modes, modes

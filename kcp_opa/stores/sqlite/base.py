@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import stat
 import sqlite3
 import threading
 import time
@@ -81,10 +82,25 @@ def _create_private(path: Path) -> None:
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        _narrow(path)
         return
     except OSError as exc:
         raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
     os.close(descriptor)
+
+
+def _narrow(path: Path) -> None:
+    """A store file (or its -wal/-shm) that others may read, made by an older kcp-opa or another
+    umask, is narrowed to 0600 when its owner opens it: the sealing key must not stay readable."""
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            status = file.lstat()
+            if stat.S_ISREG(status.st_mode) and status.st_mode & 0o077 and status.st_uid == os.geteuid():
+                file.chmod(0o600)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"{file}: readable by others and cannot be narrowed to 0600: {exc.strerror or exc}") from None
 
 
 class SQLiteBase:
