@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import stat
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -100,7 +100,8 @@ def _narrow(path: Path) -> None:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            raise StoreError(f"{file}: readable by others and cannot be narrowed to 0600: {exc.strerror or exc}") from None
+            reason = exc.strerror or exc
+            raise StoreError(f"{file}: readable by others and cannot be narrowed to 0600: {reason}") from None
 
 
 class SQLiteBase:
