@@ -38,7 +38,7 @@ from kcp_opa.cli.output import (
 )
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
-from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError, StoreError
+from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError, StoreError, StoreUnavailableError
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import decision_time
@@ -57,6 +57,8 @@ def _open(store_path: str) -> ExecutorStore:
         fail(f"{store_path}: no such executor store", EXIT_USAGE)
     try:
         return open_executor_store(store_path)
+    except StoreUnavailableError:
+        raise  # an outage: the CLI's one line and exit 5, never a usage error
     except StoreError as exc:
         fail(f"{shown(store_path)}: not an executor store ({exc})", EXIT_USAGE)
         raise  # unreachable: fail exits
@@ -75,6 +77,8 @@ def executions_list(store_path: str, fmt: str | None) -> None:
     (the note says which; exit 1 when there is any)."""
     try:
         records = _open(store_path).ambiguous_executions()
+    except StoreUnavailableError:
+        raise  # an outage: the CLI's one line and exit 5, never a usage error
     except StoreError as exc:
         fail(f"{shown(store_path)}: cannot read the executor store ({exc})", EXIT_USAGE)
         raise
@@ -113,6 +117,8 @@ def executions_reconcile(key: str, outcome: str, evidence: str, store_path: str,
     store = _open(store_path)
     try:
         record = store.reconcile(key, outcome, evidence)
+    except StoreUnavailableError:
+        raise  # an outage: the CLI's one line and exit 5, never a usage error
     except StoreError as exc:
         if exc.code == StoreError.code:  # the store itself failed, not a refused reconciliation
             fail(f"{shown(store_path)}: cannot update the executor store ({exc})", EXIT_USAGE)

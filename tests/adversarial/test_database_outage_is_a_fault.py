@@ -325,11 +325,12 @@ def test_a_stopped_database_is_503_on_every_route_then_served_again_with_nothing
 def test_the_cli_answers_an_unreachable_database_in_one_line_and_exit_5() -> None:
     """One line naming the fault and exit 5: never a usage error (2) nor a decision's exit (4)."""
     nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/kcp_nowhere"
-    started = time.monotonic()
-    proc = run_cli("store", "migrate", "--store", nowhere)
-    assert time.monotonic() - started < 30
-    assert proc.returncode == 5, (proc.returncode, proc.stdout, proc.stderr)
-    assert proc.stdout == ""
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("kcp-opa: error:")]
-    assert len(errors) == 1 and errors[0].startswith("kcp-opa: error: store_unavailable: "), proc.stderr
-    assert "Traceback" not in proc.stderr and "password" not in proc.stderr
+    for command in (("store", "migrate"), ("executions", "list")):
+        started = time.monotonic()
+        proc = run_cli(*command, "--store", nowhere)
+        assert time.monotonic() - started < 30
+        assert proc.returncode == 5, (command, proc.returncode, proc.stdout, proc.stderr)
+        assert proc.stdout == ""
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("kcp-opa: error:")]
+        assert len(errors) == 1 and errors[0].startswith("kcp-opa: error: store_unavailable: "), proc.stderr
+        assert "Traceback" not in proc.stderr and "password" not in proc.stderr
