@@ -240,6 +240,10 @@ _UNKNOWN_CODES = {
     "restrictions": "unknown_restriction",
     "data_categories": "unknown_data_category",
 }
+_UNKNOWN_EFFECT = {
+    "regulations": " and is ignored by the policies",
+    "data_categories": "; unless the delegation matrix lists it, every action on the unit is DENY matrix_not_covered",
+}
 
 
 def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
@@ -251,21 +255,10 @@ def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], f
         for index, value in _items(block.get(key)):
             if isinstance(value, str) and value not in known:
                 meant = did_you_mean(value, known)
-                effect = (
-                    "; unless the delegation matrix lists it, every action on the unit is DENY matrix_not_covered"
-                    if key == "data_categories"
-                    else " and is ignored by the policies"
-                )
-                # A near miss of a known category is a misspelling, not a custom category: a
-                # matrix cell naming it would route it while the rules that read the category
-                # (Art. 9 locks exceptions on 'health') never see it, so compile refuses it.
+                # A near miss of a known category is a typo, not a custom one: compile refuses it.
                 code = "data_category_misspelt" if key == "data_categories" and meant else _UNKNOWN_CODES[key]
-                findings.warn(
-                    code,
-                    f"{key} value {value!r} is not known to kcp-opa{meant}{effect}",
-                    (*here, key, index),
-                    value=value,
-                )
+                message = f"{key} value {value!r} is not known to kcp-opa{meant}{_UNKNOWN_EFFECT[key]}"
+                findings.warn(code, message, (*here, key, index), value=value)
     residency = block.get("data_residency")
     regions = residency.get("regions") if isinstance(residency, dict) else residency
     region_path = (*here, "data_residency", "regions") if isinstance(residency, dict) else (*here, "data_residency")

@@ -38,6 +38,7 @@ def test_opa_only_files_are_few_and_explained() -> None:
     assert opa_only == [
         "kcp/controls/evidence_opa_test.rego",
         "kcp/evaluators/budget_test.rego",
+        "kcp/evaluators/context_opa_test.rego",
         "kcp/evaluators/runtime_test.rego",
         "kcp/gate/decision_test.rego",
         "kcp/gate/default_test.rego",

@@ -24,7 +24,7 @@ from kcp_opa.trail.ledger import read_entries, verify_ledger
 from kcp_opa.trail.locations import readable
 
 pytestmark = pytest.mark.postgres
-ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 TOKEN = "t-ledger-replicas-" + "l" * 32
 
 
