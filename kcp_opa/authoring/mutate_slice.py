@@ -231,3 +231,30 @@ def compare(record: Record | None, results: Sequence[MutantResult], sample: int 
         score_of(record.status_of(r.mutant) for r in results),
         tuple(disagreements(record, results)),
     )
+
+
+def select(
+    everything: Sequence[Mutant], sample: int | None, score_file: Path | None, fingerprint_: str, seed: int | None
+) -> tuple[Record | None, list[Mutant]]:
+    """The record a sampled run is checked against (read when given) and the mutants to run:
+    all of them, or the stratified sample of the ones the record scored."""
+    if sample is None:
+        return None, list(everything)
+    record = read_record(score_file, fingerprint_) if score_file is not None else None
+    pool = record.scored(everything) if record is not None else everything
+    return record, stratified_sample(pool, sample, seed_text(fingerprint_, seed))
+
+
+def failures(
+    score: float, threshold: float | None, record: Record | None, full_threshold: float | None, view: SliceView
+) -> list[str]:
+    """Why the run fails, one line each (empty when it passes)."""
+    found = []
+    if threshold is not None and score < threshold:
+        found.append(f"mutation score {score:.1f}% is below the threshold {threshold:g}%")
+    if full_threshold is not None and record is not None and record.score < full_threshold:
+        found.append(f"the recorded full score {record.score:.1f}% is below {full_threshold:g}%")
+    if view.disagreements:
+        where = ", ".join(r.mutant.key for r in view.disagreements[:3])
+        found.append(f"{len(view.disagreements)} sampled mutants the record counts as killed survived ({where})")
+    return found

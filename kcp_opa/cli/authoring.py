@@ -354,17 +354,11 @@ def mutate_command(
     inputs = mutate_slice.input_files(case_paths, deployments_dir, (c.deployment for c in cases))
     fingerprint = mutate_slice.fingerprint(modules, inputs)
     everything = mutants_of(modules, only_regex)
-    record = None
-    mutants = everything
-    if sample is not None:
-        if score_file is not None:
-            try:
-                record = mutate_slice.read_record(score_file, fingerprint)
-            except mutate_slice.RecordError as exc:
-                click.echo(f"kcp-opa: {exc}", err=True)
-                sys.exit(EXIT_USAGE)
-        pool = record.scored(everything) if record is not None else everything
-        mutants = mutate_slice.stratified_sample(pool, sample, mutate_slice.seed_text(fingerprint, seed))
+    try:
+        record, mutants = mutate_slice.select(everything, sample, score_file, fingerprint, seed)
+    except mutate_slice.RecordError as exc:
+        click.echo(f"kcp-opa: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
     began = time.monotonic()
     suite = build_suite(modules, discover(modules), cases, policy_dirs[0], deployments_dir)
     baseline = run_tests_batched(suite.modules, suite.tests) or run_cases_batched(suite, suite.modules)
@@ -397,16 +391,7 @@ def mutate_command(
     else:
         print_report(console(), results, seconds)
         print_slice(console(), the_slice)
-    failures = []
-    if threshold is not None and score < threshold:
-        failures.append(f"mutation score {score:.1f}% is below the threshold {threshold:g}%")
-    if full_threshold is not None and record is not None and record.score < full_threshold:
-        failures.append(f"the recorded full score {record.score:.1f}% is below {full_threshold:g}%")
-    if the_slice.disagreements:
-        where = ", ".join(r.mutant.key for r in the_slice.disagreements[:3])
-        failures.append(
-            f"{len(the_slice.disagreements)} sampled mutants the record counts as killed survived ({where})"
-        )
+    failures = mutate_slice.failures(score, threshold, record, full_threshold, the_slice)
     for failure in failures:
         click.echo(f"kcp-opa: {failure}", err=True)
     if failures:
