@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import multiprocessing
-import random
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -214,21 +213,15 @@ def _work(mutant: Mutant) -> tuple[str, str, str]:
     return mutant.key, status.value, detail
 
 
-def mutants_of(
-    modules: Mapping[str, str], sample: int | None = None, seed: int = 18, only: str | None = None
-) -> list[Mutant]:
-    """Every mutant of the non-test modules whose path matches ``only``, or a fixed sample of
-    ``sample`` of them (seeded, so a CI slice judges the same mutants every run)."""
-    found = [
+def mutants_of(modules: Mapping[str, str], only: str | None = None) -> list[Mutant]:
+    """Every mutant of the non-test modules whose path matches ``only``, in file and line order
+    (a CI sample of them: kcp_opa.authoring.mutate_slice)."""
+    return [
         mutant
         for name, source in sorted(modules.items())
         if not name.endswith("_test.rego") and (only is None or re.search(only, name))
         for mutant in generate(name, source)
     ]
-    if sample is not None and sample < len(found):
-        chosen = random.Random(seed).sample(found, sample)  # noqa: S311 (a reproducible sample, not a secret)
-        found = sorted(chosen, key=lambda m: (m.file, m.start))
-    return found
 
 
 def run_mutants(

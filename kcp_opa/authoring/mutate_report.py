@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from kcp_opa.authoring.mutate import MutantResult, Status, Suite, _engine
+from kcp_opa.authoring.mutate_slice import SliceView
 
 SCORED = (Status.KILLED, Status.TIMEOUT, Status.SURVIVED)
 
@@ -131,6 +132,21 @@ def print_report(out: Console, results: Sequence[MutantResult], seconds: float) 
         f"score {info['score']:.1f}% in {seconds:.0f} s",
         highlight=False,
     )
+
+
+def print_slice(out: Console, view: SliceView) -> None:
+    """The full run's score beside the CI slice's (nothing when neither is known)."""
+    if view.full_score is not None:
+        out.print(
+            f"[bold]full run[/] (every mutant, recorded for these policies): {view.full_score:.1f}%", highlight=False
+        )
+    if view.sample_score is not None:
+        line = f"[bold]CI slice[/] ({view.sample_size} mutants, stratified by file): {view.sample_score:.1f}%"
+        if view.recorded_sample_score is not None:
+            line += f" (the full run scored the same mutants {view.recorded_sample_score:.1f}%)"
+        out.print(line, highlight=False)
+    for result in view.disagreements:
+        out.print(f"[red]recorded as killed, survived now:[/] {result.mutant.key}", highlight=False, markup=False)
 
 
 def junit_xml(results: Sequence[MutantResult]) -> bytes:

@@ -10,40 +10,9 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_json, run_cli
+from mutatekit import POLICY, TESTS, demo_policies
 
 from kcp_opa.authoring.mutate_ops import Mutant, excuse, generate
-
-POLICY = """package kcp.demo
-
-import rego.v1
-
-default allowed := false
-
-allowed if {
-\tinput.amount < 100
-\tinput.currency == "EUR"
-}
-
-label := "DENY" if input.amount >= 1000 # a "quoted == string" and a # comment stay as they are
-
-kinds contains "small" if input.amount < 10
-
-kinds contains "eur" if input.currency == "EUR"
-"""
-TESTS = """package kcp.demo_test
-
-import rego.v1
-
-import data.kcp.demo
-
-test_small_eur_allowed if demo.allowed with input as {"amount": 5, "currency": "EUR"}
-
-test_large_refused if not demo.allowed with input as {"amount": 500, "currency": "EUR"}
-
-test_usd_refused if not demo.allowed with input as {"amount": 5, "currency": "USD"}
-
-test_boundary_refused if not demo.allowed with input as {"amount": 100, "currency": "EUR"}
-"""
 
 
 def _by_operator(mutants: list[Mutant]) -> dict[str, list[Mutant]]:
@@ -100,12 +69,7 @@ def test_excuse_needs_a_reason() -> None:
 
 @pytest.fixture
 def policy_dir(tmp_path: Path) -> Path:
-    root = tmp_path / "policies"
-    (root / "kcp").mkdir(parents=True)
-    (root / "kcp" / "demo.rego").write_text(POLICY)
-    (root / "kcp" / "demo_test.rego").write_text(TESTS)
-    (tmp_path / "cases").mkdir()
-    return tmp_path
+    return demo_policies(tmp_path)
 
 
 def test_mutate_reports_kills_survivors_and_what_reaches_them(policy_dir: Path) -> None:
