@@ -118,6 +118,7 @@ def _checked_copy(root: Mapping[str, Any]) -> tuple[FrozenObject, bool]:
         if depth > MAX_DEPTH:
             raise ActionRejectedError(path, f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, Mapping):
+            counts = under_attributes or (depth == 1 and path == "/attributes")  # what the schema caps
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise ActionRejectedError(path, f"object key {key!r} is not a string")
@@ -126,7 +127,6 @@ def _checked_copy(root: Mapping[str, Any]) -> tuple[FrozenObject, bool]:
                     text_error = _text_error(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
                 child = _shell(item)
                 put(into, key, child)
-                counts = under_attributes or (depth == 0 and key == "attributes" and isinstance(item, Mapping))
                 stack.append((item, child, f"{path}/{key}", depth + 1, counts))
         elif isinstance(value, list | tuple):
             for index, item in enumerate(value):
