@@ -9,13 +9,14 @@ canonical JSON is the line's bytes: typing the entry changes no byte of any ledg
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from kcp_opa.core.canonical import canonical_hash
+from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.trail.verify import ENTRY_SIGNATURE
 
@@ -42,12 +43,29 @@ class LedgerEntry:
         sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> LedgerEntry:
         """The entry for ``event`` at ``seq``: signed by ``sign`` (the writer key) if given, then hashed."""
+        return cls.written(event, seq, previous_hash, sign)[0]
+
+    @classmethod
+    def written(
+        cls,
+        event: Mapping[str, Any],
+        seq: int,
+        previous_hash: str,
+        sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> tuple[LedgerEntry, bytes]:
+        """:meth:`chained`, with the entry's canonical JSON (the ledger line, without its newline).
+
+        Each top-level value is serialised once: the hashed body and the line are the same
+        members joined, the line with ``entry_hash`` in its sorted place (KYA-CJ-1 sorts keys).
+        """
         body: dict[str, Any] = {k: v for k, v in event.items() if k not in _CHAIN}
         body.update(seq=seq, previous_hash=previous_hash)
         if sign is not None:
             body = sign(body)
-        digest = canonical_hash(body)
-        return cls.from_dict({**body, "entry_hash": digest})
+        members = {key: _member(key, value) for key, value in body.items()}
+        digest = "sha256:" + hashlib.sha256(_joined(members)).hexdigest()
+        members["entry_hash"] = _member("entry_hash", digest)
+        return cls.from_dict({**body, "entry_hash": digest}), _joined(members)
 
     @classmethod
     def from_dict(cls, document: Any) -> LedgerEntry:
@@ -81,3 +99,13 @@ class LedgerEntry:
         body = self.to_dict()
         del body["entry_hash"]
         return canonical_hash(body) == self.entry_hash
+
+
+def _member(key: str, value: Any) -> bytes:
+    """One ``"key":value`` member of a canonical JSON object."""
+    return canonical_json(key) + b":" + canonical_json(value)
+
+
+def _joined(members: Mapping[str, bytes]) -> bytes:
+    """The canonical JSON object of these members (sorted by key, as ``json`` sorts them)."""
+    return b"{" + b",".join(members[key] for key in sorted(members)) + b"}"
