@@ -124,15 +124,25 @@ def _checked_copy(root: Mapping[str, Any]) -> tuple[FrozenObject, bool]:
                     raise ActionRejectedError(path, f"object key {key!r} is not a string")
                 _refuse_secret_key(key, path)
                 if text_error is None:
-                    text_error = _text_error(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
+                    text_error = _key_error(key, path)
+                child_path = f"{path}/{key}"
+                if depth < MAX_DEPTH and _clean_scalar(item, child_path):
+                    put(into, key, item)  # nothing to report about it, wherever the walk would reach it
+                    counted += counts
+                    continue
                 child = _shell(item)
                 put(into, key, child)
-                stack.append((item, child, f"{path}/{key}", depth + 1, counts))
+                stack.append((item, child, child_path, depth + 1, counts))
         elif isinstance(value, list | tuple):
             for index, item in enumerate(value):
+                child_path = f"{path}/{index}"
+                if depth < MAX_DEPTH and _clean_scalar(item, child_path):
+                    add(into, item)
+                    counted += under_attributes
+                    continue
                 child = _shell(item)
                 add(into, child)
-                stack.append((item, child, f"{path}/{index}", depth + 1, under_attributes))
+                stack.append((item, child, child_path, depth + 1, under_attributes))
         elif isinstance(value, float):
             raise ActionRejectedError(path, f"{value!r} is a float; money and counts are integers (minor units)")
         elif isinstance(value, str):
@@ -148,6 +158,23 @@ def _checked_copy(root: Mapping[str, Any]) -> tuple[FrozenObject, bool]:
     if text_error is not None:
         raise text_error
     return frozen, counted > MAX_ATTRIBUTE_VALUES
+
+
+def _clean_scalar(value: Any, path: str) -> bool:
+    """A plain string, boolean, null or 64-bit integer with nothing to refuse at ``path``: the walk
+    keeps it without visiting it (what is refused is visited, so errors come in walk order)."""
+    kind = type(value)
+    if kind is str:
+        return _string_error(value, path) is None
+    if kind is int:
+        return bool(INT64_MIN <= value <= INT64_MAX)
+    return kind is bool or value is None
+
+
+def _key_error(key: str, path: str) -> ActionRejectedError | None:
+    if not strings.quote_wrapped(key) and strings.forbidden_char(key) is None:
+        return None
+    return _text_error(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
 
 
 def _shell(value: Any) -> Any:
