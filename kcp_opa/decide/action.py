@@ -24,7 +24,7 @@ from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.frozen import FrozenArray, FrozenObject, add, put
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.textfold import TextFoldError, fold_text
-from kcp_opa.decide.checked import CheckedAction
+from kcp_opa.decide.checked import CheckedAction, CheckedRoot, proof_of
 
 MAX_ACTION_BYTES = 1024 * 1024
 MAX_DEPTH = 32
@@ -60,8 +60,9 @@ def check_action(value: Any) -> CheckedAction:
     hash. A :class:`CheckedAction` is returned as it is: it cannot have changed since its check.
     Anything else (a dict, a read-only mapping, a copy of a checked action) is checked.
     """
-    if type(value) is CheckedAction:
-        return value
+    proof = proof_of(value)
+    if proof is not None:
+        return proof
     if not isinstance(value, Mapping):
         raise ActionRejectedError("", f"must be a JSON object, not {_json_type(value)}")
     frozen, too_many_attributes = _checked_copy(value)
@@ -100,7 +101,7 @@ def check_action(value: Any) -> CheckedAction:
 MAX_ATTRIBUTE_VALUES = 1024
 
 
-def _checked_copy(root: Mapping[str, Any]) -> tuple[FrozenObject, bool]:
+def _checked_copy(root: Mapping[str, Any]) -> tuple[CheckedRoot, bool]:
     """One iterative walk (no recursion limit to hit): the read-only copy, and whether
     ``attributes`` holds more than :data:`MAX_ATTRIBUTE_VALUES` values (all levels).
 
@@ -108,7 +109,7 @@ def _checked_copy(root: Mapping[str, Any]) -> tuple[FrozenObject, bool]:
     float, an integer out of range, what is no JSON value. The first breach of the string
     contract (:func:`check_strings`, the same order) is raised only when the walk finds none.
     """
-    frozen = FrozenObject()
+    frozen = CheckedRoot()
     stack: list[tuple[Any, Any, str, int, bool]] = [(root, frozen, "", 0, False)]
     text_error: ActionRejectedError | None = None
     counted = 0
@@ -330,7 +331,8 @@ def _fast_validator() -> Any:
 
 def action_hash(action: Mapping[str, Any] | CheckedAction) -> str:
     """The KYA-CJ-1 hash of the whole action: ``sha256:<hex>`` (a checked action's, as it was checked)."""
-    return action.hash if type(action) is CheckedAction else canonical_hash(action)
+    proof = proof_of(action)
+    return proof.hash if proof is not None else canonical_hash(action)
 
 
 def trace_id_of(action: Mapping[str, Any]) -> str | None:

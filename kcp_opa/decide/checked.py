@@ -18,11 +18,31 @@ from typing import Any, NoReturn
 from kcp_opa.core.frozen import FrozenObject
 
 
+class CheckedRoot(FrozenObject):
+    """The top of a checked action's read-only copy, holding its proof: a record that keeps only
+    the mapping (a control record, a receipt's action) is not walked or hashed again. Only the
+    proof whose own ``mapping`` is this very object counts (:func:`proof_of`)."""
+
+    __slots__ = ("proof",)
+    proof: CheckedAction
+
+
+def proof_of(value: Any) -> CheckedAction | None:
+    """The checked action ``value`` is the read-only copy of, or None (then it must be checked)."""
+    if type(value) is CheckedAction:
+        return value
+    if type(value) is CheckedRoot:
+        proof = getattr(value, "proof", None)
+        if type(proof) is CheckedAction and proof.mapping is value:
+            return proof
+    return None
+
+
 class CheckedAction:
     """A checked action: ``mapping`` (read-only), ``canonical`` (its bytes) and ``hash`` (``sha256:``)."""
 
     __slots__ = ("canonical", "folded", "folded_refused", "hash", "mapping", "trace_id")
-    mapping: FrozenObject
+    mapping: CheckedRoot
     canonical: bytes
     hash: str
     #: The W3C trace id of ``trace.traceparent`` (None when absent or invalid).
@@ -37,7 +57,7 @@ class CheckedAction:
     @classmethod
     def _from_check(
         cls,
-        mapping: FrozenObject,
+        mapping: CheckedRoot,
         canonical: bytes,
         *,
         trace_id: str | None,
@@ -56,6 +76,7 @@ class CheckedAction:
         }
         for name, value in fields.items():
             object.__setattr__(made, name, value)
+        mapping.proof = made
         return made
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:

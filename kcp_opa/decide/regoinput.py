@@ -28,6 +28,7 @@ import ctypes
 from typing import Any
 
 from kcp_opa.core.frozen import FrozenArray, FrozenObject
+from kcp_opa.decide.checked import CheckedRoot
 
 _OK = 0
 # rego-cpp node kinds (regopy.rego_shared.NodeKind), read through the C API directly.
@@ -65,7 +66,7 @@ def rego_input(value: Any) -> Any:
         kind = type(item)
         if kind is str:
             status |= push_str(handle, text(item))
-        elif kind is dict or kind is FrozenObject:
+        elif kind is dict or kind is FrozenObject or kind is CheckedRoot:
             for key in sorted(item):  # OPA's key order, which regopy iterates in (see the docstring)
                 status |= push_str(handle, text(key))
                 push(item[key])

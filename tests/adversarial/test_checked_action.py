@@ -25,7 +25,7 @@ from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.frozen import FrozenObject
 from kcp_opa.decide.action import action_hash, check_action
-from kcp_opa.decide.checked import CheckedAction
+from kcp_opa.decide.checked import CheckedAction, CheckedRoot
 from kcp_opa.decide.gate import Gate
 
 NOW = "2026-11-29T10:00:00Z"
@@ -114,6 +114,18 @@ def test_a_mapping_handed_where_a_checked_action_is_expected_is_checked(gate: Ga
     with pytest.raises(ActionRejectedError, match="float"):
         gate.decide(dressed, now=NOW)
     assert check_action(FrozenObject(checked.mapping)) is not checked  # checked again, a new proof
+    # The checked copy itself carries its proof (a record keeping only the mapping is not walked
+    # again); a root dressed with another action's proof, or a proof moved onto it, is not trusted.
+    assert check_action(checked.mapping) is checked and action_hash(checked.mapping) == checked.hash
+    forged = CheckedRoot({**checked.mapping, "amount": {"value_minor": 1.5, "currency": "EUR"}})
+    forged.proof = checked
+    with pytest.raises(ActionRejectedError, match="float"):
+        gate.decide(forged, now=NOW)
+    assert action_hash(forged) != checked.hash
+    other = check_action({**checked.mapping, "action_id": "act_other"})
+    moved = check_action(_action())
+    moved.mapping.proof = other
+    assert check_action(moved.mapping) not in (other, moved)  # checked again: a new, matching proof
     # Copies of a checked action are plain data (they are checked wherever they are used).
     thawed = copy.deepcopy(checked.mapping)
     assert type(thawed) is dict and type(thawed["evidence_references"]) is list
