@@ -55,17 +55,18 @@ class LedgerEntry:
     ) -> tuple[LedgerEntry, bytes]:
         """:meth:`chained`, with the entry's canonical JSON (the ledger line, without its newline).
 
-        Each top-level value is serialised once: the hashed body and the line are the same
-        members joined, the line with ``entry_hash`` in its sorted place (KYA-CJ-1 sorts keys).
+        The entry is serialised once: as the members sorted before ``entry_hash`` and those
+        after it (KYA-CJ-1 sorts keys), joined without it for the hash and around it for the line.
         """
         body: dict[str, Any] = {k: v for k, v in event.items() if k not in _CHAIN}
         body.update(seq=seq, previous_hash=previous_hash)
         if sign is not None:
             body = sign(body)
-        members = {key: _member(key, value) for key, value in body.items()}
-        digest = "sha256:" + hashlib.sha256(_joined(members)).hexdigest()
-        members["entry_hash"] = _member("entry_hash", digest)
-        return cls.from_dict({**body, "entry_hash": digest}), _joined(members)
+        before = canonical_json({k: v for k, v in body.items() if k < "entry_hash"})[1:-1]
+        after = canonical_json({k: v for k, v in body.items() if k > "entry_hash"})[1:-1]
+        digest = "sha256:" + hashlib.sha256(_object(before, after)).hexdigest()
+        line = _object(before, b'"entry_hash":' + canonical_json(digest), after)
+        return cls.from_dict({**body, "entry_hash": digest}), line
 
     @classmethod
     def from_dict(cls, document: Any) -> LedgerEntry:
@@ -101,11 +102,6 @@ class LedgerEntry:
         return canonical_hash(body) == self.entry_hash
 
 
-def _member(key: str, value: Any) -> bytes:
-    """One ``"key":value`` member of a canonical JSON object."""
-    return canonical_json(key) + b":" + canonical_json(value)
-
-
-def _joined(members: Mapping[str, bytes]) -> bytes:
-    """The canonical JSON object of these members (sorted by key, as ``json`` sorts them)."""
-    return b"{" + b",".join(members[key] for key in sorted(members)) + b"}"
+def _object(*members: bytes) -> bytes:
+    """A canonical JSON object from runs of its members, in order (an empty run adds nothing)."""
+    return b"{" + b",".join(run for run in members if run) + b"}"
