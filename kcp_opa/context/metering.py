@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any, Protocol
 
 from kcp_opa.core.identity import IdentityError, canonical_id
@@ -52,8 +53,12 @@ def sign_spend(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str,
 
 def epoch_seconds(text: Any) -> int | None:
     """An RFC 3339 time with its zone as whole seconds since the epoch; None when it is not one."""
-    if not isinstance(text, str):
-        return None
+    return _epoch_seconds(text) if isinstance(text, str) else None
+
+
+@lru_cache(maxsize=4096)
+def _epoch_seconds(text: str) -> int | None:
+    """:func:`epoch_seconds` of a string (an attestation's times are read on every decision)."""
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
