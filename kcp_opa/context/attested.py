@@ -56,17 +56,20 @@ class SignedAttestations:
     (an :class:`AttestationSource` and a :class:`~kcp_opa.context.metering.MeteringSource`).
 
     Each signature is verified once (``verified``, kcp_opa.core.verified: keyed by the exact
-    signed bytes and the key's material), not once per decision it is offered to."""
+    signed bytes and the key's material), not once per decision it is offered to. The items are
+    held as read-only copies: a holder changing its own mapping later changes nothing held."""
 
     def __init__(self, registry: TrustRegistry, keyring: Keyring | None = None, items: Iterable[Any] = ()) -> None:
         self.registry, self.keyring = registry, keyring
-        self._items: list[Any] = list(items)
-        self._lock = threading.Lock()
         self.verified = VerifiedSignatures()
+        # Held as read-only copies the memo knows: each one's signed bytes are hashed once.
+        self._items: list[Any] = [self.verified.own(item) for item in items]
+        self._lock = threading.Lock()
 
     def add(self, item: Any) -> None:
+        held = self.verified.own(item)
         with self._lock:
-            self._items.append(item)
+            self._items.append(held)
 
     def describe(self) -> dict[str, Any]:
         with self._lock:

@@ -61,6 +61,39 @@ def thawed(value: Any) -> Any:
     return value
 
 
+def frozen_copy(value: Any) -> Any:
+    """A deep read-only copy of a JSON value (objects and arrays frozen, scalars as they are).
+
+    Iterative, so no nesting depth breaks it; a value that is no object or array is returned as
+    it is. The copy is new: nobody else holds it, so nothing can change it later.
+    """
+    top = _shell(value)
+    stack: list[tuple[Any, Any]] = [(value, top)] if top is not value else []
+    while stack:
+        source, into = stack.pop()
+        if isinstance(into, FrozenObject):
+            for key, item in source.items():
+                child = _shell(item)
+                put(into, key, child)
+                if child is not item:
+                    stack.append((item, child))
+        else:
+            for item in source:
+                child = _shell(item)
+                add(into, child)
+                if child is not item:
+                    stack.append((item, child))
+    return top
+
+
+def _shell(value: Any) -> Any:
+    if isinstance(value, dict):
+        return FrozenObject()
+    if isinstance(value, list | tuple):
+        return FrozenArray()
+    return value
+
+
 def put(target: FrozenObject, key: str, value: Any) -> None:
     """Fill ``target`` while it is being built (the one writer: the walk that checks it)."""
     dict.__setitem__(target, key, value)

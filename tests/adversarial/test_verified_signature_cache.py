@@ -149,3 +149,27 @@ def test_each_signature_is_verified_once_across_decisions_and_the_memo_is_bounde
     assert len(small) == 3
     assert small.verifies(key, signed_bytes(documents[0]), documents[0]["signature"]["value"])  # re-verified
     assert small.misses == 5
+
+
+def test_a_held_attestation_is_a_read_only_copy_whose_remembered_digest_cannot_go_stale() -> None:
+    """The source keeps its own read-only copy (its signed bytes hashed once): the holder editing
+    the mapping it passed changes nothing held, and the held copy itself cannot be edited."""
+    key = generate_ed25519(KID)
+    raw = _attest(key)
+    source = SignedAttestations(_registry(key), None, [raw])
+    assert _facts(source)[0]["evidence_status"]["value"] == "present"
+    raw["value"] = "missing"  # after the first verification, the digest of the held copy is kept
+    facts, refused = _facts(source)
+    assert facts["evidence_status"]["value"] == "present" and refused == []
+    held = source._items[0]
+    for edit in (lambda: held.__setitem__("value", "missing"), lambda: held["signature"].update(value="x")):
+        try:
+            edit()
+        except TypeError:
+            continue
+        raise AssertionError("a held attestation was edited")
+    added = _attest(key, "stale")
+    source.add(added)
+    added["value"] = "present"
+    assert _facts(source)[0]["evidence_status"]["value"] == "present"  # issued together: the first held speaks
+    assert [item["value"] for item in source._items] == ["present", "stale"]
