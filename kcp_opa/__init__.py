@@ -81,6 +81,7 @@ from kcp_opa.core.signing import (
 )
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
+from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
 from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
@@ -131,6 +132,7 @@ __all__ = [
     "BundleProvenanceError",
     "BundleSignatureError",
     "ChallengeStore",
+    "CheckedAction",
     "Checkpoint",
     "CompileError",
     "CompileResult",

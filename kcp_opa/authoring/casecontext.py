@@ -34,6 +34,7 @@ from kcp_opa.context import (
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash, check_action
+from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input, decision_time
 from kcp_opa.declare.exceptions import sign_exception
 from kcp_opa.declare.trust import TrustRegistry
@@ -205,9 +206,9 @@ class VouchingGate(Gate):
 
     declared: Mapping[str, Any] = {"from_action": True}
 
-    def prepare(
+    def input_for(
         self,
-        action: Mapping[str, Any],
+        action: Mapping[str, Any] | CheckedAction,
         *,
         now: dt.datetime | str | None = None,
         principal: str | None = None,
@@ -215,20 +216,21 @@ class VouchingGate(Gate):
     ) -> DecisionInput:
         if context is None:
             at = decision_time(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+            stated = action.mapping if isinstance(action, CheckedAction) else action
             try:
-                context, principal = case_sources(action, self.declared, at)
+                context, principal = case_sources(stated, self.declared, at)
             except GateFactError:
                 check_action(action)  # a fact the action states breaks the contract: named at its path
                 raise  # the declared context's own
             except (TypeError, ValueError, AttributeError):
-                context = None  # an action the contract refuses: prepare() names why
+                context = None  # an action the contract refuses: input_for() names why
             if context is None:
-                return super().prepare(action, now=now, principal=principal)
+                return super().input_for(action, now=now, principal=principal)
             if self.context is not None and self.context.counters is not None:  # the gate's counts stay its own
                 context = replace(context, counters=self.context.counters)
             if self.context is not None and self.context.metering is not None:  # and so does its metering
                 context = replace(context, metering=self.context.metering)
-        return super().prepare(action, now=now, principal=principal, context=context)
+        return super().input_for(action, now=now, principal=principal, context=context)
 
 
 def vouching(gate: Gate, declared: Mapping[str, Any] | None = None) -> VouchingGate:

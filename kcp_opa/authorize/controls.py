@@ -10,7 +10,6 @@ the verdict from the verified evidence before a receipt is signed.
 
 from __future__ import annotations
 
-import copy
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,8 @@ from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.signing import Keyring, Signer, seal, seal_holds
-from kcp_opa.decide.action import action_hash
+from kcp_opa.decide.action import action_hash, check_action
+from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import Gate
@@ -115,12 +115,19 @@ class GateDecision:
 
 
 def decide_record(
-    gate: Gate, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None, ttl: int | None = None
+    gate: Gate,
+    action: Mapping[str, Any] | CheckedAction,
+    *,
+    now: Any = None,
+    principal: str | None = None,
+    ttl: int | None = None,
 ) -> tuple[GateDecision, Mapping[str, Any] | None]:
     """Decide ``action`` and start its record, unsealed (a desk seals it; without a registry the
-    service keeps it as it is), with the ledger entry that recorded the decision."""
-    frozen = copy.deepcopy(dict(action))
-    prepared = gate.prepare(frozen, now=now, principal=principal)
+    service keeps it as it is), with the ledger entry that recorded the decision. The record
+    holds the checked, read-only copy of the action: the caller's mapping is never kept."""
+    checked = check_action(action)
+    frozen = checked.mapping
+    prepared = gate.prepare(checked, now=now, principal=principal)
     decision, entry = gate.decide_recorded(prepared)
     ttl = DEFAULT_RECEIPT_TTL_SECONDS if ttl is None else ttl
     return GateDecision(frozen, prepared, decision, (), ttl, (prepared.document,)), entry
@@ -174,7 +181,9 @@ class ControlDesk:
         """Whether ``presented`` is this desk's seal over ``body`` (constant-time)."""
         return seal_holds(self._seal_key, body, presented)
 
-    def open(self, action: Mapping[str, Any], *, now: Any = None, principal: str | None = None) -> GateDecision:
+    def open(
+        self, action: Mapping[str, Any] | CheckedAction, *, now: Any = None, principal: str | None = None
+    ) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
         record, entry = decide_record(self.gate, action, now=now, principal=principal, ttl=self.receipt_ttl_seconds)
         record, frozen, decision = self._sealed(record), record.action, record.decision

@@ -22,6 +22,7 @@ from kcp_opa.core.documents import Signature
 from kcp_opa.core.errors import MalformedDocumentError, ReceiptIssueError, ReceiptVerificationError
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, signed_bytes
 from kcp_opa.decide.action import action_hash
+from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.stores.protocols import NonceStore
 
 SCHEMA_VERSION = RECEIPT_SCHEMA_VERSION
@@ -162,7 +163,7 @@ class VerifiedReceipt:
 
 def verify_receipt(
     receipt: Any,
-    action: Mapping[str, Any],
+    action: Mapping[str, Any] | CheckedAction,
     *,
     keyring: Keyring,
     policy_versions: Collection[str],

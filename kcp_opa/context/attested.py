@@ -20,7 +20,8 @@ from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, FactClass
 from kcp_opa.context.metering import METERED_SPEND, Spend, epoch_seconds, metered_spends
 from kcp_opa.context.sources import Fact, fact
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
+from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, sign_document
+from kcp_opa.core.verified import VerifiedSignatures
 from kcp_opa.declare.trust import TrustRegistry
 
 SIGNED = ("fact", "value", "issued_at", "expires_at", "issuer")
@@ -52,16 +53,23 @@ def _same_id(left: Any, right: Any) -> bool:
 
 class SignedAttestations:
     """Fact and spend attestations held in memory, verified against the trust registry per action
-    (an :class:`AttestationSource` and a :class:`~kcp_opa.context.metering.MeteringSource`)."""
+    (an :class:`AttestationSource` and a :class:`~kcp_opa.context.metering.MeteringSource`).
+
+    Each signature is verified once (``verified``, kcp_opa.core.verified: keyed by the exact
+    signed bytes and the key's material), not once per decision it is offered to. The items are
+    held as read-only copies: a holder changing its own mapping later changes nothing held."""
 
     def __init__(self, registry: TrustRegistry, keyring: Keyring | None = None, items: Iterable[Any] = ()) -> None:
         self.registry, self.keyring = registry, keyring
-        self._items: list[Any] = list(items)
+        self.verified = VerifiedSignatures()
+        # Held as read-only copies the memo knows: each one's signed bytes are hashed once.
+        self._items: list[Any] = [self.verified.own(item) for item in items]
         self._lock = threading.Lock()
 
     def add(self, item: Any) -> None:
+        held = self.verified.own(item)
         with self._lock:
-            self._items.append(item)
+            self._items.append(held)
 
     def describe(self) -> dict[str, Any]:
         with self._lock:
@@ -72,7 +80,7 @@ class SignedAttestations:
         """The verified spend attestations of this action's subjects (kcp_opa.context.metering)."""
         with self._lock:
             items = list(self._items)
-        return metered_spends(items, action, self.registry, self.keyring)
+        return metered_spends(items, action, self.registry, self.keyring, self.verified)
 
     def refusal(self, raw: Any, action: Mapping[str, Any], action_hash: str) -> str | None:
         """Why ``raw`` does not attest a fact of this action, or None when it does."""
@@ -98,7 +106,7 @@ class SignedAttestations:
             return "unsigned"
         alg, kid = signature.get("alg"), signature.get("kid")
         key = issuer.key(kid, self.keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
-        if key is None or key.alg != alg or not document_verifies(raw, key):
+        if key is None or key.alg != alg or not self.verified.document_verifies(raw, key):
             return "bad_signature"
         if "action_hash" in raw:
             bound = raw["action_hash"] == action_hash

@@ -32,8 +32,39 @@ class GateFactError(CodedError):
     code = "gate_fact"
 
 
+#: Answers of :func:`fact_problem` for plain values: the same few facts reach every decision,
+#: and the schema check is the context stage's dearest step. Bounded; a pure function's memo.
+_ANSWERS: dict[tuple[Any, ...], str | None] = {}
+_ANSWERS_HELD = 4096
+_SCALARS = (str, bool, int, type(None))
+
+
+def _memo_key(name: str, value: Any) -> tuple[Any, ...] | None:
+    """The exact type with the value (``True`` is not ``1``, a tuple is not a list); None: not memoised."""
+    if type(value) in _SCALARS:
+        return (name, type(value), value)
+    if type(value) is list and all(type(item) is str for item in value):
+        return (name, list, *value)
+    return None
+
+
 def fact_problem(name: str, value: Any) -> str | None:
     """Why ``value`` may not stand as fact ``name`` (the schema and string contract of its stated path), or None."""
+    key = _memo_key(name, value)
+    if key is None:
+        return _fact_problem(name, value)
+    try:
+        return _ANSWERS[key]
+    except KeyError:
+        pass
+    answer = _fact_problem(name, value)
+    if len(_ANSWERS) >= _ANSWERS_HELD:
+        _ANSWERS.clear()  # a host cycling through values: start over rather than grow
+    _ANSWERS[key] = answer
+    return answer
+
+
+def _fact_problem(name: str, value: Any) -> str | None:
     spec = FACTS.get(name)
     if spec is None:
         return f"{name!r} is not a fact the gate builds"

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any, Protocol
 
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
+from kcp_opa.core.verified import VerifiedSignatures
 from kcp_opa.declare.trust import TrustRegistry
 
 #: The fact a metering issuer is registered for (``issuers[*].facts``).
@@ -51,8 +53,12 @@ def sign_spend(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str,
 
 def epoch_seconds(text: Any) -> int | None:
     """An RFC 3339 time with its zone as whole seconds since the epoch; None when it is not one."""
-    if not isinstance(text, str):
-        return None
+    return _epoch_seconds(text) if isinstance(text, str) else None
+
+
+@lru_cache(maxsize=4096)
+def _epoch_seconds(text: str) -> int | None:
+    """:func:`epoch_seconds` of a string (an attestation's times are read on every decision)."""
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -69,8 +75,14 @@ def subjects(action: Mapping[str, Any]) -> set[str]:
     }
 
 
-def refusal(raw: Mapping[str, Any], registry: TrustRegistry, keyring: Keyring | None) -> str | None:
-    """Why ``raw`` is not a verified spend attestation, or None when it is one."""
+def refusal(
+    raw: Mapping[str, Any],
+    registry: TrustRegistry,
+    keyring: Keyring | None,
+    verified: VerifiedSignatures | None = None,
+) -> str | None:
+    """Why ``raw`` is not a verified spend attestation, or None when it is one (``verified``: the
+    memo of signatures that verified before, kcp_opa.core.verified)."""
     amount = raw.get("amount_minor")
     if any(not isinstance(raw.get(k), str) for k in _TEXT) or type(amount) is not int or amount < 0:
         return "malformed"
@@ -87,7 +99,8 @@ def refusal(raw: Mapping[str, Any], registry: TrustRegistry, keyring: Keyring | 
         return "unsigned"
     alg, kid = signature.get("alg"), signature.get("kid")
     key = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
-    if key is None or key.alg != alg or not document_verifies(raw, key):
+    verifies = verified.document_verifies if verified is not None else document_verifies
+    if key is None or key.alg != alg or not verifies(raw, key):
         return "bad_signature"
     times = [epoch_seconds(raw[k]) for k in ("period_start", "period_end", "issued_at", "expires_at")]
     if any(t is None for t in times) or (times[0] or 0) > (times[1] or 0):
@@ -96,7 +109,11 @@ def refusal(raw: Mapping[str, Any], registry: TrustRegistry, keyring: Keyring | 
 
 
 def metered_spends(
-    items: Iterable[Any], action: Mapping[str, Any], registry: TrustRegistry, keyring: Keyring | None
+    items: Iterable[Any],
+    action: Mapping[str, Any],
+    registry: TrustRegistry,
+    keyring: Keyring | None,
+    verified: VerifiedSignatures | None = None,
 ) -> tuple[list[Spend], list[dict[str, str]]]:
     """The verified spend attestations of this action's subjects, and the refused ones.
 
@@ -113,7 +130,7 @@ def metered_spends(
         subject = raw.get("subject")
         if isinstance(subject, str) and subject not in mine:
             continue
-        why = refusal(raw, registry, keyring)
+        why = refusal(raw, registry, keyring, verified)
         if why is not None:
             budget = raw.get("budget")
             refused.append(

@@ -10,9 +10,13 @@ import hashlib
 import json
 from typing import Any
 
+#: ``json.dumps`` with these options builds an encoder per call; one built once encodes the same
+#: bytes (``dumps`` is exactly ``JSONEncoder(**options).encode``), and encoding keeps no state.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def canonical_hash(value: Any) -> str:

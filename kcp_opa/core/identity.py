@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 from typing import Any
 
 from kcp_opa.core.errors import CodedError
@@ -46,6 +47,12 @@ def canonical_id(value: str) -> str:
     """
     if not isinstance(value, str):
         raise IdentityError(repr(value), "a principal id is a string")
+    return _canonical(value)
+
+
+@lru_cache(maxsize=8192)
+def _canonical(value: str) -> str:
+    """:func:`canonical_id` of a string (the same ids recur on every decision; a refusal is not kept)."""
     for char in value:
         reason = _suspicious(char)
         if reason is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -21,8 +21,10 @@ from jsonschema import Draft202012Validator
 from kcp_opa.core import strictjson, strings
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.core.frozen import FrozenArray, FrozenObject, add, put
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.textfold import TextFoldError, fold_text
+from kcp_opa.decide.checked import CheckedAction, CheckedRoot, proof_of
 
 MAX_ACTION_BYTES = 1024 * 1024
 MAX_DEPTH = 32
@@ -49,34 +51,49 @@ def parse_action(text: str | bytes) -> dict[str, Any]:
     return value  # type: ignore[no-any-return]
 
 
-def check_action(value: Any) -> bytes:
+def check_action(value: Any) -> CheckedAction:
     """Raise :class:`ActionRejectedError` unless ``value`` is a well-formed action intent.
 
-    Returns the action's canonical JSON (what its KYA-CJ-1 hash is taken over): the 1 MiB cap
-    is measured on those bytes, so a dict handed to ``Gate.decide`` is bounded like a file.
+    Returns the :class:`CheckedAction`: a read-only copy of the action taken in the one walk
+    that checks it, its canonical JSON (what its KYA-CJ-1 hash is taken over; the 1 MiB cap is
+    measured on those bytes, so a dict handed to ``Gate.decide`` is bounded like a file) and its
+    hash. A :class:`CheckedAction` is returned as it is: it cannot have changed since its check.
+    Anything else (a dict, a read-only mapping, a copy of a checked action) is checked.
     """
+    proof = proof_of(value)
+    if proof is not None:
+        return proof
     if not isinstance(value, Mapping):
         raise ActionRejectedError("", f"must be a JSON object, not {_json_type(value)}")
-    _check_values(value)
-    check_strings(value)
-    canonical = canonical_json(value)
+    frozen, too_many_attributes = _checked_copy(value)
+    canonical = canonical_json(frozen)
     if len(canonical) > MAX_ACTION_BYTES:
         raise ActionRejectedError(
             "", f"{len(canonical)} bytes serialized is over the {MAX_ACTION_BYTES >> 10} KiB limit for one action"
         )
-    _check_attribute_count(value.get("attributes"))
+    if too_many_attributes:
+        raise ActionRejectedError(
+            "/attributes", f"holds more than {MAX_ATTRIBUTE_VALUES:,} values (all levels); pass a reference instead"
+        )
     try:
-        _fast_validator()(value)
+        _fast_validator()(frozen)
     except fastjsonschema.JsonSchemaValueException as fast:
         # The compiled check decides; jsonschema only words the error (it lists them all).
-        errors = sorted(_validator().iter_errors(value), key=lambda e: (list(e.absolute_path), e.message))
+        errors = sorted(_validator().iter_errors(frozen), key=lambda e: (list(e.absolute_path), e.message))
         if not errors:
             raise ActionRejectedError("".join(f"/{p}" for p in fast.path[1:]), fast.message) from None
         first = errors[0]
         path = "".join(f"/{part}" for part in first.absolute_path)
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ActionRejectedError(path, f"{_schema_message(first)}{more}") from None
-    return canonical
+    folds = _folds(frozen)
+    return CheckedAction._from_check(
+        frozen,
+        canonical,
+        trace_id=trace_id_of(frozen),
+        folded={name: fold for name, (fold, _) in folds.items() if fold is not None},
+        folded_refused={name: why for name, (_, why) in folds.items() if why is not None},
+    )
 
 
 #: Values (containers and scalars) under ``attributes``, all levels: what regopy's input
@@ -84,47 +101,90 @@ def check_action(value: Any) -> bytes:
 MAX_ATTRIBUTE_VALUES = 1024
 
 
-def _check_attribute_count(attributes: Any) -> None:
-    if not isinstance(attributes, Mapping):
-        return
-    count, stack = 0, list(attributes.values())
-    while stack:
-        item = stack.pop()
-        count += 1
-        if count > MAX_ATTRIBUTE_VALUES:
-            raise ActionRejectedError(
-                "/attributes", f"holds more than {MAX_ATTRIBUTE_VALUES:,} values (all levels); pass a reference instead"
-            )
-        if isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
+def _checked_copy(root: Mapping[str, Any]) -> tuple[CheckedRoot, bool]:
+    """One iterative walk (no recursion limit to hit): the read-only copy, and whether
+    ``attributes`` holds more than :data:`MAX_ATTRIBUTE_VALUES` values (all levels).
 
-
-def _check_values(root: Mapping[str, Any]) -> None:
-    """Walk iteratively (no recursion limit to hit): depth, floats, integer range, forbidden keys."""
-    stack: list[tuple[Any, str, int]] = [(root, "", 0)]
+    Refused at once, in walk order: too deep, a key that is no string or is secret-bearing, a
+    float, an integer out of range, what is no JSON value. The first breach of the string
+    contract (:func:`check_strings`, the same order) is raised only when the walk finds none.
+    """
+    frozen = CheckedRoot()
+    stack: list[tuple[Any, Any, str, int, bool]] = [(root, frozen, "", 0, False)]
+    text_error: ActionRejectedError | None = None
+    counted = 0
     while stack:
-        value, path, depth = stack.pop()
+        value, into, path, depth, under_attributes = stack.pop()
+        counted += under_attributes
         if depth > MAX_DEPTH:
             raise ActionRejectedError(path, f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, Mapping):
+            counts = under_attributes or (depth == 1 and path == "/attributes")  # what the schema caps
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise ActionRejectedError(path, f"object key {key!r} is not a string")
                 _refuse_secret_key(key, path)
-                stack.append((item, f"{path}/{key}", depth + 1))
+                if text_error is None:
+                    text_error = _key_error(key, path)
+                child_path = f"{path}/{key}"
+                if depth < MAX_DEPTH and _clean_scalar(item, child_path):
+                    put(into, key, item)  # nothing to report about it, wherever the walk would reach it
+                    counted += counts
+                    continue
+                child = _shell(item)
+                put(into, key, child)
+                stack.append((item, child, child_path, depth + 1, counts))
         elif isinstance(value, list | tuple):
-            stack.extend((item, f"{path}/{index}", depth + 1) for index, item in enumerate(value))
+            for index, item in enumerate(value):
+                child_path = f"{path}/{index}"
+                if depth < MAX_DEPTH and _clean_scalar(item, child_path):
+                    add(into, item)
+                    counted += under_attributes
+                    continue
+                child = _shell(item)
+                add(into, child)
+                stack.append((item, child, child_path, depth + 1, under_attributes))
         elif isinstance(value, float):
             raise ActionRejectedError(path, f"{value!r} is a float; money and counts are integers (minor units)")
-        elif isinstance(value, bool) or value is None or isinstance(value, str):
+        elif isinstance(value, str):
+            if text_error is None:
+                text_error = _string_error(value, path)
+        elif isinstance(value, bool) or value is None:
             continue
         elif isinstance(value, int):
             if not INT64_MIN <= value <= INT64_MAX:
                 raise ActionRejectedError(path, f"{value} does not fit in a signed 64-bit integer")
         else:
             raise ActionRejectedError(path, f"{type(value).__name__} is not a JSON value")
+    if text_error is not None:
+        raise text_error
+    return frozen, counted > MAX_ATTRIBUTE_VALUES
+
+
+def _clean_scalar(value: Any, path: str) -> bool:
+    """A plain string, boolean, null or 64-bit integer with nothing to refuse at ``path``: the walk
+    keeps it without visiting it (what is refused is visited, so errors come in walk order)."""
+    kind = type(value)
+    if kind is str:
+        return _string_error(value, path) is None
+    if kind is int:
+        return bool(INT64_MIN <= value <= INT64_MAX)
+    return kind is bool or value is None
+
+
+def _key_error(key: str, path: str) -> ActionRejectedError | None:
+    if not strings.quote_wrapped(key) and strings.forbidden_char(key) is None:
+        return None
+    return _text_error(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
+
+
+def _shell(value: Any) -> Any:
+    """An empty frozen container the walk fills when it reaches ``value``, or the scalar itself."""
+    if isinstance(value, Mapping):
+        return FrozenObject()
+    if isinstance(value, list | tuple):
+        return FrozenArray()
+    return value
 
 
 #: Where the action holds identifiers (kcp_opa/core/strings.py, shared with the gate's facts).
@@ -136,37 +196,46 @@ def check_strings(root: Mapping[str, Any]) -> None:
 
     Every string and key: none of ``strings.FORBIDDEN_TEXT``. Strings at :data:`IDENTIFIER_PATHS`:
     ``strings.IDENTIFIER`` only (the shared rules, kcp_opa/core/strings.py). Kept apart from the
-    shape checks: this is the engine-fidelity rule.
+    shape checks: this is the engine-fidelity rule (:func:`check_action` applies it in its walk).
     """
     stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
         value, path = stack.pop()
+        error = None
         if isinstance(value, str):
-            _check_text(value, path)
-            problem = strings.identifier_problem(value) if strings.is_action_identifier_path(path) else None
-            if problem is not None:
-                raise ActionRejectedError(
-                    path, f"{problem} is not allowed in an identifier ({strings.IDENTIFIER_RULE})"
-                )
+            error = _string_error(value, path)
         elif isinstance(value, Mapping):
             for key, item in value.items():
-                if isinstance(key, str):
-                    _check_text(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
+                if error is None and isinstance(key, str):
+                    error = _text_error(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
                 stack.append((item, f"{path}/{key}"))
         elif isinstance(value, list | tuple):
             stack.extend((item, f"{path}/{index}") for index, item in enumerate(value))
+        if error is not None:
+            raise error
 
 
-def _check_text(text: str, path: str, *, key: bool = False) -> None:
+def _string_error(value: str, path: str) -> ActionRejectedError | None:
+    """Why the string at ``path`` breaks the contract (its text, or an identifier's characters)."""
+    error = _text_error(value, path)
+    if error is None and strings.is_action_identifier_path(path):
+        problem = strings.identifier_problem(value)
+        if problem is not None:
+            return ActionRejectedError(path, f"{problem} is not allowed in an identifier ({strings.IDENTIFIER_RULE})")
+    return error
+
+
+def _text_error(text: str, path: str, *, key: bool = False) -> ActionRejectedError | None:
     if strings.quote_wrapped(text):
-        raise ActionRejectedError(path, strings.QUOTE_WRAPPED_RULE)
+        return ActionRejectedError(path, strings.QUOTE_WRAPPED_RULE)
     bad = strings.forbidden_char(text)
     if bad is not None:
         where = "an object key" if key else "a string"
-        raise ActionRejectedError(
+        return ActionRejectedError(
             path, f"character {strings.char_name(bad)} is not allowed in {where} of an action (control characters "
             "other than TAB, LF and CR, and lone surrogates, are refused)",
         )  # fmt: skip
+    return None
 
 
 #: Free-text strings the policies compare as people read them, folded into ``input.context.folded``.
@@ -207,9 +276,13 @@ def _contract_safe(text: str) -> str:
     return text.strip('"') if strings.quote_wrapped(text) else text
 
 
+#: secret_name per distinct key: the same few keys reach every decision.
+_secret_name = lru_cache(maxsize=4096)(secret_name)
+
+
 def _refuse_secret_key(key: str, path: str) -> None:
     """Secret-bearing keys (core/secretkeys.py: case, separators, NFKC, zero-width) are refused."""
-    name = secret_name(key)
+    name = _secret_name(key)
     if name is not None:
         shown = key.encode("ascii", "backslashreplace").decode("ascii")
         raise ActionRejectedError(
@@ -256,9 +329,10 @@ def _fast_validator() -> Any:
     return fastjsonschema.compile(action_schema())
 
 
-def action_hash(action: Mapping[str, Any]) -> str:
-    """The KYA-CJ-1 hash of the whole action: ``sha256:<hex>``."""
-    return canonical_hash(action)
+def action_hash(action: Mapping[str, Any] | CheckedAction) -> str:
+    """The KYA-CJ-1 hash of the whole action: ``sha256:<hex>`` (a checked action's, as it was checked)."""
+    proof = proof_of(action)
+    return proof.hash if proof is not None else canonical_hash(action)
 
 
 def trace_id_of(action: Mapping[str, Any]) -> str | None:

@@ -6,6 +6,7 @@ A decision runs wholly on one ``ActiveBundle``; swapping bundles replaces the wh
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ class ActiveBundle:
     policy_version: str
     audit: AuditTrail | None
     activated_at: str
+    #: The matrix parameters the gate counts for (budgets, velocity), read once at load.
+    counting: Mapping[str, Any]
 
 
 def utc_now() -> str:

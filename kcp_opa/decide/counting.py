@@ -89,26 +89,35 @@ class StoreCounters:
         self.parameters = parameters
         self.budgets = [b for b in parameters.get("budgets") or [] if isinstance(b, Mapping)]
         self.velocity = [v for v in parameters.get("velocity") or [] if isinstance(v, Mapping)]
+        # The same store counting for other bundles' parameters (held with them, so ids stay theirs).
+        self._rebound: dict[int, tuple[Mapping[str, Any], StoreCounters]] = {}
 
     @classmethod
     def for_bundle(cls, store: CounterStore, data: Mapping[str, Any]) -> StoreCounters:
         """Count what the bundle's matrix declares (``data`` is the bundle's data document)."""
-        matrix = (data.get("kcp_data") or {}).get("matrix") or {}
-        return cls(store, matrix.get("parameters") or {})
+        return cls(store, matrix_parameters(data))
 
     @staticmethod
-    def bound_to(sources: ContextSources | None, data: Mapping[str, Any]) -> ContextSources | None:
-        """``sources`` counting what the deciding bundle declares: a reloaded bundle's budgets and
+    def bound_to(sources: ContextSources | None, parameters: Mapping[str, Any]) -> ContextSources | None:
+        """``sources`` counting what the deciding bundle declares (``parameters``, its
+        :func:`matrix_parameters`, read once when it was loaded): a reloaded bundle's budgets and
         velocity rules are counted from its first decision, not the ones the gate started with.
         A host's own counter source is left as it is."""
         counters = sources.counters if sources is not None else None
-        if sources is None or not isinstance(counters, StoreCounters):
+        if sources is None or not isinstance(counters, StoreCounters) or parameters is counters.parameters:
             return sources
-        matrix = (data.get("kcp_data") or {}).get("matrix") or {}
-        parameters = matrix.get("parameters") or {}
-        if parameters is counters.parameters:
-            return sources
-        return replace(sources, counters=StoreCounters(counters.store, parameters))
+        return replace(sources, counters=counters.rebound(parameters))
+
+    def rebound(self, parameters: Mapping[str, Any]) -> StoreCounters:
+        """This store counting ``parameters``: built once per bundle, not once per decision."""
+        held = self._rebound.get(id(parameters))
+        if held is not None and held[0] is parameters:
+            return held[1]
+        counters = StoreCounters(self.store, parameters)
+        if len(self._rebound) >= 8:  # bundles come and go (reloads): keep the recent ones
+            self._rebound.pop(next(iter(self._rebound)))
+        self._rebound[id(parameters)] = (parameters, counters)
+        return counters
 
     def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
         out = self.store.read(lambda view: self.history(view, action, now=now))
@@ -176,6 +185,13 @@ class StoreCounters:
         if tenant is not None and paid is not None:
             out["beneficiary"] = {"key": f"{tenant}/{paid}", "prior_payments": view.prior_payments(tenant, paid)}
         return out
+
+
+def matrix_parameters(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The budgets and velocity rules a bundle's matrix declares (``data``: its data document)."""
+    matrix = (data.get("kcp_data") or {}).get("matrix") or {}
+    parameters = matrix.get("parameters") or {}
+    return parameters if isinstance(parameters, Mapping) else {}
 
 
 def transfer_of(action: Mapping[str, Any], receipt: Mapping[str, Any], *, now: dt.datetime) -> Transfer | None:

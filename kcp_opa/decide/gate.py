@@ -25,21 +25,15 @@ from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, LedgerUnavailableError
 from kcp_opa.core.signing import seal, seal_holds
 from kcp_opa.decide.active import ActiveBundle, utc_now
-from kcp_opa.decide.counting import StoreCounters
-from kcp_opa.decide.crosscheck import cross_checked
+from kcp_opa.decide.checked import CheckedAction
+from kcp_opa.decide.counting import StoreCounters, matrix_parameters
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, Evaluator
+from kcp_opa.decide.evaluation import evaluated
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
 from kcp_opa.decide.modes import ModeSwitch
 from kcp_opa.decide.pool import open_engine, retire_later
 from kcp_opa.decide.shadow import ShadowCandidate
-from kcp_opa.models.decision import (
-    AUDIT_UNAVAILABLE_VERDICT,
-    ENGINE_DIVERGENCE_VERDICT,
-    ENGINE_ERROR_VERDICT,
-    Decision,
-    MalformedDecisionError,
-    PolicyVerdict,
-)
+from kcp_opa.models.decision import AUDIT_UNAVAILABLE_VERDICT, Decision
 from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.entries import AuditTrail
 
@@ -101,7 +95,8 @@ class Gate:
             reference = OpaReference(bundle, DECISION_ENTRYPOINT)
         metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
         audit = AuditTrail(self.ledger, bundle) if self.ledger is not None else None
-        return ActiveBundle(bundle, engine, reference, str(metadata.get("policy_version", "")), audit, utc_now())
+        version, counting = str(metadata.get("policy_version", "")), matrix_parameters(bundle.data)
+        return ActiveBundle(bundle, engine, reference, version, audit, utc_now(), counting)
 
     @classmethod
     def from_bundle(
@@ -241,21 +236,34 @@ class Gate:
 
     def prepare(
         self,
-        action: Mapping[str, Any],
+        action: Mapping[str, Any] | CheckedAction,
         *,
         now: dt.datetime | str | None = None,
         principal: str | None = None,
         context: ContextSources | None = None,
     ) -> DecisionInput:
-        """The input ``decide`` would evaluate (for archiving before the decision, or replay).
+        """The input ``decide`` would evaluate (for archiving before the decision, or replay), sealed
+        by this gate: ``decide_prepared`` refuses it if anything in it is changed.
 
         No control counts as satisfied here: controls are satisfied only by recorded evidence,
         never by the caller's say-so (an agent must not mark its own controls; contract §1.6).
         """
+        return self._seal(self.input_for(action, now=now, principal=principal, context=context))
+
+    def input_for(
+        self,
+        action: Mapping[str, Any] | CheckedAction,
+        *,
+        now: dt.datetime | str | None = None,
+        principal: str | None = None,
+        context: ContextSources | None = None,
+    ) -> DecisionInput:
+        """The input for ``action`` on the active bundle, unsealed: ``decide`` evaluates it at once,
+        ``prepare`` seals it. A host that vouches for its facts (a subclass) builds its sources here."""
         active = self._active
         controls = SYSTEM_CONTROLS if active.audit is not None else ()
-        sources = StoreCounters.bound_to(context if context is not None else self.context, active.bundle.data)
-        return self._sealed(active, action, now=now, satisfied_controls=controls, context=sources, principal=principal)
+        sources = StoreCounters.bound_to(context if context is not None else self.context, active.counting)
+        return self._built(active, action, now=now, satisfied_controls=controls, context=sources, principal=principal)
 
     @staticmethod
     def _sealed_fields(prepared: DecisionInput) -> list[Any]:
@@ -264,61 +272,41 @@ class Gate:
         return [*fields, prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256]
 
     def reprepare(
-        self, action: Mapping[str, Any], *, at: str, decision_id: str, satisfied: Sequence[str], facts: Any
+        self,
+        action: Mapping[str, Any] | CheckedAction,
+        *,
+        at: str,
+        decision_id: str,
+        satisfied: Sequence[str],
+        facts: Any,
     ) -> DecisionInput:
         """A recorded decision's input again, sealed: its id, time ``at`` and recorded context (``facts``),
         with ``satisfied`` as the control desk verified them. For the desk and reloaded records, never a caller."""
         built = facts if isinstance(facts, Mapping) else {}
-        return self._sealed(
-            self._active, action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built
+        return self._seal(
+            self._built(
+                self._active, action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built
+            )
         )
 
-    def _sealed(self, active: ActiveBundle, action: Mapping[str, Any], **fields: Any) -> DecisionInput:
-        """An input built for ``active`` and sealed by this gate (``decide_recorded`` refuses others)."""
-        built = replace(
-            build_input(action, bundle_revision=active.bundle.revision, **fields), bundle_sha256=active.bundle.sha256
-        )
+    @staticmethod
+    def _built(active: ActiveBundle, action: Mapping[str, Any] | CheckedAction, **fields: Any) -> DecisionInput:
+        """An input built for ``active`` (it is decided on that bundle or refused)."""
+        built = build_input(action, bundle_revision=active.bundle.revision, **fields)
+        return replace(built, bundle_sha256=active.bundle.sha256)
+
+    def _seal(self, built: DecisionInput) -> DecisionInput:
+        """``built`` sealed by this gate (``decide_recorded`` refuses inputs it did not seal)."""
         return replace(built, seal=seal(self._seal_key, self._sealed_fields(built)))
 
     def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
-        decision, result, _ = self._evaluate(self._active_for(prepared), prepared)
+        decision, result, _ = evaluated(self._active_for(prepared), prepared, self.modes.mode)
         return decision, result
-
-    def _evaluate(
-        self, active: ActiveBundle, prepared: DecisionInput
-    ) -> tuple[Decision, Mapping[str, Any] | None, dict[str, Any] | None]:
-        result, answers = cross_checked(active.engine, active.reference, prepared.document, prepared.decision_id)
-        error = result.error
-        verdict = ENGINE_ERROR_VERDICT if answers is None else ENGINE_DIVERGENCE_VERDICT
-        if result.value is not None:
-            try:
-                verdict = PolicyVerdict.from_policy(result.value)
-            except MalformedDecisionError as exc:
-                error = str(exc)
-        if error is not None and answers is None:
-            _log.error("engine_error", decision_id=prepared.decision_id, error=error)
-        # A generated trace id stands in only where the deployment does not require the caller's.
-        required = "trace_context" in verdict.obligations
-        trace_id = None if prepared.trace_id_generated and required else prepared.trace_id
-        decision = Decision(
-            decision_id=prepared.decision_id,
-            action_hash=prepared.action_hash,
-            verdict=verdict,
-            policy_version=active.policy_version,
-            bundle_revision=active.bundle.revision,
-            trace_id=trace_id,
-            evaluated_at=prepared.evaluated_at,
-            engine_error=error,
-            bundle_sha256=active.bundle.sha256,
-            bundle_signer=active.bundle.signer,
-            mode=self.modes.mode,
-        )
-        return decision, (result.value if error is None else None), answers
 
     def decide(
         self,
-        action: Mapping[str, Any],
+        action: Mapping[str, Any] | CheckedAction,
         *,
         now: dt.datetime | str | None = None,
         principal: str | None = None,
@@ -326,8 +314,11 @@ class Gate:
     ) -> Decision:
         """Decide one action (``principal``: whom the facts are established for; ``context``: this
         decision's sources instead of the gate's). Raises :class:`ActionRejectedError` for an action
-        that may not be evaluated, :class:`StoreUnavailableError` when a database it needs is down."""
-        return self.decide_prepared(self.prepare(action, now=now, principal=principal, context=context))
+        that may not be evaluated, :class:`StoreUnavailableError` when a database it needs is down.
+
+        The input is built and evaluated here, never handed out in between: it is not sealed and
+        re-verified (the seal is for inputs that leave the gate, ``prepare``)."""
+        return self._decide(self.input_for(action, now=now, principal=principal, context=context))[0]
 
     def decide_prepared(self, prepared: DecisionInput) -> Decision:
         """Evaluate and, with a ledger, record durably; a failed write turns it into a DENY."""
@@ -341,8 +332,12 @@ class Gate:
         """
         if not seal_holds(self._seal_key, self._sealed_fields(prepared), prepared.seal):
             raise ActionRejectedError("", "the prepared input was not built by this gate or was edited after prepare()")
+        return self._decide(prepared)
+
+    def _decide(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
+        """Evaluate an input this gate built (sealed and verified, or never handed out) and record it."""
         active = self._active_for(prepared)
-        decision, result, answers = self._evaluate(active, prepared)
+        decision, result, answers = evaluated(active, prepared, self.modes.mode)
         if active.audit is None:
             return decision, None
         shadow = self.shadow
@@ -378,7 +373,7 @@ class Gate:
 
     def decide_many(
         self,
-        actions: Iterable[Mapping[str, Any]],
+        actions: Iterable[Mapping[str, Any] | CheckedAction],
         *,
         now: dt.datetime | str | None = None,
         workers: int = 1,
@@ -391,10 +386,10 @@ class Gate:
         prepared = []
         for index, action in enumerate(actions):
             try:
-                prepared.append(self.prepare(action, now=now))
+                prepared.append(self.input_for(action, now=now))
             except ActionRejectedError as exc:
                 raise ActionRejectedError(f"[{index}]{exc.path}", exc.reason) from None
         if workers <= 1:
-            return [self.decide_prepared(item) for item in prepared]
+            return [self._decide(item)[0] for item in prepared]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kcp-opa-gate") as pool:
-            return list(pool.map(self.decide_prepared, prepared))
+            return [decision for decision, _ in pool.map(self._decide, prepared)]

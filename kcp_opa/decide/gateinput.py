@@ -7,7 +7,6 @@ reproduce the decision on regopy and on ``opa eval`` alike.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,8 @@ from typing import Any
 
 from kcp_opa.context.builder import ContextSources, build_context
 from kcp_opa.core.errors import ActionRejectedError
-from kcp_opa.decide.action import check_action, fold_refusals, folded_strings, trace_id_of
+from kcp_opa.decide.action import check_action
+from kcp_opa.decide.checked import CheckedAction
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: The decision times the gate accepts: epoch seconds and days stay non-negative and every
@@ -101,7 +101,7 @@ def built_context(document: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_input(
-    action: Mapping[str, Any],
+    action: Mapping[str, Any] | CheckedAction,
     *,
     now: dt.datetime | str | None = None,
     satisfied_controls: Sequence[str] = (),
@@ -118,18 +118,20 @@ def build_input(
     Without a source a fact is absent, and a rule that needs it fails closed; the counts
     (``context.counters``, docs/budgets.md) come from ``context.counters`` the same way, counted
     once the action is checked. ``built`` is a context built before (:func:`built_context`),
-    used as it is.
+    used as it is. A :class:`CheckedAction` is used as checked; anything else is checked here,
+    and the input holds the checked, read-only copy (never the caller's own mapping).
     """
-    canonical = check_action(action)
+    checked = check_action(action)
+    frozen = checked.mapping
     moment = decision_time(now)
     evaluated_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     seconds = int((moment - _EPOCH).total_seconds())
     the_id = decision_id or f"dec_{uuid.uuid4().hex}"
-    digest = "sha256:" + hashlib.sha256(canonical).hexdigest()  # action_hash(action), serialized once
-    given_trace = trace_id_of(action)
+    digest = checked.hash
+    given_trace = checked.trace_id
     trace_id = given_trace or uuid.uuid4().hex
     document: dict[str, Any] = {
-        "action": action,
+        "action": frozen,
         "context": {
             "decision_id": the_id,
             "action_hash": digest,
@@ -139,14 +141,14 @@ def build_input(
             "trace_id_generated": given_trace is None,
             "decision_epoch_seconds": seconds,
             "decision_epoch_day": seconds // 86400,
-            "action_created_epoch_seconds": created_epoch_seconds(action),
+            "action_created_epoch_seconds": created_epoch_seconds(frozen),
             "satisfied_controls": sorted(set(satisfied_controls)),
-            "folded": folded_strings(action),
-            **({"folded_refused": refused} if (refused := fold_refusals(action)) else {}),
+            "folded": dict(checked.folded),
+            **({"folded_refused": dict(checked.folded_refused)} if checked.folded_refused else {}),
             **(
                 dict(built)
                 if built is not None
-                else build_context(context, action, principal=principal, action_hash=digest, now=moment)
+                else build_context(context, frozen, principal=principal, action_hash=digest, now=moment)
             ),
         },
     }

@@ -27,6 +27,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from kcp_opa.core.frozen import FrozenArray, FrozenObject
+from kcp_opa.decide.checked import CheckedRoot
+
 _OK = 0
 # rego-cpp node kinds (regopy.rego_shared.NodeKind), read through the C API directly.
 _TERM, _SCALAR, _ARRAY, _SET, _OBJECT, _ITEM = 1002, 1003, 1004, 1005, 1006, 1007
@@ -63,13 +66,13 @@ def rego_input(value: Any) -> Any:
         kind = type(item)
         if kind is str:
             status |= push_str(handle, text(item))
-        elif kind is dict:
+        elif kind is dict or kind is FrozenObject or kind is CheckedRoot:
             for key in sorted(item):  # OPA's key order, which regopy iterates in (see the docstring)
                 status |= push_str(handle, text(key))
                 push(item[key])
                 status |= close_item(handle)
             status |= close_object(handle, len(item))
-        elif kind is list or kind is tuple:
+        elif kind is list or kind is tuple or kind is FrozenArray:
             for member in item:
                 push(member)
             status |= close_array(handle, len(item))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +65,16 @@ class Issuer:
         if entry is None:
             return None
         if entry["alg"] == ED25519:
-            raw = base64.b64decode(str(entry["public_key"]))
-            return Ed25519Key(kid, public_key=Ed25519PublicKey.from_public_bytes(raw))
+            return Ed25519Key(kid, public_key=_ed25519_public(str(entry["public_key"])))
         held = keyring.verifier(str(entry.get("keyring_kid", kid))) if keyring is not None else None
         material = held.key() if isinstance(held, ReceiptKey) else held
         return HmacKey(kid, material.secret) if isinstance(material, HmacKey) else None
+
+
+@lru_cache(maxsize=1024)
+def _ed25519_public(text: str) -> Ed25519PublicKey:
+    """A registry entry's public key, decoded once (an issuer's key is looked up on every decision)."""
+    return Ed25519PublicKey.from_public_bytes(base64.b64decode(text))
 
 
 @dataclass(frozen=True)

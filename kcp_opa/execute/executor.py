@@ -42,7 +42,8 @@ from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.errors import ExecutionError, LedgerError, ReceiptVerificationError, StoreError
 from kcp_opa.core.signing import Keyring
-from kcp_opa.decide.action import action_hash, check_action
+from kcp_opa.decide.action import check_action
+from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.recheck import Rechecked
 from kcp_opa.stores.protocols import ExecutorStore, HandoffStore, NonceStore
@@ -254,7 +255,7 @@ class Executor:
 
     def execute_authorized_action(
         self,
-        action: Mapping[str, Any],
+        action: Mapping[str, Any] | CheckedAction,
         receipt: Receipt | Mapping[str, Any],
         handler: Handler,
         *,
@@ -269,8 +270,8 @@ class Executor:
         With a gate, ``principal`` (default: the action's agent_id) and ``context`` are whom and
         what the re-decision establishes the facts for (a refusal is ``policy_changed``).
         """
-        check_action(action)
-        digest = action_hash(action)
+        checked = check_action(action)  # once: the read-only copy is what is verified, re-decided and run
+        action, digest = checked.mapping, checked.hash
         wire = receipt.to_dict() if isinstance(receipt, Receipt) else receipt  # checked as the JSON it is sent as
         raw_id = wire.get("receipt_id") if isinstance(wire, Mapping) else None
         receipt_id = raw_id if _loggable(raw_id) else None
@@ -283,11 +284,11 @@ class Executor:
         if self.gate is not None:
             agent = action.get("agent_id")
             who = principal if principal is not None else agent if isinstance(agent, str) else None
-            nonces = Rechecked(nonces, self.gate, action, wire, now=now, principal=who, context=context)
+            nonces = Rechecked(nonces, self.gate, checked, wire, now=now, principal=who, context=context)
         try:
             verify_receipt(
                 wire,
-                action,
+                checked,
                 keyring=self.keyring,
                 policy_versions=self.policy_versions,
                 nonce_store=nonces,

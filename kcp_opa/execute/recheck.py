@@ -21,6 +21,7 @@ from typing import Any
 
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.errors import ActionRejectedError, ReceiptVerificationError
+from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.counting import excluding
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
@@ -30,7 +31,7 @@ from kcp_opa.stores.protocols import NonceStore
 
 def redecide(
     gate: Gate,
-    action: Mapping[str, Any],
+    action: Mapping[str, Any] | CheckedAction,
     receipt: Mapping[str, Any],
     *,
     now: dt.datetime | None = None,
@@ -44,7 +45,7 @@ def redecide(
     """
     own = receipt.get("receipt_id")
     with excluding(own if isinstance(own, str) else None):  # today's facts, exceptions and counts
-        fresh = gate.prepare(action, now=now, principal=principal, context=context)
+        fresh = gate.input_for(action, now=now, principal=principal, context=context)  # read here, never handed out
     covered = [c for c in receipt.get("satisfied_controls") or [] if isinstance(c, str)]
     prepared = gate.reprepare(  # the gate's own seal, as the control desk re-derives a decision
         action,
@@ -76,7 +77,7 @@ class Rechecked:
         self,
         inner: NonceStore,
         gate: Gate,
-        action: Mapping[str, Any],
+        action: Mapping[str, Any] | CheckedAction,
         receipt: Mapping[str, Any],
         *,
         now: dt.datetime | None,

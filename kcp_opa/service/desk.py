@@ -22,7 +22,8 @@ from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, Signer
-from kcp_opa.decide.action import action_hash, check_action
+from kcp_opa.decide.action import check_action
+from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
@@ -197,14 +198,15 @@ class GateService:
 
     def evaluate(self, principal: Principal, action: Any, *, financial: bool = False) -> dict[str, Any]:
         principal.require(Scope.EVALUATE, "evaluate actions")
-        check_caller_action(principal, action)
+        checked = check_caller_action(principal, action)
+        action = checked.mapping  # the checked, read-only copy from here on
         if financial and not isinstance(action.get("amount"), Mapping):
             raise CodedError("a financial action carries an amount (use evaluate_action otherwise)", "not_financial")
         loaded = self._loaded
         traceparent = traceparent_of(action)
         with span("kcp_opa.decision", {"kcp.caller": principal.id}, traceparent) as current:
             started = time.perf_counter()
-            record = self._open(loaded, action, principal.id)
+            record = self._open(loaded, checked, principal.id)
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             decision = record.decision
             self.metrics.decisions.labels(state=decision.decision.value).inc()
@@ -222,7 +224,7 @@ class GateService:
         return record.to_dict()
 
     @staticmethod
-    def _open(loaded: Loaded, action: Mapping[str, Any], principal: str) -> GateDecision:
+    def _open(loaded: Loaded, action: CheckedAction, principal: str) -> GateDecision:
         """The desk's sealed record (facts established for the caller); without a registry, unsealed."""
         if loaded.desk is not None:
             return loaded.desk.open(action, principal=principal)
@@ -231,17 +233,16 @@ class GateService:
     def decide_only(self, principal: Principal, action: Any) -> dict[str, Any]:
         """The bare decision document (the OPA-compatible API): decided and audited, not kept."""
         principal.require(Scope.EVALUATE, "evaluate actions")
-        check_caller_action(principal, action)
+        checked = check_caller_action(principal, action)
         started = time.perf_counter()
-        decision = self.gate.decide(action, principal=principal.id)
+        decision = self.gate.decide(checked, principal=principal.id)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         self.metrics.decisions.labels(state=decision.decision.value).inc()
         return decision.to_dict()
 
     def hash_action(self, principal: Principal, action: Any) -> dict[str, Any]:
         principal.require(Scope.HASH, "hash actions")
-        check_action(action)
-        return {"action_hash": action_hash(action), "canonicalization": "KYA-CJ-1"}
+        return {"action_hash": check_action(action).hash, "canonicalization": "KYA-CJ-1"}
 
     def _record(self, loaded: Loaded, decision_id: str) -> tuple[StoredDecision, GateDecision]:
         """The stored row and its record, re-decided under ``loaded`` (any process may have written it)."""
@@ -335,12 +336,13 @@ class GateService:
 
     def verify_and_consume(self, principal: Principal, receipt: Any, action: Any) -> dict[str, Any]:
         principal.require(Scope.VERIFY_RECEIPT, "verify and consume receipts")
-        check_action(action)
+        checked = check_action(action)
+        action = checked.mapping
         gate, keyring = self.gate, self.keyring
         who = decided_for(self.records, receipt)  # re-decided as execution does, before the consume
-        nonces = Rechecked(self.store, gate, action, receipt, now=None, principal=who, context=None)
+        nonces = Rechecked(self.store, gate, checked, receipt, now=None, principal=who, context=None)
         verified = verify_receipt(
-            receipt, action, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=nonces
+            receipt, checked, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=nonces
         )
         self.handoffs.hand_off(verified.receipt.nonce, verified.receipt.receipt_id, principal.id)
         if gate.audit is not None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.decide.action import check_action
+from kcp_opa.decide.checked import CheckedAction
 
 
 class AccessDeniedError(CodedError):
@@ -161,7 +162,7 @@ class StaticAuthenticator:
         return found
 
 
-def check_caller_action(principal: Principal, action: Any) -> None:
+def check_caller_action(principal: Principal, action: Any) -> CheckedAction:
     """Check an action a caller asks the service to decide, and bind what it states about its caller.
 
     Who acted is the authenticated caller: the action's ``agent_id`` must be the caller's canonical
@@ -175,15 +176,15 @@ def check_caller_action(principal: Principal, action: Any) -> None:
     ``principal_scopes``: an action may state only the caller's exact id there too, and only scopes
     the trust registry grants the caller (``auth_scopes``; none without a registry). Anything else
     is refused with ``principal_mismatch`` / ``scope_not_granted``, and the refusal is audited like
-    every other, attributed to the caller.
+    every other, attributed to the caller. Returns the checked action, decided as it is from here.
     """
-    check_action(action)
-    _check_stated_agent(principal, action.get("agent_id"))
-    context = action.get("authorization_context")
-    if not isinstance(context, Mapping):
-        return
-    _check_stated_principal(principal, context.get("authenticated_principal"))
-    _check_stated_scopes(principal, context.get("principal_scopes"))
+    checked = check_action(action)
+    _check_stated_agent(principal, checked.agent_id)
+    context = checked.get("authorization_context")
+    if isinstance(context, Mapping):
+        _check_stated_principal(principal, context.get("authenticated_principal"))
+        _check_stated_scopes(principal, context.get("principal_scopes"))
+    return checked
 
 
 def _exactly_the_caller(principal: Principal, stated: Any) -> bool:

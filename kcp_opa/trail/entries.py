@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, MutableMapping
+from types import MappingProxyType
 from typing import Any
 
 import structlog
@@ -28,6 +29,8 @@ from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact
 
 DECISION_PATH = "kcp/gate/decision"
+#: Compiled units remembered per trail (one bundle): the units its actions name.
+_UNITS_HELD = 4096
 BUNDLE_NAME = "kcp-opa"
 
 
@@ -100,6 +103,7 @@ class AuditTrail:
             wrapper_class=structlog.BoundLogger,  # never a level-filtering one: audit is not optional
             cache_logger_on_first_use=False,
         )
+        self._units: dict[tuple[str, str], Mapping[str, Any] | None] = {}
 
     def bundles(self) -> dict[str, Any]:
         """OPA's ``bundles`` field: the revision, and the bytes (sha256) and signer that decided."""
@@ -113,19 +117,32 @@ class AuditTrail:
         if not isinstance(knowledge, Mapping):
             return None
         project, unit_id = knowledge.get("project"), knowledge.get("unit")
+        if not isinstance(project, str) or not isinstance(unit_id, str):
+            return None
+        return self._compiled_unit(project, unit_id)
+
+    def _compiled_unit(self, project: str, unit_id: str) -> Mapping[str, Any] | None:
+        """The bundle's compiled unit (its profile merged in), looked up once per unit, not per entry."""
+        key = (project, unit_id)
+        if key in self._units:
+            return self._units[key]
         compiled = self.bundle.data.get("kcp_data", {})
         index, profiles = compiled.get("units", {}), compiled.get("profiles", [])
-        if not isinstance(project, str) or not isinstance(unit_id, str) or not index:
-            return None
-        node: Any = index.get("slots")
-        for digit in leaf_path([project, unit_id], int(index.get("depth", 0))):
-            node = node[digit]
-        found = node.get(project, {}).get(unit_id)
-        if not isinstance(found, Mapping):
-            return None
-        position = found.get("profile")
-        profile = profiles[position] if isinstance(position, int) and 0 <= position < len(profiles) else {}
-        return {**profile, **found}
+        found: Any = None
+        if index:
+            node: Any = index.get("slots")
+            for digit in leaf_path([project, unit_id], int(index.get("depth", 0))):
+                node = node[digit]
+            found = node.get(project, {}).get(unit_id)
+        unit = None
+        if isinstance(found, Mapping):
+            position = found.get("profile")
+            profile = profiles[position] if isinstance(position, int) and 0 <= position < len(profiles) else {}
+            unit = MappingProxyType({**profile, **found})
+        if len(self._units) >= _UNITS_HELD:
+            self._units.clear()
+        self._units[key] = unit
+        return unit
 
     def _kcp_fields(self, action: Mapping[str, Any], decision: Decision | None) -> dict[str, Any]:
         unit = self._unit(action) or {}

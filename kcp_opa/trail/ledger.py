@@ -168,9 +168,9 @@ class AuditLedger:
             sign = self._sign if self.checkpoint_key is not None else None
             for entry in entries:
                 seq += 1
-                chained = LedgerEntry.chained(entry, seq, previous, sign)
+                chained, line = LedgerEntry.written(entry, seq, previous, sign)
                 previous, document = chained.entry_hash, chained.to_dict()
-                lines.append(canonical_json(document) + b"\n")
+                lines.append(line + b"\n")
                 written.append(document)
             view = memoryview(b"".join(lines))
             while view:

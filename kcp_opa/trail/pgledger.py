@@ -161,9 +161,9 @@ class PostgresLedger:
             sign = self._sign if self.checkpoint_key is not None else None
             for entry in entries:
                 seq += 1
-                chained = LedgerEntry.chained(entry, seq, previous, sign)
+                chained, line = LedgerEntry.written(entry, seq, previous, sign)
                 previous, document = chained.entry_hash, chained.to_dict()
-                rows.append(ChainRow(seq, previous, canonical_json(document).decode("utf-8")))
+                rows.append(ChainRow(seq, previous, line.decode("utf-8")))
                 written.append(document)
             first = head.seq + 1
             due = head.created or (first - 1) // self.checkpoint_every != seq // self.checkpoint_every

@@ -9,13 +9,14 @@ canonical JSON is the line's bytes: typing the entry changes no byte of any ledg
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from kcp_opa.core.canonical import canonical_hash
+from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.trail.verify import ENTRY_SIGNATURE
 
@@ -42,12 +43,30 @@ class LedgerEntry:
         sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> LedgerEntry:
         """The entry for ``event`` at ``seq``: signed by ``sign`` (the writer key) if given, then hashed."""
+        return cls.written(event, seq, previous_hash, sign)[0]
+
+    @classmethod
+    def written(
+        cls,
+        event: Mapping[str, Any],
+        seq: int,
+        previous_hash: str,
+        sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> tuple[LedgerEntry, bytes]:
+        """:meth:`chained`, with the entry's canonical JSON (the ledger line, without its newline).
+
+        The entry is serialised once: as the members sorted before ``entry_hash`` and those
+        after it (KYA-CJ-1 sorts keys), joined without it for the hash and around it for the line.
+        """
         body: dict[str, Any] = {k: v for k, v in event.items() if k not in _CHAIN}
         body.update(seq=seq, previous_hash=previous_hash)
         if sign is not None:
             body = sign(body)
-        digest = canonical_hash(body)
-        return cls.from_dict({**body, "entry_hash": digest})
+        before = canonical_json({k: v for k, v in body.items() if k < "entry_hash"})[1:-1]
+        after = canonical_json({k: v for k, v in body.items() if k > "entry_hash"})[1:-1]
+        digest = "sha256:" + hashlib.sha256(_object(before, after)).hexdigest()
+        line = _object(before, b'"entry_hash":' + canonical_json(digest), after)
+        return cls.from_dict({**body, "entry_hash": digest}), line
 
     @classmethod
     def from_dict(cls, document: Any) -> LedgerEntry:
@@ -81,3 +100,8 @@ class LedgerEntry:
         body = self.to_dict()
         del body["entry_hash"]
         return canonical_hash(body) == self.entry_hash
+
+
+def _object(*members: bytes) -> bytes:
+    """A canonical JSON object from runs of its members, in order (an empty run adds nothing)."""
+    return b"{" + b",".join(run for run in members if run) + b"}"

@@ -55,3 +55,23 @@ def test_check_fact_is_one_line_naming_the_setting() -> None:
     message = str(refused.value)
     assert message.startswith("--region: deployment_region ") and "\n" not in message
     assert refused.value.code == "gate_fact"
+
+
+def test_a_remembered_answer_is_only_ever_the_same_values_answer() -> None:
+    """fact_problem remembers answers for plain values, keyed by exact type: True is not 1, a
+    tuple is not a list, and asking again (in any order) gives the first answer every time."""
+    asked = [
+        ("model_hosting", True),
+        ("model_hosting", 1),
+        ("agent_scope", ["a"]),
+        ("agent_scope", ("a",)),
+        ("agent_scope", ["a b"]),
+        ("deployment_region", "EU"),
+        ("deployment_region", '"EU"'),
+    ]
+    first = [fact_problem(name, value) for name, value in asked]
+    assert str(first[0]).startswith("True is not one of") and str(first[1]).startswith("1 is not one of")
+    assert first[2] is None and "is not of type 'array'" in str(first[3])
+    assert first[4] is not None and first[5] is None and first[6] is not None
+    for _ in range(2):
+        assert [fact_problem(name, value) for name, value in reversed(asked)] == first[::-1]

@@ -326,3 +326,33 @@ def test_edges_mutmut_found() -> None:
     assert _refused(_with(("tenant_id",), "a\uffff")) == ("/tenant_id", 'character U+FFFF "\\uffff"' + tail)
     # a fold that leaves only the two quotes is emptied, never quote-wrapped
     assert folded_strings(_with(("knowledge", "purpose"), '"\u200b"')) == {"purpose": ""}
+
+
+def test_the_one_walk_counts_only_what_is_under_attributes() -> None:
+    """1,024 values under ``attributes`` (all levels) pass, 1,025 do not; the object itself and
+    what lies outside it are not counted."""
+    nested = {f"k{i}": [True] * 15 for i in range(64)}  # 64 arrays + 960 members = 1,024 values
+    assert check_action(_with(("attributes",), nested)).hash.startswith("sha256:")
+    over = {**nested, "extra": True}
+    with pytest.raises(ActionRejectedError, match="more than 1,024 values"):
+        check_action(_with(("attributes",), over))
+    # The same number of values elsewhere is not the attributes cap's business.
+    assert check_action(_with(("evidence_references",), [f"r{i}" for i in range(8)])).mapping["attributes"]
+
+
+def test_the_one_walk_reports_what_the_separate_walks_reported_first() -> None:
+    """A float, a secret-bearing key or a depth breach is named before any string-contract breach,
+    wherever they are; of several string breaches the walk names the same one as check_strings."""
+    both = _with(("attributes", "note"), "a\x00b", _with(("amount", "value_minor"), 1.5))
+    with pytest.raises(ActionRejectedError, match="float") as refused:
+        check_action(both)
+    assert refused.value.path == "/amount/value_minor"
+    keyed = _with(("attributes", "api_key"), "x", _with(("subject_id",), '"quoted"'))
+    with pytest.raises(ActionRejectedError, match="secret-bearing"):
+        check_action(keyed)
+    strings_only = _with(("attributes", "note"), "a\x00b", _with(("subject_id",), '"quoted"'))
+    with pytest.raises(ActionRejectedError) as walked:
+        check_action(strings_only)
+    with pytest.raises(ActionRejectedError) as alone:
+        check_strings(strings_only)
+    assert (walked.value.path, walked.value.reason) == (alone.value.path, alone.value.reason)
