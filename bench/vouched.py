@@ -6,8 +6,9 @@ path production never takes. Here each action gets the sources a decision case d
 ``context: {from_action: true}`` gets (kcp_opa.authoring.casecontext: a static config, a trust
 registry entry for the acting agent, attestations signed for this action's hash), built ONCE
 outside the timed loop, as a host holds its sources. What is timed is then production's path:
-the context stage (the registry lookup and the attestation signatures verified on every
-decision), the engine and the typing. ``expect`` asserts the decisions timed are the intended
+the context stage (the registry lookup, and each attestation's signature verified the first
+time its signed bytes are seen and remembered after, as a host offering the same attestations
+again gets), the engine and the typing. ``expect`` asserts the decisions timed are the intended
 ones, so a benchmark cannot quietly time a refusal again.
 """
 
