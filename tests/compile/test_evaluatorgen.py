@@ -52,7 +52,8 @@ def test_a_new_evaluator_reaches_the_gate_only_through_generate(tmp_path: Path) 
     written = run_cli("generate", "--policies", str(policies), "--format", "json")
     assert written.returncode == 0 and json.loads(written.stdout)["written"] is True
     # no applies in its module: every decision reaches it (kcp.gate.always_planned)
-    assert '"scenario"' in (policies / GENERATED).read_text(encoding="utf-8").split("always_planned := ")[1].split("\n")[0]
+    generated = (policies / GENERATED).read_text(encoding="utf-8")
+    assert '"scenario"' in generated.split("always_planned := ")[1].split("\n")[0]
     again = run_cli("generate", "--policies", str(policies), "--format", "json")
     assert json.loads(again.stdout)["written"] is False
 

@@ -92,6 +92,7 @@ _fields_read_listed if is_array(input.action.knowledge.fields_read)
 #   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
 #   reads only its arguments and data.kcp_data, never input. docs/extending.md.
 applies(profile, _) if {
+	# mutate: equivalent without a profile (null) profile.compliance is undefined, so the next line fails too
 	is_object(profile)
 	profile.compliance.declared_fields != null
 }

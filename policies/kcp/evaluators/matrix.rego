@@ -169,6 +169,7 @@ applies(_, task) if _plan_row(task) == null
 
 applies(profile, task) if {
 	row := _plan_row(task)
+	# mutate: equivalent a null row (no row for the type) has no cells: the first body plans it
 	is_object(row)
 	some category in profile.compliance.data_categories
 	not _autonomous(row, "data_categories", category)
@@ -176,6 +177,7 @@ applies(profile, task) if {
 
 applies(profile, task) if {
 	row := _plan_row(task)
+	# mutate: equivalent a null row (no row for the type) has no cells: the first body plans it
 	is_object(row)
 	is_object(profile)
 	some sensitivity in _sensitivities(profile)

@@ -78,26 +78,7 @@ _plan_names := names if {
 	names := _plan_row.types[input.action.action_type]
 } else := names if {
 	names := _plan_row.other
-} else := _every_evaluator
-
-_every_evaluator := {
-	"access",
-	"action",
-	"authority",
-	"budget",
-	"context",
-	"delegation",
-	"field_access",
-	"financial",
-	"freshness",
-	"lifecycle",
-	"matrix",
-	"residency",
-	"restrictions",
-	"runtime",
-	"trace",
-	"unit",
-}
+} else := _plannable # no plan: every evaluator (always_planned is united in)
 
 # METADATA
 # title: The planned evaluators' findings, by evaluator, before exceptions

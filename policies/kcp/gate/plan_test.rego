@@ -47,6 +47,14 @@ test_authority_applies_where_the_mapped_action_is_not_initiative if {
 	authority.applies(declared, "unmapped") with data.kcp_data.matrix.kcp_actions as _actions
 }
 
+test_authority_reads_the_units_own_actions_and_defaults_only_without_them if {
+	own := {"authority": {"declared": false, "actions": {"modify": "initiative"}}}
+	not authority.applies(own, "delete") with data.kcp_data.matrix.kcp_actions as _actions
+	broken := {"authority": {"declared": false, "actions": "none"}}
+	not authority.applies(broken, "read") with data.kcp_data.matrix.kcp_actions as _actions
+	authority.applies(broken, "delete") with data.kcp_data.matrix.kcp_actions as _actions
+}
+
 test_authority_uses_the_safe_defaults_and_ignores_unmapped_types_when_undeclared if {
 	undeclared := {"authority": {"declared": false}}
 	not authority.applies(undeclared, "read") with data.kcp_data.matrix.kcp_actions as _actions
@@ -64,7 +72,7 @@ test_budget_applies_to_budgeted_types_velocity_and_rate_limits if {
 	not budget.applies(null, "read") with data.kcp_data.matrix.parameters as {}
 	limited := {"rate_limits": {"default": {"requests_per_hour": 10}}}
 	budget.applies(limited, "read") with data.kcp_data.matrix.parameters as {}
-	unlimited := {"rate_limits": {"default": {"requests_per_hour": null}}}
+	unlimited := {"rate_limits": {"default": {"requests_per_hour": null, "burst": 5}}}
 	not budget.applies(unlimited, "read") with data.kcp_data.matrix.parameters as {}
 }
 
@@ -174,6 +182,12 @@ test_an_unnamed_type_takes_the_rows_other if {
 	planned == gate.always_planned | {"matrix", "residency"}
 }
 
+test_a_unit_whose_profile_does_not_resolve_takes_the_unbound_row if {
+	planned := gate.planned with input.action as _on("u", "read")
+		with data.kcp_data.plan as _plan with data.kcp_data.units as _units with data.kcp_data.profiles as []
+	planned == gate.always_planned | {"budget"}
+}
+
 test_an_unknown_unit_takes_the_unbound_row if {
 	planned := gate.planned with input.action as _on("nope", "read")
 		with data.kcp_data.plan as _plan with data.kcp_data.units as _units with data.kcp_data.profiles as [{}]
@@ -193,4 +207,30 @@ test_only_planned_evaluators_findings_are_read if {
 	count(found.unit) == 1
 	not found.residency
 	not found.matrix
+}
+
+_full := {
+	"access": "authenticated",
+	"authority": {"declared": true},
+	"delegation": {"max_depth": 2},
+	"compliance": {"declared_fields": [], "data_residency": ["EU"], "restrictions": ["no-external-llm"]},
+	"freshness": {"max_age_days": 30},
+	"deprecated": true,
+	"trust": {"require_trace_context": true},
+}
+
+_every_plannable := [
+	"access", "authority", "budget", "delegation", "field_access", "freshness",
+	"lifecycle", "matrix", "residency", "restrictions", "trace",
+]
+
+test_the_plan_table_lists_each_profiles_evaluators_per_action_type if {
+	table := gate.plan_table with data.kcp_data.profiles as [_full, {}]
+		with input.task_types as ["read"] with input.other as "kcp-opa:unnamed"
+		with data.kcp_data.tasks as {"depth": 0, "count": 1, "slots": {"read": {"sensitivity": {"undeclared": "autonomous"}}}}
+		with data.kcp_data.matrix as {"kcp_actions": {"read": "read"}, "parameters": {"velocity": [{"id": "v"}]}}
+	table.profiles[0].other == _every_plannable
+	table.profiles[0].types == [[n | some n in _every_plannable; not n in {"authority", "matrix"}]]
+	table.profiles[1] == {"types": [["budget"]], "other": ["budget", "matrix"]}
+	table.unbound == {"types": [["budget"]], "other": ["budget", "matrix"]}
 }
