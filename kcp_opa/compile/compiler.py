@@ -21,6 +21,7 @@ from kcp_opa.compile.bundle import (
     write_atomically,
 )
 from kcp_opa.compile.datadoc import DATA_ROOT, build_data
+from kcp_opa.compile.decisionplan import PLAN_MOUNT, build_plan
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR
 from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
@@ -151,6 +152,9 @@ def compile_bundle(
         refuse_unresolved({str(policies_dir / m.path): m.source for m in modules}, matrix, trust)
     data = build_data(manifests, matrix, trust)
     check_data_strings(data)  # the backstop: no string regopy would read escaped (declstrings)
+    if (policies_dir / EVALUATORS_DIR).is_dir():
+        # Which evaluators each profile and action type can need: the policies' applies, run once here.
+        data[PLAN_MOUNT] = build_plan({m.path: m.source for m in modules}, data, source=str(policies_dir))
     files = [BundleFile(f"{mount}/data.json", canonical_json(doc)) for mount, doc in data.items()]
     files += [BundleFile(m.path, m.source.encode("utf-8")) for m in modules]
     metadata = _metadata(manifests, matrix, modules, version, sorted(data))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.core.canonical import canonical_json
@@ -49,7 +51,28 @@ def plan_in_child(
         "strict": strict,
         "plan": None if plan is None else str(plan),
     }
-    source = bundle.source
+    _run_child(job, bundle.source)
+
+
+def query_in_child(
+    data: Mapping[str, Any], modules: Mapping[str, str], entrypoint: str, input_doc: Any, *, source: str
+) -> Any:
+    """Evaluate one entrypoint of ``modules`` over ``data`` and ``input_doc`` with regopy, in a
+    child (as every first build of modules is); its value, or :class:`CompileError`."""
+    job = {
+        "data": canonical_json(data).decode("utf-8"),
+        "modules": sorted(modules.items()),
+        "query": {"entrypoint": entrypoint, "input": input_doc},
+    }
+    out = _run_child(job, source)
+    try:
+        return json.loads(out.splitlines()[-1])
+    except (IndexError, ValueError):
+        raise CompileError(f"{source}: regopy gave no value for {entrypoint}") from None
+
+
+def _run_child(job: Mapping[str, Any], source: str) -> str:
+    """Run the child on ``job``; its stdout, or :class:`CompileError` (a crash, a timeout, a reason)."""
     try:
         proc = subprocess.run(
             # -P: the child's directory is not put on sys.path (its imports are the standard
@@ -72,3 +95,4 @@ def plan_in_child(
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
         detail = out.splitlines()[0] if out else (err[0] if err else "no detail")
         raise CompileError(f"{source}: regopy cannot load the bundle: {detail}")
+    return proc.stdout.decode("utf-8", "replace")

@@ -11,6 +11,8 @@ canonical UTF-8 JSON, exactly what it loads itself), its modules, its entrypoint
 ``evaluate``, ``strict`` (undefined builtins as errors, as the gate builds) and ``plan`` (a path
 in a private directory of the parent's, or null). With ``plan`` the built entrypoints are saved
 there in rego-cpp's binary format, so the parent loads this plan instead of building a second.
+With ``query`` (``{"entrypoint": ..., "input": ...}``) it evaluates that one entrypoint over the
+given input and prints its value as one JSON line (the decision plan: kcp_opa.compile.decisionplan).
 Exit 0: planned (and evaluated); 1: a one-line reason on stdout; killed by a signal: a crash.
 """
 
@@ -19,6 +21,33 @@ from __future__ import annotations
 import json
 import sys
 from typing import Any
+
+
+def query(job: dict[str, Any]) -> int:
+    """Evaluate ``job["query"]``'s entrypoint over its input; print the value (names and numbers)."""
+    from regopy import Input, Interpreter
+
+    interp = Interpreter()
+    interp.strict_built_in_errors = True
+    interp.add_data_json(job["data"])
+    for name, source in job["modules"]:
+        interp.add_module(name, source)
+    entrypoint = job["query"]["entrypoint"]
+    built = interp.build(None, [entrypoint])
+    if not built.ok():
+        print(f"build failed: {built.node()}")
+        return 1
+    interp.set_input(Input(job["query"]["input"]))
+    output = interp.query_bundle_entrypoint(built, entrypoint)
+    if not output.ok():
+        print(f"entrypoint {entrypoint} does not evaluate: {str(output).splitlines()[0][:300]}")
+        return 1
+    results = json.loads(str(output)).get("expressions", [])
+    if len(results) != 1:
+        print(f"entrypoint {entrypoint} is undefined")
+        return 1
+    print(json.dumps(results[0]))
+    return 0
 
 
 def probe(job: dict[str, Any]) -> int:
@@ -59,4 +88,5 @@ def probe(job: dict[str, Any]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(probe(json.load(sys.stdin.buffer)))
+    job = json.load(sys.stdin.buffer)
+    sys.exit(query(job) if job.get("query") else probe(job))

@@ -23,7 +23,9 @@ def test_the_shipped_union_is_generated_and_up_to_date() -> None:
     assert stale(POLICIES) is None
     names = [e.name for e in evaluators(POLICIES)]
     assert names == sorted(p.stem for p in (POLICIES / "kcp" / "evaluators").glob("*.rego") if "_test" not in p.stem)
-    assert all(f"ev_{name}.findings" in render_union(POLICIES) for name in names)
+    union = render_union(POLICIES)
+    assert all(f'"{name}": {{"evaluator_id"' in union for name in names)
+    assert "data.kcp.evaluators[name].findings" in union  # reached through the plan (kcp.gate.planned)
 
 
 def _compile(policies: Path, out: Path) -> tuple[int, str]:
@@ -49,7 +51,9 @@ def test_a_new_evaluator_reaches_the_gate_only_through_generate(tmp_path: Path) 
 
     written = run_cli("generate", "--policies", str(policies), "--format", "json")
     assert written.returncode == 0 and json.loads(written.stdout)["written"] is True
-    assert "ev_scenario.findings" in (policies / GENERATED).read_text(encoding="utf-8")
+    # no applies in its module: every decision reaches it (kcp.gate.always_planned)
+    generated = (policies / GENERATED).read_text(encoding="utf-8")
+    assert '"scenario"' in generated.split("always_planned := ")[1].split("\n")[0]
     again = run_cli("generate", "--policies", str(policies), "--format", "json")
     assert json.loads(again.stdout)["written"] is False
 
@@ -120,5 +124,7 @@ def test_the_gate_reads_evaluators_only_through_the_union() -> None:
     decision = (POLICIES / "kcp" / "gate" / "decision.rego").read_text(encoding="utf-8")
     assert "data.kcp.evaluators" not in decision
     union = render_union(POLICIES)
-    assert "evaluator_obligations := " in union and "ev_trace.obligations" in union
-    assert "evaluator_risk_floor := ev_financial.risk_floor" in union
+    obligations = union.split("evaluator_obligations := ")[1].split("\n}\n")[0]
+    assert 'name in {"freshness", "lifecycle", "trace"}' in obligations and ".obligations" in obligations
+    risk_floor = union.split("evaluator_risk_floor := ")[1].split("\n}\n")[0]
+    assert 'name in {"financial"}' in risk_floor and ".risk_floor" in risk_floor

@@ -42,6 +42,7 @@ def test_opa_only_files_are_few_and_explained() -> None:
         "kcp/evaluators/runtime_test.rego",
         "kcp/gate/decision_test.rego",
         "kcp/gate/default_test.rego",
+        "kcp/gate/plan_test.rego",
         "kcp/lib/risk_test.rego",
     ]
     for path in opa_only:

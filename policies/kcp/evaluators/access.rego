@@ -112,3 +112,22 @@ findings contains finding if {
 		"details": {"missing": "authorization_context.principal_scopes", "missing_scope": _scope},
 	}
 }
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(profile, _) if profile.access in {"authenticated", "restricted"}
+
+applies(profile, _) if {
+	some row in profile.effective_visibility.cells
+	some cell in row
+	cell.requires_auth == true
+}
+
+applies(profile, _) if profile.effective_visibility.incomplete.requires_auth == true

@@ -137,3 +137,35 @@ findings contains finding if {
 		"details": {"fields": ["data.kcp_data.matrix.kcp_actions"]},
 	}
 }
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(profile, task) if {
+	is_object(profile)
+	mapped := _mapped(task)
+	is_string(mapped)
+	not _initiative(profile, mapped)
+}
+
+applies(profile, task) if {
+	_mapped(task) == null
+	profile.authority.declared == true
+}
+
+_mapped(task) := mapped if {
+	mapped := data.kcp_data.matrix.kcp_actions[task]
+	is_string(mapped)
+} else := null
+
+_initiative(profile, mapped) if _actions_of(profile)[mapped] == "initiative"
+
+_actions_of(profile) := profile.authority.actions if {
+	is_object(profile.authority.actions)
+} else := _safe_defaults

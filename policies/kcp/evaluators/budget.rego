@@ -407,3 +407,30 @@ findings contains finding if {
 		"details": {"fields": [path]},
 	}
 }
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(_, _) if {
+	some b in object.get(_params, "budgets", [])
+	b.task_types == "all"
+}
+
+applies(_, task) if {
+	some b in object.get(_params, "budgets", [])
+	task in b.task_types
+}
+
+applies(_, _) if count(object.get(_params, "velocity", [])) > 0
+
+applies(profile, _) if {
+	some tier in profile.rate_limits
+	some window in ["requests_per_minute", "requests_per_hour", "requests_per_day"]
+	is_number(tier[window])
+}

@@ -81,3 +81,18 @@ findings contains finding if {
 
 # `not is_array(undefined)` is true in regopy and undefined in OPA: test a named rule instead.
 _fields_read_listed if is_array(input.action.knowledge.fields_read)
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(profile, _) if {
+	# mutate: equivalent without a profile (null) profile.compliance is undefined, so the next line fails too
+	is_object(profile)
+	profile.compliance.declared_fields != null
+}

@@ -236,3 +236,23 @@ findings contains finding if {
 		"details": {"superseded_by": successors},
 	}
 }
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(profile, _) if is_number(profile.temporal.from_epoch_seconds)
+
+applies(profile, _) if is_number(profile.temporal.until_epoch_seconds)
+
+applies(profile, _) if {
+	some entry in profile.not_for
+	is_string(entry)
+}
+
+applies(profile, _) if profile.deprecated == true

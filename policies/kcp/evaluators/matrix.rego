@@ -155,3 +155,51 @@ _task_label := _task if is_string(_task)
 _task_label := "(no action_type)" if not _task_label_given
 
 _task_label_given if is_string(_task)
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(_, task) if _plan_row(task) == null
+
+applies(profile, task) if {
+	row := _plan_row(task)
+	# mutate: equivalent a null row (no row for the type) has no cells: the first body plans it
+	is_object(row)
+	some category in profile.compliance.data_categories
+	not _autonomous(row, "data_categories", category)
+}
+
+applies(profile, task) if {
+	row := _plan_row(task)
+	# mutate: equivalent a null row (no row for the type) has no cells: the first body plans it
+	is_object(row)
+	is_object(profile)
+	some sensitivity in _sensitivities(profile)
+	not _autonomous(row, "sensitivity", sensitivity)
+}
+
+_plan_row(task) := row if {
+	row := index.task_row(task)
+} else := null
+
+_autonomous(row, dimension, value) if row[dimension][value] == "autonomous"
+
+# Every sensitivity the unit's visibility can resolve to (kcp.lib.visibility.view picks one cell,
+# or the incomplete entry); "undeclared" when it declares none.
+_sensitivities(profile) := _cell_sensitivities(profile) | _incomplete_sensitivity(profile) if {
+	is_object(profile.effective_visibility)
+} else := {"undeclared"}
+
+_incomplete_sensitivity(profile) := {s | s := profile.effective_visibility.incomplete.sensitivity}
+
+_cell_sensitivities(profile) := {s |
+	some row in profile.effective_visibility.cells
+	some cell in row
+	s := cell.sensitivity
+}

@@ -115,3 +115,14 @@ _target_place := "(not stated)" if {
 # Message parts are total (a default when the value is missing): a message built from an
 # undefined value would make the whole finding undefined and drop a DENY (fail open). Messages
 # use concat, never sprintf over strings (docs/engine-findings.md items 13 and 19).
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(profile, _) if is_array(profile.compliance.data_residency)

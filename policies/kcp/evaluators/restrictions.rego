@@ -136,3 +136,19 @@ _model_label := trusted.gate.model_id if is_string(trusted.gate.model_id)
 _model_label := "(no model id)" if not _model_label_given
 
 _model_label_given if is_string(trusted.gate.model_id)
+
+# METADATA
+# title: Applies (the decision plan, compile time)
+# description: |
+#   Whether this evaluator can find anything (or owe an obligation) for a unit of `profile` and an
+#   action of type `task`, from declarations alone. `kcp-opa compile` evaluates it over every
+#   profile and every action type the matrix names into the bundle's decision plan; a decision
+#   reaches this evaluator only when its plan row names it (kcp.gate.planned). It may
+#   over-approximate (a needless visit costs time) but never miss (a miss skips a finding). It
+#   reads only its arguments and data.kcp_data, never input. docs/extending.md.
+applies(profile, _) if {
+	some name in ["no-external-llm", "no-ai-training", "human-approval-required"]
+	name in profile.compliance.restrictions
+}
+
+applies(profile, _) if profile.delegation.human_in_the_loop.required == true

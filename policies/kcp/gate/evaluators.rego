@@ -22,22 +22,18 @@ package kcp.gate
 import rego.v1
 
 import data.kcp.evaluators.access as ev_access
-import data.kcp.evaluators.action as ev_action
 import data.kcp.evaluators.authority as ev_authority
 import data.kcp.evaluators.budget as ev_budget
-import data.kcp.evaluators.context as ev_context
 import data.kcp.evaluators.delegation as ev_delegation
 import data.kcp.evaluators.field_access as ev_field_access
-import data.kcp.evaluators.financial as ev_financial
 import data.kcp.evaluators.freshness as ev_freshness
 import data.kcp.evaluators.lifecycle as ev_lifecycle
 import data.kcp.evaluators.matrix as ev_matrix
 import data.kcp.evaluators.residency as ev_residency
 import data.kcp.evaluators.restrictions as ev_restrictions
-import data.kcp.evaluators.runtime as ev_runtime
 import data.kcp.evaluators.trace as ev_trace
-import data.kcp.evaluators.unit as ev_unit
 import data.kcp.gate.exceptions
+import data.kcp.lib.facts
 
 # METADATA
 # title: Every evaluator's id and version, from its package METADATA
@@ -63,24 +59,31 @@ evaluators := {
 }
 
 # METADATA
-# title: Every evaluator's findings, by evaluator, before exceptions
-evaluated_by_evaluator := {
-	"access": ev_access.findings,
-	"action": ev_action.findings,
-	"authority": ev_authority.findings,
-	"budget": ev_budget.findings,
-	"context": ev_context.findings,
-	"delegation": ev_delegation.findings,
-	"field_access": ev_field_access.findings,
-	"financial": ev_financial.findings,
-	"freshness": ev_freshness.findings,
-	"lifecycle": ev_lifecycle.findings,
-	"matrix": ev_matrix.findings,
-	"residency": ev_residency.findings,
-	"restrictions": ev_restrictions.findings,
-	"runtime": ev_runtime.findings,
-	"trace": ev_trace.findings,
-	"unit": ev_unit.findings,
+# title: Evaluators every decision reaches (their modules define no applies)
+always_planned := {"action", "context", "financial", "runtime", "unit"}
+
+# METADATA
+# title: The evaluators this decision reaches
+# description: |
+#   The decision plan's row (data.kcp_data.plan, compiled from the evaluators' applies) for the
+#   unit's profile, or for an action on no known unit; its entry for the action type, else its
+#   `other`. Without a plan in the data, every evaluator. The plan can only add to always_planned.
+planned := always_planned | {name | some name in _plan_names}
+
+_plan_row := data.kcp_data.plan.profiles[facts.unit.profile] if {
+	facts.unit_known
+} else := data.kcp_data.plan.unbound
+
+_plan_names := names if {
+	names := _plan_row.types[input.action.action_type]
+} else := names if {
+	names := _plan_row.other
+} else := _plannable # no plan: every evaluator (always_planned is united in)
+
+# METADATA
+# title: The planned evaluators' findings, by evaluator, before exceptions
+evaluated_by_evaluator[name] := data.kcp.evaluators[name].findings if {
+	some name in planned
 }
 
 # METADATA
@@ -130,9 +133,74 @@ findings contains finding if {
 }
 
 # METADATA
-# title: The evaluators' obligations, united
-evaluator_obligations := (ev_freshness.obligations | ev_lifecycle.obligations) | ev_trace.obligations
+# title: The planned evaluators' obligations, united
+evaluator_obligations := {x |
+	some name in planned
+	name in {"freshness", "lifecycle", "trace"}
+	some x in data.kcp.evaluators[name].obligations
+}
 
 # METADATA
-# title: The evaluators' risk_floor, united
-evaluator_risk_floor := ev_financial.risk_floor
+# title: The planned evaluators' risk_floor, united
+evaluator_risk_floor := {x |
+	some name in planned
+	name in {"financial"}
+	some x in data.kcp.evaluators[name].risk_floor
+}
+
+# METADATA
+# title: The decision plan, computed by `kcp-opa compile` (never at decision time)
+# description: |
+#   For each unit profile, and for actions on no known unit (`unbound`): the evaluators whose
+#   applies holds, for each action type in input.task_types (in order) and for input.other,
+#   an action type no declaration names. kcp_opa.compile.decisionplan stores it in the bundle.
+plan_table := {
+	"profiles": [_plan_of(profile) | some profile in data.kcp_data.profiles],
+	"unbound": _plan_of(null),
+}
+
+_plan_of(profile) := {
+	"types": [_applicable(profile, task) | some task in input.task_types],
+	"other": _applicable(profile, input.other),
+}
+
+_applicable(profile, task) := [name |
+	some name in _plannable
+	_applies(name, profile, task)
+]
+
+_plannable := [
+	"access",
+	"authority",
+	"budget",
+	"delegation",
+	"field_access",
+	"freshness",
+	"lifecycle",
+	"matrix",
+	"residency",
+	"restrictions",
+	"trace",
+]
+
+_applies("access", profile, task) if ev_access.applies(profile, task)
+
+_applies("authority", profile, task) if ev_authority.applies(profile, task)
+
+_applies("budget", profile, task) if ev_budget.applies(profile, task)
+
+_applies("delegation", profile, task) if ev_delegation.applies(profile, task)
+
+_applies("field_access", profile, task) if ev_field_access.applies(profile, task)
+
+_applies("freshness", profile, task) if ev_freshness.applies(profile, task)
+
+_applies("lifecycle", profile, task) if ev_lifecycle.applies(profile, task)
+
+_applies("matrix", profile, task) if ev_matrix.applies(profile, task)
+
+_applies("residency", profile, task) if ev_residency.applies(profile, task)
+
+_applies("restrictions", profile, task) if ev_restrictions.applies(profile, task)
+
+_applies("trace", profile, task) if ev_trace.applies(profile, task)
