@@ -20,7 +20,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, vouched_gate
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.core.errors import EngineLoadError
+from kcp_opa.core.errors import CompileError, EngineLoadError
 from kcp_opa.decide.engine import RegopyEngine, forbidden_builtin_calls
 from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import RoutingState
@@ -89,9 +89,20 @@ def test_hazard_4_a_plan_that_aborts_regopy_is_refused_at_load(tmp_path: Path) -
         '_f if "a" in input.xs\n\n_g if _f with input as {"xs": ["a"]}\n\n'
         '@entrypoint\ndecision := {"decision": "ALLOW"} if _g\n'
     )
-    bundle = _bundle_with_decision(tmp_path, body)
+    # compile builds the decision plan with these modules in a child: the crash is a compile error there
+    with pytest.raises(CompileError, match="regopy crashed"):
+        _bundle_with_decision(tmp_path, body)
+    # a bundle compiled from a tree with no evaluators (so no plan is built) meets the gate's own check
+    policies = tmp_path / "bare"
+    (policies / "kcp" / "gate").mkdir(parents=True)
+    shutil.copy(POLICIES / "VERSION", policies / "VERSION")
+    (policies / "kcp" / "gate" / "decision.rego").write_text(
+        "package kcp.gate\n\nimport rego.v1\n\n" + body.replace("@entrypoint\n", _ENTRYPOINT_HEADER)
+    )
+    base = DEPLOYMENTS / "finance"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, tmp_path / "bare.tar.gz")
     with pytest.raises(EngineLoadError, match="regopy crashed"):
-        Gate.from_bundle(bundle)
+        Gate.from_bundle(tmp_path / "bare.tar.gz")
     # ... and this process is still here to say so.
 
 
