@@ -167,7 +167,10 @@ def test_prove_catches_a_policy_that_relaxes_on_a_stronger_restriction(tmp_path:
     text = restrictions.read_text(encoding="utf-8")
     rule = '_human_required if facts.restricted("human-approval-required")'
     assert rule in text
-    restrictions.write_text(text.replace(rule, rule.replace(" if ", " if not ")), encoding="utf-8")
+    # the edit widens where the evaluator fires, so it widens its applies too (docs/extending.md):
+    # otherwise the decision plan keeps the evaluator off the units the inverted rule now reaches
+    inverted = text.replace(rule, rule.replace(" if ", " if not ")) + "\napplies(_, _) := true\n"
+    restrictions.write_text(inverted, encoding="utf-8")
     for source, broken in ((REPO / "policies", False), (policies, True)):
         out = tmp_path / f"{source.parent.name}.tar.gz"
         compile_bundle([tmp_path / "knowledge.yaml"], tmp_path / "matrix.yaml", source, out)
