@@ -8,8 +8,9 @@ preflight; a cached plan loaded, with its max RSS; the OPA reference),
 OPA on the same inputs, batches of 1 / 100 / 1,000 (prepared, then evaluated on 2 threads as
 `decide_many` does) against single calls; then receipts and the ledger (bench_receipts.py,
 bench_ledger.py), one decide() by step plus the engine's growth with the delegation chain and
-the fields read (bench_growth.py), and the engine step split by probe entrypoints
-(bench_engine.py). Ratios, not absolute times, are what to compare.
+the fields read (bench_growth.py), the engine step split by probe entrypoints
+(bench_engine.py), and the floor: a minimal module doing one read's lookups (bench_floor.py).
+Ratios, not absolute times, are what to compare.
 
 Every decision timed carries the context a host vouches for (bench/vouched.py) and must be the
 read's intended decision, never a hold for missing context. Flatness is like for like: every
@@ -247,6 +248,12 @@ def main() -> int:
          "--output", str(REPO / "bench" / "results-cross-check.json")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    console.print("[bold]the floor: a minimal module doing the read's lookups[/] ...")
+    floor = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_floor.py"), "--rounds", "3" if args.quick else "7",
+         "--output", str(REPO / "bench" / "results-floor.json")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     mismatched = like_for_like(rows)
     results = {
         "machine": {
@@ -266,6 +273,7 @@ def main() -> int:
         **json.loads((REPO / "bench" / "results-growth.json").read_text()),
         "pool": json.loads((REPO / "bench" / "results-pool.json").read_text())["results"],
         "cross_check": json.loads((REPO / "bench" / "results-cross-check.json").read_text())["results"],
+        "floor": json.loads((REPO / "bench" / "results-floor.json").read_text()),
     }
     results["targets"] = suite_targets(results)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
@@ -308,7 +316,7 @@ def main() -> int:
     out.print(f"reads compared at every size: {rows[0]['read_decisions']}")
     for line in mismatched:
         out.print(f"[red]NOT like for like[/]: {line}")
-    for part in (receipts, ledger, engine, growth, pool, cross):
+    for part in (receipts, ledger, engine, growth, pool, cross, floor):
         # Their tables, without the structlog lines of the bundles they compile.
         print("\n".join(line for line in part.stdout.splitlines() if "[info" not in line).rstrip())
     targets = Table(title="Targets (docs/performance.md); absolute ones assume an idle machine")
