@@ -11,6 +11,8 @@ replayed on OPA from its archived input.
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 from authzenkit import AGENT, TOKENS, Served, ask, read_customer, refund, serve
-from conftest import opa_query
+from conftest import REPO, opa_query
 
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.trail.ledger import read_entries
@@ -258,3 +260,19 @@ def test_the_openapi_document_describes_the_authzen_routes(served: Served) -> No
 def test_the_same_request_gets_the_same_decision(served: Served) -> None:
     """Certification 2.6: idempotency of the decision value."""
     assert [ask(served.url, EVALUATION, read_customer()).json()["decision"] for _ in range(3)] == [True] * 3
+
+
+def test_the_worked_example_in_service_md_answers_as_shown(served: Served) -> None:
+    """docs/service.md, "AuthZEN": the request block posted as written, the answer as printed."""
+    text = (REPO / "docs" / "service.md").read_text("utf-8")
+    section = text[text.index("## AuthZEN") :]
+    request = re.search(r"```http\n(.*?)```", section, re.S)
+    printed = re.search(r"```json\n(.*?)```", section, re.S)
+    assert request is not None and printed is not None
+    head, _, body = request.group(1).partition("\n\n")
+    assert head.startswith(f"POST {EVALUATION} HTTP/1.1") and "X-Request-ID: 7f1c0e52-refund-78" in head
+    answer = ask(served.url, EVALUATION, json.loads(body), request_id="7f1c0e52-refund-78")
+    assert answer.status_code == 200 and answer.headers["x-request-id"] == "7f1c0e52-refund-78"
+    shown, got = json.loads(printed.group(1)), answer.json()
+    del shown["context"]["decision_id"], got["context"]["decision_id"]
+    assert got == shown
