@@ -137,7 +137,7 @@ def map_evaluation(caller: Principal, request: Mapping[str, Any], *, now: dt.dat
     check_entities(request)
     subject, resource = request["subject"], request["resource"]
     verb, context = request["action"], _object(request.get("context", {}), "context")
-    ignored = [key for key in request if key not in ENTITIES and key not in ("evaluations", "options")]
+    ignored = [key for key in request if key not in ENTITIES]
 
     _check_subject(caller, _string(subject, "type", "subject"), _string(subject, "id", "subject"))
     agent_id = subject["id"]
@@ -180,6 +180,29 @@ def map_evaluation(caller: Principal, request: Mapping[str, Any], *, now: dt.dat
     stamp = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     action.setdefault("created_at", stamp)
     return Mapped(action, tuple(sorted(ignored)))
+
+
+def stated_at(path: str) -> str:
+    """Where in an AuthZEN request the action-intent path ``path`` ("/target/country", JSON-pointer
+    style, as the action contract names a refusal) was stated: the mapping table, read backwards."""
+    parts = [f"[{p}]" if p.isdigit() else f".{p}" for p in path.split("/") if p]
+    if not parts:
+        return "the request"
+    head, rest = parts[0][1:], "".join(parts[1:])
+    if head == "agent_id" or (head == "authorization_context" and rest == ".authenticated_principal"):
+        return "subject.id"
+    if head == "authorization_context":
+        return f"subject.properties{rest}"
+    if head == "target":
+        named = {".type": "resource.type", ".reference": "resource.id"}
+        return named.get(rest, f"resource.properties{rest}")
+    if head == "knowledge":
+        return f"resource.properties.knowledge{rest}"
+    if head == "requested_action":
+        return "action.name"
+    if head in ACTION_PROPERTIES:
+        return f"action.properties.{head}{rest}"
+    return f"context.{head}{rest}"
 
 
 def evaluations_of(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str] | None:

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kcp_opa.core.errors import CodedError, KcpOpaError
+from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.service.authzen import (
     AuthZenRequestError,
     answer,
@@ -30,6 +30,7 @@ from kcp_opa.service.authzen import (
     metadata,
     one_tenant,
     refused,
+    stated_at,
 )
 from kcp_opa.service.catalog import Catalog, error_payload
 from kcp_opa.service.desk import GateService
@@ -103,7 +104,11 @@ def authzen_routes(service: GateService, catalog: Catalog, status: Mapping[str, 
         except KcpOpaError as exc:
             service.refuse(principal, path, exc)
             raise
-        return answer(catalog.dispatch(service, principal, TOOL, {"action": mapped.action}), mapped.ignored)
+        try:
+            decided = catalog.dispatch(service, principal, TOOL, {"action": mapped.action})
+        except ActionRejectedError as exc:  # audited as the action contract named it; answered as the request
+            raise CodedError(f"{stated_at(exc.path)}: {exc.reason}", "action_rejected") from None
+        return answer(decided, mapped.ignored)
 
     def batch(principal: Principal, items: list[dict[str, Any]], semantic: str) -> dict[str, Any]:
         """Every evaluation in order, stopping where the semantic says; an item that cannot be
@@ -150,7 +155,8 @@ def authzen_routes(service: GateService, catalog: Catalog, status: Mapping[str, 
         with span(f"kcp_opa.http {EVALUATIONS}", {"http.route": EVALUATIONS}, request.headers.get("traceparent")):
             try:
                 if listed is None:  # no evaluations: one evaluation, answered as one (the spec)
-                    return JSONResponse(await anyio.to_thread.run_sync(decide, principal, body, EVALUATIONS))
+                    single = {k: v for k, v in body.items() if k not in ("evaluations", "options")}
+                    return JSONResponse(await anyio.to_thread.run_sync(decide, principal, single, EVALUATIONS))
                 return JSONResponse(await anyio.to_thread.run_sync(batch, principal, *listed))
             except KcpOpaError as exc:
                 return error(exc)

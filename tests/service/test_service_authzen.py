@@ -276,3 +276,21 @@ def test_the_worked_example_in_service_md_answers_as_shown(served: Served) -> No
     shown, got = json.loads(printed.group(1)), answer.json()
     del shown["context"]["decision_id"], got["context"]["decision_id"]
     assert got == shown
+
+
+def test_a_value_the_action_contract_refuses_is_named_where_the_request_stated_it(served: Served) -> None:
+    request = read_customer()
+    request["context"]["attributes"] = {"discount": 0.5}
+    answer = ask(served.url, EVALUATION, request)
+    assert answer.status_code == 400 and answer.json()["code"] == "action_rejected"
+    assert answer.json()["error"].startswith("context.attributes.discount: 0.5 is a float")
+    request = read_customer()
+    request["resource"]["properties"]["country"] = "x" * 100
+    answer = ask(served.url, EVALUATION, request)
+    assert answer.status_code == 400 and answer.json()["error"].startswith("resource.properties.country:")
+
+
+def test_the_single_endpoint_says_it_did_not_read_a_batch(served: Served) -> None:
+    request = {**read_customer(), "evaluations": [{"resource": {"type": "customer_record", "id": "cust_10"}}]}
+    answer = ask(served.url, EVALUATION, request).json()
+    assert answer["decision"] is True and answer["context"]["ignored"] == ["evaluations"]
