@@ -34,6 +34,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 def _decisions(ledger: Path) -> dict[str, dict[str, Any]]:
+    if not ledger.exists():
+        return {}
     return {e["decision_id"]: e for _, e in read_entries(ledger) if e.get("type") == "decision"}
 
 
@@ -294,3 +296,21 @@ def test_the_single_endpoint_says_it_did_not_read_a_batch(served: Served) -> Non
     request = {**read_customer(), "evaluations": [{"resource": {"type": "customer_record", "id": "cust_10"}}]}
     answer = ask(served.url, EVALUATION, request).json()
     assert answer["decision"] is True and answer["context"]["ignored"] == ["evaluations"]
+
+
+def test_the_interop_gateway_payload_is_refused_saying_what_the_gate_needs(served: Served) -> None:
+    """The AuthZEN API-gateway interop payload (GET /todos, a route resource, an empty context) asks
+    about an ``identity`` the gate cannot vouch for and lacks what an action intent needs: it is
+    refused with the part to fix, never guessed into a decision."""
+    interop = {
+        "subject": {"type": "identity", "id": "CiRmZDA2MTRkMy1jMzlhLTQ3ODEtYjdiZC04Yjk2ZjVhNTEwMGQSBWxvY2Fs"},
+        "action": {"name": "GET"},
+        "resource": {"type": "route", "id": "/todos"},
+        "context": {},
+    }
+    decided = len(_decisions(served.ledger))
+    as_sent = ask(served.url, EVALUATION, interop)
+    assert as_sent.status_code == 403 and f"state subject.type 'agent' and subject.id {AGENT!r}" in as_sent.text
+    as_caller = ask(served.url, EVALUATION, {**interop, "subject": {"type": "agent", "id": AGENT}})
+    assert as_caller.status_code == 400 and "action.properties.action_type is required" in as_caller.text
+    assert len(_decisions(served.ledger)) == decided
