@@ -170,3 +170,21 @@ def ask(
     }
     content = raw if raw is not None else json.dumps(body).encode()
     return httpx2.post(f"{url}{path}", content=content, headers=headers, timeout=120)
+
+
+def as_authzen(action: dict[str, Any]) -> dict[str, Any]:
+    """An action intent as a gateway asks it (docs/service.md, "AuthZEN": the table, forwards)."""
+    rest = ("tenant_id", "subject_id", "scenario", "action_id", "idempotency_key", "created_at", "attributes")
+    rest += ("evidence_references", "runtime", "delegation_chain", "trace")
+    target = dict(action["target"])
+    resource = {"type": target.pop("type"), "id": target.pop("reference"), "properties": target}
+    if "knowledge" in action:
+        resource["properties"]["knowledge"] = action["knowledge"]
+    verb = {"action_type": action["action_type"], **({"amount": action["amount"]} if "amount" in action else {})}
+    authorization = {k: v for k, v in action["authorization_context"].items() if k != "authenticated_principal"}
+    return {
+        "subject": {"type": "agent", "id": action["agent_id"], "properties": authorization},
+        "resource": resource,
+        "action": {"name": action["requested_action"], "properties": verb},
+        "context": {key: action[key] for key in rest if key in action},
+    }

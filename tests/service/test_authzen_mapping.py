@@ -3,12 +3,14 @@ both ways, the batch defaults, and the answer's context."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import json
 import re
 from typing import Any
 
 import pytest
-from authzenkit import AGENT, read_customer, refund
+from authzenkit import AGENT, BASE, as_authzen, read_customer, refund
 from conftest import REPO
 
 from kcp_opa.service.authzen import (
@@ -122,3 +124,18 @@ def test_the_answer_is_true_only_for_an_allow_that_may_execute(state: str, allow
     assert "reasons" not in got["context"] and "context_sources" not in got["context"]
     assert got["context"]["ignored"] == ["context.time"]
     assert ("mode" in got["context"]) is (not enforced)
+
+
+@pytest.mark.parametrize("which", ["kya-payment", "support-desk-read"])
+def test_an_action_asked_through_authzen_maps_back_to_itself(which: str) -> None:
+    """as_authzen (the table forwards, as a gateway fills it) then map_evaluation: the same action,
+    with the authenticated principal stated (the subject is the caller)."""
+    if which == "kya-payment":
+        action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+    else:
+        action = copy.deepcopy(BASE) | {"agent_id": AGENT}
+    caller = Principal.of(action["agent_id"], "agent", ["agent"])
+    mapped = map_evaluation(caller, as_authzen(action)).action
+    expected = copy.deepcopy(action)
+    expected["authorization_context"]["authenticated_principal"] = action["agent_id"]
+    assert mapped == expected
