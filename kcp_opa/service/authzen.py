@@ -179,7 +179,13 @@ def map_evaluation(caller: Principal, request: Mapping[str, Any], *, now: dt.dat
     action.setdefault("idempotency_key", generated)
     stamp = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     action.setdefault("created_at", stamp)
-    return Mapped(action, tuple(sorted(ignored)))
+    return Mapped(action, _listed(ignored))
+
+
+def _listed(ignored: list[str]) -> tuple[str, ...]:
+    """The ignored keys as an answer shows them: sorted, each cut at 128 characters, at most 32."""
+    shown = sorted(key[:128] for key in ignored)
+    return tuple(shown[:32]) + ((f"... and {len(shown) - 32} more",) if len(shown) > 32 else ())
 
 
 def stated_at(path: str) -> str:

@@ -139,3 +139,11 @@ def test_an_action_asked_through_authzen_maps_back_to_itself(which: str) -> None
     expected = copy.deepcopy(action)
     expected["authorization_context"]["authenticated_principal"] = action["agent_id"]
     assert mapped == expected
+
+
+def test_the_ignored_list_is_bounded() -> None:
+    request = read_customer()
+    request["context"] |= {f"k{index:03}" + "x" * 300: index for index in range(40)}
+    ignored = map_evaluation(CALLER, request).ignored
+    assert len(ignored) == 33 and ignored[-1] == "... and 8 more"
+    assert all(len(key) <= 128 for key in ignored)
