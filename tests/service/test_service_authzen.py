@@ -314,3 +314,22 @@ def test_the_interop_gateway_payload_is_refused_saying_what_the_gate_needs(serve
     as_caller = ask(served.url, EVALUATION, {**interop, "subject": {"type": "agent", "id": AGENT}})
     assert as_caller.status_code == 400 and "action.properties.action_type is required" in as_caller.text
     assert len(_decisions(served.ledger)) == decided
+
+
+def test_additional_properties_and_unknown_fields_are_accepted_and_listed(served: Served) -> None:
+    """Certification 2.2.8 and 2.2.9: extra properties on each entity and unknown top-level fields."""
+    request: dict[str, Any] = {**read_customer(), "foo": "bar", "futureField": {"nested": True}}
+    request["subject"]["properties"] |= {"department": "Sales", "role": "manager"}
+    request["action"]["properties"]["method"] = "GET"
+    request["resource"]["properties"] |= {"status": "active", "owner": "bob"}
+    answer = ask(served.url, EVALUATION, request)
+    assert answer.status_code == 200 and answer.json()["decision"] is True, answer.text
+    assert answer.json()["context"]["ignored"] == [
+        "action.properties.method",
+        "foo",
+        "futureField",
+        "resource.properties.owner",
+        "resource.properties.status",
+        "subject.properties.department",
+        "subject.properties.role",
+    ]
