@@ -7,13 +7,19 @@ group commit, as served). For each path it times the KYA supplier payment:
 - ``decide()``: in-process ``Gate.decide()``, without a ledger and with the served ledger setting;
 - ``MCP``: ``tools/call evaluate_action`` through the SDK's streamable HTTP client, one session per client;
 - ``JSON API``: ``POST /v1/data/kcp/gate/decision`` (the OPA-compatible endpoint), one HTTP client each;
+- ``JSON API, kept``: ``POST /v1/decisions`` (``evaluate_action``: the decision record is kept in the store);
+- ``AuthZEN``: ``POST /access/v1/evaluation`` with the payment as an AuthZEN request (decided by
+  ``evaluate_action``, so the decision is also kept in the store, as ``/v1/decisions`` keeps it);
 with 1 and 8 concurrent clients: p50 / p99 latency per decision and decisions/s. The server
 has a trust registry, fact attestations and a region (bench/servicectx.py), the in-process
 gates the same sources, and every path must decide the payment as HUMAN_APPROVAL (never a hold
 for missing context). ``decide()`` in-process is also timed through the worker pool the service
 evaluates in (crash isolation).
 
-    .venv/bin/python bench/bench_service.py [--calls 400]
+    .venv/bin/python bench/bench_service.py [--calls 400] [--only "JSON API" --only AuthZEN]
+
+``--only`` measures the paths whose name contains one of the words and prints them, writing no
+results file (a quick look at one row).
 """
 
 from __future__ import annotations
@@ -111,17 +117,54 @@ def over_mcp(url: str, calls: int, clients: int) -> dict[str, float]:
     return anyio.run(concurrent, clients, calls, one)
 
 
-def over_json_api(url: str, calls: int, clients: int) -> dict[str, float]:
+def over_json_api(url: str, calls: int, clients: int, route: str = "/v1/data/kcp/gate/decision") -> dict[str, float]:
+    """The OPA-compatible route (decided, not kept), or ``/v1/decisions`` (kept, as AuthZEN's are)."""
+    body = {"input": ACTION} if route.startswith("/v1/data") else {"action": ACTION}
+
     async def one(count: int, latencies: list[float]) -> None:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
-            warm = await http.post(f"{url}/v1/data/kcp/gate/decision", json={"input": ACTION})
-            expect(warm.json()["result"], ["HUMAN_APPROVAL"], "the payment over the JSON API")
+            warm = (await http.post(f"{url}{route}", json=body)).json()
+            expect(warm.get("result", warm), ["HUMAN_APPROVAL"], f"the payment over {route}")
             for _ in range(count):
                 started = time.perf_counter()
-                answer = await http.post(f"{url}/v1/data/kcp/gate/decision", json={"input": ACTION})
+                answer = await http.post(f"{url}{route}", json=body)
                 latencies.append(time.perf_counter() - started)
                 assert answer.status_code == 200
+
+    return anyio.run(concurrent, clients, calls, one)
+
+
+def authzen_request(action: dict[str, Any]) -> dict[str, Any]:
+    """The action as a gateway asks AuthZEN (docs/service.md, "AuthZEN": the mapping table)."""
+    rest = ("tenant_id", "subject_id", "scenario", "action_id", "idempotency_key", "created_at")
+    rest += ("evidence_references", "attributes")
+    target = dict(action["target"])
+    return {
+        "subject": {"type": "agent", "id": action["agent_id"], "properties": dict(action["authorization_context"])},
+        "resource": {"type": target.pop("type"), "id": target.pop("reference"), "properties": target},
+        "action": {
+            "name": action["requested_action"],
+            "properties": {"action_type": action["action_type"], "amount": action["amount"]},
+        },
+        "context": {key: action[key] for key in rest if key in action},
+    }
+
+
+def over_authzen(url: str, calls: int, clients: int) -> dict[str, float]:
+    request = authzen_request(ACTION)
+
+    async def one(count: int, latencies: list[float]) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
+            warm = (await http.post(f"{url}/access/v1/evaluation", json=request)).json()
+            seen = {"decision": warm["context"]["routing_state"], "reason_codes": warm["context"]["reason_codes"]}
+            expect(seen, ["HUMAN_APPROVAL"], "the payment over AuthZEN")
+            for _ in range(count):
+                started = time.perf_counter()
+                answer = await http.post(f"{url}/access/v1/evaluation", json=request)
+                latencies.append(time.perf_counter() - started)
+                assert answer.status_code == 200 and answer.json()["decision"] is False
 
     return anyio.run(concurrent, clients, calls, one)
 
@@ -147,6 +190,7 @@ def start_server(bundle: Path, work: Path, context: list[str]) -> tuple[subproce
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=400, help="decisions per measurement")
+    parser.add_argument("--only", action="append", default=[], help="measure only paths naming this (repeatable)")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,15 +206,19 @@ def main() -> int:
         pooled = in_process_gate(bundle, paths, ledger=ledger, isolation="process")
         process, url = start_server(bundle, work, serve_args(paths))
         try:
+            paths_timed: dict[str, Callable[[int], dict[str, float]]] = {  # clients -> numbers
+                "decide() in-process, no ledger": lambda n: in_process(bare, args.calls, n),
+                "decide() in-process, ledger (group commit)": lambda n: in_process(ledgered, args.calls, n),
+                "decide() through the worker pool, ledger": lambda n: in_process(pooled, args.calls, n),
+                "MCP tools/call over streamable HTTP": lambda n: over_mcp(url, args.calls, n),
+                "HTTP JSON API (OPA-compatible)": lambda n: over_json_api(url, args.calls, n),
+                "HTTP JSON API /v1/decisions (kept)": lambda n: over_json_api(url, args.calls, n, "/v1/decisions"),
+                "AuthZEN /access/v1/evaluation": lambda n: over_authzen(url, args.calls, n),
+            }
             for clients in (1, 8):
-                measured = {
-                    "decide() in-process, no ledger": in_process(bare, args.calls, clients),
-                    "decide() in-process, ledger (group commit)": in_process(ledgered, args.calls, clients),
-                    "decide() through the worker pool, ledger": in_process(pooled, args.calls, clients),
-                    "MCP tools/call over streamable HTTP": over_mcp(url, args.calls, clients),
-                    "HTTP JSON API (OPA-compatible)": over_json_api(url, args.calls, clients),
-                }
-                rows += [{"path": path, "clients": clients, **numbers} for path, numbers in measured.items()]
+                for path, timed in paths_timed.items():
+                    if not args.only or any(word in path for word in args.only):
+                        rows.append({"path": path, "clients": clients, **timed(clients)})
         finally:
             pooled.engine.close()
             process.terminate()
@@ -183,6 +231,8 @@ def main() -> int:
             row["path"], str(row["clients"]), f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", f"{row['per_s']:.0f}"
         )
     Console(width=140).print(table)
+    if args.only:
+        return 0
     meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "calls": args.calls}
     (REPO / "bench" / "results-service.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     suite = REPO / "bench" / "results.json"  # make bench: the suite ran first; its targets gain the service's

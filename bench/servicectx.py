@@ -41,7 +41,10 @@ def write_context(work: Path, token: str) -> dict[str, Path]:
         "format_version": 1,
         "name": "bench-service",
         "version": "1",
-        "principals": [agent, {"id": "user_001", "type": "human", "roles": ["customer"]}],
+        "principals": [agent, {"id": "user_001", "type": "human", "roles": ["customer"]},
+                       # compile --trust refuses an approver role of the matrix that no principal holds
+                       {"id": "treasury_approver_anna", "type": "human", "roles": ["treasury_approver"]},
+                       {"id": "payroll_controller_paula", "type": "human", "roles": ["payroll_controller"]}],
         "issuers": [
             {"id": "bench-approvals", "type": "approval_app", "controls": ["user_confirmation"],
              "keys": [{"kid": approvals.kid, "alg": "Ed25519", "public_key": public[approvals.kid]}]},

@@ -4,6 +4,7 @@ One Starlette app: ``/mcp`` is the SDK's streamable HTTP transport; ``/v1/...`` 
 over the same tool dispatch (so the two can never disagree), one route per catalog tool that
 names one (catalog.py); ``POST /v1/data/kcp/gate/decision``
 answers existing OPA clients (``{"input": <action>}`` -> ``{"result": <decision>}``);
+``/access/v1/evaluation(s)`` answers AuthZEN 1.0 gateways (authzenhttp.py);
 ``/health`` (liveness), ``/ready`` (the store and the ledger answer: 200, else 503
 ``store_unavailable``) and ``/metrics`` are open. Every other route needs ``Authorization: Bearer``: the
 token is resolved by the :class:`~kcp_opa.service.identity.Authenticator`, and an
@@ -28,6 +29,7 @@ from starlette.routing import Route
 
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.service import tools
+from kcp_opa.service.authzenhttp import authzen_routes
 from kcp_opa.service.catalog import Catalog, Tool, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import (
@@ -217,6 +219,7 @@ def build_app(
         _route(service, served, OPA_ROUTE, "post", "opa_decision", _opa_input),
         *(_tool_route(service, served, tool) for tool in served if tool.route is not None),
         *ui_routes(service, authenticator, served),  # /ui and GET /v1/challenges (ui.py)
+        *authzen_routes(service, served, _STATUS),  # /access/v1/... and its metadata (authzenhttp.py)
     ]
     return Starlette(
         routes=routes,

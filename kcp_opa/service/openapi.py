@@ -1,9 +1,10 @@
-"""``GET /v1/openapi.json``: the JSON API as OpenAPI 3.1, built from the tool catalog.
+"""``GET /v1/openapi.json``: the JSON API and the AuthZEN routes as OpenAPI 3.1, built from the tool catalog.
 
 Each tool route runs one tool through the same dispatch as MCP, so its request and response
 schemas are the tool's input and output schemas (a path parameter is taken out of the body's);
-the routes that are not tools are listed in :data:`FIXED_ROUTES`. A test holds that every ``/v1``
-route of the app is described here and nothing else.
+the routes that are not tools are listed in :data:`FIXED_ROUTES`, AuthZEN's in
+:data:`AUTHZEN_ROUTES`. A test holds that every ``/v1`` and AuthZEN route of the app is described
+here and nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +25,66 @@ FIXED_ROUTES: tuple[tuple[str, str, str | None, str], ...] = (
     ("/v1/admin/mode", "post", None, "Switch enforce / log_only (service_admin; may need a second admin)"),
     ("/v1/openapi.json", "get", None, "This document"),
 )
+#: The AuthZEN 1.0 routes (authzenhttp.py): (path, method, summary, request schema, response schema).
+_ENTITY = {
+    "type": "object",
+    "properties": {"type": {"type": "string"}, "id": {"type": "string"}, "properties": {"type": "object"}},
+    "required": ["type", "id"],
+}
+_EVALUATION_PARTS = {
+    "subject": _ENTITY,
+    "resource": _ENTITY,
+    "action": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "properties": {"type": "object"}},
+        "required": ["name"],
+    },
+    "context": {"type": "object"},
+}
+_AUTHZEN_DECISION = {
+    "type": "object",
+    "properties": {"decision": {"type": "boolean"}, "context": {"type": "object"}},
+    "required": ["decision"],
+}
+_SEMANTICS = {"enum": ["execute_all", "deny_on_first_deny", "permit_on_first_permit"]}
+AUTHZEN_ROUTES: tuple[tuple[str, str, str, dict[str, Any] | None, dict[str, Any]], ...] = (
+    (
+        "/access/v1/evaluation",
+        "post",
+        "AuthZEN 1.0 Access Evaluation: {subject, resource, action, context?} -> {decision, context}",
+        {"type": "object", "properties": _EVALUATION_PARTS, "required": ["subject", "resource", "action"]},
+        _AUTHZEN_DECISION,
+    ),
+    (
+        "/access/v1/evaluations",
+        "post",
+        "AuthZEN 1.0 Access Evaluations: defaults, evaluations[], options.evaluations_semantic -> evaluations[]",
+        {
+            "type": "object",
+            "properties": {
+                **_EVALUATION_PARTS,
+                "evaluations": {"type": "array", "maxItems": 64, "items": {"type": "object"}},
+                "options": {"type": "object", "properties": {"evaluations_semantic": _SEMANTICS}},
+            },
+        },
+        {"type": "object", "properties": {"evaluations": {"type": "array", "items": _AUTHZEN_DECISION}}},
+    ),
+    (
+        "/.well-known/authzen-configuration",
+        "get",
+        "AuthZEN 1.0 PDP metadata: this PDP's identifier and its evaluation endpoints",
+        None,
+        {
+            "type": "object",
+            "properties": {
+                "policy_decision_point": {"type": "string"},
+                "access_evaluation_endpoint": {"type": "string"},
+                "access_evaluations_endpoint": {"type": "string"},
+            },
+            "required": ["policy_decision_point", "access_evaluation_endpoint"],
+        },
+    ),
+)
 _ERROR = {
     "type": "object",
     "properties": {"error": {"type": "string"}, "code": {"type": "string"}},
@@ -32,9 +93,10 @@ _ERROR = {
 
 
 def routes(catalog: Catalog) -> list[tuple[str, str]]:
-    """Every ``/v1`` (path, method) the app serves for ``catalog``."""
+    """Every ``/v1`` and AuthZEN (path, method) the app serves for ``catalog``."""
     tools = [(t.route.path, t.route.method) for t in catalog if t.route is not None]
-    return [*tools, *((path, method) for path, method, *_ in FIXED_ROUTES)]
+    fixed = [(path, method) for path, method, *_ in FIXED_ROUTES]
+    return [*tools, *fixed, *((path, method) for path, method, *_ in AUTHZEN_ROUTES)]
 
 
 def _operation(parameter: str | None, summary: str, tool: Tool | None) -> dict[str, Any]:
@@ -60,7 +122,7 @@ def _operation(parameter: str | None, summary: str, tool: Tool | None) -> dict[s
 
 
 def openapi_document(catalog: Catalog) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for every ``/v1`` route (bearer auth except this one)."""
+    """The OpenAPI 3.1 document for every ``/v1`` and AuthZEN route (bearer auth except this one)."""
     paths: dict[str, dict[str, Any]] = {}
     for tool in catalog:
         if tool.route is not None:
@@ -74,6 +136,13 @@ def openapi_document(catalog: Catalog) -> dict[str, Any]:
             operation["parameters"] = [
                 {"name": "addressed_to", "in": "query", "required": True, "schema": {"enum": ["me"]}}
             ]
+        paths.setdefault(path, {})[method] = operation
+    for path, method, summary, request, response in AUTHZEN_ROUTES:
+        operation = _operation(None, summary, None)
+        operation["responses"]["200"]["content"]["application/json"]["schema"] = copy.deepcopy(response)
+        if request is not None:
+            body = {"required": True, "content": {"application/json": {"schema": copy.deepcopy(request)}}}
+            operation["requestBody"] = body
         paths.setdefault(path, {})[method] = operation
     return {
         "openapi": "3.1.0",

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from authzenkit import as_authzen
 from conftest import REPO, run_cli
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -111,10 +112,18 @@ def test_an_agent_stating_an_approver_as_agent_id_is_refused_on_every_http_route
         assert refused.is_error and isinstance(refused.structured_content, dict), refused
         assert refused.structured_content["code"] == "principal_mismatch", refused.structured_content
         assert ANNA in refused.structured_content["error"] and AGENT in refused.structured_content["error"]
+    # AuthZEN: the subject is the caller (a single evaluation is refused; a batch item is false with it).
+    claimed = as_authzen(_action(ANNA, "authzen"))
+    authzen = _post(url, "/access/v1/evaluation", claimed)
+    assert authzen.status_code == 403 and authzen.json()["code"] == "principal_mismatch", authzen.text
+    assert f"is not the authenticated caller (agent {AGENT})" in authzen.json()["error"]
+    batch = _post(url, "/access/v1/evaluations", {"evaluations": [claimed]})
+    assert batch.status_code == 200 and batch.json()["evaluations"][0]["decision"] is False, batch.text
+    assert batch.json()["evaluations"][0]["context"]["error"]["code"] == "principal_mismatch"
 
     # Each refusal is in the ledger, attributed to the caller that authenticated; nothing was decided.
     audited = _mismatches(ledger)[before:]
-    assert len(audited) == 4, audited
+    assert len(audited) == 6, audited
     assert all(e["principal"]["id"] == AGENT and e["principal"]["kind"] == "agent" for e in audited)
     assert len(_decisions(ledger)) == decided_before
     assert verify_ledger(ledger).ok

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from authzenkit import as_authzen
 from conftest import REPO, run_cli
 from servicekit import (
     GATE_ISSUER,
@@ -260,6 +261,11 @@ def test_a_stopped_database_is_503_on_every_route_then_served_again_with_nothing
             "answer": lambda: answer(served, pending_ids["user_confirmation"], "user_001", "user_confirmation"),
             "inbox_api": lambda: call(served, "GET", "/v1/challenges?addressed_to=me", "treasury_approver_anna"),
             "audit_note": lambda: call(served, "POST", "/v1/audit-events", "local-agent", {"event": "down"}),
+            # AuthZEN: a fault is a 503, never "decision": false (a batch ends at the first one)
+            "authzen": lambda: call(served, "POST", "/access/v1/evaluation", "local-agent", as_authzen(KYA)),
+            "authzen_batch": lambda: call(
+                served, "POST", "/access/v1/evaluations", "local-agent", {"evaluations": [as_authzen(KYA)] * 2}
+            ),
         }
         answered = {name: timed(send) for name, send in refusals.items()}
         wrong = {

@@ -99,7 +99,7 @@ def test_openapi_describes_every_v1_route(server: dict[str, Any]) -> None:
     assert document["openapi"].startswith("3.1")
     described = {(path, method) for path, ops in document["paths"].items() for method in ops}
     assert described == set(routes(CATALOG))
-    assert len(described) == 14  # eight tool routes (read_challenge among them), six others
+    assert len(described) == 17  # eight tool routes (read_challenge among them), six others, three AuthZEN
     body = document["paths"]["/v1/challenges/{challenge_id}/result"]["post"]["requestBody"]
     assert "challenge_id" not in body["content"]["application/json"]["schema"]["properties"]
 
@@ -118,7 +118,7 @@ def test_the_app_serves_exactly_the_v1_routes_openapi_describes() -> None:
     served = {
         (route.path, method.lower())
         for route in app.routes
-        if isinstance(route, Route) and route.path.startswith("/v1")
+        if isinstance(route, Route) and route.path.startswith(("/v1", "/access/", "/.well-known/authzen"))
         for method in (route.methods or set()) - {"HEAD"}
     }
     assert served == set(routes(CATALOG))
