@@ -20,6 +20,9 @@ query and output) with two inputs: the gate's whole input for the read, and the 
 to what the minimal module reads (the least any input term can carry). The OPA reference runs
 the same module on the same data and input. Both engines must give the same answer, and
 ``read_document`` must equal the shipped gate's decision document, or the benchmark fails.
+The shipped gate's ``decide()`` and ``prepare()`` (the Python before the engine: the action
+check, the context stage, the input) are timed in the same rounds: no ``decide()`` can cost less
+than the least engine step plus ``prepare()``.
 
     .venv/bin/python bench/bench_floor.py [--rounds 7] [--per-round 40]
 """
@@ -131,9 +134,9 @@ def run(rounds: int, per_round: int, tmp: Path) -> dict[str, Any]:
     read = dict(case.action)
     expect(vouched.decide(read), ["ALLOW"], "support-desk read")
     timed["shipped|decide"] = lambda: vouched.decide(read)
-    timed["shipped|engine step"] = lambda: gate.engine.evaluate(whole)
+    timed["shipped|prepare"] = lambda: vouched.prepare(read)
     measured = _interleaved_p50(timed, rounds, per_round)
-    shipped_decide, shipped_step = measured.pop("shipped|decide"), measured.pop("shipped|engine step")
+    shipped_decide, before_engine = measured.pop("shipped|decide"), measured.pop("shipped|prepare")
     rows: dict[str, Any] = {}
     for key, value in measured.items():
         name, label, engine = key.split("|")
@@ -141,13 +144,11 @@ def run(rounds: int, per_round: int, tmp: Path) -> dict[str, Any]:
     slope = (rows[f"{COMPARISONS[-1]} comparisons"]["trimmed input"]["regopy_us"]
              - rows["0 comparisons"]["trimmed input"]["regopy_us"]) / COMPARISONS[-1]  # fmt: skip
     least = min(rows[name]["trimmed input"]["regopy_us"] for name in ("read_document.rego", "read_compact.rego"))
-    around = shipped_decide - shipped_step
     return {
         "case": case.case_id,
         "shipped_decide_us": shipped_decide,
-        "shipped_engine_step_us": shipped_step,
-        "python_around_engine_us": around,
-        "floor_decide_us": least + around,
+        "python_before_engine_us": before_engine,
+        "floor_decide_us": least + before_engine,
         "rows": rows,
         "regopy_us_per_comparison": slope,
         "floor_regopy_step_us": least,
@@ -174,10 +175,10 @@ def main() -> int:
         table.add_row(name, *cells)
     Console(width=140).print(table)
     print(f"regopy per comparison of two input values: {result['regopy_us_per_comparison']:.1f} us")
-    step, around = result["shipped_engine_step_us"], result["python_around_engine_us"]
-    print(f"the shipped gate: decide() {result['shipped_decide_us']:,.0f} us, its engine step {step:,.0f} us, "
-          f"Python around the engine {around:,.0f} us; a decide() around the least engine step: "
-          f"{result['floor_decide_us']:,.0f} us")  # fmt: skip
+    before = result["python_before_engine_us"]
+    print(f"the shipped gate: decide() {result['shipped_decide_us']:,.0f} us, of which Python before the engine "
+          f"(check, context stage, input: prepare()) {before:,.0f} us; a decide() around the least engine step: "
+          f">= {result['floor_decide_us']:,.0f} us")  # fmt: skip
     verdict = "exceeds" if result["floor_exceeds_target"] else "is within"
     print(f"the least engine step doing the read's lookups on regopy, {result['floor_regopy_step_us']:,.0f} us, "
           f"{verdict} the {TARGET_REGOPY_STEP_US:,.0f} us target")  # fmt: skip
