@@ -46,8 +46,9 @@ class Served:
     process: Any
 
 
-def _registry(work: Path) -> tuple[Path, Path]:
-    """The service tests' registry plus the support agent and an attestor for user_001's facts."""
+def _registry(work: Path, agent_tenants: list[str] | None = None) -> tuple[Path, Path]:
+    """The service tests' registry plus the support agent (bound to ``agent_tenants`` if given)
+    and an attestor for user_001's facts."""
     registry_path, keys = write_registry(work)
     registry = yaml.safe_load(registry_path.read_text())
     registry["principals"].append(
@@ -58,6 +59,7 @@ def _registry(work: Path) -> tuple[Path, Path]:
             "agent_scope": list(BASE["authorization_context"]["agent_scope"]),
             "model": dict(BASE["runtime"]["model"]),
             "auth_scopes": ["support:read"],
+            **({"tenants": agent_tenants} if agent_tenants is not None else {}),
         }
     )
     attestor = generate_ed25519("authzen-attestor-ed25519")
@@ -81,9 +83,9 @@ def _registry(work: Path) -> tuple[Path, Path]:
     return registry_path, keys
 
 
-def serve(work: Path) -> Iterator[Served]:
+def serve(work: Path, agent_tenants: list[str] | None = None) -> Iterator[Served]:
     """The server (a generator for a pytest fixture): support-desk bundle, --trust, tokens."""
-    registry, issuer_keys = _registry(work)
+    registry, issuer_keys = _registry(work, agent_tenants)
     base = DEPLOYMENTS / "support-desk"
     bundle = work / "support-desk.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry)

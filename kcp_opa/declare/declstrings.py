@@ -95,6 +95,7 @@ TRUST_RULES = _rules(
     ("separation_of_duties/*", IDENT),
     ("principals/*/roles/*", IDENT),
     ("principals/*/auth_scopes/*", IDENT),
+    ("principals/*/tenants/*", IDENT),
     # the gate facts the registry establishes (kcp_opa.context.facts): identifiers as the action's
     ("principals/*/actor_role", IDENT),
     ("principals/*/agent_scope/*", IDENT),

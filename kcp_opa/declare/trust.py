@@ -44,6 +44,8 @@ class Principal:
     agent_scope: tuple[str, ...] | None = None
     model_id: str | None = None
     model_hosting: str | None = None
+    #: The tenants it acts in (the service refuses an action stating another); None: not bound.
+    tenants: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ def _principal(entry: Mapping[str, Any]) -> Principal:
         tuple(sorted(set(scope))) if isinstance(scope, list) else None,
         model.get("id"),
         model.get("hosting"),
+        frozenset(entry["tenants"]) if isinstance(entry.get("tenants"), list) else None,
     )
 
 

@@ -58,6 +58,7 @@ _STATUS = {
     "not_your_decision": 403,
     "principal_mismatch": 403,
     "scope_not_granted": 403,
+    "tenant_not_granted": 403,
     "unknown_decision": 404,
     "unknown_challenge": 404,
     "unknown_handler": 404,

@@ -84,6 +84,9 @@ class Principal:
     #: The KCP auth scopes the registry grants (``auth_scopes``): all an action may state as its
     #: ``principal_scopes``. Empty without a registry.
     auth_scopes: frozenset[str] = field(default_factory=frozenset)
+    #: The tenants the registry binds it to (``tenants``): an action must state one of them as its
+    #: ``tenant_id``. None: the registry does not say, so the stated tenant is taken as stated.
+    tenants: frozenset[str] | None = None
 
     @classmethod
     def of(
@@ -176,10 +179,14 @@ def check_caller_action(principal: Principal, action: Any) -> CheckedAction:
     ``principal_scopes``: an action may state only the caller's exact id there too, and only scopes
     the trust registry grants the caller (``auth_scopes``; none without a registry). Anything else
     is refused with ``principal_mismatch`` / ``scope_not_granted``, and the refusal is audited like
-    every other, attributed to the caller. Returns the checked action, decided as it is from here.
+    every other, attributed to the caller. A caller the registry binds to tenants (``tenants``) may
+    act only in one of them: another ``tenant_id`` is ``tenant_not_granted``, since the policy's
+    tenant boundary compares the target's tenant with the one the action states. Returns the
+    checked action, decided as it is from here.
     """
     checked = check_action(action)
     _check_stated_agent(principal, checked.agent_id)
+    _check_stated_tenant(principal, checked.get("tenant_id"))
     context = checked.get("authorization_context")
     if isinstance(context, Mapping):
         _check_stated_principal(principal, context.get("authenticated_principal"))
@@ -226,6 +233,17 @@ def _check_stated_scopes(principal: Principal, stated: Any) -> None:
             f"{principal.id} (auth_scopes: {held}); not granted: {', '.join(ungranted)}",
             "scope_not_granted",
         )
+
+
+def _check_stated_tenant(principal: Principal, stated: Any) -> None:
+    if principal.tenants is None or stated in principal.tenants:
+        return
+    held = ", ".join(sorted(principal.tenants))
+    raise AccessDeniedError(
+        f"tenant_id {str(stated)[:128]!r} is not a tenant the trust registry binds the caller {principal.id} to "
+        f"(tenants: {held}): an agent acts only in its own tenants; state one of them",
+        "tenant_not_granted",
+    )
 
 
 def _check_stated_principal(principal: Principal, stated: Any) -> None:

@@ -133,7 +133,7 @@ def registry_principal(registry: TrustRegistry, raw_id: str, approver_roles: Ite
     roles = {role, *entry.roles}
     if kind is PrincipalKind.HUMAN and set(entry.roles) & set(approver_roles):
         roles.add("approver")
-    return Principal(entry.id, kind, frozenset(roles), frozenset(entry.auth_scopes))
+    return Principal(entry.id, kind, frozenset(roles), frozenset(entry.auth_scopes), entry.tenants)
 
 
 def registry_authenticator(

@@ -270,6 +270,9 @@ class Callers:
             return StaticAuthenticator({self._local_token: LOCAL_AGENT} if self._local_token else {})
         roles = bundle_approver_roles(bundle_data)
         hashes = read_token_hashes(self.config.tokens)
+        unbound = sorted(p.id for p in registry.principals.values() if p.type == "ai_agent" and p.tenants is None)
+        if unbound:  # said at start and at each reload: these agents' stated tenant is believed
+            _log.warning("tenants_unbound", agents=unbound[:32], count=len(unbound), effect="tenant_id as stated")
         return registry_authenticator(registry, hashes, stdio=self.config.principal, approver_roles=roles)
 
 
