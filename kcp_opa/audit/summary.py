@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,10 +200,17 @@ def _label(moment: dt.datetime, bucket: str) -> str:
     return moment.strftime({"day": "%Y-%m-%d", "hour": "%Y-%m-%d %H:00", "minute": "%m-%d %H:%M"}[bucket])
 
 
-def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> LedgerSummary:
+def _line(line: int) -> str:
+    return f"line {line}"
+
+
+def summarize(
+    ledger: str | Path, *, registry: TrustRegistry | None = None, position: Callable[[int], str] = _line
+) -> LedgerSummary:
     """Count a ledger (verified first: a broken chain is reported, and still counted, never hidden).
 
-    With ``registry``, each control result names its actor's roles there (approver and role).
+    With ``registry``, each control result names its actor's roles there (approver and role);
+    ``position`` names where a problem is (a database dump's line is named by its seq).
     """
     report = verify_ledger(ledger)
     summary = LedgerSummary(str(ledger), chain_ok=report.ok)
@@ -211,7 +218,7 @@ def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> L
         summary.chain_detail = f"{report.entries} entries, chain intact, head {report.head}"
     else:
         problem = report.problems[0]
-        summary.chain_detail = f"broken at line {problem.line}: {problem.message}"
+        summary.chain_detail = f"broken at {position(problem.line)}: {problem.message}"
     first_seen: dict[str, dt.datetime] = {}
     first_state: dict[str, str] = {}
     applied, intents = AppliedExceptions(), OpenIntents()

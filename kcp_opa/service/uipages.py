@@ -87,13 +87,22 @@ def _reasons(entry: Mapping[str, Any]) -> str:
     return ", ".join(str(code) for code in entry.get("reason_codes") or [])
 
 
-def dashboard(summary: LedgerSummary, open_challenges: int) -> str:
-    """The live figures (the response's Refresh header reloads the page; no script)."""
-    chain = (
-        f'<p class="ok" id="chain">Ledger chain intact: {esc(summary.chain_detail)}</p>'
-        if summary.chain_ok
-        else f'<p class="bad" id="chain">Ledger chain BROKEN: {esc(summary.chain_detail)}</p>'
-    )
+def no_ledger() -> str:
+    return '<h1>Report</h1><p id="no-ledger">No ledger yet: nothing has been written to this service\'s ledger.</p>'
+
+
+def _chain(summary: LedgerSummary | None) -> str:
+    if summary is None:
+        return '<p id="chain">No ledger yet: nothing has been written to this service\'s ledger.</p>'
+    if summary.chain_ok:
+        return f'<p class="ok" id="chain">Ledger chain intact: {esc(summary.chain_detail)}</p>'
+    return f'<p class="bad" id="chain">Ledger chain BROKEN: {esc(summary.chain_detail)}</p>'
+
+
+def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
+    """The live figures (the response's Refresh header reloads the page; no script); ``found`` None: no ledger yet."""
+    chain = _chain(found)
+    summary = found or LedgerSummary("")
     cards = _cards(
         [
             ("decisions", "decisions", summary.decisions),

@@ -1,0 +1,53 @@
+"""What the UI shows of the ledger: the dashboard's figures and the report, read through the ledger itself.
+
+The service's ledger is a ``LedgerStore`` (a JSON Lines file, or a PostgreSQL database shared by
+replicas). Its :meth:`~kcp_opa.stores.protocols.LedgerStore.snapshot` is the chain as one ledger
+file, the bytes ``kcp-opa audit verify`` reads; the dashboard and the report verify and count
+that snapshot, so they say what the auditor's commands say, whichever backend holds the chain.
+A database that cannot be read raises ``StoreUnavailableError``: the page says the ledger is
+unavailable, never that it is empty or broken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from kcp_opa.audit.report import render_html
+from kcp_opa.audit.summary import LedgerSummary, entries_by_decision, summarize
+from kcp_opa.service.desk import GateService
+from kcp_opa.stores.records import LedgerSnapshot
+
+
+@contextlib.contextmanager
+def _snapshot(service: GateService) -> Iterator[LedgerSnapshot | None]:
+    audit = service.gate.audit  # the ledger the gate writes now (a reload keeps it)
+    if audit is None:
+        yield None
+        return
+    with audit.ledger.snapshot() as snapshot:
+        yield snapshot
+
+
+def ledger_summary(service: GateService) -> LedgerSummary | None:
+    """The service's ledger, verified and counted; None while nothing has been written to it."""
+    with _snapshot(service) as snapshot:
+        if snapshot is None:
+            return None
+        summary = summarize(snapshot.path, position=snapshot.position)
+        summary.ledger = snapshot.name
+        return summary
+
+
+def ledger_report(service: GateService, *, show_location: bool) -> str | None:
+    """The HTML report of the service's ledger (``audit report``'s), or None while nothing is written.
+
+    ``show_location``: name the ledger by its location (a service_admin's view, as /v1/status),
+    else by a name that carries no server path.
+    """
+    with _snapshot(service) as snapshot:
+        if snapshot is None:
+            return None
+        summary = summarize(snapshot.path, position=snapshot.position)
+        summary.ledger = snapshot.shown if show_location else snapshot.name
+        return render_html(summary, entries_by_decision=entries_by_decision(snapshot.path))
