@@ -22,14 +22,17 @@ from typing import Any
 
 import httpx2
 import pytest
+import uikit
+from browserkit import screenshot
 from conftest import run_cli
-from uikit import _action, _pending_payment, ui_servers
+from uikit import _action, _pending_payment, _sign_in, ui_servers
 
 from kcp_opa.audit.summary import summarize
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.trail.locations import readable
 
 pytestmark = pytest.mark.postgres
+browser = uikit.browser  # the module-scoped Chromium
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +61,14 @@ def _verify(location: str) -> dict[str, Any]:
     return document
 
 
+def _report(location: str) -> dict[str, Any]:
+    """`kcp-opa audit report LOCATION --format json`: what the auditor's command counts."""
+    proc = run_cli("audit", "report", location, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    document: dict[str, Any] = json.loads(proc.stdout)
+    return document
+
+
 def _card(page: str, key: str) -> int:
     found = re.search(rf'id="n-{key}"><b>(\d+)</b>', page)
     assert found is not None, key
@@ -72,6 +83,8 @@ def test_the_dashboard_and_report_show_the_chain_audit_verify_counts(replicas: l
     with readable(location) as path:
         held = summarize(path)
     assert held.decisions >= 2
+    reported = _report(location)
+    assert reported["ledger"] == location and reported["decisions"] == held.decisions  # named as given
     for reader in readers:
         page = reader.get("/ui/dashboard")
         assert page.status_code == 200
@@ -87,8 +100,11 @@ def test_the_dashboard_and_report_show_the_chain_audit_verify_counts(replicas: l
         assert location.split("/")[-1] not in report.text  # a reader is not shown the database's location
 
 
-def test_a_row_edited_with_sql_shows_broken_at_its_seq_with_the_reason(replicas: list[dict[str, Any]]) -> None:
+def test_a_row_edited_with_sql_shows_broken_at_its_seq_with_the_reason(
+    replicas: list[dict[str, Any]], browser: Any
+) -> None:
     import psycopg
+    from selenium.webdriver.common.by import By
 
     location = replicas[0]["ledger"]
     readers = [_reader(server) for server in replicas]
@@ -102,6 +118,8 @@ def test_a_row_edited_with_sql_shows_broken_at_its_seq_with_the_reason(replicas:
     assert verified["ok"] is False
     problem = verified["problems"][0]
     assert problem["line"] == 4  # the dump's line 4 is seq 3
+    broken = f"broken at seq 3: {problem['message']}"
+    assert _report(location)["chain"] == {"ok": False, "detail": broken}  # `audit report` names it alike
     for reader in readers:
         page = reader.get("/ui/dashboard")
         assert page.status_code == 200
@@ -110,6 +128,10 @@ def test_a_row_edited_with_sql_shows_broken_at_its_seq_with_the_reason(replicas:
         report = reader.get("/ui/report")
         assert report.status_code == 200
         assert f"Chain BROKEN: broken at seq 3: {html.escape(problem['message'])}" in report.text
+    for n, server in enumerate(replicas):  # for review: what an auditor sees on each replica
+        _sign_in(browser, server, "auditor")
+        assert browser.find_element(By.ID, "chain").text == f"Ledger chain BROKEN: {broken}"
+        screenshot(browser, f"ui-ledgers/postgres-tampered/dashboard-replica-{n}.png")
 
 
 def test_a_database_outage_is_an_unavailable_page_not_an_empty_ledger(
