@@ -121,6 +121,11 @@ class Ui:
         text = uipages.page(title, body, principal=principal.to_dict(), csrf=session.csrf, nav=self._links(principal))
         return _html(text, status)
 
+    @staticmethod
+    def _nothing_here(principal: Principal) -> str:
+        reads, answers = Scope.READ in principal.scopes, Scope.RECORD_RESULT in principal.scopes
+        return uipages.nothing_here(principal.to_dict(), reads=reads, answers=answers)
+
     def _refuse(self, principal: Principal | None, what: str, exc: KcpOpaError) -> None:
         self.service.refuse(principal, what, exc)
 
@@ -192,7 +197,7 @@ class Ui:
             return _secure_headers(RedirectResponse("/ui/dashboard", status_code=303))
         if Scope.RECORD_RESULT in principal.scopes:
             return _secure_headers(RedirectResponse("/ui/inbox", status_code=303))
-        return self._page("No views", uipages.nothing_here(principal.to_dict()), session, principal)
+        return self._page("No views", self._nothing_here(principal), session, principal)
 
     async def dashboard(self, request: Request) -> Response:
         return await self._reader(request, "/ui/dashboard", self._dashboard)
@@ -222,7 +227,7 @@ class Ui:
         if Scope.READ not in principal.scopes:
             refusal = AccessDeniedError(f"{principal.kind.value} {principal.id} may not read the dashboard")
             await anyio.to_thread.run_sync(self._refuse, principal, what, refusal)
-            return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
+            return self._page("Not allowed", self._nothing_here(principal), session, principal, 403)
         try:
             result: Response = await anyio.to_thread.run_sync(build, session, principal)
         except (StoreUnavailableError, LedgerError) as exc:  # the ledger cannot be read: say so, never a blank
@@ -244,7 +249,7 @@ class Ui:
         except StoreUnavailableError as exc:  # audited by the service: an outage, not a refusal
             return self._unavailable(exc, session, principal)
         except KcpOpaError:  # refused and audited by the service
-            return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
+            return self._page("Not allowed", self._nothing_here(principal), session, principal, 403)
         return self._page("Inbox", uipages.inbox(found["challenges"], session.csrf), session, principal)
 
     async def answer(self, request: Request) -> Response:

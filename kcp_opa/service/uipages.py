@@ -208,10 +208,29 @@ def answered(result: Mapping[str, Any] | None, error: Mapping[str, Any] | None) 
     )
 
 
-def nothing_here(principal: Mapping[str, Any]) -> str:
+def nothing_here(principal: Mapping[str, Any], *, reads: bool, answers: bool) -> str:
+    """Why this principal has no such view, and which view its role does have (none for an agent)."""
+    who = f"{esc(principal.get('id'))} ({esc(principal.get('kind'))})"
+    if reads and not answers:
+        return (
+            f'<h1>No inbox</h1><p id="no-inbox">{who} answers no control challenges, so it has no inbox: its role'
+            ' reads the ledger. See the <a href="/ui/dashboard">dashboard</a> and the'
+            ' <a href="/ui/report">report</a>.</p>'
+        )
+    if answers and not reads:
+        return (
+            f'<h1>No dashboard</h1><p id="no-dashboard">{who} does not read the ledger, so it has no dashboard or'
+            " report: its role answers the control challenges addressed to it in the"
+            ' <a href="/ui/inbox">inbox</a>.</p>'
+        )
+    if principal.get("kind") == "agent":
+        return (
+            f'<h1>No views</h1><p id="no-views">{who} has no dashboard and no inbox: an agent decides and opens'
+            " challenges through the API; it never answers them.</p>"
+        )
     return (
-        f'<h1>No views</h1><p id="no-views">{esc(principal.get("id"))} ({esc(principal.get("kind"))}) has no dashboard '
-        "and no inbox: an agent decides and opens challenges through the API; it never answers them.</p>"
+        f'<h1>No views</h1><p id="no-views">{who} has no dashboard and no inbox: its roles neither read the'
+        " ledger nor answer control challenges.</p>"
     )
 
 
