@@ -42,10 +42,11 @@ HOSTILE = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
 
 @contextlib.contextmanager
 def ui_servers(
-    work: Path, *, ledger: str | None = None, store: str | None = None, replicas: int = 1
+    work: Path, *, ledger: str | None = None, store: str | None = None, replicas: int = 1, path: str = ""
 ) -> Iterator[list[dict[str, Any]]]:
     """``replicas`` `kcp-opa serve` processes on one ledger and one store (files in ``work`` by default,
-    or ``postgresql://`` locations), with the same bundle, tokens, issuers and handler."""
+    or ``postgresql://`` locations), with the same bundle, tokens, issuers and handler; ``path``
+    goes first on the servers' PYTHONPATH."""
     bundle = compile_finance(work / "finance.tar.gz", TRUST / "registry.yaml")
     tokens = {party: secrets.token_urlsafe(32) for party in PARTIES}
     tokens_file = write_tokens(work, {tokens[p]: pid for p, pid in PARTIES.items()})
@@ -67,7 +68,7 @@ def ui_servers(
     started: list[Any] = []
     try:
         for _ in range(replicas):
-            started.append(start_server(args, env={"PYTHONPATH": str(REPO / "tests")}))
+            started.append(start_server(args, env={"PYTHONPATH": ":".join(filter(None, [path, str(REPO / "tests")]))}))
         yield [{"url": url, "tokens": tokens, "ledger": ledger} for _, url in started]
     finally:
         for process, _ in started:

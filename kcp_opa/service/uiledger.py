@@ -5,7 +5,8 @@ replicas). Its :meth:`~kcp_opa.stores.protocols.LedgerStore.snapshot` is the cha
 file, the bytes ``kcp-opa audit verify`` reads; the dashboard and the report verify and count
 that snapshot, so they say what the auditor's commands say, whichever backend holds the chain.
 A database that cannot be read raises ``StoreUnavailableError``: the page says the ledger is
-unavailable, never that it is empty or broken.
+unavailable, never that it is empty or broken. Without matplotlib (the ``report`` extra) the
+report is served with its charts as tables, never a 500.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from kcp_opa.audit.report import render_html
+from kcp_opa.audit.report import ReportError, render_html
 from kcp_opa.audit.summary import LedgerSummary, entries_by_decision, summarize
 from kcp_opa.service.desk import GateService
 from kcp_opa.stores.records import LedgerSnapshot
@@ -50,4 +51,8 @@ def ledger_report(service: GateService, *, show_location: bool) -> str | None:
             return None
         summary = summarize(snapshot.path, position=snapshot.position)
         summary.ledger = snapshot.shown if show_location else snapshot.name
-        return render_html(summary, entries_by_decision=entries_by_decision(snapshot.path))
+        grouped = entries_by_decision(snapshot.path)
+        try:
+            return render_html(summary, entries_by_decision=grouped)
+        except ReportError:  # no matplotlib here (the `report` extra): the same report, its charts as tables
+            return render_html(summary, entries_by_decision=grouped, charts=False)

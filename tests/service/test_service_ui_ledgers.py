@@ -11,12 +11,13 @@ counts of the ledger as `audit report` reads it. Screenshots go to reports/ui-le
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uikit
 from browserkit import screenshot
-from uikit import _action, _api, _pending_payment, _sign_in, _wait_for, ui_servers
+from uikit import _action, _api, _http_session, _pending_payment, _sign_in, _wait_for, ui_servers
 
 from kcp_opa.audit.summary import summarize
 from kcp_opa.trail.ledger import verify_ledger
@@ -93,3 +94,20 @@ def test_a_payment_through_the_ui_then_every_replica_shows_the_ledger(deployment
         assert f"Chain intact: {verified.entries} entries" in text and "No ledger yet" not in text
         assert browser.find_elements(By.TAG_NAME, "svg")  # the charts
         screenshot(browser, f"ui-ledgers/{backend}/report-replica-{n}.png")
+
+
+def test_the_report_without_matplotlib_is_served_with_its_charts_as_tables(tmp_path: Path) -> None:
+    """A server without the `report` extra: /ui/report is the report, its charts as tables, never a 500."""
+    absent = tmp_path / "without-matplotlib"
+    (absent / "matplotlib").mkdir(parents=True)
+    (absent / "matplotlib" / "__init__.py").write_text("raise ImportError(\"No module named 'matplotlib'\")\n")
+    with ui_servers(tmp_path, path=str(absent)) as (server,):
+        _pending_payment(server, _action("no_charts"))
+        client, _ = _http_session(server, "auditor")
+        page = client.get("/ui/report")
+    assert page.status_code == 200, page.text
+    assert "pip install &#x27;kcp-opa[report]&#x27;" in page.text and "<svg" not in page.text
+    with readable(server["ledger"]) as path:
+        held = summarize(path)
+    for code, count in held.by_reason.items():  # the reasons chart's counts, as a table
+        assert f'<tr><td>{code}</td><td class="num">{count}</td></tr>' in page.text
