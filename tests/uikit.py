@@ -10,7 +10,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,17 @@ HOSTILE = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
 
 @contextlib.contextmanager
 def ui_servers(
-    work: Path, *, ledger: str | None = None, store: str | None = None, replicas: int = 1, path: str = ""
+    work: Path,
+    *,
+    ledger: str | None = None,
+    store: str | None = None,
+    replicas: int = 1,
+    path: str = "",
+    extra: Sequence[str] = (),
 ) -> Iterator[list[dict[str, Any]]]:
     """``replicas`` `kcp-opa serve` processes on one ledger and one store (files in ``work`` by default,
     or ``postgresql://`` locations), with the same bundle, tokens, issuers and handler; ``path``
-    goes first on the servers' PYTHONPATH."""
+    goes first on the servers' PYTHONPATH, ``extra`` after their options."""
     bundle = compile_finance(work / "finance.tar.gz", TRUST / "registry.yaml")
     tokens = {party: secrets.token_urlsafe(32) for party in PARTIES}
     tokens_file = write_tokens(work, {tokens[p]: pid for p, pid in PARTIES.items()})
@@ -64,6 +70,7 @@ def ui_servers(
         str(TRUST / "TEST-ONLY-issuer-keys.json"),
         "--keyring",
         str(write_receipt_keyring(work)),
+        *extra,
     ]
     started: list[Any] = []
     try:

@@ -22,6 +22,7 @@ from typing import Any
 
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
 from kcp_opa.core.identity import IdentityError
+from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.declare.trust import Principal, TrustRegistry
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
@@ -205,17 +206,26 @@ def _line(line: int) -> str:
 
 
 def summarize(
-    ledger: str | Path, *, registry: TrustRegistry | None = None, position: Callable[[int], str] = _line
+    ledger: str | Path,
+    *,
+    registry: TrustRegistry | None = None,
+    position: Callable[[int], str] = _line,
+    writer: Key | None = None,
 ) -> LedgerSummary:
     """Count a ledger (verified first: a broken chain is reported, and still counted, never hidden).
 
     With ``registry``, each control result names its actor's roles there (approver and role);
-    ``position`` names where a problem is (a database dump's line is named by its seq).
+    ``position`` names where a problem is (a database dump's line is named by its seq); with
+    ``writer`` (the ledger's writer key) every entry must carry its signature, as ``audit verify
+    --keyring --writer`` checks.
     """
-    report = verify_ledger(ledger)
+    kid = writer.kid if writer is not None else None
+    keyring = Keyring({writer.kid: writer}) if writer is not None else None
+    report = verify_ledger(ledger, keyring=keyring, writer=kid)
     summary = LedgerSummary(str(ledger), chain_ok=report.ok)
     if report.ok:
-        summary.chain_detail = f"{report.entries} entries, chain intact, head {report.head}"
+        signed = f", every entry signed by writer {kid}" if report.authenticated else ""
+        summary.chain_detail = f"{report.entries} entries, chain intact, head {report.head}{signed}"
     else:
         problem = report.problems[0]
         summary.chain_detail = f"broken at {position(problem.line)}: {problem.message}"

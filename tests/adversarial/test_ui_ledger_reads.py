@@ -8,6 +8,8 @@ An auditor opens /ui/dashboard and /ui/report on each replica:
   never "No ledger yet", never zeros;
 - after a row is edited with SQL, both show the chain BROKEN at the entry's seq, with the reason
   `audit verify` gives; never a blank, never "intact";
+- on a ledger with a writer key (``--ledger-key``), after an entry is added with SQL without the
+  key (a copied signature), both say BROKEN with the reason `audit verify --keyring` gives;
 - while the database is down, the dashboard is a 503 that says the ledger is unavailable, never
   an empty or broken ledger.
 """
@@ -18,6 +20,7 @@ import html
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -29,7 +32,9 @@ from uikit import _action, _pending_payment, _sign_in, ui_servers
 
 from kcp_opa.audit.summary import summarize
 from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.trail.locations import readable
+from kcp_opa.trail.verify import entry_hash
 
 pytestmark = pytest.mark.postgres
 browser = uikit.browser  # the module-scoped Chromium
@@ -55,7 +60,11 @@ def _reader(server: dict[str, Any]) -> httpx2.Client:
 
 
 def _verify(location: str) -> dict[str, Any]:
-    proc = run_cli("audit", "verify", location, "--format", "json")
+    return _verify_with(location)
+
+
+def _verify_with(location: str, *options: str) -> dict[str, Any]:
+    proc = run_cli("audit", "verify", location, *options, "--format", "json")
     assert proc.returncode in (0, 1), proc.stderr
     document: dict[str, Any] = json.loads(proc.stdout)
     return document
@@ -147,3 +156,41 @@ def test_a_database_outage_is_an_unavailable_page_not_an_empty_ledger(
         assert report.status_code == 503 and "No ledger yet" not in report.text
     finally:
         postgres.start()
+
+
+def test_an_entry_added_with_sql_without_the_writer_key_shows_broken(postgres: Any, tmp_path: Path) -> None:
+    import psycopg
+
+    location = postgres.database("kcp_ui_ledger_keyed")
+    key = generate_ed25519("ui-ledger-writer")
+    private, public = tmp_path / "writer.json", tmp_path / "writer-public.json"
+    private.write_text(json.dumps(Keyring({key.kid: key}, key.kid).to_file_dict(include_private=True)))
+    private.chmod(0o600)
+    public.write_text(json.dumps(Keyring({key.kid: key}).public().to_file_dict(include_private=False)))
+    extra = ["--ledger-key", str(private)]
+    with ui_servers(tmp_path, ledger=location, store=location, extra=extra) as (server,):
+        _pending_payment(server, _action("pg_keyed"))
+        reader = _reader(server)
+        signed = f"every entry signed by writer {key.kid}"
+        assert signed in reader.get("/ui/dashboard").text  # checked with the key, not only chained
+        with psycopg.connect(location, autocommit=True) as connection:
+            head = connection.execute("SELECT seq FROM ledger_chain").fetchone()
+            assert head is not None
+            seq = int(head[0])
+            found = connection.execute("SELECT line FROM ledger_entries WHERE seq = %s", (seq,)).fetchone()
+            assert found is not None
+            last = json.loads(found[0])
+            forged = {"type": "decision", "decision_id": "dec_forged", "decision": "ALLOW", "seq": seq + 1}
+            forged |= {"previous_hash": last["entry_hash"], "entry_signature": last["entry_signature"]}
+            forged["entry_hash"] = entry_hash(forged)  # chained as the writer would; signed by nobody
+            connection.execute(
+                "INSERT INTO ledger_entries (seq, entry_hash, line) VALUES (%s, %s, %s)",
+                (seq + 1, forged["entry_hash"], canonical_json(forged).decode()),
+            )
+            connection.execute("UPDATE ledger_chain SET seq = %s, head_hash = %s", (seq + 1, forged["entry_hash"]))
+        verified = _verify_with(location, "--keyring", str(public), "--writer", key.kid)
+        assert verified["ok"] is False and f"foreign entry: seq {seq + 1}" in verified["problems"][0]["message"]
+        page = reader.get("/ui/dashboard").text
+        reason = html.escape(verified["problems"][0]["message"])
+        assert f"Ledger chain BROKEN: broken at seq {seq + 1}: {reason}" in page and signed not in page
+        assert f"Chain BROKEN: broken at seq {seq + 1}: {reason}" in reader.get("/ui/report").text
