@@ -33,7 +33,8 @@ def chromium() -> object:
 
 
 def screenshot(driver: object, name: str) -> Path:
-    REPORTS.mkdir(exist_ok=True)
+    """Save the page under reports/ (``name`` may hold a subdirectory: one per test's set of pages)."""
     path = REPORTS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))  # type: ignore[attr-defined]
     return path

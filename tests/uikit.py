@@ -6,10 +6,12 @@ the service signs answers as the registered issuers with the TEST-ONLY keys; a p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -38,17 +40,27 @@ ANSWERS = {
 HOSTILE = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    work = tmp_path_factory.mktemp("ui")
+@contextlib.contextmanager
+def ui_servers(
+    work: Path,
+    *,
+    ledger: str | None = None,
+    store: str | None = None,
+    replicas: int = 1,
+    path: str = "",
+    extra: Sequence[str] = (),
+) -> Iterator[list[dict[str, Any]]]:
+    """``replicas`` `kcp-opa serve` processes on one ledger and one store (files in ``work`` by default,
+    or ``postgresql://`` locations), with the same bundle, tokens, issuers and handler; ``path``
+    goes first on the servers' PYTHONPATH, ``extra`` after their options."""
     bundle = compile_finance(work / "finance.tar.gz", TRUST / "registry.yaml")
     tokens = {party: secrets.token_urlsafe(32) for party in PARTIES}
     tokens_file = write_tokens(work, {tokens[p]: pid for p, pid in PARTIES.items()})
     handlers = work / "handlers.json"
     bound = {"target": "uihandlers:pay", "actions": ["execute_payment"]}  # a handler serves the actions it names
     handlers.write_text(json.dumps({"handlers": {"pay": bound}}))
-    ledger = work / "ledger.jsonl"
-    args = ["--bundle", str(bundle), "--store", str(work / "service.db"), "--ledger", str(ledger)]
+    ledger = ledger or str(work / "ledger.jsonl")
+    args = ["--bundle", str(bundle), "--store", store or str(work / "service.db"), "--ledger", ledger]
     args += ["--trust", str(TRUST / "registry.yaml"), "--tokens", str(tokens_file), "--handlers", str(handlers)]
     for issuer in ("kcp-opa-gate", "bank-idp", "bank-registry", "approval-app"):
         args += ["--issuer-id", issuer]
@@ -58,12 +70,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         str(TRUST / "TEST-ONLY-issuer-keys.json"),
         "--keyring",
         str(write_receipt_keyring(work)),
+        *extra,
     ]
-    process, url = start_server(args, env={"PYTHONPATH": str(REPO / "tests")})
+    started: list[Any] = []
     try:
-        yield {"url": url, "tokens": tokens, "ledger": ledger}
+        for _ in range(replicas):
+            started.append(start_server(args, env={"PYTHONPATH": ":".join(filter(None, [path, str(REPO / "tests")]))}))
+        yield [{"url": url, "tokens": tokens, "ledger": ledger} for _, url in started]
     finally:
-        stop_server(process)
+        for process, _ in started:
+            stop_server(process)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with ui_servers(tmp_path_factory.mktemp("ui")) as (one,):
+        yield {**one, "ledger": Path(one["ledger"])}
 
 
 def _api(server: dict[str, Any], party: str, method: str, path: str, body: Any = None) -> httpx2.Response:

@@ -39,6 +39,10 @@ vertical-align:top}th{background:#f4f4f4}.num{text-align:right}.ok{color:#2e7d32
 """
 
 
+#: Said on a report drawn without matplotlib (its charts are tables).
+NO_CHARTS = "Charts are shown as tables: drawing them needs matplotlib (pip install 'kcp-opa[report]')."
+
+
 class ReportError(KcpOpaError):
     """The report could not be drawn (matplotlib missing)."""
 
@@ -71,9 +75,11 @@ def _svg(figure: Any) -> str:
     return re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
 
 
-def _bars(counts: Mapping[str, int], title: str, *, limit: int = 15) -> str:
+def _bars(counts: Mapping[str, int], title: str, *, charts: bool, limit: int = 15) -> str:
     if not counts:
         return f"<p>No {esc(title.lower())}.</p>"
+    if not charts:  # the same counts as a table
+        return _table([title, "count"], sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     pyplot = _pyplot()
     items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit][::-1]
     figure, axes = pyplot.subplots(figsize=(7, 0.35 * len(items) + 0.9))
@@ -83,9 +89,12 @@ def _bars(counts: Mapping[str, int], title: str, *, limit: int = 15) -> str:
     return _svg(figure)
 
 
-def _over_time(summary: LedgerSummary) -> str:
+def _over_time(summary: LedgerSummary, *, charts: bool) -> str:
     if not summary.over_time:
         return "<p>No decisions.</p>"
+    if not charts:
+        rows = ([label, ", ".join(f"{s} {n}" for s, n in sorted(c.items()))] for label, c in summary.over_time.items())
+        return _table([summary.bucket, "decisions by final state"], rows)
     pyplot = _pyplot()
     labels = list(summary.over_time)
     states = sorted({state for counts in summary.over_time.values() for state in counts})
@@ -135,8 +144,14 @@ def _counts_table(title: str, counts: Counter[str]) -> str:
     return f"<h3>{esc(title)}</h3>" + _table([title.split(" ")[-1], "decisions"], rows)
 
 
-def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, list[dict[str, Any]]]) -> str:
-    """The whole page; ``entries_by_decision`` feeds each decision's case view (its entries in order)."""
+def render_html(
+    summary: LedgerSummary, *, entries_by_decision: Mapping[str, list[dict[str, Any]]], charts: bool = True
+) -> str:
+    """The whole page; ``entries_by_decision`` feeds each decision's case view (its entries in order).
+
+    ``charts`` False: each chart's counts as a table, with a note that drawing needs matplotlib
+    (a server without the ``report`` extra still serves the report).
+    """
     chain = (
         f'<p class="ok">Chain intact: {esc(summary.chain_detail)}</p>'
         if summary.chain_ok
@@ -172,14 +187,15 @@ def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, lis
     )
     sections = [
         "<h1>kcp-opa audit report</h1>"
-        f"<p>Ledger <code>{esc(summary.ledger)}</code>: {esc(summary.entries)} entries.</p>",
+        f"<p>Ledger <code>{esc(summary.ledger)}</code>: {esc(summary.entries)} entries.</p>"
+        + ("" if charts else f'<p id="no-charts">{esc(NO_CHARTS)}</p>'),
         "<h2>Chain and checkpoints</h2>" + chain,
         f'<div class="cards">{cards}</div>',
-        '<h2>Decisions over time</h2><div class="chart">' + _over_time(summary) + "</div>",
-        '<h2>Reasons</h2><div class="chart">' + _bars(summary.by_reason, "Reason codes") + "</div>",
+        '<h2>Decisions over time</h2><div class="chart">' + _over_time(summary, charts=charts) + "</div>",
+        '<h2>Reasons</h2><div class="chart">' + _bars(summary.by_reason, "Reason codes", charts=charts) + "</div>",
         "<h2>By agent, model, unit, tenant</h2>"
         + '<div class="chart">'
-        + _bars(summary.by_agent, "Decisions by agent")
+        + _bars(summary.by_agent, "Decisions by agent", charts=charts)
         + "</div>"
         + "".join(
             _counts_table(title, counts)
@@ -200,7 +216,7 @@ def render_html(summary: LedgerSummary, *, entries_by_decision: Mapping[str, lis
             ([o["decision_id"], o["control"], o["actor_id"], o["issuer"], o["seq"]] for o in summary.overrides),
         ),
         '<h2>Refusals by code</h2><div class="chart">'
-        + _bars(summary.refusals, "Refusals by code")
+        + _bars(summary.refusals, "Refusals by code", charts=charts)
         + "</div>"
         + refusals,
         "<h2>Ambiguous executions</h2>"

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
 from kcp_opa.core.identity import IdentityError
+from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.declare.trust import Principal, TrustRegistry
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
@@ -200,18 +201,34 @@ def _label(moment: dt.datetime, bucket: str) -> str:
     return moment.strftime({"day": "%Y-%m-%d", "hour": "%Y-%m-%d %H:00", "minute": "%m-%d %H:%M"}[bucket])
 
 
-def summarize(ledger: str | Path, *, registry: TrustRegistry | None = None) -> LedgerSummary:
+def _line(line: int) -> str:
+    return f"line {line}"
+
+
+def summarize(
+    ledger: str | Path,
+    *,
+    registry: TrustRegistry | None = None,
+    position: Callable[[int], str] = _line,
+    writer: Key | None = None,
+) -> LedgerSummary:
     """Count a ledger (verified first: a broken chain is reported, and still counted, never hidden).
 
-    With ``registry``, each control result names its actor's roles there (approver and role).
+    With ``registry``, each control result names its actor's roles there (approver and role);
+    ``position`` names where a problem is (a database dump's line is named by its seq); with
+    ``writer`` (the ledger's writer key) every entry must carry its signature, as ``audit verify
+    --keyring --writer`` checks.
     """
-    report = verify_ledger(ledger)
+    kid = writer.kid if writer is not None else None
+    keyring = Keyring({writer.kid: writer}) if writer is not None else None
+    report = verify_ledger(ledger, keyring=keyring, writer=kid)
     summary = LedgerSummary(str(ledger), chain_ok=report.ok)
     if report.ok:
-        summary.chain_detail = f"{report.entries} entries, chain intact, head {report.head}"
+        signed = f", every entry signed by writer {kid}" if report.authenticated else ""
+        summary.chain_detail = f"{report.entries} entries, chain intact, head {report.head}{signed}"
     else:
         problem = report.problems[0]
-        summary.chain_detail = f"broken at line {problem.line}: {problem.message}"
+        summary.chain_detail = f"broken at {position(problem.line)}: {problem.message}"
     first_seen: dict[str, dt.datetime] = {}
     first_state: dict[str, str] = {}
     applied, intents = AppliedExceptions(), OpenIntents()

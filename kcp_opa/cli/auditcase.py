@@ -19,7 +19,7 @@ from kcp_opa.audit.summary import entries_by_decision, summarize
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.ledgerarg import LEDGER
+from kcp_opa.cli.ledgerarg import LEDGER, ledger_snapshot
 from kcp_opa.cli.options import DIR, FILE, checkpoints_option, keyring_option
 from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json
 from kcp_opa.compile.bundle import write_atomically
@@ -150,7 +150,9 @@ def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: 
     """
     from kcp_opa.declare.trust import load_trust
 
-    summary = summarize(ledger, registry=load_trust(trust) if trust is not None else None)
+    read = ledger_snapshot(ledger)
+    summary = summarize(ledger, registry=load_trust(trust) if trust is not None else None, position=read.position)
+    summary.ledger = read.shown
     if html_path is not None:
         page = render_html(summary, entries_by_decision=entries_by_decision(ledger))
         write_atomically(html_path, page.encode("utf-8"))
@@ -160,7 +162,7 @@ def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: 
         render.print_json(summary.to_dict())
         return
     chain = "chain intact" if summary.chain_ok else "CHAIN BROKEN"
-    click.echo(f"{ledger}: {summary.entries} entries, {summary.decisions} decisions, {chain}")
+    click.echo(f"{read.shown}: {summary.entries} entries, {summary.decisions} decisions, {chain}")
     for title, counts in (
         ("state", summary.by_state),
         ("reason", summary.by_reason),

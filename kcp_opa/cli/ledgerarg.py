@@ -16,6 +16,7 @@ import click
 from kcp_opa.cli import render
 from kcp_opa.cli.options import output_option
 from kcp_opa.cli.output import EXIT_INVALID, fail
+from kcp_opa.stores.records import LedgerSnapshot
 from kcp_opa.trail.locations import dump, is_database, readable, shown
 
 _SHOWN = "kcp_opa.ledger_shown"
@@ -50,6 +51,12 @@ def shown_ledger(path: Path) -> str:
     ctx = click.get_current_context(silent=True)
     names: dict[str, str] = ctx.meta.get(_SHOWN, {}) if ctx is not None else {}
     return names.get(str(path), str(path))
+
+
+def ledger_snapshot(path: Path) -> LedgerSnapshot:
+    """The LEDGER argument as the readers take a ledger: named as given, a database's lines by seq."""
+    where = shown_ledger(path)
+    return LedgerSnapshot(path, where, where, by_seq=where != str(path))
 
 
 def ledger_line(path: Path, line: int) -> str:

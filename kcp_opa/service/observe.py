@@ -20,6 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kcp_opa.decide.action import trace_id_of
 from kcp_opa.stores.protocols import LedgerStore
+from kcp_opa.stores.records import LedgerSnapshot
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -85,6 +86,9 @@ class TimedLedger:
 
     def healthy(self) -> bool:
         return self.ledger.healthy()
+
+    def snapshot(self) -> contextlib.AbstractContextManager[LedgerSnapshot | None]:
+        return self.ledger.snapshot()
 
 
 _tracer: Any = None

@@ -4,8 +4,9 @@ Sign-in takes the principal's bearer token; the session (uisession) keeps the to
 only and re-resolves it on every request, so a token revoked by a reload ends its sessions at
 once.
 
-Views follow the principal's scopes: ``read`` sees the dashboard and the report (the server's
-ledger path only for a ``service_admin``); ``record_result`` sees the challenges addressed to it
+Views follow the principal's scopes: ``read`` sees the dashboard and the report, read through
+the ledger's own snapshot whichever backend holds it (uiledger; the ledger's location only for a
+``service_admin``); ``record_result`` sees the challenges addressed to it
 and answers them through ``record_control_result``, the same tool path the API and MCP use (the
 service signs as the registered issuer); an agent sees neither. Every POST needs the session's
 CSRF token (and a same-origin Origin when the browser sends one); every response carries a
@@ -30,8 +31,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from kcp_opa.audit.report import render_html
-from kcp_opa.audit.summary import LedgerSummary, entries_by_decision, summarize
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreUnavailableError
 from kcp_opa.service import uipages
 from kcp_opa.service.catalog import Catalog, error_payload
@@ -39,6 +38,7 @@ from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope
 from kcp_opa.service.issuing import check_addressed
+from kcp_opa.service.uiledger import ledger_report, ledger_summary
 from kcp_opa.service.uisession import FormRefused, Session, Sessions, read_form, secure_cookie, session_seconds
 
 COOKIE = "kcp_ui"
@@ -121,6 +121,11 @@ class Ui:
         text = uipages.page(title, body, principal=principal.to_dict(), csrf=session.csrf, nav=self._links(principal))
         return _html(text, status)
 
+    @staticmethod
+    def _nothing_here(principal: Principal) -> str:
+        reads, answers = Scope.READ in principal.scopes, Scope.RECORD_RESULT in principal.scopes
+        return uipages.nothing_here(principal.to_dict(), reads=reads, answers=answers)
+
     def _refuse(self, principal: Principal | None, what: str, exc: KcpOpaError) -> None:
         self.service.refuse(principal, what, exc)
 
@@ -192,19 +197,13 @@ class Ui:
             return _secure_headers(RedirectResponse("/ui/dashboard", status_code=303))
         if Scope.RECORD_RESULT in principal.scopes:
             return _secure_headers(RedirectResponse("/ui/inbox", status_code=303))
-        return self._page("No views", uipages.nothing_here(principal.to_dict()), session, principal)
-
-    def _summary(self) -> LedgerSummary:
-        path = self.service.ledger_path
-        if path is None or not path.exists():
-            return LedgerSummary(str(path), chain_detail="no ledger yet")
-        return summarize(path)
+        return self._page("No views", self._nothing_here(principal), session, principal)
 
     async def dashboard(self, request: Request) -> Response:
         return await self._reader(request, "/ui/dashboard", self._dashboard)
 
     def _dashboard(self, session: Session, principal: Principal) -> Response:
-        summary = self._summary()
+        summary = ledger_summary(self.service)
         body = uipages.dashboard(summary, len(self.service.challenges.open_challenges()))
         response = self._page("Dashboard", body, session, principal)
         response.headers["Refresh"] = str(REFRESH_SECONDS)
@@ -212,13 +211,11 @@ class Ui:
 
     async def report(self, request: Request) -> Response:
         def build(session: Session, principal: Principal) -> Response:
-            path = self.service.ledger_path
-            if path is None or not path.exists():
-                return self._page("Report", "<p>No ledger yet.</p>", session, principal)
-            summary = summarize(path)
-            if Scope.ADMIN not in principal.scopes:  # as /v1/status: the server's paths for a service_admin only
-                summary.ledger = path.name
-            return _html(render_html(summary, entries_by_decision=entries_by_decision(path)), csp=REPORT_CSP)
+            # as /v1/status: the ledger's location (a server path) for a service_admin only
+            report = ledger_report(self.service, show_location=Scope.ADMIN in principal.scopes)
+            if report is None:
+                return self._page("Report", uipages.no_ledger(), session, principal)
+            return _html(report, csp=REPORT_CSP)
 
         return await self._reader(request, "/ui/report", build)
 
@@ -230,15 +227,15 @@ class Ui:
         if Scope.READ not in principal.scopes:
             refusal = AccessDeniedError(f"{principal.kind.value} {principal.id} may not read the dashboard")
             await anyio.to_thread.run_sync(self._refuse, principal, what, refusal)
-            return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
+            return self._page("Not allowed", self._nothing_here(principal), session, principal, 403)
         try:
             result: Response = await anyio.to_thread.run_sync(build, session, principal)
-        except StoreUnavailableError as exc:
+        except (StoreUnavailableError, LedgerError) as exc:  # the ledger cannot be read: say so, never a blank
             await anyio.to_thread.run_sync(self._refuse, principal, what, exc)
             return self._unavailable(exc, session, principal)
         return result
 
-    def _unavailable(self, exc: StoreUnavailableError, session: Session, principal: Principal) -> Response:
+    def _unavailable(self, exc: KcpOpaError, session: Session, principal: Principal) -> Response:
         """503 for an outage: a page that says so, never a refusal or an empty view."""
         return self._page("Unavailable", uipages.unavailable(error_payload(exc)), session, principal, 503)
 
@@ -252,7 +249,7 @@ class Ui:
         except StoreUnavailableError as exc:  # audited by the service: an outage, not a refusal
             return self._unavailable(exc, session, principal)
         except KcpOpaError:  # refused and audited by the service
-            return self._page("Not allowed", uipages.nothing_here(principal.to_dict()), session, principal, 403)
+            return self._page("Not allowed", self._nothing_here(principal), session, principal, 403)
         return self._page("Inbox", uipages.inbox(found["challenges"], session.csrf), session, principal)
 
     async def answer(self, request: Request) -> Response:

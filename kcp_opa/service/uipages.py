@@ -87,13 +87,22 @@ def _reasons(entry: Mapping[str, Any]) -> str:
     return ", ".join(str(code) for code in entry.get("reason_codes") or [])
 
 
-def dashboard(summary: LedgerSummary, open_challenges: int) -> str:
-    """The live figures (the response's Refresh header reloads the page; no script)."""
-    chain = (
-        f'<p class="ok" id="chain">Ledger chain intact: {esc(summary.chain_detail)}</p>'
-        if summary.chain_ok
-        else f'<p class="bad" id="chain">Ledger chain BROKEN: {esc(summary.chain_detail)}</p>'
-    )
+def no_ledger() -> str:
+    return '<h1>Report</h1><p id="no-ledger">No ledger yet: nothing has been written to this service\'s ledger.</p>'
+
+
+def _chain(summary: LedgerSummary | None) -> str:
+    if summary is None:
+        return '<p id="chain">No ledger yet: nothing has been written to this service\'s ledger.</p>'
+    if summary.chain_ok:
+        return f'<p class="ok" id="chain">Ledger chain intact: {esc(summary.chain_detail)}</p>'
+    return f'<p class="bad" id="chain">Ledger chain BROKEN: {esc(summary.chain_detail)}</p>'
+
+
+def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
+    """The live figures (the response's Refresh header reloads the page; no script); ``found`` None: no ledger yet."""
+    chain = _chain(found)
+    summary = found or LedgerSummary("")
     cards = _cards(
         [
             ("decisions", "decisions", summary.decisions),
@@ -199,10 +208,29 @@ def answered(result: Mapping[str, Any] | None, error: Mapping[str, Any] | None) 
     )
 
 
-def nothing_here(principal: Mapping[str, Any]) -> str:
+def nothing_here(principal: Mapping[str, Any], *, reads: bool, answers: bool) -> str:
+    """Why this principal has no such view, and which view its role does have (none for an agent)."""
+    who = f"{esc(principal.get('id'))} ({esc(principal.get('kind'))})"
+    if reads and not answers:
+        return (
+            f'<h1>No inbox</h1><p id="no-inbox">{who} answers no control challenges, so it has no inbox: its role'
+            ' reads the ledger. See the <a href="/ui/dashboard">dashboard</a> and the'
+            ' <a href="/ui/report">report</a>.</p>'
+        )
+    if answers and not reads:
+        return (
+            f'<h1>No dashboard</h1><p id="no-dashboard">{who} does not read the ledger, so it has no dashboard or'
+            " report: its role answers the control challenges addressed to it in the"
+            ' <a href="/ui/inbox">inbox</a>.</p>'
+        )
+    if principal.get("kind") == "agent":
+        return (
+            f'<h1>No views</h1><p id="no-views">{who} has no dashboard and no inbox: an agent decides and opens'
+            " challenges through the API; it never answers them.</p>"
+        )
     return (
-        f'<h1>No views</h1><p id="no-views">{esc(principal.get("id"))} ({esc(principal.get("kind"))}) has no dashboard '
-        "and no inbox: an agent decides and opens challenges through the API; it never answers them.</p>"
+        f'<h1>No views</h1><p id="no-views">{who} has no dashboard and no inbox: its roles neither read the'
+        " ledger nor answer control challenges.</p>"
     )
 
 

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
-from kcp_opa.stores.records import Challenge, ExecutionRecord, StoredDecision, Transfer, TransferTotals
+from kcp_opa.stores.records import (
+    Challenge,
+    ExecutionRecord,
+    LedgerSnapshot,
+    StoredDecision,
+    Transfer,
+    TransferTotals,
+)
 
 T = TypeVar("T")
 
@@ -249,7 +257,8 @@ class LedgerStore(Protocol):
 
     Implemented by a JSON Lines file (``kcp_opa.trail.ledger.AuditLedger``, one machine) and a
     PostgreSQL database (``kcp_opa.trail.pgledger.PostgresLedger``, replicas on many): the same
-    entries, byte for byte, so every ``audit`` command reads either.
+    entries, byte for byte, so every ``audit`` command reads either, and the service's dashboard
+    and report read either through :meth:`snapshot`.
     """
 
     checkpoint_key: Any
@@ -272,4 +281,13 @@ class LedgerStore(Protocol):
 
     def healthy(self) -> bool:
         """Whether an append could be written now (for the service's readiness check)."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[LedgerSnapshot | None]:
+        """The chain as one ledger file from one consistent read; None before anything is written.
+
+        What the service's dashboard and report verify and count: the bytes ``audit verify``
+        reads, whichever backend holds them. A database that cannot be read raises
+        StoreUnavailableError (a fault to show as one, never an empty ledger).
+        """
         ...

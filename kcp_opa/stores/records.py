@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kcp_opa.core.errors import CodedError
@@ -119,3 +120,26 @@ class TransferTotals:
     count: int
     committed_minor: int
     reserved_minor: int
+
+
+@dataclass(frozen=True)
+class LedgerSnapshot:
+    """A ledger as every reader reads it: one JSON Lines file, from one consistent read.
+
+    For a file ledger the file itself; for a database a private dump that is byte for byte a
+    ledger file (line 1 the header, line N the entry at seq N-1), so the same verifier and
+    counters run on either. ``shown`` names the ledger for an admin (never a credential),
+    ``name`` for any other reader (no server path).
+    """
+
+    path: Path
+    shown: str
+    name: str
+    #: Positions are named by seq (a dump's line numbers mean nothing to its reader), else by line.
+    by_seq: bool = False
+
+    def position(self, line: int) -> str:
+        """Where line ``line`` of :attr:`path` is, as the ledger's reader finds it."""
+        if not self.by_seq:
+            return f"line {line}"
+        return "the header" if line <= 1 else f"seq {line - 1}"

@@ -28,6 +28,7 @@ that the last entry is its own. A validly chained entry appended without the key
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
@@ -45,6 +46,7 @@ from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KeyringError, LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
+from kcp_opa.stores.records import LedgerSnapshot
 from kcp_opa.trail.checkpoint import Checkpoint, append_checkpoint, read_checkpoints
 from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import (
@@ -115,6 +117,11 @@ class AuditLedger:
         if self.path.exists():
             return os.access(self.path, os.W_OK)
         return os.access(self.path.parent if self.path.parent.exists() else Path.cwd(), os.W_OK)
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[LedgerSnapshot | None]:
+        """The file itself (None before it exists): appends only add whole lines after what is read."""
+        yield LedgerSnapshot(self.path, str(self.path), self.path.name) if self.path.exists() else None
 
     def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
         """Chain and durably write one entry; returns it with seq, previous_hash and entry_hash.

@@ -19,10 +19,11 @@ against its last checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
 from kcp_opa.stores.postgres.base import PostgresDatabase
 from kcp_opa.stores.postgres.ledger import ChainHead, ChainRow, ChainView, PostgresChain
+from kcp_opa.stores.records import LedgerSnapshot
 from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.ledger import header_line
 from kcp_opa.trail.record import LedgerEntry
@@ -124,6 +126,19 @@ class PostgresLedger:
             self._call(lambda: self.chain.extend((head[0], head[1], head[3]), build))
             self._last_checkpoint = marked[0]
             return marked[0].to_dict()
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[LedgerSnapshot | None]:
+        """The chain dumped from one REPEATABLE READ snapshot into a private file, as `audit dump` writes it.
+
+        None while the database holds no chain; LedgerUnavailableError when it cannot be read.
+        """
+        with tempfile.TemporaryDirectory(prefix="kcp-opa-ledger-") as tmp:
+            path = Path(tmp) / "ledger.jsonl"
+            with path.open("wb") as sink:
+                self._call(lambda: self.chain.dump(sink))
+            held = path.stat().st_size > 0
+            yield LedgerSnapshot(path, self.location, "the PostgreSQL ledger", by_seq=True) if held else None
 
     def healthy(self) -> bool:
         """Whether the database answers (an append may still fail: it then raises, and the gate denies)."""

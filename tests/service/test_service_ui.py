@@ -88,6 +88,25 @@ def test_the_dashboard_numbers_are_the_ledgers(server: dict[str, Any], browser: 
     assert browser.find_elements(By.TAG_NAME, "svg")
 
 
+def test_a_view_a_role_lacks_names_the_view_it_has(server: dict[str, Any], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    _sign_in(browser, server, "auditor")  # reads, answers nothing
+    browser.get(f"{server['url']}/ui/inbox")
+    said = browser.find_element(By.ID, "no-inbox")
+    assert "auditor_ada (auditor) answers no control challenges" in said.text and "agent" not in said.text
+    assert {a.get_attribute("href").rsplit("/", 1)[-1] for a in said.find_elements(By.TAG_NAME, "a")} == {
+        "dashboard", "report",
+    }  # fmt: skip
+    screenshot(browser, "ui-auditor-inbox.png")
+    _sign_in(browser, server, "provider")  # answers, reads nothing
+    assert browser.current_url.endswith("/ui/inbox")
+    browser.get(f"{server['url']}/ui/dashboard")
+    said = browser.find_element(By.ID, "no-dashboard")
+    assert "kyc-provider (provider) does not read the ledger" in said.text and "agent" not in said.text
+    assert not browser.find_elements(By.ID, "chain")
+
+
 # --- without a browser: the HTTP-level guarantees -------------------------------------------------------------
 
 

@@ -166,3 +166,22 @@ def test_a_ledger_entry_is_typed_strictly_and_round_trips_to_its_bytes(where: Op
         with pytest.raises(LedgerError, match="not a ledger entry"):
             LedgerEntry.from_dict(broken)
     assert not LedgerEntry.from_dict({**written, "detail": "changed"}).hash_holds()
+
+
+def test_a_snapshot_is_the_bytes_the_auditors_commands_read(where: Opened) -> None:
+    """What the service's dashboard reads (``snapshot``) is what `audit verify` reads (``readable``)."""
+    ledger = where.open()
+    with ledger.snapshot() as nothing:
+        assert nothing is None  # nothing written yet: no ledger, not an empty or broken one
+    for n in range(5):
+        ledger.append({"type": "note", "n": n})
+    with ledger.snapshot() as snapshot, readable(where.location) as path:
+        assert snapshot is not None
+        assert snapshot.path.read_bytes() == path.read_bytes()
+        assert verify_ledger(snapshot.path).entries == 5
+        named = [snapshot.position(1), snapshot.position(4)]
+        taken = snapshot.path
+    database = where.location.startswith("postgresql://")
+    assert named == (["the header", "seq 3"] if database else ["line 1", "line 4"])
+    assert taken.exists() is not database  # a database's dump is private to the read and removed after it
+    assert snapshot.name == ("the PostgreSQL ledger" if database else "ledger.jsonl")  # no server path in it
