@@ -83,17 +83,24 @@ def _registry(work: Path, agent_tenants: list[str] | None = None) -> tuple[Path,
     return registry_path, keys
 
 
-def serve(work: Path, agent_tenants: list[str] | None = None) -> Iterator[Served]:
-    """The server (a generator for a pytest fixture): support-desk bundle, --trust, tokens."""
+def serve(
+    work: Path,
+    agent_tenants: list[str] | None = None,
+    *,
+    deployments: Path = DEPLOYMENTS,
+    extra: tuple[str, ...] = (),
+) -> Iterator[Served]:
+    """The server (a generator for a pytest fixture): support-desk bundle (from ``deployments``),
+    --trust, tokens, and ``extra`` serve options."""
     registry, issuer_keys = _registry(work, agent_tenants)
-    base = DEPLOYMENTS / "support-desk"
+    base = deployments / "support-desk"
     bundle = work / "support-desk.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry)
     tokens = write_tokens(work, {token: who for who, token in TOKENS.items()})
     ledger = work / "ledger.jsonl"
     args = ["--bundle", str(bundle), "--store", str(work / "store.db"), "--ledger", str(ledger)]
     args += ["--trust", str(registry), "--issuer-id", SERVICE_ISSUER, "--issuer-id", GATE_ISSUER]
-    args += ["--issuer-keyring", str(issuer_keys), "--tokens", str(tokens)]
+    args += ["--issuer-keyring", str(issuer_keys), "--tokens", str(tokens), *extra]
     process, url = start_server(args)
     try:
         yield Served(url, ledger, bundle, process)

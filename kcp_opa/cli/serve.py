@@ -115,6 +115,14 @@ from kcp_opa.core.errors import KcpOpaError
     type=click.Path(path_type=Path, dir_okay=False),
     help="Signed, expiring exceptions (kind kcp-opa/exceptions); needs --trust; re-read on reload.",
 )
+@click.option(
+    "--authzen-obligation",
+    "authzen_obligations",
+    multiple=True,
+    metavar="NAME",
+    help="An obligation the AuthZEN gateway in front enforces (repeatable): an ALLOW owing another than these "
+    "and audit answers decision false, naming it (e.g. redact_content under no-logging).",
+)
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
@@ -170,7 +178,7 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
         if config.transport == "stdio":
             _serve_stdio(service, authenticator, catalog)
         else:
-            _serve_http(service, authenticator, config.host, config.port, reloader, catalog)
+            _serve_http(service, authenticator, config, reloader, catalog)
     finally:
         _checkpoint_on_exit(service)
 
@@ -230,15 +238,13 @@ def _serve_stdio(service: Any, authenticator: Any, catalog: Any) -> None:
     run_stdio(build_server(service, lambda ctx: principal, catalog), service)
 
 
-def _serve_http(service: Any, authenticator: Any, host: str, port: int, reloader: Any, catalog: Any) -> None:
+def _serve_http(service: Any, authenticator: Any, config: Any, reloader: Any, catalog: Any) -> None:
     import uvicorn
 
     from kcp_opa.service.http import build_app
 
+    host, port = config.host, config.port
     click.echo(f"kcp-opa: serving MCP at http://{host}:{port}/mcp and the JSON API at /v1", err=True)
-    uvicorn.run(
-        build_app(service, authenticator, host=host, reloader=reloader, catalog=catalog),
-        host=host,
-        port=port,
-        log_level="warning",
-    )
+    enforced = frozenset(config.authzen_obligations)
+    app = build_app(service, authenticator, host=host, reloader=reloader, catalog=catalog, authzen_obligations=enforced)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

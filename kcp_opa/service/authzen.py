@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hmac
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -211,11 +212,13 @@ def stated_at(path: str) -> str:
     return f"context.{head}{rest}"
 
 
-def evaluations_of(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str] | None:
+def evaluations_of(body: Mapping[str, Any], max_bytes: int) -> tuple[list[dict[str, Any]], str] | None:
     """A batch request's evaluations, each with the top-level defaults filled in (entity by entity,
     whole: no merging inside an entity), and its semantic; None when it has no ``evaluations``
     (then it is one evaluation, as the spec says). Raises :class:`AuthZenRequestError` for a
-    malformed batch."""
+    malformed batch, and for one whose evaluations, defaults filled in, hold more than
+    ``max_bytes`` of JSON: each is decided and archived, so a default copied into 64 items would
+    write 64 times the body the edge admitted into the ledger."""
     listed = body.get("evaluations")
     options = _object(body.get("options", {}), "options")
     semantic = options.get("evaluations_semantic", "execute_all")
@@ -233,38 +236,62 @@ def evaluations_of(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str] 
     for index, item in enumerate(listed):
         entry = _object(item, f"evaluations[{index}]")
         expanded.append({**defaults, **{name: entry[name] for name in ENTITIES if name in entry}})
+    size = sum(len(json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode("utf-8")) for item in expanded)
+    if size > max_bytes:
+        raise AuthZenRequestError(
+            f"the evaluations, with the batch's defaults filled in, hold {size:,} bytes of JSON: at most "
+            f"{max_bytes:,} per request (each is decided and archived); send the large part once per request"
+        )
     return expanded, str(semantic)
 
 
 def one_tenant(evaluations: list[dict[str, Any]]) -> None:
     """A batch is decided for one tenant: evaluations that state different ``context.tenant_id``
     values are refused whole, before any is decided."""
-    stated = set()
+    stated: set[str] = set()
     for item in evaluations:
         context = item.get("context")
         if isinstance(context, Mapping) and "tenant_id" in context:
-            stated.add(str(context["tenant_id"])[:128])
+            tenant = context["tenant_id"]
+            if not isinstance(tenant, str):
+                raise AuthZenRequestError(f"context.tenant_id must be a string, not {type(tenant).__name__}")
+            stated.add(tenant)  # compared whole; shortened only in the message
     if len(stated) > 1:
+        named = ", ".join(t[:128] for t in sorted(stated))
         raise AuthZenRequestError(
-            f"one batch is decided for one tenant; these evaluations state {', '.join(sorted(stated))}: "
-            "send one request per tenant",
+            f"one batch is decided for one tenant; these evaluations state {named}: send one request per tenant",
             "authzen_mixed_tenants",
         )
 
 
-def answer(decision: Mapping[str, Any], ignored: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The AuthZEN decision: ``true`` only when the gate allows execution now. Its ``context`` holds
-    what a gateway needs to enforce it or start the approval flow, and nothing more: the decision
-    id, routing state, reason codes, missing controls and obligations (never the input, facts or
-    evidence)."""
-    allowed = decision.get("decision") == "ALLOW" and decision.get("execution_allowed") is True
+#: Obligations the gate fulfils itself: its ledger entry is the audit record.
+GATE_KEPT_OBLIGATIONS = frozenset({"audit"})
+
+
+def answer(
+    decision: Mapping[str, Any], ignored: tuple[str, ...] = (), enforced: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The AuthZEN decision: ``true`` only when the gate allows execution now and owes nothing a
+    gateway would not do. AuthZEN tells a receiver to ignore fields it does not know, so an
+    obligation in ``context`` (``redact_content`` under no-logging) would be silently dropped by a
+    gateway that reads only ``decision``: an ALLOW that carries an obligation neither the gate
+    keeps (``audit``) nor the operator declares its gateway enforces (``enforced``, `serve
+    --authzen-obligation`) is ``false``, with ``unenforced_obligations`` naming them. The
+    ``context`` holds what a gateway needs to enforce the answer or start the approval flow, and
+    nothing more: the decision id, routing state, reason codes, missing controls and obligations
+    (never the input, facts or evidence)."""
+    obligations = [str(o) for o in decision.get("obligations", [])]
+    unenforced = sorted(set(obligations) - GATE_KEPT_OBLIGATIONS - enforced)
+    allowed = decision.get("decision") == "ALLOW" and decision.get("execution_allowed") is True and not unenforced
     context: dict[str, Any] = {
         "decision_id": decision.get("decision_id"),
         "routing_state": decision.get("decision"),
         "reason_codes": list(decision.get("reason_codes", [])),
         "missing_controls": list(decision.get("missing_controls", [])),
-        "obligations": list(decision.get("obligations", [])),
+        "obligations": obligations,
     }
+    if unenforced:
+        context["unenforced_obligations"] = unenforced
     if decision.get("enforced") is False:
         context.update(mode=decision.get("mode"), enforced=False)
     if ignored:

@@ -34,8 +34,9 @@ from kcp_opa.service.authzen import (
 )
 from kcp_opa.service.catalog import Catalog, error_payload
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of, read_capped, strict_json
+from kcp_opa.service.httpedge import MAX_BODY_BYTES, RequireAuth, endpoint_app, principal_of, read_capped, strict_json
 from kcp_opa.service.identity import AccessDeniedError, Principal
+from kcp_opa.service.identity import Scope as ToolScope
 from kcp_opa.service.observe import span
 
 EVALUATION = "/access/v1/evaluation"
@@ -84,8 +85,11 @@ def _caller(request: Request) -> Principal:
     return principal
 
 
-def authzen_routes(service: GateService, catalog: Catalog, status: Mapping[str, int]) -> list[Route]:
-    """The three AuthZEN routes; ``status`` maps the project's refusal codes to HTTP statuses."""
+def authzen_routes(
+    service: GateService, catalog: Catalog, status: Mapping[str, int], enforced: frozenset[str] = frozenset()
+) -> list[Route]:
+    """The three AuthZEN routes; ``status`` maps the project's refusal codes to HTTP statuses;
+    ``enforced`` names the obligations the gateway in front enforces (``serve --authzen-obligation``)."""
     statuses = {**status, **_OWN_STATUS}
 
     def status_of(exc: KcpOpaError) -> tuple[int, dict[str, Any]]:
@@ -108,7 +112,7 @@ def authzen_routes(service: GateService, catalog: Catalog, status: Mapping[str, 
             decided = catalog.dispatch(service, principal, TOOL, {"action": mapped.action})
         except ActionRejectedError as exc:  # audited as the action contract named it; answered as the request
             raise CodedError(f"{stated_at(exc.path)}: {exc.reason}", "action_rejected") from None
-        return answer(decided, mapped.ignored)
+        return answer(decided, mapped.ignored, enforced)
 
     def batch(principal: Principal, items: list[dict[str, Any]], semantic: str) -> dict[str, Any]:
         """Every evaluation in order, stopping where the semantic says; an item that cannot be
@@ -146,9 +150,10 @@ def authzen_routes(service: GateService, catalog: Catalog, status: Mapping[str, 
         principal = _caller(request)
         try:
             body = await _body(request)
-            listed = evaluations_of(body)
+            listed = evaluations_of(body, MAX_BODY_BYTES)
             if listed is not None:
                 one_tenant(listed[0])
+                principal.require(ToolScope.EVALUATE, "evaluate actions")  # one refusal, not one per item
         except KcpOpaError as exc:
             await anyio.to_thread.run_sync(service.refuse, principal, EVALUATIONS, exc)
             return error(exc)

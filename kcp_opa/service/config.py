@@ -74,6 +74,9 @@ class ServiceConfig:
     attestations: Path | None = None
     #: Signed, expiring exceptions (kind kcp-opa/exceptions), verified with --trust; re-read on reload.
     exceptions: Path | None = None
+    #: Obligations the AuthZEN gateway in front enforces: an ALLOW owing only these (and ``audit``,
+    #: which the gate keeps) answers ``decision: true`` (kcp_opa.service.authzen.answer).
+    authzen_obligations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.transport not in {"stdio", "http"}:

@@ -141,9 +141,11 @@ def build_app(
     host: str = "127.0.0.1",
     reloader: Reloader | None = None,
     catalog: Catalog | None = None,
+    authzen_obligations: frozenset[str] = frozenset(),
 ) -> Starlette:
     """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests);
-    ``catalog`` (default ``tools.CATALOG``) gives MCP's tools, the tool routes and the OpenAPI document."""
+    ``catalog`` (default ``tools.CATALOG``) gives MCP's tools, the tool routes and the OpenAPI document;
+    ``authzen_obligations`` the obligations the AuthZEN gateway enforces (``--authzen-obligation``)."""
     served = catalog or tools.CATALOG
     server = build_server(service, lambda ctx: principal_of(ctx.request), served)
     security = None
@@ -220,7 +222,7 @@ def build_app(
         _route(service, served, OPA_ROUTE, "post", "opa_decision", _opa_input),
         *(_tool_route(service, served, tool) for tool in served if tool.route is not None),
         *ui_routes(service, authenticator, served),  # /ui and GET /v1/challenges (ui.py)
-        *authzen_routes(service, served, _STATUS),  # /access/v1/... and its metadata (authzenhttp.py)
+        *authzen_routes(service, served, _STATUS, authzen_obligations),  # /access/v1/..., metadata (authzenhttp.py)
     ]
     return Starlette(
         routes=routes,

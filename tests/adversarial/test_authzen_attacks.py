@@ -278,3 +278,34 @@ def test_a_principal_without_the_evaluate_scope_is_refused(served: Served) -> No
     request = _claiming("auditor_ada", "auditor")
     answer = ask(served.url, EVALUATION, request, who="auditor_ada")
     assert answer.status_code == 403 and answer.json()["code"] == "not_authorized", answer.text
+    batch = ask(served.url, EVALUATIONS, {"evaluations": [request] * 8}, who="auditor_ada")
+    refused = len(_refusals(served.ledger, "not_authorized"))
+    assert batch.status_code == 403 and batch.json()["code"] == "not_authorized", batch.text  # one refusal
+    again = ask(served.url, EVALUATIONS, {"evaluations": [request] * 8}, who="auditor_ada")
+    assert again.status_code == 403 and len(_refusals(served.ledger, "not_authorized")) - refused == 1
+
+
+def test_batch_defaults_do_not_multiply_the_body_into_the_ledger(served: Served) -> None:
+    """A ~0.9 MB default context copied into 64 items was 64 decisions archived: 120 MB of ledger."""
+    base = read_customer()
+    stated = copy.deepcopy(base["context"])
+    stated["attributes"] = {f"a{i}": ["x" * 1000] * 16 for i in range(56)}
+    body = {"subject": base["subject"], "action": base["action"], "context": stated}
+    body["evaluations"] = [{"resource": base["resource"]}] * 64
+    before = served.ledger.stat().st_size if served.ledger.exists() else 0
+    decided = len(_decided(served.ledger))
+    answer = ask(served.url, EVALUATIONS, body)
+    assert answer.status_code == 400 and answer.json()["code"] == "authzen_request", answer.text
+    assert "defaults filled in" in answer.json()["error"]
+    assert len(_decided(served.ledger)) == decided
+    assert served.ledger.stat().st_size - before < 2**20  # the refusal, not 64 archived inputs
+
+
+def test_a_batch_that_mixes_tenants_past_128_characters_is_refused(served: Served) -> None:
+    first, second = read_customer(), read_customer()
+    for request, tenant in ((first, "t" * 128 + "A"), (second, "t" * 128 + "B")):
+        request["context"]["tenant_id"] = request["resource"]["properties"]["tenant_id"] = tenant
+    decided = len(_decided(served.ledger))
+    answer = ask(served.url, EVALUATIONS, {"evaluations": [first, second]})
+    assert answer.status_code == 400 and answer.json()["code"] == "authzen_mixed_tenants", answer.text
+    assert len(_decided(served.ledger)) == decided

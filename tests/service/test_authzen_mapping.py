@@ -87,12 +87,12 @@ def test_a_subject_that_is_not_the_caller_is_refused_before_anything_else() -> N
 def test_defaults_fill_an_evaluation_entity_by_entity_whole() -> None:
     base = read_customer()
     other = {"type": "customer_record", "id": "cust_10"}
-    listed = evaluations_of({**base, "evaluations": [{}, {"resource": other}]})
+    listed = evaluations_of({**base, "evaluations": [{}, {"resource": other}]}, 2**20)
     assert listed is not None
     items, semantic = listed
     assert semantic == "execute_all"
     assert items[0] == base and items[1]["resource"] == other and items[1]["subject"] == base["subject"]
-    assert evaluations_of({**base, "evaluations": []}) is None  # an empty list: one evaluation
+    assert evaluations_of({**base, "evaluations": []}, 2**20) is None  # an empty list: one evaluation
 
 
 def test_one_tenant_ignores_items_that_state_none_and_refuses_two() -> None:
