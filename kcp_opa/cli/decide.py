@@ -67,7 +67,9 @@ from kcp_opa.trail.ledger import AuditLedger
     "of --attestations and --exceptions. The facts are then the service's, never the action's."
 )
 @click.option(
-    "--principal", help="With --trust: the registered principal deciding (the caller the service authenticates)."
+    "--principal",
+    help="With --trust: the registered principal the action is decided for, as the service would authenticate "
+    "it; you vouch for it (a --ledger entry is attributed to it when the action names it).",
 )
 @click.option("--region", help="The gate's deployment region, as `serve --region` (a gate fact).")
 @click.option("--environment", help="The gate's environment, as `serve --environment` (a gate fact).")
@@ -103,7 +105,8 @@ def decide(
     \b
     Exit codes:
       0  a decision was made (read `decision` and `execution_allowed`)
-      1  the action was refused before evaluation (float, secret key, bad shape...)
+      1  the action was refused before evaluation (float, secret key, bad shape...),
+         or an --exceptions entry the registry does not vouch for
       2  usage error, unreadable file or unusable bundle
       3  internal error
       4  with --enforce: the decision does not allow execution
