@@ -59,7 +59,7 @@ def setup(tmp_path: Path) -> dict[str, Path]:
         "exception_grantor_roles": ["dpo"],
         "principals": [
             {"id": "dpo@example.com", "type": "human", "roles": ["dpo"]},
-            {"id": "clerk@example.com", "type": "human", "roles": ["support_lead"]},
+            {"id": "clerk@example.com", "type": "human", "roles": ["support_lead", "finance_reviewer", "manager"]},
             {"id": AGENT, "type": "ai_agent", "roles": ["support_agent"], "agent_scope": scope, "model": model},
         ],
         "issuers": [
@@ -79,7 +79,10 @@ def setup(tmp_path: Path) -> dict[str, Path]:
     paths["registry"].write_text(yaml.safe_dump(registry, sort_keys=False), encoding="utf-8")
     paths["action"].write_text(json.dumps(action), encoding="utf-8")
     base = DEPLOYMENTS / "support-desk"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, paths["bundle"], engine_check=False)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, paths["bundle"], engine_check=False,
+        trust_path=paths["registry"],
+    )  # fmt: skip
     return paths
 
 

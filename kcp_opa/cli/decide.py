@@ -17,7 +17,7 @@ from kcp_opa.cli.native import first_native_error, native_stdout_captured
 from kcp_opa.cli.options import bundle_option, choice_option, file_option, ledger_key_option, trust_option
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
 from kcp_opa.core import strictjson
-from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, QueryError
+from kcp_opa.core.errors import ActionRejectedError, CodedError, EngineLoadError, LedgerError, QueryError
 from kcp_opa.core.signing import load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.crosscheck import opa_query
@@ -173,6 +173,13 @@ def deployment_context(
     from kcp_opa.service.loading import service_context, with_exceptions
 
     registry = load_trust(trust) if trust is not None else None
+    compiled = gate.bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
+    if registry is not None and compiled.get("sha256") != registry.sha256:  # as serve refuses it
+        raise CodedError(
+            f"the bundle was compiled with trust registry {compiled.get('sha256')}, not {registry.file}"
+            f" ({registry.sha256}): compile with --trust {registry.file}",
+            "registry_mismatch",
+        )
     keys = load_keyring(issuer_keys) if issuer_keys is not None else None
     config = StaticGateConfig(deployment_region=region, environment=environment)
     gate.context = service_context(registry, config, attestations, keys)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import run_cli
 from issuingkit import AGENT, NOW, draft, keyring_file, setup
 
@@ -180,3 +181,18 @@ def test_exceptions_sign_writes_nothing_the_gate_would_refuse(
     assert out.read_text() == "held: before\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
     assert os.access(out, os.R_OK)
+
+
+def test_decide_refuses_a_registry_the_bundle_was_not_compiled_with(tmp_path: Path, kit: dict[str, Path]) -> None:
+    """A registry edited after compile (a wider agent scope, an extra issuer) is refused, as `serve` refuses it."""
+    registry = yaml.safe_load(kit["registry"].read_text())
+    registry["principals"][2]["agent_scope"].append("admin.all")
+    edited = tmp_path / "registry.yaml"
+    edited.write_text(yaml.safe_dump(registry, sort_keys=False))
+    assert edited.read_text() != kit["registry"].read_text()
+    proc = run_cli(
+        "decide", "-b", str(kit["bundle"]), "-i", str(kit["action"]), "--trust", str(edited), "--principal", AGENT,
+        "--now", NOW,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert f"compile with --trust {edited}" in proc.stderr and proc.stderr.count("\n") == 1

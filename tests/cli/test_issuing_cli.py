@@ -172,3 +172,17 @@ def test_decide_with_the_region_alone_knows_the_gate_facts(kit: dict[str, Path])
     )
     facts = json.loads(proc.stdout)["input"]["context"]["facts"]
     assert facts["deployment_region"]["value"] == "EU" and "agent_scope" not in facts
+
+
+def test_controls_take_the_same_sources_and_refuse_them_beside_context(
+    tmp_path: Path, kit: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KCP_OPA_DESK_SECRET", "desk-seal-secret-for-tests-0123456789")
+    desk = ["--bundle", str(kit["bundle"]), "--trust", str(kit["registry"]), "--action", str(kit["action"])]
+    desk += ["--record", str(tmp_path / "record.json"), "--now", NOW]
+    both = run_cli("controls", "challenge", *desk, "--principal", AGENT, "--context", str(kit["action"]))
+    assert both.returncode == 2 and "--context declares the facts itself" in both.stderr, both.stderr
+    opened = run_cli("controls", "challenge", *desk, "--principal", AGENT, "--region", "EU")
+    assert opened.returncode == 0, opened.stderr
+    record = (tmp_path / "record.json").read_text()
+    assert f'"facts_principal": "{AGENT}"' in record and '"source": "config:gate-config"' in record
