@@ -248,3 +248,7 @@ def sign_command(
     text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
     write_checked(output, text.encode("utf-8"), "--output", refused_unless_valid)
     click.echo(f"{output}: {len(document['exceptions'])} exceptions signed by {issuer} ({key.kid})")
+    if trust is None:
+        click.echo(
+            "kcp-opa: note: not checked against a trust registry (--trust checks the issuer, key and grantor)", err=True
+        )

@@ -28,6 +28,9 @@ from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.declare.trust import load_trust
 
+#: Said on stderr when no registry checked what was signed.
+UNCHECKED = "kcp-opa: note: not checked against a trust registry (--trust checks the issuer, the fact and the key)"
+
 
 @click.group()
 def facts() -> None:
@@ -105,4 +108,6 @@ def sign(
     )
     if output is not None:
         add_attestation(output, item)
+    if registry is None:
+        click.echo(UNCHECKED, err=True)
     render.print_json(item)
