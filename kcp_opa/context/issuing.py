@@ -13,6 +13,7 @@ key comes from a ``pkcs11:`` URI or from a keyring file only its owner can read 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import re
@@ -177,7 +178,21 @@ def sign_fact_attestation(
 
 def add_attestation(path: Path, item: Mapping[str, Any]) -> int:
     """Add ``item`` to the JSON list at ``path`` (the file the gate's ``--attestations`` reads),
-    creating it; all or nothing. Returns how many the file holds."""
+    creating it; all or nothing. Issuers signing at once take turns (a lock on the directory, as
+    the file itself is replaced), so none loses another's. Returns how many the file holds."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        directory = os.open(path.parent, os.O_RDONLY)
+    except OSError as exc:
+        raise IssuingError(f"--output {path}: cannot write it: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(directory, fcntl.LOCK_EX)
+        return _added(path, item)
+    finally:
+        os.close(directory)  # closing releases the lock
+
+
+def _added(path: Path, item: Mapping[str, Any]) -> int:
     held: list[Any] = []
     if path.exists():
         try:
