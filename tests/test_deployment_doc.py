@@ -67,6 +67,6 @@ def test_the_one_machine_script_executes_the_reference_payment(tmp_path: Path) -
     assert executed["replayed"] is False and executed["outcome"]["payment_ref"] == "PAY-0001"
 
     # The auditor's view: the chain is intact and holds the execution.
-    assert "chain intact" in proc.stdout
+    assert "chain intact" in proc.stdout and "unbound" not in proc.stdout  # every entry signed by the writer
     kinds = [json.loads(line).get("type") for line in (tmp_path / "service.jsonl").read_text().splitlines()]
     assert "execution" in kinds
