@@ -25,6 +25,8 @@ from typing import Any
 
 from kcp_opa.context.attested import SignedAttestations, sign_fact
 from kcp_opa.context.facts import ATTESTED_VALUES
+from kcp_opa.context.metering import METERED_SPEND, sign_spend
+from kcp_opa.context.metering import refusal as spend_refusal
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
@@ -173,6 +175,34 @@ def sign_fact_attestation(
         if why is not None:
             text = _REFUSALS.get(why, "the gate would refuse it: {why}")
             raise IssuingError(text.format(issuer=issuer, registry=registry.name, fact=fact, kid=key.kid, why=why), why)
+    return signed
+
+
+def sign_spend_attestation(
+    fields: Mapping[str, Any],
+    issuer: str,
+    key: Signer,
+    *,
+    period: tuple[dt.datetime, dt.datetime],
+    times: tuple[str, str],
+    registry: TrustRegistry | None = None,
+    keyring: Keyring | None = None,
+) -> dict[str, Any]:
+    """One signed spend attestation (``fields``: budget, subject, amount_minor, currency) for the
+    period ``(start, end)``; with ``registry``, refused unless the gate would count it."""
+    if period[1] < period[0]:
+        raise IssuingError(
+            f"--period-end {period[1].strftime(STAMP)} is before --period-start {period[0].strftime(STAMP)}", "usage"
+        )
+    item = {**fields, "period_start": period[0].strftime(STAMP), "period_end": period[1].strftime(STAMP)}
+    signed = sign_spend({**item, "issued_at": times[0], "expires_at": times[1]}, issuer, key)
+    if registry is not None:
+        why = spend_refusal(signed, registry, keyring)
+        if why is not None:
+            text = _REFUSALS.get(why, "the gate would refuse it: {why}")
+            raise IssuingError(
+                text.format(issuer=issuer, registry=registry.name, fact=METERED_SPEND, kid=key.kid, why=why), why
+            )
     return signed
 
 

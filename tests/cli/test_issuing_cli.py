@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import REPO, run_cli
 from issuingkit import AGENT, NOW, draft, setup
 
+from kcp_opa.context.metering import metered_spends
 from kcp_opa.core.signing import Keyring, create_pkcs11_ed25519
 from kcp_opa.declare.trust import load_trust
+
+REFERENCE_TRUST = REPO / "fixtures" / "trust" / "registry.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +189,49 @@ def test_controls_take_the_same_sources_and_refuse_them_beside_context(
     assert opened.returncode == 0, opened.stderr
     record = (tmp_path / "record.json").read_text()
     assert f'"facts_principal": "{AGENT}"' in record and '"source": "config:gate-config"' in record
+
+
+def _metering(tmp_path: Path, *args: str, issuer: str = "metering-service") -> Any:
+    keys = tmp_path / "issuer-keys.json"
+    if not keys.exists():
+        keys.write_bytes((REPO / "fixtures" / "trust" / "TEST-ONLY-issuer-keys.json").read_bytes())
+        keys.chmod(0o600)
+    return run_cli(
+        "facts", "spend", "--issuer", issuer, "--keyring", str(keys), "--kid", f"{issuer}-ed25519-test",
+        "--budget", "tenant_daily_usd", "--subject", "tenant_demo", "--amount-minor", "120000", "--currency", "USD",
+        "--now", "2026-11-29T09:01:00Z", "--expires-in", "2h", "--trust", str(REFERENCE_TRUST), *args,
+    )  # fmt: skip
+
+
+def test_facts_spend_signs_what_the_context_stage_counts(tmp_path: Path) -> None:
+    out = tmp_path / "attestations.json"
+    proc = _metering(
+        tmp_path, "--period-start", "2026-11-29T08:00:00Z", "--period-end", "2026-11-29T09:00:00Z", "-o", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr
+    items = json.loads(out.read_text())
+    spends, refused = metered_spends(items, {"tenant_id": "tenant_demo"}, load_trust(REFERENCE_TRUST), None)
+    assert refused == [] and [(s["budget"], s["amount_minor"], s["currency"]) for s in spends] == [
+        ("tenant_daily_usd", 120000, "USD")
+    ]
+    assert spends[0]["source"] == "attestation:metering-service/metering-service-ed25519-test"
+    assert (items[0]["issued_at"], items[0]["expires_at"]) == ("2026-11-29T09:01:00Z", "2026-11-29T11:01:00Z")
+
+
+@pytest.mark.parametrize(
+    ("issuer", "period", "why"),
+    [
+        (
+            "bank-idp",
+            ("2026-11-29T08:00:00Z", "2026-11-29T09:00:00Z"),
+            "does not list metered_spend in issuer bank-idp",
+        ),
+        ("metering-service", ("2026-11-29T09:00:00Z", "2026-11-29T08:00:00Z"), "is before --period-start"),
+        ("metering-service", ("yesterday", "2026-11-29T08:00:00Z"), "--period-start 'yesterday': an RFC 3339 time"),
+    ],
+)
+def test_facts_spend_mistakes_are_one_line(tmp_path: Path, issuer: str, period: tuple[str, str], why: str) -> None:
+    out = tmp_path / "attestations.json"
+    proc = _metering(tmp_path, "--period-start", period[0], "--period-end", period[1], "-o", str(out), issuer=issuer)
+    assert proc.returncode == 2 and why in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()
