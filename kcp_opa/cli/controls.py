@@ -124,6 +124,8 @@ def _desk(
     elif any(given is not None for given in sources):
         from kcp_opa.cli.decide import deployment_context
 
+        if principal is None:
+            raise KeyringError("--region, --attestations and --exceptions go with --principal (as in decide)", "usage")
         deployment_context(gate, trust, region, environment, attestations, exceptions, issuer_keyring)
     return ControlDesk(
         gate,

@@ -124,20 +124,21 @@ def decide(
         verification_keys=verification_of(verification_keys, verification_scope),
     )
     deployment = {"attestations": attestations, "exceptions": exceptions, "issuer_keys": issuer_keys}
+    sources = {"trust": trust, "principal": principal, "region": region, "environment": environment, **deployment}
+    given = [f"--{name.replace('_', '-')}" for name, value in sources.items() if value is not None]
     if context_path is not None:
-        if trust is not None or region is not None or environment is not None:
-            raise click.UsageError("--context declares the facts itself: give it or --trust/--region/--environment")
+        if given:
+            raise click.UsageError(f"--context declares the facts itself: give it or {given[0]}, not both")
         gate = vouching(gate, declared_context(context_path))
     elif trust is not None:
         if principal is None:
             raise click.UsageError("--trust needs --principal: the registered principal the action is decided for")
         deployment_context(gate, trust, region, environment, **deployment)
-    else:
-        given = [f"--{k.replace('_', '-')}" for k, v in {**deployment, "principal": principal}.items() if v]
-        if given:
-            raise click.UsageError(f"{given[0]} needs --trust (the registry names the principals and issuers)")
-        if region is not None or environment is not None:
-            deployment_context(gate, None, region, environment, None, None, None)
+    elif set(given) - {"--region", "--environment"}:
+        needing = next(flag for flag in given if flag not in ("--region", "--environment"))
+        raise click.UsageError(f"{needing} needs --trust (the registry names the principals and issuers)")
+    elif given:
+        deployment_context(gate, None, region, environment, None, None, None)
     prepared = gate.prepare(action, now=now, principal=principal)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()

@@ -159,6 +159,8 @@ def test_exceptions_sign_draft_mistakes_are_one_line(
         (["--exceptions", "ACT"], "--exceptions needs --trust"),
         (["--principal", AGENT], "--principal needs --trust"),
         (["--trust", "REG", "--context", "ACT"], "--context declares the facts itself"),
+        (["--context", "ACT", "--exceptions", "ACT"], "--context declares the facts itself: give it or --exceptions"),
+        (["--context", "ACT", "--principal", AGENT], "--context declares the facts itself: give it or --principal"),
         (["--trust", "REG", "--principal", AGENT, "--region", '"EU"'], "deployment_region"),
     ],
 )
