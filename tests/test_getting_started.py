@@ -39,6 +39,10 @@ def test_the_guide_takes_a_new_deployment_to_an_executed_action(tmp_path: Path) 
     # The bundle is named after the manifest's project, and the matrix routed the approval.
     assert (tmp_path / "bundles" / "hr-leave.tar.gz").is_file()
     assert "hr_manager" in proc.stdout and "matrix_approve" in proc.stdout
+    # Every fact from the registry, the gate and a signed attestation: none missing, none in conflict.
+    assert "context_missing" not in proc.stdout and "context_conflict" not in proc.stdout
+    attested = json.loads((tmp_path / "attestations.json").read_text())
+    assert [(a["fact"], a["issuer"]) for a in attested] == [("evidence_status", "hr-records")]
     recorded = json.loads((tmp_path / "recorded.json").read_text())
     assert recorded["authorization_status"] == "APPROVED"
 

@@ -24,6 +24,7 @@ from kcp_opa.cli.decide import decide, eval_command
 from kcp_opa.cli.declare import compile_command, explain, inspect, validate
 from kcp_opa.cli.exceptions import exceptions
 from kcp_opa.cli.executions import executions
+from kcp_opa.cli.facts import facts
 from kcp_opa.cli.generate import generate
 from kcp_opa.cli.ledgerarg import audit_dump
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_USAGE, fail
@@ -70,6 +71,7 @@ COMMANDS = (
     decide,
     eval_command,
     controls,
+    facts,
     receipt,
     executions,
     exceptions,

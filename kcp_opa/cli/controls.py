@@ -71,8 +71,17 @@ def _desk_options(fn: Callable[..., None]) -> Callable[..., None]:
         file_option(
             "--context",
             "context_path",
-            help="What the gate knows (as `kcp-opa decide --context`); without it every gate fact is missing.",
+            help="What the gate knows (as `kcp-opa decide --context`); without it or --principal every gate "
+            "fact is missing.",
         ),
+        click.option(
+            "--principal",
+            help="The registered principal the action is decided for; its facts from --trust (`decide --principal`).",
+        ),
+        click.option("--region", help="The gate's deployment region (as `decide --region`)."),
+        click.option("--environment", help="The gate's environment (as `decide --environment`)."),
+        file_option("--attestations", help="Signed fact attestations (as `decide --attestations`)."),
+        file_option("--exceptions", help="Signed exceptions (as `decide --exceptions`)."),
     )
     return verification_options(options(fn))
 
@@ -87,6 +96,11 @@ def _desk(
     verification_keys: tuple[str, ...] = (),
     verification_scope: str = "",
     context_path: Path | None = None,
+    principal: str | None = None,
+    region: str | None = None,
+    environment: str | None = None,
+    attestations: Path | None = None,
+    exceptions: Path | None = None,
 ) -> ControlDesk:
     secret = os.environ.get(seal_secret_env, "").encode("utf-8")
     if len(secret) < MIN_SECRET_BYTES:
@@ -99,11 +113,20 @@ def _desk(
         ledger=AuditLedger(ledger) if ledger is not None else None,
         verification_keys=verification_of(verification_keys, verification_scope),
     )
+    sources = (principal, region, environment, attestations, exceptions)
     if context_path is not None:
         from kcp_opa.authoring.casecontext import vouching
         from kcp_opa.cli.decide import declared_context
 
+        if any(given is not None for given in sources):
+            raise KeyringError("--context declares the facts itself: give it or --principal/--region/...", "usage")
         gate = vouching(gate, declared_context(context_path))
+    elif any(given is not None for given in sources):
+        from kcp_opa.cli.decide import deployment_context
+
+        if principal is None:
+            raise KeyringError("--region, --attestations and --exceptions go with --principal (as in decide)", "usage")
+        deployment_context(gate, trust, region, environment, attestations, exceptions, issuer_keyring)
     return ControlDesk(
         gate,
         load_trust(trust),
@@ -163,7 +186,8 @@ def controls() -> None:
 def challenge(action_path: str, record_path: Path, now: str | None, **desk: Any) -> None:
     """Decide the action and open its control record: what the decision still needs."""
     the_desk = _desk(**desk)
-    record = the_desk.open(parse_action(read_text(action_path, "action")), now=decision_time(now) if now else None)
+    action = parse_action(read_text(action_path, "action"))
+    record = the_desk.open(action, now=decision_time(now) if now else None, principal=desk["principal"])
     _write(record_path, export_record(the_desk, record))
     render.print_json(_summary(record))
 

@@ -14,10 +14,10 @@ from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, verification_of, verification_options
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
-from kcp_opa.cli.options import bundle_option, choice_option, file_option, ledger_key_option
+from kcp_opa.cli.options import bundle_option, choice_option, file_option, ledger_key_option, trust_option
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
 from kcp_opa.core import strictjson
-from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, LedgerError, QueryError
+from kcp_opa.core.errors import ActionRejectedError, CodedError, EngineLoadError, LedgerError, QueryError
 from kcp_opa.core.signing import load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.crosscheck import opa_query
@@ -59,8 +59,25 @@ from kcp_opa.trail.ledger import AuditLedger
     "--context",
     "context_path",
     help="YAML/JSON: what the gate knows (config, registry, attested; from_action: true vouches for what "
-    "the action states). Without it every gate and attested fact is missing (docs/contract.md, Facts).",
+    "the action states; for a host that wrote the action itself). Without it or --trust every gate and "
+    "attested fact is missing (docs/contract.md, Facts).",
 )
+@trust_option(
+    "The trust registry, as `serve --trust`: the --principal's role, agent scope and model, and the issuers "
+    "of --attestations and --exceptions. The facts are then the service's, never the action's."
+)
+@click.option(
+    "--principal",
+    help="With --trust: the registered principal the action is decided for, as the service would authenticate "
+    "it; you vouch for it (a --ledger entry is attributed to it when the action names it).",
+)
+@click.option("--region", help="The gate's deployment region, as `serve --region` (a gate fact).")
+@click.option("--environment", help="The gate's environment, as `serve --environment` (a gate fact).")
+@file_option("--attestations", help="With --trust: JSON list of signed fact attestations (`kcp-opa facts sign`).")
+@file_option(
+    "--exceptions", help="With --trust: signed exceptions (`kcp-opa exceptions sign`), verified as `serve` does."
+)
+@file_option("--issuer-keys", help="With --trust: keyring with HMAC issuers' secrets (Ed25519 keys: the registry).")
 @FORMAT
 def decide(
     bundle: Path,
@@ -74,6 +91,13 @@ def decide(
     verification_keys: tuple[str, ...],
     verification_scope: str,
     context_path: Path | None,
+    trust: Path | None,
+    principal: str | None,
+    region: str | None,
+    environment: str | None,
+    attestations: Path | None,
+    exceptions: Path | None,
+    issuer_keys: Path | None,
     fmt: str | None,
 ) -> None:
     """Decide one action with the bundle's policy and print the decision (JSON when piped).
@@ -81,7 +105,8 @@ def decide(
     \b
     Exit codes:
       0  a decision was made (read `decision` and `execution_allowed`)
-      1  the action was refused before evaluation (float, secret key, bad shape...)
+      1  the action was refused before evaluation (float, secret key, bad shape...),
+         or an --exceptions entry the registry does not vouch for
       2  usage error, unreadable file or unusable bundle
       3  internal error
       4  with --enforce: the decision does not allow execution
@@ -98,9 +123,23 @@ def decide(
         cross_check="opa" if cross_check else None,
         verification_keys=verification_of(verification_keys, verification_scope),
     )
+    deployment = {"attestations": attestations, "exceptions": exceptions, "issuer_keys": issuer_keys}
+    sources = {"trust": trust, "principal": principal, "region": region, "environment": environment, **deployment}
+    given = [f"--{name.replace('_', '-')}" for name, value in sources.items() if value is not None]
     if context_path is not None:
+        if given:
+            raise click.UsageError(f"--context declares the facts itself: give it or {given[0]}, not both")
         gate = vouching(gate, declared_context(context_path))
-    prepared = gate.prepare(action, now=now)
+    elif trust is not None:
+        if principal is None:
+            raise click.UsageError("--trust needs --principal: the registered principal the action is decided for")
+        deployment_context(gate, trust, region, environment, **deployment)
+    elif set(given) - {"--region", "--environment"}:
+        needing = next(flag for flag in given if flag not in ("--region", "--environment"))
+        raise click.UsageError(f"{needing} needs --trust (the registry names the principals and issuers)")
+    elif given:
+        deployment_context(gate, None, region, environment, None, None, None)
+    prepared = gate.prepare(action, now=now, principal=principal)
     decision = gate.decide_prepared(prepared)
     document = decision.to_dict()
     if with_input:
@@ -116,6 +155,36 @@ def decide(
             click.echo(f"kcp-opa: warning: no checkpoint: {exc}", err=True)
     if enforce and not decision.execution_allowed:
         sys.exit(EXIT_NOT_ALLOWED)
+
+
+def deployment_context(
+    gate: Gate,
+    trust: Path | None,
+    region: str | None,
+    environment: str | None,
+    attestations: Path | None,
+    exceptions: Path | None,
+    issuer_keys: Path | None,
+) -> None:
+    """Give ``gate`` the context sources `kcp-opa serve` builds from the same options (the same
+    functions build them), so the CLI decides on the facts and waivers the service would."""
+    from kcp_opa.context import StaticGateConfig
+    from kcp_opa.core.signing import load_keyring
+    from kcp_opa.declare.trust import load_trust
+    from kcp_opa.service.loading import service_context, with_exceptions
+
+    registry = load_trust(trust) if trust is not None else None
+    compiled = gate.bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
+    if registry is not None and compiled.get("sha256") != registry.sha256:  # as serve refuses it
+        raise CodedError(
+            f"the bundle was compiled with trust registry {compiled.get('sha256')}, not {registry.file}"
+            f" ({registry.sha256}): compile with --trust {registry.file}",
+            "registry_mismatch",
+        )
+    keys = load_keyring(issuer_keys) if issuer_keys is not None else None
+    config = StaticGateConfig(deployment_region=region, environment=environment)
+    gate.context = service_context(registry, config, attestations, keys)
+    with_exceptions(gate, registry, exceptions, keys)
 
 
 def declared_context(path: Path) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""``kcp-opa exceptions list|check``: what is waived, for whom, by whom, until when.
+"""``kcp-opa exceptions sign|list|check``: sign waivers; what is waived, for whom, by whom, until when.
 
+``sign`` signs a draft's entries as a registered issuer (kcp_opa.context.issuing) and writes the
+file only once it checks as ``check`` would check it.
 ``list`` shows each exception of a file with its scope, the codes it waives, its grantor,
 ticket and expiry, and (given the ledger, a file or a ``postgresql://`` database) how many
 decisions applied it (each decision once, however many entries record it). ``check`` exits 1 when
@@ -18,16 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from kcp_opa.audit.summary import AppliedExceptions
 from kcp_opa.authoring.policytree import load_modules
 from kcp_opa.cli import render
 from kcp_opa.cli.ledgerarg import LEDGER
+from kcp_opa.cli.options import keyring_option, now_option, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console, fail
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.compile.resolution import check_waived, waivable_codes
-from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.context.issuing import issuer_key, signed_exceptions, write_checked
+from kcp_opa.core.errors import ActionRejectedError, ValidationFailedError
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.gateinput import decision_time
 from kcp_opa.declare.diagnostics import Report
@@ -40,6 +45,7 @@ from kcp_opa.declare.exceptions import (
 )
 from kcp_opa.declare.matrix import load_matrix
 from kcp_opa.declare.trust import load_trust
+from kcp_opa.declare.yamlsource import load_yaml
 from kcp_opa.trail.ledger import read_entries
 
 _SPAN = re.compile(r"^(\d+)([smhd])$")
@@ -172,7 +178,7 @@ def _run(mode: str, file: Path, trust: Path | None, issuer_keys: Path | None, ma
 
 @click.group()
 def exceptions() -> None:
-    """Signed, expiring waivers (kind kcp-opa/exceptions): list them, check them in CI."""
+    """Signed, expiring waivers (kind kcp-opa/exceptions): sign them, list them, check them in CI."""
 
 
 @exceptions.command(name="list")
@@ -189,3 +195,60 @@ def check_command(**options: Any) -> None:
     --expiring), on one the registry does not vouch for, and on one that waives a terminal code
     or a code the policies (--bundle's, else the shipped ones) do not mark waivable; 0 otherwise."""
     _run("check", **options)
+
+
+@exceptions.command(name="sign")
+@click.argument("draft", type=_FILE)
+@click.option("--issuer", required=True, help="The registered issuer signing (signs_exceptions: true in the registry).")
+@keyring_option("The issuer's keyring file (mode 0600); --kid picks the key [default: its signing kid].")
+@click.option("--kid", help="Key id in --keyring [default: the keyring's signing kid].")
+@signing_key_option()
+@click.option("-o", "--output", type=_FILE, required=True, help="Write the signed exceptions file here.")
+@click.option("--trust", type=_FILE, help="Verify the signed file against this registry (issuer, key, grantor).")
+@click.option("--issuer-keys", type=_FILE, help="With --trust: keyring with HMAC issuers' secrets.")
+@click.option("--matrix", type=_FILE, help="The delegation matrix: its maximum exception lifetime (default 30d).")
+@click.option(
+    "--bundle", type=_FILE, help="Bundle whose policies list the waivable codes [default: the shipped policies]."
+)
+@now_option("Issue time for entries without issued_at [default: now].")
+@MAX_BYTES
+def sign_command(
+    draft: Path,
+    issuer: str,
+    keyring_path: Path | None,
+    kid: str | None,
+    signing_key: str | None,
+    output: Path,
+    trust: Path | None,
+    issuer_keys: Path | None,
+    matrix: Path | None,
+    bundle: Path | None,
+    now: str | None,
+    max_bytes: int,
+) -> None:
+    """Sign every exception of DRAFT as ISSUER and write the file the gate verifies (--output).
+
+    \b
+    DRAFT is a kind: kcp-opa/exceptions document whose entries hold
+      id, scope, waives, reason, ticket, grantor, expires_at   and optionally issued_at
+    (default: now); issuer and signature are written here. The signed file is checked as
+    `exceptions check` checks it (schema, terminal and unwaivable codes; with --trust the
+    registry's issuer, key and grantor, with --matrix the maximum lifetime) before it replaces
+    --output: a file the gate would refuse is never written.
+    The key never goes in argv: a keyring file only its owner may read (0600), or a pkcs11: URI.
+    """
+    key = issuer_key(signing_key, keyring_path, kid)
+    document = signed_exceptions(load_yaml(draft, max_bytes=max_bytes).data, issuer, key, decision_time(now))
+
+    def refused_unless_valid(written: Path) -> None:
+        report = _report(written, trust, issuer_keys, matrix, bundle, max_bytes)
+        if report.document is None:
+            raise ValidationFailedError(str(output), [str(d).replace(str(written), str(output)) for d in report.errors])
+
+    text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    write_checked(output, text.encode("utf-8"), "--output", refused_unless_valid)
+    click.echo(f"{output}: {len(document['exceptions'])} exceptions signed by {issuer} ({key.kid})")
+    if trust is None:
+        click.echo(
+            "kcp-opa: note: not checked against a trust registry (--trust checks the issuer, key and grantor)", err=True
+        )
