@@ -160,8 +160,10 @@ def build_app(
             document["bundle_source"] = followed
         return JSONResponse(document)
 
+    document = openapi_document(served)  # built once: a catalog whose operationIds clash refuses to start
+
     async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document(served))
+        return JSONResponse(document)
 
     def admin(path: str, run: Callable[[Request], Any]) -> Route:
         async def endpoint(request: Request) -> Response:

@@ -3,8 +3,11 @@
 Each tool route runs one tool through the same dispatch as MCP, so its request and response
 schemas are the tool's input and output schemas (a path parameter is taken out of the body's);
 the routes that are not tools are listed in :data:`FIXED_ROUTES`, AuthZEN's in
-:data:`AUTHZEN_ROUTES`. A test holds that every ``/v1`` and AuthZEN route of the app is described
-here and nothing else.
+:data:`AUTHZEN_ROUTES`. Every operation has a unique ``operationId`` (a tool route's is the tool's
+name) and lists each status its route answers: the codes every route of its kind can refuse with
+(refusals.py) and, for a route that runs a tool, the tool's own ``refusals``, mapped through the
+one table the routes answer with. Tests hold that every ``/v1`` and AuthZEN route of the app is
+described here and nothing else, and that each status a real server answers is documented.
 """
 
 from __future__ import annotations
@@ -210,8 +213,11 @@ def openapi_document(catalog: Catalog) -> dict[str, Any]:
             operation["requestBody"] = body
         paths.setdefault(path, {})[method] = operation
     named = [operation["operationId"] for methods in paths.values() for operation in methods.values()]
-    if len(set(named)) != len(named):
-        raise CodedError(f"operationIds repeat in the OpenAPI document: {', '.join(sorted(named))}", "tool_catalog")
+    repeated = sorted({name for name in named if named.count(name) > 1})
+    if repeated:
+        raise CodedError(
+            f"operationIds repeat in the OpenAPI document: {', '.join(repeated)} (rename the tool)", "tool_catalog"
+        )
     return {
         "openapi": "3.1.0",
         "info": {"title": "kcp-opa gate service", "version": __version__},

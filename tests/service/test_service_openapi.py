@@ -139,3 +139,19 @@ def test_each_documented_refusal_names_the_error_schema_and_its_codes() -> None:
     assert set(document["paths"]["/v1/openapi.json"]["get"]["responses"]) == {"200", "421"}
     authzen = document["paths"]["/access/v1/evaluation"]["post"]["responses"]
     assert "500" in authzen and AUTHZEN_STATUS["internal_error"] == 500 and "internal_error" not in STATUS
+
+
+def test_a_tool_whose_operation_id_clashes_refuses_to_build_the_app() -> None:
+    """A host's tool named like a fixed route's operationId: the app refuses to start, naming it."""
+    import dataclasses
+
+    from kcp_opa.core.errors import CodedError
+    from kcp_opa.service.catalog import Route
+    from kcp_opa.service.http import build_app
+
+    base = CATALOG.get("evaluate_action")
+    assert base is not None
+    clash = dataclasses.replace(base, name="service_status", route=Route("/v1/clash", "a host's tool"))
+    with pytest.raises(CodedError, match="operationIds repeat in the OpenAPI document: service_status ") as refused:
+        build_app(None, None, catalog=CATALOG.with_tool(clash))  # type: ignore[arg-type]
+    assert refused.value.code == "tool_catalog"
