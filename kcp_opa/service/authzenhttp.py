@@ -86,10 +86,15 @@ def _caller(request: Request) -> Principal:
 
 
 def authzen_routes(
-    service: GateService, catalog: Catalog, status: Mapping[str, int], enforced: frozenset[str] = frozenset()
+    service: GateService,
+    catalog: Catalog,
+    status: Mapping[str, int],
+    enforced: frozenset[str] = frozenset(),
+    public_url: str | None = None,
 ) -> list[Route]:
     """The three AuthZEN routes; ``status`` maps the project's refusal codes to HTTP statuses;
-    ``enforced`` names the obligations the gateway in front enforces (``serve --authzen-obligation``)."""
+    ``enforced`` names the obligations the gateway in front enforces (``serve --authzen-obligation``);
+    ``public_url`` the PDP's identifier in the metadata (``serve --public-url``; else the URL reached)."""
     statuses = {**status, **_OWN_STATUS}
 
     def status_of(exc: KcpOpaError) -> tuple[int, dict[str, Any]]:
@@ -167,7 +172,7 @@ def authzen_routes(
                 return error(exc)
 
     async def configuration(request: Request) -> Response:
-        return JSONResponse(metadata(str(request.base_url).rstrip("/")))
+        return JSONResponse(metadata(public_url or str(request.base_url).rstrip("/")))
 
     def route(path: str, endpoint: Any, method: str) -> Route:
         return Route(path, EchoRequestId(RequireAuth(endpoint_app(endpoint), service, path)), methods=[method])
