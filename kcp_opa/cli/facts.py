@@ -9,7 +9,9 @@ cannot count itself). The logic is ``kcp_opa.context.issuing``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,10 +28,10 @@ from kcp_opa.context.issuing import (
     sign_spend_attestation,
     validity,
 )
-from kcp_opa.core.signing import load_keyring
+from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
-from kcp_opa.declare.trust import load_trust
+from kcp_opa.declare.trust import TrustRegistry, load_trust
 
 #: Said on stderr when no registry checked what was signed.
 UNCHECKED = "kcp-opa: note: not checked against a trust registry (--trust checks the issuer, the fact and the key)"
@@ -102,18 +104,11 @@ def sign(
     bound = binding(hash_text, subject_id)
     times = validity(decision_time(now), expires_at, expires_in)
     key = issuer_key(signing_key, keyring_path, kid)
-    registry = load_trust(trust) if trust is not None else None
-    if issuer_keys is not None and registry is None:
-        raise click.UsageError("--issuer-keys goes with --trust (it holds HMAC issuers' secrets for the check)")
-    ring = load_keyring(issuer_keys) if issuer_keys is not None else None
+    registry, ring = _checks(trust, issuer_keys)
     item = sign_fact_attestation(
         fact_name, value, issuer, key, bound=bound, times=times, registry=registry, keyring=ring
     )
-    if output is not None:
-        add_attestation(output, item)
-    if registry is None:
-        click.echo(UNCHECKED, err=True)
-    render.print_json(item)
+    _emit(item, output, checked=registry is not None)
 
 
 @facts.command(name="spend")
@@ -166,14 +161,24 @@ def spend(
     period = (moment(period_start, "--period-start"), moment(period_end, "--period-end"))
     times = validity(decision_time(now), expires_at, expires_in)
     key = issuer_key(signing_key, keyring_path, kid)
+    registry, ring = _checks(trust, issuer_keys)
+    fields = {"budget": budget, "subject": subject, "amount_minor": amount_minor, "currency": currency}
+    item = sign_spend_attestation(fields, issuer, key, period=period, times=times, registry=registry, keyring=ring)
+    _emit(item, output, checked=registry is not None)
+
+
+def _checks(trust: Path | None, issuer_keys: Path | None) -> tuple[TrustRegistry | None, Keyring | None]:
+    """The registry (and HMAC issuers' keyring) to check an attestation against, before it is written."""
     registry = load_trust(trust) if trust is not None else None
     if issuer_keys is not None and registry is None:
         raise click.UsageError("--issuer-keys goes with --trust (it holds HMAC issuers' secrets for the check)")
-    ring = load_keyring(issuer_keys) if issuer_keys is not None else None
-    fields = {"budget": budget, "subject": subject, "amount_minor": amount_minor, "currency": currency}
-    item = sign_spend_attestation(fields, issuer, key, period=period, times=times, registry=registry, keyring=ring)
+    return registry, load_keyring(issuer_keys) if issuer_keys is not None else None
+
+
+def _emit(item: Mapping[str, Any], output: Path | None, *, checked: bool) -> None:
+    """Add the signed attestation to ``output`` (if given) and print it; say so when nothing checked it."""
     if output is not None:
         add_attestation(output, item)
-    if registry is None:
+    if not checked:
         click.echo(UNCHECKED, err=True)
     render.print_json(item)

@@ -123,6 +123,12 @@ from kcp_opa.core.errors import KcpOpaError
     help="An obligation the AuthZEN gateway in front enforces (repeatable): an ALLOW owing another than these "
     "and audit answers decision false, naming it (e.g. redact_content under no-logging).",
 )
+@click.option(
+    "--public-url",
+    metavar="ORIGIN",
+    help="The origin gateways reach this server at (https://pdp.example.com): the AuthZEN metadata names it "
+    "as the policy decision point [default: the URL each request reached].",
+)
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
@@ -246,5 +252,13 @@ def _serve_http(service: Any, authenticator: Any, config: Any, reloader: Any, ca
     host, port = config.host, config.port
     click.echo(f"kcp-opa: serving MCP at http://{host}:{port}/mcp and the JSON API at /v1", err=True)
     enforced = frozenset(config.authzen_obligations)
-    app = build_app(service, authenticator, host=host, reloader=reloader, catalog=catalog, authzen_obligations=enforced)
+    app = build_app(
+        service,
+        authenticator,
+        host=host,
+        reloader=reloader,
+        catalog=catalog,
+        authzen_obligations=enforced,
+        public_url=config.public_url,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -85,9 +85,15 @@ def _caller(request: Request) -> Principal:
     return principal
 
 
-def authzen_routes(service: GateService, catalog: Catalog, enforced: frozenset[str] = frozenset()) -> list[Route]:
+def authzen_routes(
+    service: GateService,
+    catalog: Catalog,
+    enforced: frozenset[str] = frozenset(),
+    public_url: str | None = None,
+) -> list[Route]:
     """The three AuthZEN routes, refusing with refusals.AUTHZEN_STATUS's statuses; ``enforced``
-    names the obligations the gateway in front enforces (``serve --authzen-obligation``)."""
+    names the obligations the gateway in front enforces (``serve --authzen-obligation``);
+    ``public_url`` the PDP's identifier in the metadata (``serve --public-url``; else the URL reached)."""
 
     def answered(exc: KcpOpaError) -> tuple[int, dict[str, Any]]:
         payload = error_payload(exc)
@@ -164,7 +170,7 @@ def authzen_routes(service: GateService, catalog: Catalog, enforced: frozenset[s
                 return error(exc)
 
     async def configuration(request: Request) -> Response:
-        return JSONResponse(metadata(str(request.base_url).rstrip("/")))
+        return JSONResponse(metadata(public_url or str(request.base_url).rstrip("/")))
 
     def route(path: str, endpoint: Any, method: str) -> Route:
         return Route(path, EchoRequestId(RequireAuth(endpoint_app(endpoint), service, path)), methods=[method])

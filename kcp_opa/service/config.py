@@ -11,6 +11,7 @@ holds) is :class:`HostParts`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -34,6 +35,9 @@ class ServiceConfigError(CodedError):
     """A configuration the service cannot start with (exit 2; one line naming the setting)."""
 
     code = "service_config"
+
+
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,16 @@ class ServiceConfig:
     #: Obligations the AuthZEN gateway in front enforces: an ALLOW owing only these (and ``audit``,
     #: which the gate keeps) answers ``decision: true`` (kcp_opa.service.authzen.answer).
     authzen_obligations: tuple[str, ...] = ()
+    #: The origin gateways reach this PDP at (AuthZEN metadata's ``policy_decision_point``); None:
+    #: the URL each request reached.
+    public_url: str | None = None
 
     def __post_init__(self) -> None:
+        if self.public_url is not None and _ORIGIN.fullmatch(self.public_url) is None:
+            raise ServiceConfigError(
+                f"public_url {self.public_url[:200]!r}: an origin such as https://pdp.example.com (scheme and host, "
+                "optional port, no path)"
+            )
         if self.transport not in {"stdio", "http"}:
             raise ServiceConfigError(f"transport {self.transport!r}: stdio or http")
         if self.mode not in {"enforce", "log_only"}:

@@ -119,10 +119,12 @@ def build_app(
     reloader: Reloader | None = None,
     catalog: Catalog | None = None,
     authzen_obligations: frozenset[str] = frozenset(),
+    public_url: str | None = None,
 ) -> Starlette:
     """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests);
     ``catalog`` (default ``tools.CATALOG``) gives MCP's tools, the tool routes and the OpenAPI document;
-    ``authzen_obligations`` the obligations the AuthZEN gateway enforces (``--authzen-obligation``)."""
+    ``authzen_obligations`` the obligations the AuthZEN gateway enforces (``--authzen-obligation``),
+    ``public_url`` the origin gateways reach it at (``--public-url``)."""
     served = catalog or tools.CATALOG
     server = build_server(service, lambda ctx: principal_of(ctx.request), served)
     security = None
@@ -200,7 +202,7 @@ def build_app(
         _route(service, served, OPA_ROUTE, "post", "opa_decision", _opa_input),
         *(_tool_route(service, served, tool) for tool in served if tool.route is not None),
         *ui_routes(service, authenticator, served),  # /ui and GET /v1/challenges (ui.py)
-        *authzen_routes(service, served, authzen_obligations),  # /access/v1/..., metadata (authzenhttp.py)
+        *authzen_routes(service, served, authzen_obligations, public_url),  # /access/v1/..., metadata (authzenhttp.py)
     ]
     return Starlette(
         routes=routes,

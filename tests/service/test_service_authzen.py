@@ -238,6 +238,28 @@ def test_transport_errors_are_400(served: Served) -> None:
     assert ask(served.url, EVALUATION, None, raw=b"").status_code == 400
 
 
+@pytest.fixture(scope="module")
+def behind_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    yield from serve(tmp_path_factory.mktemp("authzen-public"), extra=("--public-url", "https://pdp.example.test"))
+
+
+def test_the_metadata_names_the_configured_public_url_whatever_host_the_request_names(behind_proxy: Served) -> None:
+    """Behind a proxy the PDP's identifier is the origin the operator configures (`--public-url`),
+    not whatever `Host` a request carries: a gateway compares it with the URL it was given."""
+    headers = {"Authorization": f"Bearer {TOKENS[AGENT]}", "Host": "localhost:1"}
+    document = httpx2.get(f"{behind_proxy.url}/.well-known/authzen-configuration", headers=headers, timeout=60).json()
+    assert document["policy_decision_point"] == "https://pdp.example.test"
+    assert document["access_evaluation_endpoint"] == f"https://pdp.example.test{EVALUATION}"
+
+
+def test_a_public_url_that_is_not_an_origin_is_refused_in_one_line(tmp_path: Path) -> None:
+    from kcp_opa.service.config import ServiceConfig, ServiceConfigError
+
+    for bad in ("pdp.example.test", "https://pdp.example.test/path", "ftp://pdp.example.test", "https://a b"):
+        with pytest.raises(ServiceConfigError, match="an origin such as"):
+            ServiceConfig(tmp_path / "b.tar.gz", public_url=bad)
+
+
 def test_the_metadata_document_names_both_endpoints(served: Served) -> None:
     headers = {"Authorization": f"Bearer {TOKENS[AGENT]}", "X-Request-ID": "meta-1"}
     answer = httpx2.get(f"{served.url}/.well-known/authzen-configuration", headers=headers, timeout=60)
