@@ -40,34 +40,8 @@ bundle: $(STAMP) $(SIGNING_KEY) ## validate, compile and sign the reference depl
 	  $(BIN)/kcp-opa bundle verify bundles/$$name.tar.gz $(VERIFY) --format text || exit $$?; \
 	done
 
-demo: $(STAMP) ## the main job on the reference deployments: validate, compile, decide, audit
-	@rm -f audit/demo.jsonl
-	$(BIN)/kcp-opa validate --format text $(DEPLOY)/*/*.yaml $(TRUST)
-	$(BIN)/kcp-opa explain --format text $(DEPLOY)/customer-onboarding/knowledge.yaml gdpr_data_minimisation
-	@$(MAKE) --no-print-directory bundle
-	$(BIN)/kcp-opa inspect --format text bundles/customer-onboarding.tar.gz $(VERIFY)
-	$(BIN)/kcp-opa decide --bundle bundles/finance.tar.gz --input fixtures/kya-supplier-payment-action.json \
-	  --context fixtures/context/host-vouched.yaml --now 2026-11-29T10:00:00Z --ledger audit/demo.jsonl $(VERIFY)
-	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/decide_demo.py
-	KCP_OPA_VERIFICATION_KEY=$(SIGNING_KEY).pub $(BIN)/python examples/supplier_payment_flow.py
-	$(BIN)/kcp-opa audit verify --format text audit/demo.jsonl
-	$(BIN)/kcp-opa audit replay --format text audit/demo.jsonl --bundles bundles $(VERIFY)
-	$(BIN)/kcp-opa audit query --format text audit/demo.jsonl --decision DENY
-	$(BIN)/kcp-opa audit report audit/demo.jsonl --trust $(TRUST) --html audit/report.html
-	@rm -rf audit/case audit/checkpoint-keys.json
-	@$(BIN)/kcp-opa receipt keygen --kid demo-checkpoint --keyring audit/checkpoint-keys.json >/dev/null
-	@id=$$($(BIN)/kcp-opa audit query audit/demo.jsonl --type receipt --format json \
-	  | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[-1]["decision_id"])') && \
-	$(BIN)/kcp-opa audit case audit/demo.jsonl $$id -o audit/case --trust $(TRUST) --keyring audit/checkpoint-keys.json \
-	  --receipt audit/demo-receipt.json --receipt-keyring audit/demo-receipt-keys.json $(VERIFY)
-	$(BIN)/kcp-opa audit case verify audit/case --trust $(TRUST) --receipt-keyring audit/demo-receipt-keys.json $(VERIFY) \
-	  --expect-head $$(($$(wc -l < audit/demo.jsonl) - 1)) --format text
-	$(BIN)/kcp-opa prove bundles/support-desk.tar.gz --budget 300 $(VERIFY)
-	@# two policy versions: round one's bundle (from git history, unsigned) against today's signed one
-	$(BIN)/kcp-opa diff tests/fixtures/analysis/round-one-support-desk.tar.gz bundles/support-desk.tar.gz \
-	  --budget 300 --allow-weakening
-	@# the signed bundle, verified, against its declarations compiled on the fly: no change
-	$(BIN)/kcp-opa diff bundles/support-desk.tar.gz $(DEPLOY)/support-desk --budget 100 $(VERIFY)
+demo: $(STAMP) $(SIGNING_KEY) ## the main job on the reference deployments: validate, compile, decide, audit (one line a step; details in audit/demo.log)
+	@$(BIN)/python examples/demo.py --signing-key $(SIGNING_KEY) --trust $(TRUST) --deployments $(DEPLOY)
 
 serve-demo: $(STAMP) ## the supplier payment through the MCP server (streamable HTTP), six registry principals
 	@$(MAKE) --no-print-directory bundle >/dev/null

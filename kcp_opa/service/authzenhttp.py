@@ -38,13 +38,13 @@ from kcp_opa.service.httpedge import MAX_BODY_BYTES, RequireAuth, endpoint_app, 
 from kcp_opa.service.identity import AccessDeniedError, Principal
 from kcp_opa.service.identity import Scope as ToolScope
 from kcp_opa.service.observe import span
+from kcp_opa.service.refusals import AUTHZEN_STATUS, status_of
 
 EVALUATION = "/access/v1/evaluation"
 EVALUATIONS = "/access/v1/evaluations"
 METADATA = "/.well-known/authzen-configuration"
 #: The catalog tool every evaluation runs: the one behind ``POST /v1/decisions``.
 TOOL = "evaluate_action"
-_OWN_STATUS = {"authzen_request": 400, "authzen_mixed_tenants": 400, "internal_error": 500}
 
 
 class EchoRequestId:
@@ -88,21 +88,19 @@ def _caller(request: Request) -> Principal:
 def authzen_routes(
     service: GateService,
     catalog: Catalog,
-    status: Mapping[str, int],
     enforced: frozenset[str] = frozenset(),
     public_url: str | None = None,
 ) -> list[Route]:
-    """The three AuthZEN routes; ``status`` maps the project's refusal codes to HTTP statuses;
-    ``enforced`` names the obligations the gateway in front enforces (``serve --authzen-obligation``);
+    """The three AuthZEN routes, refusing with refusals.AUTHZEN_STATUS's statuses; ``enforced``
+    names the obligations the gateway in front enforces (``serve --authzen-obligation``);
     ``public_url`` the PDP's identifier in the metadata (``serve --public-url``; else the URL reached)."""
-    statuses = {**status, **_OWN_STATUS}
 
-    def status_of(exc: KcpOpaError) -> tuple[int, dict[str, Any]]:
+    def answered(exc: KcpOpaError) -> tuple[int, dict[str, Any]]:
         payload = error_payload(exc)
-        return statuses.get(payload["code"], 422), payload
+        return status_of(payload["code"], AUTHZEN_STATUS), payload
 
     def error(exc: KcpOpaError) -> JSONResponse:
-        code, payload = status_of(exc)
+        code, payload = answered(exc)
         return JSONResponse(payload, code)
 
     def decide(principal: Principal, item: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -127,7 +125,7 @@ def authzen_routes(
             try:
                 result = decide(principal, item, EVALUATIONS)
             except KcpOpaError as exc:
-                code, payload = status_of(exc)
+                code, payload = answered(exc)
                 if code >= 500:
                     raise
                 result = refused(code, payload["code"], payload["error"])

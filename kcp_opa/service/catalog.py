@@ -54,6 +54,9 @@ class Tool:
     route: Route | None = None
     #: Listed in MCP ``tools/list`` (False: served on its route only, e.g. the OPA-compatible decision).
     mcp: bool = True
+    #: The refusal codes its handler raises beyond dispatch's (refusals.DISPATCH): the OpenAPI
+    #: document lists its route's statuses from them (a code refusals.STATUS lacks answers 422).
+    refusals: tuple[str, ...] = ()
 
 
 def _shown(name: str) -> str:

@@ -46,39 +46,16 @@ from kcp_opa.service.identity import Authenticator
 from kcp_opa.service.mcpserver import build_server
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, health, span
 from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
+from kcp_opa.service.refusals import status_of
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
 
 __all__ = ["MAX_BODY_BYTES", "build_app"]
 
 
-_STATUS = {
-    "unauthenticated": 401,
-    "not_authorized": 403,
-    "not_your_decision": 403,
-    "principal_mismatch": 403,
-    "scope_not_granted": 403,
-    "tenant_not_granted": 403,
-    "unknown_decision": 404,
-    "unknown_challenge": 404,
-    "unknown_handler": 404,
-    "handler_not_bound": 403,
-    "challenge_used": 409,
-    "replay": 409,
-    "reload_failed": 409,
-    "action_rejected": 400,
-    "bad_request": 400,
-    "bad_arguments": 400,
-    "unknown_tool": 404,
-    "store_unavailable": 503,  # the database is down, failing or read-only: retry later (nothing was done)
-    "audit_unavailable": 503,  # the ledger cannot record an execution's intent: nothing ran, retry later
-    "outcome_unrecorded": 500,  # the side effect ran and the ledger lacks its outcome: reconcile, never retry
-}
-
-
 def _refused(exc: KcpOpaError) -> JSONResponse:
     payload = error_payload(exc)
-    return JSONResponse(payload, _STATUS.get(payload["code"], 422))
+    return JSONResponse(payload, status_of(payload["code"]))
 
 
 def _readiness(service: GateService) -> dict[str, Any]:
@@ -185,14 +162,15 @@ def build_app(
             document["bundle_source"] = followed
         return JSONResponse(document)
 
+    document = openapi_document(served)  # built once: a catalog whose operationIds clash refuses to start
+
     async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document(served))
+        return JSONResponse(document)
 
     def admin(path: str, run: Callable[[Request], Any]) -> Route:
         async def endpoint(request: Request) -> Response:
             if reloader is None:
-                refusal = {"error": "this server was started without reload sources", "code": "no_reload"}
-                return JSONResponse(refusal, 404)
+                return _refused(CodedError("this server was started without reload sources", "no_reload"))
             try:
                 done = await run(request)
             except KcpOpaError as exc:
@@ -224,7 +202,7 @@ def build_app(
         _route(service, served, OPA_ROUTE, "post", "opa_decision", _opa_input),
         *(_tool_route(service, served, tool) for tool in served if tool.route is not None),
         *ui_routes(service, authenticator, served),  # /ui and GET /v1/challenges (ui.py)
-        *authzen_routes(service, served, _STATUS, authzen_obligations, public_url),  # authzenhttp.py
+        *authzen_routes(service, served, authzen_obligations, public_url),  # /access/v1/..., metadata (authzenhttp.py)
     ]
     return Starlette(
         routes=routes,

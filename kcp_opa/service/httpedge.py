@@ -24,6 +24,7 @@ from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, token_hash
+from kcp_opa.service.refusals import status_of
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -74,7 +75,9 @@ class RequireAuth:
             refusal = AccessDeniedError("authentication required (Authorization: Bearer <token>)", "unauthenticated")
             await anyio.to_thread.run_sync(self.service.refuse, None, self.what, refusal)
             response = JSONResponse(
-                {"error": str(refusal), "code": refusal.code}, 401, headers={"WWW-Authenticate": "Bearer"}
+                {"error": str(refusal), "code": refusal.code},
+                status_of(refusal.code),
+                headers={"WWW-Authenticate": "Bearer"},
             )
             await response(scope, receive, send)
             return
@@ -132,21 +135,21 @@ class EdgeGuard:
         path = str(scope.get("path", ""))
         if self.loopback and not _loopback_host(headers.get("host", "")):
             refusal = CodedError(f"Host {headers.get('host', '')[:80]!r} is not this loopback listener", "bad_host")
-            await self._refuse(path, refusal, 421, scope, receive, send)
+            await self._refuse(path, refusal, scope, receive, send)
             return
         if path.rstrip("/") == "/mcp" and scope.get("method") == "POST":
             try:
                 raw = await read_capped(receive, headers.get("content-length"))
                 strict_json(raw)
             except CodedError as exc:
-                await self._refuse(path, exc, 400, scope, receive, send)
+                await self._refuse(path, exc, scope, receive, send)
                 return
             receive = _replay(raw)
         await self.app(scope, receive, send)
 
-    async def _refuse(self, path: str, exc: CodedError, code: int, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, path: str, exc: CodedError, scope: Scope, receive: Receive, send: Send) -> None:
         await anyio.to_thread.run_sync(self.service.refuse, None, path, exc)
-        await JSONResponse({"error": str(exc), "code": exc.code}, code)(scope, receive, send)
+        await JSONResponse({"error": str(exc), "code": exc.code}, status_of(exc.code))(scope, receive, send)
 
 
 _LOOPBACK_HOST = re.compile(r"(?:127\.0\.0\.1|localhost|\[::1\])(?::[0-9]{1,5})?", re.IGNORECASE)

@@ -3,29 +3,67 @@
 Each tool route runs one tool through the same dispatch as MCP, so its request and response
 schemas are the tool's input and output schemas (a path parameter is taken out of the body's);
 the routes that are not tools are listed in :data:`FIXED_ROUTES`, AuthZEN's in
-:data:`AUTHZEN_ROUTES`. A test holds that every ``/v1`` and AuthZEN route of the app is described
-here and nothing else.
+:data:`AUTHZEN_ROUTES`. Every operation has a unique ``operationId`` (a tool route's is the tool's
+name) and lists each status its route answers: the codes every route of its kind can refuse with
+(refusals.py) and, for a route that runs a tool, the tool's own ``refusals``, mapped through the
+one table the routes answer with. Tests hold that every ``/v1`` and AuthZEN route of the app is
+described here and nothing else, and that each status a real server answers is documented.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kcp_opa.core.errors import CodedError
 from kcp_opa.core.version import __version__
 from kcp_opa.service.catalog import Catalog, Tool
+from kcp_opa.service.refusals import (
+    AUTHENTICATED,
+    AUTHZEN_STATUS,
+    DEFAULT_STATUS,
+    DISPATCH,
+    EDGE,
+    STATUS,
+    meaning,
+    statuses,
+)
 
 OPA_ROUTE = "/v1/data/kcp/gate/decision"
-#: The ``/v1`` routes that are not a catalog tool's: (path, method, path parameter, summary).
-FIXED_ROUTES: tuple[tuple[str, str, str | None, str], ...] = (
-    ("/v1/challenges", "get", None, "The open challenges addressed to the caller (?addressed_to=me)"),
-    (OPA_ROUTE, "post", None, "OPA-compatible: {input: action} -> {result: decision}"),
-    ("/v1/status", "get", None, "Bundle, store, ledger, trust and tools status"),
-    ("/v1/admin/reload", "post", None, "Reload bundle, registry, tokens and keys (service_admin)"),
-    ("/v1/admin/mode", "post", None, "Switch enforce / log_only (service_admin; may need a second admin)"),
-    ("/v1/openapi.json", "get", None, "This document"),
+_ADMIN = ("no_reload", "scope_not_granted", "not_authorized", "bad_arguments")
+#: The ``/v1`` routes that are not a catalog tool's: (path, method, operationId, summary, the
+#: refusal codes the route answers besides the edge's and authentication's).
+FIXED_ROUTES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
+    (
+        "/v1/challenges",
+        "get",
+        "list_addressed_challenges",
+        "The open challenges addressed to the caller (?addressed_to=me)",
+        ("bad_request", "bad_arguments", "scope_not_granted", "not_authorized", "store_unavailable"),
+    ),
+    (OPA_ROUTE, "post", "opa_decision", "OPA-compatible: {input: action} -> {result: decision}", DISPATCH),
+    ("/v1/status", "get", "service_status", "Bundle, store, ledger, trust and tools status", ()),
+    (
+        "/v1/admin/reload",
+        "post",
+        "admin_reload",
+        "Reload bundle, registry, tokens and keys (service_admin)",
+        (*_ADMIN, "reload_failed"),
+    ),
+    (
+        "/v1/admin/mode",
+        "post",
+        "admin_mode",
+        "Switch enforce / log_only (service_admin; may need a second admin)",
+        (*_ADMIN, "bad_request", "mode_unknown", "mode_change_refused", "audit_unavailable"),
+    ),
+    ("/v1/openapi.json", "get", "openapi_document", "This document", ()),
 )
-#: The AuthZEN 1.0 routes (authzenhttp.py): (path, method, summary, request schema, response schema).
+#: The tool the OPA-compatible route runs, and the one the AuthZEN evaluations run (their handlers' refusals).
+OPA_TOOL, AUTHZEN_TOOL = "opa_decision", "evaluate_action"
+#: The AuthZEN 1.0 routes (authzenhttp.py): (path, method, operationId, summary, request schema,
+#: response schema); the two evaluation routes run the catalog's ``evaluate_action``.
 _ENTITY = {
     "type": "object",
     "properties": {"type": {"type": "string"}, "id": {"type": "string"}, "properties": {"type": "object"}},
@@ -47,10 +85,11 @@ _AUTHZEN_DECISION = {
     "required": ["decision"],
 }
 _SEMANTICS = {"enum": ["execute_all", "deny_on_first_deny", "permit_on_first_permit"]}
-AUTHZEN_ROUTES: tuple[tuple[str, str, str, dict[str, Any] | None, dict[str, Any]], ...] = (
+AUTHZEN_ROUTES: tuple[tuple[str, str, str, str, dict[str, Any] | None, dict[str, Any]], ...] = (
     (
         "/access/v1/evaluation",
         "post",
+        "authzen_evaluation",
         "AuthZEN 1.0 Access Evaluation: {subject, resource, action, context?} -> {decision, context}",
         {"type": "object", "properties": _EVALUATION_PARTS, "required": ["subject", "resource", "action"]},
         _AUTHZEN_DECISION,
@@ -58,6 +97,7 @@ AUTHZEN_ROUTES: tuple[tuple[str, str, str, dict[str, Any] | None, dict[str, Any]
     (
         "/access/v1/evaluations",
         "post",
+        "authzen_evaluations",
         "AuthZEN 1.0 Access Evaluations: defaults, evaluations[], options.evaluations_semantic -> evaluations[]",
         {
             "type": "object",
@@ -72,6 +112,7 @@ AUTHZEN_ROUTES: tuple[tuple[str, str, str, dict[str, Any] | None, dict[str, Any]
     (
         "/.well-known/authzen-configuration",
         "get",
+        "authzen_configuration",
         "AuthZEN 1.0 PDP metadata: this PDP's identifier and its evaluation endpoints",
         None,
         {
@@ -99,18 +140,29 @@ def routes(catalog: Catalog) -> list[tuple[str, str]]:
     return [*tools, *fixed, *((path, method) for path, method, *_ in AUTHZEN_ROUTES)]
 
 
-def _operation(parameter: str | None, summary: str, tool: Tool | None) -> dict[str, Any]:
-    operation: dict[str, Any] = {
-        "summary": summary,
-        "responses": {
-            "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
-            "default": {"description": "Refused (audited)", "content": {"application/json": {"schema": _ERROR}}},
-        },
+def _responses(codes: Iterable[str], table: Mapping[str, int], *, runs_tool: bool) -> dict[str, Any]:
+    """200 and each status the route can refuse with, naming the codes answered with it; a route
+    that runs a tool can also answer a code the table lacks (422)."""
+    grouped = statuses(codes, table)
+    if runs_tool:
+        grouped.setdefault(DEFAULT_STATUS, [])
+    responses: dict[str, Any] = {
+        "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
     }
+    for status, named in sorted(grouped.items()):
+        listed = [*named, "another refusal code"] if status == DEFAULT_STATUS and runs_tool else named
+        described = f"{meaning(status)}: {', '.join(listed)}"
+        responses[str(status)] = {"description": described, "content": {"application/json": {"schema": _ERROR}}}
+    return responses
+
+
+def _operation(
+    operation_id: str, parameter: str | None, summary: str, tool: Tool | None, responses: dict[str, Any]
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "responses": responses}
     if parameter is not None:
         operation["parameters"] = [{"name": parameter, "in": "path", "required": True, "schema": {"type": "string"}}]
     if tool is not None:
-        operation["operationId"] = tool.name
         operation["responses"]["200"]["content"]["application/json"]["schema"] = copy.deepcopy(tool.output_schema)
         body = copy.deepcopy(dict(tool.input_schema))
         if parameter is not None:
@@ -124,12 +176,21 @@ def _operation(parameter: str | None, summary: str, tool: Tool | None) -> dict[s
 def openapi_document(catalog: Catalog) -> dict[str, Any]:
     """The OpenAPI 3.1 document for every ``/v1`` and AuthZEN route (bearer auth except this one)."""
     paths: dict[str, dict[str, Any]] = {}
+    bearer = (*EDGE, *AUTHENTICATED)
     for tool in catalog:
         if tool.route is not None:
             route = tool.route
-            paths.setdefault(route.path, {})[route.method] = _operation(route.parameter, route.summary, tool)
-    for path, method, parameter, summary in FIXED_ROUTES:
-        operation = _operation(parameter, summary, None)
+            responses = _responses((*bearer, *DISPATCH, *tool.refusals), STATUS, runs_tool=True)
+            operation = _operation(tool.name, route.parameter, route.summary, tool, responses)
+            paths.setdefault(route.path, {})[route.method] = operation
+    opa = catalog.get(OPA_TOOL)
+    for path, method, operation_id, summary, codes in FIXED_ROUTES:
+        if path == OPA_ROUTE:
+            codes = (*codes, *(opa.refusals if opa is not None else ()))
+        shown = EDGE if path == "/v1/openapi.json" else bearer
+        operation = _operation(
+            operation_id, None, summary, None, _responses((*shown, *codes), STATUS, runs_tool=path == OPA_ROUTE)
+        )
         if path == "/v1/openapi.json":
             operation["security"] = []
         if path == "/v1/challenges":
@@ -137,13 +198,26 @@ def openapi_document(catalog: Catalog) -> dict[str, Any]:
                 {"name": "addressed_to", "in": "query", "required": True, "schema": {"enum": ["me"]}}
             ]
         paths.setdefault(path, {})[method] = operation
-    for path, method, summary, request, response in AUTHZEN_ROUTES:
-        operation = _operation(None, summary, None)
+    evaluate = catalog.get(AUTHZEN_TOOL)
+    for path, method, operation_id, summary, request, response in AUTHZEN_ROUTES:
+        evaluates = request is not None
+        codes = (*bearer, "bad_request", "authzen_request", "authzen_mixed_tenants", *DISPATCH) if evaluates else bearer
+        if evaluates and evaluate is not None:
+            codes = (*codes, *evaluate.refusals)
+        operation = _operation(
+            operation_id, None, summary, None, _responses(codes, AUTHZEN_STATUS, runs_tool=evaluates)
+        )
         operation["responses"]["200"]["content"]["application/json"]["schema"] = copy.deepcopy(response)
         if request is not None:
             body = {"required": True, "content": {"application/json": {"schema": copy.deepcopy(request)}}}
             operation["requestBody"] = body
         paths.setdefault(path, {})[method] = operation
+    named = [operation["operationId"] for methods in paths.values() for operation in methods.values()]
+    repeated = sorted({name for name in named if named.count(name) > 1})
+    if repeated:
+        raise CodedError(
+            f"operationIds repeat in the OpenAPI document: {', '.join(repeated)} (rename the tool)", "tool_catalog"
+        )
     return {
         "openapi": "3.1.0",
         "info": {"title": "kcp-opa gate service", "version": __version__},

@@ -69,6 +69,11 @@ _RECEIPT = {"type": "object", "description": "A KYA v2.0 delegation receipt, as 
 
 
 _ACTION = _action_schema()
+#: What deciding refuses of the caller's action: its contract, and what it states about its caller.
+_CALLER_STATED = ("action_rejected", "not_authorized", "principal_mismatch", "tenant_not_granted")
+#: What execution refuses or faults with past dispatch (the receipt's own checks answer 422).
+_EXECUTION: tuple[str, ...] = ("unknown_handler", "handler_not_bound", "replay", "expired", "bad_signature")
+_EXECUTION += ("action_mismatch", "audit_unavailable", "outcome_unrecorded", "handler_error")
 _DECIDED = _object({"action": _ACTION}, ["action"])
 
 
@@ -104,6 +109,7 @@ CATALOG = Catalog(
             Scope.EVALUATE,
             "evaluate actions",
             _evaluate_financial,
+            refusals=(*_CALLER_STATED, "not_financial"),
         ),
         Tool(
             "create_control_challenge",
@@ -124,6 +130,7 @@ CATALOG = Catalog(
                 "Open challenges for a decision's missing controls",
                 parameter="decision_id",
             ),
+            refusals=("unknown_decision", "not_your_decision", "bad_ttl", "control_not_missing"),
         ),
         Tool(
             "record_control_result",
@@ -143,6 +150,13 @@ CATALOG = Catalog(
                 "Answer a challenge addressed to the caller",
                 parameter="challenge_id",
             ),
+            refusals=(
+                "not_authorized",
+                "malformed_evidence",
+                "unknown_challenge",
+                "challenge_used",
+                "unknown_decision",
+            ),
         ),
         Tool(
             "issue_delegation_receipt",
@@ -158,6 +172,7 @@ CATALOG = Catalog(
                 p, str(args.get("decision_id", "")), args.get("ttl_seconds")
             ),
             Route("/v1/receipts", "Sign a one-time receipt for an APPROVED decision"),
+            refusals=("not_authorized", "unknown_decision", "not_approved", "controls_missing", "hold_stands"),
         ),
         Tool(
             "verify_and_consume_receipt",
@@ -171,6 +186,7 @@ CATALOG = Catalog(
             "verify and consume receipts",
             lambda service, p, args: service.verify_and_consume(p, args.get("receipt"), args.get("action")),
             Route("/v1/receipts/verify", "Verify and consume a receipt"),
+            refusals=("action_rejected", "replay", "expired", "bad_signature", "action_mismatch", "policy_changed"),
         ),
         Tool(
             "execute_authorized_action",
@@ -190,6 +206,7 @@ CATALOG = Catalog(
             "execute actions",
             _execute,
             Route("/v1/executions", "Verify, consume, run a handler once"),
+            refusals=("action_rejected", *_EXECUTION),
         ),
         Tool(
             "write_audit_event",
@@ -212,6 +229,7 @@ CATALOG = Catalog(
             "evaluate actions",
             _evaluate,
             Route("/v1/decisions", "Decide an action; the decision is kept for its controls"),
+            refusals=_CALLER_STATED,
         ),
         Tool(
             "hash_action",
@@ -221,6 +239,7 @@ CATALOG = Catalog(
             Scope.HASH,
             "hash actions",
             lambda service, p, args: service.hash_action(p, args.get("action")),
+            refusals=("action_rejected",),
         ),
         # JSON API only: the OPA-compatible decision (its route is http.py's, {"input"} -> {"result"}).
         Tool(
@@ -232,6 +251,7 @@ CATALOG = Catalog(
             "evaluate actions",
             lambda service, p, args: service.decide_only(p, args.get("action")),
             mcp=False,
+            refusals=_CALLER_STATED,
         ),
         Tool(
             "read_challenge",
@@ -243,6 +263,7 @@ CATALOG = Catalog(
             lambda service, p, args: service.read_challenge(p, str(args.get("challenge_id", ""))),
             Route("/v1/challenges/{challenge_id}", "One challenge (its addressees and readers)", "get", "challenge_id"),
             mcp=False,
+            refusals=("unknown_challenge", "not_authorized"),
         ),
     )
 )

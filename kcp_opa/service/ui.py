@@ -38,6 +38,7 @@ from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope
 from kcp_opa.service.issuing import check_addressed
+from kcp_opa.service.refusals import status_of
 from kcp_opa.service.uiledger import ledger_report, ledger_summary
 from kcp_opa.service.uisession import FormRefused, Session, Sessions, read_form, secure_cookie, session_seconds
 
@@ -312,9 +313,6 @@ class Ui:
         return response
 
 
-_LIST_STATUS = {"not_authorized": 403, "unauthenticated": 403, "store_unavailable": 503}
-
-
 def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catalog) -> list[Route]:
     """The /ui routes and ``GET /v1/challenges`` for ``build_app`` (answers go through ``catalog``)."""
     ui = Ui(service, authenticator, catalog)
@@ -323,12 +321,12 @@ def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catal
         if request.query_params.get("addressed_to") != "me":
             refusal = CodedError("GET /v1/challenges needs ?addressed_to=me", "bad_request")
             await anyio.to_thread.run_sync(service.refuse, principal_of(request), "/v1/challenges", refusal)
-            return JSONResponse(error_payload(refusal), 400)
+            return JSONResponse(error_payload(refusal), status_of(refusal.code))
         try:
             found = await anyio.to_thread.run_sync(list_addressed, service, principal_of(request))
         except KcpOpaError as exc:
             payload = error_payload(exc)
-            return JSONResponse(payload, _LIST_STATUS.get(payload["code"], 422))
+            return JSONResponse(payload, status_of(payload["code"]))
         return JSONResponse(found)
 
     def get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:

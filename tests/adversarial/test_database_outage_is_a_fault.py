@@ -275,6 +275,16 @@ def test_a_stopped_database_is_503_on_every_route_then_served_again_with_nothing
         }
         print({name: (response.status_code, round(took, 2)) for name, (response, took) in answered.items()})
         assert wrong == {}
+        routes = {
+            "decide": "/v1/decisions", "opa": "/v1/data/kcp/gate/decision", "receipt": "/v1/receipts",
+            "execute": "/v1/executions", "open_challenges": "/v1/decisions/{decision_id}/challenges",
+            "answer": "/v1/challenges/{challenge_id}/result", "inbox_api": "/v1/challenges",
+            "audit_note": "/v1/audit-events", "authzen": "/access/v1/evaluation",
+            "authzen_batch": "/access/v1/evaluations",
+        }  # fmt: skip
+        paths = httpx2.get(f"{served.url}/v1/openapi.json", timeout=10).json()["paths"]
+        documented = {name: "503" in next(iter(paths[path].values()))["responses"] for name, path in routes.items()}
+        assert documented == dict.fromkeys(refusals, True)  # each route's OpenAPI operation lists the 503 it answered
         page, took = timed(lambda: inbox.get("/ui/inbox"))
         assert page.status_code == 503 and "store_unavailable" in page.text, (page.status_code, page.text[:500])
         assert took < BOUND_S, took
