@@ -35,7 +35,10 @@ def _verifying_keyring(checkpoint: Checkpoint, keyrings: Sequence[Keyring | None
     kid = checkpoint.signature.kid
     for keyring in keyrings:
         if keyring is not None and keyring.verifier(kid) is not None:
-            checkpoint.verify(keyring)
+            try:
+                checkpoint.verify(keyring)
+            except LedgerError as exc:
+                raise LedgerError(f"{exc} under the key {kid!r} you gave: give the checkpoint's own key") from None
             return keyring
     raise LedgerError(f"the checkpoint at seq {checkpoint.seq} is signed by {kid!r}: add --keyring RING with its key")
 

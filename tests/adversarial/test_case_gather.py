@@ -151,6 +151,22 @@ def test_gather_refuses_a_checkpoint_the_ledger_copy_does_not_reach(demo: dict[s
     assert "Traceback" not in made.stderr and len(made.stderr.strip().splitlines()) == 1
 
 
+def test_gather_refuses_a_ledger_copy_that_differs_at_the_checkpoint(demo: dict[str, Any], tmp_path: Path) -> None:
+    """Another tail under the same seqs (a rewritten copy): the checkpoint does not sign it, no case."""
+    _, held, (_, second) = _grown_ledger_and_checkpoints(demo, tmp_path)
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(demo["ledger"].read_bytes())
+    writer = AuditLedger(other)
+    for number in range(3):
+        writer.append({"type": "note", "note": f"another later entry {number}"})
+    writer.close()
+    case = tmp_path / "case"
+    made = _gather(demo, other, case, "--checkpoint", str(held), "--keyring", str(demo["public"]))
+    assert made.returncode != 0 and not case.exists(), made.stdout
+    assert f"seq {second['seq']} is not the entry your checkpoint signed" in made.stderr
+    assert len(made.stderr.strip().splitlines()) == 1
+
+
 def test_gather_needs_no_keyring_when_the_receipt_keyring_verifies_the_checkpoint(
     demo: dict[str, Any], tmp_path: Path
 ) -> None:
