@@ -1,9 +1,10 @@
 """The case directory's README: what the case holds and the commands that prove it, as written.
 
-A signed bundle is read only with a verification key (kcp-opa and ``opa eval`` both refuse it
-without one), so the case carries the public key the gatherer verified the bundle with
-(``keys/bundle.pem``) and every command the README prints names it, with the key id, the
-algorithm and the scope the signature was made for. The README's commands run as written from
+kcp-opa reads a signed bundle only with a verification key, so the case carries the public key
+the gatherer verified the bundle with (``keys/bundle.pem``) and every kcp-opa command the README
+prints names it, with the key id and the scope the signature was made for. ``opa eval`` loads a
+bundle without checking its signature (OPA checks them in ``opa run``, not in ``opa eval``), so
+the README says so and prints the ``kcp-opa bundle verify`` that checks it. The README's commands run as written from
 inside the case directory; the pinned form names the copies an auditor holds apart from it.
 """
 
@@ -25,7 +26,7 @@ QUERY = "'data.kcp.gate.decision'"
 
 @dataclass(frozen=True)
 class BundleKey:
-    """The public key a signed bundle verified under, and how its signature was made."""
+    """The public key a signed bundle verified under, its key id and the scope it was signed for."""
 
     key_id: str
     algorithm: str
@@ -36,12 +37,6 @@ class BundleKey:
         """kcp-opa's flags: ``--verification-key KEYID=PEM`` (and the scope when signed for one)."""
         flags = f"--verification-key {shlex.quote(f'{self.key_id}={path}')}"
         return flags + (f" --verification-scope {shlex.quote(self.scope)}" if self.scope else "")
-
-    def opa_flags(self) -> str:
-        """``opa eval``'s flags for the same key (OPA defaults to RS256 and key id "default")."""
-        flags = f"--verification-key {BUNDLE_KEY} --verification-key-id {shlex.quote(self.key_id)}"
-        flags += f" --signing-alg {self.algorithm}"
-        return flags + (f" --scope {shlex.quote(self.scope)}" if self.scope else "")
 
 
 def bundle_key(loaded: LoadedBundle, verification: Verification | None) -> BundleKey | None:
@@ -66,8 +61,13 @@ def render_readme(
 ) -> bytes:
     kcp = f" {signed.kcp_flags()}" if signed else ""
     pinned = f" \\\n        {signed.kcp_flags('bundle-public.pem')}" if signed else ""
-    opa = f" {signed.opa_flags()}" if signed else ""
     seq = checkpoint.seq
+    opa_note = (
+        "\n`opa eval` does not check a bundle's signature (OPA checks them in `opa run`, not in `opa\n"
+        f"eval`); check it first:\n\n    kcp-opa bundle verify {bundle}{kcp}\n"
+        if signed
+        else ""
+    )
     key_note = (
         f"\nThe bundle is signed by `{signed.key_id}` ({signed.algorithm}); `{BUNDLE_KEY}` is the public key it\n"
         "was gathered with. Pin your own copy of it (`bundle-public.pem` below).\n"
@@ -96,8 +96,8 @@ Evaluate the final decision yourself, on either engine:
 
     kcp-opa eval -b {bundle}{kcp} -i input.json {QUERY}
     kcp-opa eval --engine opa -b {bundle}{kcp} -i input.json {QUERY}
-    opa eval{opa} -b {bundle} -i input.json {QUERY}
-
+    opa eval -b {bundle} -i input.json {QUERY}
+{opa_note}
 The value must equal `result.json`; `kcp-opa audit case verify` compares the canonical bytes.
 """
     return text.encode("utf-8")
