@@ -7,8 +7,10 @@ segment starting at a later entry could hide the first ones); every decision ent
 input and result; the bundle that decided it (``bundle.tar.gz``, the name the docs use); the
 trust registry the bundle was compiled with (its sha256 is in the bundle's metadata); each
 signed control attestation with its issuer's public key; the checkpoint and the public key that
-verifies it; and, when given, the receipt and its public key. ``case.json`` lists the files
-with their sha256 and the seqs of the decision's entries. ``casecheck`` verifies it.
+verifies it (kcp_opa.audit.caseanchor picks it); for a signed bundle, the public key it verified
+under (so the README's commands run as written); and, when given, the receipt and its public
+key. ``case.json`` lists the files with their sha256 and the seqs of the decision's entries.
+``casecheck`` verifies it.
 
 Only public keys are written: Ed25519 public halves from the registry and the keyrings. An
 issuer with an HMAC key cannot be checked offline; verify says so rather than passing it.
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
+from kcp_opa.audit.caseanchor import anchor_checkpoint
+from kcp_opa.audit.casereadme import BUNDLE_KEY, bundle_key, render_readme
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.signatures import Verification
@@ -31,7 +35,6 @@ from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError, LedgerError
 from kcp_opa.core.signing import Keyring
 from kcp_opa.declare.trust import TrustRegistry, load_trust
-from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.verify import is_header, verify_ledger
 
 CASE_FORMAT = "kcp-opa-case/2"  # /1 carried a segment from the decision's first entry
@@ -43,32 +46,6 @@ CHECKPOINT = "checkpoint.json"
 CHECKPOINT_KEYS = "keys/checkpoint.json"
 RECEIPT = "receipt.json"
 RECEIPT_KEYS = "keys/receipt.json"
-
-_README = """# Case file for decision {decision_id}
-
-Gathered by kcp-opa from ledger `{ledger_id}` on {created_at}: {count} entries (seq {seqs}),
-anchored by a checkpoint of seq {checkpoint_seq} signed by `{checkpoint_kid}`.
-
-Prove it (offline; exit 1 and the failing check's name on any failure):
-
-    kcp-opa audit case verify .
-
-Pin the trust roots you hold independently of this directory (recommended):
-
-    kcp-opa audit case verify . --trust registry.yaml --keyring checkpoint-public.json \\
-        --receipt-keyring receipt-public.json --checkpoint newer-checkpoint.json
-
-The case shows the ledger up to seq {checkpoint_seq} only: `--checkpoint` (a newer checkpoint
-you hold) or `--expect-head SEQ` makes a case cut before later entries (an execution) fail.
-
-Evaluate the final decision yourself, on either engine:
-
-    kcp-opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
-    kcp-opa eval --engine opa -b {bundle} -i input.json 'data.kcp.gate.decision'
-    opa eval -b {bundle} -i input.json 'data.kcp.gate.decision'
-
-The value must equal `result.json`; `kcp-opa audit case verify` compares the canonical bytes.
-"""
 
 
 def _is_case_entry(entry: Mapping[str, Any], decision_id: str, receipt_ids: set[str]) -> bool:
@@ -90,21 +67,6 @@ def _read_lines(ledger: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any
             else:
                 entries.append(item)
     return header, entries
-
-
-def _checkpoint_for(
-    ledger: Path, last_seq: int, head: tuple[str | None, int, str], keyring: Keyring, given: Sequence[Path]
-) -> Checkpoint:
-    """The first given checkpoint at or after ``last_seq`` that verifies, else a new one of the head."""
-    ledger_id, head_seq, head_hash = head
-    for path in given:
-        for checkpoint in sorted(read_checkpoints(path), key=lambda c: c.seq):
-            if checkpoint.seq >= last_seq and checkpoint.ledger_id == ledger_id:
-                checkpoint.verify(keyring)
-                return checkpoint
-    if given:
-        raise LedgerError(f"{ledger}: no checkpoint given covers seq {last_seq}")
-    return Checkpoint.sign(ledger_id, head_seq, head_hash, keyring.signer())
 
 
 def _public_keyring(keyring: Keyring, kids: Sequence[str]) -> dict[str, Any]:
@@ -141,7 +103,7 @@ def build_case(
     *,
     bundles: str | Path,
     trust: str | Path,
-    keyring: Keyring,
+    keyring: Keyring | None = None,
     checkpoints: Sequence[Path] = (),
     receipt: Receipt | None = None,
     receipt_keyring: Keyring | None = None,
@@ -174,14 +136,19 @@ def build_case(
     if found is None:
         raise BundleError(f"no bundle with {f'sha256 {sha256}' if sha256 else f'revision {revision}'} in {bundles}")
     registry = load_trust(trust)
-    bundle_trust = (
-        (read_bundle(found, verification=verification).manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
-    )
+    loaded = read_bundle(found, verification=verification)
+    bundle_trust = (loaded.manifest.get("metadata") or {}).get("kcp_opa", {}).get("trust")
     if not isinstance(bundle_trust, Mapping) or bundle_trust.get("sha256") != registry.sha256:
         raise BundleError(f"{trust} is not the trust registry bundle {revision[:12]} was compiled with")
     seqs = [int(e["seq"]) for e in case_entries]
-    checkpoint = _checkpoint_for(
-        path, max(seqs), (report.ledger_id, report.head_seq, report.head_hash), keyring, checkpoints
+    checkpoint, checkpoint_keys = anchor_checkpoint(
+        path,
+        (report.ledger_id, report.head_seq, report.head_hash),
+        max(seqs),
+        {int(e["seq"]): str(e.get("entry_hash")) for e in entries},
+        checkpoints,
+        keyring,
+        receipt_keyring,
     )
     segment = [e for e in entries if int(e["seq"]) <= checkpoint.seq]  # the whole prefix: see above
 
@@ -202,23 +169,25 @@ def build_case(
     files[REGISTRY] = Path(registry.file).read_bytes()
     files[BUNDLE] = found.read_bytes()
     files[CHECKPOINT] = _pretty(checkpoint.to_dict())
-    files[CHECKPOINT_KEYS] = _pretty(_public_keyring(keyring, [checkpoint.signature.kid]))
+    files[CHECKPOINT_KEYS] = _pretty(_public_keyring(checkpoint_keys, [checkpoint.signature.kid]))
     if receipt is not None:
         if receipt_keyring is None:
             raise LedgerError("a receipt needs the keyring whose public key verifies it")
         files[RECEIPT] = _pretty(receipt.to_dict())
         files[RECEIPT_KEYS] = _pretty(_public_keyring(receipt_keyring, [receipt.signature.kid]))
     created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    files["README.md"] = _README.format(
+    signed = bundle_key(loaded, verification)
+    if signed is not None:
+        files[BUNDLE_KEY] = signed.pem
+    files["README.md"] = render_readme(
         decision_id=decision_id,
         ledger_id=report.ledger_id,
         created_at=created,
-        count=len(seqs),
-        seqs=", ".join(map(str, seqs)),
-        checkpoint_seq=checkpoint.seq,
-        checkpoint_kid=checkpoint.signature.kid,
+        seqs=seqs,
+        checkpoint=checkpoint,
         bundle=BUNDLE,
-    ).encode("utf-8")
+        signed=signed,
+    )
     for sub in ("decisions", "attestations", "keys", "trust"):  # only now: a refused case leaves nothing
         (out / sub).mkdir(parents=True, exist_ok=True)
     for name, content in files.items():

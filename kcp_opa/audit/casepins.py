@@ -62,7 +62,8 @@ def anchor(case: CaseFile) -> tuple[bool | None, str]:
         later = "--checkpoint or --expect-head to check what came later"
         return None, f"not anchored: the case shows the ledger {case.cut()}; {later}"
     if pins.expect_head is not None and seq < pins.expect_head:
-        raise ValueError(f"the case is cut at seq {seq}, before the head seq {pins.expect_head} you expect")
+        again = "gather the case again from the ledger that reaches it"
+        raise ValueError(f"the case is cut at seq {seq}, before the head seq {pins.expect_head} you expect; {again}")
     held = ""
     if pins.checkpoint is not None:
         keyring = load_keyring(case.keyring_pin or case.root / layout.CHECKPOINT_KEYS)
@@ -73,7 +74,8 @@ def anchor(case: CaseFile) -> tuple[bool | None, str]:
         newest.verify(keyring)
         if newest.seq > seq:
             later = f"your checkpoint is at seq {newest.seq}: later entries are missing"
-            raise ValueError(f"the case is cut at seq {seq}; {later}")
+            again = f"gather the case again with --checkpoint {pins.checkpoint} to anchor it there"
+            raise ValueError(f"the case is cut at seq {seq}; {later}; {again}")
         at = {int(e["seq"]): e for e in case.chain()[1]}.get(newest.seq)
         if at is None or at.get("entry_hash") != newest.entry_hash:
             raise ValueError(f"the chain's seq {newest.seq} is not the entry your checkpoint signed")

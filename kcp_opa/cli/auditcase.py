@@ -27,12 +27,24 @@ from kcp_opa.core.signing import load_keyring
 
 
 class _CaseGroup(click.Group):
-    """`audit case LEDGER DECISION_ID ...` gathers; `audit case verify DIR` proves."""
+    """`audit case LEDGER DECISION_ID ...` gathers; `audit case verify DIR` proves.
+
+    Gathering is the group's default command, so its usage and options are part of the group's
+    --help: `audit case --help` teaches how to gather, not only that `verify` exists."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["gather", *args]
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help(ctx, formatter)
+        gather = self.commands["gather"]
+        with click.Context(gather, info_name=ctx.info_name, parent=ctx.parent) as default:
+            formatter.write_paragraph()
+            formatter.write_text("Gather a case (the default command; `audit case gather ...` is the same):")
+            gather.format_usage(default, formatter)
+            gather.format_options(default, formatter)
 
 
 @click.group(name="case", cls=_CaseGroup)
@@ -45,16 +57,22 @@ def audit_case() -> None:
     """
 
 
-@audit_case.command(name="gather", hidden=True)
+@audit_case.command(name="gather", short_help="Write a case directory (the default: `audit case LEDGER DECISION_ID`).")
 @click.argument("ledger", type=LEDGER)
 @click.argument("decision_id")
 @click.option("-o", "--output", required=True, type=DIR, help="New directory.")
-@click.option("--bundles", "bundles_dir", type=DIR, default=Path("bundles"))
+@click.option(
+    "--bundles", "bundles_dir", type=DIR, default=Path("bundles"), help="The archived bundles [default: bundles]."
+)
 @click.option("--trust", required=True, type=FILE, help="The bundle's trust registry.")
 @keyring_option(
-    "Checkpoint keys: verifies --checkpoint, or (with a signing key) signs a checkpoint of the head.", required=True
+    "Checkpoint keys: its signing key signs a checkpoint of the head (without --checkpoint); its public keys "
+    "verify --checkpoint (not needed when --receipt-keyring holds the checkpoint's key)."
 )
-@checkpoints_option("Signed checkpoint file(s); the first at or after the decision's last entry anchors the case.")
+@checkpoints_option(
+    "Signed checkpoint file(s) of this ledger you hold: the newest anchors the case, so `audit case verify "
+    "--checkpoint` with the same file passes."
+)
 @click.option("--receipt", "receipt_path", type=FILE, help="The receipt JSON.")
 @click.option("--receipt-keyring", type=FILE, help="The keyring that verifies it.")
 @verification_options
@@ -64,13 +82,20 @@ def audit_case_gather(
     output: Path,
     bundles_dir: Path,
     trust: Path,
-    keyring_path: Path,
+    keyring_path: Path | None,
     checkpoints: Sequence[Path],
     receipt_path: Path | None,
     receipt_keyring: Path | None,
     verification_keys: tuple[str, ...],
     verification_scope: str,
 ) -> None:
+    """Write a case directory for DECISION_ID, anchored by a signed checkpoint.
+
+    The anchor is the newest --checkpoint of this ledger (it must verify and sign the ledger's
+    entry at its seq), or else a checkpoint of the head signed now by --keyring's signing key.
+    A signed bundle needs --verification-key; the case then carries that public key, so its
+    README's commands run as written.
+    """
     receipt = Receipt.from_dict(json.loads(receipt_path.read_text(encoding="utf-8"))) if receipt_path else None
     document = build_case(
         ledger,
@@ -78,7 +103,7 @@ def audit_case_gather(
         output,
         bundles=bundles_dir,
         trust=trust,
-        keyring=load_keyring(keyring_path),
+        keyring=load_keyring(keyring_path) if keyring_path is not None else None,
         checkpoints=checkpoints,
         receipt=receipt,
         receipt_keyring=load_keyring(receipt_keyring) if receipt_keyring is not None else None,
