@@ -13,14 +13,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from uikit import _action, _api, _pending_payment, ui_servers
+from uikit import KYA, _action, _api, _pending_payment, ui_servers
 
 from kcp_opa.audit.summary import LedgerSummary, summarize
-from kcp_opa.trail.ledger import read_entries
+from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.decide.gate import Gate
+from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 
 def _metric(text: str, name: str, label: str) -> Counter[str]:
@@ -114,3 +117,17 @@ def test_the_report_shows_the_policy_version_timeline(run: dict[str, Any]) -> No
     assert version["revision"] == entries[0]["bundles"]["kcp-opa"]["revision"]
     assert (version["first_seen"]["seq"], version["last_seen"]["seq"]) == (entries[0]["seq"], entries[-1]["seq"])
     assert version["decision_entries"] == summary.decisions + len(summary.redecisions)
+
+
+def test_a_decision_relabelled_as_a_re_decision_is_refused_before_it_is_recorded(
+    finance_bundle: Path, tmp_path: Path
+) -> None:
+    """A caller hiding a decision from the count (marking its prepared input a re-decision of another) is refused."""
+    ledger = tmp_path / "gate.jsonl"
+    gate = Gate.from_bundle(finance_bundle, ledger=AuditLedger(ledger))
+    prepared = gate.prepare(KYA, now="2026-11-29T10:00:00Z")
+    hidden = replace(prepared, redecision="execution", original_decision_id="dec_someone_elses")
+    with pytest.raises(ActionRejectedError, match="edited after prepare"):
+        gate.decide_prepared(hidden)
+    gate.decide_prepared(prepared)
+    assert summarize(ledger).decisions == 1 and not summarize(ledger).redecisions
