@@ -108,6 +108,10 @@ def test_every_count_in_the_report_equals_metrics_for_the_same_period(run: dict[
     assert decided == summary.by_state
     assert refusals == summary.refusals
     assert sum(refusals.values()) == sum(summary.refusals.values()) == len(summary.refusal_rows)
+    # A replay is recorded twice (by the executor, then by the service refusing the call), counted once;
+    # the self-approval is refused by the service alone (one entry).
+    linked = [e for _, e in read_entries(run["ledger"]) if e.get("type") == "failure" and "refusal_seq" in e]
+    assert [e["code"] for e in linked] == ["replay", "replay"]
 
 
 def test_the_report_shows_the_policy_version_timeline(run: dict[str, Any]) -> None:
