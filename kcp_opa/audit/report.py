@@ -272,13 +272,13 @@ def _decisions(summary: LedgerSummary, entries_by_decision: Mapping[str, list[di
     return "".join(parts) or "<p>No decisions.</p>"
 
 
-def redecision_tables(summary: LedgerSummary, table: Table) -> str:
-    """The re-decisions by step, then each one linked to the decision it re-decides (newest 200)."""
+def redecision_tables(summary: LedgerSummary, table: Table, *, newest: int = 200) -> str:
+    """The re-decisions by step, then each one linked to the decision it re-decides (the ``newest``)."""
     steps = [[step, REDECISION_STEPS.get(step, step), count] for step, count in summary.redecisions_by_step.items()]
     rows: Iterable[Sequence[Any]] = (
         [r["seq"], r["step"], r["original_decision_id"], r["decision_id"], r["decision"], r["authorization_status"],
          r["revision"][:12], r["timestamp"]]
-        for r in summary.redecisions[-200:][::-1]
+        for r in summary.redecisions[-newest:][::-1]
     )  # fmt: skip
     return table(["step", "re-decided at", "re-decisions"], steps, empty="No re-decision.") + table(
         ["seq", "step", "decision", "re-decision id", "state", "status", "bundle", "time"], rows, empty=""

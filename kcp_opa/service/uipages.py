@@ -151,7 +151,7 @@ def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
         f"<h2>Decisions by state</h2>{by_state}<h2>Refusals by code</h2>{refusals}"
         f"<h2>Latest control results</h2>{approvals}<h2>Exceptions applied (overrides)</h2>{exceptions}"
         f"<h2>Latest decisions</h2>{decisions}"
-        '<h2>Re-decisions</h2><div id="redecisions">' + redecision_tables(summary, _listed) + "</div>"
+        '<h2>Re-decisions</h2><div id="redecisions">' + redecision_tables(summary, _listed, newest=50) + "</div>"
         '<h2>Policy versions</h2><div id="policy-versions">' + policy_timeline_table(summary, _listed) + "</div>"
     )
 
