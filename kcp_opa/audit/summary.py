@@ -65,7 +65,9 @@ class AppliedExceptions:
             for name in ("grantor", "ticket", "expires_at"):
                 row[name] = str(granted.get(name) or row.get(name) or "")
             row["scope"] = dict(_mapping(granted.get("scope"))) or row.get("scope", {})
-            self._decisions.setdefault(found, set()).add(str(entry.get("decision_id") or entry.get("seq")))
+            link = redecision_of(entry)  # a re-decision (at execution, under its own id) is its decision's use
+            decision = link[0] if link is not None else entry.get("decision_id")
+            self._decisions.setdefault(found, set()).add(str(decision or entry.get("seq")))
 
     def uses(self, exception_id: str) -> int:
         return len(self._decisions.get(exception_id, ()))
