@@ -13,10 +13,11 @@ import html
 import io
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
+from kcp_opa.audit.tallies import REDECISION_STEPS
 from kcp_opa.core.errors import KcpOpaError
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -41,6 +42,10 @@ vertical-align:top}th{background:#f4f4f4}.num{text-align:right}.ok{color:#2e7d32
 
 #: Said on a report drawn without matplotlib (its charts are tables).
 NO_CHARTS = "Charts are shown as tables: drawing them needs matplotlib (pip install 'kcp-opa[report]')."
+
+
+#: How a page draws a table: headers, rows (each value escaped by it), ``empty`` (what to say for none).
+Table = Callable[..., str]
 
 
 class ReportError(KcpOpaError):
@@ -161,6 +166,7 @@ def render_html(
         f'<div class="card"><b>{esc(value)}</b>{esc(label)}</div>'
         for label, value in (
             ("decisions", summary.decisions),
+            ("re-decisions", len(summary.redecisions)),
             ("denied", summary.by_state.get("DENY", 0)),
             ("approved", summary.by_status.get("APPROVED", 0)),
             ("pending controls", summary.by_status.get("PENDING_CONTROLS", 0)),
@@ -206,6 +212,8 @@ def render_html(
                 ("by tenant", summary.by_tenant),
             )
         ),
+        "<h2>Re-decisions</h2>" + redecision_tables(summary, _table),
+        "<h2>Policy versions</h2>" + policy_timeline_table(summary, _table),
         "<h2>Approvals and control results</h2>" + approvals,
         "<h2>Overrides and exceptions</h2>"
         + "<h3>Exceptions applied</h3>"
@@ -262,3 +270,27 @@ def _decisions(summary: LedgerSummary, entries_by_decision: Mapping[str, list[di
             + "</section>"
         )
     return "".join(parts) or "<p>No decisions.</p>"
+
+
+def redecision_tables(summary: LedgerSummary, table: Table, *, newest: int = 200) -> str:
+    """The re-decisions by step, then each one linked to the decision it re-decides (the ``newest``)."""
+    steps = [[step, REDECISION_STEPS.get(step, step), count] for step, count in summary.redecisions_by_step.items()]
+    rows: Iterable[Sequence[Any]] = (
+        [r["seq"], r["step"], r["original_decision_id"], r["decision_id"], r["decision"], r["authorization_status"],
+         r["revision"][:12], r["timestamp"]]
+        for r in summary.redecisions[-newest:][::-1]
+    )  # fmt: skip
+    return table(["step", "re-decided at", "re-decisions"], steps, empty="No re-decision.") + table(
+        ["seq", "step", "decision", "re-decision id", "state", "status", "bundle", "time"], rows, empty=""
+    )
+
+
+def policy_timeline_table(summary: LedgerSummary, table: Table) -> str:
+    """The bundle revisions that decided, in the order the ledger first named them."""
+    rows = (
+        [t["revision"], t["sha256"][:12], t["keyid"], f"{t['first_seen']['seq']} ({t['first_seen']['timestamp']})",
+         f"{t['last_seen']['seq']} ({t['last_seen']['timestamp']})", t["entries"], t["decision_entries"]]
+        for t in summary.policy_timeline
+    )  # fmt: skip
+    headers = ["revision", "sha256", "signer", "first seen (seq, time)", "last seen", "entries", "decision entries"]
+    return table(headers, rows, empty="No entry names a bundle.")

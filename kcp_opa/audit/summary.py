@@ -2,9 +2,12 @@
 
 A decision is counted once, in its final state (the last entry for its id: a payment that went
 PENDING_CONTROLS -> APPROVED counts as approved); the over-time series counts each decision at
-its first entry. Approvals are the accepted control results, with who acted, the issuer that
-signed and the latency from the decision's first entry. Refusals are the ``failure`` entries,
-by code; ambiguous executions are the executor's ``execution_ambiguous`` refusals; engine
+its first entry. A re-decision (the desk's at a control answer, a reload or a receipt, the
+executor's at execution under an id of its own) is counted as a re-decision of the decision it
+names (``kcp_opa.audit.tallies``), never as a decision. Approvals are the accepted control
+results, with who acted, the issuer that signed and the latency from the decision's first entry.
+Refusals are the ``failure`` entries by code, one refusal once however many layers recorded
+it; ambiguous executions are the executor's ``execution_ambiguous`` refusals; engine
 divergences are decision entries that kept both engines' answers. An execution is its
 ``intent`` and the outcome naming it (``intent_seq``), counted once; an intent with no outcome
 (the side effect ran, or was about to, and the ledger never got its outcome) is listed as
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
+from kcp_opa.audit.tallies import PolicyTimeline, Refusals, decision_model, redecision_of
 from kcp_opa.core.identity import IdentityError
 from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.declare.trust import Principal, TrustRegistry
@@ -61,7 +65,9 @@ class AppliedExceptions:
             for name in ("grantor", "ticket", "expires_at"):
                 row[name] = str(granted.get(name) or row.get(name) or "")
             row["scope"] = dict(_mapping(granted.get("scope"))) or row.get("scope", {})
-            self._decisions.setdefault(found, set()).add(str(entry.get("decision_id") or entry.get("seq")))
+            link = redecision_of(entry)  # a re-decision (at execution, under its own id) is its decision's use
+            decision = link[0] if link is not None else entry.get("decision_id")
+            self._decisions.setdefault(found, set()).add(str(decision or entry.get("seq")))
 
     def uses(self, exception_id: str) -> int:
         return len(self._decisions.get(exception_id, ()))
@@ -157,6 +163,11 @@ class LedgerSummary:
     #: Execution intents no outcome names (OpenIntents.rows): side effects the ledger has no outcome for.
     unresolved_intents: list[dict[str, Any]] = field(default_factory=list)
     divergences: list[dict[str, Any]] = field(default_factory=list)
+    #: Re-decisions, each linked to its original decision (``original_decision_id``), by step.
+    redecisions: list[dict[str, Any]] = field(default_factory=list)
+    redecisions_by_step: Counter[str] = field(default_factory=Counter)
+    #: The bundle revisions the entries name, first seen to last seen (PolicyTimeline.rows).
+    policy_timeline: list[dict[str, Any]] = field(default_factory=list)
     receipts: int = 0
     executions: int = 0
     final: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -183,6 +194,9 @@ class LedgerSummary:
             "ambiguous_executions": self.ambiguous,
             "unresolved_intents": self.unresolved_intents,
             "engine_divergences": self.divergences,
+            "redecisions": self.redecisions,
+            "redecisions_by_step": dict(self.redecisions_by_step),
+            "policy_timeline": self.policy_timeline,
             "receipts": self.receipts,
             "executions": self.executions,
         }
@@ -231,21 +245,24 @@ def summarize(
         summary.chain_detail = f"broken at {position(problem.line)}: {problem.message}"
     first_seen: dict[str, dt.datetime] = {}
     first_state: dict[str, str] = {}
-    applied, intents = AppliedExceptions(), OpenIntents()
+    applied, intents, refusals, timeline = AppliedExceptions(), OpenIntents(), Refusals(), PolicyTimeline()
     for _, entry in read_entries(ledger):
         summary.entries += 1
-        _count(summary, entry, first_seen, first_state)
+        _count(summary, entry, first_seen, first_state, refusals)
         applied.add(entry)
         intents.add(entry)
+        timeline.add(entry)
     summary.exceptions = applied.rows()
     summary.unresolved_intents = intents.rows()
+    summary.refusals, summary.refusal_rows = refusals.by_code, refusals.rows
+    summary.policy_timeline = timeline.rows()
     summary.decisions = len(summary.final)
     for entry in summary.final.values():
         summary.by_state[str(entry.get("decision"))] += 1
         summary.by_status[str(entry.get("authorization_status"))] += 1
         summary.by_reason.update(str(code) for code in entry.get("reason_codes") or [])
         summary.by_agent[entry_agent(entry)] += 1
-        summary.by_model[str(entry.get("model") or "(none)")] += 1
+        summary.by_model[decision_model(entry)] += 1
         summary.by_unit[str(entry.get("kcp_unit_applied") or "(none)")] += 1
         tenant = _mapping(_mapping(entry.get("input")).get("action")).get("tenant_id")
         summary.by_tenant[str(tenant or "(none)")] += 1
@@ -269,17 +286,48 @@ def _principal(registry: TrustRegistry, actor: str) -> Principal | None:
         return None
 
 
+def _redecided(summary: LedgerSummary, entry: Mapping[str, Any], decision_id: str) -> bool:
+    """Count ``entry`` as a re-decision when it is one (True); the desk's, under the decision's own id,
+    moves that decision to its new state. A ledger written before re-decisions were linked repeats
+    the id: that is a re-decision too (step ``unlinked``)."""
+    link = redecision_of(entry) or ((decision_id, "unlinked") if decision_id in summary.final else None)
+    if link is None:
+        return False
+    original, step = link
+    summary.redecisions_by_step[step] += 1
+    summary.redecisions.append(
+        {
+            "seq": entry.get("seq"),
+            "decision_id": decision_id,
+            "original_decision_id": original,
+            "step": step,
+            "decision": str(entry.get("decision")),
+            "authorization_status": str(entry.get("authorization_status")),
+            "revision": str(_mapping(_mapping(entry.get("bundles")).get("kcp-opa")).get("revision") or ""),
+            "timestamp": str(entry.get("timestamp")),
+        }
+    )
+    if original == decision_id and decision_id in summary.final:
+        summary.final[decision_id] = dict(entry)
+    return True
+
+
 def _count(
-    summary: LedgerSummary, entry: Mapping[str, Any], first_seen: dict[str, dt.datetime], first_state: dict[str, str]
+    summary: LedgerSummary,
+    entry: Mapping[str, Any],
+    first_seen: dict[str, dt.datetime],
+    first_state: dict[str, str],
+    refusals: Refusals,
 ) -> None:
     kind = entry.get("type")
     decision_id = entry_decision_id(entry) or ""
     if kind == "decision" and decision_id:
-        moment = _time(entry.get("timestamp"))
-        if moment is not None and decision_id not in first_seen:
-            first_seen[decision_id] = moment
-            first_state[decision_id] = str(entry.get("decision"))
-        summary.final[decision_id] = dict(entry)
+        if not _redecided(summary, entry, decision_id):
+            moment = _time(entry.get("timestamp"))
+            if moment is not None and decision_id not in first_seen:
+                first_seen[decision_id] = moment
+                first_state[decision_id] = str(entry.get("decision"))
+            summary.final[decision_id] = dict(entry)
         if "engine_results" in entry:
             summary.divergences.append(
                 {
@@ -306,7 +354,6 @@ def _count(
             summary.overrides.append(row)
     elif kind == "failure":
         code = str(entry.get("code"))
-        summary.refusals[code] += 1
         row = {
             "seq": entry.get("seq"),
             "code": code,
@@ -315,8 +362,7 @@ def _count(
             "message": str(entry.get("message") or ""),
             "timestamp": str(entry.get("timestamp")),
         }
-        summary.refusal_rows.append(row)
-        if code == "execution_ambiguous":
+        if refusals.add(row, entry) and code == "execution_ambiguous":
             summary.ambiguous.append({**row, "idempotency_key": str(entry.get("idempotency_key") or "")})
     elif kind == "receipt":
         summary.receipts += 1
@@ -325,10 +371,12 @@ def _count(
 
 
 def entries_by_decision(ledger: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """Every entry that belongs to a decision (its id, or its evidence's), grouped in chain order."""
+    """Every entry that belongs to a decision (its id, or its evidence's; a re-decision's, the decision it
+    re-decides), grouped in chain order."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for _, entry in read_entries(ledger):
-        decision_id = entry_decision_id(entry)
+        link = redecision_of(entry)
+        decision_id = link[0] if link is not None else entry_decision_id(entry)
         if decision_id:
             grouped.setdefault(decision_id, []).append(dict(entry))
     return grouped

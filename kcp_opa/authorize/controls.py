@@ -221,11 +221,12 @@ class ControlDesk:
         except EvidenceRejectedError as exc:
             if self.gate.audit is not None:
                 body = dict(evidence) if isinstance(evidence, Mapping) else {"evidence": repr(evidence)[:200]}
-                self.gate.audit.event(
+                written = self.gate.audit.event(
                     "failure", record.action, record.decision, code=exc.code, message=str(exc), evidence=body
                 )
+                exc.ledger_seq = int(written["seq"])
             raise
-        updated = self._rederive(replace(record, evidence=(*record.evidence, item)), satisfied)
+        updated = self._rederive(replace(record, evidence=(*record.evidence, item)), satisfied, "control_answer")
         if self.gate.audit is not None:
             self.gate.audit.event(
                 "control",
@@ -298,7 +299,9 @@ class ControlDesk:
         for raw in attestations:
             item, satisfied = self._judge(record, accepted, verify_attestation(raw, self.registry, self.keyring))
             accepted.append(item)
-        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied) if accepted else record
+        if not accepted:
+            return record
+        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, "record_reloaded")
 
     def rederive(self, record: GateDecision, *, counters: Mapping[str, Any] | None = None) -> GateDecision:
         """Re-verify every attestation and replay the policy over them (on ``counters``, else the record's)."""
@@ -309,7 +312,7 @@ class ControlDesk:
             attested = verify_attestation(item.attestation.to_dict(), self.registry, self.keyring)
             checked, satisfied = self._judge(record, accepted, attested)
             accepted.append(checked)
-        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, counters)
+        return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, "receipt_issue", counters)
 
     def issue(self, record: GateDecision, key: Signer, *, ttl_seconds: int | None = None, now: Any = None) -> Receipt:
         """Issue a receipt for a record this desk sealed, after re-deriving its verdict from verified evidence
@@ -349,15 +352,21 @@ class ControlDesk:
         return receipt
 
     def _rederive(
-        self, record: GateDecision, satisfied: Sequence[str], counters: Mapping[str, Any] | None = None
+        self,
+        record: GateDecision,
+        satisfied: Sequence[str],
+        step: str,
+        counters: Mapping[str, Any] | None = None,
     ) -> GateDecision:
-        # The gate seals the input the desk built from the policy's satisfied controls only.
+        # The gate seals the input the desk built from the policy's satisfied controls only; ``step``
+        # is why it is re-decided (the ledger entry says so, linked to the decision it re-decides).
         prepared = self.gate.reprepare(
             record.action,
             at=record.decision.evaluated_at,
             decision_id=record.decision.decision_id,
             satisfied=sorted(set(satisfied) | set(self.gate.system_controls)),
             facts=_with_counts(built_context(record.prepared.document), counters),
+            redecision=step,
         )
         decision = self.gate.decide_prepared(prepared)
         # The trace id is the decision's, not a new one generated for the re-evaluation.

@@ -63,6 +63,7 @@ def replay_record(gate: Gate, document: Mapping[str, Any]) -> GateDecision:
         decision_id=document["decision_id"],
         satisfied=gate.system_controls,
         facts=document.get("context"),
+        redecision="record_reloaded",
     )
     decision, _ = gate.evaluate(prepared)
     decision = replace(decision, trace_id=document.get("trace_id"))

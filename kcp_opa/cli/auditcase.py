@@ -192,10 +192,15 @@ def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: 
         ("state", summary.by_state),
         ("reason", summary.by_reason),
         ("agent", summary.by_agent),
+        ("model", summary.by_model),
         ("refusal", summary.refusals),
+        ("re-decision step", summary.redecisions_by_step),
     ):
         shown = ", ".join(f"{name} {count}" for name, count in counts.most_common())
         click.echo(f"  by {title}: {shown or 'none'}")
+    for seen in summary.policy_timeline:  # the policy versions, in the order the ledger first named them
+        first, last = seen["first_seen"], seen["last_seen"]
+        click.echo(f"  bundle {seen['revision']}: seq {first['seq']} ({first['timestamp']}) to {last['seq']}")
     for intent in summary.unresolved_intents:
         click.echo(
             f"  intent without an outcome: seq {intent['seq']} key {intent['idempotency_key']} receipt "

@@ -10,6 +10,10 @@ from __future__ import annotations
 class KcpOpaError(Exception):
     """Root of every deliberate kcp-opa failure."""
 
+    #: The seq of the ledger entry that already records this refusal (None: none does); a layer
+    #: above that records it too links to it (``refusal_seq``): one refusal is counted once.
+    ledger_seq: int | None = None
+
 
 class SourceError(KcpOpaError):
     """A YAML source cannot be read as data at all (not UTF-8, not YAML, too big, a bomb...)."""

@@ -268,8 +268,9 @@ class Gate:
     @staticmethod
     def _sealed_fields(prepared: DecisionInput) -> list[Any]:
         """What the gate's seal on a prepared input covers."""
-        fields = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
-        return [*fields, prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256]
+        fields: list[Any] = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
+        fields += [prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256]
+        return [*fields, prepared.original_decision_id, prepared.redecision]
 
     def reprepare(
         self,
@@ -279,15 +280,18 @@ class Gate:
         decision_id: str,
         satisfied: Sequence[str],
         facts: Any,
+        redecision: str,
+        original_decision_id: str | None = None,
     ) -> DecisionInput:
         """A recorded decision's input again, sealed: its id, time ``at`` and recorded context (``facts``),
-        with ``satisfied`` as the control desk verified them. For the desk and reloaded records, never a caller."""
+        with ``satisfied`` as the control desk verified them. For the desk and reloaded records, never a caller.
+        Its ledger entry is a re-decision (step ``redecision``) of ``original_decision_id`` (default: its id)."""
         built = facts if isinstance(facts, Mapping) else {}
-        return self._seal(
-            self._built(
-                self._active, action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built
-            )
+        made = self._built(
+            self._active, action, now=at, satisfied_controls=satisfied, decision_id=decision_id, built=built
         )
+        made = replace(made, original_decision_id=original_decision_id or decision_id, redecision=redecision)
+        return self._seal(made)
 
     @staticmethod
     def _built(active: ActiveBundle, action: Mapping[str, Any] | CheckedAction, **fields: Any) -> DecisionInput:
@@ -349,6 +353,7 @@ class Gate:
                 result,
                 engine_results=answers,
                 shadow=None if shadow is None else shadow.sha256,
+                redecision=(prepared.original_decision_id, prepared.redecision) if prepared.redecision else None,
             )
         except LedgerUnavailableError:
             raise  # the ledger's database is down: a fault to retry, not a decision (nothing was recorded)

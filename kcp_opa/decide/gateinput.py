@@ -37,6 +37,10 @@ class DecisionInput:
     bundle_sha256: str = ""
     #: HMAC by the gate that built it; ``decide_prepared`` refuses an input without a valid one.
     seal: str = field(default="", repr=False)
+    #: A re-decision's link, for the ledger only (never part of ``document``, so never of what is
+    #: decided): the decision it re-decides and the step that re-decided it (``Gate.reprepare``).
+    original_decision_id: str = ""
+    redecision: str = ""
 
 
 def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:

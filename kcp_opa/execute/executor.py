@@ -121,6 +121,7 @@ class _Claim:
     receipt_id: str
     nonce: str | None
     handed: _HandedOff | None
+    decision_id: str  # the decision the verified receipt names: the intent and outcome entries name it
 
 
 @dataclass(frozen=True)
@@ -161,9 +162,9 @@ class Executor:
         #: With a gate, every receipt is re-decided before it is consumed (kcp_opa.execute.recheck).
         self.gate = gate
 
-    def _emit(self, kind: str, action: Mapping[str, Any], **fields: Any) -> None:
-        if self.audit is not None:
-            self.audit.event(kind, action, None, **fields)
+    def _emit(self, kind: str, action: Mapping[str, Any], **fields: Any) -> int | None:
+        """Write one entry; its seq (None without a ledger)."""
+        return None if self.audit is None else int(self.audit.event(kind, action, None, **fields)["seq"])
 
     def _intend(self, action: Mapping[str, Any], claim: _Claim) -> int | None:
         """Write the execution's intent (its seq), or release the claim and refuse: nothing runs unaudited."""
@@ -177,6 +178,7 @@ class Executor:
                 idempotency_key=claim.key,
                 receipt_id=claim.receipt_id,
                 action_hash=claim.digest,
+                decision_id=claim.decision_id,
             )
         except LedgerError as exc:
             message = f"{claim.key} did not run: the audit ledger cannot record its intent ({exc})"
@@ -215,23 +217,25 @@ class Executor:
         outcome: Any = None,
         error: str | None = None,
         **fields: Any,
-    ) -> bool:
-        """Record the outcome: in the ledger first (naming the intent), then in the store.
+    ) -> tuple[bool, int | None]:
+        """Record the outcome: in the ledger first (naming the intent and the decision), then in the store.
 
-        Returns the store's answer (False: the claim was reconciled meanwhile). When the ledger
+        Returns the store's answer (False: the claim was reconciled meanwhile) and the outcome's seq. When the ledger
         cannot take the outcome, the store row is marked unrecorded (ambiguous) instead of
         finished, and the caller gets ``outcome_unrecorded``: the side effect ran.
         """
+        seq = None
         if self.audit is not None:
             try:
-                self.audit.event(
+                seq = self._emit(
                     kind,
                     action,
-                    None,
                     idempotency_key=claim.key,
                     receipt_id=claim.receipt_id,
                     action_hash=claim.digest,
                     intent_seq=intent_seq,
+                    decision_id=claim.decision_id,
+                    outcome="failed" if kind == "failure" else "succeeded",
                     **fields,
                 )
             except LedgerError as exc:
@@ -251,7 +255,7 @@ class Executor:
                     "succeeded|failed --evidence REF --ledger LEDGER`",
                     "outcome_unrecorded",
                 ) from None
-        return self.store.finish_execution(claim.key, outcome=outcome, error=error)
+        return self.store.finish_execution(claim.key, outcome=outcome, error=error), seq
 
     def execute_authorized_action(
         self,
@@ -286,7 +290,7 @@ class Executor:
             who = principal if principal is not None else agent if isinstance(agent, str) else None
             nonces = Rechecked(nonces, self.gate, checked, wire, now=now, principal=who, context=context)
         try:
-            verify_receipt(
+            verified = verify_receipt(
                 wire,
                 checked,
                 keyring=self.keyring,
@@ -299,7 +303,7 @@ class Executor:
                 exc.code, str(exc), receipt_id=str(receipt_id) if receipt_id else None, action_hash=digest
             )
             try:
-                self._emit(
+                exc.ledger_seq = self._emit(
                     "failure", action, code=exc.code, message=str(exc), receipt_id=receipt_id, action_hash=digest
                 )
             except LedgerError as failure:  # e.g. the re-decision refused because the ledger is down
@@ -309,6 +313,8 @@ class Executor:
                     "audit_unavailable",
                 ) from None
             raise
+        decision_id = verified.receipt.decision_id  # signed: the receipt verified
+        named = {"receipt_id": receipt_id, "action_hash": digest, "idempotency_key": key, "decision_id": decision_id}
         if combined.claimed:
             existing = combined.claim
         else:  # a hand-off taken: the receipt was consumed before, so claim on its own
@@ -327,23 +333,14 @@ class Executor:
                     "check the target system, then "
                     f"`kcp-opa executions reconcile {key} --outcome succeeded|failed --evidence REF`"
                 )
-                self._emit(
-                    "failure",
-                    action,
-                    code="execution_ambiguous",
-                    message=message,
-                    receipt_id=receipt_id,
-                    action_hash=digest,
-                    idempotency_key=key,
-                )
-                raise ExecutionError(message, "ambiguous")
+                refused = ExecutionError(message, "ambiguous")
+                refused.ledger_seq = self._emit("failure", action, code="execution_ambiguous", message=message, **named)
+                raise refused
             if existing.state == "running":
                 raise ExecutionError(f"{key} is being executed under receipt {existing.receipt_id}", "in_progress")
             if existing.state == "failed":
                 raise ExecutionError(f"{key} already failed: {existing.error}", "already_failed")
-            self._emit(
-                "execution", action, idempotency_key=key, receipt_id=receipt_id, action_hash=digest, replayed=True
-            )
+            self._emit("execution", action, replayed=True, outcome="succeeded", **named)
             return ExecutionResult(key, existing.receipt_id, existing.outcome, replayed=True)
         claim = _Claim(
             key,
@@ -351,33 +348,32 @@ class Executor:
             str(receipt_id),
             combined.nonce if combined.claimed else None,
             handed if handed is not None and handed.taken is not None else None,
+            decision_id,
         )
         intent_seq = self._intend(action, claim)  # nothing below runs unless the ledger holds the intent
         try:
             outcome = handler(action)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            self._conclude(action, claim, intent_seq, "failure", error=message, code="handler_failed", message=str(exc))
-            raise ExecutionError(f"the handler failed for {key}: {exc}", "handler_failed") from exc
+            failed = ExecutionError(f"the handler failed for {key}: {exc}", "handler_failed")
+            _, failed.ledger_seq = self._conclude(
+                action, claim, intent_seq, "failure", error=message, code="handler_failed", message=str(exc)
+            )
+            raise failed from exc
         try:
             json.dumps(outcome, sort_keys=True, allow_nan=False)  # exactly as the store writes it
         except (TypeError, ValueError) as exc:
             detail = f"the handler's result is not JSON ({exc}): {repr(outcome)[:500]}"
-            self._conclude(action, claim, intent_seq, "failure", error=detail, code="result_not_json", message=detail)
-            raise ExecutionError(
-                f"{key}: {detail}; recorded as failed (the side effect ran)", "result_not_json"
-            ) from None
-        if not self._conclude(action, claim, intent_seq, "execution", outcome=outcome, replayed=False):
-            message = f"{key} finished after its lease expired and was reconciled meanwhile; outcome {outcome!r}"
-            self._emit(
-                "failure",
-                action,
-                code="late_outcome",
-                message=message,
-                receipt_id=receipt_id,
-                action_hash=digest,
-                idempotency_key=key,
-                intent_seq=intent_seq,
+            unjson = ExecutionError(f"{key}: {detail}; recorded as failed (the side effect ran)", "result_not_json")
+            _, unjson.ledger_seq = self._conclude(
+                action, claim, intent_seq, "failure", error=detail, code="result_not_json", message=detail
             )
-            raise ExecutionError(message, "late_outcome")
+            raise unjson from None
+        if not self._conclude(action, claim, intent_seq, "execution", outcome=outcome, replayed=False)[0]:
+            message = f"{key} finished after its lease expired and was reconciled meanwhile; outcome {outcome!r}"
+            late = ExecutionError(message, "late_outcome")
+            late.ledger_seq = self._emit(
+                "failure", action, code="late_outcome", message=message, intent_seq=intent_seq, **named
+            )
+            raise late
         return ExecutionResult(key, str(receipt_id), outcome, replayed=False)

@@ -37,11 +37,14 @@ def redecide(
     now: dt.datetime | None = None,
     principal: str | None = None,
     context: ContextSources | None = None,
+    step: str = "execution",
 ) -> Decision:
     """The policy's decision now for ``action``, with the verified receipt's controls satisfied.
 
     The gate's counts leave out the receipt's own budget reservation: that reservation is the
     transfer being decided (its amount), so counting it as well would refuse a receipt that fits.
+    Its ledger entry is a re-decision (``step``: ``execution`` or ``receipt_verification``) of the
+    decision the receipt names, under a new id of its own.
     """
     own = receipt.get("receipt_id")
     with excluding(own if isinstance(own, str) else None):  # today's facts, exceptions and counts
@@ -53,8 +56,16 @@ def redecide(
         decision_id=fresh.decision_id,
         satisfied=sorted(set(covered) | set(gate.system_controls)),
         facts=built_context(fresh.document),
+        redecision=step,
+        original_decision_id=_decision_of(receipt) or fresh.decision_id,
     )
     return gate.decide_prepared(prepared)
+
+
+def _decision_of(receipt: Mapping[str, Any]) -> str | None:
+    """The decision a receipt names (verified with the receipt before anything is consumed)."""
+    named = receipt.get("decision_id")
+    return named if isinstance(named, str) and named else None
 
 
 def refusal(decision: Decision, receipt: Mapping[str, Any]) -> str | None:
@@ -83,15 +94,22 @@ class Rechecked:
         now: dt.datetime | None,
         principal: str | None,
         context: ContextSources | None,
+        step: str = "execution",
     ) -> None:
         self.inner, self.gate, self.action, self.receipt = inner, gate, action, receipt
-        self.now, self.principal, self.context = now, principal, context
+        self.now, self.principal, self.context, self.step = now, principal, context, step
         self.decision: Decision | None = None
 
     def consume(self, nonce: str, receipt_id: str, expires_at: str) -> bool:
         try:
             self.decision = redecide(
-                self.gate, self.action, self.receipt, now=self.now, principal=self.principal, context=self.context
+                self.gate,
+                self.action,
+                self.receipt,
+                now=self.now,
+                principal=self.principal,
+                context=self.context,
+                step=self.step,
             )
         except ActionRejectedError as exc:  # e.g. prepared on a bundle no longer loaded
             raise ReceiptVerificationError(f"the action could not be re-decided: {exc}", "policy_changed") from None

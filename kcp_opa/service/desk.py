@@ -152,20 +152,18 @@ class GateService:
     # -- refusals -------------------------------------------------------------------------------
 
     def refuse(self, principal: Principal | None, tool: str, exc: KcpOpaError) -> None:
-        """Count and audit a refusal; a failed audit write is logged, the call is refused anyway."""
+        """Count and audit a refusal; a failed audit write is logged, the call is refused anyway. A refusal
+        the executor or the desk already recorded is linked to that entry (``refusal_seq``): counted once."""
         code = getattr(exc, "code", None) or ("action_rejected" if isinstance(exc, ActionRejectedError) else "error")
         self.metrics.refused(code, tool)
         if self.gate.audit is None:
             return
+        who, linked = principal.to_dict() if principal is not None else None, {}
+        if exc.ledger_seq is not None:
+            linked["refusal_seq"] = exc.ledger_seq
         try:
             self.gate.audit.event(
-                "failure",
-                None,
-                None,
-                code=code,
-                message=str(exc),
-                tool=tool,
-                principal=principal.to_dict() if principal is not None else None,
+                "failure", None, None, code=code, message=str(exc), tool=tool, principal=who, **linked
             )
         except LedgerError as failure:
             _log.error("refusal_not_audited", tool=tool, code=code, error=str(failure))
@@ -340,7 +338,8 @@ class GateService:
         action = checked.mapping
         gate, keyring = self.gate, self.keyring
         who = decided_for(self.records, receipt)  # re-decided as execution does, before the consume
-        nonces = Rechecked(self.store, gate, checked, receipt, now=None, principal=who, context=None)
+        step = "receipt_verification"
+        nonces = Rechecked(self.store, gate, checked, receipt, now=None, principal=who, context=None, step=step)
         verified = verify_receipt(
             receipt, checked, keyring=keyring, policy_versions={gate.policy_version}, nonce_store=nonces
         )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kcp_opa.audit.auditor import entry_agent
+from kcp_opa.audit.report import policy_timeline_table, redecision_tables
 from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
 
 CSS = """
@@ -106,6 +107,7 @@ def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
     cards = _cards(
         [
             ("decisions", "decisions", summary.decisions),
+            ("redecisions", "re-decisions", len(summary.redecisions)),
             ("deny", "denied", summary.by_state.get("DENY", 0)),
             ("approved", "approved", summary.by_status.get("APPROVED", 0)),
             ("pending", "pending controls", summary.by_status.get("PENDING_CONTROLS", 0)),
@@ -149,7 +151,15 @@ def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
         f"<h2>Decisions by state</h2>{by_state}<h2>Refusals by code</h2>{refusals}"
         f"<h2>Latest control results</h2>{approvals}<h2>Exceptions applied (overrides)</h2>{exceptions}"
         f"<h2>Latest decisions</h2>{decisions}"
+        '<h2>Re-decisions</h2><div id="redecisions">' + redecision_tables(summary, _listed, newest=50) + "</div>"
+        '<h2>Policy versions</h2><div id="policy-versions">' + policy_timeline_table(summary, _listed) + "</div>"
     )
+
+
+def _listed(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str) -> str:
+    """A table for the tallies' sections (every value escaped), or what to say when it is empty."""
+    listed = [list(row) for row in rows]
+    return _table(headers, listed, "") if listed else f"<p>{esc(empty)}</p>" if empty else ""
 
 
 def _summary_block(summary: Mapping[str, Any]) -> str:

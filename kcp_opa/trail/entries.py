@@ -172,15 +172,20 @@ class AuditTrail:
         result: Any,
         engine_results: Mapping[str, Any] | None = None,
         shadow: str | None = None,
+        redecision: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
         """The decision-log entry: the exact input (content erased under no-logging) and result.
 
         ``engine_results`` (a cross-checked gate's divergence) keeps each engine's answer;
-        ``shadow`` (the sha256 of a candidate evaluated beside) goes into ``labels``.
+        ``shadow`` (the sha256 of a candidate evaluated beside) goes into ``labels``;
+        ``redecision`` (the decision re-decided, the step) becomes ``original_decision_id`` and
+        ``redecision``: a re-decision is linked to its original, and counted as what it is.
         """
         no_logging = "redact_content" in decision.verdict.obligations or self.no_logging(action)
         archived, erased = erase_content(document) if no_logging else (dict(document), [])
-        extra = {} if engine_results is None else {"engine_results": dict(engine_results)}
+        extra: dict[str, Any] = {} if engine_results is None else {"engine_results": dict(engine_results)}
+        if redecision is not None:
+            extra["original_decision_id"], extra["redecision"] = redecision
         if engine_results is not None and no_logging:
             # Each engine's messages may quote content: keep what each decided, erase the rest.
             extra["engine_results"] = {name: _shape_of(value) for name, value in engine_results.items()}

@@ -160,3 +160,25 @@ def test_the_ropa_lists_the_exceptions_in_force_per_unit(tmp_path: Path) -> None
     refused = run_cli("ropa", manifest_path, "--exceptions", str(bad))
     assert refused.returncode == 1 and "not a valid exceptions file" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_re_decision_at_execution_is_its_decisions_use_not_another(tmp_path: Path, bundle: Path) -> None:
+    """The executor re-decides under a new id, linked to the receipt's decision: one decision, one use."""
+    from kcp_opa.declare.trust import load_trust
+    from kcp_opa.execute.recheck import redecide
+
+    registry, exceptions = _granted(tmp_path)
+    ledger = tmp_path / "ledger.jsonl"
+    gate = Gate.from_bundle(bundle, ledger=open_ledger(str(ledger)))
+    action = {**READ, "idempotency_key": "idem_exc_audit_executed"}
+    sources, principal = case_sources(action, {"from_action": True}, NOW.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    assert sources is not None
+    context = replace(sources, exceptions=SignedExceptions(load_trust(registry), path=exceptions))
+    first = gate.decide(action, now=NOW, principal=principal, context=context)
+    receipt = {"receipt_id": "rcpt_exc_audit", "decision_id": first.decision_id}
+    again = redecide(gate, action, receipt, now=NOW, principal=principal, context=context)
+    assert again.decision_id != first.decision_id and "exception_applied" in again.reason_codes
+    summary = summarize(ledger)
+    assert summary.decisions == 1 and summary.redecisions_by_step == {"execution": 1}
+    assert summary.redecisions[0]["original_decision_id"] == first.decision_id
+    assert [(row["id"], row["uses"]) for row in summary.exceptions] == [("EXC-1", 1)]

@@ -579,3 +579,21 @@ def test_the_desk_plans_its_evidence_query_into_the_gate_s_plan_cache(trust_bund
     assert len(list(tmp_path.glob("*.rbb"))) == 1  # the decision entrypoint
     ControlDesk(gate, registry())
     assert len(list(tmp_path.glob("*.rbb"))) == 2  # and kcp/controls/verdict beside it
+
+
+def test_a_control_answer_re_decides_linked_and_a_refusal_names_its_entry(
+    audited: ControlDesk, ledger_path: Path
+) -> None:
+    """Reports count a control answer's re-decision as one (linked to its decision) and a refused
+    answer once: the error carries the seq of the entry that records it, for the service to name."""
+    record = audited.open(KYA, now=DECIDED)
+    since = _last(ledger_path)
+    record = audited.record_control_result(record, signed(record, "user_confirmation", "user_001"), action=KYA)
+    (redecided,) = _events(ledger_path, since, "decision")
+    decision_id = record.decision.decision_id
+    assert (redecided["decision_id"], redecided["original_decision_id"]) == (decision_id, decision_id)
+    assert redecided["redecision"] == "control_answer"
+    since = _last(ledger_path)
+    error = _refusal(audited, record, signed(record, "authority_verification", "agent_payments_001"))
+    (event,) = _events(ledger_path, since, "failure")
+    assert error.ledger_seq == event["seq"]

@@ -84,6 +84,7 @@ def test_a_payment_through_the_ui_then_every_replica_shows_the_ledger(deployment
         assert _number(browser, "refusals") == sum(held.refusals.values())
         assert _number(browser, "receipts") == held.receipts
         assert _number(browser, "executions") == held.executions
+        assert _number(browser, "redecisions") == len(held.redecisions) > 0  # listed as such, not as decisions
         rows = browser.find_elements(By.CSS_SELECTOR, "#by-state tbody tr")
         cells = [row.find_elements(By.TAG_NAME, "td") for row in rows]
         assert {c[0].text: int(c[1].text) for c in cells} == dict(held.by_state)
