@@ -3,7 +3,7 @@
 # Every lookup the shipped policy makes for the read `sd-read-clean`, written as cheaply as
 # Rego allows: one rule, no set built, no helper rule, the decision plan's row read from the
 # bundle's data. It is not a policy (it knows this one read's answer and checks only that every
-# condition of that answer holds); it is the least work any policy deciding this read has to do.
+# condition of that answer holds): a lower bound on what any policy making these lookups pays.
 package floor
 
 import rego.v1
