@@ -16,7 +16,6 @@ import json
 import os
 import posixpath
 import tarfile
-import tempfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from typing import Any
 from kcp_opa.compile.signatures import SIGNATURES_NAME, SignatureInfo, Verification, verify_members
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError
-from kcp_opa.core.files import read_regular
+from kcp_opa.core.files import read_regular, replace_atomically
 
 MANIFEST_NAME = ".manifest"
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
@@ -97,24 +96,9 @@ def write_atomically(path: Path, content: bytes, verify: Callable[[Path], None] 
     A bundle that fails ``verify`` never replaces the one already at ``path``.
     """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        replace_atomically(path, content, verify)
     except OSError as exc:
         raise BundleError(f"{path}: cannot write the bundle: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if verify is not None:
-            verify(Path(tmp))
-        Path(tmp).replace(path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise BundleError(f"{path}: cannot write the bundle: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True)

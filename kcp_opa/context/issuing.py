@@ -18,7 +18,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from kcp_opa.context.metering import METERED_SPEND, sign_spend
 from kcp_opa.context.metering import refusal as spend_refusal
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
-from kcp_opa.core.files import read_regular
+from kcp_opa.core.files import read_regular, replace_atomically
 from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import PKCS11_SCHEME, Key, Keyring, Signer, load_keyring, load_signing_key
 from kcp_opa.declare.exceptions import EXCEPTIONS_KIND_NAME, SIGNED_FIELDS, sign_exception
@@ -240,25 +239,9 @@ def write_checked(path: Path, content: bytes, option: str, check: Callable[[Path
     """Write ``content`` beside ``path``, ``check`` it there, then rename: a file that fails the
     check (or a write cut short) never replaces what ``path`` holds."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        replace_atomically(path, content, check)
     except OSError as exc:
         raise IssuingError(f"{option} {path}: cannot write it: {exc.strerror or exc}") from None
-    written = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if check is not None:
-            check(written)
-        written.replace(path)
-    except OSError as exc:
-        written.unlink(missing_ok=True)
-        raise IssuingError(f"{option} {path}: cannot write it: {exc.strerror or exc}") from None
-    except BaseException:
-        written.unlink(missing_ok=True)
-        raise
 
 
 def signed_exceptions(draft: Any, issuer: str, key: Signer, now: dt.datetime) -> dict[str, Any]:

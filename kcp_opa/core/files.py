@@ -11,6 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 _KINDS = (
@@ -43,3 +45,24 @@ def read_regular(path: str | Path, limit: int | None = None) -> bytes:
 def read_regular_text(path: str | Path) -> str:
     """:func:`read_regular` decoded as UTF-8 (``UnicodeDecodeError`` for anything else)."""
     return read_regular(path).decode("utf-8")
+
+
+def replace_atomically(path: Path, content: bytes, check: Callable[[Path], None] | None = None) -> None:
+    """Write ``content`` to a temporary file beside ``path``, fsync it, ``check`` it there, then
+    rename: all or nothing, so a file that fails the check (or a write cut short) never replaces
+    what ``path`` holds. Raises the ``OSError`` of a failed write (callers word it), and whatever
+    ``check`` raises, the temporary file removed either way."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    written = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if check is not None:
+            check(written)
+        written.replace(path)
+    except BaseException:
+        written.unlink(missing_ok=True)
+        raise
