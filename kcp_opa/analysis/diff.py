@@ -4,6 +4,11 @@ Both bundles decide the same generated actions (the spaces of both, deduplicated
 budget order ``prove`` uses). Every change of routing state, required controls or reason codes
 is counted by ``OLD -> NEW`` state with examples; a change weakens when the new state is weaker
 in the contract's order, execution becomes allowed, or a control is no longer required.
+
+An action OLD denied because its declarations did not cover it (a task type the matrix
+lacks, a unit it does not know, a sensitivity no matrix row covers) and NEW covers is new
+coverage, not a weakening: adding a task type is how a deployment grows, and it is counted and
+shown apart, each NEW state with examples, so a reviewer reads what the new declaration allows.
 """
 
 from __future__ import annotations
@@ -17,11 +22,16 @@ from typing import Any
 from kcp_opa.analysis.engines import Evaluator
 from kcp_opa.analysis.plan import PASSABLE, STATE_ORDER, plan_rows
 from kcp_opa.analysis.space import derive_space
+from kcp_opa.analysis.spacedims import DimContext
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 
 DEFAULT_BUDGET = 1500
 EXAMPLES = 3
+
+#: The reason codes that say an action lies outside what the deployment declares
+#: (policies/kcp/evaluators/matrix.rego and unit.rego; a test pins them to the shipped policies).
+UNDECLARED = frozenset({"task_type_not_in_matrix", "unknown_unit", "matrix_not_covered"})
 
 
 @dataclass
@@ -60,6 +70,8 @@ class DiffReport:
     unchanged: int = 0
     transitions: Counter[str] = field(default_factory=Counter)
     weakening: Counter[str] = field(default_factory=Counter)
+    #: Per transition, the actions OLD denied as undeclared that NEW covers (never weakening).
+    new_coverage: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[Change]] = field(default_factory=dict)
     #: Per routing state, the generated actions each bundle decided that way (what it reached).
     old_states: Counter[str] = field(default_factory=Counter)
@@ -99,6 +111,7 @@ class DiffReport:
             "new_states": dict(sorted(self.new_states.items())),
             "transitions": dict(sorted(self.transitions.items())),
             "weakening": dict(sorted(self.weakening.items())),
+            "new_coverage": dict(sorted(self.new_coverage.items())),
             "examples": {k: [c.to_dict() for c in v] for k, v in sorted(self.examples.items())},
             "seconds": round(self.seconds, 3),
         }
@@ -132,6 +145,7 @@ def diff(old: LoadedBundle, new: LoadedBundle, *, budget: int = DEFAULT_BUDGET, 
     report = DiffReport(old.source, new.source, budget, seed)
     engines = (Evaluator(old, opa=False), Evaluator(new, opa=False))
     seen: set[bytes] = set()
+    declared = (Declared.of(old), Declared.of(new))
     spaces = [derive_space(new, requires_from=[old]), derive_space(old, requires_from=[new])]
     plans = []
     for space in spaces:
@@ -161,13 +175,20 @@ def diff(old: LoadedBundle, new: LoadedBundle, *, budget: int = DEFAULT_BUDGET, 
             if phase == "clean":
                 states = {str(first.decision.get("decision")), str(second.decision.get("decision"))}
                 clean.append((row, "DENY" if states == {"DENY"} else "other"))
-            _compare(report, sample.action, sample.now, first.decision, second.decision)
+            _compare(report, sample.action, sample.now, (first.decision, second.decision), declared)
     report.decisions = sum(e.decisions for e in engines)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _compare(report: DiffReport, action: dict[str, Any], now: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+def _compare(
+    report: DiffReport,
+    action: dict[str, Any],
+    now: str,
+    decisions: tuple[dict[str, Any], dict[str, Any]],
+    declared: tuple[Declared, Declared],
+) -> None:
+    old, new = decisions
     changed, weaker = classify(old, new)
     if not changed and not weaker:
         report.unchanged += 1
@@ -175,12 +196,55 @@ def _compare(report: DiffReport, action: dict[str, Any], now: str, old: dict[str
     transition = f"{old.get('decision', 'engine_error')} -> {new.get('decision', 'engine_error')}"
     if not ({"state"} & set(changed)):
         transition += f" ({', '.join(changed) or 'execution'})"
+    if newly_covered(action, old, new, declared):
+        transition += " (new coverage)"
+        weaker = []
+        report.new_coverage[transition] += 1
     report.transitions[transition] += 1
     if weaker:
         report.weakening[transition] += 1
     examples = report.examples.setdefault(transition, [])
     if len(examples) < EXAMPLES or (weaker and not any(c.weakens for c in examples)):
         examples.append(Change(transition, bool(weaker), weaker, action, now, _brief(old), _brief(new)))
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What one bundle's declarations cover: the matrix's task types and the units it knows."""
+
+    tasks: frozenset[str]
+    units: frozenset[tuple[str, str]]
+
+    @classmethod
+    def of(cls, bundle: LoadedBundle) -> Declared:
+        context = DimContext.from_bundle(bundle, set(), [])
+        return cls(frozenset(context.matrix_tasks), frozenset(context.units))
+
+    def names(self, action: Mapping[str, Any]) -> set[str]:
+        """Which of this action's task type and unit these declarations cover."""
+        knowledge = action.get("knowledge")
+        unit = (str(knowledge.get("project")), str(knowledge.get("unit"))) if isinstance(knowledge, Mapping) else None
+        covered = {"task"} if action.get("action_type") in self.tasks else set()
+        return covered | {"unit"} if unit in self.units else covered
+
+
+def newly_covered(
+    action: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any], declared: tuple[Declared, Declared]
+) -> bool:
+    """OLD denied the action as undeclared; NEW's declarations name the task type or unit OLD's
+    lacked (a deleted rule declares nothing, so it is never coverage); and every other reason OLD
+    gave still stands in NEW (a reason dropped beside the coverage is judged as usual)."""
+    before = set(old.get("reason_codes", []))
+    after = set(new.get("reason_codes", []))
+    undeclared = before & UNDECLARED
+    grown = declared[1].names(action) - declared[0].names(action)
+    return (
+        old.get("decision") == "DENY"
+        and bool(undeclared)
+        and bool(grown)
+        and not (after & undeclared)
+        and before - UNDECLARED <= after
+    )
 
 
 def _rank(state: str) -> int:

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from kcp_opa.analysis.diff import DiffReport
+from kcp_opa.analysis.diff import UNDECLARED, DiffReport
 from kcp_opa.analysis.prove import ProofReport
 
 
@@ -54,6 +54,14 @@ def _reach(report: ProofReport, name: str) -> str:
     return f"{name} {report.reach[name]}"
 
 
+def _new_coverage(report: DiffReport) -> str:
+    count = sum(report.new_coverage.values())
+    return (
+        f"new coverage: {count} actions OLD denied as undeclared ({', '.join(sorted(UNDECLARED))}) are decided "
+        "by NEW's declarations, OLD's other reasons kept; not a weakening: review the states they reach below"
+    )
+
+
 def diff_text(report: DiffReport) -> str:
     verdict = "WEAKENS" if report.weakens else ("changes" if report.changed else "no change")
     lines = [
@@ -64,6 +72,7 @@ def diff_text(report: DiffReport) -> str:
         f"{report.unchanged} unchanged, {report.changed} changed, in {report.seconds:.1f} s",
         f"  states old: {_states(report.old_states)}; new: {_states(report.new_states)}",
         *([f"  VACUOUS: {_VACUOUS_DIFF}"] if report.vacuous else []),
+        *([f"  {_new_coverage(report)}"] if report.new_coverage else []),
     ]
     for transition, count in sorted(report.transitions.items()):
         weak = report.weakening.get(transition, 0)
@@ -91,6 +100,7 @@ def diff_markdown(report: DiffReport) -> str:
         f"States reached: old {_states(report.old_states)}; new {_states(report.new_states)}.",
         "",
         *([f"**Vacuous**: {_VACUOUS_DIFF}", ""] if report.vacuous else []),
+        *([f"**{_escape(_new_coverage(report))}**", ""] if report.new_coverage else []),
         *(f"- {side} `{_escape(path)}`: {_escape(how)}" for side, path, how in _sides(report) if how),
         "",
     ]

@@ -11,6 +11,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
+import yaml
 from conftest import DEPLOYMENTS, REPO, run_cli
 
 from kcp_opa.analysis.diff import diff
@@ -181,3 +182,33 @@ def test_prove_catches_a_policy_that_relaxes_on_a_stronger_restriction(tmp_path:
     assert violation.change == "stronger_restriction:human-approval-required"
     assert violation.before is not None and violation.before["decision"] == "HUMAN_APPROVAL"
     assert violation.decision["decision"] == "ALLOW"
+
+
+def test_new_coverage_does_not_hide_a_weakening_beside_it(tmp_path: Path) -> None:
+    """A matrix change that adds a task type and lowers an existing cell: the new task type's
+    actions are new coverage, and the lowered cell still fails the diff (exit 1)."""
+    name = "kcp-visibility-access"
+    matrix = yaml.safe_load((DEPLOYMENTS / name / "matrix.yaml").read_text(encoding="utf-8"))
+    matrix["task_types"]["summarise"] = {"sensitivity": dict(matrix["task_types"]["read"]["sensitivity"])}
+    matrix["task_types"]["read"]["sensitivity"]["restricted"] = "confirm"
+    changed = tmp_path / "matrix.yaml"
+    changed.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+    base = DEPLOYMENTS / name
+    old, new = tmp_path / "old.tar.gz", tmp_path / "new.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", old)
+    compile_bundle([base / "knowledge.yaml"], changed, REPO / "policies", new)
+    report = diff(read_bundle(old), read_bundle(new), budget=300)
+    assert report.new_coverage and report.weakens, report.to_dict()
+    weakening = [c for cs in report.examples.values() for c in cs if c.weakens]
+    assert weakening and {c.action["action_type"] for c in weakening} == {"read"}
+    done = run_cli("diff", str(old), str(new), "--budget", "300")
+    assert done.returncode == 1 and "WEAKEN" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_deleted_undeclared_rule_is_a_weakening_not_new_coverage(tmp_path: Path) -> None:
+    """The rule that denies an unknown unit deleted: NEW no longer gives unknown_unit, but its
+    declarations name no new unit, so the change is a weakening, never new coverage."""
+    old = _bundle(tmp_path, REPO / "policies")
+    new = _bundle(tmp_path, _without_unknown_unit_rule(tmp_path))
+    report = diff(read_bundle(old), read_bundle(new), budget=200)
+    assert report.weakens and not report.new_coverage, report.to_dict()

@@ -180,6 +180,45 @@ def test_diff_reports_a_matrix_cell_lowered_from_approve_to_confirm(tmp_path: Pa
     assert any("no longer requires independent_human_approval" in c.why for c in weakening)
 
 
+def _matrix_with(tmp: Path, name: str, task: str, *, lower_read: bool = False) -> Path:
+    """The deployment's matrix with a new task type (a copy of `read`'s row), optionally with
+    `read`'s restricted cell lowered from approve to confirm."""
+    matrix = yaml.safe_load((DEPLOYMENTS / name / "matrix.yaml").read_text(encoding="utf-8"))
+    matrix["task_types"][task] = {"sensitivity": dict(matrix["task_types"]["read"]["sensitivity"])}
+    if lower_read:
+        matrix["task_types"]["read"]["sensitivity"]["restricted"] = "confirm"
+    path = tmp / f"matrix-{task}-{'lowered' if lower_read else 'grown'}.yaml"
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_diff_counts_a_new_task_type_as_new_coverage_not_weakening(tmp_path: Path) -> None:
+    """A task type added to the matrix: the actions OLD denied as task_type_not_in_matrix are
+    new coverage, shown with the states NEW gives them; the diff does not weaken (exit 0)."""
+    name = "kcp-visibility-access"
+    grown = _matrix_with(tmp_path, name, "summarise")
+    old, new = compiled(tmp_path, name), compiled(tmp_path, name, matrix=grown)
+    report = diff(read_bundle(old), read_bundle(new), budget=300)
+    assert report.new_coverage and not report.weakens, report.to_dict()
+    covered = [c for t, cs in report.examples.items() if t in report.new_coverage for c in cs]
+    assert covered and {c.action["action_type"] for c in covered} == {"summarise"}
+    assert all("task_type_not_in_matrix" in c.old["reason_codes"] for c in covered)
+    assert any(c.new["decision"] != "DENY" for c in covered)  # NEW decides them on its own terms
+    deploy = str(DEPLOYMENTS / name)
+    done = run_cli("diff", deploy, deploy, "--new-matrix", str(grown), "--budget", "300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "new coverage:" in done.stdout and "(new coverage)" in done.stdout and "WEAKEN" not in done.stdout
+
+
+def test_the_undeclared_codes_are_the_shipped_policies_codes() -> None:
+    """diff's UNDECLARED set names codes the shipped evaluators emit, so a rename cannot turn
+    new coverage back into weakening (or a weakening into coverage) unnoticed."""
+    from kcp_opa.analysis.diff import UNDECLARED
+
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "policies").rglob("*.rego"))
+    assert all(f'"code": "{code}"' in sources for code in UNDECLARED), sorted(UNDECLARED)
+
+
 def test_diff_compiles_declaration_pairs_on_the_fly(bundles: dict[str, Path], tmp_path: Path) -> None:
     """OLD and NEW as declarations (a deployment directory, a matrix, a policies directory): the
     lowered cell is a weakening (exit 1); a bundle against its own declarations is no change."""
