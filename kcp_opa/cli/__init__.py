@@ -17,7 +17,7 @@ import click
 from kcp_opa.cli.analysis import cases_group, diff_command, prove_command
 from kcp_opa.cli.audit import audit, ropa
 from kcp_opa.cli.auditcase import audit_case, audit_report
-from kcp_opa.cli.authoring import check, mutate_command, test_command
+from kcp_opa.cli.authoring import check, test_command
 from kcp_opa.cli.bundlekeys import bundle
 from kcp_opa.cli.controls import controls
 from kcp_opa.cli.decide import decide, eval_command
@@ -27,6 +27,7 @@ from kcp_opa.cli.executions import executions
 from kcp_opa.cli.facts import facts
 from kcp_opa.cli.generate import generate
 from kcp_opa.cli.ledgerarg import audit_dump
+from kcp_opa.cli.mutation import mutate_command
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_USAGE, fail
 from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve

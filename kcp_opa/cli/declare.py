@@ -15,6 +15,7 @@ from kcp_opa.cli.bundlekeys import load_verified, signing_of, signing_options, v
 from kcp_opa.cli.options import ANY_PATH, FILE, dir_option, output_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
 from kcp_opa.compile.compiler import compile_bundle, default_output
+from kcp_opa.compile.overlay import overlaid
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError, ValidationFailedError
 from kcp_opa.core.files import read_regular
@@ -263,6 +264,11 @@ def _unenforced_for(report: Report[Any], manifest: Manifest, unit_id: str) -> li
     help="Directory of .rego modules (*_test.rego files are left out of the bundle) "
     "[default: ./policies if present, else the policies shipped with kcp-opa].",
 )
+@dir_option(
+    "--overlay",
+    help="A directory of your own evaluators compiled beside the policies (never replacing one): "
+    "docs/extending.md. The bundle's policy version names the overlay's digest.",
+)
 @output_option("Bundle path [default: bundles/<project>.tar.gz, the manifests' project ids].")
 @click.option("--revision", help="Bundle revision [default: a sha256 of the bundle's content].")
 @click.option("--policy-version", help="Policy version [default: the policies directory's VERSION file].")
@@ -281,6 +287,7 @@ def compile_command(
     matrix: Path,
     trust: Path | None,
     policies: Path | None,
+    overlay: Path | None,
     output: Path | None,
     revision: str | None,
     policy_version: str | None,
@@ -304,21 +311,22 @@ def compile_command(
     keys = [load_manifest_key(k) for k in manifest_keys]
     signer, claims = signing_of(signing_key, signing_alg, signing_key_id, claims_file, scope)
     target = output or default_output(manifests, max_bytes=max_bytes)
-    result = compile_bundle(
-        manifests,
-        matrix,
-        policies or default_policies(),
-        target,
-        revision=revision,
-        policy_version_override=policy_version,
-        max_bytes=max_bytes,
-        engine_check=engine_check,
-        trust_path=trust,
-        manifest_keys=keys,
-        signing_key=signer,
-        claims=claims,
-        scope=scope,
-    )
+    with overlaid(policies or default_policies(), overlay) as tree:
+        result = compile_bundle(
+            manifests,
+            matrix,
+            tree,
+            target,
+            revision=revision,
+            policy_version_override=policy_version,
+            max_bytes=max_bytes,
+            engine_check=engine_check,
+            trust_path=trust,
+            manifest_keys=keys,
+            signing_key=signer,
+            claims=claims,
+            scope=scope,
+        )
     if as_json(fmt):
         render.print_json(result.to_dict())
     else:

@@ -128,3 +128,41 @@ def test_the_gate_reads_evaluators_only_through_the_union() -> None:
     assert 'name in {"freshness", "lifecycle", "trace"}' in obligations and ".obligations" in obligations
     risk_floor = union.split("evaluator_risk_floor := ")[1].split("\n}\n")[0]
     assert 'name in {"financial"}' in risk_floor and ".risk_floor" in risk_floor
+
+
+def _overlay(tmp: Path) -> Path:
+    overlay = tmp / "my-evaluators"
+    overlay.mkdir()
+    (overlay / "scenario.rego").write_text(SCENARIO, encoding="utf-8")
+    (overlay / "scenario_test.rego").write_text(SCENARIO_TEST, encoding="utf-8")
+    return overlay
+
+
+def test_an_overlay_evaluator_is_tested_alone_and_compiled_beside_the_shipped_policies(tmp_path: Path) -> None:
+    """docs/extending.md's overlay: the walk-through's evaluator in a directory of its own; `test
+    --overlay` runs only its tests, `compile --overlay` registers it without a copy of the policies."""
+    overlay = _overlay(tmp_path)
+    tested = run_cli("test", str(POLICIES), "--overlay", str(overlay), "--no-cases", "--format", "json")
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    ran = json.loads(tested.stdout)["tests"]
+    assert {t["outcome"] for t in ran} == {"PASS"}
+    assert {t["name"].rsplit(".", 1)[0] for t in ran} == {"data.kcp.evaluators.scenario_test"}, ran
+
+    base = DEPLOYMENTS / "finance"
+    bundle = tmp_path / "finance.tar.gz"
+    compiled = run_cli(
+        "compile", str(base / "knowledge.yaml"), "--matrix", str(base / "matrix.yaml"), "--policies", str(POLICIES),
+        "--overlay", str(overlay), "-o", str(bundle), "--no-engine-check", "--format", "json",
+    )  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr
+    action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text(encoding="utf-8"))
+    (tmp_path / "action.json").write_text(json.dumps({**action, "scenario": "gift_card_purchase"}), encoding="utf-8")
+    decided = run_cli(
+        "decide", *VOUCH, "--bundle", str(bundle), "--input", str(tmp_path / "action.json"),
+        "--now", "2026-11-29T10:00:00Z", "--format", "json",
+    )  # fmt: skip
+    decision = json.loads(decided.stdout)
+    assert "scenario_blocked" in decision["reason_codes"], decision
+    version = (POLICIES / "VERSION").read_text(encoding="utf-8").strip()
+    assert decision["policy_version"].startswith(f"{version}+overlay."), decision["policy_version"]
+    assert not (POLICIES / "kcp" / "evaluators" / "scenario.rego").exists()  # the shipped tree untouched
