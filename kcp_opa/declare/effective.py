@@ -155,6 +155,10 @@ def resolve_unit(
     fields.update(_compliance(_block(root, "compliance"), _block(unit, "compliance")))
     fields.update(_delegation(_block(root, "delegation"), _block(unit, "delegation")))
     fields.update(_trust(_block(root, "trust")))
+    chain = fields["delegation.audit_chain"]
+    if chain.value is True and fields["trust.require_trace_context"].value is not True:
+        # an audit chain is followed by its trace context: policies/kcp/evaluators/trace.rego
+        fields["trust.require_trace_context"] = Sourced(True, f"{chain.source}: delegation.audit_chain")
     fields["freshness"] = _freshness(root, unit)
     index = gov.supersessors(manifest.units) if successors is None else successors
     fields.update(_governance(index, root, unit, fields["sensitivity"].value))

@@ -125,3 +125,18 @@ def test_visibility_and_temporal_resolution(tmp_path: Path) -> None:
     # Inclusive bounds: the last second of 30 June 2026 is inside the window.
     assert unit["temporal"]["until_epoch_seconds"] == 1782863999
     assert unit.fields["temporal"].source == "valid_from: root, valid_until: unit"
+
+
+def test_explain_shows_the_trace_context_an_audit_chain_requires_with_its_source(tmp_path: Path) -> None:
+    """delegation.audit_chain makes the gate require a W3C traceparent (trace.rego); explain says
+    so on trust.require_trace_context, naming the audit chain as the source, instead of `false`."""
+    from conftest import run_cli
+
+    path = _write(tmp_path, "delegation: {audit_chain: true}\n", [("u1", "")])
+    proc = run_cli("explain", str(path), "u1", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["effective"]["trust"]["require_trace_context"] is True
+    assert shown["sources"]["trust.require_trace_context"] == "root: delegation.audit_chain"
+    plain = _write(tmp_path, "", [("u1", "")])
+    assert effective_unit(load_manifest(plain), "u1")["trust.require_trace_context"] is False
