@@ -15,8 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.authoring.findingcheck import CheckFinding as CheckFinding  # re-exported: the old import path
-from kcp_opa.authoring.findingcheck import finding_problems
+from kcp_opa.authoring.findingcheck import CheckFinding, finding_problems
 from kcp_opa.authoring.regochild import regopy_files
 from kcp_opa.authoring.regosyntax import syntax_problems
 from kcp_opa.authoring.regotest import OPA_ONLY

@@ -14,7 +14,8 @@ import click
 
 from kcp_opa.authoring.caserun import CaseRun, run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
-from kcp_opa.authoring.policycheck import CheckFinding, check_modules
+from kcp_opa.authoring.findingcheck import CheckFinding
+from kcp_opa.authoring.policycheck import check_modules
 from kcp_opa.authoring.policytree import load_modules, load_selection, policy_root
 from kcp_opa.authoring.regoexplain import explain_results
 from kcp_opa.authoring.regotest import Outcome, TestResult, discover, run_tests

@@ -286,7 +286,7 @@ def compile_command(
     policy_version: str | None,
     engine_check: bool,
     manifest_keys: Sequence[Path],
-    signing_key: Path | None,
+    signing_key: str | None,
     signing_alg: str | None,
     signing_key_id: str | None,
     claims_file: Path | None,

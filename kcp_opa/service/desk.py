@@ -18,7 +18,8 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, decide_record
+from kcp_opa.authorize.controls import ControlDesk, GateDecision, decide_record
+from kcp_opa.authorize.evidence import EvidenceStatus
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, Signer

@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.compile.signatures import SIGNATURES_NAME, SigningKey, Verification, VerificationKey, file_hash
+from kcp_opa.compile.signatures import SIGNATURES_NAME, Verification, VerificationKey, file_hash
+from kcp_opa.compile.signkeys import load_pem_signer
 from kcp_opa.core.errors import BundleSignatureError
 from kcp_opa.decide.gate import Gate
 
@@ -69,7 +70,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
 
 
 def _compile(out: Path, key: Path | None, alg: str | None = None, scope: str = "") -> Path:
-    signer = SigningKey.load(key, alg) if key is not None else None
+    signer = load_pem_signer(key, alg) if key is not None else None
     compile_bundle(
         [FINANCE / "knowledge.yaml"], FINANCE / "matrix.yaml", POLICIES, out, signing_key=signer, scope=scope
     )
@@ -125,7 +126,7 @@ def test_signed_bundle_verifies_here_and_under_pyjwt(
     token = _token(bundle)
     payload = jwt.decode(token, public, algorithms=[PYJWT_ALG[alg]])  # type: ignore[arg-type]
     header = jwt.get_unverified_header(token)
-    assert header["alg"] == alg and header["kid"] == payload["keyid"] == SigningKey.load(key, alg).key_id
+    assert header["alg"] == alg and header["kid"] == payload["keyid"] == load_pem_signer(key, alg).kid
     assert payload["scope"] == "prod"
     members = _members(bundle)
     # Every member but the signature itself is listed, hashed by an implementation independent of
@@ -180,7 +181,7 @@ def test_every_refusal_has_its_own_code_and_message(tmp_path: Path, keys: dict[s
     signed = _compile(tmp_path / "signed.tar.gz", key)
     members = _members(signed)
     module = "kcp/controls/evidence.rego"
-    kid, other = SigningKey.load(key).key_id, str(keys["other"][1])
+    kid, other = load_pem_signer(key).kid, str(keys["other"][1])
     cases: dict[str, tuple[Path, Verification | None]] = {
         "file_modified": (
             _repack(tmp_path / "t.tar.gz", {**members, module: members[module] + b"\n# edited\n"}),
@@ -203,7 +204,7 @@ def test_every_refusal_has_its_own_code_and_message(tmp_path: Path, keys: dict[s
         assert refusal.code == code, (code, str(refusal))
         messages[code] = str(refusal).split(": ", 1)[1]
     assert len(set(messages.values())) == len(messages), messages
-    assert read_bundle(signed, verification=good).signer == SigningKey.load(key).key_id
+    assert read_bundle(signed, verification=good).signer == load_pem_signer(key).kid
 
 
 def test_gate_from_bundle_verifies_and_decisions_name_the_signer(
@@ -217,7 +218,7 @@ def test_gate_from_bundle_verifies_and_decisions_name_the_signer(
     action = json.loads((DEPLOYMENTS.parent / "kya-supplier-payment-action.json").read_text())
     decision = gate.decide(action, now="2026-11-29T10:00:00Z").to_dict()
     assert decision["bundle_sha256"] == hashlib.sha256(bundle.read_bytes()).hexdigest()
-    assert decision["bundle_signer"] == SigningKey.load(key).key_id
+    assert decision["bundle_signer"] == load_pem_signer(key).kid
     assert gate.status()["bundle"]["verified"] is True
 
 

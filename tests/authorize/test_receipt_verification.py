@@ -17,11 +17,11 @@ from conftest import REPO, receipt_for
 
 from kcp_opa.authorize import receipts
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.core.signing import Key, Keyring, generate_ed25519, hmac_key
 from kcp_opa.decide.action import action_hash
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 DIGEST = action_hash(ACTION)
@@ -68,7 +68,7 @@ def _verify_code(receipt: Any, action: Any = ACTION, **kwargs: Any) -> tuple[str
     return str(caught.value.code), str(caught.value)
 
 
-def _resign(receipt: dict[str, Any], key: ReceiptKey = KEY, **changes: Any) -> dict[str, Any]:
+def _resign(receipt: dict[str, Any], key: Key = KEY, **changes: Any) -> dict[str, Any]:
     forged = {**copy.deepcopy(receipt), **changes}
     forged["signature"] = {"alg": key.alg, "kid": key.kid}
     forged["signature"]["value"] = key.sign(signing_bytes(forged))
