@@ -30,7 +30,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vouched import expect, sources
 
-from kcp_opa.authorize.controls import ControlDesk, evidence_for
+from kcp_opa.authorize.controls import ControlDesk
+from kcp_opa.authorize.evidence import evidence_for
 from kcp_opa.authorize.receipts import issue_for_checked_decision, verify_receipt
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.signing import Key, Keyring, generate_ed25519, hmac_key, load_keyring

@@ -25,7 +25,8 @@ from rich.console import Console
 
 from kcp_opa import ContextSources, Gate, RegistrySource, SignedAttestations, sign_fact
 from kcp_opa.authorize.attestations import attestation_bytes
-from kcp_opa.authorize.controls import ControlDesk, evidence_for
+from kcp_opa.authorize.controls import ControlDesk
+from kcp_opa.authorize.evidence import evidence_for
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptVerificationError
 from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
 from kcp_opa.declare.trust import load_trust

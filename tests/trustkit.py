@@ -10,7 +10,8 @@ from typing import Any
 
 from conftest import REPO
 
-from kcp_opa.authorize.controls import ControlDesk, GateDecision, evidence_for
+from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.authorize.evidence import evidence_for
 from kcp_opa.core.signing import ED25519, HMAC_SHA256, Key, Keyring, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 

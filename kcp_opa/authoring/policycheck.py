@@ -17,8 +17,7 @@ from typing import Any
 
 from kcp_opa.authoring.findingcheck import CheckFinding, finding_problems
 from kcp_opa.authoring.regochild import regopy_files
-from kcp_opa.authoring.regosyntax import syntax_problems
-from kcp_opa.authoring.regotest import OPA_ONLY
+from kcp_opa.authoring.regosyntax import OPA_ONLY, syntax_problems
 from kcp_opa.compile.resolution import policy_problems
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 from kcp_opa.declare.waivers import refusals as waiver_refusals

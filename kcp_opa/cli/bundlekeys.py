@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from kcp_opa.cli import render
-from kcp_opa.cli.options import FILE, file_option, stacked
-from kcp_opa.cli.output import FORMAT, as_json, console
+from kcp_opa.cli.options import FILE, FORMAT, file_option, stacked
+from kcp_opa.cli.output import as_json, console
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.compile.signkeys import ALGORITHMS, generate_signing_key, load_bundle_signer

@@ -12,8 +12,8 @@ import click
 
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, signing_of, signing_options, verification_options
-from kcp_opa.cli.options import ANY_PATH, FILE, dir_option, output_option
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
+from kcp_opa.cli.options import ANY_PATH, FILE, FORMAT, MAX_BYTES, dir_option, output_option
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console
 from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError, ValidationFailedError

@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO, receipt_for
 
 from kcp_opa.authorize import receipts
+from kcp_opa.authorize.documents import BOUND_FIELDS, RECEIPT_FIELDS
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
@@ -85,12 +86,12 @@ def test_constants() -> None:
 
 def test_issued_receipt_field_for_field() -> None:
     receipt = receipt_for(_decision(), ACTION, KEY, now=NOW)
-    assert list(receipt) == list(receipts.RECEIPT_FIELDS)
+    assert list(receipt) == list(RECEIPT_FIELDS)
     assert receipt["schema_version"] == "2.0" and receipt["receipt_id"].startswith("rcpt_")
     assert len(receipt["receipt_id"]) == 5 + 32
     assert receipt["decision_id"] == "d1" and receipt["decision_hash"] == canonical_hash(_decision())
     assert receipt["action_hash"] == DIGEST
-    for name in receipts.BOUND_FIELDS:
+    for name in BOUND_FIELDS:
         assert receipt[name] == ACTION.get(name)
     assert receipt["policy_version"] == "0.1.0"
     assert receipt["required_controls"] == sorted(CONTROLS) == receipt["satisfied_controls"]
@@ -233,7 +234,7 @@ def test_verify_order_and_codes(tmp_path: Path) -> None:
         "tenant_mismatch",
         "the receipt is for another tenant",
     )
-    for name in [n for n in receipts.BOUND_FIELDS if n != "tenant_id"]:
+    for name in [n for n in BOUND_FIELDS if n != "tenant_id"]:
         assert _verify_code(_resign(good, **{name: "other"})) == (
             "bound_field_mismatch",
             f"{name} differs between receipt and action",
