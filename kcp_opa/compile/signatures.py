@@ -201,7 +201,7 @@ def signatures_file(
 ) -> bytes:
     """The ``.signatures.json`` for ``files`` (name, bytes), signed by ``signer``: same inputs, same bytes.
 
-    Any :class:`~kcp_opa.core.keys.Signer` whose algorithm a public key verifies signs (a PEM
+    Every :class:`~kcp_opa.core.keys.Signer` whose algorithm a public key verifies signs (a PEM
     file, an HSM, a KMS). As OPA: with a claims file its claims replace the ``keyid`` claim (the
     ``kid`` header stays). RS256, ES256 (RFC 6979) and Ed25519 signatures are deterministic; PS256
     salts each signature.

@@ -1,6 +1,6 @@
 """The keys that sign and verify bundles, never key material in argv.
 
-Any :class:`~kcp_opa.core.keys.Signer` signs a bundle whose ``alg`` OPA verifies with a public
+Every :class:`~kcp_opa.core.keys.Signer` signs a bundle whose ``alg`` OPA verifies with a public
 key: a PEM file (RSA, EC P-256, Ed25519), an Ed25519 key in an HSM (``pkcs11:`` URI) or in a
 keyring, a cloud KMS key behind the same Protocol. A PEM key's id defaults to the public key's
 fingerprint, so a signer and a verifier agree on it without configuration; JWS signatures use
@@ -84,8 +84,8 @@ def bundle_algorithm(signer: Signer) -> str:
     algorithm = JWS_NAMES.get(signer.alg, signer.alg)
     if algorithm not in ALGORITHMS:
         raise BundleSignatureError(
-            f"key {signer.kid} signs {signer.alg}; a bundle is signed with {', '.join(ALGORITHMS)} "
-            "(a public key verifies it)",
+            f"key {signer.kid} is {signer.alg}, which cannot sign a bundle: use an RS256, PS256, ES256 or "
+            "Ed25519 key (OPA verifies a bundle with a public key)",
             "key_invalid",
         )
     return algorithm
