@@ -30,14 +30,15 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vouched import expect, sources
 
-from kcp_opa.authorize.controls import ControlDesk, evidence_for
+from kcp_opa.authorize.controls import ControlDesk
+from kcp_opa.authorize.evidence import evidence_for
 from kcp_opa.authorize.receipts import issue_for_checked_decision, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.core.signing import Key, Keyring, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 
 
 def issue_receipt(document: Any, action: Any, key: Any, *, now: Any) -> dict[str, Any]:
@@ -127,7 +128,7 @@ def _rate(fn: Callable[[int], Any], count: int) -> dict[str, float]:
 
 
 def measure(
-    name: str, key: ReceiptKey, document: dict[str, Any], action: dict[str, Any], tmp: Path, count: int
+    name: str, key: Key, document: dict[str, Any], action: dict[str, Any], tmp: Path, count: int
 ) -> dict[str, Any]:
     ring = Keyring({key.kid: key}, key.kid)
     receipts = [issue_receipt(document, action, key, now=ISSUED) for _ in range(count)]
@@ -190,7 +191,7 @@ def measure(
 
 
 def _concurrent(
-    key: ReceiptKey, ring: Keyring, document: dict[str, Any], action: dict[str, Any], store: Any, count: int
+    key: Key, ring: Keyring, document: dict[str, Any], action: dict[str, Any], store: Any, count: int
 ) -> dict[str, float]:
     """verify+consume from THREADS threads at once: throughput over wall time."""
     from concurrent.futures import ThreadPoolExecutor

@@ -25,12 +25,13 @@ from rich.console import Console
 
 from kcp_opa import ContextSources, Gate, RegistrySource, SignedAttestations, sign_fact
 from kcp_opa.authorize.attestations import attestation_bytes
-from kcp_opa.authorize.controls import ControlDesk, evidence_for
-from kcp_opa.authorize.store import SQLiteStore
+from kcp_opa.authorize.controls import ControlDesk
+from kcp_opa.authorize.evidence import evidence_for
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptVerificationError
 from kcp_opa.core.signing import Key, Keyring, generate_ed25519, load_keyring
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger
 
 ROOT = Path(__file__).resolve().parent.parent

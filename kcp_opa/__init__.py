@@ -11,7 +11,6 @@ diff and case pinning over generated input spaces; ``cli`` the command on top. T
 
 from __future__ import annotations
 
-from kcp_opa import _moved
 from kcp_opa.analysis.diff import DiffReport, diff
 from kcp_opa.analysis.engines import UserInvariants
 from kcp_opa.analysis.pin import pin
@@ -30,7 +29,8 @@ from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import CompileResult, compile_bundle
 from kcp_opa.compile.datadoc import build_data, leaf_path
-from kcp_opa.compile.signatures import SignatureInfo, SigningKey, Verification, VerificationKey
+from kcp_opa.compile.signatures import SignatureInfo, Verification, VerificationKey
+from kcp_opa.compile.signkeys import load_bundle_signer
 from kcp_opa.context import (
     ContextSources,
     CounterSource,
@@ -71,7 +71,6 @@ from kcp_opa.core.signing import (
     HmacKey,
     Keyring,
     Pkcs11Key,
-    ReceiptKey,
     Signer,
     Verifier,
     generate_ed25519,
@@ -117,8 +116,6 @@ from kcp_opa.trail.checkpoint import Checkpoint
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 from kcp_opa.trail.locations import open_ledger
 from kcp_opa.trail.record import LedgerEntry
-
-_moved.install()
 
 __all__ = [
     "ActionRejectedError",
@@ -186,7 +183,6 @@ __all__ = [
     "Reason",
     "Receipt",
     "ReceiptIssueError",
-    "ReceiptKey",
     "ReceiptVerificationError",
     "RegistrySource",
     "Report",
@@ -199,7 +195,6 @@ __all__ = [
     "SignedAttestations",
     "SignedExceptions",
     "Signer",
-    "SigningKey",
     "SourceError",
     "SourceUnreadableError",
     "Sourced",
@@ -233,6 +228,7 @@ __all__ = [
     "hmac_key",
     "issue_receipt",
     "leaf_path",
+    "load_bundle_signer",
     "load_cases",
     "load_exceptions",
     "load_keyring",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,7 @@ LAYERS: tuple[str, ...] = (
     "service",
     "cli",
 )
-TOP = len(LAYERS)  # kcp_opa/__init__.py, __main__.py, _moved.py: the public API sits above all
+TOP = len(LAYERS)  # kcp_opa/__init__.py, __main__.py: the public API sits above all
 MAX_LINES = 400
 
 
@@ -181,27 +180,6 @@ def test_no_module_is_a_pile() -> None:
         str(p.relative_to(REPO)): n for p in _modules() if (n := len(p.read_text("utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
-
-
-def test_old_module_paths_still_import_with_a_warning() -> None:
-    import kcp_opa.decide.gate as moved
-
-    with pytest.warns(DeprecationWarning, match=r"kcp_opa\.gate moved to kcp_opa\.decide\.gate"):
-        import kcp_opa.gate as old  # type: ignore[import-not-found]
-    assert old is moved
-
-
-def test_every_old_path_resolves_to_its_new_module() -> None:
-    import importlib
-    import sys
-
-    from kcp_opa._moved import MOVED
-
-    for old, new in MOVED.items():
-        sys.modules.pop(f"kcp_opa.{old}", None)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            assert importlib.import_module(f"kcp_opa.{old}") is importlib.import_module(new), old
 
 
 def test_the_architecture_doc_lists_every_module() -> None:

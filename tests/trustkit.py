@@ -10,8 +10,9 @@ from typing import Any
 
 from conftest import REPO
 
-from kcp_opa.authorize.controls import ControlDesk, GateDecision, evidence_for
-from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key, load_keyring
+from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.authorize.evidence import evidence_for
+from kcp_opa.core.signing import ED25519, HMAC_SHA256, Key, Keyring, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 
 REGISTRY = REPO / "fixtures" / "trust" / "registry.yaml"
@@ -36,7 +37,7 @@ def issuer_keys() -> Keyring:
     return load_keyring(TEST_KEYS)
 
 
-def issuer_key(issuer: str) -> ReceiptKey:
+def issuer_key(issuer: str) -> Key:
     return issuer_keys().keys[f"{issuer}-ed25519-test"]
 
 
@@ -168,7 +169,7 @@ def refusal_code(desk: ControlDesk, record: GateDecision, item: Any, action: Any
 
 
 #: A receipt signing key of each algorithm the executor accepts, made fresh per call.
-RECEIPT_SIGNERS: dict[str, Callable[[], ReceiptKey]] = {
+RECEIPT_SIGNERS: dict[str, Callable[[], Key]] = {
     HMAC_SHA256: lambda: hmac_key("kya-1", b"kya-receipt-secret-0123456789abcdef"),
     ED25519: lambda: generate_ed25519("ed-1"),
 }

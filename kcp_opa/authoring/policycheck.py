@@ -15,11 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.authoring.findingcheck import CheckFinding as CheckFinding  # re-exported: the old import path
-from kcp_opa.authoring.findingcheck import finding_problems
+from kcp_opa.authoring.findingcheck import CheckFinding, finding_problems
 from kcp_opa.authoring.regochild import regopy_files
-from kcp_opa.authoring.regosyntax import syntax_problems
-from kcp_opa.authoring.regotest import OPA_ONLY
+from kcp_opa.authoring.regosyntax import OPA_ONLY, syntax_problems
 from kcp_opa.compile.resolution import policy_problems
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 from kcp_opa.declare.waivers import refusals as waiver_refusals

@@ -22,11 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcp_opa.authoring.regochild import CHILD_TIMEOUT_S as CHILD_TIMEOUT_S
-from kcp_opa.authoring.regochild import regopy_child as regopy_child
-from kcp_opa.authoring.regochild import regopy_files
-from kcp_opa.authoring.regosyntax import OPA_ONLY as OPA_ONLY
-from kcp_opa.authoring.regosyntax import syntax_problems
+from kcp_opa.authoring.regochild import regopy_child, regopy_files
+from kcp_opa.authoring.regosyntax import OPA_ONLY, syntax_problems
 
 _PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
 _RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)

@@ -17,8 +17,7 @@ from typing import Any
 
 from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
 from kcp_opa.authorize.documents import Attestation, Receipt
-from kcp_opa.authorize.evidence import EvidenceStatus as EvidenceStatus  # re-exported: the old import path
-from kcp_opa.authorize.evidence import evidence_for as evidence_for
+from kcp_opa.authorize.evidence import EvidenceStatus
 from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError

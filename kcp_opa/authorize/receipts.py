@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kcp_opa.authorize.documents import BOUND_FIELDS, RECEIPT_FIELDS, RECEIPT_SCHEMA_VERSION, Receipt
+from kcp_opa.authorize.documents import BOUND_FIELDS, RECEIPT_SCHEMA_VERSION, Receipt
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.documents import Signature
 from kcp_opa.core.errors import MalformedDocumentError, ReceiptIssueError, ReceiptVerificationError
@@ -31,7 +31,7 @@ CLOCK_SKEW_SECONDS = 60
 HOLDS = frozenset({"DENY", "COMPLIANCE_REVIEW", "ESCALATE"})
 _NONCE = re.compile(r"^[0-9a-f]{32,}$")
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
-__all__ = ["BOUND_FIELDS", "RECEIPT_FIELDS", "Receipt", "issue_for_checked_decision", "verify_receipt"]
+__all__ = ["issue_for_checked_decision", "verify_receipt"]
 
 
 #: The bytes a receipt's signature covers (the receipt with only ``signature.value`` removed).

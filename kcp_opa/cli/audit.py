@@ -24,12 +24,14 @@ from kcp_opa.cli.options import (
     ANY_PATH,
     DIR,
     FILE,
+    FORMAT,
+    MAX_BYTES,
     bundles_option,
     checkpoints_option,
     keyring_option,
     signing_key_option,
 )
-from kcp_opa.cli.output import EXIT_INVALID, FORMAT, MAX_BYTES, as_json, console, fail
+from kcp_opa.cli.output import EXIT_INVALID, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, load_keyring

@@ -20,8 +20,8 @@ from kcp_opa.authorize.documents import Receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.ledgerarg import LEDGER, ledger_snapshot
-from kcp_opa.cli.options import DIR, FILE, checkpoints_option, keyring_option
-from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json
+from kcp_opa.cli.options import DIR, FILE, FORMAT, checkpoints_option, keyring_option
+from kcp_opa.cli.output import EXIT_INVALID, as_json
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.signing import load_keyring
 

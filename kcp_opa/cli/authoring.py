@@ -14,14 +14,15 @@ import click
 
 from kcp_opa.authoring.caserun import CaseRun, run_cases
 from kcp_opa.authoring.cases import case_files, load_cases
-from kcp_opa.authoring.policycheck import CheckFinding, check_modules
+from kcp_opa.authoring.findingcheck import CheckFinding
+from kcp_opa.authoring.policycheck import check_modules
 from kcp_opa.authoring.policytree import load_modules, load_selection, policy_root
 from kcp_opa.authoring.regoexplain import explain_results
 from kcp_opa.authoring.regotest import Outcome, TestResult, discover, run_tests
 from kcp_opa.authoring.testreport import junit_xml, policy_coverage, print_report, to_dict
 from kcp_opa.cli import render
-from kcp_opa.cli.options import ANY_PATH, JUNIT, cases_options, dir_option, file_option
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, as_json, console, status
+from kcp_opa.cli.options import ANY_PATH, FORMAT, JUNIT, cases_options, dir_option, file_option
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console, status
 from kcp_opa.compile.bundle import read_bundle, write_atomically
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR, GENERATED
 from kcp_opa.compile.evaluatorgen import stale as union_stale

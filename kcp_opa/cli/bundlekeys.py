@@ -1,5 +1,5 @@
 """Bundle signing and verification flags, shared by every command that writes or loads a bundle,
-and ``kcp-opa bundle verify``. Keys are named by file path only: key material never in argv."""
+and ``kcp-opa bundle verify``. Keys are named by file path or ``pkcs11:`` URI: key material never in argv."""
 
 from __future__ import annotations
 
@@ -11,25 +11,34 @@ from typing import Any
 import click
 
 from kcp_opa.cli import render
-from kcp_opa.cli.options import FILE, file_option, stacked
-from kcp_opa.cli.output import FORMAT, as_json, console
+from kcp_opa.cli.options import FILE, FORMAT, file_option, stacked
+from kcp_opa.cli.output import as_json, console
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-from kcp_opa.compile.signatures import ALGORITHMS, SigningKey, Verification
+from kcp_opa.compile.signatures import Verification
+from kcp_opa.compile.signkeys import ALGORITHMS, generate_signing_key, load_bundle_signer
 from kcp_opa.core.errors import BundleSignatureError
+from kcp_opa.core.keys import Signer
 
 
 def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--signing-key, --signing-alg, --signing-key-id, --claims-file, --scope (compile)."""
     return stacked(
-        file_option(
-            "--signing-key", help="PEM private key (RSA, EC P-256 or Ed25519): write .signatures.json in OPA's format."
+        click.option(
+            "--signing-key",
+            metavar="PEM|URI|KEYRING",
+            help="Sign the bundle (.signatures.json in OPA's format) with this key: a PEM private key file (RSA, "
+            "EC P-256 or Ed25519), a pkcs11: URI (an Ed25519 key that stays in the HSM, the PIN from pin-source or "
+            "$KCP_OPA_PKCS11_PIN) or a keyring file (its Ed25519 signing kid).",
         ),
         click.option(
             "--signing-alg",
             type=click.Choice(ALGORITHMS),
             help="JWS algorithm [default: RS256 for RSA, ES256 for EC, EdDSA for Ed25519].",
         ),
-        click.option("--signing-key-id", help="The key id (kid) [default: kcp- + 16 hex of the public key's sha256]."),
+        click.option(
+            "--signing-key-id",
+            help="The key id (kid) [default: a PEM key's kcp- + 16 hex of its public key's sha256; an HSM key's label]",
+        ),
         file_option(
             "--claims-file", help="JSON object of extra claims for the signature payload (as opa build --claims-file)."
         ),
@@ -56,8 +65,8 @@ def verification_of(keys: Sequence[str], scope: str) -> Verification | None:
 
 
 def signing_of(
-    key: Path | None, alg: str | None, key_id: str | None, claims_file: Path | None, scope: str
-) -> tuple[SigningKey | None, dict[str, Any] | None]:
+    key: str | None, alg: str | None, key_id: str | None, claims_file: Path | None, scope: str
+) -> tuple[Signer | None, dict[str, Any] | None]:
     if key is None:
         if claims_file is not None or scope or alg or key_id:
             raise BundleSignatureError(
@@ -74,7 +83,7 @@ def signing_of(
             ) from None
         if not isinstance(claims, dict):
             raise BundleSignatureError(f"{claims_file}: the claims must be a JSON object", "claims_invalid")
-    return SigningKey.load(key, alg, key_id), claims
+    return load_bundle_signer(key, alg, key_id), claims
 
 
 def load_verified(path: Path, keys: Sequence[str], scope: str) -> LoadedBundle:
@@ -120,7 +129,5 @@ def keygen(path: Path, alg: str) -> None:
 
     For a demo or a CI secret store; prints the key id bundles signed with it will name.
     """
-    from kcp_opa.compile.signkeys import generate_signing_key
-
     key_id = generate_signing_key(path, alg)
     click.echo(f"kcp-opa: wrote {path} and {path}.pub (key id {key_id})", err=True)

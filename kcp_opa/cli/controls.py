@@ -25,11 +25,12 @@ from kcp_opa.cli.options import (
     action_option,
     file_option,
     keyring_option,
+    now_option,
     signing_key_option,
     stacked,
     trust_option,
 )
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, json_errors, now_option, read_text
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, json_errors, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import CodedError, KeyringError
 from kcp_opa.core.signing import MIN_SECRET_BYTES, load_keyring, load_signing_key

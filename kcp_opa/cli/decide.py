@@ -14,8 +14,16 @@ from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, verification_of, verification_options
 from kcp_opa.cli.native import first_native_error, native_stdout_captured
-from kcp_opa.cli.options import bundle_option, choice_option, file_option, ledger_key_option, trust_option
-from kcp_opa.cli.output import EXIT_NOT_ALLOWED, FORMAT, as_json, console, now_option, read_text
+from kcp_opa.cli.options import (
+    FORMAT,
+    bundle_option,
+    choice_option,
+    file_option,
+    ledger_key_option,
+    now_option,
+    trust_option,
+)
+from kcp_opa.cli.output import EXIT_NOT_ALLOWED, as_json, console, read_text
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, CodedError, EngineLoadError, LedgerError, QueryError
 from kcp_opa.core.signing import load_signing_key

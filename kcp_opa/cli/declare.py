@@ -12,8 +12,8 @@ import click
 
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, signing_of, signing_options, verification_options
-from kcp_opa.cli.options import ANY_PATH, FILE, dir_option, output_option
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console
+from kcp_opa.cli.options import ANY_PATH, FILE, FORMAT, MAX_BYTES, dir_option, output_option
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console
 from kcp_opa.compile.compiler import compile_bundle, default_output
 from kcp_opa.compile.overlay import overlaid
 from kcp_opa.compile.policyfiles import default_policies
@@ -293,7 +293,7 @@ def compile_command(
     policy_version: str | None,
     engine_check: bool,
     manifest_keys: Sequence[Path],
-    signing_key: Path | None,
+    signing_key: str | None,
     signing_alg: str | None,
     signing_key_id: str | None,
     claims_file: Path | None,

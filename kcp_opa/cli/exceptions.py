@@ -26,8 +26,8 @@ from kcp_opa.audit.summary import AppliedExceptions
 from kcp_opa.authoring.policytree import load_modules
 from kcp_opa.cli import render
 from kcp_opa.cli.ledgerarg import LEDGER
-from kcp_opa.cli.options import keyring_option, now_option, signing_key_option
-from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, FORMAT, MAX_BYTES, as_json, console, fail
+from kcp_opa.cli.options import FORMAT, MAX_BYTES, keyring_option, now_option, signing_key_option
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console, fail
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.compile.resolution import check_waived, waivable_codes

@@ -24,18 +24,16 @@ from rich.markup import escape
 
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.options import action_option, file_option, keyring_option, receipt_option, store_option
-from kcp_opa.cli.output import (
-    EXIT_INVALID,
-    EXIT_USAGE,
+from kcp_opa.cli.options import (
     FORMAT,
-    as_json,
-    console,
-    fail,
+    action_option,
+    file_option,
+    keyring_option,
     now_option,
-    read_text,
-    refusal_line,
+    receipt_option,
+    store_option,
 )
+from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console, fail, read_text, refusal_line
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError, StoreError, StoreUnavailableError

@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from kcp_opa.cli import render
-from kcp_opa.cli.options import dir_option, file_option
-from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json, console
+from kcp_opa.cli.options import FORMAT, dir_option, file_option
+from kcp_opa.cli.output import EXIT_INVALID, as_json, console
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.evaluatorgen import GENERATED, stale, write_union
 from kcp_opa.compile.referencegen import reference_stale, render_reference

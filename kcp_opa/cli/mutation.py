@@ -14,8 +14,8 @@ from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.authoring.policytree import load_modules
 from kcp_opa.authoring.regotest import discover
 from kcp_opa.cli import render
-from kcp_opa.cli.options import ANY_PATH, JUNIT, cases_options
-from kcp_opa.cli.output import EXIT_USAGE, FORMAT, as_json, console
+from kcp_opa.cli.options import ANY_PATH, FORMAT, JUNIT, cases_options
+from kcp_opa.cli.output import EXIT_USAGE, as_json, console
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import SourceUnreadableError

@@ -1,5 +1,5 @@
 """What every command shares: exit codes, one-line errors, JSON or text output (the shared options
-are in ``kcp_opa.cli.options``; ``FORMAT``, ``MAX_BYTES`` and ``now_option`` are re-exported here)."""
+are in ``kcp_opa.cli.options``)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from kcp_opa.cli.options import FORMAT as FORMAT
-from kcp_opa.cli.options import MAX_BYTES as MAX_BYTES
 from kcp_opa.cli.options import Decorator
-from kcp_opa.cli.options import now_option as now_option
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, SourceUnreadableError
 from kcp_opa.core.files import read_regular_text
 

@@ -17,12 +17,13 @@ from kcp_opa.cli.options import (
     action_option,
     file_option,
     keyring_option,
+    now_option,
     receipt_option,
     signing_key_option,
     stacked,
     trust_option,
 )
-from kcp_opa.cli.output import json_errors, now_option, read_text
+from kcp_opa.cli.output import json_errors, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KeyringError, ReceiptIssueError

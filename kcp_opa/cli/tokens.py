@@ -17,8 +17,8 @@ from pathlib import Path
 import click
 
 from kcp_opa.cli import render
-from kcp_opa.cli.options import file_option, trust_option
-from kcp_opa.cli.output import EXIT_INVALID, FORMAT, as_json, fail
+from kcp_opa.cli.options import FORMAT, file_option, trust_option
+from kcp_opa.cli.output import EXIT_INVALID, as_json, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.identity import IdentityError, canonical_id
 

@@ -26,9 +26,10 @@ from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR
 from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
 from kcp_opa.compile.resolution import refuse_unresolved
-from kcp_opa.compile.signatures import SIGNATURES_NAME, SigningKey, signatures_file
+from kcp_opa.compile.signatures import SIGNATURES_NAME, signatures_file
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
+from kcp_opa.core.keys import Signer
 from kcp_opa.core.version import __version__
 from kcp_opa.declare.declstrings import check_data_strings
 from kcp_opa.declare.diagnostics import Diagnostic
@@ -113,14 +114,15 @@ def compile_bundle(
     engine_check: bool = False,
     trust_path: Path | None = None,
     manifest_keys: Sequence[Ed25519PublicKey] = (),
-    signing_key: SigningKey | None = None,
+    signing_key: Signer | None = None,
     claims: Mapping[str, Any] | None = None,
     scope: str = "",
 ) -> CompileResult:
     """Validate everything, build the data document and write the bundle atomically.
 
-    With ``signing_key`` the bundle carries a ``.signatures.json`` in OPA's format listing
-    every file (``claims`` and ``scope`` go into its payload; kcp_opa.compile.signatures).
+    With ``signing_key`` (any Signer a public key verifies: a PEM file, an HSM, a KMS) the bundle
+    carries a ``.signatures.json`` in OPA's format listing every file (``claims`` and ``scope`` go
+    into its payload; kcp_opa.compile.signatures).
 
     A manifest declaring ``trust.content_integrity`` compiles only when its hash and signature
     verify (the signature under one of ``manifest_keys``; kcp_opa.declare.integrity).

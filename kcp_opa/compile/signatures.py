@@ -13,34 +13,28 @@ Each refusal is a :class:`BundleSignatureError` with its own ``code`` and one li
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
 import json
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kcp_opa.compile.signkeys import ALGORITHMS, SigningKey, VerificationKey, generate_signing_key, key_fingerprint
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+from kcp_opa.compile.signkeys import PublicKey, algorithms_for, bundle_algorithm, key_fingerprint, read_pem
 from kcp_opa.core.errors import BundleSignatureError
+from kcp_opa.core.keys import Signer, b64url, b64url_decode, strict_b64url
 
 SIGNATURES_NAME = ".signatures.json"
 HASH_ALGORITHM = "SHA-256"
 _STRUCTURED = frozenset({"data.json", "data.yaml", ".manifest", SIGNATURES_NAME})
-__all__ = [
-    "ALGORITHMS",
-    "SignatureInfo",
-    "SigningKey",
-    "Verification",
-    "VerificationKey",
-    "file_hash",
-    "generate_signing_key",
-    "key_fingerprint",
-    "signatures_file",
-    "verify_members",
-]
 
 
 class _Number(str):
@@ -108,17 +102,51 @@ def file_hash(name: str, content: bytes) -> str:
     return hashlib.sha256("".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def _json(value: Any) -> bytes:
     """Go's json.Marshal of a map: keys sorted, compact."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class VerificationKey:
+    key_id: str
+    key: PublicKey = field(repr=False)
+
+    @classmethod
+    def load(cls, spec: str) -> VerificationKey:
+        """``PATH`` or ``KEYID=PATH`` (a PEM public key); without KEYID the id is the key's fingerprint."""
+        key_id, sep, path = spec.partition("=")
+        if not sep:
+            key_id, path = "", spec
+        raw = read_pem(Path(path), "verification key")
+        try:
+            key = serialization.load_pem_public_key(raw)
+        except (ValueError, TypeError) as exc:
+            raise BundleSignatureError(f"{path}: not a PEM public key ({exc})", "key_invalid") from None
+        if not isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey):
+            raise BundleSignatureError(f"{path}: only RSA, EC P-256 and Ed25519 keys verify bundles", "key_invalid")
+        return cls(key_id or key_fingerprint(key), key)
+
+    def verify(self, algorithm: str, message: bytes, signature: bytes) -> bool:
+        key = self.key
+        if algorithm not in algorithms_for(key):
+            return False
+        try:
+            if isinstance(key, ed25519.Ed25519PublicKey):
+                key.verify(signature, message)
+            elif isinstance(key, ec.EllipticCurvePublicKey):
+                if len(signature) != 64:
+                    return False
+                der = encode_dss_signature(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
+                key.verify(der, message, ec.ECDSA(hashes.SHA256()))
+            elif algorithm == "PS256":
+                pss = padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.AUTO)
+                key.verify(signature, message, pss, hashes.SHA256())
+            else:
+                key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
+        except InvalidSignature:
+            return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -169,23 +197,28 @@ class SignatureInfo:
 
 
 def signatures_file(
-    files: Sequence[tuple[str, bytes]], key: SigningKey, *, claims: Mapping[str, Any] | None = None, scope: str = ""
+    files: Sequence[tuple[str, bytes]], signer: Signer, *, claims: Mapping[str, Any] | None = None, scope: str = ""
 ) -> bytes:
-    """The ``.signatures.json`` for ``files`` (name, bytes), signed by ``key``: same inputs, same bytes.
+    """The ``.signatures.json`` for ``files`` (name, bytes), signed by ``signer``: same inputs, same bytes.
 
-    As OPA: with a claims file its claims replace the ``keyid`` claim (the ``kid`` header stays).
-    RS256, ES256 (RFC 6979) and EdDSA signatures are deterministic; PS256 salts each signature.
+    Every :class:`~kcp_opa.core.keys.Signer` whose algorithm a public key verifies signs (a PEM
+    file, an HSM, a KMS). As OPA: with a claims file its claims replace the ``keyid`` claim (the
+    ``kid`` header stays). RS256, ES256 (RFC 6979) and Ed25519 signatures are deterministic; PS256
+    salts each signature.
     """
+    algorithm = bundle_algorithm(signer)
     listed = [{"name": n, "hash": file_hash(n, c), "algorithm": HASH_ALGORITHM} for n, c in sorted(files)]
-    payload: dict[str, Any] = dict(claims) if claims is not None else {"keyid": key.key_id}
+    payload: dict[str, Any] = dict(claims) if claims is not None else {"keyid": signer.kid}
     if "files" in payload:
         raise BundleSignatureError("the claims file may not set `files`: the compiler lists them", "claims_invalid")
     if scope:
         payload["scope"] = scope
     payload["files"] = listed
-    signing_input = _b64(_json({"alg": key.algorithm, "kid": key.key_id})) + "." + _b64(_json(payload))
-    token = signing_input + "." + _b64(key.sign(signing_input.encode("ascii")))
-    return _json({"signatures": [token]})
+    signing_input = b64url(_json({"alg": algorithm, "kid": signer.kid})) + "." + b64url(_json(payload))
+    signature = signer.sign(signing_input.encode("ascii"))
+    if strict_b64url(signature) is None:
+        raise BundleSignatureError(f"key {signer.kid} returned a signature that is not base64url", "key_invalid")
+    return _json({"signatures": [signing_input + "." + signature]})
 
 
 def _decode_token(raw: bytes, source: str) -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:
@@ -203,8 +236,8 @@ def _decode_token(raw: bytes, source: str) -> tuple[dict[str, Any], dict[str, An
     if len(parts) != 3:
         raise malformed("the JWT does not have three parts")
     try:
-        header, payload = json.loads(_unb64(parts[0])), json.loads(_unb64(parts[1]))
-        signature = _unb64(parts[2])
+        header, payload = json.loads(b64url_decode(parts[0])), json.loads(b64url_decode(parts[1]))
+        signature = b64url_decode(parts[2])
     except (binascii.Error, ValueError) as exc:
         raise malformed(f"the JWT does not decode ({exc})") from None
     if not isinstance(header, dict) or not isinstance(payload, dict):

@@ -1,8 +1,10 @@
-"""The keys that sign and verify bundles: PEM files (RSA, EC P-256, Ed25519), never key material in argv.
+"""The keys that sign and verify bundles, never key material in argv.
 
-A key id defaults to the public key's fingerprint, so a signer and a verifier agree on it
-without configuration; JWS signatures use the encodings OPA's JWT library expects (ES256 as
-r||s, deterministic per RFC 6979).
+Every :class:`~kcp_opa.core.keys.Signer` signs a bundle whose ``alg`` OPA verifies with a public
+key: a PEM file (RSA, EC P-256, Ed25519), an Ed25519 key in an HSM (``pkcs11:`` URI) or in a
+keyring, a cloud KMS key behind the same Protocol. A PEM key's id defaults to the public key's
+fingerprint, so a signer and a verifier agree on it without configuration; JWS signatures use
+the encodings OPA's JWT library expects (ES256 as r||s, deterministic per RFC 6979).
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from kcp_opa.core.errors import BundleSignatureError
+from kcp_opa.core.keyring import load_keyring
+from kcp_opa.core.keys import ED25519, Ed25519Key, Signer, b64url
+from kcp_opa.core.pkcs11 import PKCS11_SCHEME, open_pkcs11_key
 
 ALGORITHMS = ("RS256", "PS256", "ES256", "EdDSA")
+#: The JWS name of a core signing algorithm that also signs bundles.
+JWS_NAMES = {ED25519: "EdDSA"}
 _MAX_KEY_BYTES = 64 * 1024
 
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
@@ -32,7 +38,7 @@ def key_fingerprint(key: PublicKey) -> str:
     return "kcp-" + hashlib.sha256(der).hexdigest()[:16]
 
 
-def _read_pem(path: Path, what: str) -> bytes:
+def read_pem(path: Path, what: str) -> bytes:
     if "-----BEGIN" in str(path) or "\n" in str(path):
         raise BundleSignatureError(f"the {what} is given by its file path, never its contents", "key_in_argv")
     try:
@@ -45,7 +51,7 @@ def _read_pem(path: Path, what: str) -> bytes:
     return raw
 
 
-def _algorithms_for(key: PrivateKey | PublicKey) -> tuple[str, ...]:
+def algorithms_for(key: PrivateKey | PublicKey) -> tuple[str, ...]:
     if isinstance(key, rsa.RSAPrivateKey | rsa.RSAPublicKey):
         return ("RS256", "PS256")
     if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey):
@@ -54,85 +60,77 @@ def _algorithms_for(key: PrivateKey | PublicKey) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class SigningKey:
-    """A private key read from a PEM file, with the algorithm and key id it signs under."""
+class PemSigner:
+    """An RSA or EC P-256 private key read from a PEM file: a :class:`~kcp_opa.core.keys.Signer`
+    whose ``alg`` is its JWS algorithm (an Ed25519 PEM key loads as the core ``Ed25519Key``)."""
 
-    key: PrivateKey = field(repr=False)
-    algorithm: str
-    key_id: str
+    kid: str
+    alg: str
+    key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey = field(repr=False)
 
-    @classmethod
-    def load(cls, path: str | Path, algorithm: str | None = None, key_id: str | None = None) -> SigningKey:
-        raw = _read_pem(Path(path), "signing key")
-        try:
-            key = serialization.load_pem_private_key(raw, password=None)
-        except (ValueError, TypeError) as exc:
-            raise BundleSignatureError(f"{path}: not an unencrypted PEM private key ({exc})", "key_invalid") from None
-        if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey):
-            raise BundleSignatureError(f"{path}: only RSA, EC P-256 and Ed25519 keys sign bundles", "key_invalid")
-        allowed = _algorithms_for(key)
-        chosen = algorithm or (allowed[0] if allowed else "")
-        if chosen not in ALGORITHMS or chosen not in allowed:
-            raise BundleSignatureError(
-                f"{path}: --signing-alg {chosen or '?'} does not fit this key "
-                f"(it signs {', '.join(allowed) or 'nothing'})",
-                "key_invalid",
-            )
-        return cls(key, chosen, key_id or key_fingerprint(key.public_key()))
-
-    def sign(self, message: bytes) -> bytes:
+    def sign(self, message: bytes) -> str:
         key = self.key
-        if isinstance(key, ed25519.Ed25519PrivateKey):
-            return key.sign(message)
         if isinstance(key, ec.EllipticCurvePrivateKey):
             r, s = decode_dss_signature(key.sign(message, ec.ECDSA(hashes.SHA256(), deterministic_signing=True)))
-            return r.to_bytes(32, "big") + s.to_bytes(32, "big")
-        if self.algorithm == "PS256":
+            return b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+        if self.alg == "PS256":
             pss = padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.DIGEST_LENGTH)
-            return key.sign(message, pss, hashes.SHA256())
-        return key.sign(message, padding.PKCS1v15(), hashes.SHA256())
+            return b64url(key.sign(message, pss, hashes.SHA256()))
+        return b64url(key.sign(message, padding.PKCS1v15(), hashes.SHA256()))
 
 
-@dataclass(frozen=True)
-class VerificationKey:
-    key_id: str
-    key: PublicKey = field(repr=False)
+def bundle_algorithm(signer: Signer) -> str:
+    """The JWS ``alg`` a signer signs a bundle under; refused when OPA could not verify it with a public key."""
+    algorithm = JWS_NAMES.get(signer.alg, signer.alg)
+    if algorithm not in ALGORITHMS:
+        raise BundleSignatureError(
+            f"key {signer.kid} is {signer.alg}, which cannot sign a bundle: use an RS256, PS256, ES256 or "
+            "Ed25519 key (OPA verifies a bundle with a public key)",
+            "key_invalid",
+        )
+    return algorithm
 
-    @classmethod
-    def load(cls, spec: str) -> VerificationKey:
-        """``PATH`` or ``KEYID=PATH`` (a PEM public key); without KEYID the id is the key's fingerprint."""
-        key_id, sep, path = spec.partition("=")
-        if not sep:
-            key_id, path = "", spec
-        raw = _read_pem(Path(path), "verification key")
-        try:
-            key = serialization.load_pem_public_key(raw)
-        except (ValueError, TypeError) as exc:
-            raise BundleSignatureError(f"{path}: not a PEM public key ({exc})", "key_invalid") from None
-        if not isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey):
-            raise BundleSignatureError(f"{path}: only RSA, EC P-256 and Ed25519 keys verify bundles", "key_invalid")
-        return cls(key_id or key_fingerprint(key), key)
 
-    def verify(self, algorithm: str, message: bytes, signature: bytes) -> bool:
-        key = self.key
-        if algorithm not in _algorithms_for(key):
-            return False
-        try:
-            if isinstance(key, ed25519.Ed25519PublicKey):
-                key.verify(signature, message)
-            elif isinstance(key, ec.EllipticCurvePublicKey):
-                if len(signature) != 64:
-                    return False
-                der = encode_dss_signature(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
-                key.verify(der, message, ec.ECDSA(hashes.SHA256()))
-            elif algorithm == "PS256":
-                pss = padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.AUTO)
-                key.verify(signature, message, pss, hashes.SHA256())
-            else:
-                key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
-        except InvalidSignature:
-            return False
-        return True
+def load_pem_signer(path: str | Path, algorithm: str | None = None, key_id: str | None = None) -> Signer:
+    """The private key in a PEM file (RSA, EC P-256 or Ed25519), under ``algorithm`` (default: the key's first)."""
+    raw = read_pem(Path(path), "signing key")
+    try:
+        key = serialization.load_pem_private_key(raw, password=None)
+    except (ValueError, TypeError) as exc:
+        raise BundleSignatureError(f"{path}: not an unencrypted PEM private key ({exc})", "key_invalid") from None
+    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey):
+        raise BundleSignatureError(f"{path}: only RSA, EC P-256 and Ed25519 keys sign bundles", "key_invalid")
+    allowed = algorithms_for(key)
+    chosen = algorithm or (allowed[0] if allowed else "")
+    if chosen not in ALGORITHMS or chosen not in allowed:
+        raise BundleSignatureError(
+            f"{path}: --signing-alg {chosen or '?'} does not fit this key (it signs {', '.join(allowed) or 'nothing'})",
+            "key_invalid",
+        )
+    kid = key_id or key_fingerprint(key.public_key())
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return Ed25519Key(kid, private_key=key, public_key=key.public_key())
+    return PemSigner(kid, chosen, key)
+
+
+def load_bundle_signer(spec: str, algorithm: str | None = None, key_id: str | None = None) -> Signer:
+    """``compile --signing-key``: a ``pkcs11:`` URI (the key stays in the HSM), a PEM private key
+    file, or a keyring file (its signing kid), as every other ``--signing-key`` takes one."""
+    signer: Signer
+    if spec.startswith(PKCS11_SCHEME):
+        signer = open_pkcs11_key(spec, kid=key_id)
+    elif b"-----BEGIN" in read_pem(Path(spec), "signing key"):
+        return load_pem_signer(spec, algorithm, key_id)
+    else:
+        if key_id is not None:
+            raise BundleSignatureError(f"{spec}: a keyring names its own kid; drop --signing-key-id", "key_invalid")
+        signer = load_keyring(spec).signer()
+    chosen = bundle_algorithm(signer)
+    if algorithm is not None and algorithm != chosen:
+        raise BundleSignatureError(
+            f"--signing-alg {algorithm} does not fit key {signer.kid} (it signs {chosen})", "key_invalid"
+        )
+    return signer
 
 
 def generate_signing_key(path: str | Path, algorithm: str = "EdDSA") -> str:

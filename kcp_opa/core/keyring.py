@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import KeyringError
 from kcp_opa.core.files import read_regular
-from kcp_opa.core.keys import ALGORITHMS, HMAC_SHA256, Ed25519Key, HmacKey, Key, ReceiptKey
+from kcp_opa.core.keys import ALGORITHMS, HMAC_SHA256, Ed25519Key, HmacKey, Key
 from kcp_opa.core.pkcs11 import PKCS11_SCHEME, Pkcs11Key, open_pkcs11_key
 
 
@@ -58,23 +58,22 @@ class Keyring:
         an HSM key by its ``pkcs11:`` URI (its private part never leaves the token)."""
         entries = []
         for kid, key in sorted(self.keys.items()):
-            material = key.key() if isinstance(key, ReceiptKey) else key
-            if key.alg == HMAC_SHA256 or isinstance(material, HmacKey):
+            if key.alg == HMAC_SHA256:
                 continue  # secrets never go into files written by us; name them with secret_env
             entry: dict[str, Any] = {"kid": kid, "alg": key.alg, "retired": key.retired}
-            public = material.public() if material is not None else None
+            public = key.public()
             if isinstance(public, Ed25519Key) and public.public_key is not None:
                 entry["public_key"] = _b64(
                     public.public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
                 )
-            if include_private and isinstance(material, Ed25519Key) and material.private_key is not None:
+            if include_private and isinstance(key, Ed25519Key) and key.private_key is not None:
                 entry["private_key"] = _b64(
-                    material.private_key.private_bytes(
+                    key.private_key.private_bytes(
                         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
                     )
                 )
-            if include_private and isinstance(material, Pkcs11Key):
-                entry["pkcs11"] = material.uri
+            if include_private and isinstance(key, Pkcs11Key):
+                entry["pkcs11"] = key.uri
             entries.append(entry)
         return {"signing_kid": self.signing_kid if include_private else None, "keys": entries}
 

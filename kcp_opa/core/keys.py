@@ -53,7 +53,13 @@ class Verifier(Named, Protocol):
 
 @runtime_checkable
 class Signer(Named, Protocol):
-    """Produces the wire ``signature.value`` for a message (hex for HMAC, base64url for Ed25519)."""
+    """Whatever signs: receipts, attestations, decision documents, ledger entries and checkpoints,
+    and bundles (a key in memory, in an HSM through PKCS#11, in a cloud KMS).
+
+    ``sign`` returns the wire value: lowercase hex for HMAC-SHA256, and for every asymmetric
+    ``alg`` (Ed25519, or a bundle's ES256 as r||s, RS256, PS256) the unpadded base64url of the raw
+    signature, which is also a JWS signature segment, so one signer signs a bundle as OPA reads it.
+    """
 
     def sign(self, message: bytes) -> str: ...
 
@@ -112,6 +118,16 @@ def seal_holds(secret: bytes, value: object, presented: object) -> bool:
     return hmac.compare_digest(presented.encode("utf-8"), seal(secret, value).encode("ascii"))
 
 
+def b64url(raw: bytes) -> str:
+    """Unpadded base64url: how an asymmetric signature, a JWS segment and a content hash travel."""
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Base64url, padded or not (as JWS readers accept it); ValueError when it is not base64url."""
+    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+
+
 def strict_b64url(value: str) -> bytes | None:
     """Unpadded base64url, accepted only in its one canonical spelling (the one ``sign`` writes).
 
@@ -121,15 +137,10 @@ def strict_b64url(value: str) -> bytes | None:
     if not _B64URL.fullmatch(value):
         return None
     try:
-        raw = base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_", validate=True)
+        raw = b64url_decode(value)
     except ValueError:  # binascii.Error: a length no base64 has (4n+1 characters)
         return None
     return raw if b64url(raw) == value else None
-
-
-def b64url(raw: bytes) -> str:
-    """Unpadded base64url: how an Ed25519 signature travels."""
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
 def verify_ed25519(public: Ed25519PublicKey | None, message: bytes, value: str) -> bool:
@@ -215,50 +226,6 @@ class Ed25519Key:
         if self.public_key is None:
             return None
         return Ed25519Key(self.kid, public_key=self.public_key, retired=self.retired)
-
-    def retire(self) -> Key:
-        return dataclasses.replace(self, retired=True)
-
-
-@dataclass(frozen=True)
-class ReceiptKey:
-    """The key record of earlier versions (``alg`` plus whichever material): kept so old code and
-    keyrings built from it still work. It signs and verifies through the key its material makes
-    (:meth:`key`); material that does not fit ``alg`` makes no key, so it neither signs nor verifies."""
-
-    kid: str
-    alg: str
-    secret: bytes | None = field(default=None, repr=False)
-    private_key: Ed25519PrivateKey | None = field(default=None, repr=False)
-    public_key: Ed25519PublicKey | None = None
-    retired: bool = False
-
-    def key(self) -> HmacKey | Ed25519Key | None:
-        """The key this record's material makes; a secret shorter than 32 bytes makes none."""
-        if self.alg == HMAC_SHA256 and self.secret is not None and len(self.secret) >= MIN_SECRET_BYTES:
-            return HmacKey(self.kid, self.secret, self.retired)
-        if self.alg == ED25519:
-            return Ed25519Key(self.kid, self.private_key, self.public_key, self.retired)
-        return None
-
-    @property
-    def can_sign(self) -> bool:
-        key = self.key()
-        return key is not None and key.can_sign
-
-    def sign(self, message: bytes) -> str:
-        key = self.key()
-        if key is None:
-            raise cannot_sign(self.kid)
-        return key.sign(message)
-
-    def verify(self, message: bytes, value: str) -> bool:
-        key = self.key()
-        return key is not None and key.verify(message, value)
-
-    def public(self) -> Key | None:
-        key = self.key()
-        return key.public() if key is not None else None
 
     def retire(self) -> Key:
         return dataclasses.replace(self, retired=True)

@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from kcp_opa.core.errors import ManifestIntegrityError
+from kcp_opa.core.keys import b64url, b64url_decode
 
 HASHES = {"sha256": 64, "sha384": 96, "sha512": 128}
 SIGNATURE_SUFFIX = ".sig"
@@ -132,7 +133,7 @@ def _check_signature(
         return "signature well-formed, not verified (no --manifest-key)"
     if not keys:
         raise ManifestIntegrityError(f"{file}: signing is enabled; give the publisher's key with --manifest-key")
-    signing_input = header_b64 + b"." + _b64url_encode(raw)
+    signing_input = header_b64 + b"." + b64url(raw).encode("ascii")
     for key in keys:
         try:
             key.verify(signature, signing_input)
@@ -169,16 +170,14 @@ def _header(file: str, header_b64: bytes) -> dict[str, Any]:
 
 
 def _b64url_decode(file: str, text: bytes, what: str) -> bytes:
-    if not _B64URL.fullmatch(text.decode("ascii", "replace")) or len(text) % 4 == 1:
-        raise ManifestIntegrityError(f"{file}: the JWS {what} is not base64url")
-    try:
-        return base64.urlsafe_b64decode(text + b"=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
-        raise ManifestIntegrityError(f"{file}: the JWS {what} is not base64url") from None
-
-
-def _b64url_encode(data: bytes) -> bytes:
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
+    """Unpadded base64url only (the compact JWS spelling)."""
+    spelled = text.decode("ascii", "replace")
+    if _B64URL.fullmatch(spelled):
+        try:
+            return b64url_decode(spelled)
+        except ValueError:  # a length no base64 has (4n+1 characters)
+            pass
+    raise ManifestIntegrityError(f"{file}: the JWS {what} is not base64url")
 
 
 def load_manifest_key(path: Path) -> Ed25519PublicKey:

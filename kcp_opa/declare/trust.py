@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcp_opa import schemas
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring, ReceiptKey
+from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring
 from kcp_opa.declare.declstrings import TRUST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
@@ -69,8 +69,7 @@ class Issuer:
         if entry["alg"] == ED25519:
             return Ed25519Key(kid, public_key=_ed25519_public(str(entry["public_key"])))
         held = keyring.verifier(str(entry.get("keyring_kid", kid))) if keyring is not None else None
-        material = held.key() if isinstance(held, ReceiptKey) else held
-        return HmacKey(kid, material.secret) if isinstance(material, HmacKey) else None
+        return HmacKey(kid, held.secret) if isinstance(held, HmacKey) else None
 
 
 @lru_cache(maxsize=1024)

@@ -23,7 +23,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.service.authzen import (
-    AuthZenRequestError,
     answer,
     evaluations_of,
     map_evaluation,
@@ -182,4 +181,4 @@ def authzen_routes(
     ]
 
 
-__all__ = ["EVALUATION", "EVALUATIONS", "METADATA", "AuthZenRequestError", "authzen_routes"]
+__all__ = ["EVALUATION", "EVALUATIONS", "METADATA", "authzen_routes"]

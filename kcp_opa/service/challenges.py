@@ -14,20 +14,13 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kcp_opa.stores.protocols import DEFAULT_CHALLENGE_TTL_SECONDS
-from kcp_opa.stores.records import Challenge, ChallengeError, check_open
-
 if TYPE_CHECKING:
     from kcp_opa.authorize.controls import GateDecision
     from kcp_opa.decide.gate import Gate
 
 __all__ = [
-    "DEFAULT_CHALLENGE_TTL_SECONDS",
-    "Challenge",
-    "ChallengeError",
     "action_summary",
     "addressees",
-    "check_open",
     "major_units",
 ]
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import structlog
 
-from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, decide_record
+from kcp_opa.authorize.controls import ControlDesk, GateDecision, decide_record
+from kcp_opa.authorize.evidence import EvidenceStatus
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.signing import Keyring, Signer
@@ -28,21 +29,14 @@ from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.execute.executor import Executor, Handler
 from kcp_opa.execute.recheck import Rechecked
-from kcp_opa.service.challenges import ChallengeError, action_summary, addressees, check_open
+from kcp_opa.service.challenges import action_summary, addressees
 from kcp_opa.service.handlers import bound_handler
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope, check_caller_action
 from kcp_opa.service.issuing import ServiceIssuers, check_addressed, check_audit_detail
 from kcp_opa.service.observe import Metrics, health, set_attributes, span, traceparent_of
-from kcp_opa.service.records import (
-    StoredDecision,
-    UnknownRecordError,
-    canonical_or_none,
-    check_current,
-    decided_for,
-    export,
-    restore,
-)
+from kcp_opa.service.records import canonical_or_none, check_current, decided_for, export, restore
 from kcp_opa.stores.protocols import ChallengeStore, DecisionStore, ExecutorStore, HandoffStore
+from kcp_opa.stores.records import ChallengeError, StoredDecision, check_open
 
 _log = structlog.get_logger("kcp_opa.service")
 LOCAL_ONLY = (
@@ -52,7 +46,7 @@ LOCAL_ONLY = (
 )
 NEEDS_TRUST = "recording control results needs a trust registry: start the server with --trust REGISTRY"
 
-__all__ = ["GateService", "Loaded", "UnknownRecordError"]
+__all__ = ["GateService", "Loaded"]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from kcp_opa.service.catalog import Catalog, Tool, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import (
     LOOPBACK,
-    MAX_BODY_BYTES,
     BearerBackend,
     EdgeGuard,
     RequireAuth,
@@ -50,7 +49,7 @@ from kcp_opa.service.refusals import status_of
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
 
-__all__ = ["MAX_BODY_BYTES", "build_app"]
+__all__ = ["build_app"]
 
 
 def _refused(exc: KcpOpaError) -> JSONResponse:

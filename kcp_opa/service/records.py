@@ -20,11 +20,9 @@ from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
 from kcp_opa.stores.protocols import DecisionStore
-from kcp_opa.stores.records import StoredDecision, UnknownRecordError
+from kcp_opa.stores.records import UnknownRecordError
 
 __all__ = [
-    "StoredDecision",
-    "UnknownRecordError",
     "canonical_or_none",
     "check_current",
     "decided_for",

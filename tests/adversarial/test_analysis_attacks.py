@@ -19,7 +19,8 @@ from kcp_opa.analysis.prove import prove
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.compile.signatures import SIGNATURES_NAME, SigningKey
+from kcp_opa.compile.signatures import SIGNATURES_NAME
+from kcp_opa.compile.signkeys import load_pem_signer
 from kcp_opa.decide.gate import Gate
 
 UNKNOWN = "contract.unknown_unit_never_allows"
@@ -70,7 +71,7 @@ def test_diff_fails_the_deleted_rule_and_today_passes_prove(tmp_path: Path) -> N
 def _signed(tmp: Path, policies: Path, key: Path, name: str) -> Path:
     base = DEPLOYMENTS / "support-desk"
     out = tmp / f"{name}.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out, signing_key=SigningKey.load(key))
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out, signing_key=load_pem_signer(key))
     return out
 
 

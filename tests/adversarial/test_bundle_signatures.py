@@ -17,8 +17,17 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.compile.signatures import SIGNATURES_NAME, SigningKey, Verification, VerificationKey, file_hash
+from kcp_opa.compile.signatures import (
+    SIGNATURES_NAME,
+    Verification,
+    VerificationKey,
+    file_hash,
+    signatures_file,
+    verify_members,
+)
+from kcp_opa.compile.signkeys import load_bundle_signer, load_pem_signer
 from kcp_opa.core.errors import BundleSignatureError
+from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.gate import Gate
 
 FINANCE = DEPLOYMENTS / "finance"
@@ -69,7 +78,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
 
 
 def _compile(out: Path, key: Path | None, alg: str | None = None, scope: str = "") -> Path:
-    signer = SigningKey.load(key, alg) if key is not None else None
+    signer = load_pem_signer(key, alg) if key is not None else None
     compile_bundle(
         [FINANCE / "knowledge.yaml"], FINANCE / "matrix.yaml", POLICIES, out, signing_key=signer, scope=scope
     )
@@ -125,7 +134,7 @@ def test_signed_bundle_verifies_here_and_under_pyjwt(
     token = _token(bundle)
     payload = jwt.decode(token, public, algorithms=[PYJWT_ALG[alg]])  # type: ignore[arg-type]
     header = jwt.get_unverified_header(token)
-    assert header["alg"] == alg and header["kid"] == payload["keyid"] == SigningKey.load(key, alg).key_id
+    assert header["alg"] == alg and header["kid"] == payload["keyid"] == load_pem_signer(key, alg).kid
     assert payload["scope"] == "prod"
     members = _members(bundle)
     # Every member but the signature itself is listed, hashed by an implementation independent of
@@ -180,7 +189,7 @@ def test_every_refusal_has_its_own_code_and_message(tmp_path: Path, keys: dict[s
     signed = _compile(tmp_path / "signed.tar.gz", key)
     members = _members(signed)
     module = "kcp/controls/evidence.rego"
-    kid, other = SigningKey.load(key).key_id, str(keys["other"][1])
+    kid, other = load_pem_signer(key).kid, str(keys["other"][1])
     cases: dict[str, tuple[Path, Verification | None]] = {
         "file_modified": (
             _repack(tmp_path / "t.tar.gz", {**members, module: members[module] + b"\n# edited\n"}),
@@ -203,7 +212,7 @@ def test_every_refusal_has_its_own_code_and_message(tmp_path: Path, keys: dict[s
         assert refusal.code == code, (code, str(refusal))
         messages[code] = str(refusal).split(": ", 1)[1]
     assert len(set(messages.values())) == len(messages), messages
-    assert read_bundle(signed, verification=good).signer == SigningKey.load(key).key_id
+    assert read_bundle(signed, verification=good).signer == load_pem_signer(key).kid
 
 
 def test_gate_from_bundle_verifies_and_decisions_name_the_signer(
@@ -217,7 +226,7 @@ def test_gate_from_bundle_verifies_and_decisions_name_the_signer(
     action = json.loads((DEPLOYMENTS.parent / "kya-supplier-payment-action.json").read_text())
     decision = gate.decide(action, now="2026-11-29T10:00:00Z").to_dict()
     assert decision["bundle_sha256"] == hashlib.sha256(bundle.read_bytes()).hexdigest()
-    assert decision["bundle_signer"] == SigningKey.load(key).key_id
+    assert decision["bundle_signer"] == load_pem_signer(key).kid
     assert gate.status()["bundle"]["verified"] is True
 
 
@@ -249,3 +258,35 @@ def test_cli_signs_verifies_and_never_takes_key_material(tmp_path: Path, keys: d
     pem = key.read_text()
     bad = run_cli("compile", *base, "-o", str(tmp_path / "x.tar.gz"), "--signing-key", pem)
     assert bad.returncode == 2 and "BEGIN" not in bad.stderr
+
+
+def test_one_signer_type_signs_bundles_and_an_hmac_secret_never_does(
+    tmp_path: Path, keys: dict[str, tuple[Path, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle is signed by any core Signer whose algorithm a public key verifies: the same Ed25519
+    key from a PEM file or from a keyring file writes the same bytes; an HMAC secret is refused."""
+    pem, pub = keys["ed"]
+    from_pem = load_pem_signer(pem, key_id="ed-1")
+    ring = tmp_path / "ring.json"
+    ring.write_text(json.dumps(Keyring({"ed-1": from_pem}, "ed-1").to_file_dict(include_private=True)))  # type: ignore[dict-item]
+    from_ring = load_bundle_signer(str(ring))
+    files = [("kcp/x.rego", b"package kcp.x\n"), ("data.json", b'{"a": 1}')]
+    signed = signatures_file(files, from_ring)
+    assert signed == signatures_file(files, from_pem)
+    members = {**dict(files), SIGNATURES_NAME: signed}
+    verified = verify_members(members, Verification.from_specs([f"ed-1={pub}"]), "b.tar.gz")
+    assert verified is not None and (verified.key_id, verified.algorithm) == ("ed-1", "EdDSA")
+    monkeypatch.setenv("BUNDLE_HMAC", "s" * 32)
+    hmac_ring = tmp_path / "hmac.json"
+    hmac_ring.write_text(
+        json.dumps({"signing_kid": "h", "keys": [{"kid": "h", "alg": "HMAC-SHA256", "secret_env": "BUNDLE_HMAC"}]})
+    )
+    for refused in (
+        lambda: load_bundle_signer(str(hmac_ring)),
+        lambda: signatures_file(files, hmac_key("h", b"s" * 32)),
+    ):
+        with pytest.raises(BundleSignatureError) as caught:
+            refused()
+        assert caught.value.code == "key_invalid" and "cannot sign a bundle" in str(caught.value)
+    with pytest.raises(BundleSignatureError, match="a keyring names its own kid"):
+        load_bundle_signer(str(ring), key_id="other")

@@ -21,7 +21,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.compile.signatures import SigningKey, generate_signing_key
+from kcp_opa.compile.signkeys import generate_signing_key, load_pem_signer
 from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -40,7 +40,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         POLICIES,
         bundles / "finance.tar.gz",
         trust_path=TRUST / "registry.yaml",
-        signing_key=SigningKey.load(signing, None, None),
+        signing_key=load_pem_signer(signing),
     )
     ledger = root / "demo.jsonl"
     env = {**os.environ, "KCP_OPA_LEDGER": str(ledger), "KCP_OPA_BUNDLES": str(bundles)}

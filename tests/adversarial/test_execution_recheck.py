@@ -26,13 +26,13 @@ from trustkit import REGISTRY, make_desk
 
 from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.authorize.issuance import issue_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 T = dt.datetime(2026, 11, 29, 10, 0, 0, tzinfo=dt.UTC)

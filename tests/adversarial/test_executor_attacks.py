@@ -20,13 +20,13 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, receipt_for, run_cli
 
 from kcp_opa.audit.summary import summarize
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.action import action_hash
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger, read_entries, verify_ledger
 

@@ -16,13 +16,13 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, receipt_for
 
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import ReceiptVerificationError
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.core.signing import Key, Keyring, generate_ed25519, hmac_key
 from kcp_opa.decide.action import action_hash
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
@@ -31,7 +31,7 @@ ACTION_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 ACTION = json.loads(ACTION_PATH.read_text())
 
 
-def _issue(key: ReceiptKey) -> dict[str, Any]:
+def _issue(key: Key) -> dict[str, Any]:
     decision = {
         "decision_id": "dec_adv_2",
         "action_hash": action_hash(ACTION),

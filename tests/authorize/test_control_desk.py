@@ -20,7 +20,8 @@ import pytest
 from conftest import REPO, vouched_gate
 from trustkit import KYA_APPROVALS, bundle_cache, issuer_key, make_desk, registry, signed
 
-from kcp_opa.authorize.controls import ControlDesk, EvidenceStatus, GateDecision, evidence_for
+from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.authorize.evidence import EvidenceStatus, evidence_for
 from kcp_opa.authorize.parties import parties
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError

@@ -16,12 +16,13 @@ import pytest
 from conftest import REPO, receipt_for
 
 from kcp_opa.authorize import receipts
+from kcp_opa.authorize.documents import BOUND_FIELDS, RECEIPT_FIELDS
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import ReceiptIssueError, ReceiptVerificationError
-from kcp_opa.core.signing import Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.core.signing import Key, Keyring, generate_ed25519, hmac_key
 from kcp_opa.decide.action import action_hash
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 DIGEST = action_hash(ACTION)
@@ -68,7 +69,7 @@ def _verify_code(receipt: Any, action: Any = ACTION, **kwargs: Any) -> tuple[str
     return str(caught.value.code), str(caught.value)
 
 
-def _resign(receipt: dict[str, Any], key: ReceiptKey = KEY, **changes: Any) -> dict[str, Any]:
+def _resign(receipt: dict[str, Any], key: Key = KEY, **changes: Any) -> dict[str, Any]:
     forged = {**copy.deepcopy(receipt), **changes}
     forged["signature"] = {"alg": key.alg, "kid": key.kid}
     forged["signature"]["value"] = key.sign(signing_bytes(forged))
@@ -85,12 +86,12 @@ def test_constants() -> None:
 
 def test_issued_receipt_field_for_field() -> None:
     receipt = receipt_for(_decision(), ACTION, KEY, now=NOW)
-    assert list(receipt) == list(receipts.RECEIPT_FIELDS)
+    assert list(receipt) == list(RECEIPT_FIELDS)
     assert receipt["schema_version"] == "2.0" and receipt["receipt_id"].startswith("rcpt_")
     assert len(receipt["receipt_id"]) == 5 + 32
     assert receipt["decision_id"] == "d1" and receipt["decision_hash"] == canonical_hash(_decision())
     assert receipt["action_hash"] == DIGEST
-    for name in receipts.BOUND_FIELDS:
+    for name in BOUND_FIELDS:
         assert receipt[name] == ACTION.get(name)
     assert receipt["policy_version"] == "0.1.0"
     assert receipt["required_controls"] == sorted(CONTROLS) == receipt["satisfied_controls"]
@@ -233,7 +234,7 @@ def test_verify_order_and_codes(tmp_path: Path) -> None:
         "tenant_mismatch",
         "the receipt is for another tenant",
     )
-    for name in [n for n in receipts.BOUND_FIELDS if n != "tenant_id"]:
+    for name in [n for n in BOUND_FIELDS if n != "tenant_id"]:
         assert _verify_code(_resign(good, **{name: "other"})) == (
             "bound_field_mismatch",
             f"{name} differs between receipt and action",

@@ -26,13 +26,13 @@ from trustkit import RECEIPT_SIGNERS, approve_all
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.gatedocs import sign_decision_document
 from kcp_opa.authorize.receipts import signing_bytes, verify_receipt
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import (
     KeyringError,
     ReceiptIssueError,
     ReceiptVerificationError,
 )
-from kcp_opa.core.signing import ED25519, HMAC_SHA256, Keyring, ReceiptKey, generate_ed25519, hmac_key
+from kcp_opa.core.signing import ED25519, HMAC_SHA256, Ed25519Key, Key, Keyring, generate_ed25519, hmac_key
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 KYA = json.loads(KYA_PATH.read_text())
@@ -51,15 +51,15 @@ SIX = [
 ]
 
 
-def _ring(receipt_key: ReceiptKey) -> Keyring:
+def _ring(receipt_key: Key) -> Keyring:
     return Keyring({receipt_key.kid: receipt_key}, receipt_key.kid)
 
 
-def _receipt(approved: GateDecision, receipt_key: ReceiptKey, **kwargs: Any) -> dict[str, Any]:
+def _receipt(approved: GateDecision, receipt_key: Key, **kwargs: Any) -> dict[str, Any]:
     return receipt_for(approved.to_dict(), KYA, receipt_key, now=ISSUED, **kwargs)
 
 
-def _verify(receipt: Any, receipt_key: ReceiptKey, action: Any = None, **kwargs: Any) -> Any:
+def _verify(receipt: Any, receipt_key: Key, action: Any = None, **kwargs: Any) -> Any:
     options: dict[str, Any] = {
         "keyring": _ring(receipt_key),
         "policy_versions": {"0.1.0"},
@@ -70,7 +70,7 @@ def _verify(receipt: Any, receipt_key: ReceiptKey, action: Any = None, **kwargs:
     return verify_receipt(receipt, KYA if action is None else action, **options)
 
 
-def _resign(receipt: dict[str, Any], receipt_key: ReceiptKey, **changes: Any) -> dict[str, Any]:
+def _resign(receipt: dict[str, Any], receipt_key: Key, **changes: Any) -> dict[str, Any]:
     changed = {**copy.deepcopy(receipt), **changes}
     changed["signature"] = {"alg": receipt_key.alg, "kid": receipt_key.kid}
     changed["signature"]["value"] = receipt_key.sign(signing_bytes(changed))
@@ -98,7 +98,7 @@ def test_issue_refusals(desk: ControlDesk, approved: GateDecision) -> None:
         hmac_key("short", b"x" * 31)
 
 
-def test_receipt_fields_are_the_kya_ones(approved: GateDecision, receipt_key: ReceiptKey) -> None:
+def test_receipt_fields_are_the_kya_ones(approved: GateDecision, receipt_key: Key) -> None:
     receipt = _receipt(approved, receipt_key)
     assert receipt["action_hash"] == KYA_HASH and receipt["one_time_use"] is True
     assert receipt["satisfied_controls"] == sorted(set(receipt["satisfied_controls"]))
@@ -129,7 +129,7 @@ def test_hmac_receipts_match_the_kya_reference_algorithm(approved: GateDecision)
 # --- verifying, in the contract's order ----------------------------------------------------------
 
 
-def test_verify_refusals_in_order(approved: GateDecision, receipt_key: ReceiptKey, tmp_path: Path) -> None:
+def test_verify_refusals_in_order(approved: GateDecision, receipt_key: Key, tmp_path: Path) -> None:
     good = _receipt(approved, receipt_key)
 
     def code_of(receipt: Any, action: Any = None, **kwargs: Any) -> str:
@@ -141,18 +141,7 @@ def test_verify_refusals_in_order(approved: GateDecision, receipt_key: ReceiptKe
     assert code_of(good | {"signature": {**good["signature"], "kid": "stranger"}}) == "signer_mismatch"
     other_alg = HMAC_SHA256 if receipt_key.alg == ED25519 else ED25519
     assert code_of(good | {"signature": {**good["signature"], "alg": other_alg}}) == "signer_mismatch"
-    retired = Keyring(
-        {
-            receipt_key.kid: ReceiptKey(
-                receipt_key.kid,
-                receipt_key.alg,
-                receipt_key.secret,
-                receipt_key.private_key,
-                receipt_key.public_key,
-                True,
-            )
-        }
-    )
+    retired = Keyring({receipt_key.kid: receipt_key.retire()})
     assert code_of(good, keyring=retired) == "signer_mismatch"
     flipped = good["signature"]["value"][:-2] + ("00" if not good["signature"]["value"].endswith("00") else "11")
     assert code_of(good | {"signature": {**good["signature"], "value": flipped}}) == "bad_signature"
@@ -197,9 +186,7 @@ def test_rotation_without_downtime(approved: GateDecision) -> None:
         assert verify_receipt(
             receipt, KYA, keyring=rotating.public(), policy_versions={"0.1.0"}, nonce_store=None, now=LATER
         )
-    retired = Keyring(
-        {"ed-2025": ReceiptKey("ed-2025", ED25519, public_key=old.public_key, retired=True), "ed-2026": new}
-    )
+    retired = Keyring({"ed-2025": Ed25519Key("ed-2025", public_key=old.public_key, retired=True), "ed-2026": new})
     with pytest.raises(ReceiptVerificationError, match="not trusted"):
         verify_receipt(before, KYA, keyring=retired, policy_versions={"0.1.0"}, nonce_store=None, now=LATER)
 

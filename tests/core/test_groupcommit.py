@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 

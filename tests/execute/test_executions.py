@@ -17,12 +17,12 @@ import pytest
 from conftest import REPO, receipt_for
 from storekit import raw_rows
 
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.action import action_hash
 from kcp_opa.execute.executor import ExecutionResult, Executor, _loggable
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
@@ -295,9 +295,9 @@ def test_stamps_are_utc_whatever_the_local_zone(tmp_path: Path, monkeypatch: pyt
             moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
             assert before <= moment <= after, stamp
         tokyo = dt.datetime(2026, 1, 1, 9, 0, tzinfo=dt.timezone(dt.timedelta(hours=9)))
-        from kcp_opa.authorize import store as store_module
+        from kcp_opa.stores.sqlite.base import utc_stamp
 
-        assert store_module._stamp(tokyo) == "2026-01-01T00:00:00.000000Z"
+        assert utc_stamp(tokyo) == "2026-01-01T00:00:00.000000Z"
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()

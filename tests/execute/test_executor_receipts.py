@@ -20,13 +20,13 @@ from conftest import REPO, receipt_for
 from trustkit import approve_all
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import (
     ExecutionError,
     ReceiptVerificationError,
 )
-from kcp_opa.core.signing import Keyring, ReceiptKey, hmac_key
+from kcp_opa.core.signing import Key, Keyring, hmac_key
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
 KYA = json.loads(KYA_PATH.read_text())
@@ -36,22 +36,22 @@ LATER = ISSUED + dt.timedelta(seconds=30)
 SECRET = b"kya-receipt-secret-0123456789abcdef"
 
 
-def _ring(receipt_key: ReceiptKey) -> Keyring:
+def _ring(receipt_key: Key) -> Keyring:
     return Keyring({receipt_key.kid: receipt_key}, receipt_key.kid)
 
 
-def _receipt(approved: GateDecision, receipt_key: ReceiptKey, **kwargs: Any) -> dict[str, Any]:
+def _receipt(approved: GateDecision, receipt_key: Key, **kwargs: Any) -> dict[str, Any]:
     return receipt_for(approved.to_dict(), KYA, receipt_key, now=ISSUED, **kwargs)
 
 
 # --- the executor --------------------------------------------------------------------------------
 
 
-def _executor(receipt_key: ReceiptKey, path: Path) -> Executor:
+def _executor(receipt_key: Key, path: Path) -> Executor:
     return Executor(keyring=_ring(receipt_key), policy_versions={"0.1.0"}, store=SQLiteStore(path))
 
 
-def test_execute_once_then_replay_refused(approved: GateDecision, receipt_key: ReceiptKey, tmp_path: Path) -> None:
+def test_execute_once_then_replay_refused(approved: GateDecision, receipt_key: Key, tmp_path: Path) -> None:
     executor = _executor(receipt_key, tmp_path / "exec.db")
     calls: list[str] = []
     receipt = _receipt(approved, receipt_key)

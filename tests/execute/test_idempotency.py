@@ -16,10 +16,10 @@ import trustkit
 from conftest import receipt_for
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
-from kcp_opa.authorize.store import SQLiteStore
 from kcp_opa.core.errors import ExecutionError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.execute.executor import Executor
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 
 KYA = trustkit.KYA
 ISSUED = dt.datetime(2026, 11, 29, 10, 2, tzinfo=dt.UTC)

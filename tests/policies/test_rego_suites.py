@@ -13,7 +13,7 @@ _TEST_RULE = re.compile(r"^(test_\w+)\b", re.MULTILINE)
 
 MODULES = {p.relative_to(POLICIES).as_posix(): p.read_text() for p in sorted(POLICIES.rglob("*.rego"))}
 #: A test file whose first line is this runs on OPA only; it must say why on the next lines.
-from kcp_opa.authoring.regotest import OPA_ONLY  # noqa: E402
+from kcp_opa.authoring.regosyntax import OPA_ONLY  # noqa: E402
 
 CASES = [
     (path, _PACKAGE.search(source).group(1), rule)  # type: ignore[union-attr]

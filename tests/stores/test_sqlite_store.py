@@ -19,8 +19,9 @@ import pytest
 from conftest import REPO
 from storekit import raw_rows
 
-from kcp_opa.authorize.store import AMBIGUOUS, ExecutionRecord, SQLiteStore
 from kcp_opa.core.errors import StoreError
+from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
+from kcp_opa.stores.sqlite.executions import SQLiteStore
 
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 KEY = ACTION["idempotency_key"]
