@@ -24,7 +24,7 @@ from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.files import replace_atomically
-from kcp_opa.core.strictjson import StrictJSONError, loads
+from kcp_opa.core.strictjson import loads
 from kcp_opa.trail.note import (
     ED25519_COSIGNATURE,
     Checkpoint,
@@ -66,7 +66,7 @@ def _read_state(path: Path) -> dict[str, Seen]:
         return {}
     try:
         document: Any = loads(path.read_bytes())
-    except (OSError, StrictJSONError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: json.JSONDecodeError, StrictJSONError
         raise NoteError(f"{path}: cannot read the witness state: {exc}") from None
     logs = document.get("logs") if isinstance(document, Mapping) else None
     if not isinstance(document, Mapping) or document.get("format") != STATE_FORMAT or not isinstance(logs, Mapping):

@@ -23,7 +23,7 @@ from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.files import read_regular, replace_atomically
 from kcp_opa.core.signing import Keyring
-from kcp_opa.core.strictjson import StrictJSONError, loads
+from kcp_opa.core.strictjson import loads
 from kcp_opa.trail.ledgertree import LedgerTree, ledger_id_of, origin_for
 from kcp_opa.trail.note import (
     ED25519_COSIGNATURE,
@@ -108,7 +108,7 @@ def opened(path: Path, log_key: str, witness_keys: Sequence[str], witnesses: int
 def read_proof(path: Path) -> Any:
     try:
         return loads(read_file(path, "proof"))
-    except StrictJSONError as exc:
+    except ValueError as exc:  # json.JSONDecodeError, StrictJSONError
         raise NoteError(f"{path}: not a JSON proof: {exc}") from None
 
 
