@@ -22,7 +22,7 @@ from kcp_opa.cli.options import FILE, keyring_option, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.files import read_regular, replace_atomically
-from kcp_opa.core.signing import Keyring
+from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.core.strictjson import loads
 from kcp_opa.trail.ledgertree import LedgerTree, ledger_id_of, origin_for
 from kcp_opa.trail.note import (
@@ -232,17 +232,29 @@ def prove_consistency(ledger: Path, old: Path, new: Path, origin: str | None, ou
 @click.argument("proof", type=FILE)
 @click.option("--checkpoint", "checkpoint_path", type=FILE, required=True, help="The checkpoint the proof is for.")
 @checkpoint_options
+@keyring_option("The writer's public keys: with --writer, the entry's writer signature must verify.")
+@click.option("--writer", help="The writer kid whose signature the entry must carry. Needs --keyring.")
 @_refusals
 def verify_inclusion_command(
-    proof: Path, checkpoint_path: Path, log_key: str, witness_keys: tuple[str, ...], witnesses: int
+    proof: Path,
+    checkpoint_path: Path,
+    log_key: str,
+    witness_keys: tuple[str, ...],
+    witnesses: int,
+    keyring_path: Path | None,
+    writer: str | None,
 ) -> None:
     """Check an inclusion proof offline: the entry it carries is at its seq in the signed tree.
 
     Needs only the proof, the checkpoint and the keys: the log's signature must verify, and
-    --witnesses K of the --witness-key witnesses must have cosigned it. Exit 1 otherwise.
+    --witnesses K of the --witness-key witnesses must have cosigned it; with --keyring and
+    --writer, the entry must carry the writer's valid signature. Exit 1 otherwise.
     """
+    if (writer is None) != (keyring_path is None):
+        raise click.UsageError("--writer and --keyring go together (the writer's kid and its public key)")
+    keyring = load_keyring(keyring_path) if keyring_path is not None else None
     verified = opened(checkpoint_path, log_key, witness_keys, witnesses)
-    entry = verify_inclusion_document(read_proof(proof), verified.checkpoint)
+    entry = verify_inclusion_document(read_proof(proof), verified.checkpoint, keyring, writer)
     render.print_json(
         {
             "ok": True,
@@ -253,6 +265,7 @@ def verify_inclusion_command(
             "decision_id": entry.get("decision_id"),
             "entry_hash": entry.get("entry_hash"),
             "cosigned_by": sorted(verified.cosigned),
+            "writer": writer,
         }
     )
 

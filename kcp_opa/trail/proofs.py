@@ -17,10 +17,12 @@ from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.signing import Keyring
 from kcp_opa.core.strictjson import loads
 from kcp_opa.trail.ledgertree import LedgerTree
 from kcp_opa.trail.merkle import HASH_BYTES, leaf_hash, verify_consistency, verify_inclusion
 from kcp_opa.trail.note import Checkpoint, NoteError
+from kcp_opa.trail.verify import entry_hash, foreign_entry
 
 INCLUSION_FORMAT = "kcp-opa-inclusion-proof/1"
 CONSISTENCY_FORMAT = "kcp-opa-consistency-proof/1"
@@ -103,8 +105,14 @@ def _proof(document: Any, expected: str, origin: str) -> Mapping[str, Any]:
     return document
 
 
-def verify_inclusion_document(document: Any, checkpoint: Checkpoint) -> Mapping[str, Any]:
-    """The entry the proof carries, once its canonical bytes are proven at its seq in ``checkpoint``'s tree."""
+def verify_inclusion_document(
+    document: Any, checkpoint: Checkpoint, keyring: Keyring | None = None, writer: str | None = None
+) -> Mapping[str, Any]:
+    """The entry the proof carries, once its canonical bytes are proven at its seq in ``checkpoint``'s tree.
+
+    The entry's ``entry_hash`` must be its own; with ``keyring`` and ``writer`` (the kid the
+    auditor expects) its writer signature must verify under that key, as ``audit verify`` checks.
+    """
     proof = _proof(document, INCLUSION_FORMAT, checkpoint.origin)
     size, seq = _field(proof, "tree_size", int), _field(proof, "seq", int)
     if size != checkpoint.size:
@@ -115,6 +123,15 @@ def verify_inclusion_document(document: Any, checkpoint: Checkpoint) -> Mapping[
     hashed = leaf_hash(canonical_json(entry))
     if not verify_inclusion(hashed, seq - 1, size, _hashes(proof), checkpoint.root):
         raise NoteError(f"the inclusion proof does not verify: this entry is not seq {seq} of the checkpoint's tree")
+    if entry_hash(entry) != entry.get("entry_hash"):
+        raise NoteError(f"seq {seq}: entry_hash does not match the entry (the writer logged a changed entry)")
+    if keyring is not None and writer is not None:
+        key = keyring.verifier(writer)
+        if key is None:
+            raise NoteError(f"writer key {writer} is not in the keyring (or is retired)")
+        problem = foreign_entry(entry, {"kid": writer, "alg": key.alg}, keyring)
+        if problem is not None:
+            raise NoteError(problem)
     return entry
 
 

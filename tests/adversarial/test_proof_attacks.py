@@ -75,8 +75,7 @@ def _log(tree: LedgerTree) -> Any:
 
 def _forged_proof(tree: LedgerTree, seq: int, size: int) -> dict[str, Any]:
     """What the rewritten ledger's tree proves for ``seq`` (its own root), presented for the old checkpoint."""
-    document = inclusion_document(tree, seq, tree.checkpoint(size))
-    return document
+    return inclusion_document(tree, seq, tree.checkpoint(size))
 
 
 @pytest.fixture
@@ -150,7 +149,7 @@ def test_a_fork_shown_to_a_witness_is_refused(honest: tuple[Path, LedgerTree, No
     with pytest.raises(WitnessRefusal, match="fork"):
         witness.cosign(longer_note.encode(), own_proof)
 
-    shorter_tree, shorter_note = _signed(_fork(path, 5, 0))
+    _shorter_tree, shorter_note = _signed(_fork(path, 5, 0))
     with pytest.raises(WitnessRefusal, match="shrank"):
         witness.cosign(shorter_note.encode(), None)
     assert Witness.read_state(tmp_path / "w1.state")[tree.origin].root == tree.tree.root()
@@ -159,7 +158,7 @@ def test_a_fork_shown_to_a_witness_is_refused(honest: tuple[Path, LedgerTree, No
 def test_a_fork_shown_to_two_witnesses_gets_no_quorum(honest: tuple[Path, LedgerTree, Note], tmp_path: Path) -> None:
     """Each witness sees one view; no checkpoint carries both cosignatures, and each refuses the other view."""
     path, tree, note = honest
-    fork_tree, fork_note = _signed(_fork(path, 5, 3))
+    _fork_tree, fork_note = _signed(_fork(path, 5, 3))
     logs = {tree.origin: _log(tree)}
     one, two = Witness(tmp_path / "w1.state", W1, logs), Witness(tmp_path / "w2.state", W2, logs)
     seen_by_one = one.cosign(note.encode(), None).note
@@ -194,7 +193,7 @@ def test_a_checkpoint_signed_only_by_the_writer_fails_when_witnesses_are_require
 
 
 def test_a_proof_for_the_wrong_tree_size_fails(honest: tuple[Path, LedgerTree, Note]) -> None:
-    path, tree, _ = honest
+    _path, tree, _ = honest
     small, large = tree.checkpoint(5), tree.checkpoint(8)
     proof = inclusion_document(tree, 3, small)
     assert verify_inclusion_document(proof, small)

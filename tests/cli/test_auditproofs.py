@@ -3,6 +3,7 @@ on a file ledger and on a PostgreSQL ledger."""
 
 from __future__ import annotations
 
+import base64
 import json
 import stat
 from pathlib import Path
@@ -75,14 +76,10 @@ def test_an_auditor_verifies_one_entry_with_only_the_proof_the_checkpoint_and_th
 
 def test_the_leaves_are_the_stored_lines(log: dict[str, Path]) -> None:
     """The checkpoint's root is the RFC 9162 root of the ledger's entry lines, without their newlines."""
-    d = log["dir"]
     note = _ok("audit", "tree-checkpoint", str(log["ledger"]), "--keyring", str(log["writer"]))
     lines = log["ledger"].read_bytes().split(b"\n")[1:-1]
-    import base64
-
     assert note.split("\n")[2] == base64.b64encode(MerkleTree.of(lines).root()).decode()
     assert note.split("\n")[1] == "9"
-    del d
 
 
 def test_the_witness_cosigns_along_one_history_and_verify_can_require_it(log: dict[str, Path]) -> None:
@@ -177,7 +174,5 @@ def test_a_postgresql_ledger_proves_through_the_same_commands(postgres: Any, tmp
     assert checked["decision_id"] == "dec_6"
     with psycopg.connect(location) as connection:
         rows = connection.execute("SELECT line FROM ledger_entries ORDER BY seq").fetchall()
-    import base64
-
     root = (tmp_path / "c").read_text().split("\n")[2]
     assert root == base64.b64encode(MerkleTree.of(row[0].encode() for row in rows).root()).decode()
