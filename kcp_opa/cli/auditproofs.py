@@ -63,10 +63,13 @@ def _refusals(command: F) -> F:
 
 def read_file(path: Path, what: str) -> bytes:
     try:
-        return read_regular(path, MAX_PROOF_BYTES)[:MAX_PROOF_BYTES]
+        data = read_regular(path, MAX_PROOF_BYTES)
     except OSError as exc:
         fail(f"{path}: cannot read the {what}: {exc.strerror or exc}", EXIT_USAGE)
         raise  # pragma: no cover - fail exits
+    if len(data) > MAX_PROOF_BYTES:
+        fail(f"{path}: the {what} is larger than {MAX_PROOF_BYTES} bytes; not reading it", EXIT_INVALID)
+    return data
 
 
 def verifier_key(value: str, kind: int, what: str) -> NoteVerifier:

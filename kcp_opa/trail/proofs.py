@@ -67,6 +67,8 @@ def consistency_document(tree: LedgerTree, old: Checkpoint, new: Checkpoint) -> 
     _matching(tree, new)
     if old.size > new.size:
         raise LedgerError(f"the old checkpoint ({old.size} entries) is larger than the new one ({new.size})")
+    if old.size == 0:
+        raise LedgerError("the old checkpoint is of the empty tree: every tree extends it, there is nothing to prove")
     return {
         "format": CONSISTENCY_FORMAT,
         "origin": new.origin,

@@ -122,7 +122,9 @@ def test_bad_input_is_one_line_naming_what_to_fix(log: dict[str, Path]) -> None:
     (d / "bad.vkey").write_text("not a key\n")
     _ok("audit", "tree-checkpoint", str(log["ledger"]), "--keyring", str(log["writer"]), "-o", str(d / "c9"))
     _ok("audit", "prove-inclusion", str(log["ledger"]), "2", "--checkpoint", str(d / "c9"), "-o", str(d / "p.json"))
+    only_writer = ("--log-key", str(d / "log.vkey"), "--witness-key", str(d / "w1.vkey"), "--witnesses", "1")
     for args, said in (
+        (("verify-inclusion", str(d / "p.json"), "--checkpoint", str(d / "c9"), *only_writer), "0 valid witness"),
         (
             ("verify-inclusion", str(d / "p.json"), "--checkpoint", str(d / "c9"), "--log-key", str(d / "bad.vkey")),
             "NAME+",
@@ -140,6 +142,10 @@ def test_bad_input_is_one_line_naming_what_to_fix(log: dict[str, Path]) -> None:
         proc = run_cli("audit", *args)
         assert proc.returncode == 1, (args, proc.stderr)
         assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    edited = log["ledger"].read_bytes().replace(b'"dec_1"', b'"dec_X"')
+    log["ledger"].write_bytes(edited)  # after the checkpoint: no proof against it any more
+    proc = run_cli("audit", "prove-inclusion", str(log["ledger"]), "5", "--checkpoint", str(d / "c9"))
+    assert proc.returncode == 1 and "do not hash to the checkpoint's root" in proc.stderr
 
 
 @pytest.mark.postgres
