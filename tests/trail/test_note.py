@@ -1,4 +1,4 @@
-"""C2SP signed notes and checkpoints: the spec's own example, and an independent reader.
+"""C2SP signed notes and checkpoints: the spec's own example, Go's sumdb/note output, and an independent reader.
 
 ``_SpecReader`` below is written from c2sp.org/signed-note, tlog-checkpoint and
 tlog-cosignature alone and imports nothing of kcp_opa: it parses the checkpoints this project
@@ -13,10 +13,11 @@ import struct
 
 import pytest
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kcp_opa.core.signing import generate_ed25519, hmac_key
+from kcp_opa.core.signing import Ed25519Key, generate_ed25519, hmac_key
+from kcp_opa.trail.merkle import leaf_hash
 from kcp_opa.trail.note import (
     ED25519_COSIGNATURE,
     Checkpoint,
@@ -154,3 +155,30 @@ def test_a_vkey_whose_id_does_not_match_its_key_is_refused() -> None:
     name, _, material = SPEC_VKEY.split("+", 2)
     with pytest.raises(NoteError, match="key ID"):
         NoteVerifier.from_vkey(f"{name}+00000000+{material}")
+
+
+#: golang.org/x/mod sumdb/note example_test.go (ExampleSign) and sumdb/tlog note_test.go
+#: (TestFormatTree), commit fe2ec04: Go's signer key, text, and the exact note it writes.
+GO_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
+GO_VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
+GO_TEXT = "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n"
+GO_NOTE = (
+    GO_TEXT
+    + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotp"
+    + "RZb6KE6RyyBwJnAM=\n"
+)
+
+
+def test_our_signature_is_byte_for_byte_gos_sumdb_note() -> None:
+    """Ed25519 is deterministic: the same key and text must give Go's note exactly."""
+    _, _, name, _, material = GO_SKEY.split("+", 4)
+    private = Ed25519PrivateKey.from_private_bytes(base64.b64decode(material)[1:])
+    signer = NoteSigner(name, Ed25519Key("go", private_key=private, public_key=private.public_key()))
+    assert signer.verifier().vkey() == GO_VKEY
+    assert Note(GO_TEXT, (signer.sign(GO_TEXT),)).encode() == GO_NOTE.encode()
+
+
+def test_a_checkpoint_body_is_gos_tree_format() -> None:
+    golden = "go.sum database tree\n123456789012\nTszzRgjTG6xce+z2AG31kAXYKBgQVtCSCE40HmuwBb0=\n"
+    assert Checkpoint("go.sum database tree", 123456789012, leaf_hash(b"hello world")).text() == golden
+    assert Checkpoint.from_text(golden).size == 123456789012
