@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.merkle import MerkleTree
 from kcp_opa.trail.note import Checkpoint, Note, NoteSigner
 from kcp_opa.trail.verify import is_header
@@ -85,6 +86,14 @@ class LedgerTree:
             if seq in keep:
                 built.kept[seq] = line
         return built
+
+    @classmethod
+    def of_store(cls, store: LedgerStore, origin: str | None = None, keep: frozenset[int] = frozenset()) -> LedgerTree:
+        """The tree of a running ledger (file or PostgreSQL), from one consistent snapshot of it."""
+        with store.snapshot() as snapshot:
+            if snapshot is None:
+                raise LedgerError(f"{store.location}: the ledger holds no entries: an empty tree proves nothing")
+            return cls.read(snapshot.path, origin, keep)
 
     def checkpoint(self, size: int | None = None) -> Checkpoint:
         size = self.tree.size if size is None else size
