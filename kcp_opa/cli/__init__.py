@@ -17,6 +17,7 @@ import click
 from kcp_opa.cli.analysis import cases_group, diff_command, prove_command
 from kcp_opa.cli.audit import audit, ropa
 from kcp_opa.cli.auditcase import audit_case, audit_report
+from kcp_opa.cli.auditproofs import COMMANDS as PROOF_COMMANDS
 from kcp_opa.cli.authoring import check, test_command
 from kcp_opa.cli.bundlekeys import bundle
 from kcp_opa.cli.controls import controls
@@ -33,6 +34,7 @@ from kcp_opa.cli.receipt import receipt
 from kcp_opa.cli.serve import serve
 from kcp_opa.cli.store import store
 from kcp_opa.cli.tokens import serve_group
+from kcp_opa.cli.witness import witness
 from kcp_opa.core.errors import (
     ActionRejectedError,
     KcpOpaError,
@@ -86,6 +88,7 @@ COMMANDS = (
     cases_group,
     ropa,
     audit,
+    witness,
     serve_group(serve),
 )
 for _command in COMMANDS:
@@ -93,6 +96,8 @@ for _command in COMMANDS:
 audit.add_command(audit_case)
 audit.add_command(audit_report)
 audit.add_command(audit_dump)
+for _command in PROOF_COMMANDS:
+    audit.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
