@@ -52,6 +52,14 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.facts_posted = Counter(
+            "kcp_opa_facts_posted",
+            "Fact attestations issuers posted and the gate kept (POST /v1/facts), by fact; refused ones are"
+            " kcp_opa_refusals_total's fact_* codes.",
+            ["fact"],
+            registry=self.registry,
+        )
+
     def refused(self, code: str, tool: str) -> None:
         """Count a refusal; an outage (``store_unavailable``) also on its own counter, by tool."""
         self.refusals.labels(code=code).inc()

@@ -14,6 +14,8 @@ from kcp_opa.models.decision import RoutingState
 from kcp_opa.schemas import _inline, schema
 from kcp_opa.service.catalog import Catalog, Route, Tool
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.factintake import REFUSALS as FACT_REFUSALS
+from kcp_opa.service.factintake import post_fact
 from kcp_opa.service.identity import Principal, Scope
 
 
@@ -252,6 +254,46 @@ CATALOG = Catalog(
             lambda service, p, args: service.decide_only(p, args.get("action")),
             mcp=False,
             refusals=_CALLER_STATED,
+        ),
+        # JSON API only: a registered issuer posts a fact it signed (factintake.py).
+        Tool(
+            "post_fact",
+            "Keep a fact attestation the caller signed as its registered issuer (kcp-opa facts sign), bound to"
+            " one action's hash or one subject; the next decision bound to it uses it.",
+            _object(
+                {
+                    "fact": {"description": "An attested fact: evidence_status, new_beneficiary, ..."},
+                    "value": {"description": "Its value (a boolean, or evidence_status's word)."},
+                    "action_hash": {"description": "The action it is bound to (sha256:..., as a decision shows it)."},
+                    "subject_id": {"description": "Or the subject it is bound to."},
+                    "issued_at": {"description": "RFC 3339."},
+                    "expires_at": {"description": "RFC 3339; refused once past."},
+                    "issuer": {"description": "The caller's own id: an issuer posts only what it signed."},
+                    "signature": {"description": "{alg, kid, value}, over the KYA-CJ-1 JSON of the rest."},
+                },
+                [],
+                closed=False,
+            ),
+            _object(
+                {
+                    "fact_id": _STR,
+                    "fact": _STR,
+                    "value": {},
+                    "action_hash": _STR,
+                    "subject_id": _STR,
+                    "issuer": _STR,
+                    "expires_at": _STR,
+                    "kept": {"type": "boolean"},
+                    "already_kept": {"type": "boolean"},
+                },
+                ["fact_id", "fact", "value", "issuer", "expires_at", "kept", "already_kept"],
+            ),
+            Scope.POST_FACTS,
+            "post facts",
+            lambda service, p, args: post_fact(service, p, args),
+            Route("/v1/facts", "Post a signed fact attestation as its registered issuer"),
+            mcp=False,
+            refusals=FACT_REFUSALS,
         ),
         Tool(
             "read_challenge",
