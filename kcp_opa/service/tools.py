@@ -1,4 +1,4 @@
-"""The service's tools: the seven KYA tools in the trust sequence, the two kcp-opa adds, and two
+"""The service's tools: the seven KYA tools in the trust sequence, the two kcp-opa adds, and three
 JSON-API-only entries, each one :class:`~kcp_opa.service.catalog.Tool` in :data:`CATALOG`.
 
 MCP ``tools/list``, dispatch, the ``/v1`` routes, the OpenAPI document and ``/v1/status`` are all
