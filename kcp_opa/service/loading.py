@@ -191,6 +191,8 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     keyring = host.keyring or receipt_keyring(config)
     ledger_key = host.ledger_key or (load_signing_key(config.ledger_key) if config.ledger_key else None)
     metrics = Metrics()
+    metrics.backend = "postgresql" if is_database(config.store) else "sqlite"
+    metrics.ledger_backend = "postgresql" if is_database(config.ledger) else "file"
     timed = TimedLedger(open_ledger(config.ledger, durability="group", checkpoint_key=ledger_key), metrics)
     loaded = load_gate(config, host, ledger=timed)
     gate = loaded.gate

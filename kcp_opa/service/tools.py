@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.schemas import _inline, schema
 from kcp_opa.service.catalog import Catalog, Route, Tool
@@ -97,8 +98,20 @@ def _record_result(service: GateService, p: Principal, args: Mapping[str, Any]) 
     return service.record_result(p, challenge_id, status, str(args.get("evidence_reference", "")))
 
 
+#: Execution refusals raised after the handler was claimed to run: the execution failed, not refused.
+_FAILED = frozenset({"handler_failed", "handler_error", "result_not_json", "late_outcome", "outcome_unrecorded"})
+
+
 def _execute(service: GateService, p: Principal, args: Mapping[str, Any]) -> dict[str, Any]:
-    return service.execute(p, args.get("action"), args.get("receipt"), str(args.get("handler", "")))
+    """Run the execution, counted by outcome (``kcp_opa_executions_total``)."""
+    try:
+        done = service.execute(p, args.get("action"), args.get("receipt"), str(args.get("handler", "")))
+    except KcpOpaError as exc:
+        failed = getattr(exc, "code", "") in _FAILED
+        service.metrics.executions.labels(outcome="failed" if failed else "refused").inc()
+        raise
+    service.metrics.executions.labels(outcome="replayed" if done.get("replayed") else "executed").inc()
+    return done
 
 
 CATALOG = Catalog(
