@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,3 +159,26 @@ def test_the_route_is_in_the_openapi_document_with_its_refusals(served: dict[str
     operation = document["paths"]["/v1/facts"]["post"]
     assert operation["operationId"]
     assert {"200", "400", "401", "403", "422", "503"} <= set(operation["responses"])
+
+
+def test_kcp_opa_facts_post_sends_a_signed_fact_and_says_a_refusal_in_one_line(served: dict[str, Any]) -> None:
+    url = served["urls"][0]
+    bound = {"action_hash": action_hash({**ACTION, "action_id": "act_cli_post"})}
+    good, expired = (
+        signed(served["key"], "new_beneficiary", True, **bound),
+        signed(
+            served["key"],
+            "modified_beneficiary",
+            False,
+            expires=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1),
+            **bound,
+        ),
+    )
+    env = {**os.environ, "ISSUER_TOKEN": ISSUER}
+    command = [sys.executable, "-m", "kcp_opa", "facts", "post", "-", "--url", url, "--token-env", "ISSUER_TOKEN"]
+    kept = subprocess.run(command, input=json.dumps(good), env=env, capture_output=True, text=True, check=False)
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["fact"] == "new_beneficiary" and ISSUER not in kept.stdout + kept.stderr
+    refused = subprocess.run(command, input=json.dumps(expired), env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "422 fact_expired" in refused.stderr, refused.stderr
