@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -115,3 +116,39 @@ def test_every_metric_the_dashboard_and_alerts_name_is_exported_and_says_what_ha
     assert _value(text, 'kcp_opa_facts_refused_total{code="fact_signature_invalid"}') == 1.0
     assert _value(text, 'kcp_opa_executions_total{outcome="refused"}') == 1.0
     assert _value(text, "kcp_opa_ledger_append_errors_total") == 0.0
+
+
+@pytest.mark.postgres
+def test_a_stopped_database_shows_as_the_store_and_ledger_down_and_its_errors_by_backend(
+    postgres: Any, tmp_path: Path
+) -> None:
+    if not postgres.port:
+        pytest.skip("an external server (KCP_OPA_TEST_POSTGRES) is not stopped by the tests")
+    dsn = postgres.database("kcp_metrics_outage")
+    registry, keys = write_registry(tmp_path)
+    bundle = compile_finance(tmp_path / "finance.tar.gz", registry)
+    tokens = write_tokens(tmp_path, {AGENT: "agent_payments_001"})
+    args = ["--bundle", str(bundle), "--trust", str(registry), "--tokens", str(tokens), "--ledger", dsn]
+    args += ["--issuer-id", SERVICE_ISSUER, "--issuer-id", GATE_ISSUER, "--issuer-keyring", str(keys)]
+    args += ["--keyring", str(write_receipt_keyring(tmp_path))]
+    process, url = start_server(args, env={"KCP_OPA_STORE": dsn})
+    try:
+        agent = {"Authorization": f"Bearer {AGENT}"}
+        assert httpx2.post(f"{url}/v1/decisions", json={"action": ACTION}, headers=agent, timeout=60).status_code == 200
+        before = httpx2.get(f"{url}/metrics", timeout=30).text
+        assert _value(before, 'kcp_opa_store_up{backend="postgresql"}') == 1.0
+        assert _value(before, 'kcp_opa_ledger_up{backend="postgresql"}') == 1.0
+        assert _value(before, "kcp_opa_ledger_head_seq") >= 1
+        postgres.stop("fast")
+        try:
+            down = httpx2.post(f"{url}/v1/decisions", json={"action": ACTION}, headers=agent, timeout=60)
+            assert down.status_code == 503, down.text
+            during = httpx2.get(f"{url}/metrics", timeout=60)
+            assert during.status_code == 200  # the scrape answers: the outage is a value, never a 500
+            assert _value(during.text, 'kcp_opa_store_up{backend="postgresql"}') == 0.0
+            assert _value(during.text, 'kcp_opa_ledger_up{backend="postgresql"}') == 0.0
+            assert _value(during.text, 'kcp_opa_store_errors_total{backend="postgresql"}') >= 1.0
+        finally:
+            postgres.start()
+    finally:
+        stop_server(process)
