@@ -1,11 +1,14 @@
 """Done means: docs/deployment.md's one-machine script, run as written, takes the reference KYA
 payment from a signed bundle through `kcp-opa decide` and `kcp-opa serve` to an executed payment,
-with every fact signed on the command line (`kcp-opa facts sign`), none written in Python."""
+with every fact signed on the command line (`kcp-opa facts sign`), none written in Python: the
+beneficiary registry's posted to the running service (`POST /v1/facts`) after the payment escalated
+``context_missing`` without them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -49,16 +52,23 @@ def test_the_one_machine_script_executes_the_reference_payment(tmp_path: Path) -
     log = (tmp_path / "serve.log").read_text() if (tmp_path / "serve.log").exists() else ""
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + log[-3000:]
 
-    # decide, on the signed facts: the intended decision, never context_missing.
-    assert "HUMAN_APPROVAL" in proc.stdout and "PENDING_CONTROLS" in proc.stdout
-    assert "context_missing" not in proc.stdout
+    # Without the beneficiary registry's facts, `decide` and the service's first decision escalate
+    # context_missing; once the registry posted them (POST /v1/facts), the next decision is the
+    # policy's answer with the facts present.
+    served = [line for line in proc.stdout.splitlines() if re.match(r"[A-Z_]+ PENDING_CONTROLS( |$)", line)]
+    assert len(served) == 2, proc.stdout[-3000:]
+    assert served[0].startswith("ESCALATE PENDING_CONTROLS") and "context_missing" in served[0]
+    assert served[1].startswith("HUMAN_APPROVAL PENDING_CONTROLS") and "context_missing" not in served[1]
+    assert "context_missing" in proc.stdout.split(served[0])[0]  # decide, before the server started
 
-    # The four facts were signed on the command line, each bound to the subject.
+    # The identity provider's fact was signed on the command line into the gate's file, bound to
+    # the subject; the beneficiary registry's three were posted, bound to the payment's hash.
     attested = json.loads((tmp_path / "attestations.json").read_text())
-    assert sorted(a["fact"] for a in attested) == [
-        "evidence_status", "modified_beneficiary", "new_beneficiary", "screening_uncertain",
-    ]  # fmt: skip
-    assert {a["subject_id"] for a in attested} == {"user_001"}
+    assert [(a["fact"], a["subject_id"]) for a in attested] == [("evidence_status", "user_001")]
+    entries = [json.loads(line) for line in (tmp_path / "service.jsonl").read_text().splitlines()[1:]]
+    posted = [e["detail"] for e in entries if e.get("note") == "fact_posted"]
+    assert sorted(p["fact"] for p in posted) == ["modified_beneficiary", "new_beneficiary", "screening_uncertain"]
+    assert {p["issuer"] for p in posted} == {"bank-registry"} and all(p["action_hash"] for p in posted)
 
     # The payment ran once, under the receipt the service issued for this decision.
     issued = json.loads((tmp_path / "issued.json").read_text())

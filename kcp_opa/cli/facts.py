@@ -1,14 +1,16 @@
-"""``kcp-opa facts sign|spend``: an issuer signs one fact the gate takes from attestations.
+"""``kcp-opa facts sign|spend|post``: an issuer signs one fact the gate takes from attestations.
 
 The KYC provider, beneficiary registry or identity provider the trust registry lists for a fact
 (``issuers[*].facts``) signs it here, for one action (bound to its hash) or for one subject,
 with an expiry; the gate's ``--attestations`` file (``serve`` and ``decide``) holds the result.
 ``spend`` signs a metering issuer's spend attestation (what an agent run cost, which the gate
-cannot count itself). The logic is ``kcp_opa.context.issuing``.
+cannot count itself). ``post`` sends a signed fact to a running gate (``POST /v1/facts``). The
+logic is ``kcp_opa.context.issuing`` and ``kcp_opa.service.factclient``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,12 @@ from kcp_opa.context.issuing import (
     sign_spend_attestation,
     validity,
 )
+from kcp_opa.core import strictjson
 from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
 from kcp_opa.declare.trust import TrustRegistry, load_trust
+from kcp_opa.service.factclient import post_fact_to
 
 #: Said on stderr when no registry checked what was signed.
 UNCHECKED = "kcp-opa: note: not checked against a trust registry (--trust checks the issuer, the fact and the key)"
@@ -165,6 +169,37 @@ def spend(
     fields = {"budget": budget, "subject": subject, "amount_minor": amount_minor, "currency": currency}
     item = sign_spend_attestation(fields, issuer, key, period=period, times=times, registry=registry, keyring=ring)
     _emit(item, output, checked=registry is not None)
+
+
+@facts.command(name="post")
+@click.argument("attestation", metavar="ATTESTATION.json|-")
+@click.option(
+    "--url", required=True, help="The gate's origin (kcp-opa serve --transport http), e.g. http://127.0.0.1:8181."
+)
+@click.option(
+    "--token-env",
+    default="KCP_OPA_TOKEN",
+    show_default=True,
+    help="The environment variable holding the issuer's bearer token (never in argv).",
+)
+def post(attestation: str, url: str, token_env: str) -> None:
+    """Post one signed attestation (as `facts sign` prints it) to a running gate as its issuer.
+
+    \b
+    kcp-opa facts sign --issuer bank-registry --keyring issuer-keys.json --fact new_beneficiary \\
+      --value true --action action.json --expires-in 1h --trust registry.yaml |
+      kcp-opa facts post - --url http://127.0.0.1:8181
+
+    The caller is the issuer: a registry principal with the issuer's id (docs/service.md, "Posted
+    facts"). Prints what the gate kept; a refusal is one line with the gate's code (exit 2).
+    """
+    try:
+        item = strictjson.loads(read_text(attestation, "attestation"))
+    except ValueError as exc:
+        raise click.UsageError(f"{attestation}: not one JSON attestation: {str(exc)[:200]}") from None
+    if not isinstance(item, dict):
+        raise click.UsageError(f"{attestation}: one attestation is a JSON object (as `facts sign` prints it)")
+    render.print_json(post_fact_to(url, os.environ.get(token_env, ""), item))
 
 
 def _checks(trust: Path | None, issuer_keys: Path | None) -> tuple[TrustRegistry | None, Keyring | None]:

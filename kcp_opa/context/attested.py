@@ -71,6 +71,11 @@ class SignedAttestations:
         with self._lock:
             self._items.append(held)
 
+    def items(self) -> list[Any]:
+        """The attestations held now (read-only copies)."""
+        with self._lock:
+            return list(self._items)
+
     def describe(self) -> dict[str, Any]:
         with self._lock:
             held = len(self._items)
@@ -123,6 +128,13 @@ class SignedAttestations:
     ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
         with self._lock:
             items = list(self._items)
+        return self.judged(items, action, action_hash)
+
+    def judged(
+        self, items: Iterable[Any], action: Mapping[str, Any], action_hash: str
+    ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
+        """The facts ``items`` attest for this action, and the refused ones (another action's are
+        skipped); of several attesting one fact, the newest speaks."""
         facts: dict[str, Fact] = {}
         refused: list[dict[str, str]] = []
         for raw in items:

@@ -64,6 +64,17 @@ def _readiness(service: GateService) -> dict[str, Any]:
     return health(service.location, service.challenges.healthy(), ledger, shown=False)
 
 
+def _scrape(service: GateService) -> None:
+    """Before ``/metrics`` answers: whether the store and the ledger answer now, the open challenges."""
+    document = _readiness(service)
+    store_ok, ledger_ok = bool(document["store"]["ok"]), bool(document["ledger"]["ok"])
+    try:
+        opened = len(service.challenges.open_challenges(limit=500)) if store_ok else None
+    except KcpOpaError:  # the store failed between the two reads: reported down, never a 500
+        opened, store_ok = None, False
+    service.metrics.scraped(store_ok, ledger_ok, opened)
+
+
 Arguments = Callable[[Request, dict[str, Any]], dict[str, Any]]
 
 
@@ -148,6 +159,7 @@ def build_app(
         return JSONResponse({**document, **refusal}, 503)
 
     async def metrics(request: Request) -> Response:
+        await anyio.to_thread.run_sync(_scrape, service)
         return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     async def status(request: Request) -> Response:

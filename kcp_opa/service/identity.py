@@ -51,6 +51,7 @@ class Scope(enum.StrEnum):
     WRITE_AUDIT = "write_audit"
     READ = "read"
     ADMIN = "admin"
+    POST_FACTS = "post_facts"
 
 
 #: Scopes by role (the issue's agent / approver / executor / auditor, plus provider and issuer).
@@ -66,6 +67,8 @@ ROLE_SCOPES: Mapping[str, frozenset[Scope]] = {
     "auditor": frozenset({Scope.HASH, Scope.READ}),
     # A registry principal holding the role ``service_admin`` may reload the service (and read it).
     "service_admin": frozenset({Scope.ADMIN, Scope.READ}),
+    # A registry principal that is itself an issuer of facts (issuing.py) posts the facts it signed.
+    "fact_issuer": frozenset({Scope.POST_FACTS, Scope.HASH}),
 }
 
 

@@ -121,7 +121,9 @@ class ServiceIssuers:
 def registry_principal(registry: TrustRegistry, raw_id: str, approver_roles: Iterable[str] = ()) -> Principal:
     """The caller the registry names: its kind and roles, plus the service role its type grants.
 
-    A human holding one of ``approver_roles`` (the bundle's) also gets the approver's scopes.
+    A human holding one of ``approver_roles`` (the bundle's) also gets the approver's scopes; a
+    principal (not an agent) that is also an issuer the registry lists facts for gets the
+    ``fact_issuer`` role: it may post the facts it signed (``POST /v1/facts``).
     """
     try:
         entry = registry.principal(raw_id)
@@ -133,6 +135,9 @@ def registry_principal(registry: TrustRegistry, raw_id: str, approver_roles: Ite
     roles = {role, *entry.roles}
     if kind is PrincipalKind.HUMAN and set(entry.roles) & set(approver_roles):
         roles.add("approver")
+    issuer = registry.issuer(entry.id)
+    if issuer is not None and issuer.facts and kind is not PrincipalKind.AGENT:  # never an agent's own facts
+        roles.add("fact_issuer")
     return Principal(entry.id, kind, frozenset(roles), frozenset(entry.auth_scopes), entry.tenants)
 
 

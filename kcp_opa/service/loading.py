@@ -21,6 +21,7 @@ import structlog
 
 from kcp_opa.compile.resolution import waivable_codes
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, SignedExceptions, StaticGateConfig
+from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
@@ -38,7 +39,7 @@ from kcp_opa.service.issuing import ServiceIssuers, bundle_approver_roles, regis
 from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring
 from kcp_opa.stores.opening import open_stores
-from kcp_opa.stores.protocols import CounterStore, LedgerStore
+from kcp_opa.stores.protocols import CounterStore, FactStore, LedgerStore
 from kcp_opa.trail.locations import is_database, open_ledger
 
 _log = structlog.get_logger("kcp_opa.service")
@@ -51,6 +52,7 @@ __all__ = [
     "service_context",
     "with_counters",
     "with_exceptions",
+    "with_posted_facts",
 ]
 
 
@@ -92,6 +94,17 @@ def with_counters(gate: Gate, store: CounterStore) -> None:
         gate.context = replace(sources, counters=StoreCounters.for_bundle(store, gate.bundle.data))
 
 
+def with_posted_facts(gate: Gate, store: FactStore, registry: TrustRegistry, keyring: Keyring | None) -> None:
+    """Judge the facts issuers post (``POST /v1/facts``, kept in ``store``) with the ``--attestations``
+    file's, on every decision (kcp_opa.context.posted); a host's own attestation source is kept."""
+    sources = gate.context if gate.context is not None else ContextSources()
+    held = sources.attestations
+    if held is None:
+        held = SignedAttestations(registry, keyring)
+    if isinstance(held, SignedAttestations):
+        gate.context = replace(sources, attestations=PostedAttestations(held, store))
+
+
 @dataclass(frozen=True)
 class LoadedGate:
     """What :func:`load_gate` read: the gate with its registry and the issuers the service signs as."""
@@ -99,6 +112,8 @@ class LoadedGate:
     gate: Gate
     registry: TrustRegistry | None
     issuers: ServiceIssuers | None
+    #: The issuer keyring (HMAC issuers' secrets verify their attestations).
+    issuer_keys: Keyring | None = None
 
 
 def load_gate(
@@ -132,7 +147,7 @@ def load_gate(
         isolation=isolation,
     )
     with_exceptions(gate, registry, config.exceptions, keys)
-    return LoadedGate(gate, registry, issuers)
+    return LoadedGate(gate, registry, issuers, keys)
 
 
 def with_exceptions(gate: Gate, registry: TrustRegistry | None, path: Path | None, keys: Keyring | None) -> None:
@@ -176,6 +191,8 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     keyring = host.keyring or receipt_keyring(config)
     ledger_key = host.ledger_key or (load_signing_key(config.ledger_key) if config.ledger_key else None)
     metrics = Metrics()
+    metrics.backend = "postgresql" if is_database(config.store) else "sqlite"
+    metrics.ledger_backend = "postgresql" if is_database(config.ledger) else "file"
     timed = TimedLedger(open_ledger(config.ledger, durability="group", checkpoint_key=ledger_key), metrics)
     loaded = load_gate(config, host, ledger=timed)
     gate = loaded.gate
@@ -185,6 +202,8 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
         with_counters(gate, stores.counters)
     else:  # a store without counters counts nothing (docs/budgets.md): a declared limit is context_missing
         _log.warning("counters_unavailable", reason="the store has no counter store", effect="context_missing")
+    if stores.facts is not None and loaded.registry is not None:  # issuers post facts to the shared store
+        with_posted_facts(gate, stores.facts, loaded.registry, loaded.issuer_keys)
     service = GateService(
         gate,
         store=stores.executions,

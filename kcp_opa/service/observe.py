@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kcp_opa.decide.action import trace_id_of
@@ -52,11 +52,82 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.facts_posted = Counter(
+            "kcp_opa_facts_posted",
+            "Fact attestations issuers posted and the gate kept (POST /v1/facts), by fact; refused ones are"
+            " kcp_opa_refusals_total's fact_* codes.",
+            ["fact"],
+            registry=self.registry,
+        )
+
+        self.facts_refused = Counter(
+            "kcp_opa_facts_refused",
+            "Fact attestations POST /v1/facts refused (nothing kept), by code.",
+            ["code"],
+            registry=self.registry,
+        )
+        self._state_metrics()
+
+    def _state_metrics(self) -> None:
+        """The store's, the ledger's, the executions' and the challenges' metrics (dashboards, alerts)."""
+        self.store_up = Gauge(
+            "kcp_opa_store_up",
+            "1 when the store answered at the last scrape, else 0, by backend (sqlite, postgresql).",
+            ["backend"],
+            registry=self.registry,
+        )
+        self.store_errors = Counter(
+            "kcp_opa_store_errors",
+            "Calls refused because the store or the ledger database failed (store_unavailable), by backend.",
+            ["backend"],
+            registry=self.registry,
+        )
+        self.ledger_up = Gauge(
+            "kcp_opa_ledger_up",
+            "1 when the ledger could take an append at the last scrape, else 0, by backend (file, postgresql).",
+            ["backend"],
+            registry=self.registry,
+        )
+        self.ledger_append_errors = Counter(
+            "kcp_opa_ledger_append_errors",
+            "Ledger appends that failed (nothing written; the call failed closed).",
+            registry=self.registry,
+        )
+        self.ledger_head_seq = Gauge(
+            "kcp_opa_ledger_head_seq",
+            "The seq of the last entry this process appended to the chain.",
+            registry=self.registry,
+        )
+        self.executions = Counter(
+            "kcp_opa_executions",
+            "Execution calls by outcome: executed, replayed (the kept outcome again), failed (the handler or its"
+            " record failed after the claim), refused (nothing ran).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.open_challenges = Gauge(
+            "kcp_opa_open_challenges",
+            "Open, unexpired control challenges at the last scrape (at most 500 counted).",
+            registry=self.registry,
+        )
+        self.backend = "sqlite"
+        self.ledger_backend = "file"
+
     def refused(self, code: str, tool: str) -> None:
-        """Count a refusal; an outage (``store_unavailable``) also on its own counter, by tool."""
+        """Count a refusal; an outage (``store_unavailable``) also on its own counters, by tool and backend."""
         self.refusals.labels(code=code).inc()
         if code == "store_unavailable":
             self.store_unavailable.labels(tool=tool).inc()
+            self.store_errors.labels(backend=self.backend).inc()
+        if tool == "post_fact":
+            self.facts_refused.labels(code=code).inc()
+
+    def scraped(self, store_ok: bool, ledger_ok: bool, open_challenges: int | None) -> None:
+        """What a scrape of ``/metrics`` found: the store and the ledger answer, the open challenges."""
+        self.store_up.labels(backend=self.backend).set(1 if store_ok else 0)
+        self.ledger_up.labels(backend=self.ledger_backend).set(1 if ledger_ok else 0)
+        if open_challenges is not None:
+            self.open_challenges.set(open_challenges)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -77,9 +148,16 @@ class TimedLedger:
     def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            return self.ledger.append(entry)
+            written = self.ledger.append(entry)
+        except Exception:
+            self.metrics.ledger_append_errors.inc()
+            raise
         finally:
             self.metrics.ledger_write_seconds.observe(time.perf_counter() - started)
+        seq = written.get("seq")
+        if isinstance(seq, int):
+            self.metrics.ledger_head_seq.set(seq)
+        return written
 
     def close(self) -> dict[str, Any] | None:
         return self.ledger.close()

@@ -17,13 +17,21 @@ from typing import Any
 
 import structlog
 
+from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.pool import retire_later
 from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Principal, Scope
-from kcp_opa.service.loading import Callers, SwappableAuthenticator, load_gate, receipt_keyring, with_counters
+from kcp_opa.service.loading import (
+    Callers,
+    SwappableAuthenticator,
+    load_gate,
+    receipt_keyring,
+    with_counters,
+    with_posted_facts,
+)
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -101,6 +109,9 @@ class Reloader:
                 counting = before.context.counters if before.context is not None else None
                 if isinstance(counting, StoreCounters):  # the same store, the new bundle's limits
                     with_counters(gate, counting.store)
+                posted = before.context.attestations if before.context is not None else None
+                if isinstance(posted, PostedAttestations) and loaded.registry is not None:  # the same store
+                    with_posted_facts(gate, posted.store, loaded.registry, loaded.issuer_keys)
                 # --keyring is read again; --signing-key, a host's keyring or the store's own key is kept.
                 keyring = receipt_keyring(self.config) if self.config.keyring is not None else None
                 swapped = self.service.load(gate, loaded.registry, loaded.issuers, keyring)

@@ -1,4 +1,4 @@
-"""The service's tools: the seven KYA tools in the trust sequence, the two kcp-opa adds, and two
+"""The service's tools: the seven KYA tools in the trust sequence, the two kcp-opa adds, and three
 JSON-API-only entries, each one :class:`~kcp_opa.service.catalog.Tool` in :data:`CATALOG`.
 
 MCP ``tools/list``, dispatch, the ``/v1`` routes, the OpenAPI document and ``/v1/status`` are all
@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.schemas import _inline, schema
 from kcp_opa.service.catalog import Catalog, Route, Tool
 from kcp_opa.service.desk import GateService
+from kcp_opa.service.factintake import REFUSALS as FACT_REFUSALS
+from kcp_opa.service.factintake import post_fact
 from kcp_opa.service.identity import Principal, Scope
 
 
@@ -95,8 +98,20 @@ def _record_result(service: GateService, p: Principal, args: Mapping[str, Any]) 
     return service.record_result(p, challenge_id, status, str(args.get("evidence_reference", "")))
 
 
+#: Execution refusals raised after the handler was claimed to run: the execution failed, not refused.
+_FAILED = frozenset({"handler_failed", "handler_error", "result_not_json", "late_outcome", "outcome_unrecorded"})
+
+
 def _execute(service: GateService, p: Principal, args: Mapping[str, Any]) -> dict[str, Any]:
-    return service.execute(p, args.get("action"), args.get("receipt"), str(args.get("handler", "")))
+    """Run the execution, counted by outcome (``kcp_opa_executions_total``)."""
+    try:
+        done = service.execute(p, args.get("action"), args.get("receipt"), str(args.get("handler", "")))
+    except KcpOpaError as exc:
+        failed = getattr(exc, "code", "") in _FAILED
+        service.metrics.executions.labels(outcome="failed" if failed else "refused").inc()
+        raise
+    service.metrics.executions.labels(outcome="replayed" if done.get("replayed") else "executed").inc()
+    return done
 
 
 CATALOG = Catalog(
@@ -252,6 +267,46 @@ CATALOG = Catalog(
             lambda service, p, args: service.decide_only(p, args.get("action")),
             mcp=False,
             refusals=_CALLER_STATED,
+        ),
+        # JSON API only: a registered issuer posts a fact it signed (factintake.py).
+        Tool(
+            "post_fact",
+            "Keep a fact attestation the caller signed as its registered issuer (kcp-opa facts sign), bound to"
+            " one action's hash or one subject; the next decision bound to it uses it.",
+            _object(
+                {
+                    "fact": {"description": "An attested fact: evidence_status, new_beneficiary, ..."},
+                    "value": {"description": "Its value (a boolean, or evidence_status's word)."},
+                    "action_hash": {"description": "The action it is bound to (sha256:..., as a decision shows it)."},
+                    "subject_id": {"description": "Or the subject it is bound to."},
+                    "issued_at": {"description": "RFC 3339."},
+                    "expires_at": {"description": "RFC 3339; refused once past."},
+                    "issuer": {"description": "The caller's own id: an issuer posts only what it signed."},
+                    "signature": {"description": "{alg, kid, value}, over the KYA-CJ-1 JSON of the rest."},
+                },
+                [],
+                closed=False,
+            ),
+            _object(
+                {
+                    "fact_id": _STR,
+                    "fact": _STR,
+                    "value": {},
+                    "action_hash": _STR,
+                    "subject_id": _STR,
+                    "issuer": _STR,
+                    "expires_at": _STR,
+                    "kept": {"type": "boolean"},
+                    "already_kept": {"type": "boolean"},
+                },
+                ["fact_id", "fact", "value", "issuer", "expires_at", "kept", "already_kept"],
+            ),
+            Scope.POST_FACTS,
+            "post facts",
+            lambda service, p, args: post_fact(service, p, args),
+            Route("/v1/facts", "Post a signed fact attestation as its registered issuer"),
+            mcp=False,
+            refusals=FACT_REFUSALS,
         ),
         Tool(
             "read_challenge",

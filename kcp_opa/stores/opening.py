@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kcp_opa.core.errors import StoreError
-from kcp_opa.stores.protocols import ChallengeStore, CounterStore, DecisionStore, ExecutorStore, HandoffStore
+from kcp_opa.stores.protocols import (
+    ChallengeStore,
+    CounterStore,
+    DecisionStore,
+    ExecutorStore,
+    FactStore,
+    HandoffStore,
+)
 from kcp_opa.stores.sqlite import (
     SQLiteChallengeStore,
     SQLiteCounterStore,
@@ -20,6 +27,7 @@ from kcp_opa.stores.sqlite import (
     SQLiteHandoffStore,
     SQLiteStore,
 )
+from kcp_opa.stores.sqlite.facts import SQLiteFactStore
 
 #: The environment variable every command taking a store location reads when none is given.
 STORE_ENV = "KCP_OPA_STORE"
@@ -49,6 +57,8 @@ class Stores:
     decisions: DecisionStore
     location: str
     counters: CounterStore | None = None
+    #: Fact attestations issuers posted (``POST /v1/facts``); None: this store takes none.
+    facts: FactStore | None = None
 
 
 def _postgres() -> None:
@@ -66,6 +76,7 @@ def open_stores(location: str | Path) -> Stores:
     if is_database(location):
         _postgres()
         from kcp_opa.stores import postgres
+        from kcp_opa.stores.postgres.facts import PostgresFactStore
 
         database = postgres.PostgresDatabase(str(location))
         try:
@@ -76,6 +87,7 @@ def open_stores(location: str | Path) -> Stores:
                 decisions=postgres.PostgresDecisionStore(database),
                 location=database.location,
                 counters=postgres.PostgresCounterStore(database),
+                facts=PostgresFactStore(database),
             )
         except StoreError:
             database.close()
@@ -88,6 +100,7 @@ def open_stores(location: str | Path) -> Stores:
         decisions=SQLiteDecisionStore(path),
         location=str(path),
         counters=SQLiteCounterStore(path),
+        facts=SQLiteFactStore(path),
     )
 
 
@@ -110,7 +123,14 @@ def migrate(location: str | Path) -> dict[str, int]:
     """Bring every store at ``location`` to this version's schema; the version of each. Refuses a newer one."""
     stores = open_stores(location)
     versions: dict[str, int] = {}
-    for store in (stores.executions, stores.handoffs, stores.challenges, stores.decisions, stores.counters):
+    for store in (
+        stores.executions,
+        stores.handoffs,
+        stores.challenges,
+        stores.decisions,
+        stores.counters,
+        stores.facts,
+    ):
         version = getattr(store, "schema_version", None)
         if callable(version):
             versions[str(getattr(store, "component", type(store).__name__))] = int(version())

@@ -19,6 +19,7 @@ from kcp_opa.stores.records import (
     Challenge,
     ExecutionRecord,
     LedgerSnapshot,
+    PostedFact,
     StoredDecision,
     Transfer,
     TransferTotals,
@@ -290,4 +291,25 @@ class LedgerStore(Protocol):
         reads, whichever backend holds them. A database that cannot be read raises
         StoreUnavailableError (a fault to show as one, never an empty ledger).
         """
+        ...
+
+
+class FactStore(Protocol):
+    """Fact attestations issuers posted to the service (``POST /v1/facts``), shared by every replica.
+
+    The store keeps what the service verified; it judges nothing. Every decision reads the ones
+    bound to its action or subject and verifies them again against the registry it runs with.
+    """
+
+    def keep(self, fact: PostedFact) -> bool:
+        """Keep ``fact``; False when the same attestation (``fact_id``) was kept before (nothing changes)."""
+        ...
+
+    def bound_to(self, action_hash: str, subject_id: str | None) -> list[PostedFact]:
+        """The facts bound to this action's hash or to this subject (canonical id), newest issue
+        first, at most :data:`~kcp_opa.stores.records.POSTED_FACTS_READ` of each binding."""
+        ...
+
+    def count(self) -> int:
+        """How many posted facts are kept (for status and metrics)."""
         ...

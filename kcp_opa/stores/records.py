@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import CodedError
 
 #: An execution still ``running`` past its lease: its process died or hung between claim and outcome.
@@ -143,3 +144,42 @@ class LedgerSnapshot:
         if not self.by_seq:
             return f"line {line}"
         return "the header" if line <= 1 else f"seq {line - 1}"
+
+
+#: How many posted facts one decision reads at most (the newest first): an issuer posting without
+#: end cannot make a decision read without end.
+POSTED_FACTS_READ = 64
+
+
+@dataclass(frozen=True)
+class PostedFact:
+    """A signed fact attestation an issuer posted to the service, kept exactly as it was signed.
+
+    ``fact_id`` is the sha256 of its canonical JSON (KYA-CJ-1), so the same attestation posted
+    twice, to any replica, is kept once. It is found by what its signature binds it to: one
+    action's hash or one subject's canonical id (never both)."""
+
+    fact_id: str
+    issuer: str
+    fact: str
+    action_hash: str | None
+    subject_id: str | None
+    issued_at: str
+    expires_at: str
+    document: Mapping[str, Any]
+
+
+def posted_fact(document: Mapping[str, Any], *, issuer: str, subject_id: str | None) -> PostedFact:
+    """The row a verified attestation is kept as: ``issuer`` and ``subject_id`` canonical (the
+    caller's), the rest read from the signed ``document``."""
+    action_hash = document.get("action_hash")
+    return PostedFact(
+        fact_id=canonical_hash(dict(document)),
+        issuer=issuer,
+        fact=str(document["fact"]),
+        action_hash=action_hash if isinstance(action_hash, str) else None,
+        subject_id=None if isinstance(action_hash, str) else subject_id,
+        issued_at=str(document["issued_at"]),
+        expires_at=str(document["expires_at"]),
+        document=document,
+    )
