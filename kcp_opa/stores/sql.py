@@ -117,6 +117,15 @@ def reserve_transfer(dialect: Dialect) -> str:
     )
 
 
+def move_handoff(dialect: Dialect, source: str, target: str, executed_at: str) -> str:
+    """The hand-off of (nonce, receipt_id, principal) from state ``source`` to ``target``, if it is there."""
+    p = dialect.param
+    return (
+        f"UPDATE receipt_handoffs SET state = '{target}', executed_at = {executed_at}"  # noqa: S608 - constants
+        f" WHERE nonce = {p} AND receipt_id = {p} AND principal = {p} AND state = '{source}'"
+    )
+
+
 def uncommit_transfer(dialect: Dialect) -> str:
     """A consume undone (its execution's intent could not be audited): reserved again, until the receipt expires."""
     p = dialect.param
