@@ -1,8 +1,8 @@
 """The statements both SQL backends share, written once: a :class:`Dialect` spells them per backend.
 
 What a table holds and how a query filters is the store's logic and lives here; what differs
-between SQLite and PostgreSQL (the parameter mark, how a time is typed and cast, how a row id
-is generated) is the dialect's. A backend module then renders only what is its own: its
+between SQLite and PostgreSQL (the parameter mark, how an integer and a time are typed, how a
+time parameter is cast) is the dialect's. A backend module then renders only what is its own: its
 locking, its clock, and the statements no other backend has.
 """
 
