@@ -7,13 +7,15 @@ them and a backend can build them without importing the pipeline.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from kcp_opa.core.canonical import canonical_hash
-from kcp_opa.core.errors import CodedError
+from kcp_opa.core.errors import CodedError, StoreError
 
 #: An execution still ``running`` past its lease: its process died or hung between claim and outcome.
 AMBIGUOUS = "ambiguous"
@@ -67,6 +69,47 @@ class Challenge:
     state: str
     consumed_by: str | None
 
+    @classmethod
+    def new(
+        cls,
+        decision_id: str,
+        action_hash: str,
+        control: str,
+        addressed_to: Mapping[str, list[str]],
+        summary: Mapping[str, Any],
+        created_by: str,
+        moment: dt.datetime,
+        ttl_seconds: int,
+    ) -> Challenge:
+        """A new open challenge from ``moment`` (whole seconds); its id is 128 random bits, not a credential."""
+        start = moment.replace(microsecond=0)
+        return cls(
+            challenge_id=f"chl_{secrets.token_hex(16)}",
+            decision_id=decision_id,
+            action_hash=action_hash,
+            control=control,
+            addressed_to={k: sorted(v) for k, v in addressed_to.items()},
+            summary=dict(summary),
+            created_by=created_by,
+            created_at=challenge_stamp(start),
+            expires_at=challenge_stamp(start + dt.timedelta(seconds=ttl_seconds)),
+            state="open",
+            consumed_by=None,
+        )
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any] | None, challenge_id: str) -> Challenge:
+        """A stored row (``stores.sql.CHALLENGE_COLUMNS``); an unknown id is a ChallengeError."""
+        if row is None:
+            raise ChallengeError(f"no challenge {challenge_id}", "unknown_challenge")
+        return cls(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), *row[6:])
+
+    def row(self) -> tuple[object, ...]:
+        """The values a store writes (``stores.sql.CHALLENGE_COLUMNS``, the fields' order)."""
+        values = [getattr(self, field.name) for field in fields(self)]
+        documents = (json.dumps(self.addressed_to, sort_keys=True), json.dumps(self.summary, sort_keys=True))
+        return (*values[:4], *documents, *values[6:])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "challenge_id": self.challenge_id,
@@ -94,6 +137,37 @@ def check_open(challenge: Challenge, *, now: dt.datetime | None = None) -> None:
         raise ChallengeError(
             f"challenge {challenge.challenge_id} expired at {challenge.expires_at}", "challenge_expired"
         )
+
+
+def refuse_unconsumed(challenge: Challenge) -> None:
+    """Why an answer did not consume ``challenge`` (read after the guarded UPDATE changed nothing)."""
+    if challenge.state == "consumed":
+        raise ChallengeError(f"challenge {challenge.challenge_id} was answered before", "challenge_used")
+    raise ChallengeError(f"challenge {challenge.challenge_id} expired at {challenge.expires_at}", "challenge_expired")
+
+
+def check_reconcile(outcome: str, evidence: str) -> None:
+    """An operator's reconcile names an outcome and the evidence for it (checked before any store is read)."""
+    if outcome not in {"succeeded", "failed"}:
+        raise StoreError(f"outcome is succeeded or failed, not {outcome!r}", "bad_outcome")
+    if not evidence.strip():
+        raise StoreError("reconciling needs an evidence reference (what shows the outcome)", "no_evidence")
+
+
+def reconciled(
+    idempotency_key: str, record: ExecutionRecord | None, outcome: str, evidence: str
+) -> tuple[str | None, str | None]:
+    """The stored (outcome document, error) of reconciling ``record``; only an ambiguous claim is reconciled."""
+    if record is None:
+        raise StoreError(f"no execution claimed {idempotency_key}", "unknown_key")
+    if record.state != AMBIGUOUS:
+        raise StoreError(
+            f"{idempotency_key} is {record.state}, not ambiguous; only an expired claim is reconciled",
+            "not_ambiguous",
+        )
+    if outcome == "succeeded":
+        return json.dumps({"reconciled": outcome, "evidence": evidence}, sort_keys=True), None
+    return None, f"reconciled as failed (evidence: {evidence})"
 
 
 @dataclass(frozen=True)

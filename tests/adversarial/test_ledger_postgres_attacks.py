@@ -187,6 +187,49 @@ def test_an_entry_inserted_without_the_writer_key_is_refused_and_reported(postgr
         assert connection.execute("SELECT max(seq) FROM ledger_checkpoints").fetchone() == (6,)
 
 
+def test_a_cut_committed_while_a_keyed_writer_waits_for_the_head_is_refused(postgres: Any) -> None:
+    """A keyed writer's first append verifies the chain against its last checkpoint with the head
+    row locked: a cut (entries deleted, the head moved back consistently) committed while the
+    writer waited for that lock is refused, never extended. (Verified before taking the lock, the
+    writer found the chain whole, then built seq 5 on the cut chain.)"""
+    import psycopg
+
+    from kcp_opa.trail.pgledger import PostgresLedger
+
+    key = generate_ed25519("waiting-writer")
+    location = _filled(postgres, "kcp_ledger_cut_waiting", checkpoint_key=key)  # checkpoints at seq 1 and 6
+    writer = PostgresLedger(location, checkpoint_key=key)  # a restarted replica: it verifies on its first write
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            outcome["entry"] = writer.append({"type": "decision", "decision_id": "dec_after"})
+        except LedgerError as exc:
+            outcome["error"] = str(exc)
+
+    with psycopg.connect(location) as attacker, psycopg.connect(location, autocommit=True) as watcher:
+        attacker.execute("SELECT 1 FROM ledger_chain WHERE id = 1 FOR UPDATE")  # the head held
+        thread = threading.Thread(target=append)
+        thread.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        deadline = time.monotonic() + 30
+        while (watcher.execute(waiting).fetchone() or (0,))[0] == 0 and thread.is_alive():
+            assert time.monotonic() < deadline, "the writer never waited for the head"
+            time.sleep(0.05)
+        (kept,) = attacker.execute("SELECT entry_hash FROM ledger_entries WHERE seq = 4").fetchone() or ("",)
+        attacker.execute("DELETE FROM ledger_entries WHERE seq > 4")
+        attacker.execute("UPDATE ledger_chain SET seq = 4, head_hash = %s WHERE id = 1", (kept,))
+        attacker.commit()
+    thread.join(60)
+    writer.release()
+    assert "entry" not in outcome, f"built seq {outcome['entry']['seq']} on the cut chain"
+    assert "refusing to extend" in outcome["error"]
+    with readable(location) as path:
+        assert [e["seq"] for _, e in read_entries(path)] == [1, 2, 3, 4]  # nothing was built on the cut
+
+
 @pytest.fixture(scope="module")
 def support_desk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pg-ledger-bundles") / "support-desk.tar.gz"

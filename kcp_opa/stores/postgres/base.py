@@ -36,11 +36,14 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from kcp_opa.core.errors import StoreError, StoreUnavailableError
+from kcp_opa.stores.sql import Dialect
 
 T = TypeVar("T")
 Connection = psycopg.Connection[tuple[Any, ...]]
 #: One schema step: SQL statements run in order inside the migrating transaction.
 Step = tuple[str, ...]
+#: How PostgreSQL spells the shared statements (times are TIMESTAMPTZ, passed as UTC text and cast).
+DIALECT = Dialect(param="%s", moment="%s::timestamptz", integer="BIGINT", time="TIMESTAMPTZ")
 
 _VERSIONS = "CREATE TABLE IF NOT EXISTS store_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 _LOCK = "SELECT pg_advisory_xact_lock(7262630)"  # one lock id for every kcp-opa migration

@@ -26,34 +26,21 @@ input, so a replay counts alike); settling (commit, release) is stamped with ``n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import astuple
+from typing import TypeVar
 
-from kcp_opa.stores.postgres.base import Connection, PostgresBase
-from kcp_opa.stores.records import Transfer, TransferTotals
+from kcp_opa.stores import sql
+from kcp_opa.stores.postgres.base import DIALECT, Connection, PostgresBase
+from kcp_opa.stores.records import Transfer
 
 T = TypeVar("T")
 
-TRANSFERS_TABLE = """CREATE TABLE IF NOT EXISTS transfers (
-    receipt_id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    agent_id TEXT NOT NULL,
-    task_type TEXT NOT NULL,
-    beneficiary TEXT,
-    currency TEXT NOT NULL,
-    amount_minor BIGINT NOT NULL CHECK (amount_minor >= 0),
-    state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
-    reserved_at TIMESTAMPTZ NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL,
-    settled_at TIMESTAMPTZ
-)"""
+TRANSFERS_TABLE = sql.transfers_table(DIALECT)
 #: The consume's second statement (executions.py runs it in the consume's transaction).
 COMMIT_TRANSFER = (
     "UPDATE transfers SET state = 'committed', settled_at = now() WHERE receipt_id = %s AND state = 'reserved'"
 )
-#: A consume undone (its execution's intent could not be audited): reserved again, until the receipt expires.
-UNCOMMIT_TRANSFER = (
-    "UPDATE transfers SET state = 'reserved', settled_at = NULL WHERE receipt_id = %s AND state = 'committed'"
-)
+UNCOMMIT_TRANSFER = sql.uncommit_transfer(DIALECT)
 #: A transfer whose execution failed or never ran gives its amount back.
 RELEASE_TRANSFER = (
     "UPDATE transfers SET state = 'released', settled_at = now()"
@@ -75,8 +62,7 @@ _TABLES = (
     PRIMARY KEY (unit, principal)
 )""",
     TRANSFERS_TABLE,
-    "CREATE INDEX IF NOT EXISTS transfers_by_tenant ON transfers (tenant_id, currency, reserved_at)",
-    "CREATE INDEX IF NOT EXISTS transfers_by_beneficiary ON transfers (tenant_id, beneficiary)",
+    *sql.TRANSFER_INDEXES,
     "CREATE TABLE IF NOT EXISTS counter_head (id INTEGER PRIMARY KEY CHECK (id = 1), reservations BIGINT NOT NULL)",
     "INSERT INTO counter_head (id, reservations) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
 )
@@ -92,56 +78,6 @@ _COUNT_REQUESTS = (
     " LEFT JOIN requests r ON r.unit = %s AND r.principal = %s AND r.id <= %s"
     " AND r.at > s.start AND r.at <= %s::timestamptz GROUP BY s.i ORDER BY s.i"
 )
-_COLUMNS = frozenset({"tenant_id", "agent_id", "task_type", "beneficiary"})
-
-
-class _View:
-    """The counting queries on one connection (inside a reservation's transaction, or alone)."""
-
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-
-    def transfers(
-        self,
-        *,
-        currency: str,
-        since: str,
-        now: str,
-        where: Sequence[tuple[str, str]] = (),
-        task_types: Sequence[str] | None = None,
-        excluding: str | None = None,
-    ) -> TransferTotals:
-        clauses = ["currency = %s", "reserved_at > %s::timestamptz", "reserved_at <= %s::timestamptz"]
-        args: list[Any] = [currency, since, now]
-        for column, value in where:
-            if column not in _COLUMNS:
-                raise ValueError(column)
-            clauses.append(f"{column} = %s")
-            args.append(value)
-        if task_types is not None:
-            clauses.append("task_type = ANY(%s)")
-            args.append(list(task_types))
-        if excluding is not None:
-            clauses.append("receipt_id <> %s")
-            args.append(excluding)
-        matching = " AND ".join(clauses)  # columns from a fixed set; every value is a parameter
-        query = (
-            "SELECT count(*),"  # noqa: S608
-            " coalesce(sum(amount_minor) FILTER (WHERE state = 'committed'), 0),"
-            " coalesce(sum(amount_minor) FILTER (WHERE state = 'reserved'), 0)"
-            f" FROM transfers WHERE {matching} AND (state = 'committed' OR"
-            " (state = 'reserved' AND expires_at > %s::timestamptz))"
-        )
-        row = self.connection.execute(query, (*args, now)).fetchone()
-        assert row is not None
-        return TransferTotals(int(row[0]), int(row[1]), int(row[2]))
-
-    def prior_payments(self, tenant_id: str, beneficiary: str) -> int:
-        row = self.connection.execute(
-            "SELECT count(*) FROM transfers WHERE tenant_id = %s AND beneficiary = %s AND state = 'committed'",
-            (tenant_id, beneficiary),
-        ).fetchone()
-        return int(row[0]) if row else 0
 
 
 class PostgresCounterStore(PostgresBase):
@@ -166,46 +102,31 @@ class PostgresCounterStore(PostgresBase):
 
         return self._run(work, "cannot count the request")
 
-    def read(self, work: Callable[[_View], T]) -> T:
+    def read(self, work: Callable[[sql.TransferView], T]) -> T:
         """``work`` over the counting queries, without the lock (a decision's counts)."""
-        return self._run(lambda c: work(_View(c)), "cannot read the counters")
+        return self._run(lambda c: work(_view(c)), "cannot read the counters")
 
-    def reserving(self, work: Callable[[_View], tuple[T, Transfer | None]]) -> T:
+    def reserving(self, work: Callable[[sql.TransferView], tuple[T, Transfer | None]]) -> T:
         """Run ``work`` under the head row's lock; keep the transfer it returns as reserved, in the
         same transaction. An exception from ``work`` rolls back and reserves nothing."""
 
         def run(c: Connection) -> T:
             c.execute(LOCK_HEAD)
-            result, transfer = work(_View(c))
+            result, transfer = work(_view(c))
             if transfer is not None:
-                c.execute(
-                    "INSERT INTO transfers (receipt_id, tenant_id, agent_id, task_type, beneficiary, currency,"
-                    " amount_minor, state, reserved_at, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 'reserved',"
-                    " %s::timestamptz, %s::timestamptz)",
-                    (
-                        transfer.receipt_id,
-                        transfer.tenant_id,
-                        transfer.agent_id,
-                        transfer.task_type,
-                        transfer.beneficiary,
-                        transfer.currency,
-                        transfer.amount_minor,
-                        transfer.reserved_at,
-                        transfer.expires_at,
-                    ),
-                )
+                c.execute(sql.reserve_transfer(DIALECT), astuple(transfer))
                 c.execute("UPDATE counter_head SET reservations = reservations + 1 WHERE id = 1")
             return result
 
         return self._run(run, "cannot reserve the budget")
 
     def transfer_state(self, receipt_id: str) -> str | None:
-        """reserved, committed, released, or None when no transfer was reserved for the receipt."""
-        row = self._run(
-            lambda c: c.execute("SELECT state FROM transfers WHERE receipt_id = %s", (receipt_id,)).fetchone()
-        )
-        return str(row[0]) if row else None
+        return self.read(lambda view: view.state(receipt_id))
 
     def release(self, receipt_id: str) -> bool:
         """Give a reservation back (its receipt will not execute); False if there was none to release."""
         return self._run(lambda c: c.execute(RELEASE_TRANSFER, (receipt_id,)).rowcount == 1, "cannot release")
+
+
+def _view(connection: Connection) -> sql.TransferView:
+    return sql.TransferView(lambda query, args: connection.execute(query, args).fetchone(), DIALECT)

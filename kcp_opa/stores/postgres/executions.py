@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.postgres.base import Connection, PostgresBase
 from kcp_opa.stores.postgres.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE, UNCOMMIT_TRANSFER
-from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
+from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord, check_reconcile, reconciled
+from kcp_opa.stores.sql import EXECUTION_COLUMNS
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS consumed_receipts (
@@ -29,13 +29,8 @@ _TABLES = (
     expires_at TEXT NOT NULL,
     consumed_at TIMESTAMPTZ NOT NULL DEFAULT now()
 )""",
-    """CREATE TABLE IF NOT EXISTS executions (
-    idempotency_key TEXT PRIMARY KEY,
-    action_hash TEXT NOT NULL,
-    receipt_id TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed')),
-    outcome TEXT,
-    error TEXT,
+    f"""CREATE TABLE IF NOT EXISTS executions (
+    {EXECUTION_COLUMNS},
     started_at TIMESTAMPTZ NOT NULL,
     lease_expires_at TIMESTAMPTZ NOT NULL,
     finished_at TIMESTAMPTZ
@@ -215,34 +210,17 @@ class PostgresStore(PostgresBase):
 
     def reconcile(self, idempotency_key: str, outcome: str, evidence: str) -> ExecutionRecord:
         """Resolve an ambiguous claim as succeeded or failed, on an operator's evidence (recorded)."""
-        if outcome not in {"succeeded", "failed"}:
-            raise StoreError(f"outcome is succeeded or failed, not {outcome!r}", "bad_outcome")
-        if not evidence.strip():
-            raise StoreError("reconciling needs an evidence reference (what shows the outcome)", "no_evidence")
+        check_reconcile(outcome, evidence)
 
         def resolve(c: Connection) -> ExecutionRecord:
-            row = c.execute(
-                _SELECT + " WHERE idempotency_key = %s FOR UPDATE",
-                (idempotency_key,),
-            ).fetchone()
-            if row is None:
-                raise StoreError(f"no execution claimed {idempotency_key}", "unknown_key")
-            record = _record(row)
-            if record.state != AMBIGUOUS:
-                raise StoreError(
-                    f"{idempotency_key} is {record.state}, not ambiguous; only an expired claim is reconciled",
-                    "not_ambiguous",
-                )
-            note = {"reconciled": outcome, "evidence": evidence}
+            row = c.execute(_SELECT + " WHERE idempotency_key = %s FOR UPDATE", (idempotency_key,)).fetchone()
+            record = _record(row) if row is not None else None
+            document, error = reconciled(idempotency_key, record, outcome, evidence)
+            assert record is not None
             c.execute(
                 "UPDATE executions SET state = %s, outcome = %s, error = %s, finished_at = now()"
                 " WHERE idempotency_key = %s",
-                (
-                    outcome,
-                    json.dumps(note, sort_keys=True) if outcome == "succeeded" else None,
-                    f"reconciled as failed (evidence: {evidence})" if outcome == "failed" else None,
-                    idempotency_key,
-                ),
+                (outcome, document, error, idempotency_key),
             )
             c.execute(
                 "INSERT INTO reconciliations (idempotency_key, outcome, evidence, receipt_id, claimed_at)"

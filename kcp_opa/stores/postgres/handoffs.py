@@ -6,7 +6,8 @@ so two replicas racing to take it give one True.
 
 from __future__ import annotations
 
-from kcp_opa.stores.postgres.base import PostgresBase
+from kcp_opa.stores.postgres.base import DIALECT, PostgresBase
+from kcp_opa.stores.sql import move_handoff
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS receipt_handoffs (
@@ -39,28 +40,10 @@ class PostgresHandoffStore(PostgresBase):
 
     def take(self, nonce: str, receipt_id: str, principal: str) -> bool:
         """Accept the hand-off for ``principal`` once; False for anyone else, or a second time."""
-        return self._run(
-            lambda c: (
-                c.execute(
-                    "UPDATE receipt_handoffs SET state = 'executed', executed_at = now()"
-                    " WHERE nonce = %s AND receipt_id = %s AND principal = %s AND state = 'verified'",
-                    (nonce, receipt_id, principal),
-                ).rowcount
-                == 1
-            ),
-            "cannot take the verified receipt",
-        )
+        query, key = move_handoff(DIALECT, "verified", "executed", "now()"), (nonce, receipt_id, principal)
+        return self._run(lambda c: c.execute(query, key).rowcount == 1, "cannot take the verified receipt")
 
     def give_back(self, nonce: str, receipt_id: str, principal: str) -> bool:
         """Undo ``take`` for a receipt whose execution never ran (its intent could not be audited)."""
-        return self._run(
-            lambda c: (
-                c.execute(
-                    "UPDATE receipt_handoffs SET state = 'verified', executed_at = NULL"
-                    " WHERE nonce = %s AND receipt_id = %s AND principal = %s AND state = 'executed'",
-                    (nonce, receipt_id, principal),
-                ).rowcount
-                == 1
-            ),
-            "cannot give the verified receipt back",
-        )
+        query, key = move_handoff(DIALECT, "executed", "verified", "NULL"), (nonce, receipt_id, principal)
+        return self._run(lambda c: c.execute(query, key).rowcount == 1, "cannot give the verified receipt back")

@@ -55,28 +55,12 @@ class ChainHead:
     created: bool
 
 
-@dataclass(frozen=True)
-class ChainRow:
-    """One entry to insert: its seq, hash and canonical line (without the newline)."""
-
-    seq: int
-    entry_hash: str
-    line: str
-
-
-class ChainView:
-    """What a batch may read inside the append transaction (the head row is locked)."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-
-    def entry(self, seq: int) -> str | None:
-        row = self._connection.execute("SELECT line FROM ledger_entries WHERE seq = %s", (seq,)).fetchone()
-        return None if row is None else str(row[0])
-
-
+#: One entry to insert: its seq, hash and canonical line (without the newline).
+ChainRow = tuple[int, str, str]
+#: The line of the entry at a seq, read inside the append transaction (the head row is locked).
+EntryAt = Callable[[int], str | None]
 #: (the locked head, a reader inside the transaction) -> the rows to add, and a checkpoint line or None.
-Builder = Callable[[ChainHead, ChainView], tuple[list[ChainRow], str | None]]
+Builder = Callable[[ChainHead, EntryAt], tuple[list[ChainRow], str | None]]
 
 
 class PostgresChain(PostgresBase):
@@ -86,8 +70,10 @@ class PostgresChain(PostgresBase):
     steps = (_TABLES,)
     failure = "audit ledger failed"
 
-    def extend(self, header: tuple[str, str, str], build: Builder) -> list[ChainRow]:
+    def extend(self, header: tuple[str, str, str] | None, build: Builder) -> list[ChainRow]:
         """Lock the head (creating it from ``header`` = (ledger_id, line, hash) if none), add what ``build`` gives.
+
+        With no ``header`` and no chain, nothing is written and ``build`` is not called.
 
         One transaction: the rows, the new head and the checkpoint ``build`` returns commit
         together or not at all. ``build`` may raise to refuse the batch (nothing is written).
@@ -97,6 +83,8 @@ class PostgresChain(PostgresBase):
             head = _locked(connection)
             created = head is None
             if head is None:
+                if header is None:
+                    return []
                 connection.execute(
                     "INSERT INTO ledger_chain (id, ledger_id, header, seq, head_hash) VALUES (1, %s, %s, 0, %s)"
                     " ON CONFLICT (id) DO NOTHING",
@@ -105,21 +93,21 @@ class PostgresChain(PostgresBase):
                 head = _locked(connection)
                 assert head is not None
             ledger_id, line, seq, head_hash = head
-            last = ChainView(connection).entry(seq) if seq else None
-            rows, checkpoint = build(ChainHead(ledger_id, line, seq, head_hash, last, created), ChainView(connection))
+
+            def entry_at(wanted: int) -> str | None:
+                row = connection.execute("SELECT line FROM ledger_entries WHERE seq = %s", (wanted,)).fetchone()
+                return None if row is None else str(row[0])
+
+            last = entry_at(seq) if seq else None
+            rows, checkpoint = build(ChainHead(ledger_id, line, seq, head_hash, last, created), entry_at)
             if rows:
                 with connection.cursor() as cursor:
-                    cursor.executemany(
-                        "INSERT INTO ledger_entries (seq, entry_hash, line) VALUES (%s, %s, %s)",
-                        [(row.seq, row.entry_hash, row.line) for row in rows],
-                    )
-                connection.execute(
-                    "UPDATE ledger_chain SET seq = %s, head_hash = %s WHERE id = 1", (rows[-1].seq, rows[-1].entry_hash)
-                )
+                    cursor.executemany("INSERT INTO ledger_entries (seq, entry_hash, line) VALUES (%s, %s, %s)", rows)
+                connection.execute("UPDATE ledger_chain SET seq = %s, head_hash = %s WHERE id = 1", rows[-1][:2])
             if checkpoint is not None:
                 connection.execute(
                     "INSERT INTO ledger_checkpoints (seq, line) VALUES (%s, %s)",
-                    (rows[-1].seq if rows else seq, checkpoint),
+                    (rows[-1][0] if rows else seq, checkpoint),
                 )
             return rows
 

@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from kcp_opa.core.errors import StoreError, StoreUnavailableError
+from kcp_opa.stores.sql import Dialect
 
 T = TypeVar("T")
 #: One schema step: run on the migrating connection, inside the write transaction.
 Step = Callable[[sqlite3.Connection], None]
 MICROS = "%Y-%m-%dT%H:%M:%S.%fZ"
+#: How SQLite spells the shared statements (times are UTC text in ``MICROS``, compared as strings).
+DIALECT = Dialect(param="?", moment="?", integer="INTEGER", time="TEXT")
 
 _VERSIONS = "CREATE TABLE IF NOT EXISTS store_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 

@@ -8,45 +8,21 @@ refused whatever the caller holds.
 from __future__ import annotations
 
 import datetime as dt
-import json
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.protocols import DEFAULT_CHALLENGE_TTL_SECONDS
-from kcp_opa.stores.records import CHALLENGE_TIME, Challenge, ChallengeError, check_open
-from kcp_opa.stores.sqlite.base import SQLiteBase, statements
-
-_TABLES = statements(
-    """CREATE TABLE IF NOT EXISTS control_challenges (
-    challenge_id TEXT PRIMARY KEY,
-    decision_id TEXT NOT NULL,
-    action_hash TEXT NOT NULL,
-    control TEXT NOT NULL,
-    addressed_to TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    created_by TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    expires_at TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('open', 'consumed')),
-    consumed_by TEXT,
-    consumed_at TEXT
-)""",
-    "CREATE INDEX IF NOT EXISTS control_challenges_decision ON control_challenges (decision_id, control)",
-)
-_COLUMNS = (
-    "challenge_id, decision_id, action_hash, control, addressed_to, summary, created_by, created_at,"
-    " expires_at, state, consumed_by"
-)
+from kcp_opa.stores.records import CHALLENGE_TIME, Challenge, refuse_unconsumed
+from kcp_opa.stores.sql import CHALLENGE_TABLES, answers, insert_challenge, select_challenge
+from kcp_opa.stores.sqlite.base import DIALECT, SQLiteBase, statements
 
 
 class SQLiteChallengeStore(SQLiteBase):
     """The ``control_challenges`` table in the service's SQLite file."""
 
     component = "challenges"
-    steps = (_TABLES,)
     failure = "challenge store failed"
+    steps = (statements(*CHALLENGE_TABLES),)
 
     def open(
         self,
@@ -60,51 +36,17 @@ class SQLiteChallengeStore(SQLiteBase):
         ttl_seconds: int = DEFAULT_CHALLENGE_TTL_SECONDS,
         now: dt.datetime | None = None,
     ) -> Challenge:
-        """A new open challenge (the id is 128 random bits: unguessable, but not a credential)."""
-        moment = (now or self.clock()).replace(microsecond=0)
-        challenge = Challenge(
-            challenge_id=f"chl_{secrets.token_hex(16)}",
-            decision_id=decision_id,
-            action_hash=action_hash,
-            control=control,
-            addressed_to={k: sorted(v) for k, v in addressed_to.items()},
-            summary=dict(summary),
-            created_by=created_by,
-            created_at=self.stamp(moment, CHALLENGE_TIME),
-            expires_at=self.stamp(moment + dt.timedelta(seconds=ttl_seconds), CHALLENGE_TIME),
-            state="open",
-            consumed_by=None,
+        """A new open challenge, from ``now`` or the store's clock."""
+        moment = now or self.clock()
+        challenge = Challenge.new(
+            decision_id, action_hash, control, addressed_to, summary, created_by, moment, ttl_seconds
         )
-        self._run(
-            lambda c: c.execute(
-                f"INSERT INTO control_challenges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
-                (
-                    challenge.challenge_id,
-                    decision_id,
-                    action_hash,
-                    control,
-                    json.dumps(challenge.addressed_to, sort_keys=True),
-                    json.dumps(challenge.summary, sort_keys=True),
-                    created_by,
-                    challenge.created_at,
-                    challenge.expires_at,
-                    "open",
-                    None,
-                ),
-            )
-        )
+        self._run(lambda c: c.execute(insert_challenge(DIALECT), challenge.row()))
         return challenge
 
     def get(self, challenge_id: str) -> Challenge:
-        row = self._run(
-            lambda c: c.execute(
-                f"SELECT {_COLUMNS} FROM control_challenges WHERE challenge_id = ?",  # noqa: S608
-                (challenge_id,),
-            ).fetchone()
-        )
-        if row is None:
-            raise ChallengeError(f"no challenge {challenge_id}", "unknown_challenge")
-        return Challenge(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), *row[6:])
+        row = self._run(lambda c: c.execute(select_challenge(DIALECT), (challenge_id,)).fetchone())
+        return Challenge.from_row(row, challenge_id)
 
     def for_decision(self, decision_id: str) -> list[Challenge]:
         rows = self._run(
@@ -141,18 +83,8 @@ class SQLiteChallengeStore(SQLiteBase):
         )
         challenge = self.get(challenge_id)
         if changed != 1:
-            if challenge.state == "consumed":
-                raise ChallengeError(f"challenge {challenge_id} was answered before", "challenge_used")
-            raise ChallengeError(f"challenge {challenge_id} expired at {challenge.expires_at}", "challenge_expired")
+            refuse_unconsumed(challenge)
         return challenge
 
-    def check_open(self, challenge: Challenge, *, now: dt.datetime | None = None) -> None:
-        """Refuse a used or expired challenge (kept for callers of the old class; see ``records.check_open``)."""
-        check_open(challenge, now=now)
-
     def healthy(self) -> bool:
-        try:
-            self._run(lambda c: c.execute("SELECT count(*) FROM control_challenges").fetchone())
-        except StoreError:
-            return False
-        return True
+        return answers(lambda: self._run(lambda c: c.execute("SELECT count(*) FROM control_challenges").fetchone()))

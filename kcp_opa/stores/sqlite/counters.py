@@ -18,32 +18,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import astuple
 from typing import TypeVar
 
-from kcp_opa.stores.records import Transfer, TransferTotals
-from kcp_opa.stores.sqlite.base import SQLiteBase, statements
+from kcp_opa.stores import sql
+from kcp_opa.stores.records import Transfer
+from kcp_opa.stores.sqlite.base import DIALECT, SQLiteBase, statements
 
 T = TypeVar("T")
 
-TRANSFERS_TABLE = """CREATE TABLE IF NOT EXISTS transfers (
-    receipt_id TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    agent_id TEXT NOT NULL,
-    task_type TEXT NOT NULL,
-    beneficiary TEXT,
-    currency TEXT NOT NULL,
-    amount_minor INTEGER NOT NULL CHECK (amount_minor >= 0),
-    state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
-    reserved_at TEXT NOT NULL,
-    expires_at TEXT NOT NULL,
-    settled_at TEXT
-)"""
+TRANSFERS_TABLE = sql.transfers_table(DIALECT)
 #: The consume's second statement (executions.py runs it in the consume's transaction).
 COMMIT_TRANSFER = "UPDATE transfers SET state = 'committed', settled_at = ? WHERE receipt_id = ? AND state = 'reserved'"
-#: A consume undone (its execution's intent could not be audited): reserved again, until the receipt expires.
-UNCOMMIT_TRANSFER = (
-    "UPDATE transfers SET state = 'reserved', settled_at = NULL WHERE receipt_id = ? AND state = 'committed'"
-)
+UNCOMMIT_TRANSFER = sql.uncommit_transfer(DIALECT)
 #: A committed transfer whose execution failed or never ran gives its amount back.
 RELEASE_TRANSFER = (
     "UPDATE transfers SET state = 'released', settled_at = ?"
@@ -59,57 +46,8 @@ _TABLES = statements(
 )""",
     "CREATE INDEX IF NOT EXISTS requests_by_key ON requests (unit, principal, at)",
     TRANSFERS_TABLE,
-    "CREATE INDEX IF NOT EXISTS transfers_by_tenant ON transfers (tenant_id, currency, reserved_at)",
-    "CREATE INDEX IF NOT EXISTS transfers_by_beneficiary ON transfers (tenant_id, beneficiary)",
+    *sql.TRANSFER_INDEXES,
 )
-
-
-class _View:
-    """The counting queries on one connection (inside a reservation's transaction, or alone)."""
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self.connection = connection
-
-    def transfers(
-        self,
-        *,
-        currency: str,
-        since: str,
-        now: str,
-        where: Sequence[tuple[str, str]] = (),
-        task_types: Sequence[str] | None = None,
-        excluding: str | None = None,
-    ) -> TransferTotals:
-        clauses = ["currency = ?", "reserved_at > ?", "reserved_at <= ?"]
-        args: list[str | int] = [currency, since, now]
-        for column, value in where:
-            if column not in {"tenant_id", "agent_id", "task_type", "beneficiary"}:
-                raise ValueError(column)
-            clauses.append(f"{column} = ?")
-            args.append(value)
-        if task_types is not None:
-            clauses.append(f"task_type IN ({', '.join('?' for _ in task_types)})")
-            args.extend(task_types)
-        if excluding is not None:
-            clauses.append("receipt_id != ?")
-            args.append(excluding)
-        matching = " AND ".join(clauses)  # columns from a fixed set; every value is a parameter
-        query = (
-            "SELECT count(*),"  # noqa: S608
-            " coalesce(sum(CASE WHEN state = 'committed' THEN amount_minor ELSE 0 END), 0),"
-            " coalesce(sum(CASE WHEN state = 'reserved' THEN amount_minor ELSE 0 END), 0)"
-            f" FROM transfers WHERE {matching} AND (state = 'committed' OR"
-            " (state = 'reserved' AND expires_at > ?))"
-        )
-        row = self.connection.execute(query, (*args, now)).fetchone()
-        return TransferTotals(int(row[0]), int(row[1]), int(row[2]))
-
-    def prior_payments(self, tenant_id: str, beneficiary: str) -> int:
-        row = self.connection.execute(
-            "SELECT count(*) FROM transfers WHERE tenant_id = ? AND beneficiary = ? AND state = 'committed'",
-            (tenant_id, beneficiary),
-        ).fetchone()
-        return int(row[0])
 
 
 class SQLiteCounterStore(SQLiteBase):
@@ -140,46 +78,32 @@ class SQLiteCounterStore(SQLiteBase):
 
         return self._transaction(work, "cannot count the request")
 
-    def read(self, work: Callable[[_View], T]) -> T:
+    def read(self, work: Callable[[sql.TransferView], T]) -> T:
         """``work`` over the counting queries, outside any lock (a decision's counts)."""
-        return self._run(lambda connection: work(_View(connection)), "cannot read the counters")
+        return self._run(lambda connection: work(_view(connection)), "cannot read the counters")
 
-    def reserving(self, work: Callable[[_View], tuple[T, Transfer | None]]) -> T:
+    def reserving(self, work: Callable[[sql.TransferView], tuple[T, Transfer | None]]) -> T:
         """Run ``work`` under the write lock; keep the transfer it returns as reserved, in the same transaction.
 
         An exception from ``work`` rolls back and reserves nothing.
         """
 
         def run(connection: sqlite3.Connection) -> T:
-            result, transfer = work(_View(connection))
+            result, transfer = work(_view(connection))
             if transfer is not None:
-                connection.execute(
-                    "INSERT INTO transfers (receipt_id, tenant_id, agent_id, task_type, beneficiary, currency,"
-                    " amount_minor, state, reserved_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?)",
-                    (
-                        transfer.receipt_id,
-                        transfer.tenant_id,
-                        transfer.agent_id,
-                        transfer.task_type,
-                        transfer.beneficiary,
-                        transfer.currency,
-                        transfer.amount_minor,
-                        transfer.reserved_at,
-                        transfer.expires_at,
-                    ),
-                )
+                connection.execute(sql.reserve_transfer(DIALECT), astuple(transfer))
             return result
 
         return self._transaction(run, "cannot reserve the budget")
 
     def transfer_state(self, receipt_id: str) -> str | None:
-        """reserved, committed, released, or None when no transfer was reserved for the receipt."""
-        row = self._run(
-            lambda c: c.execute("SELECT state FROM transfers WHERE receipt_id = ?", (receipt_id,)).fetchone()
-        )
-        return str(row[0]) if row else None
+        return self.read(lambda view: view.state(receipt_id))
 
     def release(self, receipt_id: str) -> bool:
         """Give a reservation back (its receipt will not execute); False if there was none to release."""
         cursor = self._run(lambda c: c.execute(RELEASE_TRANSFER, (self.stamp(), receipt_id)), "cannot release")
         return cursor.rowcount == 1
+
+
+def _view(connection: sqlite3.Connection) -> sql.TransferView:
+    return sql.TransferView(lambda query, args: connection.execute(query, args).fetchone(), DIALECT)

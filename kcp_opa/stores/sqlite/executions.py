@@ -25,7 +25,8 @@ from typing import Any
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.core.groupcommit import GroupCommit
-from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
+from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord, check_reconcile, reconciled
+from kcp_opa.stores.sql import EXECUTION_COLUMNS
 from kcp_opa.stores.sqlite.base import SQLiteBase, add_column, immediate, statements
 from kcp_opa.stores.sqlite.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE, UNCOMMIT_TRANSFER
 
@@ -36,13 +37,8 @@ _TABLES = statements(
     expires_at TEXT NOT NULL,
     consumed_at TEXT NOT NULL
 )""",
-    """CREATE TABLE IF NOT EXISTS executions (
-    idempotency_key TEXT PRIMARY KEY,
-    action_hash TEXT NOT NULL,
-    receipt_id TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed')),
-    outcome TEXT,
-    error TEXT,
+    f"""CREATE TABLE IF NOT EXISTS executions (
+    {EXECUTION_COLUMNS},
     started_at TEXT NOT NULL,
     finished_at TEXT
 )""",
@@ -283,35 +279,21 @@ class SQLiteStore(SQLiteBase):
 
     def reconcile(self, idempotency_key: str, outcome: str, evidence: str) -> ExecutionRecord:
         """Resolve an ambiguous claim as succeeded or failed, on an operator's evidence (recorded)."""
-        if outcome not in {"succeeded", "failed"}:
-            raise StoreError(f"outcome is succeeded or failed, not {outcome!r}", "bad_outcome")
-        if not evidence.strip():
-            raise StoreError("reconciling needs an evidence reference (what shows the outcome)", "no_evidence")
+        check_reconcile(outcome, evidence)
 
         def resolve(connection: sqlite3.Connection) -> None:
             record = self.execution(idempotency_key)
-            if record is None:
-                raise StoreError(f"no execution claimed {idempotency_key}", "unknown_key")
-            if record.state != AMBIGUOUS:
-                raise StoreError(
-                    f"{idempotency_key} is {record.state}, not ambiguous; only an expired claim is reconciled",
-                    "not_ambiguous",
-                )
-            note = {"reconciled": outcome, "evidence": evidence}
+            document, error = reconciled(idempotency_key, record, outcome, evidence)
+            assert record is not None
+            stamp = self.stamp()
             connection.execute(
                 "UPDATE executions SET state = ?, outcome = ?, error = ?, finished_at = ? WHERE idempotency_key = ?",
-                (
-                    outcome,
-                    json.dumps(note, sort_keys=True) if outcome == "succeeded" else None,
-                    f"reconciled as failed (evidence: {evidence})" if outcome == "failed" else None,
-                    self.stamp(),
-                    idempotency_key,
-                ),
+                (outcome, document, error, stamp, idempotency_key),
             )
             connection.execute(
                 "INSERT INTO reconciliations (idempotency_key, outcome, evidence, receipt_id, claimed_at, at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (idempotency_key, outcome, evidence, record.receipt_id, record.started_at, self.stamp()),
+                (idempotency_key, outcome, evidence, record.receipt_id, record.started_at, stamp),
             )
 
         self._transaction(resolve, "cannot reconcile the execution")

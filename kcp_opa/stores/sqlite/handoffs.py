@@ -7,7 +7,8 @@ takes it, for that principal only, in one guarded UPDATE (any other second use i
 
 from __future__ import annotations
 
-from kcp_opa.stores.sqlite.base import SQLiteBase, statements
+from kcp_opa.stores.sql import move_handoff
+from kcp_opa.stores.sqlite.base import DIALECT, SQLiteBase, statements
 
 _TABLES = statements(
     """CREATE TABLE IF NOT EXISTS receipt_handoffs (
@@ -40,24 +41,10 @@ class SQLiteHandoffStore(SQLiteBase):
 
     def take(self, nonce: str, receipt_id: str, principal: str) -> bool:
         """Accept the hand-off for ``principal`` once; False for anyone else, or a second time."""
-        cursor = self._run(
-            lambda c: c.execute(
-                "UPDATE receipt_handoffs SET state = 'executed', executed_at = ?"
-                " WHERE nonce = ? AND receipt_id = ? AND principal = ? AND state = 'verified'",
-                (self.stamp(), nonce, receipt_id, principal),
-            ),
-            "cannot take the verified receipt",
-        )
-        return cursor.rowcount == 1
+        query, key = move_handoff(DIALECT, "verified", "executed", "?"), (self.stamp(), nonce, receipt_id, principal)
+        return self._run(lambda c: c.execute(query, key).rowcount == 1, "cannot take the verified receipt")
 
     def give_back(self, nonce: str, receipt_id: str, principal: str) -> bool:
         """Undo ``take`` for a receipt whose execution never ran (its intent could not be audited)."""
-        cursor = self._run(
-            lambda c: c.execute(
-                "UPDATE receipt_handoffs SET state = 'verified', executed_at = NULL"
-                " WHERE nonce = ? AND receipt_id = ? AND principal = ? AND state = 'executed'",
-                (nonce, receipt_id, principal),
-            ),
-            "cannot give the verified receipt back",
-        )
-        return cursor.rowcount == 1
+        query, key = move_handoff(DIALECT, "executed", "verified", "NULL"), (nonce, receipt_id, principal)
+        return self._run(lambda c: c.execute(query, key).rowcount == 1, "cannot give the verified receipt back")

@@ -1,0 +1,294 @@
+"""The ledger's chain, written once for every backend: header, seq, signing, checkpoints, admission.
+
+A :class:`Chain` decides what the ledger holds; a :class:`ChainStorage` (a JSON Lines file,
+``kcp_opa.trail.ledger``; a PostgreSQL database, ``kcp_opa.trail.pgledger``) only keeps it: it
+locks the chain's end, hands it to the chain as a :class:`Head`, and writes the :class:`Batch` the
+chain returns all at once or not at all. So an entry, a header and a checkpoint have one shape on
+every backend, and a database dumped after its header *is* a ledger file.
+
+A batch is admitted, then built, in :meth:`Chain._build`: admission (a keyed writer extends only
+its own chain, verified once in full against its last checkpoint, never past a cut) reads the
+head; building chains each entry after the previous one (signed by the writer key, if any) and
+signs a checkpoint of the new head when one is due (the chain's first batch, and every
+``checkpoint_every`` entries). Anything kept beside the head (a Merkle tree over the entries)
+is updated there too, from the batch's entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from kcp_opa.core.canonical import canonical_hash, canonical_json
+from kcp_opa.core.errors import KeyringError, LedgerError
+from kcp_opa.core.groupcommit import GroupCommit
+from kcp_opa.core.signing import Key, Keyring, sign_document
+from kcp_opa.trail.checkpoint import Checkpoint
+from kcp_opa.trail.record import LedgerEntry
+from kcp_opa.trail.verify import (
+    AUTH_KEY,
+    ENTRY_SIGNATURE,
+    HEADER_KEY,
+    binding_problem,
+    declared_writer,
+    foreign_entry,
+    verify_ledger,
+)
+
+DURABILITIES = frozenset({"fsync", "group"})
+
+
+@dataclass(frozen=True)
+class Genesis:
+    """The header a chain starts with: its canonical line (no newline), ledger_id and hash."""
+
+    line: bytes
+    ledger_id: str
+    head_hash: str
+
+    @classmethod
+    def new(cls, key: Key | None) -> Genesis:
+        """A fresh header; with a writer key it names the key (``entry_auth``), binding the ledger to it."""
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        header: dict[str, Any] = {HEADER_KEY: 1, "ledger_id": uuid.uuid4().hex, "created_at": stamp}
+        if key is not None:
+            header[AUTH_KEY] = {"alg": key.alg, "kid": key.kid}
+        return cls(canonical_json(header), str(header["ledger_id"]), canonical_hash(header))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The chain's end as the storage found it, locked until the batch is written.
+
+    ``header`` is the first line parsed (a header, or the genesis entry of a ledger written
+    before headers existed); ``last`` the last entry parsed (None at seq 0); ``created`` says
+    this batch writes the header too; ``holds(seq, entry_hash)`` whether the chain still has
+    that entry there (a storage that cannot look back cheaply answers for its last entry).
+    """
+
+    header: object
+    ledger_id: str | None
+    seq: int
+    head_hash: str
+    last: Mapping[str, Any] | None
+    created: bool
+    holds: Callable[[int, str], bool]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What to write after the head of ``ledger_id``: entries with their lines (no newline), a checkpoint or None."""
+
+    ledger_id: str | None
+    entries: tuple[tuple[LedgerEntry, bytes], ...]
+    checkpoint: Checkpoint | None
+
+
+class ChainStorage(Protocol):
+    """Where a chain is kept: I/O, locking and the storage's own consistency, nothing of the chain's logic."""
+
+    #: What a keyed writer starts instead of extending a foreign chain ("ledger file", "ledger database").
+    kind: str
+
+    @property
+    def location(self) -> str: ...
+
+    def extend(self, genesis: Genesis | None, build: Callable[[Head], Batch]) -> Batch | None:
+        """Lock the chain's end, hand it to ``build`` and write the batch it returns.
+
+        An empty store starts with ``genesis`` (with None it stays empty and None is returned).
+        The batch's entries and its checkpoint are written together or not at all (LedgerError,
+        or LedgerUnavailableError when the store does not answer); a storage may call ``build``
+        again when it retries. Returns the batch written.
+        """
+        ...
+
+    def last_checkpoint(self) -> Checkpoint:
+        """The newest checkpoint kept with the chain; LedgerError naming what to restore when there is none."""
+        ...
+
+    def readable(self) -> contextlib.AbstractContextManager[Path]:
+        """The chain as a ledger file (header, then entries by seq), for a full verification."""
+        ...
+
+    def place(self, line: int) -> str:
+        """Where line ``line`` of :meth:`readable` is, as an error names it."""
+        ...
+
+
+class Chain:
+    """Append entries to a chain kept by ``storage``; ``durability`` "fsync" (one write per entry) or "group".
+
+    With ``checkpoint_key`` (the writer's key) every entry is signed, a signed checkpoint of the
+    head is kept with the chain's first batch, every ``checkpoint_every`` entries and on
+    :meth:`close`, and only a chain this key wrote is extended or checkpointed.
+    """
+
+    def __init__(
+        self, storage: ChainStorage, *, durability: str, checkpoint_key: Key | None, checkpoint_every: int
+    ) -> None:
+        if durability not in DURABILITIES:
+            raise ValueError("durability is 'fsync' or 'group'")
+        if checkpoint_every < 1:
+            raise ValueError("checkpoint_every is at least 1")
+        self.storage = storage
+        self.durability = durability
+        self.checkpoint_key = checkpoint_key
+        self.checkpoint_every = checkpoint_every
+        self._trusted = Keyring({checkpoint_key.kid: checkpoint_key}) if checkpoint_key is not None else None
+        self._verified = checkpoint_key is None
+        self._head: tuple[str | None, int, str] | None = None  # (ledger_id, seq, hash) this writer last wrote
+        self._last_checkpoint: Checkpoint | None = None
+        self._lock = threading.Lock()
+        self._group = GroupCommit(self._write_batch, max_batch=512)
+
+    @property
+    def location(self) -> str:
+        """Where the chain is kept (the ``LedgerStore`` protocol's location)."""
+        return self.storage.location
+
+    def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """Chain and durably write one entry; returns it with seq, previous_hash and entry_hash.
+
+        Raises :class:`LedgerError` if it is not kept (the caller must fail closed).
+        """
+        if self.durability == "fsync":
+            with self._lock:
+                return self._write_batch([dict(entry)])[0]
+        return self._group.submit(dict(entry))
+
+    def close(self) -> dict[str, Any] | None:
+        """With a writer key, keep a signed checkpoint of the current head; returns its wire form (None if empty).
+
+        The head is admitted as for an append, under the same lock: a writer never signs a head
+        it would not extend.
+        """
+        if self.checkpoint_key is None:
+            return None
+        kept: list[Checkpoint] = []
+
+        def build(head: Head) -> Batch:
+            kept.clear()
+            self._admit(head)
+            last, mark = self._last_checkpoint, (head.ledger_id, head.seq, head.head_hash)
+            if head.seq and last is not None and (last.ledger_id, last.seq, last.entry_hash) == mark:
+                kept.append(last)  # this head is checkpointed already
+            elif head.seq:
+                kept.append(self._sign_checkpoint(*mark))
+                return Batch(head.ledger_id, (), kept[0])
+            return Batch(head.ledger_id, (), None)
+
+        with self._lock:
+            self.storage.extend(None, build)
+        if not kept:
+            return None
+        self._last_checkpoint = kept[0]
+        return kept[0].to_dict()
+
+    def _write_batch(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        batch = self.storage.extend(Genesis.new(self.checkpoint_key), lambda head: self._build(head, entries))
+        assert batch is not None  # a genesis is given: the storage always builds
+        written = [entry.to_dict() for entry, _ in batch.entries]
+        last = batch.entries[-1][0]
+        self._head = (batch.ledger_id, last.seq, last.entry_hash)
+        if batch.checkpoint is not None:
+            self._last_checkpoint = batch.checkpoint
+        return written
+
+    def _build(self, head: Head, events: list[dict[str, Any]]) -> Batch:
+        """Admit the head, chain ``events`` after it, and sign a checkpoint when one is due."""
+        self._admit(head)
+        previous, seq = head.head_hash, head.seq
+        sign = self._sign if self.checkpoint_key is not None else None
+        entries = []
+        for event in events:
+            seq += 1
+            entry, line = LedgerEntry.written(event, seq, previous, sign)
+            previous = entry.entry_hash
+            entries.append((entry, line))
+        due = head.created or head.seq // self.checkpoint_every != seq // self.checkpoint_every
+        checkpoint = self._sign_checkpoint(head.ledger_id, seq, previous) if self.checkpoint_key and due else None
+        return Batch(head.ledger_id, tuple(entries), checkpoint)
+
+    def _admit(self, head: Head) -> None:
+        """A keyed writer extends and signs only its own chain: its header, its entries, its cut.
+
+        The first time, the whole chain is verified against this writer's last checkpoint (a
+        chain with entries and no checkpoint is refused: its cut could not be seen); every time,
+        the last entry must carry this writer's signature and the chain must still hold the
+        entry this writer last wrote.
+        """
+        key = self.checkpoint_key
+        if key is None or head.created:
+            self._verified = True
+            return
+        where = self.location
+        unbound = binding_problem(declared_writer(head.header), key.kid, key.alg)
+        if unbound is not None:
+            raise LedgerError(f"{where}: {unbound}; a keyed writer starts its own {self.storage.kind}")
+        writer = declared_writer(head.header)
+        problem = foreign_entry(head.last, writer, self._trusted) if head.last is not None else None
+        if problem is not None:
+            raise LedgerError(f"{where}: {problem}; refusing to extend or checkpoint it (run `kcp-opa audit verify`)")
+        mine = self._head
+        if mine is not None and mine[0] == head.ledger_id and (head.seq < mine[1] or not head.holds(mine[1], mine[2])):
+            cut = f"ends at seq {head.seq} but this writer wrote seq {mine[1]}"
+            changed = f"no longer holds seq {mine[1]} as this writer wrote it"
+            raise LedgerError(
+                f"{where}: the chain {cut if head.seq < mine[1] else changed}: the ledger was cut or rewritten;"
+                " refusing to extend or checkpoint it (run `kcp-opa audit verify`)"
+            )
+        if not self._verified and head.seq:
+            self._verify_once()
+        self._verified = True
+
+    def _verify_once(self) -> None:
+        """A keyed writer's first write: the whole chain verifies against its own last checkpoint."""
+        assert self._trusted is not None and self.checkpoint_key is not None
+        anchor = self.storage.last_checkpoint()
+        anchor.verify(self._trusted)
+        with self.storage.readable() as path:
+            report = verify_ledger(
+                path,
+                anchors=[(anchor.seq, anchor.entry_hash)],
+                ledger_id=anchor.ledger_id,
+                keyring=self._trusted,
+                writer=self.checkpoint_key.kid,
+            )
+        if not report.ok:
+            found = report.problems[0]
+            raise LedgerError(f"{self.storage.place(found.line)}: {found.message}; refusing to extend or checkpoint it")
+
+    def _sign(self, entry: dict[str, Any]) -> dict[str, Any]:
+        assert self.checkpoint_key is not None
+        try:
+            return sign_document(entry, self.checkpoint_key, ENTRY_SIGNATURE)
+        except KeyringError as exc:  # an HSM that does not answer: the entry is not written
+            raise LedgerError(f"{self.location}: cannot sign the entry: {exc}") from None
+
+    def _sign_checkpoint(self, ledger_id: str | None, seq: int, head_hash: str) -> Checkpoint:
+        assert self.checkpoint_key is not None
+        try:
+            return Checkpoint.sign(ledger_id, seq, head_hash, self.checkpoint_key)
+        except KeyringError as exc:
+            raise LedgerError(f"{self.location}: cannot sign the checkpoint: {exc}") from None
+
+
+def parse(line: bytes | str) -> Any:
+    """One stored line as JSON, or None when it is not JSON (a torn or foreign line)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def checkpoint_line(checkpoint: Checkpoint) -> bytes:
+    """A checkpoint as every storage keeps it: one canonical JSON line (no newline)."""
+    return canonical_json(checkpoint.to_dict())
