@@ -43,6 +43,7 @@ from kcp_opa.context import (
     sign_fact,
     sign_spend,
 )
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import (
     ActionRejectedError,
     AnalysisError,
@@ -81,7 +82,6 @@ from kcp_opa.core.signing import (
 from kcp_opa.core.version import __version__
 from kcp_opa.decide.action import action_hash, check_action, parse_action
 from kcp_opa.decide.checked import CheckedAction
-from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
 from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity

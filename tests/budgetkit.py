@@ -21,8 +21,8 @@ from trustkit import REGISTRY, _inputs_key, bundle_cache, make_desk, signed
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.context import ContextSources
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.signing import Keyring, hmac_key
-from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
 from kcp_opa.stores.opening import Stores, is_database, open_stores

@@ -19,10 +19,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from kcp_opa.context import counting
 from kcp_opa.context.factcontract import fact_problem
 from kcp_opa.context.facts import FACTS
 from kcp_opa.core.errors import ValidationFailedError
-from kcp_opa.decide import counting
 from kcp_opa.declare.yamlsource import YamlSource, load_yaml
 from kcp_opa.models.decision import Decision
 
@@ -176,7 +176,7 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
 
 def _counters(document: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any] | None:
     """The case's counts over the file's ``base_counters``; the rate's unit and principal and the
-    beneficiary's key are filled from the action as the gate keys them (decide/counting.py)."""
+    beneficiary's key are filled from the action as the gate keys them (context/counting.py)."""
     if "base_counters" not in document and "counters" not in raw:
         return None
     counters: dict[str, Any] = merge(document.get("base_counters", {}), raw.get("counters", {}))

@@ -20,12 +20,12 @@ from kcp_opa.authorize.documents import Attestation, Receipt
 from kcp_opa.authorize.evidence import EvidenceStatus
 from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.signing import Keyring, Signer, seal, seal_holds
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction
-from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import DecisionInput, built_context

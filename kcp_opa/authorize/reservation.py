@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 from kcp_opa.authorize.documents import Receipt
+from kcp_opa.context.counting import StoreCounters, transfer_of
 from kcp_opa.core.errors import ReceiptIssueError
 from kcp_opa.core.signing import Signer
-from kcp_opa.decide.counting import StoreCounters, transfer_of
 from kcp_opa.decide.gate import DecisionInput, decision_time
 from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import CounterView

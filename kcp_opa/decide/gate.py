@@ -22,11 +22,11 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.context.builder import ContextSources
+from kcp_opa.context.counting import StoreCounters, matrix_parameters
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, LedgerUnavailableError
 from kcp_opa.core.signing import seal, seal_holds
 from kcp_opa.decide.active import ActiveBundle, utc_now
 from kcp_opa.decide.checked import CheckedAction
-from kcp_opa.decide.counting import StoreCounters, matrix_parameters
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, Evaluator
 from kcp_opa.decide.evaluation import evaluated
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kcp_opa.context.builder import ContextSources
+from kcp_opa.context.counting import excluding
 from kcp_opa.core.errors import ActionRejectedError, ReceiptVerificationError
 from kcp_opa.decide.checked import CheckedAction
-from kcp_opa.decide.counting import excluding
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
 from kcp_opa.models.decision import Decision

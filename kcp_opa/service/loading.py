@@ -21,12 +21,12 @@ import structlog
 
 from kcp_opa.compile.resolution import waivable_codes
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, SignedExceptions, StaticGateConfig
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
-from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.exceptions import DEFAULT_MAX_LIFETIME_SECONDS
 from kcp_opa.declare.trust import TrustRegistry, load_trust

@@ -17,9 +17,9 @@ from typing import Any
 
 import structlog
 
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
-from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.pool import retire_later
 from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.desk import GateService

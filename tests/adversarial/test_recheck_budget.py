@@ -24,9 +24,9 @@ from trustkit import REGISTRY, make_desk
 from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import ContextSources
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import ReceiptVerificationError
 from kcp_opa.core.signing import Keyring
-from kcp_opa.decide.counting import StoreCounters
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.executor import Executor
 from kcp_opa.stores.sqlite import SQLiteCounterStore, SQLiteStore

@@ -6,7 +6,7 @@ A decision on a deployment with budgets, velocity rules or KCP rate limits reads
 from the action, so mutating the action alone never reaches the budget evaluator's counted
 branches. These strategies draw both the way a store and a metering source hand them over:
 
-- counters keyed as the gate keys them for the MUTATED action (``kcp_opa.decide.counting``),
+- counters keyed as the gate keys them for the MUTATED action (``kcp_opa.context.counting``),
   sometimes under the case's original key or another one (a count under another key is
   ``context_missing``), with values on each side of every declared limit and threshold;
 - spend attestations per declared budget: amounts around the limit, the budget's currency or
@@ -22,8 +22,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from kcp_opa.context import counting
 from kcp_opa.context.metering import epoch_seconds
-from kcp_opa.decide import counting
 
 #: Hidden keys of a drawn action (popped before the action is checked: the gate holds these).
 COUNTERS = "__fuzz_counters"

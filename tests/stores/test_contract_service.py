@@ -138,7 +138,7 @@ def test_the_service_counts_budgets_on_either_store(backend: Backend, tmp_path: 
     from budgetkit import T0, compile_budget, payment
 
     from kcp_opa.authoring.casecontext import vouching
-    from kcp_opa.decide.counting import StoreCounters
+    from kcp_opa.context.counting import StoreCounters
     from kcp_opa.service.config import ServiceConfig
     from kcp_opa.service.loading import open_service
 

@@ -21,8 +21,8 @@ from trustkit import REGISTRY
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import ContextSources
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import StoreError, StoreUnavailableError
-from kcp_opa.decide.counting import StoreCounters
 
 
 @pytest.fixture
