@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a manifest, matrix or action is invalid; 2 usage or I/O
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -14,27 +15,7 @@ from typing import Any
 
 import click
 
-from kcp_opa.cli.analysis import cases_group, diff_command, prove_command
-from kcp_opa.cli.audit import audit, ropa
-from kcp_opa.cli.auditcase import audit_case, audit_report
-from kcp_opa.cli.auditproofs import COMMANDS as PROOF_COMMANDS
-from kcp_opa.cli.authoring import check, test_command
-from kcp_opa.cli.bundlekeys import bundle
-from kcp_opa.cli.controls import controls
-from kcp_opa.cli.decide import decide, eval_command
-from kcp_opa.cli.declare import compile_command, explain, inspect, validate
-from kcp_opa.cli.exceptions import exceptions
-from kcp_opa.cli.executions import executions
-from kcp_opa.cli.facts import facts
-from kcp_opa.cli.generate import generate
-from kcp_opa.cli.ledgerarg import audit_dump
-from kcp_opa.cli.mutation import mutate_command
 from kcp_opa.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_USAGE, fail
-from kcp_opa.cli.receipt import receipt
-from kcp_opa.cli.serve import serve
-from kcp_opa.cli.store import store
-from kcp_opa.cli.tokens import serve_group
-from kcp_opa.cli.witness import witness
 from kcp_opa.core.errors import (
     ActionRejectedError,
     KcpOpaError,
@@ -46,7 +27,77 @@ from kcp_opa.core.errors import (
 from kcp_opa.core.logsetup import configure
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _audit() -> click.Command:
+    """The audit group with the commands its siblings define (case files, the report, proofs)."""
+    from kcp_opa.cli.audit import audit
+    from kcp_opa.cli.auditcase import audit_case, audit_report
+    from kcp_opa.cli.auditproofs import COMMANDS as PROOF_COMMANDS
+    from kcp_opa.cli.ledgerarg import audit_dump
+
+    for command in (audit_case, audit_report, audit_dump, *PROOF_COMMANDS):
+        audit.add_command(command)
+    return audit
+
+
+def _serve() -> click.Command:
+    from kcp_opa.cli.serve import serve
+    from kcp_opa.cli.tokens import serve_group
+
+    return serve_group(serve)
+
+
+def _from(module: str, attribute: str) -> Callable[[], click.Command]:
+    def load() -> click.Command:
+        command: click.Command = getattr(importlib.import_module(f"kcp_opa.cli.{module}"), attribute)
+        return command
+
+    return load
+
+
+#: Every command, in pipeline order (declarations, decisions, receipts, authoring, audit), and
+#: where it is defined: a command's module is imported only when that command runs (or --help
+#: lists it), so `kcp-opa decide` does not load the analysis or the service.
+COMMANDS: dict[str, Callable[[], click.Command]] = {
+    "validate": _from("declare", "validate"),
+    "explain": _from("declare", "explain"),
+    "compile": _from("declare", "compile_command"),
+    "inspect": _from("declare", "inspect"),
+    "bundle": _from("bundlekeys", "bundle"),
+    "decide": _from("decide", "decide"),
+    "eval": _from("decide", "eval_command"),
+    "controls": _from("controls", "controls"),
+    "facts": _from("facts", "facts"),
+    "receipt": _from("receipt", "receipt"),
+    "executions": _from("executions", "executions"),
+    "exceptions": _from("exceptions", "exceptions"),
+    "store": _from("store", "store"),
+    "test": _from("authoring", "test_command"),
+    "mutate": _from("mutation", "mutate_command"),
+    "check": _from("authoring", "check"),
+    "generate": _from("generate", "generate"),
+    "prove": _from("analysis", "prove_command"),
+    "diff": _from("analysis", "diff_command"),
+    "cases": _from("analysis", "cases_group"),
+    "ropa": _from("audit", "ropa"),
+    "audit": _audit,
+    "witness": _from("witness", "witness"),
+    "serve": _serve,
+}
+
+
+class _LazyGroup(click.Group):
+    """A group whose commands are loaded by name, on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(COMMANDS[cmd_name](), cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="kcp-opa")
 @click.option("-v", "--verbose", count=True, help="More log output on stderr (-v info, -vv debug).")
 def cli(verbose: int) -> None:
@@ -62,42 +113,6 @@ def cli(verbose: int) -> None:
       kcp-opa eval -b BUNDLE -i input.json 'data.kcp.gate.decision'   # replay, like opa eval
     """
     configure(verbose)
-
-
-#: Every command, in pipeline order: declarations, decisions, receipts, authoring, audit.
-COMMANDS = (
-    validate,
-    explain,
-    compile_command,
-    inspect,
-    bundle,
-    decide,
-    eval_command,
-    controls,
-    facts,
-    receipt,
-    executions,
-    exceptions,
-    store,
-    test_command,
-    mutate_command,
-    check,
-    generate,
-    prove_command,
-    diff_command,
-    cases_group,
-    ropa,
-    audit,
-    witness,
-    serve_group(serve),
-)
-for _command in COMMANDS:
-    cli.add_command(_command)
-audit.add_command(audit_case)
-audit.add_command(audit_report)
-audit.add_command(audit_dump)
-for _command in PROOF_COMMANDS:
-    audit.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

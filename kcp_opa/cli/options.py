@@ -15,7 +15,6 @@ from typing import Any
 import click
 
 from kcp_opa.core.errors import ActionRejectedError
-from kcp_opa.decide.gate import decision_time
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 from kcp_opa.stores.opening import STORE_ENV
 
@@ -68,6 +67,8 @@ JUNIT = file_option("--junit", help="Also write JUnit XML here.")
 def _rfc3339(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--now is a usage matter: a time that does not parse is exit 2 before anything runs."""
     if value is not None:
+        from kcp_opa.decide.gate import decision_time  # only when --now is given: the gate is heavy to import
+
         try:
             decision_time(value)
         except ActionRejectedError as exc:
