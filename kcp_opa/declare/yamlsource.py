@@ -140,7 +140,10 @@ def parse_yaml(raw: bytes, *, file: str = "<input>", sha256: str | None = None) 
         line = raw_text[: exc.start].count(b"\n") + 1
         raise SourceError(file, f"not UTF-8: invalid byte at offset {exc.start}", line) from None
     root = _compose(text, file)
-    _check_shape(root, file)
+    if "&" in text:
+        # An alias needs an anchor, and an anchor is written with "&": only then can nodes be
+        # shared, so only then is a whole walk to bound their expansion needed before building.
+        _check_shape(root, file)
     data = _construct(root, file, depth=0)
     return YamlSource(file, data, sha256 or hashlib.sha256(raw).hexdigest(), len(raw), root)
 
@@ -242,6 +245,8 @@ def _check_shape(root: Node, file: str) -> None:
 
 def _construct(node: Node, file: str, depth: int) -> Any:
     line = node.start_mark.line + 1
+    if depth > MAX_DEPTH:  # _check_shape's bound, for documents it was not run on
+        raise SourceError(file, f"nested deeper than {MAX_DEPTH} levels", line)
     if isinstance(node, ScalarNode):
         return _scalar(node, file, line)
     if isinstance(node, SequenceNode):
