@@ -27,6 +27,7 @@ from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.policyfiles import POLICY_ROOT, PolicyModule, collect_policies, policy_version
 from kcp_opa.compile.resolution import refuse_unresolved
 from kcp_opa.compile.signatures import SIGNATURES_NAME, signatures_file
+from kcp_opa.core.bulk import collector_paused
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
 from kcp_opa.core.keys import Signer
@@ -102,6 +103,7 @@ def _engine_check(candidate: Path) -> None:
     check_bundle_in_child(candidate)
 
 
+@collector_paused()  # millions of acyclic objects at 100,000 units (kcp_opa.core.bulk)
 def compile_bundle(
     manifest_paths: Sequence[Path],
     matrix_path: Path,

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from kcp_opa.core.bulk import collector_paused
 from kcp_opa.core.errors import SourceError, SourceUnreadableError
 from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import PathPart
@@ -126,7 +127,9 @@ def load_yaml(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> YamlSo
     return parse_yaml(raw, file=file)
 
 
-def parse_yaml(raw: bytes, *, file: str = "<input>") -> YamlSource:
+@collector_paused()
+def parse_yaml(raw: bytes, *, file: str = "<input>", sha256: str | None = None) -> YamlSource:
+    """``sha256``: the caller's digest of ``raw``, when it has one already."""
     if b"\x00" in raw:
         line = raw[: raw.index(b"\x00")].count(b"\n") + 1
         raise SourceError(file, "binary data (NUL bytes): not a YAML text file", line)
@@ -137,9 +140,12 @@ def parse_yaml(raw: bytes, *, file: str = "<input>") -> YamlSource:
         line = raw_text[: exc.start].count(b"\n") + 1
         raise SourceError(file, f"not UTF-8: invalid byte at offset {exc.start}", line) from None
     root = _compose(text, file)
-    _check_shape(root, file)
+    if "&" in text:
+        # An alias needs an anchor, and an anchor is written with "&": only then can nodes be
+        # shared, so only then is a whole walk to bound their expansion needed before building.
+        _check_shape(root, file)
     data = _construct(root, file, depth=0)
-    return YamlSource(file, data, hashlib.sha256(raw).hexdigest(), len(raw), root)
+    return YamlSource(file, data, sha256 or hashlib.sha256(raw).hexdigest(), len(raw), root)
 
 
 def read_bounded(path: Path, file: str, max_bytes: int) -> bytes:
@@ -239,6 +245,8 @@ def _check_shape(root: Node, file: str) -> None:
 
 def _construct(node: Node, file: str, depth: int) -> Any:
     line = node.start_mark.line + 1
+    if depth > MAX_DEPTH:  # _check_shape's bound, for documents it was not run on
+        raise SourceError(file, f"nested deeper than {MAX_DEPTH} levels", line)
     if isinstance(node, ScalarNode):
         return _scalar(node, file, line)
     if isinstance(node, SequenceNode):

@@ -54,6 +54,8 @@ def test_line_of_points_at_the_node() -> None:
         (b"x: -.inf\n", "non-finite"),
         (b"a: &a [*a]\n", "recursive alias"),
         (b"[" * (MAX_DEPTH + 5) + b"]" * (MAX_DEPTH + 5), "nested deeper"),
+        (b"x: 'R&D'\ny: " + b"[" * (MAX_DEPTH + 5) + b"]" * (MAX_DEPTH + 5), "nested deeper"),
+        (b"a:\n" + b"".join(b"  " * i + b"- \n" for i in range(1, MAX_DEPTH + 5)), "nested deeper"),
     ],
 )
 def test_bad_input_is_one_line_source_error(raw: bytes, fragment: str) -> None:
@@ -72,6 +74,10 @@ def test_billion_laughs_is_refused_quickly() -> None:
         lines.append(f"a{i}: &a{i} [{refs}]")
     with pytest.raises(SourceError, match="YAML bomb"):
         parse_yaml("\n".join(lines).encode())
+
+
+def test_an_ampersand_that_is_no_anchor_is_plain_text() -> None:
+    assert parse_yaml(b"team: R&D\nnote: 'a & b'\n").data == {"team": "R&D", "note": "a & b"}
 
 
 def test_modest_alias_use_is_fine() -> None:
