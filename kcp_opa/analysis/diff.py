@@ -6,7 +6,7 @@ is counted by ``OLD -> NEW`` state with examples; a change weakens when the new 
 in the contract's order, execution becomes allowed, or a control is no longer required.
 
 An action OLD denied because its declarations did not cover it (a task type the matrix
-lacks, a unit it does not know, a sensitivity no matrix row covers) and NEW covers is new
+lacks, a unit it does not know) and NEW, adding to OLD's declarations, covers is new
 coverage, not a weakening: adding a task type is how a deployment grows, and it is counted and
 shown apart, each NEW state with examples, so a reviewer reads what the new declaration allows.
 """
@@ -29,9 +29,10 @@ from kcp_opa.core.canonical import canonical_json
 DEFAULT_BUDGET = 1500
 EXAMPLES = 3
 
-#: The reason codes that say an action lies outside what the deployment declares
-#: (policies/kcp/evaluators/matrix.rego and unit.rego; a test pins them to the shipped policies).
-UNDECLARED = frozenset({"task_type_not_in_matrix", "unknown_unit", "matrix_not_covered"})
+#: The reason codes that say an action lies outside what the deployment declares, each with the
+#: declaration that covers it (policies/kcp/evaluators/matrix.rego and unit.rego; a test pins
+#: them to the shipped policies). A matrix cell added for a sensitivity is judged as usual.
+UNDECLARED = {"task_type_not_in_matrix": "task", "unknown_unit": "unit"}
 
 
 @dataclass
@@ -231,19 +232,25 @@ class Declared:
 def newly_covered(
     action: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any], declared: tuple[Declared, Declared]
 ) -> bool:
-    """OLD denied the action as undeclared; NEW's declarations name the task type or unit OLD's
-    lacked (a deleted rule declares nothing, so it is never coverage); and every other reason OLD
-    gave still stands in NEW (a reason dropped beside the coverage is judged as usual)."""
+    """OLD denied the action as undeclared, and NEW covers it by a pure addition.
+
+    Each undeclared code OLD gave must be answered by its own declaration appearing in NEW (a
+    task type for ``task_type_not_in_matrix``, a unit for ``unknown_unit``); NEW must keep every
+    task type and unit OLD declared (a rename is judged as usual, never as coverage); NEW must
+    no longer give those codes; and every other reason OLD gave still stands in NEW.
+    """
     before = set(old.get("reason_codes", []))
     after = set(new.get("reason_codes", []))
-    undeclared = before & UNDECLARED
+    undeclared = before & set(UNDECLARED)
     grown = declared[1].names(action) - declared[0].names(action)
     return (
         old.get("decision") == "DENY"
         and bool(undeclared)
-        and bool(grown)
+        and all(UNDECLARED[code] in grown for code in undeclared)
+        and declared[0].tasks <= declared[1].tasks
+        and declared[0].units <= declared[1].units
         and not (after & undeclared)
-        and before - UNDECLARED <= after
+        and before - set(UNDECLARED) <= after
     )
 
 

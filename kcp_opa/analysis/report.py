@@ -57,8 +57,8 @@ def _reach(report: ProofReport, name: str) -> str:
 def _new_coverage(report: DiffReport) -> str:
     count = sum(report.new_coverage.values())
     return (
-        f"new coverage: {count} actions OLD denied as undeclared ({', '.join(sorted(UNDECLARED))}) are decided "
-        "by NEW's declarations, OLD's other reasons kept; not a weakening: review the states they reach below"
+        f"new coverage: {count} actions OLD denied as undeclared ({', '.join(sorted(UNDECLARED))}) are decided by "
+        "a task type or unit NEW adds, OLD's other reasons kept; not a weakening: review the states they reach below"
     )
 
 

@@ -311,6 +311,10 @@ def compile_command(
     keys = [load_manifest_key(k) for k in manifest_keys]
     signer, claims = signing_of(signing_key, signing_alg, signing_key_id, claims_file, scope)
     target = output or default_output(manifests, max_bytes=max_bytes)
+    if overlay is not None and policy_version is not None:
+        raise click.BadParameter(
+            "the policy version names the overlay's digest; drop --policy-version", param_hint="--overlay"
+        )
     with overlaid(policies or default_policies(), overlay) as tree:
         result = compile_bundle(
             manifests,

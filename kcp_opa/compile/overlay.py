@@ -26,9 +26,14 @@ from pathlib import Path
 from kcp_opa.compile.evaluatorgen import write_union
 from kcp_opa.compile.policyfiles import collect_policies, policy_version
 from kcp_opa.core.errors import CompileError
+from kcp_opa.declare.waivers import declared
 
-_PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)\s*$", re.MULTILINE)
+#: A module's first statement, as an overlay must write it: Rego requires the package first, so
+#: the first line that is neither blank nor a comment is it. Anything else (a bracketed path, a
+#: package line in a string further down) is refused rather than guessed at.
+_FIRST_STATEMENT = re.compile(r"^package[ \t]+([A-Za-z_][\w.]*)[ \t]*(?:#.*)?$")
 _EVALUATOR = re.compile(r"^kcp\.evaluators\.([a-z][a-z0-9_]*)$")
+_CODE = re.compile(r'"code"\s*:\s*"([^"]+)"')
 
 
 @dataclass(frozen=True)
@@ -46,22 +51,30 @@ def plan_overlay(base: Path, overlay: Path) -> list[OverlayModule]:
     files = sorted(p for p in overlay.rglob("*.rego") if p.is_file())
     if not files:
         raise CompileError(f"{overlay}: no .rego modules in the overlay")
-    shipped = {m.package for m in collect_policies(base)}
+    base_modules = collect_policies(base)
+    shipped = {m.package for m in base_modules}
+    shipped_codes = {code for m in base_modules for code in _CODE.findall(m.source)}
     planned: dict[str, OverlayModule] = {}
     for path in files:
-        package = _package(path)
+        if path.is_symlink():
+            raise CompileError(f"{path}: a symlink; an overlay holds its modules as plain files")
+        source, package = _read(path)
         test = path.name.endswith("_test.rego")
+        if test and not package.endswith("_test"):
+            raise CompileError(f"{path}: a test module's package ends in _test (package {package})")
         found = _EVALUATOR.match(package.removesuffix("_test") if test else package)
         if found is None:
             raise CompileError(
                 f"{path}: package {package}: an overlay adds evaluators (package kcp.evaluators.<name>) and their "
                 "tests; it cannot add to the gate, the controls or the library"
             )
-        if not test and package in shipped:
+        if package.removesuffix("_test") in shipped:
             raise CompileError(
-                f"{path}: package {package} is a shipped evaluator; an overlay adds new ones "
+                f"{path}: package {package} is a shipped evaluator's; an overlay adds new ones "
                 "(rename the package, or change the shipped policies themselves)"
             )
+        if not test:
+            _refuse_weakening(path, source, shipped_codes)
         target = f"kcp/evaluators/{path.name}"
         if (base / target).exists() or target in planned:
             raise CompileError(f"{path}: {target} already exists in the policies; name the file after its package")
@@ -101,12 +114,35 @@ def overlay_targets(tree: Path, overlay: Path) -> list[Path]:
     return [tree / "kcp" / "evaluators" / p.name for p in sorted(overlay.rglob("*.rego")) if p.is_file()]
 
 
-def _package(path: Path) -> str:
+def _refuse_weakening(path: Path, source: str, shipped_codes: set[str]) -> None:
+    """What an added evaluator could use to loosen a shipped decision: waiving a code the shipped
+    policies emit (``custom.waivable``), or naming who approves (``details.approver_role``, which
+    replaces the matrix's approver)."""
+    for waivable in declared({path.name: source}):
+        if waivable.code in shipped_codes or waivable.code not in _CODE.findall(source):
+            raise CompileError(
+                f"{path}:{waivable.line}: waivable {waivable.code}: an overlay may mark waivable only codes its own "
+                "findings emit, never a shipped one"
+            )
+    if "approver_role" in source:
+        raise CompileError(
+            f"{path}: names an approver_role; who approves is the matrix's (parameters.approver_roles), "
+            "never an overlay's"
+        )
+
+
+def _read(path: Path) -> tuple[str, str]:
+    """The module's text and its package, from its first statement."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CompileError(f"{path}: cannot read the overlay module: {exc}") from None
-    found = _PACKAGE.search(text)
-    if found is None:
-        raise CompileError(f"{path}: no package line")
-    return found.group(1)
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        found = _FIRST_STATEMENT.match(stripped)
+        if found is None:
+            raise CompileError(f"{path}: the first statement must be `package kcp.evaluators.<name>`: {stripped[:80]}")
+        return text, found.group(1)
+    raise CompileError(f"{path}: no package line")

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from conftest import DEPLOYMENTS, REPO, run_cli
 
-from kcp_opa.analysis.diff import diff
+from kcp_opa.analysis.diff import Declared, diff, newly_covered
 from kcp_opa.analysis.prove import prove
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
@@ -213,3 +213,35 @@ def test_a_deleted_undeclared_rule_is_a_weakening_not_new_coverage(tmp_path: Pat
     new = _bundle(tmp_path, _without_unknown_unit_rule(tmp_path))
     report = diff(read_bundle(old), read_bundle(new), budget=200)
     assert report.weakens and not report.new_coverage, report.to_dict()
+
+
+def test_a_renamed_unit_with_a_weaker_profile_is_not_new_coverage(tmp_path: Path) -> None:
+    """A unit renamed and its restrictions cleared: its actions were unknown_unit under OLD's
+    name, but NEW did not only add, so the change is judged as usual and fails the diff."""
+    base = DEPLOYMENTS / "finance"
+    text = (base / "knowledge.yaml").read_text(encoding="utf-8")
+    assert "  - id: beneficiary-register\n" in text
+    renamed = text.replace("  - id: beneficiary-register\n", "  - id: beneficiary-register-v2\n").replace(
+        "restrictions: [audit-required, human-approval-required, no-external-llm, no-cross-border]", "restrictions: []"
+    )
+    assert renamed.count("restrictions: []") == 1
+    (tmp_path / "knowledge.yaml").write_text(renamed, encoding="utf-8")
+    old, new = tmp_path / "old.tar.gz", tmp_path / "new.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", old)
+    compile_bundle([tmp_path / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", new)
+    report = diff(read_bundle(old), read_bundle(new), budget=600)
+    assert report.weakens and not report.new_coverage, report.to_dict()["transitions"]
+
+
+def test_coverage_answers_each_undeclared_code_with_its_own_declaration() -> None:
+    """A new task type does not excuse dropping unknown_unit: OLD denied the action for both, NEW
+    declares the task type but not the unit, and NEW allows it. That is a weakening."""
+    old_declared = Declared(frozenset({"read"}), frozenset({("treasury", "supplier-payments")}))
+    new_declared = Declared(frozenset({"read", "payroll"}), frozenset({("treasury", "supplier-payments")}))
+    action = {"action_type": "payroll", "knowledge": {"project": "treasury", "unit": "ghost"}}
+    old = {"decision": "DENY", "reason_codes": ["task_type_not_in_matrix", "unknown_unit"]}
+    new = {"decision": "ALLOW", "reason_codes": ["policy_passed"], "execution_allowed": True}
+    assert not newly_covered(action, old, new, (old_declared, new_declared))
+    only_task = {"decision": "DENY", "reason_codes": ["task_type_not_in_matrix"]}
+    assert newly_covered(action | {"knowledge": {"project": "treasury", "unit": "supplier-payments"}},
+                         only_task, new, (old_declared, new_declared))  # fmt: skip

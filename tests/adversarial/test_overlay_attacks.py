@@ -81,3 +81,60 @@ def test_an_overlay_cannot_replace_a_shipped_file(tmp_path: Path) -> None:
         plan_overlay(POLICIES, overlay)
     with pytest.raises(CompileError), overlaid(POLICIES, overlay):
         pass
+
+
+ATTACKS = Path(__file__).parent.parent / "fixtures" / "overlay-attacks"
+
+
+@pytest.mark.parametrize(
+    ("module", "says"),
+    [
+        # `package kcp.gate.exceptions # overlay`, then `package kcp.evaluators.evil` inside a raw
+        # string: a line-by-line reader took the second for the package and the module forged an
+        # exception in force for every action (HUMAN_APPROVAL -> ALLOW on the finance payroll case)
+        ("disguised_gate.rego", "cannot add to the gate"),
+        # waivable codes the shipped policies emit: a signed exception could then waive approvals
+        ("widen_waivable.rego", "never a shipped one"),
+        # an ALLOW finding naming an approver role replaced the matrix's payroll_controller
+        ("approver_role.rego", "never an overlay's"),
+    ],
+)
+def test_an_overlay_cannot_loosen_a_shipped_decision_by_stealth(tmp_path: Path, module: str, says: str) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / module).write_text((ATTACKS / module).read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(CompileError, match=says):
+        plan_overlay(POLICIES, overlay)
+    base = DEPLOYMENTS / "finance"
+    out = tmp_path / "bundle.tar.gz"
+    compiled = run_cli(
+        "compile", str(base / "knowledge.yaml"), "--matrix", str(base / "matrix.yaml"), "--policies", str(POLICIES),
+        "--overlay", str(overlay), "-o", str(out), "--no-engine-check",
+    )  # fmt: skip
+    assert compiled.returncode != 0 and not out.exists(), compiled.stderr
+    assert len(compiled.stderr.strip().splitlines()) == 1 and says in compiled.stderr, compiled.stderr
+
+
+def test_an_overlay_test_module_cannot_join_a_shipped_package(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "a_test.rego").write_text("package kcp.evaluators.matrix\n\nimport rego.v1\n", encoding="utf-8")
+    with pytest.raises(CompileError, match="ends in _test"):
+        plan_overlay(POLICIES, overlay)
+    (overlay / "a_test.rego").write_text("package kcp.evaluators.matrix_test\n\nimport rego.v1\n", encoding="utf-8")
+    with pytest.raises(CompileError, match="shipped evaluator"):
+        plan_overlay(POLICIES, overlay)
+
+
+def test_a_bundle_with_an_overlay_always_names_it_in_its_policy_version(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "extra.rego").write_text(
+        _SHIPPED_EVALUATOR.replace("kcp.evaluators.matrix", "kcp.evaluators.extra"), encoding="utf-8"
+    )
+    base = DEPLOYMENTS / "finance"
+    done = run_cli(
+        "compile", str(base / "knowledge.yaml"), "--matrix", str(base / "matrix.yaml"), "--overlay", str(overlay),
+        "--policy-version", "0.1.0", "-o", str(tmp_path / "b.tar.gz"), "--no-engine-check",
+    )  # fmt: skip
+    assert done.returncode == 2 and "drop --policy-version" in done.stderr, done.stderr
