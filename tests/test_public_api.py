@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 from conftest import REPO
@@ -48,3 +49,21 @@ def test_the_command_table_names_each_command_as_it_calls_itself() -> None:
         command = cli.get_command(ctx, name)
         assert command is not None and command.name == name, name
     assert cli.list_commands(ctx) == sorted(COMMANDS)
+
+
+def test_a_command_whose_module_cannot_load_fails_alone_in_one_line(tmp_path: Path) -> None:
+    """A broken command module: that command says so in one line (exit 2); --help and the other
+    commands still work."""
+    code = (
+        "import sys, kcp_opa.cli as c\n"
+        "def broken():\n    raise ImportError('No module named kcp_opa.cli.witness_gone')\n"
+        "c.COMMANDS['witness'] = broken\n"
+        "c.main(sys.argv[1:])\n"
+    )
+    script = tmp_path / "run.py"
+    script.write_text(code, encoding="utf-8")
+    listed = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=REPO)
+    assert listed.returncode == 0 and "decide" in listed.stdout and "unavailable" in listed.stdout, listed.stderr
+    refused = subprocess.run([sys.executable, str(script), "witness"], capture_output=True, text=True, cwd=REPO)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "unavailable here" in refused.stderr

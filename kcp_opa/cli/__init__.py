@@ -93,8 +93,21 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
-            self.add_command(COMMANDS[cmd_name](), cmd_name)
+            try:
+                command = COMMANDS[cmd_name]()
+            except ImportError as exc:  # one command's missing module never takes the others (or --help) down
+                command = _unavailable(cmd_name, exc)
+            self.add_command(command, cmd_name)
         return self.commands.get(cmd_name)
+
+
+def _unavailable(name: str, exc: ImportError) -> click.Command:
+    reason = f"{type(exc).__name__}: {exc}"
+
+    def refuse() -> None:
+        raise click.ClickException(f"`kcp-opa {name}` is unavailable here ({reason}); reinstall kcp-opa")
+
+    return click.Command(name, callback=refuse, help=f"(unavailable: {reason})")
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
