@@ -30,6 +30,10 @@ from kcp_opa.stores.protocols import FactStore
 
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
 #: The door's code for each refusal of :meth:`SignedAttestations.refusal`.
+#: How far ahead of the gate's clock an issuer's clock may run. The newest fact speaks, so a fact
+#: dated later would outrank (and, read newest first, crowd out) every fact issued before it.
+MAX_FUTURE_SKEW_S = 300
+
 _CODES = {
     "malformed": "fact_malformed",
     "not_an_attested_fact": "fact_not_attested",
@@ -118,4 +122,9 @@ def intake_refusal(verifier: SignedAttestations, raw: Any, caller: str, now: dt.
         return FactRefusedError("expires_at is not after issued_at", "fact_malformed")
     if expires <= int(now.timestamp()):
         return FactRefusedError(f"the attestation expired at {raw['expires_at']}: sign a current one", "fact_expired")
+    if issued > int(now.timestamp()) + MAX_FUTURE_SKEW_S:
+        return FactRefusedError(
+            f"the attestation is issued at {raw['issued_at']}, in the future: sign it with the time it is issued",
+            "fact_not_yet_valid",
+        )
     return None

@@ -37,7 +37,7 @@ STATUS: Mapping[str, int] = MappingProxyType(
         "unknown_tool": 404,
         "store_unavailable": 503,  # the database is down, failing or read-only: retry later (nothing was done)
         "audit_unavailable": 503,  # the ledger cannot record an execution's intent: nothing ran, retry later
-        "outcome_unrecorded": 500,
+        "outcome_unrecorded": 500,  # the side effect ran and the ledger lacks its outcome: reconcile, never retry
         # POST /v1/facts: the attestation's form, whose it is, whether it verifies, whether it is current.
         "facts_not_taken": 404,  # a server without a trust registry takes no posted facts
         "no_ledger": 409,
@@ -48,7 +48,8 @@ STATUS: Mapping[str, int] = MappingProxyType(
         "fact_issuer_unknown": 403,
         "fact_issuer_not_allowed": 403,
         "fact_signature_invalid": 422,
-        "fact_expired": 422,  # the side effect ran and the ledger lacks its outcome: reconcile, never retry
+        "fact_expired": 422,
+        "fact_not_yet_valid": 422,  # issued in the future: it would outrank the facts issued before it
     }
 )
 #: Any code :data:`STATUS` does not name (``internal_error`` on the JSON API among them).

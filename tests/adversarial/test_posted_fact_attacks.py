@@ -73,11 +73,18 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def signed(
-    key: Key, fact: str, value: Any, *, issuer: str = FACT_ISSUER, expires_in: float = 3600, **bound: Any
+    key: Key,
+    fact: str,
+    value: Any,
+    *,
+    issuer: str = FACT_ISSUER,
+    expires_in: float = 3600,
+    issued_in: float = -7200,
+    **bound: Any,
 ) -> dict[str, Any]:
     now = dt.datetime.now(dt.UTC)
     times = {
-        "issued_at": (now - dt.timedelta(hours=2)).strftime(STAMP),
+        "issued_at": (now + dt.timedelta(seconds=issued_in)).strftime(STAMP),
         "expires_at": (now + dt.timedelta(seconds=expires_in)).strftime(STAMP),
     }
     return sign_fact({"fact": fact, "value": value, **bound, **times}, issuer, key)
@@ -137,6 +144,17 @@ def test_an_expired_fact_is_refused(gate: dict[str, Any]) -> None:
     for fact, value in SUBJECT_FACTS.items():
         item = signed(gate["key"], fact, value, expires_in=-60, action_hash=action_hash(action))
         refused(gate, ISSUER, item, 422, "fact_expired")
+    still_missing(gate, action)
+
+
+def test_a_fact_dated_in_the_future_is_refused(gate: dict[str, Any]) -> None:
+    """The newest fact speaks: one dated years ahead would outrank every later correction and crowd
+    the read window; an issuer's clock may run at most five minutes ahead."""
+    action = payment(16)
+    for fact, value in SUBJECT_FACTS.items():
+        item = signed(gate["key"], fact, value, issued_in=86400 * 365, expires_in=86400 * 400,
+                      action_hash=action_hash(action))  # fmt: skip
+        refused(gate, ISSUER, item, 422, "fact_not_yet_valid")
     still_missing(gate, action)
 
 
