@@ -61,15 +61,19 @@ sysdeps-chromium: ## Debian's chromium and chromedriver for the browser tests (i
 	@command -v chromium >/dev/null && test -x /usr/bin/chromedriver || \
 	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
 
+TEST_WORKERS ?= 4
+
 test: $(STAMP) sysdeps-postgres sysdeps-softhsm sysdeps-chromium ## lint, type-check, the policy suite and the test suite (what CI runs)
 	$(BIN)/ruff check kcp_opa tests bench examples
 	$(BIN)/ruff format --check kcp_opa tests bench examples
 	$(BIN)/mypy
-	$(BIN)/kcp-opa check policies --strict --format text
 	@$(MAKE) --no-print-directory mutate-slice
-	# kcp-opa test policies --coverage --threshold 90 runs once, inside pytest
-	# (tests/authoring/test_regotest.py::test_shipped_policies_pass_with_metrics_and_coverage).
-	$(BIN)/pytest
+	# kcp-opa check policies --strict and kcp-opa test policies --coverage --threshold 90 run once
+	# each, inside pytest (tests/authoring/test_regotest.py::test_check_passes_on_the_shipped_policies
+	# and ::test_shipped_policies_pass_with_metrics_and_coverage).
+	# Workers: most tests wait on subprocesses and sockets, so more workers than cores pays;
+	# --dist loadfile keeps a file's module-scoped bundles and servers built once, on one worker.
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 policy-test: $(STAMP) ## kcp-opa check + test on policies/ (Rego tests on both engines, decision cases, coverage)
 	$(BIN)/kcp-opa check policies --strict --format text

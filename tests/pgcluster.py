@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from netkit import free_port
 
 
 class ClusterUnavailable(RuntimeError):
@@ -30,13 +31,6 @@ def _bindir() -> Path:
     if not (Path(out) / "initdb").exists():
         raise ClusterUnavailable(f"no initdb in {out}: install postgresql-15 (make sysdeps-postgres)")
     return Path(out)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _as_owner(argv: list[str]) -> list[str]:
@@ -103,7 +97,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         )
         if init.returncode != 0:
             raise ClusterUnavailable("initdb failed: " + (init.stderr.strip().splitlines() or ["no output"])[-1])
-        port = _free_port()
+        port = free_port()
         server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}/postgres", bindir=bindir, root=root, port=port)
         try:
             server.start()

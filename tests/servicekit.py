@@ -10,7 +10,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import httpx2
 import pytest
 import yaml
 from conftest import DEPLOYMENTS, POLICIES
+from netkit import free_port
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.signing import Keyring, generate_ed25519
@@ -146,12 +146,6 @@ def compile_finance(out: Path, trust: Path | None) -> Path:
     base = DEPLOYMENTS / "finance"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, trust_path=trust)
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def write_tokens(work: Path, principals: dict[str, str]) -> Path:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import REPO
+from netkit import free_port
 
 GUIDE = REPO / "docs" / "deployment.md"
 
@@ -27,18 +27,12 @@ def one_machine_script() -> str:
     return blocks[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_the_one_machine_script_executes_the_reference_payment(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "WORK": str(tmp_path),
-        "PORT": str(_free_port()),
+        "PORT": str(free_port()),
     }
     proc = subprocess.run(
         ["bash", "-c", one_machine_script()],

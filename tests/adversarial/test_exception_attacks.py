@@ -144,7 +144,9 @@ def test_a_terminal_waiver_is_refused_at_load(tmp_path: Path, signed: tuple[Any,
 
 def test_check_refuses_a_policy_that_marks_a_terminal_code_waivable(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
-    shutil.copytree(POLICIES, policies)
+    # The shipped policy without its Rego tests: `check` plans each test file in a child (minutes);
+    # the marking is found in the policy; the only other error is the generated union gone stale.
+    shutil.copytree(POLICIES, policies, ignore=shutil.ignore_patterns("*_test.rego"))
     runtime = policies / "kcp" / "evaluators" / "runtime.rego"
     source = runtime.read_text(encoding="utf-8")
     marked = source.replace("# custom:\n#   requires:", "# custom:\n#   waivable: [tenant_boundary]\n#   requires:", 1)
@@ -154,6 +156,7 @@ def test_check_refuses_a_policy_that_marks_a_terminal_code_waivable(tmp_path: Pa
     findings = json.loads(proc.stdout)["findings"]
     assert proc.returncode == 1
     assert any(f["code"] == "terminal_waivable" and f["file"] == "kcp/evaluators/runtime.rego" for f in findings)
+    assert {f["code"] for f in findings if f["severity"] == "error"} <= {"terminal_waivable", "generated_stale"}
     generated = run_cli("generate", "--policies", str(policies), "--format", "json")
     assert generated.returncode != 0 and "tenant_boundary is a terminal denial" in generated.stderr
 

@@ -121,15 +121,17 @@ class Deployment:
 def load_world(directory: Path | None = None) -> dict[str, Deployment]:
     """Compile the reference deployments and gather what the mutations draw from."""
     out = directory or Path(tempfile.mkdtemp(prefix="kcp-opa-fuzz-"))
-    world: dict[str, Deployment] = {}
-    for name, cases in sorted(cases_by_deployment().items()):
-        base = REPO / "fixtures" / "deployments" / name
-        bundle = out / f"{name}.tar.gz"
-        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle, engine_check=False)
-        manifest = yaml.safe_load((base / "knowledge.yaml").read_text())
-        matrix = yaml.safe_load((base / "matrix.yaml").read_text())
-        world[name] = make_deployment(name, bundle, cases, manifest, matrix)
-    return world
+    return {name: load_deployment(name, out) for name in sorted(cases_by_deployment())}
+
+
+def load_deployment(name: str, out: Path) -> Deployment:
+    """Reference deployment NAME compiled into OUT, with what the mutations draw from (no engines yet)."""
+    base = REPO / "fixtures" / "deployments" / name
+    bundle = out / f"{name}.tar.gz"
+    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle, engine_check=False)
+    manifest = yaml.safe_load((base / "knowledge.yaml").read_text())
+    matrix = yaml.safe_load((base / "matrix.yaml").read_text())
+    return make_deployment(name, bundle, cases_by_deployment()[name], manifest, matrix)
 
 
 def cases_by_deployment() -> dict[str, list[Any]]:

@@ -8,21 +8,30 @@ also mutates ``--declarations`` copies of each deployment's manifest, matrix and
 (tests/fuzz/declarations.py): a copy validate/compile refuses counts as refused, an accepted one
 is decided on both engines with actions drawn from its mutated values. Exit 1 on any divergence
 or crash, or when a routing state was never reached.
+
+``--workers`` processes (default: one per core) each run whole (seed, deployment) units; the
+results are merged in seed and deployment order and the run stops after the same seed a single
+process would stop after, so the report (but for its timings) is the same for the same seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import multiprocessing
+import os
 import sys
 import tempfile
 import time
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from declarations import DeclarationTally, case_sweep, mutated_deployment
-from differential import REPO, STATES, Deployment, Tally, cases_by_deployment, compare, load_world, mutated_actions
+from differential import REPO, STATES, Deployment, Tally, cases_by_deployment, compare, load_deployment, mutated_actions
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 PER_SEED = 1000
@@ -70,6 +79,70 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: One worker process's state (set by ``_start``): the options, and the deployments it has started engines for.
+_WORKER: dict[str, Any] = {}
+
+
+def _start(scratch: Path, per_seed: int, declarations: int) -> None:
+    _WORKER.update(scratch=scratch, per_seed=per_seed, declarations=declarations, started={},
+                   cases=cases_by_deployment())  # fmt: skip
+
+
+def compile_one(name: str) -> Deployment:
+    """One reference deployment compiled in a worker (the parent starts no engine: it forks)."""
+    return load_deployment(name, _WORKER["scratch"])
+
+
+def run_unit(number: int, compiled: Deployment) -> tuple[int, str, Tally, DeclarationTally, int]:
+    """Seed NUMBER on one deployment: its mutated actions, then its mutated declaration worlds."""
+    name = compiled.name
+    deployment: Deployment = _WORKER["started"].setdefault(name, compiled)
+    if deployment.regopy is None:
+        deployment.engines()
+    tally, declared, declaration_decisions = Tally(), DeclarationTally(), 0
+    run_seed(deployment, number, tally, _WORKER["per_seed"])
+    for index in range(_WORKER["declarations"]):
+        cases = _WORKER["cases"][name]
+        mutated = mutated_deployment(name, cases, number, index, _WORKER["scratch"] / "declarations", declared)
+        if mutated is not None:
+            before = tally.decisions
+            run_seed(mutated, number, tally, PER_DECLARATION)
+            for drawn in case_sweep(mutated):
+                compare(mutated, *drawn, tally)
+            declaration_decisions += tally.decisions - before
+            mutated.opa.close()
+    return number, name, tally, declared, declaration_decisions
+
+
+def merge(into: Tally, part: Tally) -> None:
+    into.decisions += part.decisions
+    into.refused += part.refused
+    into.crashes += part.crashes
+    into.divergences += part.divergences
+    into.states.update(part.states)
+    into.reason_codes.update(part.reason_codes)
+    into.refusals.update(part.refusals)
+    into.drawn.update(part.drawn)
+    into.seconds += part.seconds
+
+
+def merge_declarations(into: DeclarationTally, part: DeclarationTally) -> None:
+    into.mutated += part.mutated
+    into.refused += part.refused
+    into.crashes += part.crashes
+    into.refusals.update(part.refusals)
+    into.worlds.update(part.worlds)
+
+
+def in_order(pool: Any, units: Iterator[tuple[int, Deployment]], window: int) -> Iterator[Any]:
+    """``run_unit`` over ``units`` on ``pool``, ``window`` in flight, results in the units' order."""
+    pending: deque[Any] = deque()
+    while True:
+        while len(pending) < window:
+            pending.append(pool.apply_async(run_unit, next(units)))
+        yield pending.popleft().get()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=20000)
@@ -78,46 +151,36 @@ def main() -> int:
     parser.add_argument("--declarations", type=int, default=DECLARATIONS_PER_SEED,
                         help="mutated declaration worlds per deployment and seed (0: actions only)")  # fmt: skip
     parser.add_argument("--per-seed", type=int, default=PER_SEED, help="mutated actions per deployment and seed")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes running (seed, deployment) units (default: one per core)")  # fmt: skip
     args = parser.parse_args()
     started = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="kcp-opa-fuzz-"))
-    world = load_world(scratch)
-    cases = cases_by_deployment()
+    names = sorted(cases_by_deployment())
     declared = DeclarationTally()
     declaration_decisions = 0
-    for deployment in world.values():
-        deployment.engines()
-    tallies = {name: Tally() for name in world}
-    number = args.first_seed
+    tallies = {name: Tally() for name in names}
     seeds = []
-    while sum(t.decisions for t in tallies.values()) < args.decisions:
-        for name, deployment in world.items():
-            run_seed(deployment, number, tallies[name], args.per_seed)
-            for index in range(args.declarations):
-                mutated = mutated_deployment(name, cases[name], number, index, scratch / "declarations", declared)
-                if mutated is not None:
-                    before = tallies[name].decisions
-                    run_seed(mutated, number, tallies[name], PER_DECLARATION)
-                    for drawn in case_sweep(mutated):
-                        compare(mutated, *drawn, tallies[name])
-                    declaration_decisions += tallies[name].decisions - before
-                    mutated.opa.close()
-        seeds.append(number)
-        number += 1
-        done = sum(t.decisions for t in tallies.values())
-        print(f"seed {number - 1}: {done:,} decisions, "
-              f"{sum(len(t.divergences) for t in tallies.values())} divergences", file=sys.stderr)  # fmt: skip
+    options = (scratch, args.per_seed, args.declarations)
+    with multiprocessing.get_context("fork").Pool(args.workers, _start, options) as pool:
+        world = pool.map(compile_one, names)
+        units = ((number, deployment) for number in itertools.count(args.first_seed) for deployment in world)
+        results = in_order(pool, units, args.workers + 1)
+        while sum(t.decisions for t in tallies.values()) < args.decisions:
+            for name in names:  # one whole seed, merged in the order a single process runs it
+                number, done_name, tally, part, decided = next(results)
+                assert done_name == name
+                merge(tallies[name], tally)
+                merge_declarations(declared, part)
+                declaration_decisions += decided
+            seeds.append(number)
+            done = sum(t.decisions for t in tallies.values())
+            print(f"seed {number}: {done:,} decisions, "
+                  f"{sum(len(t.divergences) for t in tallies.values())} divergences", file=sys.stderr)  # fmt: skip
+        pool.terminate()  # the units already started past the last seed are not part of the run
     total = Tally()
     for tally in tallies.values():
-        total.decisions += tally.decisions
-        total.refused += tally.refused
-        total.crashes += tally.crashes
-        total.divergences += tally.divergences
-        total.states.update(tally.states)
-        total.reason_codes.update(tally.reason_codes)
-        total.refusals.update(tally.refusals)
-        total.drawn.update(tally.drawn)
-        total.seconds += tally.seconds
+        merge(total, tally)
     report = {**total.to_dict(), "seeds": seeds, "elapsed_s": time.perf_counter() - started,
               "deployments": {name: t.to_dict() for name, t in tallies.items()},
               "declarations": declared.to_dict(), "declaration_decisions": declaration_decisions}  # fmt: skip

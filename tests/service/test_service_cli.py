@@ -12,6 +12,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from netkit import free_port
 from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, write_registry
 
 from kcp_opa.compile.compiler import compile_bundle
@@ -85,7 +86,6 @@ def test_stdio_with_trust_serves_a_registered_principal_and_records_through_the_
 
 
 def test_http_with_trust_maps_token_hashes_from_the_tokens_file_to_registry_principals(tmp_path: Path) -> None:
-    import socket
     import subprocess
     import time
 
@@ -98,9 +98,7 @@ def test_http_with_trust_maps_token_hashes_from_the_tokens_file_to_registry_prin
     approver, agent = "t" * 40, "u" * 40
     tokens = {token_hash(approver): "Treasury_Approver_Anna", token_hash(agent): "agent_payments_001"}
     (tmp_path / "tokens.json").write_text(json.dumps({"tokens": tokens}))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     command = [sys.executable, "-m", "kcp_opa", "serve", "--transport", "http", "--bundle", "finance.tar.gz"]
     command += ["--trust", "trust.yaml", "--issuer-id", SERVICE_ISSUER, "--tokens", "tokens.json", "--port", str(port)]
     command += ["--attestations", "attestations.json"]  # write_registry's: the subject's beneficiary status

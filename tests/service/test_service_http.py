@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from netkit import free_port
 from servicekit import local_context, open_local
 
 from kcp_opa.compile.compiler import compile_bundle
@@ -35,12 +35,6 @@ CLIENTS = 8
 #: Without --trust the server knows none of the agent's facts (its scope, the beneficiary's
 #: status): the KYA payment is held, ESCALATE context_missing, whatever the action states.
 HELD = "ESCALATE"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
