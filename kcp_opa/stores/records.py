@@ -257,3 +257,15 @@ def posted_fact(document: Mapping[str, Any], *, issuer: str, subject_id: str | N
         expires_at=str(document["expires_at"]),
         document=document,
     )
+
+
+def fact_row(fact: PostedFact) -> tuple[Any, ...]:
+    """A posted fact as the store writes it (``stores.sql.FACT_COLUMNS`` order)."""
+    document = json.dumps(dict(fact.document), sort_keys=True)
+    return (fact.fact_id, fact.issuer, fact.fact, fact.action_hash, fact.subject_id, fact.issued_at, fact.expires_at,
+            document)  # fmt: skip
+
+
+def fact_of(row: Sequence[Any]) -> PostedFact:
+    """A posted fact as the store reads it back."""
+    return PostedFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], json.loads(row[7]))

@@ -28,6 +28,8 @@ class Dialect:
     integer: str
     #: A time column.
     time: str
+    #: The database's clock, as a column default.
+    now: str
 
     def marks(self, count: int) -> str:
         return ", ".join([self.param] * count)
@@ -194,3 +196,44 @@ class TransferView:
         query = f"SELECT count(*) FROM transfers WHERE tenant_id = {p} AND beneficiary = {p} AND state = 'committed'"  # noqa: S608
         row = self._one(query, (tenant_id, beneficiary))
         return int(row[0]) if row else 0
+
+
+def fact_tables(dialect: Dialect) -> tuple[str, ...]:
+    """Posted fact attestations, found by the action hash or the subject they are bound to."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS posted_facts (
+    fact_id TEXT PRIMARY KEY,
+    issuer TEXT NOT NULL,
+    fact TEXT NOT NULL,
+    action_hash TEXT,
+    subject_id TEXT,
+    issued_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    document TEXT NOT NULL,
+    posted_at {dialect.time} NOT NULL DEFAULT {dialect.now},
+    CHECK ((action_hash IS NULL) <> (subject_id IS NULL))
+)""",
+        "CREATE INDEX IF NOT EXISTS posted_facts_action ON posted_facts (action_hash, issued_at)",
+        "CREATE INDEX IF NOT EXISTS posted_facts_subject ON posted_facts (subject_id, issued_at)",
+    )
+
+
+#: The columns a :class:`~kcp_opa.stores.records.PostedFact` is read from and written to, in its order.
+FACT_COLUMNS = "fact_id, issuer, fact, action_hash, subject_id, issued_at, expires_at, document"
+
+
+def keep_fact(dialect: Dialect) -> str:
+    """The INSERT of one posted fact, kept once (values: :func:`~kcp_opa.stores.records.fact_row`)."""
+    return (
+        f"INSERT INTO posted_facts ({FACT_COLUMNS}) VALUES ({dialect.marks(8)})"  # noqa: S608
+        " ON CONFLICT (fact_id) DO NOTHING"
+    )
+
+
+def facts_bound(dialect: Dialect, column: str) -> str:
+    """The newest facts bound to one action hash or subject (``column``), at most a given count."""
+    assert column in {"action_hash", "subject_id"}
+    return (
+        f"SELECT {FACT_COLUMNS} FROM posted_facts WHERE {column} = {dialect.param}"  # noqa: S608
+        f" ORDER BY issued_at DESC LIMIT {dialect.param}"
+    )

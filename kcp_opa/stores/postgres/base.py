@@ -43,7 +43,7 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 #: One schema step: SQL statements run in order inside the migrating transaction.
 Step = tuple[str, ...]
 #: How PostgreSQL spells the shared statements (times are TIMESTAMPTZ, passed as UTC text and cast).
-DIALECT = Dialect(param="%s", moment="%s::timestamptz", integer="BIGINT", time="TIMESTAMPTZ")
+DIALECT = Dialect(param="%s", moment="%s::timestamptz", integer="BIGINT", time="TIMESTAMPTZ", now="now()")
 
 _VERSIONS = "CREATE TABLE IF NOT EXISTS store_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 _LOCK = "SELECT pg_advisory_xact_lock(7262630)"  # one lock id for every kcp-opa migration

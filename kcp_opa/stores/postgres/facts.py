@@ -1,75 +1,42 @@
 """Posted fact attestations in PostgreSQL: what issuers posted through ``POST /v1/facts``, seen
 by every replica.
 
-Implements :class:`~kcp_opa.stores.protocols.FactStore`; the rows are built by
-:func:`kcp_opa.stores.records.posted_fact`, so this module holds only SQL.
+Implements :class:`~kcp_opa.stores.protocols.FactStore`; the statements are
+:mod:`kcp_opa.stores.sql`'s and the rows :mod:`kcp_opa.stores.records`', so this module only runs them.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from kcp_opa.stores.postgres.base import Connection, PostgresBase
-from kcp_opa.stores.records import POSTED_FACTS_READ, PostedFact
+from kcp_opa.stores import sql
+from kcp_opa.stores.postgres.base import DIALECT, Connection, PostgresBase
+from kcp_opa.stores.records import POSTED_FACTS_READ, PostedFact, fact_of, fact_row
 
-_TABLES = (
-    """CREATE TABLE IF NOT EXISTS posted_facts (
-    fact_id TEXT PRIMARY KEY,
-    issuer TEXT NOT NULL,
-    fact TEXT NOT NULL,
-    action_hash TEXT,
-    subject_id TEXT,
-    issued_at TEXT NOT NULL,
-    expires_at TEXT NOT NULL,
-    document TEXT NOT NULL,
-    posted_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    CHECK ((action_hash IS NULL) <> (subject_id IS NULL))
-)""",
-    "CREATE INDEX IF NOT EXISTS posted_facts_action ON posted_facts (action_hash, issued_at)",
-    "CREATE INDEX IF NOT EXISTS posted_facts_subject ON posted_facts (subject_id, issued_at)",
-)
-_SELECT = "SELECT fact_id, issuer, fact, action_hash, subject_id, issued_at, expires_at, document FROM posted_facts"
-_BY_ACTION = _SELECT + " WHERE action_hash = %s ORDER BY issued_at DESC LIMIT %s"
-_BY_SUBJECT = _SELECT + " WHERE subject_id = %s ORDER BY issued_at DESC LIMIT %s"
-
-
-def _fact(row: Any) -> PostedFact:
-    return PostedFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], json.loads(row[7]))
+_BY = {column: sql.facts_bound(DIALECT, column) for column in ("action_hash", "subject_id")}
 
 
 class PostgresFactStore(PostgresBase):
     """The ``posted_facts`` table."""
 
     component = "facts"
-    steps = (_TABLES,)
+    steps = (sql.fact_tables(DIALECT),)
     failure = "fact store failed"
 
     def keep(self, fact: PostedFact) -> bool:
-        row = (fact.fact_id, fact.issuer, fact.fact, fact.action_hash, fact.subject_id, fact.issued_at)
-        document = json.dumps(dict(fact.document), sort_keys=True)
-        return self._run(
-            lambda c: (
-                c.execute(
-                    "INSERT INTO posted_facts (fact_id, issuer, fact, action_hash, subject_id, issued_at, expires_at,"
-                    " document)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-                    " ON CONFLICT (fact_id) DO NOTHING",
-                    (*row, fact.expires_at, document),
-                ).rowcount
-                == 1
-            ),
-            "cannot keep the posted fact",
+        kept: bool = self._run(
+            lambda c: c.execute(sql.keep_fact(DIALECT), fact_row(fact)).rowcount == 1, "cannot keep the posted fact"
         )
+        return kept
 
     def bound_to(self, action_hash: str, subject_id: str | None) -> list[PostedFact]:
         def read(c: Connection) -> list[Any]:
-            rows = c.execute(_BY_ACTION, (action_hash, POSTED_FACTS_READ)).fetchall()
+            rows = c.execute(_BY["action_hash"], (action_hash, POSTED_FACTS_READ)).fetchall()
             if subject_id is not None:
-                rows += c.execute(_BY_SUBJECT, (subject_id, POSTED_FACTS_READ)).fetchall()
+                rows += c.execute(_BY["subject_id"], (subject_id, POSTED_FACTS_READ)).fetchall()
             return rows
 
-        return [_fact(row) for row in self._run(read, "cannot read the posted facts")]
+        return [fact_of(row) for row in self._run(read, "cannot read the posted facts")]
 
     def count(self) -> int:
         row = self._run(lambda c: c.execute("SELECT count(*) FROM posted_facts").fetchone())

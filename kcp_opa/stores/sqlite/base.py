@@ -31,7 +31,7 @@ T = TypeVar("T")
 Step = Callable[[sqlite3.Connection], None]
 MICROS = "%Y-%m-%dT%H:%M:%S.%fZ"
 #: How SQLite spells the shared statements (times are UTC text in ``MICROS``, compared as strings).
-DIALECT = Dialect(param="?", moment="?", integer="INTEGER", time="TEXT")
+DIALECT = Dialect(param="?", moment="?", integer="INTEGER", time="TEXT", now="(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))")
 
 _VERSIONS = "CREATE TABLE IF NOT EXISTS store_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 
