@@ -54,7 +54,9 @@ def audit_case() -> None:
 
     The case holds every entry of the decision, the ledger from seq 1 to a signed checkpoint, the
     archived inputs, the bundle, the trust registry, each signed attestation with its issuer's
-    key, and (given --receipt) the receipt: verify proves it offline, one line per check.
+    key, and (given --receipt) the receipt: verify proves it offline, one line per check. With
+    --proofs it holds only the decision's own entries, each with an inclusion proof to a tree
+    checkpoint, instead of the ledger.
     """
 
 
