@@ -206,6 +206,7 @@ def build_case(
         seq=anchored_seq,
         anchored=anchored,
         pins=pins,
+        proven=proofs,
         bundle=BUNDLE,
         signed=signed,
     )

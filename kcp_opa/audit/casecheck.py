@@ -364,6 +364,10 @@ def verify_case(
             ("proofs", lambda: _proofs(case, _is_case_entry)),
             ("entries", lambda: entries_line(case)),
         ]
+    elif tree_pins is not None and (tree_pins.log_key or tree_pins.witness_keys or tree_pins.witnesses):
+        return [
+            Check("case", False, "a chain case has no tree checkpoint: --log-key and --witness-key pin a proof case")
+        ]
     else:
         steps += [
             ("checkpoint", lambda: _checkpoint(case)),

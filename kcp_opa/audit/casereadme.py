@@ -57,10 +57,19 @@ def render_readme(
     seq: int,
     anchored: str,
     pins: str,
+    proven: bool,
     bundle: str,
     signed: BundleKey | None,
 ) -> bytes:
     """``anchored``: how the case is anchored (a sentence); ``pins``: the verify flags that pin its anchor."""
+    cut = (
+        f"Each entry is proven at its seq in the tree of {seq} entries (`proofs/`); that none of the\n"
+        "decision's entries was left out is not shown (a case gathered without --proofs shows it).\n"
+        if proven
+        else f"The case shows the ledger up to seq {seq} only: `--checkpoint` (a newer checkpoint you hold)\n"
+        "or `--expect-head SEQ` makes a case cut before later entries (an execution) fail; gather it\n"
+        "again with that `--checkpoint` to anchor it there.\n"
+    )
     kcp = f" {signed.kcp_flags()}" if signed else ""
     pinned = f" \\\n        {signed.kcp_flags('bundle-public.pem')}" if signed else ""
     opa_note = (
@@ -89,10 +98,7 @@ Pin the trust roots you hold independently of this directory (recommended):
     kcp-opa audit case verify . --trust registry.yaml {pins} \\
         --receipt-keyring receipt-public.json{pinned}
 
-The case shows the ledger up to seq {seq} only: `--checkpoint` (a newer checkpoint you hold)
-or `--expect-head SEQ` makes a case cut before later entries (an execution) fail; gather it
-again with that `--checkpoint` to anchor it there.
-
+{cut}
 Evaluate the final decision yourself, on either engine:
 
     kcp-opa eval -b {bundle}{kcp} -i input.json {QUERY}

@@ -136,6 +136,7 @@ def test_proof_case_verifies_on_proofs_and_holds_only_its_decision(demo: dict[st
         assert by_name[name]["ok"] is True and "on entries proven by inclusion" in by_name[name]["detail"], name
     assert by_name["entries"]["ok"] is None and "does not show that none was left out" in by_name["entries"]["detail"]
     assert not (case / "chain.jsonl").exists()
+    assert "left out is not shown" in (case / "README.md").read_text()
     document = json.loads((case / "case.json").read_text())
     assert sorted(int(p.stem) for p in (case / "entries").iterdir()) == document["seqs"]
     others = {e["decision_id"] for e in demo["entries"] if e.get("decision_id")} - {demo["id"]}
