@@ -77,6 +77,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     gather(root / "case", cosigned)
     gather(root / "case-writer-only", tree)
+    _cli(
+        "audit", "case", str(ledger), decision_id, "-o", str(root / "chain-case"), "--bundles", str(bundles),
+        "--trust", str(TRUST / "registry.yaml"), "--keyring", str(keys),
+    )  # fmt: skip
     return {"root": root, "case": root / "case", "ledger": ledger, "id": decision_id, "entries": entries,
             "gather": gather, "tree": tree}  # fmt: skip
 
@@ -209,3 +213,8 @@ def test_writer_only_checkpoint_fails_when_a_witness_is_required(demo: dict[str,
     _rehash(case)
     code, report = _verify(case, *_pins(demo, witnesses=1))
     assert code == 1 and "tree-checkpoint" in _failed(report)
+
+
+def test_witness_pins_on_a_chain_case_are_refused_not_ignored(demo: dict[str, Any]) -> None:
+    code, report = _verify(demo["root"] / "chain-case", *_pins(demo, witnesses=1))
+    assert code == 1 and "a chain case has no tree checkpoint" in _failed(report)["case"]
