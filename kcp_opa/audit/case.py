@@ -10,7 +10,9 @@ signed control attestation with its issuer's public key; the checkpoint and the 
 verifies it (kcp_opa.audit.caseanchor picks it); for a signed bundle, the public key it verified
 under (so the README's commands run as written); and, when given, the receipt and its public
 key. ``case.json`` lists the files with their sha256 and the seqs of the decision's entries.
-``casecheck`` verifies it.
+``casecheck`` verifies it. With ``proofs`` the case carries, in place of the chain and the
+checkpoint, only the decision's entries with inclusion proofs to a tree checkpoint
+(kcp_opa.audit.caseproofs): no other decision's data.
 
 Only public keys are written: Ed25519 public halves from the registry and the keyrings. An
 issuer with an HMAC key cannot be checked offline; verify says so rather than passing it.
