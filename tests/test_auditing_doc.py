@@ -44,3 +44,6 @@ def test_every_command_in_auditing_md_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     # verify exits 1 on any failed check, so set -e already proved the case; the files are there too.
     assert (tmp_path / "case" / "case.json").exists() and (tmp_path / "report.html").exists()
+    assert (tmp_path / "proof-case" / "checkpoint.note").exists() and not (
+        tmp_path / "proof-case" / "chain.jsonl"
+    ).exists()

@@ -10,7 +10,9 @@ signed control attestation with its issuer's public key; the checkpoint and the 
 verifies it (kcp_opa.audit.caseanchor picks it); for a signed bundle, the public key it verified
 under (so the README's commands run as written); and, when given, the receipt and its public
 key. ``case.json`` lists the files with their sha256 and the seqs of the decision's entries.
-``casecheck`` verifies it.
+``casecheck`` verifies it. With ``proofs`` the case carries, in place of the chain and the
+checkpoint, only the decision's entries with inclusion proofs to a tree checkpoint
+(kcp_opa.audit.caseproofs): no other decision's data.
 
 Only public keys are written: Ed25519 public halves from the registry and the keyrings. An
 issuer with an HMAC key cannot be checked offline; verify says so rather than passing it.
@@ -27,6 +29,7 @@ from typing import Any
 
 from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
 from kcp_opa.audit.caseanchor import anchor_checkpoint
+from kcp_opa.audit.caseproofs import ANCHOR, proof_files
 from kcp_opa.audit.casereadme import BUNDLE_KEY, bundle_key, render_readme
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.compile.bundle import read_bundle
@@ -108,10 +111,20 @@ def build_case(
     receipt: Receipt | None = None,
     receipt_keyring: Keyring | None = None,
     verification: Verification | None = None,
+    proofs: bool = False,
+    tree_checkpoint: Path | None = None,
+    log_key: str | None = None,
 ) -> dict[str, Any]:
     """Write the case directory for ``decision_id`` and return its ``case.json`` document.
 
-    ``verification``: the keys a signed bundle must verify with (as for ``audit replay``)."""
+    ``verification``: the keys a signed bundle must verify with (as for ``audit replay``).
+    ``proofs``: carry only the decision's entries, each with an inclusion proof to a tree
+    checkpoint (``tree_checkpoint`` under ``log_key``, or one signed now by ``keyring``), not the
+    ledger prefix (kcp_opa.audit.caseproofs)."""
+    if not proofs and (tree_checkpoint is not None or log_key is not None):
+        raise LedgerError("--tree-checkpoint and --log-key anchor a proof case: add --proofs")
+    if proofs and checkpoints:
+        raise LedgerError("--checkpoint anchors a chain case; a --proofs case takes --tree-checkpoint")
     path = Path(ledger)
     report = verify_ledger(path)
     if not report.ok:
@@ -141,22 +154,32 @@ def build_case(
     if not isinstance(bundle_trust, Mapping) or bundle_trust.get("sha256") != registry.sha256:
         raise BundleError(f"{trust} is not the trust registry bundle {revision[:12]} was compiled with")
     seqs = [int(e["seq"]) for e in case_entries]
-    checkpoint, checkpoint_keys = anchor_checkpoint(
-        path,
-        (report.ledger_id, report.head_seq, report.head_hash),
-        max(seqs),
-        {int(e["seq"]): str(e.get("entry_hash")) for e in entries},
-        checkpoints,
-        keyring,
-        receipt_keyring,
-    )
-    segment = [e for e in entries if int(e["seq"]) <= checkpoint.seq]  # the whole prefix: see above
+    files: dict[str, bytes] = {}
+    if proofs:
+        files, tree = proof_files(path, seqs, keyring, tree_checkpoint, log_key)
+        anchored_seq, anchored = tree.size, f"proven by inclusion in a tree checkpoint of {tree.size} entries"
+        pins = "--log-key log.vkey --witness-key witness.vkey --witnesses 1"
+    else:
+        checkpoint, checkpoint_keys = anchor_checkpoint(
+            path,
+            (report.ledger_id, report.head_seq, report.head_hash),
+            max(seqs),
+            {int(e["seq"]): str(e.get("entry_hash")) for e in entries},
+            checkpoints,
+            keyring,
+            receipt_keyring,
+        )
+        segment = [e for e in entries if int(e["seq"]) <= checkpoint.seq]  # the whole prefix: see above
+        files[CHAIN] = b"".join(canonical_json(item) + b"\n" for item in ([header] if header else []) + segment)
+        files[CHECKPOINT] = _pretty(checkpoint.to_dict())
+        files[CHECKPOINT_KEYS] = _pretty(_public_keyring(checkpoint_keys, [checkpoint.signature.kid]))
+        anchored_seq = checkpoint.seq
+        anchored = f"anchored by a checkpoint of seq {checkpoint.seq} signed by `{checkpoint.signature.kid}`"
+        pins = "--keyring checkpoint-public.json --checkpoint newer-checkpoint.json"
 
     out = Path(output)
     if out.exists() and any(out.iterdir()):
         raise LedgerError(f"{out} exists and is not empty; a case is written into a new directory")
-    files: dict[str, bytes] = {}
-    files[CHAIN] = b"".join(canonical_json(item) + b"\n" for item in ([header] if header else []) + segment)
     for entry in decisions:
         files[f"decisions/{entry['seq']:06d}-input.json"] = _pretty(entry["input"])
         files[f"decisions/{entry['seq']:06d}-result.json"] = _pretty(entry["result"])
@@ -168,8 +191,6 @@ def build_case(
     files[ISSUER_KEYS] = _pretty(_issuer_keys(registry, attestations))
     files[REGISTRY] = Path(registry.file).read_bytes()
     files[BUNDLE] = found.read_bytes()
-    files[CHECKPOINT] = _pretty(checkpoint.to_dict())
-    files[CHECKPOINT_KEYS] = _pretty(_public_keyring(checkpoint_keys, [checkpoint.signature.kid]))
     if receipt is not None:
         if receipt_keyring is None:
             raise LedgerError("a receipt needs the keyring whose public key verifies it")
@@ -184,11 +205,20 @@ def build_case(
         ledger_id=report.ledger_id,
         created_at=created,
         seqs=seqs,
-        checkpoint=checkpoint,
+        seq=anchored_seq,
+        anchored=anchored,
+        pins=pins,
+        proven=proofs,
         bundle=BUNDLE,
         signed=signed,
     )
-    for sub in ("decisions", "attestations", "keys", "trust"):  # only now: a refused case leaves nothing
+    for sub in (
+        "decisions",
+        "attestations",
+        "keys",
+        "trust",
+        *(("entries", "proofs") if proofs else ()),
+    ):  # only now: a refused case leaves nothing
         (out / sub).mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         (out / name).write_bytes(content)
@@ -199,7 +229,8 @@ def build_case(
         "created_at": created,
         "bundle_revision": revision,
         "seqs": seqs,
-        "checkpoint_seq": checkpoint.seq,
+        **({"anchor": ANCHOR} if proofs else {}),
+        "checkpoint_seq": anchored_seq,
         "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
     }
     (out / "case.json").write_bytes(_pretty(document))

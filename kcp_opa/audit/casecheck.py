@@ -30,9 +30,12 @@ from typing import Any
 
 from kcp_opa.audit import case as layout
 from kcp_opa.audit.auditor import _Engines, bundle_ref
+from kcp_opa.audit.case import _is_case_entry
 from kcp_opa.audit.casepins import Pins as _Pins
 from kcp_opa.audit.casepins import anchor as _anchor
 from kcp_opa.audit.casepins import receipt as _receipt
+from kcp_opa.audit.caseproofs import TreePins, checkpoint_of, entries_line, proven_entries, tree_checkpoint
+from kcp_opa.audit.caseproofs import proofs as _proofs
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
 from kcp_opa.authorize.documents import Attestation
@@ -71,20 +74,30 @@ class _Case:
     """The case directory read lazily; any unreadable part fails the check that needs it."""
 
     def __init__(
-        self, root: Path, trust: Path | None, keyring: Path | None, pins: _Pins, verification: Verification | None
+        self,
+        root: Path,
+        trust: Path | None,
+        keyring: Path | None,
+        pins: _Pins,
+        verification: Verification | None,
+        tree_pins: TreePins,
     ) -> None:
         self.root, self.trust_pin, self.keyring_pin, self.pins = root, trust, keyring, pins
+        self.tree_pins = tree_pins
         self.verification = verification  # the bundle signing keys the auditor holds (a signed bundle needs them)
         self.document: dict[str, Any] = json.loads((root / "case.json").read_text(encoding="utf-8"))
         if self.document.get("format") != layout.CASE_FORMAT:
             raise ValueError(f"format {self.document.get('format')!r}, not {layout.CASE_FORMAT}; gather the case again")
         self.decision_id = str(self.document["decision_id"])
+        self.proven = self.document.get("anchor") == "tree"  # a proof case: entries with inclusion proofs
         self._bundle: LoadedBundle | None = None
 
     def json(self, name: str) -> Any:
         return json.loads((self.root / name).read_text(encoding="utf-8"))
 
     def chain(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        if self.proven:
+            raise ValueError("a proof case holds no chain: its entries are proven by inclusion instead")
         header, entries = None, []
         for number, line in enumerate((self.root / layout.CHAIN).read_bytes().splitlines()):
             item = json.loads(line)
@@ -97,6 +110,8 @@ class _Case:
         return header, entries
 
     def case_entries(self) -> list[dict[str, Any]]:
+        if self.proven:  # only entries whose inclusion proofs verify are read at all
+            return proven_entries(self)
         seqs = set(self.document["seqs"])
         return [e for e in self.chain()[1] if e.get("seq") in seqs]
 
@@ -117,12 +132,18 @@ class _Case:
 
     def cut(self) -> str:
         """Where the case's evidence stops: every "none" a check reports holds only up to here."""
+        if self.proven:
+            return f"among the entries this case proves (tree of {checkpoint_of(self).size})"
         checkpoint = self.checkpoint()
         return f"up to seq {checkpoint.seq} (checkpoint at {checkpoint.time})"
 
 
 def _files(case: _Case) -> str:
     listed: Mapping[str, str] = case.document["files"]
+    if case.proven:  # a proof case holds its decision only: nothing it does not list
+        held = {str(p.relative_to(case.root)) for p in case.root.rglob("*") if p.is_file()} - {"case.json"}
+        if held - set(listed):
+            raise ValueError(f"files case.json does not list: {', '.join(sorted(held - set(listed)))}")
     for name, digest in sorted(listed.items()):
         if hashlib.sha256((case.root / name).read_bytes()).hexdigest() != digest:
             raise ValueError(f"{name}: sha256 differs from case.json")
@@ -167,8 +188,6 @@ def _chain(case: _Case) -> str:
 
 
 def _entries(case: _Case) -> str:
-    from kcp_opa.audit.case import _is_case_entry
-
     _, entries = case.chain()
     receipts = {
         str(e["receipt_id"])
@@ -311,6 +330,9 @@ def _replay(case: _Case, engine: str) -> str:
     return f"{count} decisions reproduce byte for byte"
 
 
+_NOT_ON_ENTRIES = {"files", "tree-checkpoint", "proofs", "entries", "registry"}
+
+
 def verify_case(
     root: str | Path,
     *,
@@ -321,18 +343,39 @@ def verify_case(
     checkpoint: Path | None = None,
     expect_head: int | None = None,
     verification: Verification | None = None,
+    tree_pins: TreePins | None = None,
 ) -> list[Check]:
-    """Every check, in order; a check that cannot run (a missing or unreadable part) fails."""
+    """Every check, in order; a check that cannot run (a missing or unreadable part) fails.
+
+    A proof case (``anchor: tree``) runs ``tree-checkpoint`` and ``proofs`` in place of
+    ``checkpoint``, ``chain`` and ``anchor``; every later check reads only proven entries and
+    says so."""
     try:
-        case = _Case(Path(root), trust, keyring, _Pins(receipt_keyring, checkpoint, expect_head), verification)
+        pins = _Pins(receipt_keyring, checkpoint, expect_head)
+        case = _Case(Path(root), trust, keyring, pins, verification, tree_pins or TreePins())
     except _CHECK_ERRORS as exc:
         return [Check("case", False, f"case.json unreadable: {exc}")]
-    steps: list[tuple[str, Callable[[], str | tuple[bool | None, str]]]] = [
-        ("files", lambda: _files(case)),
-        ("checkpoint", lambda: _checkpoint(case)),
-        ("chain", lambda: _chain(case)),
-        ("anchor", lambda: _anchor(case)),
-        ("entries", lambda: _entries(case)),
+    steps: list[tuple[str, Callable[[], str | tuple[bool | None, str]]]] = [("files", lambda: _files(case))]
+    if case.proven:
+        if checkpoint is not None or expect_head is not None or keyring is not None:
+            return [Check("case", False, "a proof case is pinned with --log-key and --witness-key, not --keyring")]
+        steps += [
+            ("tree-checkpoint", lambda: tree_checkpoint(case)),
+            ("proofs", lambda: _proofs(case, _is_case_entry)),
+            ("entries", lambda: entries_line(case)),
+        ]
+    elif tree_pins is not None and (tree_pins.log_key or tree_pins.witness_keys or tree_pins.witnesses):
+        return [
+            Check("case", False, "a chain case has no tree checkpoint: --log-key and --witness-key pin a proof case")
+        ]
+    else:
+        steps += [
+            ("checkpoint", lambda: _checkpoint(case)),
+            ("chain", lambda: _chain(case)),
+            ("anchor", lambda: _anchor(case)),
+            ("entries", lambda: _entries(case)),
+        ]
+    steps += [
         ("bundle", lambda: _bundle(case)),
         ("registry", lambda: _registry(case)),
         ("inputs", lambda: _inputs(case)),
@@ -351,5 +394,7 @@ def verify_case(
             checks.append(Check(name, False, str(exc)))
             continue
         ok, detail = outcome if isinstance(outcome, tuple) else (True, outcome)
+        if case.proven and name not in _NOT_ON_ENTRIES:
+            detail += " [on entries proven by inclusion]"
         checks.append(Check(name, ok, detail))
     return checks

@@ -18,7 +18,6 @@ from cryptography.hazmat.primitives import serialization
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.signatures import Verification
-from kcp_opa.trail.checkpoint import Checkpoint
 
 BUNDLE_KEY = "keys/bundle.pem"
 QUERY = "'data.kcp.gate.decision'"
@@ -55,13 +54,24 @@ def render_readme(
     ledger_id: str | None,
     created_at: str,
     seqs: Sequence[int],
-    checkpoint: Checkpoint,
+    seq: int,
+    anchored: str,
+    pins: str,
+    proven: bool,
     bundle: str,
     signed: BundleKey | None,
 ) -> bytes:
+    """``anchored``: how the case is anchored (a sentence); ``pins``: the verify flags that pin its anchor."""
+    cut = (
+        f"Each entry is proven at its seq in the tree of {seq} entries (`proofs/`); that none of the\n"
+        "decision's entries was left out is not shown (a case gathered without --proofs shows it).\n"
+        if proven
+        else f"The case shows the ledger up to seq {seq} only: `--checkpoint` (a newer checkpoint you hold)\n"
+        "or `--expect-head SEQ` makes a case cut before later entries (an execution) fail; gather it\n"
+        "again with that `--checkpoint` to anchor it there.\n"
+    )
     kcp = f" {signed.kcp_flags()}" if signed else ""
     pinned = f" \\\n        {signed.kcp_flags('bundle-public.pem')}" if signed else ""
-    seq = checkpoint.seq
     opa_note = (
         "\n`opa eval` does not check a bundle's signature (OPA checks them in `opa run`, not in `opa\n"
         f"eval`); check it first:\n\n    kcp-opa bundle verify {bundle}{kcp}\n"
@@ -77,7 +87,7 @@ def render_readme(
     text = f"""# Case file for decision {decision_id}
 
 Gathered by kcp-opa from ledger `{ledger_id}` on {created_at}: {len(seqs)} entries (seq {", ".join(map(str, seqs))}),
-anchored by a checkpoint of seq {seq} signed by `{checkpoint.signature.kid}`.
+{anchored}.
 {key_note}
 Prove it (offline; exit 1 and the failing check's name on any failure):
 
@@ -85,13 +95,10 @@ Prove it (offline; exit 1 and the failing check's name on any failure):
 
 Pin the trust roots you hold independently of this directory (recommended):
 
-    kcp-opa audit case verify . --trust registry.yaml --keyring checkpoint-public.json \\
-        --receipt-keyring receipt-public.json --checkpoint newer-checkpoint.json{pinned}
+    kcp-opa audit case verify . --trust registry.yaml {pins} \\
+        --receipt-keyring receipt-public.json{pinned}
 
-The case shows the ledger up to seq {seq} only: `--checkpoint` (a newer checkpoint you hold)
-or `--expect-head SEQ` makes a case cut before later entries (an execution) fail; gather it
-again with that `--checkpoint` to anchor it there.
-
+{cut}
 Evaluate the final decision yourself, on either engine:
 
     kcp-opa eval -b {bundle}{kcp} -i input.json {QUERY}

@@ -14,6 +14,7 @@ import click
 
 from kcp_opa.audit.case import build_case
 from kcp_opa.audit.casecheck import verify_case
+from kcp_opa.audit.caseproofs import TreePins
 from kcp_opa.audit.report import render_html
 from kcp_opa.audit.summary import entries_by_decision, summarize
 from kcp_opa.authorize.documents import Receipt
@@ -53,7 +54,9 @@ def audit_case() -> None:
 
     The case holds every entry of the decision, the ledger from seq 1 to a signed checkpoint, the
     archived inputs, the bundle, the trust registry, each signed attestation with its issuer's
-    key, and (given --receipt) the receipt: verify proves it offline, one line per check.
+    key, and (given --receipt) the receipt: verify proves it offline, one line per check. With
+    --proofs it holds only the decision's own entries, each with an inclusion proof to a tree
+    checkpoint, instead of the ledger.
     """
 
 
@@ -75,6 +78,19 @@ def audit_case() -> None:
 )
 @click.option("--receipt", "receipt_path", type=FILE, help="The receipt JSON.")
 @click.option("--receipt-keyring", type=FILE, help="The keyring that verifies it.")
+@click.option(
+    "--proofs",
+    is_flag=True,
+    help="Carry only the decision's own entries, each with an inclusion proof to a tree checkpoint (no other "
+    "decision's data), instead of the ledger from seq 1.",
+)
+@click.option(
+    "--tree-checkpoint",
+    type=FILE,
+    help="With --proofs: the signed tree checkpoint to prove against (`audit tree-checkpoint`, cosigned or not); "
+    "without it --keyring's signing key signs one of the tree now.",
+)
+@click.option("--log-key", metavar="VKEY", help="With --tree-checkpoint: the log's verifier key (`audit tree-key`).")
 @verification_options
 def audit_case_gather(
     ledger: Path,
@@ -86,10 +102,17 @@ def audit_case_gather(
     checkpoints: Sequence[Path],
     receipt_path: Path | None,
     receipt_keyring: Path | None,
+    proofs: bool,
+    tree_checkpoint: Path | None,
+    log_key: str | None,
     verification_keys: tuple[str, ...],
     verification_scope: str,
 ) -> None:
     """Write a case directory for DECISION_ID, anchored by a signed checkpoint.
+
+    With --proofs the case holds the decision's own entries (entries/, proofs/, checkpoint.note)
+    and stays small at any ledger size; verify then checks the inclusion proofs instead of the
+    chain, but cannot show that no entry of the decision was left out.
 
     The anchor is the newest --checkpoint of this ledger (it must verify and sign the ledger's
     entry at its seq), or else a checkpoint of the head signed now by --keyring's signing key.
@@ -108,8 +131,12 @@ def audit_case_gather(
         receipt=receipt,
         receipt_keyring=load_keyring(receipt_keyring) if receipt_keyring is not None else None,
         verification=verification_of(verification_keys, verification_scope),
+        proofs=proofs,
+        tree_checkpoint=tree_checkpoint,
+        log_key=log_key,
     )
-    anchored = f"anchored at seq {document['checkpoint_seq']}"
+    at = document["checkpoint_seq"]
+    anchored = f"proven in a tree of {at}" if proofs else f"anchored at seq {at}"
     click.echo(f"wrote {output}: {len(document['seqs'])} entries of {decision_id}, {anchored}")
 
 
@@ -120,6 +147,16 @@ def audit_case_gather(
 @click.option("--receipt-keyring", type=FILE, help="Pin: the receipt keys you hold.")
 @click.option("--checkpoint", type=FILE, help="A newer signed checkpoint you hold: a case cut before it fails.")
 @click.option("--expect-head", type=click.IntRange(min=1), help="The head seq you know the ledger reached.")
+@click.option("--log-key", metavar="VKEY", help="Pin (a --proofs case): the log's verifier key, or a file holding it.")
+@click.option(
+    "--witness-key", "witness_keys", multiple=True, metavar="VKEY", help="A witness's verifier key; repeatable."
+)
+@click.option(
+    "--witnesses",
+    type=click.IntRange(min=0),
+    default=0,
+    help="How many --witness-key witnesses must have cosigned a --proofs case's checkpoint.",
+)
 @click.option("--no-opa", is_flag=True, help="Skip the OPA replay (regopy only); the case is then not fully proved.")
 @verification_options
 @FORMAT
@@ -130,6 +167,9 @@ def audit_case_verify(
     receipt_keyring: Path | None,
     checkpoint: Path | None,
     expect_head: int | None,
+    log_key: str | None,
+    witness_keys: tuple[str, ...],
+    witnesses: int,
     no_opa: bool,
     verification_keys: tuple[str, ...],
     verification_scope: str,
@@ -138,7 +178,8 @@ def audit_case_verify(
     """Prove a case offline: one line per check; exit 1 on any failure.
 
     A check that ran only against what the case itself supplies (an unpinned receipt key, no
-    newer anchor) prints as `warn`: not a failure, and not a proof.
+    newer anchor) prints as `warn`: not a failure, and not a proof. A --proofs case is checked
+    against its tree checkpoint's inclusion proofs (lines marked "on entries proven by inclusion").
     """
     checks = verify_case(
         directory,
@@ -149,6 +190,7 @@ def audit_case_verify(
         checkpoint=checkpoint,
         expect_head=expect_head,
         verification=verification_of(verification_keys, verification_scope),
+        tree_pins=TreePins(log_key, witness_keys, witnesses),
     )
     ok = all(check.ok is not False for check in checks)
     if as_json(fmt):
