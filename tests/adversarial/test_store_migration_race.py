@@ -38,7 +38,8 @@ def _open(path: str, barrier: Any, answers: Any, service: bool) -> None:
 
 
 def _race(path: Path, service: bool) -> list[str]:
-    context = multiprocessing.get_context("fork")
+    # spawn, not fork: a test worker may hold threads (engines, pools), and a fork copies their locks
+    context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(PROCESSES)
     answers = context.Queue()
     workers = [context.Process(target=_open, args=(str(path), barrier, answers, service)) for _ in range(PROCESSES)]
