@@ -69,8 +69,8 @@ test: $(STAMP) sysdeps-postgres sysdeps-softhsm sysdeps-chromium ## lint, type-c
 	$(BIN)/mypy
 	@$(MAKE) --no-print-directory mutate-slice
 	# kcp-opa check policies --strict and kcp-opa test policies --coverage --threshold 90 run once
-	# each, inside pytest (tests/authoring/test_regotest.py::test_check_passes_on_the_shipped_policies
-	# and ::test_shipped_policies_pass_with_metrics_and_coverage).
+	# each, inside pytest (tests/authoring/test_shipped_policies_check.py and
+	# tests/authoring/test_shipped_policies_tests.py, a file each so they start on their own workers).
 	# Workers: most tests wait on subprocesses and sockets, so more workers than cores pays;
 	# --dist loadfile keeps a file's module-scoped bundles and servers built once, on one worker.
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
