@@ -1,5 +1,6 @@
-"""`kcp-opa test` and `kcp-opa check` on fixture policies (the shipped policies have files of their own): passing, failing, erroring, skipped,
-engine-divergent, aborting regopy; a false-allow case; JUnit validated against its schema."""
+"""`kcp-opa test` and `kcp-opa check` on fixture policies: passing, failing, erroring, skipped,
+engine-divergent, aborting regopy; a false-allow case; JUnit validated against its schema.
+(The shipped policies' own runs have files of their own: test_shipped_policies_*.py.)"""
 
 from __future__ import annotations
 
