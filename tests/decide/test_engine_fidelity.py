@@ -61,7 +61,7 @@ def _opa(doc: dict[str, Any]) -> Any:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(s=hostile_text, t=hostile_text, key=hostile_text)
+@given(s=hostile_text.hyp(), t=hostile_text.hyp(), key=hostile_text.hyp())
 def test_strings_round_trip_byte_for_byte(echo: tuple[Any, Any], s: str, t: str, key: str) -> None:
     doc = {"s": s, "t": t, "nested": {key: [s, {"k": t}]}}
     result = query_entrypoint(*echo, "fidelity/value", doc)
@@ -70,7 +70,7 @@ def test_strings_round_trip_byte_for_byte(echo: tuple[Any, Any], s: str, t: str,
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(s=hostile_text)
+@given(s=hostile_text.hyp())
 def test_both_engines_read_the_same_strings(echo: tuple[Any, Any], s: str) -> None:
     doc = {"s": s, "t": s}
     assert query_entrypoint(*echo, "fidelity/value", doc).value == _opa(doc)

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import draws as st
 import yaml
 from gatecounts import COUNTERS, METERING, drawn_counters, drawn_metering
 from hostile import hostile_text
-from hypothesis import strategies as st
 
 from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.compile.bundle import read_bundle
@@ -186,7 +186,7 @@ def _condition_values(manifest: dict[str, Any], key: str) -> set[str]:
     return values
 
 
-_identifier = st.from_regex(r"[a-z][a-z0-9_.:/-]{0,12}", fullmatch=True)
+_identifier = st.identifier()
 
 
 def _set(action: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
@@ -286,7 +286,7 @@ def mutated_actions(draw: Any, deployment: Deployment) -> tuple[str, dict[str, A
             _maybe(draw, context, "authenticated_principal", st.sampled_from(["user_1", "svc:ops", "someone_else"]))
             _maybe(draw, context, "principal_scopes",
                    st.lists(st.sampled_from([*d.auth_scopes, "read:knowledge", "other"]), max_size=3))  # fmt: skip
-        else:  # rarely, an identifier the contract refuses: NUL, a space, a quote, non-ASCII
+        elif draw(st.integers(0, 3)) == 0:  # rarely, an identifier the contract refuses: NUL, a space, a quote...
             bad = draw(st.sampled_from(["tenant_a\x00tenant_b", "phone ", 'a"b', "TRAİNING", "x\u200b"]))
             path = draw(st.sampled_from([("tenant_id",), ("requested_action",), ("target", "tenant_id")]))
             _set(action, path, bad)

@@ -20,7 +20,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from hypothesis import strategies as st
+import draws as st
 
 from kcp_opa.context import counting
 from kcp_opa.context.metering import epoch_seconds

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
+import draws as st
 
 #: Characters that broke or may break one engine: JSON syntax, the allowed controls, non-ASCII
 #: case pairs whose lower/upper/casefold differ by library, zero-width and bidi controls,

@@ -39,7 +39,7 @@ def test_engines_agree_on_mutated_cases(world: dict[str, Deployment], name: str)
         phases=[Phase.explicit, Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )
-    @given(drawn=mutated_actions(deployment))
+    @given(drawn=mutated_actions(deployment).hyp())
     def agree(drawn: tuple[str, dict[str, Any], str, list[str]]) -> None:
         problem = compare(deployment, *drawn, tally)
         assert problem is None, f"{problem}: {tally.divergences[-1] if tally.divergences else tally.crashes[-1]}"
