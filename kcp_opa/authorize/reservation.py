@@ -77,4 +77,4 @@ def issue_reserved(
             raise
         return receipt, transfer_of(record.action, receipt.to_dict(), now=moment)
 
-    return counting.store.reserving(work)
+    return counting.store.reserving(work, counting.reservation_keys(record.action))

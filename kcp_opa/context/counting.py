@@ -20,7 +20,7 @@ from typing import Any
 
 from kcp_opa.context import ContextSources
 from kcp_opa.stores.protocols import CounterStore, CounterView
-from kcp_opa.stores.records import Transfer
+from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
 
 RATE_WINDOWS = {"requests_per_minute": 60, "requests_per_hour": 3600}
@@ -139,6 +139,19 @@ class StoreCounters:
         starts["requests_per_day"] = day - dt.timedelta(microseconds=1)
         counts = self.store.count_request(unit_key, who, utc_stamp(now), [utc_stamp(s) for s in starts.values()])
         return {"unit": unit_key, "principal": who, **dict(zip(starts, counts, strict=True))}
+
+    def reservation_keys(self, action: Mapping[str, Any]) -> list[ReservationKey]:
+        """The keys ``action``'s transfer is filed under (as :func:`transfer_of` files them), each
+        marked read when these parameters count under it: what a store locks for its reservation."""
+        read = {str(b["per"]) for b in self.budgets} | ({"tenant"} if self.velocity else set())
+        return [
+            ReservationKey(column, str(action.get(field)), per in read)
+            for per, column, field in (
+                ("tenant", "tenant_id", "tenant_id"),
+                ("agent", "agent_id", "agent_id"),
+                ("task_type", "task_type", "action_type"),
+            )
+        ]
 
     def history(self, view: CounterView, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
         """Budgets, velocity and beneficiary counts for ``action`` (no request recorded)."""

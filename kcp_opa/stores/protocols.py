@@ -20,6 +20,7 @@ from kcp_opa.stores.records import (
     ExecutionRecord,
     LedgerSnapshot,
     PostedFact,
+    ReservationKey,
     StoredDecision,
     Transfer,
     TransferTotals,
@@ -237,10 +238,15 @@ class CounterStore(Protocol):
         """``work`` over the counts, without a lock."""
         ...
 
-    def reserving(self, work: Callable[[CounterView], tuple[T, Transfer | None]]) -> T:
+    def reserving(
+        self, work: Callable[[CounterView], tuple[T, Transfer | None]], keys: Sequence[ReservationKey] = ()
+    ) -> T:
         """``work`` under the write lock; the transfer it returns is reserved in the same transaction.
 
-        N concurrent reservers that each check a limit in ``work`` never over-reserve it.
+        N concurrent reservers that each check a limit in ``work`` never over-reserve it. ``keys``
+        are the values the transfer is filed under and which of them ``work`` reads: a store may
+        lock only those, so reservers that share no key it reads run at once; without keys the
+        reservation excludes every other.
         """
         ...
 

@@ -7,6 +7,7 @@ them and a backend can build them without importing the pipeline.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -186,6 +187,25 @@ class Transfer:
     amount_minor: int
     reserved_at: str
     expires_at: str
+
+
+@dataclass(frozen=True)
+class ReservationKey:
+    """One value a reservation's transfer is filed under (``column``: tenant_id, agent_id or
+    task_type), and whether the reservation also reads the counts kept under it (``reads``).
+
+    A store that locks per key lets reservations that share no key run at once: one that reads
+    a key excludes every other holder of it; one that only writes under it shares it.
+    """
+
+    column: str
+    value: str
+    reads: bool
+
+    def lock_id(self) -> int:
+        """A signed 64-bit id for the key (a PostgreSQL advisory lock); a collision only serializes."""
+        digest = hashlib.sha256(f"kcp-opa/reservation/{self.column}\0{self.value}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
 
 
 @dataclass(frozen=True)

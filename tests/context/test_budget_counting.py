@@ -133,3 +133,19 @@ def test_a_reloaded_bundle_counts_its_own_budgets(bundle: Path, store: str, tmp_
     gate.activate(renamed)
     budgets = gate.prepare(read(2), now=T0).document["context"]["counters"]["budgets"]
     assert "tenant_daily_usd_v2" in budgets and "tenant_daily_usd" not in budgets
+
+
+def test_a_reservation_is_keyed_by_its_transfer_and_reads_only_what_the_matrix_counts(tmp_path: Path) -> None:
+    """The keys a store locks for a reservation (docs/budgets.md): every column the transfer is
+    filed under, read where a budget (or a velocity rule, per tenant) counts."""
+    from kcp_opa.stores.opening import open_stores
+
+    store = open_stores(str(tmp_path / "s.db")).counters
+    assert store is not None
+    action = {"tenant_id": "t1", "agent_id": "a1", "action_type": "payment"}
+    by_agent = StoreCounters(store, {"budgets": [{"id": "b", "per": "agent"}]})
+    keys = {(k.column, k.value): k.reads for k in by_agent.reservation_keys(action)}
+    assert keys == {("tenant_id", "t1"): False, ("agent_id", "a1"): True, ("task_type", "payment"): False}
+    velocity = StoreCounters(store, {"velocity": [{"id": "v", "per": "beneficiary"}]})
+    assert [k.column for k in velocity.reservation_keys(action) if k.reads] == ["tenant_id"]
+    assert not any(k.reads for k in StoreCounters(store, {}).reservation_keys(action))

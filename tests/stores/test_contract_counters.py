@@ -9,6 +9,7 @@ counter schema migrated and versioned like every store's.
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from storekit import Backend
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.opening import migrate, open_stores
 from kcp_opa.stores.protocols import CounterStore, CounterView
-from kcp_opa.stores.records import Transfer
+from kcp_opa.stores.records import ReservationKey, Transfer
 
 PROCESSES = 6
 REQUESTS = 8
@@ -128,6 +129,88 @@ def test_racing_reservers_in_many_processes_never_over_reserve(backend: Backend)
     assert _totals(counters) == (LIMIT, 0, LIMIT * 100)
 
 
+def _keys(*, reads: str) -> list[ReservationKey]:
+    """The keys of a tenant_a/agent_a/payment transfer, reading counts under the column ``reads``."""
+    values = {"tenant_id": "tenant_a", "agent_id": "agent_a", "task_type": "payment"}
+    return [ReservationKey(column, value, column == reads) for column, value in values.items()]
+
+
+def _race_keyed(location: str, n: int, barrier: Any, answers: Any) -> None:
+    try:
+        counters = open_stores(location).counters
+        assert counters is not None
+        # Half count per tenant, half per agent (two bundles, as during a reload): one total either way.
+        column = "tenant_id" if n % 2 else "agent_id"
+
+        def work(view: CounterView) -> tuple[bool, Transfer | None]:
+            held = view.transfers(currency="USD", since="2026-11-29T09:00:00.000000Z", now=_at(1),
+                                  where=[(column, "tenant_a" if n % 2 else "agent_a")])  # fmt: skip
+            time.sleep(0.05)
+            if held.committed_minor + held.reserved_minor + 100 > LIMIT * 100:
+                return False, None
+            return True, _transfer(f"r{n}")
+
+        barrier.wait(timeout=60)
+        answers.put(counters.reserving(work, _keys(reads=column)))
+    except BaseException as exc:  # every failure goes to the parent
+        answers.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_reservers_counting_under_different_keys_of_one_transfer_never_over_reserve(backend: Backend) -> None:
+    """A reserver locks every key its transfer is filed under, not only those it counts under:
+    fails when the keys it only writes under are left unlocked (checked: over-reserves)."""
+    counters = _counters(backend)
+    context = multiprocessing.get_context("fork")
+    barrier, answers = context.Barrier(RESERVERS), context.Queue()
+    workers = [
+        context.Process(target=_race_keyed, args=(backend.location, n, barrier, answers)) for n in range(RESERVERS)
+    ]
+    for worker in workers:
+        worker.start()
+    results = [answers.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    assert all(isinstance(r, bool) for r in results), results
+    assert results.count(True) == LIMIT
+    assert _totals(counters) == (LIMIT, 0, LIMIT * 100)
+
+
+def test_reservations_wait_only_for_a_key_one_of_them_counts_under(backend: Backend) -> None:
+    """PostgreSQL locks per key: another tenant reserves while one tenant's reservation is open;
+    the same tenant waits for it. (SQLite has one writer: every reservation waits.)"""
+    if backend.name != "postgres":
+        pytest.skip("SQLite serializes every reservation by design")
+    counters = _counters(backend)
+    inside, release = threading.Event(), threading.Event()
+
+    def held_open(view: CounterView) -> tuple[None, Transfer | None]:
+        inside.set()
+        assert release.wait(timeout=60)
+        return None, None
+
+    def tenant(name: str) -> list[ReservationKey]:
+        return [ReservationKey("tenant_id", name, True), ReservationKey("agent_id", "agent_a", False),
+                ReservationKey("task_type", "payment", False)]  # fmt: skip
+
+    first = threading.Thread(target=counters.reserving, args=(held_open, tenant("tenant_a")))
+    first.start()
+    assert inside.wait(timeout=60)
+    other = threading.Thread(target=counters.reserving, args=(lambda view: (None, None), tenant("tenant_b")))
+    other.start()
+    other.join(timeout=30)
+    other_waited = other.is_alive()
+    same = threading.Thread(target=counters.reserving, args=(lambda view: (None, None), tenant("tenant_a")))
+    same.start()
+    same.join(timeout=1)
+    waited = same.is_alive()
+    release.set()
+    first.join(timeout=60)
+    same.join(timeout=60)
+    assert not other_waited, "tenant_b waited for tenant_a's open reservation"
+    assert waited, "a second tenant_a reservation did not wait for the open one"
+    assert not same.is_alive() and not other.is_alive()
+
+
 def test_a_failed_reservation_reserves_nothing(backend: Backend) -> None:
     counters = _counters(backend)
 
@@ -213,7 +296,7 @@ def test_a_store_made_before_the_counters_gains_them_in_one_migration(backend: B
     stores = backend.open()
     executions = stores.executions.schema_version()  # type: ignore[attr-defined]
     backend.execute(  # as a kcp-opa without counters left it: no counter tables, executions one version back
-        *(f"DROP TABLE IF EXISTS {table}" for table in ("transfers", "requests", "request_heads", "counter_head")),
+        *(f"DROP TABLE IF EXISTS {table}" for table in ("transfers", "requests", "request_heads")),
         "DELETE FROM store_schema WHERE component = 'counters'",
         f"UPDATE store_schema SET version = {executions - 1} WHERE component = 'executions'",
     )

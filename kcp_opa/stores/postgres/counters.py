@@ -13,11 +13,16 @@ would hold in one process only):
   takes is held until the transaction commits, so the requests of one key are recorded one
   after the other, each counting (on a fresh READ COMMITTED snapshot, taken after the lock) every
   request committed before it: of N concurrent requests the k-th sees exactly k.
-- A reservation first locks the one row of ``counter_head`` (``SELECT ... FOR UPDATE``): the
-  counts read under it, the decision taken on them and the row reserved commit together, and
-  the next reserver reads them only after that commit. N concurrent issuers against a budget
-  that allows k reserve at most k. (The lock is global because a reservation reads counts over
-  any tenant, agent, task type or beneficiary the bundle declares, which is known only inside.)
+- A reservation first takes transaction-scoped advisory locks on the keys its transfer is
+  filed under (tenant, agent, task type: :class:`~kcp_opa.stores.records.ReservationKey`),
+  exclusive on each key it reads counts under, shared on the others; the counts read under them,
+  the decision taken on them and the row reserved commit together, and the next reserver that
+  reads any of those keys reads them only after that commit. So N concurrent issuers against a
+  budget that allows k reserve at most k, while reservations that share no key one of them reads
+  (two tenants under per-tenant budgets) do not wait for each other. Every reservation first
+  holds one global key shared; a reservation given no keys holds it exclusive and waits for all.
+  The keys are taken in one order (the global key, then by lock id), so two reservers never
+  deadlock on them; a hash collision between two keys only makes them wait for each other.
 
 Windows are counted from the decision time the caller passes (the time archived with the
 input, so a replay counts alike); settling (commit, release) is stamped with ``now()``.
@@ -31,7 +36,7 @@ from typing import TypeVar
 
 from kcp_opa.stores import sql
 from kcp_opa.stores.postgres.base import DIALECT, Connection, PostgresBase
-from kcp_opa.stores.records import Transfer
+from kcp_opa.stores.records import ReservationKey, Transfer
 
 T = TypeVar("T")
 
@@ -63,12 +68,11 @@ _TABLES = (
 )""",
     TRANSFERS_TABLE,
     *sql.TRANSFER_INDEXES,
-    "CREATE TABLE IF NOT EXISTS counter_head (id INTEGER PRIMARY KEY CHECK (id = 1), reservations BIGINT NOT NULL)",
-    "INSERT INTO counter_head (id, reservations) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
 )
 
-#: Taken first by every reservation and held to its commit (the module's note).
-LOCK_HEAD = "SELECT reservations FROM counter_head WHERE id = 1 FOR UPDATE"
+#: The advisory lock every reservation holds first: shared when it names its keys, exclusive when not.
+GLOBAL_LOCK_ID = 7262631
+_LOCK = {True: "SELECT pg_advisory_xact_lock(%s)", False: "SELECT pg_advisory_xact_lock_shared(%s)"}
 _HEAD_REQUEST = (
     "INSERT INTO request_heads (unit, principal, requests) VALUES (%s, %s, 1)"
     " ON CONFLICT (unit, principal) DO UPDATE SET requests = request_heads.requests + 1"
@@ -106,16 +110,18 @@ class PostgresCounterStore(PostgresBase):
         """``work`` over the counting queries, without the lock (a decision's counts)."""
         return self._run(lambda c: work(_view(c)), "cannot read the counters")
 
-    def reserving(self, work: Callable[[sql.TransferView], tuple[T, Transfer | None]]) -> T:
-        """Run ``work`` under the head row's lock; keep the transfer it returns as reserved, in the
-        same transaction. An exception from ``work`` rolls back and reserves nothing."""
+    def reserving(
+        self, work: Callable[[sql.TransferView], tuple[T, Transfer | None]], keys: Sequence[ReservationKey] = ()
+    ) -> T:
+        """Run ``work`` under the locks of ``keys`` (the module's note); keep the transfer it returns
+        as reserved, in the same transaction. An exception from ``work`` rolls back and reserves nothing."""
 
         def run(c: Connection) -> T:
-            c.execute(LOCK_HEAD)
+            for lock_id, exclusive in lock_order(keys):
+                c.execute(_LOCK[exclusive], (lock_id,))
             result, transfer = work(_view(c))
             if transfer is not None:
                 c.execute(sql.reserve_transfer(DIALECT), astuple(transfer))
-                c.execute("UPDATE counter_head SET reservations = reservations + 1 WHERE id = 1")
             return result
 
         return self._run(run, "cannot reserve the budget")
@@ -126,6 +132,14 @@ class PostgresCounterStore(PostgresBase):
     def release(self, receipt_id: str) -> bool:
         """Give a reservation back (its receipt will not execute); False if there was none to release."""
         return self._run(lambda c: c.execute(RELEASE_TRANSFER, (receipt_id,)).rowcount == 1, "cannot release")
+
+
+def lock_order(keys: Sequence[ReservationKey]) -> list[tuple[int, bool]]:
+    """(advisory lock id, exclusive) in the order every reservation takes them."""
+    by_id: dict[int, bool] = {}
+    for key in keys:
+        by_id[key.lock_id()] = by_id.get(key.lock_id(), False) or key.reads
+    return [(GLOBAL_LOCK_ID, not keys), *sorted(by_id.items())]
 
 
 def _view(connection: Connection) -> sql.TransferView:

@@ -22,7 +22,7 @@ from dataclasses import astuple
 from typing import TypeVar
 
 from kcp_opa.stores import sql
-from kcp_opa.stores.records import Transfer
+from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import DIALECT, SQLiteBase, statements
 
 T = TypeVar("T")
@@ -82,10 +82,13 @@ class SQLiteCounterStore(SQLiteBase):
         """``work`` over the counting queries, outside any lock (a decision's counts)."""
         return self._run(lambda connection: work(_view(connection)), "cannot read the counters")
 
-    def reserving(self, work: Callable[[sql.TransferView], tuple[T, Transfer | None]]) -> T:
+    def reserving(
+        self, work: Callable[[sql.TransferView], tuple[T, Transfer | None]], keys: Sequence[ReservationKey] = ()
+    ) -> T:
         """Run ``work`` under the write lock; keep the transfer it returns as reserved, in the same transaction.
 
-        An exception from ``work`` rolls back and reserves nothing.
+        An exception from ``work`` rolls back and reserves nothing. ``keys`` are not used: SQLite
+        has one writer, so every reservation excludes every other.
         """
 
         def run(connection: sqlite3.Connection) -> T:
