@@ -39,6 +39,10 @@ REFUSALS = (
     "no_ledger",
 )
 
+#: How long an expired posted fact stays in the store: each post deletes the ones expired longer
+#: (a decision archives the facts it used; a day covers a re-decision at approval or execution).
+EXPIRED_FACTS_KEPT_S = 86_400
+
 
 def post_fact(service: GateService, principal: Principal, attestation: Mapping[str, Any]) -> dict[str, Any]:
     """Check ``attestation`` as the gate would use it, record and keep it; what was kept."""
@@ -51,7 +55,8 @@ def post_fact(service: GateService, principal: Principal, attestation: Mapping[s
         raise CodedError(
             "this server takes no posted facts: start it with --trust REGISTRY (and a store)", "facts_not_taken"
         )
-    refused = intake_refusal(source.held, attestation, principal.id, dt.datetime.now(dt.UTC))
+    moment = dt.datetime.now(dt.UTC)
+    refused = intake_refusal(source.held, attestation, principal.id, moment)
     if refused is not None:
         raise refused
     subject = attestation.get("subject_id")
@@ -74,5 +79,6 @@ def post_fact(service: GateService, principal: Principal, attestation: Mapping[s
             f"the ledger cannot record the posted fact, so it is not kept: {exc}", "audit_unavailable"
         ) from None
     new = source.store.keep(kept)
+    source.store.prune(int(moment.timestamp()) - EXPIRED_FACTS_KEPT_S)
     service.metrics.facts_posted.labels(fact=kept.fact).inc()
     return {**summary, "kept": True, "already_kept": not new}

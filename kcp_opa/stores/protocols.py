@@ -316,6 +316,12 @@ class FactStore(Protocol):
         first, at most :data:`~kcp_opa.stores.records.POSTED_FACTS_READ` of each binding."""
         ...
 
+    def prune(self, expired_before: int) -> int:
+        """Delete the facts that expired before ``expired_before`` (epoch seconds); how many went.
+
+        Decisions archive the facts they used, so a pruned fact is still in every input it decided."""
+        ...
+
     def count(self) -> int:
         """How many posted facts are kept (for status and metrics)."""
         ...

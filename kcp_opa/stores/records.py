@@ -262,6 +262,14 @@ class PostedFact:
     expires_at: str
     document: Mapping[str, Any]
 
+    @property
+    def expires_epoch(self) -> int:
+        """``expires_at`` in whole seconds since the epoch (what pruning compares)."""
+        moment = dt.datetime.fromisoformat(self.expires_at.replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            raise ValueError(f"expires_at {self.expires_at!r} has no zone")
+        return int(moment.timestamp() // 1)
+
 
 def posted_fact(document: Mapping[str, Any], *, issuer: str, subject_id: str | None) -> PostedFact:
     """The row a verified attestation is kept as: ``issuer`` and ``subject_id`` canonical (the
@@ -280,10 +288,10 @@ def posted_fact(document: Mapping[str, Any], *, issuer: str, subject_id: str | N
 
 
 def fact_row(fact: PostedFact) -> tuple[Any, ...]:
-    """A posted fact as the store writes it (``stores.sql.FACT_COLUMNS`` order)."""
+    """A posted fact as the store writes it (``stores.sql.FACT_COLUMNS`` order, then ``expires_epoch``)."""
     document = json.dumps(dict(fact.document), sort_keys=True)
     return (fact.fact_id, fact.issuer, fact.fact, fact.action_hash, fact.subject_id, fact.issued_at, fact.expires_at,
-            document)  # fmt: skip
+            document, fact.expires_epoch)  # fmt: skip
 
 
 def fact_of(row: Sequence[Any]) -> PostedFact:

@@ -210,11 +210,13 @@ def fact_tables(dialect: Dialect) -> tuple[str, ...]:
     issued_at TEXT NOT NULL,
     expires_at TEXT NOT NULL,
     document TEXT NOT NULL,
+    expires_epoch {dialect.integer} NOT NULL,
     posted_at {dialect.time} NOT NULL DEFAULT {dialect.now},
     CHECK ((action_hash IS NULL) <> (subject_id IS NULL))
 )""",
         "CREATE INDEX IF NOT EXISTS posted_facts_action ON posted_facts (action_hash, issued_at)",
         "CREATE INDEX IF NOT EXISTS posted_facts_subject ON posted_facts (subject_id, issued_at)",
+        "CREATE INDEX IF NOT EXISTS posted_facts_expiry ON posted_facts (expires_epoch)",
     )
 
 
@@ -225,9 +227,14 @@ FACT_COLUMNS = "fact_id, issuer, fact, action_hash, subject_id, issued_at, expir
 def keep_fact(dialect: Dialect) -> str:
     """The INSERT of one posted fact, kept once (values: :func:`~kcp_opa.stores.records.fact_row`)."""
     return (
-        f"INSERT INTO posted_facts ({FACT_COLUMNS}) VALUES ({dialect.marks(8)})"  # noqa: S608
+        f"INSERT INTO posted_facts ({FACT_COLUMNS}, expires_epoch) VALUES ({dialect.marks(9)})"  # noqa: S608
         " ON CONFLICT (fact_id) DO NOTHING"
     )
+
+
+def prune_facts(dialect: Dialect) -> str:
+    """The DELETE of the facts that expired before a given time (epoch seconds)."""
+    return f"DELETE FROM posted_facts WHERE expires_epoch < {dialect.param}"  # noqa: S608
 
 
 def facts_bound(dialect: Dialect, column: str) -> str:

@@ -92,7 +92,8 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             process, url = start_server([*args, "--ledger", str(work / f"{name}.jsonl")], env=env)
             processes.append(process)
             urls.append(url)
-        yield {"urls": urls, "key": issuer_key(keys), "work": work}
+        store = env.get("KCP_OPA_STORE") or str(work / "service.db")
+        yield {"urls": urls, "key": issuer_key(keys), "work": work, "store": store}
     finally:
         for process in processes:
             stop_server(process)
@@ -182,3 +183,19 @@ def test_kcp_opa_facts_post_sends_a_signed_fact_and_says_a_refusal_in_one_line(s
     refused = subprocess.run(command, input=json.dumps(expired), env=env, capture_output=True, text=True, check=False)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "422 fact_expired" in refused.stderr, refused.stderr
+
+
+def test_a_post_prunes_the_facts_expired_over_a_day_and_keeps_the_rest(served: dict[str, Any]) -> None:
+    from kcp_opa.stores.opening import open_stores
+    from kcp_opa.stores.records import posted_fact
+
+    facts = open_stores(served["store"]).facts
+    assert facts is not None
+    now = dt.datetime.now(dt.UTC)
+    for name, expired in (("stale", dt.timedelta(days=2)), ("recent", dt.timedelta(hours=1))):
+        document = signed(served["key"], "new_beneficiary", False, subject_id=f"user_{name}", expires=now - expired)
+        facts.keep(posted_fact(document, issuer=FACT_ISSUER, subject_id=f"user_{name}"))
+    fresh = signed(served["key"], "new_beneficiary", True, subject_id="user_3")
+    assert post(served["urls"][1], ISSUER, fresh).is_success
+    assert facts.bound_to("sha256:" + "0" * 64, "user_stale") == []  # expired two days: pruned
+    assert [f.subject_id for f in facts.bound_to("sha256:" + "0" * 64, "user_recent")] == ["user_recent"]

@@ -64,3 +64,17 @@ def test_a_row_bound_to_both_or_neither_is_refused_by_the_table(backend: Backend
         store.keep(row.__class__(**{**row.__dict__, "fact_id": "sha256:" + "c" * 64, "subject_id": "user_001"}))
     with pytest.raises(StoreError):
         store.keep(row.__class__(**{**row.__dict__, "fact_id": "sha256:" + "d" * 64, "action_hash": None}))
+
+
+def test_facts_expired_before_a_time_are_pruned_and_no_other(backend: Backend) -> None:
+    store = backend.open().facts
+    assert store is not None
+    early = {**_document("new_beneficiary", 1, action_hash=HASH_A), "expires_at": "2026-11-29T11:00:00+00:00"}
+    late = _document("new_beneficiary", 2, action_hash=HASH_A)  # expires 12:00Z
+    for document in (early, late):
+        store.keep(posted_fact(document, issuer="r", subject_id=None))
+    eleven = 1_795_950_000  # 2026-11-29T11:00:00Z
+    assert store.prune(eleven) == 0  # expiring at 11:00 is not expired before 11:00
+    assert store.prune(eleven + 1) == 1
+    assert [f.expires_at for f in store.bound_to(HASH_A, None)] == ["2026-11-29T12:00:00Z"]
+    assert store.count() == 1

@@ -37,6 +37,12 @@ class SQLiteFactStore(SQLiteBase):
 
         return [fact_of(row) for row in self._run(read, "cannot read the posted facts")]
 
+    def prune(self, expired_before: int) -> int:
+        pruned: int = self._run(
+            lambda c: c.execute(sql.prune_facts(DIALECT), (expired_before,)).rowcount, "cannot prune the posted facts"
+        )
+        return pruned
+
     def count(self) -> int:
         row = self._run(lambda c: c.execute("SELECT count(*) FROM posted_facts").fetchone())
         return int(row[0]) if row else 0
