@@ -68,6 +68,11 @@ def facts() -> None:
     help="Bind the fact to the action with this hash (sha256:..., as a decision shows it).",
 )
 @click.option("--subject", "subject_id", help="Bind the fact to this subject (every action with this subject_id).")
+@click.option(
+    "--tenant",
+    "tenant_id",
+    help="With --subject: only that tenant's actions (a subject id may be another person in another tenant).",
+)
 @now_option("Issue time [default: now].")
 @click.option("--expires-at", metavar="RFC3339", help="When the fact stops counting.")
 @click.option("--expires-in", metavar="SPAN", help="Or how long it counts from the issue time (1h, 30m, 14d).")
@@ -84,6 +89,7 @@ def sign(
     action_path: str | None,
     hash_text: str | None,
     subject_id: str | None,
+    tenant_id: str | None,
     now: str | None,
     expires_at: str | None,
     expires_in: str | None,
@@ -95,7 +101,7 @@ def sign(
 
     \b
     kcp-opa facts sign --issuer bank-registry --keyring issuer-keys.json --kid bank-registry-1 \\
-      --fact new_beneficiary --value true --subject user_001 --expires-in 1h \\
+      --fact new_beneficiary --value true --subject user_001 --tenant tenant_demo --expires-in 1h \\
       --trust registry.yaml --output attestations.json
 
     The key never goes in argv: a keyring file only its owner may read (0600), or a pkcs11: URI
@@ -105,7 +111,7 @@ def sign(
         raise click.UsageError("give --action or --action-hash, not both")
     if action_path is not None:
         hash_text = action_hash(parse_action(read_text(action_path, "action")))
-    bound = binding(hash_text, subject_id)
+    bound = binding(hash_text, subject_id, tenant_id)
     times = validity(decision_time(now), expires_at, expires_in)
     key = issuer_key(signing_key, keyring_path, kid)
     registry, ring = _checks(trust, issuer_keys)

@@ -1,10 +1,12 @@
 """Attested facts: evidence status, screening and beneficiary status signed by a registered issuer.
 
-An attestation is ``{fact, value, action_hash | subject_id, issued_at, expires_at, issuer,
-signature {alg, kid, value}}``, signed like control evidence (the KYA-CJ-1 JSON of the item
-without ``signature.value``; :func:`kcp_opa.core.signing.sign_document`). It counts only when
-the registry lists its issuer for that fact (``issuers[*].facts``), the signature verifies, and
-it is bound to this action's hash or its subject. Whether it is still current is decision
+An attestation is ``{fact, value, action_hash | subject_id [tenant_id], issued_at, expires_at,
+issuer, signature {alg, kid, value}}``, signed like control evidence (the KYA-CJ-1 JSON of the
+item without ``signature.value``; :func:`kcp_opa.core.signing.sign_document`). It counts only
+when the registry lists its issuer for that fact (``issuers[*].facts``), the signature verifies,
+and it is bound to this action's hash or its subject; a subject-bound attestation that names a
+``tenant_id`` counts only for that tenant's actions (a subject id one tenant uses may be another
+person in the next tenant). Whether it is still current is decision
 logic: the fact carries its expiry and the policy compares it with the decision time, so a
 replay judges it exactly as the gate did. A refused attestation is listed, with why, in
 ``input.context.attestations_refused`` and never becomes a fact.
@@ -25,6 +27,8 @@ from kcp_opa.core.verified import VerifiedSignatures
 from kcp_opa.declare.trust import TrustRegistry
 
 SIGNED = ("fact", "value", "issued_at", "expires_at", "issuer")
+#: What an attestation is bound to: an action's hash, or a subject (within one tenant, if named).
+BINDINGS = ("action_hash", "subject_id", "tenant_id")
 
 
 class AttestationSource(Protocol):
@@ -39,7 +43,7 @@ class AttestationSource(Protocol):
 
 def sign_fact(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
     """Sign one fact attestation as ``issuer`` (a KYC provider, a beneficiary registry, ...)."""
-    item = {k: fields[k] for k in (*SIGNED, "action_hash", "subject_id") if k in fields and k != "issuer"}
+    item = {k: fields[k] for k in (*SIGNED, *BINDINGS) if k in fields and k != "issuer"}
     item["issuer"] = issuer
     return sign_document(item, key)
 
@@ -117,6 +121,8 @@ class SignedAttestations:
             bound = raw["action_hash"] == action_hash
         else:
             bound = _same_id(raw.get("subject_id"), action.get("subject_id"))
+            if "tenant_id" in raw:  # named: that tenant's subject only (exactly that tenant id)
+                bound = bound and isinstance(raw["tenant_id"], str) and raw["tenant_id"] == action.get("tenant_id")
         if not bound:
             return "not_bound_to_this_action"
         if epoch_seconds(raw["issued_at"]) is None or epoch_seconds(raw["expires_at"]) is None:

@@ -137,21 +137,30 @@ def validity(issued: dt.datetime, expires_at: str | None, expires_in: str | None
     return issued.strftime(STAMP), until.strftime(STAMP)
 
 
-def binding(action_hash: str | None, subject_id: str | None) -> dict[str, str]:
-    """What the fact is bound to: one action's hash or one subject, never both, never neither."""
+def binding(action_hash: str | None, subject_id: str | None, tenant_id: str | None = None) -> dict[str, str]:
+    """What the fact is bound to: one action's hash or one subject (within ``tenant_id``, if
+    given), never both, never neither."""
     if (action_hash is None) == (subject_id is None):
         raise IssuingError(
             "bind the fact to one action (--action or --action-hash) or one subject (--subject)", "usage"
         )
+    if action_hash is not None and tenant_id is not None:
+        raise IssuingError("--tenant binds a subject's fact; an action's hash already names its tenant", "usage")
     if action_hash is not None:
         if not _HASH.match(action_hash):
             raise IssuingError(f"--action-hash {action_hash!r}: an action hash is sha256:<64 lowercase hex>")
         return {"action_hash": action_hash}
-    try:
-        canonical_id(str(subject_id))
-    except IdentityError as exc:
-        raise IssuingError(f"--subject {subject_id!r}: {exc}") from None
-    return {"subject_id": str(subject_id)}
+    bound = {"subject_id": str(subject_id)}
+    if tenant_id is not None:
+        bound["tenant_id"] = tenant_id
+    for flag, value in (("--subject", subject_id), ("--tenant", tenant_id)):
+        if value is None:
+            continue
+        try:
+            canonical_id(value)
+        except IdentityError as exc:
+            raise IssuingError(f"{flag} {value!r}: {exc}") from None
+    return bound
 
 
 def sign_fact_attestation(

@@ -111,7 +111,7 @@ def intake_refusal(verifier: SignedAttestations, raw: Any, caller: str, now: dt.
         return FactRefusedError("action_hash is sha256:<64 lowercase hex>, as a decision shows it", "fact_unbound")
     if subject is not None and _canonical(subject) is None:
         return FactRefusedError("subject_id is not a valid principal id", "fact_unbound")
-    action = {"subject_id": subject} if subject is not None else {}
+    action = {"subject_id": subject, "tenant_id": raw.get("tenant_id")} if subject is not None else {}
     why = verifier.refusal(raw, action, bound_hash if isinstance(bound_hash, str) else "")
     if why is not None:
         code = _CODES.get(why, "fact_malformed")

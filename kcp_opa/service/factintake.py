@@ -66,6 +66,8 @@ def post_fact(service: GateService, principal: Principal, attestation: Mapping[s
         subject_id=None if subject is None else canonical_id(str(subject)),
     )
     bound = {"action_hash": kept.action_hash} if kept.action_hash is not None else {"subject_id": kept.subject_id}
+    if "tenant_id" in attestation:
+        bound["tenant_id"] = str(attestation["tenant_id"])
     summary = {"fact_id": kept.fact_id, "fact": kept.fact, "value": attestation["value"], **bound}
     summary |= {"issuer": kept.issuer, "expires_at": kept.expires_at}
     if gate.audit is None:

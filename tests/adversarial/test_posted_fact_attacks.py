@@ -199,8 +199,30 @@ def test_a_row_written_into_the_store_without_the_issuers_key_never_counts(gate:
         for item in all_facts(forger, action_hash=action_hash(action)):
             db.execute(
                 "INSERT INTO posted_facts (fact_id, issuer, fact, action_hash, subject_id, issued_at, expires_at,"
-                " document, posted_at) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, '2026-01-01T00:00:00Z')",
+                " document, posted_at, expires_epoch) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, '2026-01-01T00:00:00Z',"
+                " 4102444800)",
                 (canonical_hash(item), FACT_ISSUER, item["fact"], item["action_hash"], item["issued_at"],
                  item["expires_at"], json.dumps(item)),
             )  # fmt: skip
     still_missing(gate, action)
+
+
+def test_a_subject_fact_bound_to_a_tenant_never_counts_for_the_same_subject_in_another(
+    gate: dict[str, Any],
+) -> None:
+    """A subject id one tenant uses may be another person in the next: a fact the issuer bound to
+    tenant_other's user never counts for tenant_demo's user of the same id, and the tenant it
+    names cannot be changed after signing."""
+    ours = {**payment(21), "subject_id": "user_021"}
+    ours["authorization_context"] = {**ACTION["authorization_context"], "requested_by": "user_021"}
+    for item in all_facts(gate["key"], subject_id="user_021", tenant_id="tenant_other"):
+        assert post(gate, ISSUER, item).status_code == 200
+        refused(gate, ISSUER, {**item, "tenant_id": "tenant_demo"}, 422, "fact_signature_invalid")
+    still_missing(gate, ours)
+    for item in all_facts(gate["key"], subject_id="user_021", tenant_id="tenant_demo"):
+        assert post(gate, ISSUER, item).status_code == 200
+    response = httpx2.post(
+        f"{gate['url']}/v1/decisions", json={"action": {**ours, "action_id": "act_attack_22"}},
+        headers={"Authorization": f"Bearer {AGENT}"}, timeout=60,
+    )  # fmt: skip
+    assert "context_missing" not in response.json()["reason_codes"], response.json()

@@ -43,6 +43,8 @@ def test_facts_sign_writes_the_attestation_the_gate_reads(tmp_path: Path, kit: d
     assert second.returncode == 0, second.stderr
     held = json.loads(out.read_text())
     assert held[0] == item and held[1]["subject_id"] == "user_1"  # added to the list, the first kept
+    tenant = _fact(kit, *common, "--subject", "user_1", "--tenant", "tenant_demo", "--expires-in", "1h")
+    assert tenant.returncode == 0 and json.loads(tenant.stdout)["tenant_id"] == "tenant_demo", tenant.stderr
     decided = run_cli(
         "decide", "-b", str(kit["bundle"]), "-i", str(kit["action"]), "--trust", str(kit["registry"]),
         "--principal", AGENT, "--region", "EU", "--attestations", str(out), "--now", NOW, "--format", "json",
@@ -63,6 +65,8 @@ def test_facts_sign_writes_the_attestation_the_gate_reads(tmp_path: Path, kit: d
         (["--value", "present", "--subject", "u", "--expires-in", "soon"], "--expires-in 'soon': a span such as 1h"),
         (["--value", "present", "--subject", "u", "--expires-at", "friday"], "--expires-at 'friday': an RFC 3339"),
         (["--value", "present", "--subject", "u", "--expires-in", "1h", "--kid", "nope"], "--kid nope is not in"),
+        (["--value", "present", "--action-hash", "sha256:" + "a" * 64, "--tenant", "t"], "--tenant binds a subject's"),
+        (["--value", "present", "--subject", "u", "--tenant", "bad tenant!"], "--tenant 'bad tenant!'"),
     ],
 )
 def test_facts_sign_mistakes_are_one_line_naming_what_to_fix(
