@@ -29,7 +29,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from netkit import free_port
 
 CLIENT_ID = "kcp-opa-ui"
-CLIENT_SECRET = "TEST-ONLY-client-secret-" + "x" * 16  # noqa: S105 - the test provider's
+ANNA = {"sub": "u-anna", "email": "anna@bank.example", "email_verified": True}
+CLIENT_SECRET = "TEST-ONLY-client-secret-" + "x" * 16
 #: A tamper hook: given the claims and header the provider would sign, returns the token to answer.
 Tamper = Callable[["Provider", dict[str, Any], dict[str, Any]], str]
 
@@ -38,7 +39,9 @@ Tamper = Callable[["Provider", dict[str, Any], dict[str, Any]], str]
 class Provider:
     """One provider; ``user`` is whom it signs in (its claims), ``redirect_uris`` the registered ones."""
 
-    user: dict[str, Any] = field(default_factory=lambda: {"sub": "u-anna", "email": "anna@bank.example", "email_verified": True})
+    user: dict[str, Any] = field(
+        default_factory=lambda: {"sub": "u-anna", "email": "anna@bank.example", "email_verified": True}
+    )
     redirect_uris: list[str] = field(default_factory=list)
     algorithm: str = "RS256"
     tamper: Tamper | None = None
@@ -62,10 +65,10 @@ class Provider:
             def log_message(self, *args: Any) -> None:
                 return
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 provider._get(self)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 provider._post(self)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
@@ -100,7 +103,9 @@ class Provider:
 
     # -- endpoints -----------------------------------------------------------------------------
 
-    def _answer(self, handler: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+    def _answer(
+        self, handler: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str] | None = None
+    ) -> None:
         raw = json.dumps(body).encode() if body is not None else b""
         handler.send_response(status)
         for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
@@ -173,7 +178,9 @@ class Provider:
         ):
             self._answer(handler, 400, {"error": "invalid_grant"})
             return
-        self._answer(handler, 200, {"access_token": "at", "token_type": "Bearer", "id_token": self.id_token(issued["nonce"])})
+        self._answer(
+            handler, 200, {"access_token": "at", "token_type": "Bearer", "id_token": self.id_token(issued["nonce"])}
+        )
 
 
 def follow_to_callback(authorization_url: str) -> str:
