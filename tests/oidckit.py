@@ -210,3 +210,19 @@ def secret_file(path: Any) -> Any:
     path.write_text(CLIENT_SECRET)
     path.chmod(0o600)
     return path
+
+
+def oidc_args(work: Any, provider: Provider) -> list[str]:
+    """`kcp-opa serve`'s single sign-on options for ``provider`` (secret in a 0600 file, users file)."""
+    return [
+        "--oidc-issuer", provider.issuer, "--oidc-client-id", CLIENT_ID,
+        "--oidc-client-secret-file", str(secret_file(work / "oidc-secret")),
+        "--oidc-users", str(users_file(work / "oidc-users.json")),
+    ]  # fmt: skip
+
+
+def sign_on_over_http(client: Any, url: str) -> Any:
+    """A sign-on without a browser (httpx2 ``client`` keeps the cookies): start, the provider, the callback."""
+    started = client.get(f"{url}/ui/sso/start")
+    assert started.status_code == 303, started.text
+    return client.get(follow_to_callback(started.headers["location"]))
