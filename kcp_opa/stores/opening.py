@@ -131,6 +131,7 @@ def migrate(location: str | Path) -> dict[str, int]:
         stores.decisions,
         stores.counters,
         stores.facts,
+        open_session_store(location),  # the UI's sessions, in the same store
     ):
         version = getattr(store, "schema_version", None)
         if callable(version):
