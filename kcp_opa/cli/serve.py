@@ -185,9 +185,10 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
         raise click.UsageError(str(exc)) from None
     if config.otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
+    sso_settings = _sso_settings(config)  # its files read before the bundle is loaded: a bad one fails fast
     service = open_service(config)
     _say_unsignable(service)
-    sso = _single_sign_on(config, service) if config.transport == "http" else None
+    sso = _single_sign_on(sso_settings, service)
     authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle.data))
     reloader = Reloader(service, config, authenticator=authenticator, callers=callers)
     _on_sighup(reloader)
@@ -265,16 +266,25 @@ def _serve_stdio(service: Any, authenticator: Any, catalog: Any) -> None:
     run_stdio(build_server(service, lambda ctx: principal, catalog), service)
 
 
-def _single_sign_on(config: Any, service: Any) -> Any:
-    """The UI's relying party (None without --oidc-issuer), its users checked against the registry."""
-    from kcp_opa.service.oidc import OidcConfigError, RelyingParty, check_principals, settings_from
+def _sso_settings(config: Any) -> Any:
+    """The UI's single sign-on settings (None without --oidc-issuer); a bad file is a usage error."""
+    from kcp_opa.service.oidc import OidcConfigError, settings_from
 
     try:
-        settings = settings_from(
+        return settings_from(
             config.oidc_issuer, config.oidc_client_id, config.oidc_client_secret_file, config.oidc_users
         )
-        if settings is None:
-            return None
+    except OidcConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _single_sign_on(settings: Any, service: Any) -> Any:
+    """The UI's relying party (None without settings), every principal its users file names checked in --trust."""
+    from kcp_opa.service.oidc import OidcConfigError, RelyingParty, check_principals
+
+    if settings is None:
+        return None
+    try:
         check_principals(settings, service.registry)
     except OidcConfigError as exc:
         raise click.UsageError(str(exc)) from None
