@@ -126,14 +126,19 @@ def read_client_secret(path: Path | None) -> str | None:
     return secret
 
 
-def fetch_json(url: str, data: bytes | None = None, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One JSON document from the provider (5 s, 1 MiB); OidcUnavailable for anything else."""
+def fetch_json(
+    url: str, data: bytes | None = None, headers: Mapping[str, str] | None = None, *, refusal: bool = False
+) -> dict[str, Any]:
+    """One JSON document from the provider (5 s, 1 MiB); OidcUnavailable for anything else, but with
+    ``refusal`` (the code exchange) a 4xx answer is the provider refusing: OidcRefused."""
     request = urllib.request.Request(url, data=data, headers={"Accept": "application/json", **(headers or {})})  # noqa: S310 - the issuer's https (or loopback) URL
     try:
         with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310
             body = response.read(MAX_DOCUMENT_BYTES + 1)
     except urllib.error.HTTPError as exc:
         detail = exc.read(2048).decode("utf-8", "replace")
+        if refusal and 400 <= exc.code < 500:
+            raise OidcRefused(f"the identity provider refused the code ({exc.code}): {detail[:200]}") from None
         raise OidcUnavailable(f"the identity provider answered {exc.code} at {url[:200]}: {detail[:200]}") from None
     except (OSError, ValueError) as exc:
         raise OidcUnavailable(f"the identity provider cannot be reached at {url[:200]}: {exc}") from None
@@ -222,7 +227,8 @@ class RelyingParty:
         else:  # client_secret_basic (RFC 6749 2.3.1: each part form-encoded first)
             pair = f"{urllib.parse.quote(self.settings.client_id, safe='')}:{urllib.parse.quote(secret, safe='')}"
             headers["Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
-        answer = fetch_json(self._endpoint("token_endpoint"), urllib.parse.urlencode(form).encode("ascii"), headers)
+        body = urllib.parse.urlencode(form).encode("ascii")
+        answer = fetch_json(self._endpoint("token_endpoint"), body, headers, refusal=True)
         token = answer.get("id_token")
         if not isinstance(token, str):
             raise OidcRefused("the identity provider's token answer has no id_token")

@@ -22,7 +22,6 @@ Also here, for the same inbox: ``GET /v1/challenges?addressed_to=me``.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
@@ -115,11 +114,8 @@ class Ui:
         self.sso = None if sso is None else SingleSignOn(service, sso, self.sessions, self.login_page, public_url)
 
     async def _signed_in(self, request: Request) -> tuple[Session, Principal] | None:
-        try:
-            session = await anyio.to_thread.run_sync(self.sessions.get, request.cookies.get(COOKIE))
-        except StoreError as exc:  # sessions cannot be read: signed out (fail closed), said in the log
-            _log.error("ui_sessions_unavailable", error=str(exc))
-            return None
+        # a store that cannot answer raises StoreUnavailableError: the 503 page (ui_routes' guard), never "signed out"
+        session = await anyio.to_thread.run_sync(self.sessions.get, request.cookies.get(COOKIE))
         principal = await anyio.to_thread.run_sync(self._principal, session.record) if session is not None else None
         if session is None or principal is None:
             return None
@@ -209,8 +205,8 @@ class Ui:
             await self._bad_form(signed[1] if signed else None, "/ui/logout", exc)
             form = {}  # not signed out: the session's CSRF token did not arrive
         if signed is not None and _same_origin(request) and _csrf_ok(signed[0].csrf, form.get("csrf")):
-            with contextlib.suppress(StoreError):  # the cookie is deleted below in any case
-                await anyio.to_thread.run_sync(self.sessions.close, request.cookies.get(COOKIE))
+            # a store that cannot delete it is the 503 page: never "signed out" while other replicas accept it
+            await anyio.to_thread.run_sync(self.sessions.close, request.cookies.get(COOKIE))
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(COOKIE, path="/ui")
         return _secure_headers(response)
@@ -366,8 +362,18 @@ def ui_routes(
             return JSONResponse(payload, status_of(payload["code"]))
         return JSONResponse(found)
 
+    def guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except StoreUnavailableError as exc:  # the sessions cannot be read: an outage page, audited
+                await anyio.to_thread.run_sync(service.refuse, None, request.url.path, exc)
+                return _html(uipages.page("Unavailable", uipages.unavailable(error_payload(exc))), 503)
+
+        return run
+
     def get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
-        return Route(path, endpoint, methods=["GET"])
+        return Route(path, guarded(endpoint), methods=["GET"])
 
     single = [] if ui.sso is None else [get("/ui/sso/start", ui.sso.start), get("/ui/sso/callback", ui.sso.callback)]
 
@@ -375,12 +381,12 @@ def ui_routes(
         Route("/v1/challenges", RequireAuth(endpoint_app(challenges), service, "/v1/challenges"), methods=["GET"]),
         get("/ui", ui.home),
         get("/ui/login", ui.login_page),
-        Route("/ui/login", ui.login, methods=["POST"]),
-        Route("/ui/logout", ui.logout, methods=["POST"]),
+        Route("/ui/login", guarded(ui.login), methods=["POST"]),
+        Route("/ui/logout", guarded(ui.logout), methods=["POST"]),
         get("/ui/dashboard", ui.dashboard),
         get("/ui/report", ui.report),
         get("/ui/inbox", ui.inbox),
-        Route("/ui/challenges/{challenge_id}/answer", ui.answer, methods=["POST"]),
+        Route("/ui/challenges/{challenge_id}/answer", guarded(ui.answer), methods=["POST"]),
         get("/ui/static/ui.css", ui.stylesheet),
         *single,
     ]
