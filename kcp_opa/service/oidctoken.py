@@ -2,8 +2,8 @@
 
 An ID token is believed only when every one of these holds: its algorithm is RS256 or ES256
 (never ``none``, never an HMAC keyed with the provider's public key) and matches the key it
-names; the key is in the provider's JWKS (fetched from discovery's ``jwks_uri``, cached, and
-fetched again for an unknown ``kid`` at most once a minute); the signature verifies; ``iss`` is
+names; the key is in the provider's JWKS (fetched from discovery's ``jwks_uri``, kept an hour,
+and fetched again for an unknown ``kid`` at most once a minute); the signature verifies; ``iss`` is
 the configured issuer exactly; ``aud`` holds this client (with ``azp`` this client when it holds
 others); ``exp`` is in the future and ``iat`` neither in the future nor older than ten minutes,
 each within a minute's skew; ``nonce`` is the one this sign-on sent (compared in constant time).
@@ -29,6 +29,8 @@ SKEW_SECONDS = 60
 MAX_AGE_SECONDS = 600
 #: An unknown ``kid`` makes the JWKS be fetched again, at most this often (a flood of made-up kids is one fetch).
 REFETCH_SECONDS = 60.0
+#: The JWKS is fetched again after this long whatever the tokens name (withdrawn keys stop counting).
+KEYS_SECONDS = 3600.0
 
 
 class OidcRefused(CodedError):
@@ -69,6 +71,8 @@ class KeySet:
     def key(self, kid: str | None, algorithm: str) -> jwt.PyJWK:
         """The key ``kid`` names for ``algorithm`` (its type must fit it); OidcRefused if there is none."""
         with self._lock:
+            if self._fetched_at is None or time.monotonic() - self._fetched_at >= KEYS_SECONDS:
+                self._load()  # a key the provider withdrew is trusted at most an hour longer
             found = self._find(kid, algorithm)
             stale = self._fetched_at is None or time.monotonic() - self._fetched_at >= self._refetch
             if found is None and stale:  # a rotated key: fetch again, at most once per REFETCH_SECONDS

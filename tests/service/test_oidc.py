@@ -120,3 +120,15 @@ def test_an_unlisted_person_is_refused(provider: Provider) -> None:
     with pytest.raises(OidcRefused, match="not listed") as refused:
         sign_on(party(provider))
     assert refused.value.code == "sso_unknown_user"
+
+
+def test_the_keys_are_fetched_again_after_an_hour(provider: Provider, monkeypatch: Any) -> None:
+    """A key the provider withdrew stops counting within an hour, without any unknown kid."""
+    import kcp_opa.service.oidctoken as oidctoken
+
+    rp = party(provider)
+    sign_on(rp)
+    assert provider.jwks_fetches == 1
+    monkeypatch.setattr(oidctoken, "KEYS_SECONDS", 0.0)
+    sign_on(rp)
+    assert provider.jwks_fetches == 2
