@@ -77,6 +77,9 @@ def test_a_person_signs_in_through_the_provider_and_every_replica_knows_them(
     browser.get(f"{first['url']}/ui/inbox")
     assert browser.current_url.endswith("/ui/login")  # signed out everywhere
 
-    _sign_in(browser, first, "auditor")  # the token sign-in beside single sign-on
+    _sign_in(browser, first, "auditor")  # the token sign-in beside single sign-on, shared alike
+    assert browser.current_url.endswith("/ui/dashboard")
+    assert "auditor_ada" in browser.find_element(By.TAG_NAME, "header").text
+    browser.get(f"{other['url']}/ui/dashboard")
     assert browser.current_url.endswith("/ui/dashboard")
     assert "auditor_ada" in browser.find_element(By.TAG_NAME, "header").text
