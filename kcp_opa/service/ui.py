@@ -122,10 +122,11 @@ class Ui:
         return session, principal
 
     def _principal(self, record: UiSession) -> Principal | None:
-        """Who a session is now: its token's principal, or the registry's principal for a sign-on."""
+        """Who a session is now: its token's principal, or for a sign-on the principal this service's
+        users file still maps the person to, as the registry has it now."""
         if record.via == "token":
             return self.authenticator.hashed(record.subject)
-        if record.via == "oidc" and self.sso is not None:
+        if record.via == "oidc" and self.sso is not None and self.sso.maps(record.identity, record.subject):
             return sso_principal(self.service, record.subject)
         return None
 

@@ -24,7 +24,7 @@ from starlette.responses import RedirectResponse, Response
 
 from kcp_opa.core.errors import KcpOpaError, LedgerError, StoreError
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import Principal
+from kcp_opa.service.identity import Principal, canonical_id
 from kcp_opa.service.issuing import IssuerConfigError, bundle_approver_roles, registry_principal
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.oidctoken import OidcRefused, OidcUnavailable
@@ -71,6 +71,12 @@ class SingleSignOn:
     ) -> None:
         self.service, self.party, self.sessions = service, party, sessions
         self.login_page, self.public_url = login_page, public_url
+
+    def maps(self, identity: str, principal_id: str) -> bool:
+        """Whether this service's users file maps ``identity`` to ``principal_id`` (a session opened by a
+        replica with another users file, or before a restart with a changed one, counts only if it does)."""
+        mapped = self.party.settings.users.get(identity)
+        return mapped is not None and canonical_id(mapped) == canonical_id(principal_id)
 
     def redirect_uri(self, request: Request) -> str:
         origin = self.public_url or f"{request.url.scheme}://{request.headers.get('host', '')}"

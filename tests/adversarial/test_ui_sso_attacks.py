@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 from netkit import free_port
-from oidckit import ANNA, Provider, follow_to_callback, oidc_args, sign_on_over_http
+from oidckit import ANNA, Provider, follow_to_callback, oidc_args, sign_on_over_http, users_file
 from uikit import ui_servers
 
 from kcp_opa.trail.ledger import read_entries
@@ -135,3 +135,24 @@ def test_a_signed_in_session_is_the_mapped_principal_and_ends_at_sign_out(settin
     assert again.status_code == 303 and again.headers["location"] == "/ui/login"  # the old cookie is dead
     notes = [e for _, e in read_entries(setting["ledger"]) if e["type"] == "note" and e["note"] == "ui.sign_in"]
     assert notes[-1]["principal"]["id"] == "treasury_approver_anna" and notes[-1]["detail"]["via"] == "oidc"
+
+
+def test_a_replica_whose_users_file_no_longer_lists_the_person_refuses_their_session(
+    setting: dict[str, Any], tmp_path: Path
+) -> None:
+    """Guard: a sign-on session counts only while this service's users file maps the person to its
+    principal (a replica rolled out with the person removed, or a restart with a changed file, ends
+    the session at once rather than at its lifetime)."""
+    work = setting["ledger"].parent
+    url = setting["server"]["url"]
+    with _client() as client:
+        assert sign_on_over_http(client, url).status_code == 200
+        cookie = client.cookies["kcp_ui"]
+    assert httpx2.get(f"{url}/ui/inbox", cookies={"kcp_ui": cookie}, timeout=60).status_code == 200
+    users = users_file(tmp_path / "users.json", users={"ada@bank.example": "auditor_ada"})  # anna removed
+    args = oidc_args(tmp_path, setting["provider"])
+    args[args.index("--oidc-users") + 1] = str(users)
+    shared = {"store": str(work / "service.db"), "ledger": str(work / "ledger.jsonl")}
+    with ui_servers(tmp_path, **shared, extra=args) as (rolled_out,):
+        page = httpx2.get(f"{rolled_out['url']}/ui/inbox", cookies={"kcp_ui": cookie}, timeout=60)
+        assert page.status_code == 303 and page.headers["location"] == "/ui/login"
