@@ -129,6 +129,23 @@ from kcp_opa.core.errors import KcpOpaError
     help="The origin gateways reach this server at (https://pdp.example.com): the AuthZEN metadata names it "
     "as the policy decision point [default: the URL each request reached].",
 )
+@click.option(
+    "--oidc-issuer",
+    metavar="URL",
+    help="UI single sign-on: the OpenID Connect provider (https; its /.well-known/openid-configuration is read). "
+    "Needs --trust, --oidc-client-id and --oidc-users.",
+)
+@click.option("--oidc-client-id", metavar="ID", help="With --oidc-issuer: this service's client id at the provider.")
+@file_option(
+    "--oidc-client-secret-file",
+    help="With --oidc-issuer: a file (mode 0600) holding the client secret; else $KCP_OPA_OIDC_CLIENT_SECRET; "
+    "neither: a public client (PKCE only). Register <origin>/ui/sso/callback as the redirect URI.",
+)
+@file_option(
+    "--oidc-users",
+    help='With --oidc-issuer: JSON {"claim": "email"|"sub", "users": {"<claim value>": "<principal id>"}}: who may '
+    "sign in, as which registered principal (its roles from --trust); anyone else is refused.",
+)
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
@@ -145,6 +162,9 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
     and keyrings and swaps them in only if they all load; replicas share --store and --keyring.
     --bundle-source polls for new bundle versions and reloads each (verified with
     --verification-key); a version that does not load keeps the old one serving (GET /v1/status).
+    The UI at /ui signs in with a token, or with --oidc-issuer through your OpenID Connect provider
+    (authorization code + PKCE): --oidc-users maps each person to a registered principal. UI
+    sessions live in --store, so replicas on one PostgreSQL share them.
     """
     from kcp_opa.service import tools
     from kcp_opa.service.config import ServiceConfig, ServiceConfigError
@@ -165,8 +185,10 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
         raise click.UsageError(str(exc)) from None
     if config.otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
+    sso_settings = _sso_settings(config)  # its files read before the bundle is loaded: a bad one fails fast
     service = open_service(config)
     _say_unsignable(service)
+    sso = _single_sign_on(sso_settings, service)
     authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle.data))
     reloader = Reloader(service, config, authenticator=authenticator, callers=callers)
     _on_sighup(reloader)
@@ -184,7 +206,7 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
         if config.transport == "stdio":
             _serve_stdio(service, authenticator, catalog)
         else:
-            _serve_http(service, authenticator, config, reloader, catalog)
+            _serve_http(service, authenticator, config, reloader, catalog, sso)
     finally:
         _checkpoint_on_exit(service)
 
@@ -244,10 +266,36 @@ def _serve_stdio(service: Any, authenticator: Any, catalog: Any) -> None:
     run_stdio(build_server(service, lambda ctx: principal, catalog), service)
 
 
-def _serve_http(service: Any, authenticator: Any, config: Any, reloader: Any, catalog: Any) -> None:
+def _sso_settings(config: Any) -> Any:
+    """The UI's single sign-on settings (None without --oidc-issuer); a bad file is a usage error."""
+    from kcp_opa.service.oidc import OidcConfigError, settings_from
+
+    try:
+        return settings_from(
+            config.oidc_issuer, config.oidc_client_id, config.oidc_client_secret_file, config.oidc_users
+        )
+    except OidcConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _single_sign_on(settings: Any, service: Any) -> Any:
+    """The UI's relying party (None without settings), every principal its users file names checked in --trust."""
+    from kcp_opa.service.oidc import OidcConfigError, RelyingParty, check_principals
+
+    if settings is None:
+        return None
+    try:
+        check_principals(settings, service.registry)
+    except OidcConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    return RelyingParty(settings)
+
+
+def _serve_http(service: Any, authenticator: Any, config: Any, reloader: Any, catalog: Any, sso: Any) -> None:
     import uvicorn
 
     from kcp_opa.service.http import build_app
+    from kcp_opa.stores.opening import open_session_store
 
     host, port = config.host, config.port
     click.echo(f"kcp-opa: serving MCP at http://{host}:{port}/mcp and the JSON API at /v1", err=True)
@@ -260,5 +308,7 @@ def _serve_http(service: Any, authenticator: Any, config: Any, reloader: Any, ca
         catalog=catalog,
         authzen_obligations=enforced,
         public_url=config.public_url,
+        sessions=open_session_store(config.store),  # replicas on one store share the UI's sessions
+        sso=sso,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")

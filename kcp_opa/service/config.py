@@ -84,6 +84,12 @@ class ServiceConfig:
     #: The origin gateways reach this PDP at (AuthZEN metadata's ``policy_decision_point``); None:
     #: the URL each request reached.
     public_url: str | None = None
+    #: The UI's single sign-on (kcp_opa.service.oidc): the OpenID provider, this client, its secret
+    #: (a 0600 file; else $KCP_OPA_OIDC_CLIENT_SECRET) and the users file (claim value -> principal id).
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret_file: Path | None = None
+    oidc_users: Path | None = None
 
     def __post_init__(self) -> None:
         if self.public_url is not None and _ORIGIN.fullmatch(self.public_url) is None:
@@ -101,6 +107,15 @@ class ServiceConfig:
             raise ServiceConfigError("--exceptions needs --trust (the registry names their issuers and grantors)")
         if self.trust is not None and (not self.issuer_ids or self.issuer_keyring is None):
             raise ServiceConfigError("--trust needs --issuer-id and --issuer-keyring (or $KCP_OPA_ISSUER_KEYRING)")
+        if self.oidc_issuer is None and (self.oidc_client_id or self.oidc_client_secret_file or self.oidc_users):
+            raise ServiceConfigError("--oidc-client-id, --oidc-client-secret-file and --oidc-users need --oidc-issuer")
+        if self.oidc_issuer is not None and (
+            self.transport != "http" or self.trust is None or not self.oidc_client_id or self.oidc_users is None
+        ):
+            raise ServiceConfigError(
+                "--oidc-issuer needs --transport http, --trust (the principals' roles), --oidc-client-id and"
+                " --oidc-users"
+            )
         if self.keyring is not None and self.signing_key is not None:
             raise ServiceConfigError("give --keyring or --signing-key, not both")
         for option, fact_name, value in (

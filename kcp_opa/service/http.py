@@ -44,10 +44,12 @@ from kcp_opa.service.httpedge import (
 from kcp_opa.service.identity import Authenticator
 from kcp_opa.service.mcpserver import build_server
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, health, span
+from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
 from kcp_opa.service.refusals import status_of
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
+from kcp_opa.stores.protocols import SessionStore
 
 __all__ = ["build_app"]
 
@@ -130,11 +132,14 @@ def build_app(
     catalog: Catalog | None = None,
     authzen_obligations: frozenset[str] = frozenset(),
     public_url: str | None = None,
+    sessions: SessionStore | None = None,
+    sso: RelyingParty | None = None,
 ) -> Starlette:
     """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests);
     ``catalog`` (default ``tools.CATALOG``) gives MCP's tools, the tool routes and the OpenAPI document;
     ``authzen_obligations`` the obligations the AuthZEN gateway enforces (``--authzen-obligation``),
-    ``public_url`` the origin gateways reach it at (``--public-url``)."""
+    ``public_url`` the origin gateways reach it at (``--public-url``); ``sessions`` where the UI keeps
+    its sessions (the service's store; default this process's memory), ``sso`` the UI's single sign-on."""
     served = catalog or tools.CATALOG
     server = build_server(service, lambda ctx: principal_of(ctx.request), served)
     security = None
@@ -212,7 +217,8 @@ def build_app(
         admin("/v1/admin/mode", mode),
         _route(service, served, OPA_ROUTE, "post", "opa_decision", _opa_input),
         *(_tool_route(service, served, tool) for tool in served if tool.route is not None),
-        *ui_routes(service, authenticator, served),  # /ui and GET /v1/challenges (ui.py)
+        # /ui and GET /v1/challenges (ui.py)
+        *ui_routes(service, authenticator, served, sessions=sessions, sso=sso, public_url=public_url),
         *authzen_routes(service, served, authzen_obligations, public_url),  # /access/v1/..., metadata (authzenhttp.py)
     ]
     return Starlette(

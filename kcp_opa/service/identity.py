@@ -132,6 +132,10 @@ class Authenticator(Protocol):
         """The principal a bearer token belongs to, or None (unknown tokens are not errors)."""
         ...
 
+    def hashed(self, hashed: str) -> Principal | None:
+        """The principal of the token whose :func:`token_hash` is ``hashed`` (a UI session keeps only that)."""
+        ...
+
 
 def token_hash(token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
@@ -160,7 +164,10 @@ class StaticAuthenticator:
         return self._stdio
 
     def bearer(self, token: str) -> Principal | None:
-        presented = token_hash(token).encode("ascii")
+        return self.hashed(token_hash(token))
+
+    def hashed(self, hashed: str) -> Principal | None:
+        presented = hashed.encode("utf-8")
         found: Principal | None = None
         for stored, principal in self._hashed:  # no early exit: every hash is compared
             if hmac.compare_digest(stored, presented):

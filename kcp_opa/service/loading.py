@@ -306,3 +306,6 @@ class SwappableAuthenticator:
 
     def bearer(self, token: str) -> Principal | None:
         return self.current.bearer(token)
+
+    def hashed(self, hashed: str) -> Principal | None:
+        return self.current.hashed(hashed)

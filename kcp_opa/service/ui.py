@@ -1,8 +1,10 @@
 """The service's UI at ``/ui`` (same port): sign-in, a live dashboard, an approvals inbox.
 
-Sign-in takes the principal's bearer token; the session (uisession) keeps the token in memory
-only and re-resolves it on every request, so a token revoked by a reload ends its sessions at
-once.
+Sign-in takes the principal's bearer token, or with ``--oidc-issuer`` goes through the
+identity provider (uisso, oidc). The session (uisession) is kept in the service's store, shared
+by replicas, as the token's hash or the principal the users file maps the person to, and is
+re-resolved on every request, so a token revoked or a principal removed by a reload ends its
+sessions at once.
 
 Views follow the principal's scopes: ``read`` sees the dashboard and the report, read through
 the ledger's own snapshot whichever backend holds it (uiledger; the ledger's location only for a
@@ -28,25 +30,36 @@ from typing import Any
 import anyio.to_thread
 import structlog
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreUnavailableError
+from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreError, StoreUnavailableError
 from kcp_opa.service import uipages
 from kcp_opa.service.catalog import Catalog, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
-from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope
+from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope, token_hash
 from kcp_opa.service.issuing import check_addressed
+from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.refusals import status_of
 from kcp_opa.service.uiledger import ledger_report, ledger_summary
-from kcp_opa.service.uisession import FormRefused, Session, Sessions, read_form, secure_cookie, session_seconds
-
-COOKIE = "kcp_ui"
-LOGIN_COOKIE = "kcp_ui_login"
-CSP = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+from kcp_opa.service.uisession import (
+    COOKIE,
+    FormRefused,
+    MemorySessionStore,
+    Session,
+    Sessions,
+    read_form,
+    secure_cookie,
+    session_seconds,
 )
+from kcp_opa.service.uisession import html as _html
+from kcp_opa.service.uisession import secure_headers as _secure_headers
+from kcp_opa.service.uisso import SingleSignOn, sso_principal
+from kcp_opa.stores.protocols import SessionStore
+from kcp_opa.stores.records import UiSession
+
+LOGIN_COOKIE = "kcp_ui_login"
 REPORT_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
@@ -73,19 +86,6 @@ def list_addressed(service: GateService, principal: Principal | None) -> dict[st
     return service.call(principal, "list_challenges", work)
 
 
-def _secure_headers(response: Response, csp: str = CSP) -> Response:
-    response.headers["Content-Security-Policy"] = csp
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "same-origin"  # no-referrer makes a browser send Origin: null
-    response.headers["X-Frame-Options"] = "DENY"
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
-def _html(text: str, status: int = 200, *, csp: str = CSP) -> Response:
-    return _secure_headers(HTMLResponse(text, status), csp)
-
-
 def _same_origin(request: Request) -> bool:
     """A browser's Origin (when sent) must be this server: a cross-site form post is refused."""
     origin = request.headers.get("origin")
@@ -99,16 +99,36 @@ def _csrf_ok(expected: str, given: str | None) -> bool:
 class Ui:
     """The /ui routes over one GateService and the service's authenticator."""
 
-    def __init__(self, service: GateService, authenticator: Authenticator, catalog: Catalog) -> None:
+    def __init__(
+        self,
+        service: GateService,
+        authenticator: Authenticator,
+        catalog: Catalog,
+        *,
+        sessions: SessionStore | None = None,
+        sso: RelyingParty | None = None,
+        public_url: str | None = None,
+    ) -> None:
         self.service, self.authenticator, self.catalog = service, authenticator, catalog
-        self.sessions = Sessions(session_seconds())
+        self.sessions = Sessions(sessions or MemorySessionStore(), session_seconds())
+        self.sso = None if sso is None else SingleSignOn(service, sso, self.sessions, self.login_page, public_url)
 
-    def _signed_in(self, request: Request) -> tuple[Session, Principal] | None:
-        session = self.sessions.get(request.cookies.get(COOKIE))
-        principal = self.authenticator.bearer(session.token) if session is not None else None
+    async def _signed_in(self, request: Request) -> tuple[Session, Principal] | None:
+        # a store that cannot answer raises StoreUnavailableError: the 503 page (ui_routes' guard), never "signed out"
+        session = await anyio.to_thread.run_sync(self.sessions.get, request.cookies.get(COOKIE))
+        principal = await anyio.to_thread.run_sync(self._principal, session.record) if session is not None else None
         if session is None or principal is None:
             return None
         return session, principal
+
+    def _principal(self, record: UiSession) -> Principal | None:
+        """Who a session is now: its token's principal, or for a sign-on the principal this service's
+        users file still maps the person to, as the registry has it now."""
+        if record.via == "token":
+            return self.authenticator.hashed(record.subject)
+        if record.via == "oidc" and self.sso is not None and self.sso.maps(record.identity, record.subject):
+            return sso_principal(self.service, record.subject)
+        return None
 
     def _links(self, principal: Principal) -> str:
         links = []
@@ -134,7 +154,7 @@ class Ui:
 
     async def login_page(self, request: Request, message: str = "", status: int = 200) -> Response:
         nonce = secrets.token_urlsafe(32)
-        response = _html(uipages.sign_in(nonce, message), status)
+        response = _html(uipages.sign_in(nonce, message, sso=self.sso is not None), status)
         response.set_cookie(
             LOGIN_COOKIE,
             nonce,
@@ -165,7 +185,11 @@ class Ui:
             refusal = AccessDeniedError("UI sign-in with an unknown token", "unauthenticated")
             await anyio.to_thread.run_sync(self._refuse, None, "/ui/login", refusal)
             return await self.login_page(request, "That token is not known to this service.", 401)
-        cookie, _ = self.sessions.open(token)
+        try:
+            cookie, _ = await anyio.to_thread.run_sync(self.sessions.open, UiSession("token", token_hash(token)))
+        except StoreError as exc:
+            await anyio.to_thread.run_sync(self._refuse, principal, "/ui/login", exc)
+            return await self.login_page(request, "Sessions cannot be kept right now; try again later.", 503)
         response = RedirectResponse("/ui", status_code=303)
         response.set_cookie(
             COOKIE, cookie, max_age=self.sessions.lifetime, path="/ui", httponly=True, samesite="strict",
@@ -175,14 +199,15 @@ class Ui:
         return _secure_headers(response)
 
     async def logout(self, request: Request) -> Response:
-        signed = self._signed_in(request)
+        signed = await self._signed_in(request)
         try:
             form = await read_form(request)
         except FormRefused as exc:
             await self._bad_form(signed[1] if signed else None, "/ui/logout", exc)
             form = {}  # not signed out: the session's CSRF token did not arrive
         if signed is not None and _same_origin(request) and _csrf_ok(signed[0].csrf, form.get("csrf")):
-            self.sessions.close(request.cookies.get(COOKIE))
+            # a store that cannot delete it is the 503 page: never "signed out" while other replicas accept it
+            await anyio.to_thread.run_sync(self.sessions.close, request.cookies.get(COOKIE))
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(COOKIE, path="/ui")
         return _secure_headers(response)
@@ -190,7 +215,7 @@ class Ui:
     # -- views ------------------------------------------------------------------------------------
 
     async def home(self, request: Request) -> Response:
-        signed = self._signed_in(request)
+        signed = await self._signed_in(request)
         if signed is None:
             return _secure_headers(RedirectResponse("/ui/login", status_code=303))
         session, principal = signed
@@ -221,7 +246,7 @@ class Ui:
         return await self._reader(request, "/ui/report", build)
 
     async def _reader(self, request: Request, what: str, build: Callable[[Session, Principal], Response]) -> Response:
-        signed = self._signed_in(request)
+        signed = await self._signed_in(request)
         if signed is None:
             return _secure_headers(RedirectResponse("/ui/login", status_code=303))
         session, principal = signed
@@ -241,7 +266,7 @@ class Ui:
         return self._page("Unavailable", uipages.unavailable(error_payload(exc)), session, principal, 503)
 
     async def inbox(self, request: Request) -> Response:
-        signed = self._signed_in(request)
+        signed = await self._signed_in(request)
         if signed is None:
             return _secure_headers(RedirectResponse("/ui/login", status_code=303))
         session, principal = signed
@@ -254,7 +279,7 @@ class Ui:
         return self._page("Inbox", uipages.inbox(found["challenges"], session.csrf), session, principal)
 
     async def answer(self, request: Request) -> Response:
-        signed = self._signed_in(request)
+        signed = await self._signed_in(request)
         if signed is None:
             return _secure_headers(RedirectResponse("/ui/login", status_code=303))
         session, principal = signed
@@ -313,9 +338,18 @@ class Ui:
         return response
 
 
-def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catalog) -> list[Route]:
-    """The /ui routes and ``GET /v1/challenges`` for ``build_app`` (answers go through ``catalog``)."""
-    ui = Ui(service, authenticator, catalog)
+def ui_routes(
+    service: GateService,
+    authenticator: Authenticator,
+    catalog: Catalog,
+    *,
+    sessions: SessionStore | None = None,
+    sso: RelyingParty | None = None,
+    public_url: str | None = None,
+) -> list[Route]:
+    """The /ui routes and ``GET /v1/challenges`` for ``build_app`` (answers go through ``catalog``);
+    sessions in ``sessions`` (the service's store), single sign-on through ``sso`` when given."""
+    ui = Ui(service, authenticator, catalog, sessions=sessions, sso=sso, public_url=public_url)
 
     async def challenges(request: Request) -> Response:
         if request.query_params.get("addressed_to") != "me":
@@ -329,18 +363,31 @@ def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catal
             return JSONResponse(payload, status_of(payload["code"]))
         return JSONResponse(found)
 
+    def guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except StoreUnavailableError as exc:  # the sessions cannot be read: an outage page, audited
+                await anyio.to_thread.run_sync(service.refuse, None, request.url.path, exc)
+                return _html(uipages.page("Unavailable", uipages.unavailable(error_payload(exc))), 503)
+
+        return run
+
     def get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
-        return Route(path, endpoint, methods=["GET"])
+        return Route(path, guarded(endpoint), methods=["GET"])
+
+    single = [] if ui.sso is None else [get("/ui/sso/start", ui.sso.start), get("/ui/sso/callback", ui.sso.callback)]
 
     return [
         Route("/v1/challenges", RequireAuth(endpoint_app(challenges), service, "/v1/challenges"), methods=["GET"]),
         get("/ui", ui.home),
         get("/ui/login", ui.login_page),
-        Route("/ui/login", ui.login, methods=["POST"]),
-        Route("/ui/logout", ui.logout, methods=["POST"]),
+        Route("/ui/login", guarded(ui.login), methods=["POST"]),
+        Route("/ui/logout", guarded(ui.logout), methods=["POST"]),
         get("/ui/dashboard", ui.dashboard),
         get("/ui/report", ui.report),
         get("/ui/inbox", ui.inbox),
-        Route("/ui/challenges/{challenge_id}/answer", ui.answer, methods=["POST"]),
+        Route("/ui/challenges/{challenge_id}/answer", guarded(ui.answer), methods=["POST"]),
         get("/ui/static/ui.css", ui.stylesheet),
+        *single,
     ]

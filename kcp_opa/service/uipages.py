@@ -56,10 +56,11 @@ def nav(links: Iterable[tuple[str, str]]) -> str:
     return "".join(f'<a href="{esc(href)}">{esc(label)}</a>' for href, label in links)
 
 
-def sign_in(csrf: str, message: str = "") -> str:
+def sign_in(csrf: str, message: str = "", *, sso: bool = False) -> str:
     note = f'<p class="bad" id="message">{esc(message)}</p>' if message else ""
+    single = '<p><a href="/ui/sso/start" id="sso">Sign in with single sign-on</a></p><p>Or</p>' if sso else ""
     body = (
-        "<h1>Sign in</h1><p>With the bearer token the service holds a hash of for your principal. "
+        f"<h1>Sign in</h1>{single}<p>With the bearer token the service holds a hash of for your principal. "
         "The session ends when you sign out, after its lifetime, or when the token is revoked.</p>"
         f'{note}<form method="post" action="/ui/login"><input type="hidden" name="csrf" value="{esc(csrf)}">'
         '<label>Token <input type="password" name="token" id="token" autocomplete="off" required></label> '

@@ -1,10 +1,14 @@
 """UI sessions, their cookie, and the forms the UI reads.
 
-The session cookie is random, HttpOnly, SameSite=Strict, Path=/ui, and Secure unless the page
-is served over plain HTTP on a loopback socket: a service bound to another address sends it
-only over TLS (or through a proxy uvicorn trusts to say https), fail-safe rather than a flag to
-remember. The server keeps the sha256 of the cookie, never the cookie, and a session lives
-``KCP_OPA_UI_SESSION_SECONDS`` (default 900) from sign-in, never longer.
+The session cookie is random (``secrets.token_urlsafe(32)``), HttpOnly, SameSite=Strict,
+Path=/ui, and Secure unless the page is served over plain HTTP on a loopback socket: a service
+bound to another address sends it only over TLS (or through a proxy uvicorn trusts to say
+https), fail-safe rather than a flag to remember. Sessions live in the service's store
+(:class:`~kcp_opa.stores.protocols.SessionStore`), keyed by the sha256 of the cookie, never the
+cookie: replicas on one database share them, so a user signed in on one replica is signed in on
+all, and a sign-out on one ends the session everywhere. A session lives
+``KCP_OPA_UI_SESSION_SECONDS`` (default 900) from sign-in, never longer. Its CSRF token is an
+HMAC of the cookie, so the store holds nothing a form could be forged from.
 
 A form is read through the service's capped reader: past 16 KiB it is refused before more is
 read (413), past 20 fields it is refused (400); the caller audits the refusal.
@@ -12,20 +16,43 @@ read (413), past 20 fields it is refused (400); the caller audits the refusal.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import hmac
 import os
 import secrets
 import threading
-import time
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
 
 from kcp_opa.core.errors import CodedError
+from kcp_opa.stores.protocols import SessionStore
+from kcp_opa.stores.records import PendingSignIn, UiSession
 
 MAX_FORM_BYTES = 16 * 1024
 MAX_FIELDS = 20
+_CSRF_LABEL = b"kcp-opa ui csrf"
+COOKIE = "kcp_ui"
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def secure_headers(response: Response, csp: str = CSP) -> Response:
+    """Every UI response's headers: a strict CSP (no script source), no sniffing, framing or caching."""
+    response.headers["Content-Security-Policy"] = csp
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"  # no-referrer makes a browser send Origin: null
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def html(text: str, status: int = 200, *, csp: str = CSP) -> Response:
+    return secure_headers(HTMLResponse(text, status), csp)
 
 
 def session_seconds() -> int:
@@ -33,48 +60,85 @@ def session_seconds() -> int:
     return max(5, min(int(raw), 8 * 3600)) if raw.isdigit() else 900
 
 
+def cookie_key(cookie: str) -> str:
+    """What the store keeps for a cookie (its sha256): a stolen store row is no cookie."""
+    return hashlib.sha256(cookie.encode("utf-8")).hexdigest()
+
+
 @dataclass(frozen=True)
 class Session:
-    token: str = ""
-    csrf: str = ""
-    expires: float = 0.0
+    """A session the browser presented: how it signed in (the stored record) and its CSRF token."""
+
+    record: UiSession
+    csrf: str
 
 
 class Sessions:
-    """Server-side sessions by the sha256 of their cookie value (the cookie itself is not kept)."""
+    """The UI's sessions over a :class:`SessionStore` (the cookie is never stored, only its hash)."""
 
-    def __init__(self, lifetime: int) -> None:
-        self.lifetime = lifetime
-        self._held: dict[str, Session] = {}
+    def __init__(self, store: SessionStore, lifetime: int) -> None:
+        self.store, self.lifetime = store, lifetime
+
+    @staticmethod
+    def _csrf(cookie: str) -> str:
+        return hmac.new(cookie.encode("utf-8"), _CSRF_LABEL, hashlib.sha256).hexdigest()
+
+    def open(self, record: UiSession) -> tuple[str, Session]:
+        """A new session for ``record``: the cookie to set (random) and the session. Raises StoreError."""
+        cookie = secrets.token_urlsafe(32)
+        self.store.open_session(cookie_key(cookie), record, self.lifetime)
+        return cookie, Session(record, self._csrf(cookie))
+
+    def get(self, cookie: str | None) -> Session | None:
+        """The unexpired session of ``cookie``, or None. Raises StoreError when the store cannot answer."""
+        if not cookie or len(cookie) > 256:
+            return None
+        record = self.store.session(cookie_key(cookie))
+        return Session(record, self._csrf(cookie)) if record is not None else None
+
+    def close(self, cookie: str | None) -> None:
+        if cookie and len(cookie) <= 256:
+            self.store.close_session(cookie_key(cookie))
+
+
+class MemorySessionStore:
+    """A :class:`SessionStore` in this process's memory: for an app built in-process without a
+    store (``build_app`` embedded); ``kcp-opa serve`` always keeps its sessions in its store."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, tuple[UiSession, dt.datetime]] = {}
+        self._pending: dict[str, tuple[PendingSignIn, dt.datetime]] = {}
         self._lock = threading.Lock()
 
     @staticmethod
-    def _key(cookie: str) -> str:
-        return hashlib.sha256(cookie.encode("utf-8")).hexdigest()
+    def _now() -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
 
-    def open(self, token: str) -> tuple[str, Session]:
-        cookie = secrets.token_urlsafe(32)
-        session = Session(token, secrets.token_urlsafe(32), time.monotonic() + self.lifetime)
+    def open_session(self, key: str, session: UiSession, lifetime_seconds: int) -> None:
         with self._lock:
-            now = time.monotonic()
-            self._held = {k: s for k, s in self._held.items() if s.expires > now}
-            self._held[self._key(cookie)] = session
-        return cookie, session
+            now = self._now()
+            self._sessions = {k: v for k, v in self._sessions.items() if v[1] > now}
+            self._sessions[key] = (session, now + dt.timedelta(seconds=lifetime_seconds))
 
-    def get(self, cookie: str | None) -> Session | None:
-        if not cookie:
-            return None
+    def session(self, key: str) -> UiSession | None:
         with self._lock:
-            session = self._held.get(self._key(cookie))
-            if session is not None and session.expires <= time.monotonic():
-                del self._held[self._key(cookie)]
-                return None
-        return session
+            held = self._sessions.get(key)
+        return held[0] if held is not None and held[1] > self._now() else None
 
-    def close(self, cookie: str | None) -> None:
-        if cookie:
-            with self._lock:
-                self._held.pop(self._key(cookie), None)
+    def close_session(self, key: str) -> None:
+        with self._lock:
+            self._sessions.pop(key, None)
+
+    def begin_sign_in(self, key: str, pending: PendingSignIn, lifetime_seconds: int) -> None:
+        with self._lock:
+            now = self._now()
+            self._pending = {k: v for k, v in self._pending.items() if v[1] > now}
+            self._pending[key] = (pending, now + dt.timedelta(seconds=lifetime_seconds))
+
+    def take_sign_in(self, key: str) -> PendingSignIn | None:
+        with self._lock:
+            held = self._pending.pop(key, None)
+        return held[0] if held is not None and held[1] > self._now() else None
 
 
 class FormRefused(CodedError):

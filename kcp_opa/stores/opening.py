@@ -19,6 +19,7 @@ from kcp_opa.stores.protocols import (
     ExecutorStore,
     FactStore,
     HandoffStore,
+    SessionStore,
 )
 from kcp_opa.stores.sqlite import (
     SQLiteChallengeStore,
@@ -130,8 +131,27 @@ def migrate(location: str | Path) -> dict[str, int]:
         stores.decisions,
         stores.counters,
         stores.facts,
+        open_session_store(location),  # the UI's sessions, in the same store
     ):
         version = getattr(store, "schema_version", None)
         if callable(version):
             versions[str(getattr(store, "component", type(store).__name__))] = int(version())
     return versions
+
+
+def open_session_store(location: str | Path) -> SessionStore:
+    """The UI's sessions at ``location`` (the service's store: replicas on one database share them)."""
+    if is_database(location):
+        _postgres()
+        from kcp_opa.stores.postgres import PostgresDatabase
+        from kcp_opa.stores.postgres.sessions import PostgresSessionStore
+
+        database = PostgresDatabase(str(location), max_size=4)
+        try:
+            return PostgresSessionStore(database)
+        except StoreError:
+            database.close()
+            raise
+    from kcp_opa.stores.sqlite.sessions import SQLiteSessionStore
+
+    return SQLiteSessionStore(Path(location))

@@ -19,11 +19,13 @@ from kcp_opa.stores.records import (
     Challenge,
     ExecutionRecord,
     LedgerSnapshot,
+    PendingSignIn,
     PostedFact,
     ReservationKey,
     StoredDecision,
     Transfer,
     TransferTotals,
+    UiSession,
 )
 
 T = TypeVar("T")
@@ -324,4 +326,32 @@ class FactStore(Protocol):
 
     def count(self) -> int:
         """How many posted facts are kept (for status and metrics)."""
+        ...
+
+
+class SessionStore(Protocol):
+    """UI sessions and single sign-ons under way, shared by every replica on the store.
+
+    Keys are the sha256 of the browser's cookie (the cookie itself is never stored); expiry is
+    the store's clock (the database's ``now()`` on PostgreSQL, so replicas agree).
+    """
+
+    def open_session(self, key: str, session: UiSession, lifetime_seconds: int) -> None:
+        """Keep ``session`` under ``key`` for ``lifetime_seconds`` (expired sessions are dropped)."""
+        ...
+
+    def session(self, key: str) -> UiSession | None:
+        """The unexpired session under ``key``, or None."""
+        ...
+
+    def close_session(self, key: str) -> None:
+        """Delete the session under ``key`` (sign-out): no replica accepts its cookie again."""
+        ...
+
+    def begin_sign_in(self, key: str, pending: PendingSignIn, lifetime_seconds: int) -> None:
+        """Keep a sign-on under way (the sha256 of its state) for ``lifetime_seconds``."""
+        ...
+
+    def take_sign_in(self, key: str) -> PendingSignIn | None:
+        """The unexpired sign-on under ``key``, deleted in the same statement: taken at most once."""
         ...

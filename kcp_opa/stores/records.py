@@ -297,3 +297,24 @@ def fact_row(fact: PostedFact) -> tuple[Any, ...]:
 def fact_of(row: Sequence[Any]) -> PostedFact:
     """A posted fact as the store reads it back."""
     return PostedFact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], json.loads(row[7]))
+
+
+@dataclass(frozen=True)
+class UiSession:
+    """A signed-in UI session as the store keeps it: what the service re-resolves on every request.
+
+    ``via`` ``token``: ``subject`` is the sha256 of the bearer token (never the token); ``oidc``:
+    the registered principal id the operator's mapping gave the signed-in ``identity``.
+    """
+
+    via: str
+    subject: str
+    identity: str = ""
+
+
+@dataclass(frozen=True)
+class PendingSignIn:
+    """A single sign-on begun and not yet finished: the ID token's nonce and the PKCE verifier."""
+
+    nonce: str
+    verifier: str

@@ -244,3 +244,39 @@ def facts_bound(dialect: Dialect, column: str) -> str:
         f"SELECT {FACT_COLUMNS} FROM posted_facts WHERE {column} = {dialect.param}"  # noqa: S608
         f" ORDER BY issued_at DESC LIMIT {dialect.param}"
     )
+
+
+def session_tables(dialect: Dialect) -> tuple[str, ...]:
+    """UI sessions and single sign-ons under way, each keyed by the sha256 of its cookie (never the cookie)."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS ui_sessions (
+    session_key TEXT PRIMARY KEY,
+    via TEXT NOT NULL CHECK (via IN ('token', 'oidc')),
+    subject TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    expires_at {dialect.time} NOT NULL
+)""",
+        "CREATE INDEX IF NOT EXISTS ui_sessions_expiry ON ui_sessions (expires_at)",
+        f"""CREATE TABLE IF NOT EXISTS ui_sign_ins (
+    state_key TEXT PRIMARY KEY,
+    nonce TEXT NOT NULL,
+    verifier TEXT NOT NULL,
+    expires_at {dialect.time} NOT NULL
+)""",
+        "CREATE INDEX IF NOT EXISTS ui_sign_ins_expiry ON ui_sign_ins (expires_at)",
+    )
+
+
+def session_statements(dialect: Dialect, now: str, later: str) -> dict[str, str]:
+    """The session statements, with ``now`` (the clock) and ``later`` (the clock plus a lifetime)
+    spelled by the backend: a parameter on SQLite, the database's own ``now()`` on PostgreSQL."""
+    p = dialect.param
+    return {
+        "purge": f"DELETE FROM ui_sessions WHERE expires_at <= {now}",  # noqa: S608 - constants
+        "open": f"INSERT INTO ui_sessions (session_key, via, subject, identity, expires_at) VALUES ({p}, {p}, {p}, {p}, {later})",  # noqa: S608, E501
+        "get": f"SELECT via, subject, identity FROM ui_sessions WHERE session_key = {p} AND expires_at > {now}",  # noqa: S608
+        "close": f"DELETE FROM ui_sessions WHERE session_key = {p}",  # noqa: S608
+        "purge_pending": f"DELETE FROM ui_sign_ins WHERE expires_at <= {now}",  # noqa: S608
+        "begin": f"INSERT INTO ui_sign_ins (state_key, nonce, verifier, expires_at) VALUES ({p}, {p}, {p}, {later})",  # noqa: S608
+        "take": f"DELETE FROM ui_sign_ins WHERE state_key = {p} AND expires_at > {now} RETURNING nonce, verifier",  # noqa: S608
+    }

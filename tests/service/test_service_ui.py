@@ -143,21 +143,6 @@ def test_the_app_serves_exactly_the_v1_routes_openapi_describes() -> None:
     assert served == set(routes(CATALOG))
 
 
-def test_a_session_ends_at_its_lifetime() -> None:
-    import time
-
-    from kcp_opa.service.ui import Sessions
-
-    sessions = Sessions(lifetime=1)
-    cookie, session = sessions.open("token")
-    assert sessions.get(cookie) == session and sessions.get("another") is None
-    time.sleep(1.1)
-    assert sessions.get(cookie) is None
-    cookie, _ = sessions.open("token")
-    sessions.close(cookie)
-    assert sessions.get(cookie) is None
-
-
 def test_the_session_cookie_is_secure_unless_plain_http_on_a_loopback_socket() -> None:
     """Fail-safe: a service bound to another address never sends the session cookie in clear."""
     from starlette.requests import Request

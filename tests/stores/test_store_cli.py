@@ -21,6 +21,7 @@ def test_store_migrate_creates_reports_and_refuses_a_newer_schema(backend: Backe
         "decisions": 1,
         "counters": 1,
         "facts": 1,
+        "ui_sessions": 1,
     }
     assert run_cli("store", "migrate", "--store", backend.location).returncode == 0  # idempotent
     backend.set_schema_version("decisions", 5)

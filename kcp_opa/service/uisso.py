@@ -1,0 +1,161 @@
+"""The UI's single sign-on routes: ``/ui/sso/start`` sends the browser to the identity provider,
+``/ui/sso/callback`` takes it back and opens a session (oidc.py is the relying party).
+
+The sign-on's state goes to the browser in a cookie (HttpOnly, Path=/ui/sso, SameSite=Lax so it
+comes back on the provider's top-level redirect) and, hashed, to the store with the nonce and
+the PKCE verifier, so the callback may reach any replica. The callback opens a session only
+when the returned state equals the cookie's (constant time), the store still holds the sign-on
+(taken once, within ten minutes), the code exchange and the ID token check pass, the users file
+maps the person to a principal and the registry knows that principal. Anything else is a
+sign-in page saying what happened, an audited refusal, and no session; a provider that cannot
+be reached is a 503 page. The session cookie is SameSite=Strict, so the callback answers with a
+page that moves on to /ui from this site rather than a redirect the provider's navigation owns.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+import anyio.to_thread
+import structlog
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from kcp_opa.core.errors import KcpOpaError, LedgerError, StoreError
+from kcp_opa.service.desk import GateService
+from kcp_opa.service.identity import Principal, canonical_id
+from kcp_opa.service.issuing import IssuerConfigError, bundle_approver_roles, registry_principal
+from kcp_opa.service.oidc import RelyingParty
+from kcp_opa.service.oidctoken import OidcRefused, OidcUnavailable
+from kcp_opa.service.uipages import esc
+from kcp_opa.service.uisession import COOKIE, Sessions, cookie_key, html, secure_cookie, secure_headers
+from kcp_opa.stores.records import PendingSignIn, UiSession
+
+STATE_COOKIE = "kcp_ui_sso"
+PENDING_SECONDS = 600
+LoginPage = Callable[[Request, str, int], Awaitable[Response]]
+_log = structlog.get_logger(__name__)
+
+
+def sso_principal(service: GateService, principal_id: str) -> Principal | None:
+    """The registered principal a single sign-on session is, as the registry says now (None: gone)."""
+    registry = service.registry
+    if registry is None:
+        return None
+    try:
+        return registry_principal(registry, principal_id, bundle_approver_roles(service.gate.bundle.data))
+    except IssuerConfigError:
+        return None
+
+
+def _continue_page() -> str:
+    """After the callback: a same-site step on to /ui, so the browser sends the Strict session cookie."""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/ui">'
+        '<title>Signed in · kcp-opa</title><link rel="stylesheet" href="/ui/static/ui.css"></head><body><main>'
+        f'<h1 id="signed-in">Signed in</h1><p><a href="{esc("/ui")}">Continue</a></p></main></body></html>\n'
+    )
+
+
+class SingleSignOn:
+    """The two routes over one relying party, the UI's sessions and the store's sign-ons under way."""
+
+    def __init__(
+        self,
+        service: GateService,
+        party: RelyingParty,
+        sessions: Sessions,
+        login_page: LoginPage,
+        public_url: str | None = None,
+    ) -> None:
+        self.service, self.party, self.sessions = service, party, sessions
+        self.login_page, self.public_url = login_page, public_url
+
+    def maps(self, identity: str, principal_id: str) -> bool:
+        """Whether this service's users file maps ``identity`` to ``principal_id`` (a session opened by a
+        replica with another users file, or before a restart with a changed one, counts only if it does)."""
+        mapped = self.party.settings.users.get(identity)
+        return mapped is not None and canonical_id(mapped) == canonical_id(principal_id)
+
+    def redirect_uri(self, request: Request) -> str:
+        origin = self.public_url or f"{request.url.scheme}://{request.headers.get('host', '')}"
+        return origin.rstrip("/") + "/ui/sso/callback"
+
+    async def _refuse(self, request: Request, exc: KcpOpaError, message: str, status: int) -> Response:
+        await anyio.to_thread.run_sync(self.service.refuse, None, "/ui/sso", exc)
+        response = await self.login_page(request, message, status)
+        response.delete_cookie(STATE_COOKIE, path="/ui/sso")
+        return response
+
+    async def start(self, request: Request) -> Response:
+        try:
+            started = await anyio.to_thread.run_sync(self.party.begin, self.redirect_uri(request))
+            pending = PendingSignIn(started.nonce, started.verifier)
+            store = self.sessions.store
+            await anyio.to_thread.run_sync(store.begin_sign_in, cookie_key(started.state), pending, PENDING_SECONDS)
+        except OidcUnavailable as exc:
+            message = "Single sign-on is unavailable: the identity provider cannot be reached. Try again later."
+            return await self._refuse(request, exc, message, 503)
+        except StoreError as exc:
+            return await self._refuse(request, exc, "Sessions cannot be kept right now; try again later.", 503)
+        response = RedirectResponse(started.url, status_code=303)
+        response.set_cookie(
+            STATE_COOKIE, started.state, max_age=PENDING_SECONDS, path="/ui/sso", httponly=True, samesite="lax",
+            secure=secure_cookie(request),
+        )  # fmt: skip
+        return secure_headers(response)
+
+    async def callback(self, request: Request) -> Response:
+        query = request.query_params
+        if query.get("error"):
+            refusal = OidcRefused(f"the identity provider answered {query.get('error', '')[:100]}")
+            return await self._refuse(request, refusal, "The identity provider did not sign you in.", 401)
+        state, code = query.get("state", ""), query.get("code", "")
+        held = request.cookies.get(STATE_COOKIE, "")
+        if not held or not state or not hmac.compare_digest(held.encode("utf-8"), state.encode("utf-8")):
+            refusal = OidcRefused("a sign-on callback whose state is not this browser's", "csrf")
+            return await self._refuse(request, refusal, "That sign-on was not started here; start again.", 403)
+        try:
+            pending = await anyio.to_thread.run_sync(self.sessions.store.take_sign_in, cookie_key(state))
+            if pending is None:
+                refusal = OidcRefused("a sign-on callback for a sign-on expired or already used")
+                return await self._refuse(request, refusal, "That sign-on expired or was used; start again.", 403)
+            identity, principal_id = await anyio.to_thread.run_sync(
+                lambda: self.party.finish(
+                    code, nonce=pending.nonce, verifier=pending.verifier, redirect_uri=self.redirect_uri(request)
+                )
+            )
+            principal = await anyio.to_thread.run_sync(sso_principal, self.service, principal_id)
+            if principal is None:
+                refusal = OidcRefused(f"{principal_id} (from the users file) is not in the trust registry")
+                return await self._refuse(request, refusal, "Your account is not registered with this service.", 403)
+            cookie, _ = await anyio.to_thread.run_sync(self.sessions.open, UiSession("oidc", principal.id, identity))
+        except OidcUnavailable as exc:
+            message = "Single sign-on is unavailable: the identity provider cannot be reached. Try again later."
+            return await self._refuse(request, exc, message, 503)
+        except OidcRefused as exc:
+            unknown = exc.code == "sso_unknown_user"
+            message = "You are not a user of this service; ask its operator to add you." if unknown else str(exc)
+            return await self._refuse(request, exc, f"Not signed in: {message}", 403 if unknown else 401)
+        except StoreError as exc:
+            return await self._refuse(request, exc, "Sessions cannot be kept right now; try again later.", 503)
+        await anyio.to_thread.run_sync(self._note, principal, identity)
+        response = html(_continue_page())
+        response.set_cookie(
+            COOKIE, cookie, max_age=self.sessions.lifetime, path="/ui", httponly=True, samesite="strict",
+            secure=secure_cookie(request),
+        )  # fmt: skip
+        response.delete_cookie(STATE_COOKIE, path="/ui/sso")
+        return response
+
+    def _note(self, principal: Principal, identity: str) -> None:
+        """The sign-in, in the ledger: who signed in as which principal, by single sign-on."""
+        audit = self.service.gate.audit
+        if audit is None:
+            return
+        detail = {"via": "oidc", "identity": identity}
+        try:
+            audit.event("note", None, None, note="ui.sign_in", detail=detail, principal=principal.to_dict())
+        except LedgerError as exc:
+            _log.error("ui_sign_in_not_noted", principal=principal.id, error=str(exc))
