@@ -129,6 +129,14 @@ from kcp_opa.core.errors import KcpOpaError
     help="The origin gateways reach this server at (https://pdp.example.com): the AuthZEN metadata names it "
     "as the policy decision point [default: the URL each request reached].",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="With http: worker processes sharing the port, each with its own gate; supervised (a dead one is "
+    "restarted), reloaded together (SIGHUP to any of them; all or it fails), /metrics labelled by worker.",
+)
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
@@ -145,6 +153,8 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
     and keyrings and swaps them in only if they all load; replicas share --store and --keyring.
     --bundle-source polls for new bundle versions and reloads each (verified with
     --verification-key); a version that does not load keeps the old one serving (GET /v1/status).
+    --workers N (http): N supervised processes share the port, each with its own gate; a reload
+    reaches every one of them or answers that it failed (docs/deployment.md, "Sizing").
     """
     from kcp_opa.service import tools
     from kcp_opa.service.config import ServiceConfig, ServiceConfigError
@@ -152,6 +162,7 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
     from kcp_opa.service.observe import enable_tracing
     from kcp_opa.service.reloading import Reloader
 
+    workers = options.pop("workers")
     given = {k: v for k, v in options.items() if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
     try:
         if config_file is not None:
@@ -165,6 +176,9 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
         raise click.UsageError(str(exc)) from None
     if config.otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
+    if workers > 1:
+        _serve_workers(config, workers)
+        return
     service = open_service(config)
     _say_unsignable(service)
     authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle.data))
@@ -187,6 +201,19 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
             _serve_http(service, authenticator, config, reloader, catalog)
     finally:
         _checkpoint_on_exit(service)
+
+
+def _serve_workers(config: Any, workers: int) -> None:
+    """--workers N: the supervisor binds the port and runs N workers (kcp_opa.service.workers)."""
+    from kcp_opa.service.workers import run_workers
+
+    if config.transport != "http":
+        raise click.UsageError("--workers needs --transport http (stdio serves one caller)")
+    if config.bundle_source is not None:
+        raise click.UsageError(
+            "--workers with --bundle-source: follow the source with one worker, or SIGHUP the fleet to reload it"
+        )
+    raise SystemExit(run_workers(config, workers))
 
 
 def _say_unsignable(service: Any) -> None:

@@ -49,7 +49,7 @@ from kcp_opa.service.refusals import status_of
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
 
-__all__ = ["build_app"]
+__all__ = ["build_app", "local_exposition"]
 
 
 def _refused(exc: KcpOpaError) -> JSONResponse:
@@ -73,6 +73,12 @@ def _scrape(service: GateService) -> None:
     except KcpOpaError:  # the store failed between the two reads: reported down, never a 500
         opened, store_ok = None, False
     service.metrics.scraped(store_ok, ledger_ok, opened)
+
+
+def local_exposition(service: GateService) -> bytes:
+    """This process's metrics, scraped now (``serve --workers`` merges every worker's: fleet.py)."""
+    _scrape(service)
+    return service.metrics.exposition()
 
 
 Arguments = Callable[[Request, dict[str, Any]], dict[str, Any]]
@@ -130,11 +136,13 @@ def build_app(
     catalog: Catalog | None = None,
     authzen_obligations: frozenset[str] = frozenset(),
     public_url: str | None = None,
+    exposition: Callable[[], bytes] | None = None,
 ) -> Starlette:
     """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests);
     ``catalog`` (default ``tools.CATALOG``) gives MCP's tools, the tool routes and the OpenAPI document;
     ``authzen_obligations`` the obligations the AuthZEN gateway enforces (``--authzen-obligation``),
-    ``public_url`` the origin gateways reach it at (``--public-url``)."""
+    ``public_url`` the origin gateways reach it at (``--public-url``); ``exposition`` what ``/metrics``
+    answers (default: this process's; ``serve --workers`` every worker's, labelled ``worker``)."""
     served = catalog or tools.CATALOG
     server = build_server(service, lambda ctx: principal_of(ctx.request), served)
     security = None
@@ -159,8 +167,8 @@ def build_app(
         return JSONResponse({**document, **refusal}, 503)
 
     async def metrics(request: Request) -> Response:
-        await anyio.to_thread.run_sync(_scrape, service)
-        return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+        scraped = await anyio.to_thread.run_sync(exposition or (lambda: local_exposition(service)))
+        return Response(scraped, media_type=METRICS_CONTENT_TYPE)
 
     async def status(request: Request) -> Response:
         principal = principal_of(request)
