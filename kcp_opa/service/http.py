@@ -9,7 +9,8 @@ answers existing OPA clients (``{"input": <action>}`` -> ``{"result": <decision>
 ``store_unavailable``) and ``/metrics`` are open. Every other route needs ``Authorization: Bearer``: the
 token is resolved by the :class:`~kcp_opa.service.identity.Authenticator`, and an
 unauthenticated call is refused with 401 and audited like every refusal. The SDK binds each MCP
-session to the credential that opened it.
+session to the credential that opened it; under ``serve --workers`` MCP keeps no sessions (a
+session lives in one process), and every call stands on its own bearer token.
 """
 
 from __future__ import annotations
@@ -137,12 +138,15 @@ def build_app(
     authzen_obligations: frozenset[str] = frozenset(),
     public_url: str | None = None,
     exposition: Callable[[], bytes] | None = None,
+    mcp_stateless: bool = False,
 ) -> Starlette:
     """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests);
     ``catalog`` (default ``tools.CATALOG``) gives MCP's tools, the tool routes and the OpenAPI document;
     ``authzen_obligations`` the obligations the AuthZEN gateway enforces (``--authzen-obligation``),
     ``public_url`` the origin gateways reach it at (``--public-url``); ``exposition`` what ``/metrics``
-    answers (default: this process's; ``serve --workers`` every worker's, labelled ``worker``)."""
+    answers (default: this process's; ``serve --workers`` every worker's, labelled ``worker``);
+    ``mcp_stateless`` serves MCP without sessions (``serve --workers``: any worker answers any call,
+    each authenticated by its own bearer token)."""
     served = catalog or tools.CATALOG
     server = build_server(service, lambda ctx: principal_of(ctx.request), served)
     security = None
@@ -152,7 +156,9 @@ def build_app(
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
         )
-    manager = StreamableHTTPSessionManager(app=server, json_response=True, security_settings=security)
+    manager = StreamableHTTPSessionManager(
+        app=server, json_response=True, security_settings=security, stateless=mcp_stateless
+    )
     mcp_app = RequireAuth(StreamableHTTPASGIApp(manager), service, "mcp")
 
     async def health(request: Request) -> Response:  # liveness: the process answers, whatever its database does

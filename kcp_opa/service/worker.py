@@ -150,6 +150,7 @@ def _open(config: ServiceConfig, channel: Channel) -> tuple[Any, FleetReloader, 
         authzen_obligations=frozenset(config.authzen_obligations),
         public_url=config.public_url,
         exposition=exposition,
+        mcp_stateless=True,  # a session lives in one process; the kernel may hand its next call to another
     )
     return service, reloader, app
 

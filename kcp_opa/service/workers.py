@@ -4,7 +4,8 @@ The supervisor binds the socket once and spawns each worker as a fresh interpret
 never a fork of this threaded process) with the socket and its end of a control channel
 (fleet.py). The kernel hands each connection to one worker; each worker has its own gate and
 evaluator pool, loaded from the same bundle, and shares the store and the ledger (the file ledger
-appends under ``flock``; SQLite and PostgreSQL serialise what must be once).
+appends under ``flock``; SQLite and PostgreSQL serialise what must be once). MCP is served
+without sessions, so a client's next call may go to any worker.
 
 A worker that dies is restarted (and said on stderr) after a pause that grows while it keeps
 dying. SIGTERM (or SIGINT) drains every worker (uvicorn finishes the requests in flight) and

@@ -148,3 +148,37 @@ def test_workers_refuses_what_it_cannot_serve_in_one_line(tmp_path: Path, extra:
     env = {**os.environ, "KCP_OPA_SERVE_TOKEN": "t" * 40}
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_mcp_client_is_served_by_whichever_worker_takes_its_connection(fleet: Any) -> None:
+    """Each call on a new connection (the kernel picks the worker): none is refused for a session
+    another worker opened, and each decides."""
+    _, url, _ = fleet
+    accept = {"Authorization": f"Bearer {AGENT}", "Accept": "application/json, text/event-stream"}
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    opened = httpx2.post(
+        f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}, headers=accept
+    )
+    assert opened.status_code == 200, opened.text
+    session = {**accept, "mcp-protocol-version": "2025-11-25"}
+    if "mcp-session-id" in opened.headers:
+        session["mcp-session-id"] = opened.headers["mcp-session-id"]
+    httpx2.post(f"{url}/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+    before = _served_tools(url)
+    call = {"name": "evaluate_action", "arguments": {"action": KYA}}
+    for number in range(16):
+        with httpx2.Client(timeout=120) as fresh:  # a new connection each time
+            message = {"jsonrpc": "2.0", "id": 10 + number, "method": "tools/call", "params": call}
+            answer = fresh.post(f"{url}/mcp", json=message, headers=session)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["result"]["structuredContent"]["decision"] == "HUMAN_APPROVAL"
+    after = _served_tools(url)
+    assert all(after.get(w, 0) > before.get(w, 0) for w in ("0", "1"))  # both workers answered the client
+
+
+def _served_tools(url: str) -> dict[str, float]:
+    text = httpx2.get(f"{url}/metrics", timeout=30).text
+    return {
+        w: float(n)
+        for w, n in re.findall(r'kcp_opa_tool_calls_total\{tool="evaluate_action",worker="(\d)"\} (\S+)', text)
+    }
