@@ -4,7 +4,8 @@ A worker is started (spawned: a fresh interpreter, never a fork of a threaded pa
 listening socket its supervisor bound and its end of the control channel. It reads the service
 config from the channel, opens the service exactly as a single server does (its own gate and
 evaluator pool from the same bundle, the shared store and ledger), says it is ready with the
-digest of the bundle it decides with, and serves HTTP on the shared socket until SIGTERM (uvicorn
+digest of the bundle it decides with (the supervisor answers once every worker decides on that
+bundle), and serves HTTP on the shared socket until SIGTERM (uvicorn
 drains the requests in flight), then writes the ledger's exit checkpoint.
 
 Every reload it is asked for, by ``POST /v1/admin/reload`` or SIGHUP, goes to the supervisor,
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kcp-opa: error: worker {index}: {exc}", file=sys.stderr, flush=True)
         return 2
     holder["reloader"] = reloader
-    channel.send({"op": "ready", "pid": os.getpid(), **_digest(reloader)})
+    # Answered once the fleet decides on this worker's bundle (workers.py): only then does it serve.
+    channel.request({"op": "ready", "pid": os.getpid(), **_digest(reloader)}, RELOAD_TIMEOUT_S)
     _serve(app, listener, service)
     return 0
 

@@ -14,7 +14,8 @@ SIGHUP / ``POST /v1/admin/reload`` at any worker) reloads every worker: all succ
 fail and keep the old bundle (each audits its refusal), or, when only some fail, those are
 killed and restarted on the files as they are now, and the reload answers that it failed,
 naming them. A restarted worker that loaded a bundle other than the fleet's makes the fleet
-reload to it. No worker keeps deciding on an old bundle after a reload has answered.
+reload to it before it serves. No worker keeps deciding on an old bundle after a reload has
+answered.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class Supervisor:
                     f"worker {child.index} (pid {message.get('pid')}) loaded bundle {child.sha256[:12]}, not the "
                     f"fleet's {self.sha256[:12]} (the file changed without a reload): reloading every worker"
                 )
-                threading.Thread(target=self._converge, daemon=True).start()
+                self._converge()  # before this worker is answered, and so before it serves
             return {"ok": True}
         if op == "reload_all":
             return self.reload_all(message.get("by"), message.get("bundle"))

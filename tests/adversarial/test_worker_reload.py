@@ -109,3 +109,37 @@ def test_a_reload_reaches_every_worker_before_it_answers(tmp_path: Path) -> None
     assert sorted(n["detail"]["to_sha256"] for n in notes) == sorted([second, second, third, third])
     assert [n["principal"]["id"] for n in notes if n["detail"]["to_sha256"] == second] == ["ops_olga", "ops_olga"]
     assert verify_ledger(ledger).ok
+
+
+def test_a_worker_restarted_on_a_replaced_bundle_file_brings_the_fleet_to_it(tmp_path: Path) -> None:
+    """The bundle file replaced without a reload, then a worker dies: the restarted worker loads
+    the new file, and the supervisor reloads the others to it before the restarted one serves."""
+    import os
+
+    from workerkit import worker_pids
+
+    registry, keys = write_registry(tmp_path)
+    bundle = tmp_path / "finance.tar.gz"
+    first = _compile(bundle, registry, "rev-a")
+    tokens = write_tokens(tmp_path, {token: principal for principal, token in WHO.items()})
+    ledger = tmp_path / "l.jsonl"
+    args = ["--bundle", str(bundle), "--store", str(tmp_path / "s.db"), "--ledger", str(ledger)]
+    args += ["--trust", str(registry), "--issuer-id", SERVICE_ISSUER, "--issuer-keyring", str(keys)]
+    args += ["--tokens", str(tokens)]
+    process, url = start_fleet(args, 2)
+    try:
+        assert {d["bundle_sha256"] for d in _decisions_from_every_worker(url)} == {first}
+        second = _compile(tmp_path / "next.tar.gz", registry, "rev-b")
+        (tmp_path / "next.tar.gz").replace(bundle)  # no reload asked
+        victim = min(worker_pids(process.pid))
+        os.kill(victim, signal.SIGKILL)
+
+        def fleet_on_second() -> bool:
+            notes = [e for _, e in read_entries(ledger) if e.get("note") == "service_reloaded"]
+            return any(n["detail"]["to_sha256"] == second and n["detail"]["from_sha256"] == first for n in notes)
+
+        wait_for(fleet_on_second, "the surviving worker was not reloaded to the restarted one's bundle", 600)
+        assert {d["bundle_sha256"] for d in _decisions_from_every_worker(url)} == {second}
+    finally:
+        stop_server(process)
+    assert verify_ledger(ledger).ok
