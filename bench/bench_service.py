@@ -216,7 +216,7 @@ def scaling_targets(rows: list[dict[str, Any]], cpus: int) -> list[dict[str, Any
     pooled = next(r for r in rows if r["path"].startswith("decide() through the worker pool") and r["clients"] == 1)
     ceiling = cpus / (pooled["p50_ms"] / 1000)
     http8, mcp8 = best(SCALED[1], 8), best(SCALED[0], 8)
-    one = {r["path"]: r for r in rows if r["clients"] == 1 and r.get("workers", 1) == 1}
+    one = {r["path"]: r for r in rows if r["clients"] == 1 and r["workers"] in (0, 1)}  # in-process: 0
     overhead = one[SCALED[1]]["p50_ms"] / one["decide() in-process, ledger (group commit)"]["p50_ms"]
     note = f"ceiling {ceiling:,.0f}/s = {cpus} cores / {pooled['p50_ms']:.1f} ms per decision in the evaluator pool"
     return [
