@@ -146,6 +146,14 @@ from kcp_opa.core.errors import KcpOpaError
     help='With --oidc-issuer: JSON {"claim": "email"|"sub", "users": {"<claim value>": "<principal id>"}}: who may '
     "sign in, as which registered principal (its roles from --trust); anyone else is refused.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="With http: worker processes sharing the port, each with its own gate; supervised (a dead one is "
+    "restarted), reloaded together (SIGHUP to any of them; all or it fails), /metrics labelled by worker.",
+)
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Serve the gate: the seven KYA tools plus evaluate_action and hash_action.
@@ -165,6 +173,8 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
     The UI at /ui signs in with a token, or with --oidc-issuer through your OpenID Connect provider
     (authorization code + PKCE): --oidc-users maps each person to a registered principal. UI
     sessions live in --store, so replicas on one PostgreSQL share them.
+    --workers N (http): N supervised processes share the port, each with its own gate; a reload
+    reaches every one of them or answers that it failed (docs/deployment.md, "Sizing").
     """
     from kcp_opa.service import tools
     from kcp_opa.service.config import ServiceConfig, ServiceConfigError
@@ -172,6 +182,7 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
     from kcp_opa.service.observe import enable_tracing
     from kcp_opa.service.reloading import Reloader
 
+    workers = options.pop("workers")
     given = {k: v for k, v in options.items() if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
     try:
         if config_file is not None:
@@ -186,6 +197,9 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
     if config.otel and not enable_tracing():
         raise click.UsageError("--otel needs opentelemetry installed (pip install 'kcp-opa[otel]')")
     sso_settings = _sso_settings(config)  # its files read before the bundle is loaded: a bad one fails fast
+    if workers > 1:
+        _serve_workers(config, workers)
+        return
     service = open_service(config)
     _say_unsignable(service)
     sso = _single_sign_on(sso_settings, service)
@@ -209,6 +223,19 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
             _serve_http(service, authenticator, config, reloader, catalog, sso)
     finally:
         _checkpoint_on_exit(service)
+
+
+def _serve_workers(config: Any, workers: int) -> None:
+    """--workers N: the supervisor binds the port and runs N workers (kcp_opa.service.workers)."""
+    from kcp_opa.service.workers import run_workers
+
+    if config.transport != "http":
+        raise click.UsageError("--workers needs --transport http (stdio serves one caller)")
+    if config.bundle_source is not None:
+        raise click.UsageError(
+            "--workers with --bundle-source: follow the source with one worker, or SIGHUP the fleet to reload it"
+        )
+    raise SystemExit(run_workers(config, workers))
 
 
 def _say_unsignable(service: Any) -> None:

@@ -9,7 +9,8 @@ answers existing OPA clients (``{"input": <action>}`` -> ``{"result": <decision>
 ``store_unavailable``) and ``/metrics`` are open. Every other route needs ``Authorization: Bearer``: the
 token is resolved by the :class:`~kcp_opa.service.identity.Authenticator`, and an
 unauthenticated call is refused with 401 and audited like every refusal. The SDK binds each MCP
-session to the credential that opened it.
+session to the credential that opened it; under ``serve --workers`` MCP keeps no sessions (a
+session lives in one process), and every call stands on its own bearer token.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
 from kcp_opa.stores.protocols import SessionStore
 
-__all__ = ["build_app"]
+__all__ = ["build_app", "local_exposition"]
 
 
 def _refused(exc: KcpOpaError) -> JSONResponse:
@@ -75,6 +76,12 @@ def _scrape(service: GateService) -> None:
     except KcpOpaError:  # the store failed between the two reads: reported down, never a 500
         opened, store_ok = None, False
     service.metrics.scraped(store_ok, ledger_ok, opened)
+
+
+def local_exposition(service: GateService) -> bytes:
+    """This process's metrics, scraped now (``serve --workers`` merges every worker's: fleet.py)."""
+    _scrape(service)
+    return service.metrics.exposition()
 
 
 Arguments = Callable[[Request, dict[str, Any]], dict[str, Any]]
@@ -134,12 +141,18 @@ def build_app(
     public_url: str | None = None,
     sessions: SessionStore | None = None,
     sso: RelyingParty | None = None,
+    exposition: Callable[[], bytes] | None = None,
+    mcp_stateless: bool = False,
 ) -> Starlette:
     """The Starlette app ``kcp-opa serve --transport http`` runs (also usable in-process for tests);
     ``catalog`` (default ``tools.CATALOG``) gives MCP's tools, the tool routes and the OpenAPI document;
     ``authzen_obligations`` the obligations the AuthZEN gateway enforces (``--authzen-obligation``),
     ``public_url`` the origin gateways reach it at (``--public-url``); ``sessions`` where the UI keeps
-    its sessions (the service's store; default this process's memory), ``sso`` the UI's single sign-on."""
+    its sessions (the service's store; default this process's memory), ``sso`` the UI's single sign-on;
+    ``exposition`` what ``/metrics`` answers (default: this process's; ``serve --workers`` every
+    worker's, labelled ``worker``);
+    ``mcp_stateless`` serves MCP without sessions (``serve --workers``: any worker answers any call,
+    each authenticated by its own bearer token)."""
     served = catalog or tools.CATALOG
     server = build_server(service, lambda ctx: principal_of(ctx.request), served)
     security = None
@@ -149,7 +162,9 @@ def build_app(
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
         )
-    manager = StreamableHTTPSessionManager(app=server, json_response=True, security_settings=security)
+    manager = StreamableHTTPSessionManager(
+        app=server, json_response=True, security_settings=security, stateless=mcp_stateless
+    )
     mcp_app = RequireAuth(StreamableHTTPASGIApp(manager), service, "mcp")
 
     async def health(request: Request) -> Response:  # liveness: the process answers, whatever its database does
@@ -164,8 +179,8 @@ def build_app(
         return JSONResponse({**document, **refusal}, 503)
 
     async def metrics(request: Request) -> Response:
-        await anyio.to_thread.run_sync(_scrape, service)
-        return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+        scraped = await anyio.to_thread.run_sync(exposition or (lambda: local_exposition(service)))
+        return Response(scraped, media_type=METRICS_CONTENT_TYPE)
 
     async def status(request: Request) -> Response:
         principal = principal_of(request)
