@@ -184,3 +184,17 @@ def test_audit_verify_recomputes_the_kept_tree(tmp_path: Path) -> None:
     assert not report.ok and "Merkle tree of seq 1..9" in report.problems[0].message
     assert report.problems[0].line == 10
     assert base64.b64decode(str(verify_ledger(path).tree_root)) == LedgerTree.read(path).tree.root()
+
+
+def test_the_kept_tree_shows_a_cut_at_an_entry_boundary(tmp_path: Path) -> None:
+    """A ledger cut back (whole lines, the chain still holds) is caught by the kept tree's size."""
+    path = tmp_path / "ledger.jsonl"
+    ledger = AuditLedger(path)
+    for index in range(6):
+        ledger.append(_event(index))
+    ledger.tree_head()
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:4]))
+    assert verify_ledger(path).ok  # the chain alone cannot tell
+    report = verify_ledger(path, tree_roots=kept_tree_root(path))
+    assert not report.ok and "truncated: the chain ends at seq 3 but seq 6" in report.problems[0].message
