@@ -7,8 +7,9 @@ checkout of ``--baseline-ref`` (the chain as it was before the tree was kept; a 
 ``git worktree`` made for the run), in interleaved rounds; each cell is the median round. Rows:
 JSON Lines file and PostgreSQL (a throwaway cluster, as ``tests/pgcluster.py`` starts one),
 durability "fsync" (one writer) and "group" (8 threads). The target is the issue's: the tree
-keeps at least 0.9 of the chain's append rate on both backends. Writes
-bench/results-tree-append.json.
+keeps at least 0.9 of the chain's append rate on both backends. Beside the rate, the child's
+own CPU time per append (``process_time``), which a loaded machine disturbs less than the wall
+clock. Writes bench/results-tree-append.json.
 
     .venv/bin/python bench/bench_tree_append.py [--count 1500] [--rounds 3] [--baseline-ref e128cc4]
 """
@@ -45,27 +46,28 @@ def child(location: str, durability: str, count: int, threads: int) -> None:
     )
     event = {"type": "decision", "decision_id": "dec_0", "result": {"allow": True}, "pad": PAD}
     ledger.append(event)  # the header and first checkpoint outside the timing
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if threads == 1:
         for n in range(count):
             ledger.append({**event, "decision_id": f"dec_{n}"})
     else:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda n: ledger.append({**event, "decision_id": f"dec_{n}"}), range(count)))
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     ledger.close()
     release = getattr(ledger, "release", None)
     if release is not None:
         release()
-    print(json.dumps({"per_s": count / elapsed}))
+    print(json.dumps({"per_s": count / elapsed, "cpu_us": cpu / count * 1e6}))
 
 
-def _measure(code: Path, location: str, durability: str, count: int, threads: int) -> float:
+def _measure(code: Path, location: str, durability: str, count: int, threads: int) -> tuple[float, float]:
     argv = [sys.executable, __file__, "--child", location, durability, str(count), str(threads)]
     done = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the child under {code} failed: {done.stderr.decode()[-2000:]}")
-    return float(json.loads(done.stdout.decode().strip().splitlines()[-1])["per_s"])
+    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return float(found["per_s"]), float(found["cpu_us"])
 
 
 @contextlib.contextmanager
@@ -105,6 +107,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     cells = [(b, d, t) for b in backends for d, t in (("fsync", 1), ("group", 8))]
     samples: dict[tuple[str, str, str], list[float]] = {}
+    cpu: dict[tuple[str, str, str], list[float]] = {}
     with baseline_checkout(args.baseline_ref) as baseline, contextlib.ExitStack() as stack:
         server = stack.enter_context(database_server()) if "postgres" in backends else None
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -118,9 +121,11 @@ def main() -> int:
                     else:
                         assert server is not None
                         location = server.database(f"kcp_bench_tree_{serial}")
-                    rate = _measure(code, location, durability, args.count, threads)
+                    rate, used = _measure(code, location, durability, args.count, threads)
                     samples.setdefault((backend, durability, name), []).append(rate)
-                    print(f"round {round_ + 1} {backend} {durability} {name}: {rate:.0f}/s", flush=True)
+                    cpu.setdefault((backend, durability, name), []).append(used)
+                    shown = f"{rate:.0f}/s {used:.0f} us CPU"
+                    print(f"round {round_ + 1} {backend} {durability} {name}: {shown}", flush=True)
     for backend, durability, threads in cells:
         chain = statistics.median(samples[(backend, durability, "chain")])
         tree = statistics.median(samples[(backend, durability, "chain+tree")])
@@ -132,6 +137,8 @@ def main() -> int:
                 "chain_per_s": round(chain, 1),
                 "chain_tree_per_s": round(tree, 1),
                 "ratio": round(tree / chain, 3),
+                "chain_cpu_us": round(statistics.median(cpu[(backend, durability, "chain")]), 1),
+                "chain_tree_cpu_us": round(statistics.median(cpu[(backend, durability, "chain+tree")]), 1),
                 "samples": {
                     "chain": [round(s, 1) for s in samples[(backend, durability, "chain")]],
                     "chain+tree": [round(s, 1) for s in samples[(backend, durability, "chain+tree")]],

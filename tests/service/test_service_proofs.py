@@ -44,7 +44,8 @@ def proven(tmp_path_factory: pytest.TempPathFactory) -> Any:
         run = {"action": action, "receipt": issued.json()["receipt"], "handler": "pay"}
         executed = _api(server, "executor", "POST", "/v1/executions", run)
         assert executed.status_code == 200, executed.text
-        yield {"server": server, "decision_id": decision_id, "other": other, "key": key, "work": work}
+        receipt_id = issued.json()["receipt"]["receipt_id"]
+        yield {"server": server, "decision_id": decision_id, "other": other, "work": work, "receipt_id": receipt_id}
 
 
 def _log_key(proven: Any) -> str:
@@ -122,3 +123,23 @@ def test_the_route_is_authenticated_and_scoped(proven: Any) -> None:
     assert refused.status_code == 403 and refused.json()["code"] == "not_authorized"
     missing = _api(proven["server"], "auditor", "GET", "/v1/proofs/dec_nope")
     assert missing.status_code == 404 and missing.json()["code"] == "unknown_decision"
+
+
+def test_the_receipt_was_consumed_once_and_its_outcome_is_proven(proven: Any) -> None:
+    """On the service's own ledger: a tree checkpoint, then the receipt's consume proof checked offline."""
+    ledger, work, receipt = proven["server"]["ledger"], proven["work"], proven["receipt_id"]
+    note = work / "tree.note"
+    made = run_cli("audit", "tree-checkpoint", ledger, "--keyring", str(work / "writer.json"), "-o", str(note))
+    assert made.returncode == 0, made.stderr
+    proof = work / "consumed.json"
+    made = run_cli("audit", "prove-consumed", ledger, receipt, "--checkpoint", str(note), "-o", str(proof))
+    assert made.returncode == 0, made.stderr
+    kid = json.loads((work / "writer-public.json").read_text())["keys"][0]["kid"]
+    done = run_cli(
+        "audit", "verify-consumed", str(proof), receipt, "--checkpoint", str(note), "--log-key", _log_key(proven),
+        "--keyring", str(work / "writer-public.json"), "--writer", kid,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["consumed"] == 1 and [o["type"] for o in shown["outcomes"]] == ["execution"]
+    assert shown["outcomes"][0]["outcome"] == "succeeded"
