@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from kcp_opa.audit.caseproofs import decision_seqs
-from kcp_opa.core.errors import CodedError
+from kcp_opa.core.errors import CodedError, LedgerError
 from kcp_opa.core.keys import ED25519
 from kcp_opa.core.signing import Keyring
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import AccessDeniedError, Principal, Scope
 from kcp_opa.trail.ledgertree import LedgerTree
-from kcp_opa.trail.note import NoteSigner
+from kcp_opa.trail.note import NoteError, NoteSigner
 from kcp_opa.trail.proofs import inclusion_document
 from kcp_opa.trail.verify import verify_ledger
 
@@ -31,7 +31,20 @@ PROOF_REFUSALS = ("scope_not_granted", "not_authorized", "no_ledger", "unknown_d
 
 
 def decision_proofs(service: GateService, principal: Principal | None, decision_id: str) -> dict[str, Any]:
-    """The checkpoint, the log key and the inclusion proofs of ``decision_id``'s entries."""
+    """The checkpoint, the log key and the inclusion proofs of ``decision_id``'s entries.
+
+    A ledger that cannot be read now (a database down, a file gone) is 503 ``store_unavailable``,
+    never an empty answer.
+    """
+    try:
+        return _proofs(service, principal, decision_id)
+    except (LedgerError, NoteError, OSError) as exc:
+        if isinstance(exc, CodedError):
+            raise
+        raise CodedError(f"the ledger cannot be read for proofs now: {exc}", "store_unavailable") from None
+
+
+def _proofs(service: GateService, principal: Principal | None, decision_id: str) -> dict[str, Any]:
     if principal is None:  # RequireAuth answers first; never served to no one
         raise AccessDeniedError("an authenticated caller with the read scope may read proofs")
     principal.require(Scope.READ, "read a decision's proofs")
