@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from conftest import run_cli
 
 from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.stores.protocols import LedgerStore
@@ -198,3 +199,19 @@ def test_the_kept_tree_shows_a_cut_at_an_entry_boundary(tmp_path: Path) -> None:
     assert verify_ledger(path).ok  # the chain alone cannot tell
     report = verify_ledger(path, tree_roots=kept_tree_root(path))
     assert not report.ok and "truncated: the chain ends at seq 3 but seq 6" in report.problems[0].message
+
+
+def test_audit_verify_recomputes_the_tree_kept_on_either_backend(where: Where) -> None:
+    """`audit verify LOCATION` checks the writer's kept tree (a file's LEDGER.tree, the database's column)."""
+    ledger = where.open()
+    for index in range(11):
+        ledger.append(_event(index))
+    head = ledger.tree_head()  # type: ignore[attr-defined]
+    assert head is not None
+    honest = run_cli("audit", "verify", where.location, "--format", "json")
+    assert honest.returncode == 0, honest.stderr
+    assert json.loads(honest.stdout)["tree_root"] == encode_root(head.root)
+    where.set_kept(TreeState(head.seq, head.entry_hash, (b"\x07" * 32, *head.frontier[1:])).line())
+    forged = run_cli("audit", "verify", where.location, "--format", "json")
+    assert forged.returncode == 1
+    assert "Merkle tree of seq 1..11" in json.loads(forged.stdout)["problems"][0]["message"]

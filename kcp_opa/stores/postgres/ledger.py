@@ -141,13 +141,22 @@ class PostgresChain(PostgresBase):
         """Write the ledger as JSON Lines (header, then entries by seq) from one snapshot; the entry count."""
         try:
             with self.database.pool.connection() as connection:
-                return _dump(connection, sink)[0]
+                return _dump(connection, sink).entries
         except psycopg.Error as exc:
             raise StoreUnavailableError(f"{self.location}: cannot read the ledger: {_reason(exc)}") from None
 
 
-def read_chain(location: str, sink: IO[bytes], *, timeout_s: int = 5) -> tuple[int, list[str]]:
-    """Dump the ledger at ``location`` to ``sink`` on one read-only connection: (entries, checkpoint lines).
+@dataclass(frozen=True)
+class Dumped:
+    """What a dump read besides the lines: the entry count, the checkpoint lines, the kept tree state."""
+
+    entries: int
+    checkpoints: list[str]
+    tree: str | None
+
+
+def read_chain(location: str, sink: IO[bytes], *, timeout_s: int = 5) -> Dumped:
+    """Dump the ledger at ``location`` to ``sink`` on one read-only connection, with its checkpoints and tree.
 
     What an auditor runs: no pool, no schema change, so a read-only database role suffices.
     """
@@ -168,8 +177,8 @@ def _exists(connection: Connection, table: str) -> bool:
     return bool(row and row[0])
 
 
-def _dump(connection: Connection, sink: IO[bytes]) -> tuple[int, list[str]]:
-    """The header and every entry line to ``sink``, and the checkpoint lines, from one snapshot.
+def _dump(connection: Connection, sink: IO[bytes]) -> Dumped:
+    """The header and every entry line to ``sink``, the checkpoint lines and the kept tree state, from one snapshot.
 
     REPEATABLE READ: a checkpoint committed after the entries were read is not in this dump
     either (it would name a seq the dump lacks).
@@ -178,12 +187,22 @@ def _dump(connection: Connection, sink: IO[bytes]) -> tuple[int, list[str]]:
     with connection.transaction():
         connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         if not _exists(connection, "ledger_chain"):
-            return 0, []
+            return Dumped(0, [], None)
         for line in _lines(connection):
             sink.write(line.encode("utf-8") + b"\n")
             count += 1
         rows = connection.execute("SELECT line FROM ledger_checkpoints ORDER BY id").fetchall()
-    return max(count, 0), [str(row[0]) for row in rows]
+        tree = None
+        if _has_tree(connection):
+            found = connection.execute("SELECT tree FROM ledger_chain WHERE id = 1").fetchone()
+            tree = None if found is None or found[0] is None else str(found[0])
+    return Dumped(max(count, 0), [str(row[0]) for row in rows], tree)
+
+
+def _has_tree(connection: Connection) -> bool:
+    """Whether ``ledger_chain`` has the tree column (a database an older kcp-opa wrote may not)."""
+    query = "SELECT 1 FROM information_schema.columns WHERE table_name = 'ledger_chain' AND column_name = 'tree'"
+    return connection.execute(query).fetchone() is not None
 
 
 def _head(connection: Connection) -> tuple[str, str, int, str] | None:
