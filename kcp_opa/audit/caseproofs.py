@@ -19,9 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from kcp_opa.audit.auditor import entry_decision_id
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring
+from kcp_opa.trail.ledger import read_entries
 from kcp_opa.trail.ledgertree import LedgerTree
 from kcp_opa.trail.note import (
     ED25519_COSIGNATURE,
@@ -46,6 +48,22 @@ def entry_file(seq: int) -> str:
 
 def proof_file(seq: int) -> str:
     return f"proofs/{seq:06d}.json"
+
+
+def decision_seqs(ledger: Path, decision_id: str) -> list[int]:
+    """The seqs of a decision's entries: its own, the receipts issued on it, and their intents, executions, failures."""
+    entries = [entry for _, entry in read_entries(ledger)]
+    receipts = {
+        str(e["receipt_id"])
+        for e in entries
+        if e.get("type") == "receipt" and entry_decision_id(e) == decision_id and e.get("receipt_id")
+    }
+    return [
+        int(e["seq"])
+        for e in entries
+        if entry_decision_id(e) == decision_id
+        or (e.get("type") in {"intent", "execution", "failure"} and e.get("receipt_id") in receipts)
+    ]
 
 
 def _pretty(value: Any) -> bytes:

@@ -5,7 +5,9 @@ cosigned. A new checkpoint must carry the log's valid signature; it is then cosi
 (c2sp.org/tlog-cosignature, timestamped Ed25519) only if it is the same tree, or a larger one
 with a consistency proof from the kept one. A checkpoint of the same size with another root (a
 fork) or a smaller size (a shrinking log) is refused and reported, whatever proof comes with
-it. The first checkpoint seen for an origin is taken on first use. The state is written, 0600
+it; so is one of the same size and root whose extension lines differ (another consume index
+for the same tree, ``kcp_opa.trail.consumes``: two views of which receipts were consumed). The
+first checkpoint seen for an origin is taken on first use. The state is written, 0600
 and all or nothing, before the cosignature is handed out, under an exclusive lock, so two runs
 never cosign two views.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import hashlib
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -49,6 +52,8 @@ class Seen:
 
     size: int
     root: bytes
+    #: sha256 (hex) of the checkpoint's extension lines, as cosigned ("" in a state written before).
+    extensions: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,14 +79,18 @@ def _read_state(path: Path) -> dict[str, Seen]:
     seen = {}
     for origin, entry in logs.items():
         try:
-            seen[origin] = Seen(int(entry["size"]), base64.b64decode(entry["root"], validate=True))
+            root = base64.b64decode(entry["root"], validate=True)
+            seen[origin] = Seen(int(entry["size"]), root, str(entry.get("extensions", "")))
         except (KeyError, TypeError, ValueError):
             raise NoteError(f"{path}: the entry for {origin} is damaged; restore the state file") from None
     return seen
 
 
 def _write_state(path: Path, seen: Mapping[str, Seen]) -> None:
-    logs = {o: {"size": s.size, "root": base64.b64encode(s.root).decode("ascii")} for o, s in sorted(seen.items())}
+    logs = {
+        o: {"size": s.size, "root": base64.b64encode(s.root).decode("ascii"), "extensions": s.extensions}
+        for o, s in sorted(seen.items())
+    }
     replace_atomically(path, canonical_json({"format": STATE_FORMAT, "logs": logs}) + b"\n")
 
 
@@ -120,9 +129,15 @@ class Witness:
         with _locked(self.state):
             seen = _read_state(self.state)
             previous = seen.get(origin)
+            extensions = hashlib.sha256("\n".join(checkpoint.extensions).encode("utf-8")).hexdigest()
             if previous is not None:
                 self._check_extends(origin, previous, checkpoint.size, checkpoint.root, proof)
-            seen[origin] = Seen(checkpoint.size, checkpoint.root)
+                if checkpoint.size == previous.size and previous.extensions not in ("", extensions):
+                    raise WitnessRefusal(
+                        f"{origin}: fork: the tree of {checkpoint.size} entries with other extension lines (another"
+                        " consume index) than the one cosigned"
+                    )
+            seen[origin] = Seen(checkpoint.size, checkpoint.root, extensions)
             _write_state(self.state, seen)
         stamp = int(time.time()) if now is None else now
         cosigned = note.with_signature(self.signer.sign(note.text, stamp))

@@ -31,10 +31,11 @@ def _audit() -> click.Command:
     """The audit group with the commands its siblings define (case files, the report, proofs)."""
     from kcp_opa.cli.audit import audit
     from kcp_opa.cli.auditcase import audit_case, audit_report
+    from kcp_opa.cli.auditconsumes import COMMANDS as CONSUME_COMMANDS
     from kcp_opa.cli.auditproofs import COMMANDS as PROOF_COMMANDS
     from kcp_opa.cli.ledgerarg import audit_dump
 
-    for command in (audit_case, audit_report, audit_dump, *PROOF_COMMANDS):
+    for command in (audit_case, audit_report, audit_dump, *PROOF_COMMANDS, *CONSUME_COMMANDS):
         audit.add_command(command)
     return audit
 

@@ -38,7 +38,7 @@ from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.declare.exceptions import validate_exceptions
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
-from kcp_opa.trail.ledger import verify_ledger
+from kcp_opa.trail.ledger import kept_tree_root, verify_ledger
 
 
 @click.command()
@@ -141,14 +141,21 @@ def audit_verify(
     if writer is not None and allow_unbound:
         raise click.UsageError("--writer and --allow-unbound contradict each other")
     keyring = load_keyring(keyring_path) if keyring_path is not None else None
-    anchors, ledger_id = _anchors(checkpoints, keyring)
+    anchors, ledger_id, tree_roots = _anchors(checkpoints, keyring)
+    tree_roots.update(kept_tree_root(ledger))
     if expect_head is not None:
         anchors.append(expect_head)
     conflicting = {seq for seq, digest in anchors if dict(anchors)[seq] != digest}
     if conflicting:
         fail(f"the anchors disagree about seq {min(conflicting)}", EXIT_INVALID)
     report = verify_ledger(
-        ledger, anchors=anchors, ledger_id=ledger_id, keyring=keyring, writer=writer, allow_unbound=allow_unbound
+        ledger,
+        anchors=anchors,
+        ledger_id=ledger_id,
+        keyring=keyring,
+        writer=writer,
+        allow_unbound=allow_unbound,
+        tree_roots=tree_roots,
     )
     document = {
         "ledger": shown_ledger(ledger),
@@ -161,6 +168,7 @@ def audit_verify(
         "torn_tail": report.torn_tail,
         "writer": report.writer,
         "entries_authenticated": report.authenticated,
+        "tree_root": report.tree_root,
         "problems": [{"line": p.line, "message": p.message} for p in report.problems],
     }
     if as_json(fmt):
@@ -182,13 +190,16 @@ def audit_verify(
         sys.exit(EXIT_INVALID)
 
 
-def _anchors(checkpoints: Sequence[Path], keyring: Keyring | None) -> tuple[list[tuple[int, str]], str | None]:
-    """(seq, hash) of every checkpoint after its signature verified; the ledger_id they name."""
+def _anchors(
+    checkpoints: Sequence[Path], keyring: Keyring | None
+) -> tuple[list[tuple[int, str]], str | None, dict[int, str]]:
+    """(seq, hash) of every checkpoint after its signature verified; the ledger_id they name; their tree roots."""
     if not checkpoints:
-        return [], None
+        return [], None, {}
     if keyring is None:
         raise click.UsageError("--checkpoint needs --keyring (the key that signed it)")
     anchors: list[tuple[int, str]] = []
+    roots: dict[int, str] = {}
     ids: set[str | None] = set()
     for path in checkpoints:
         for checkpoint in read_checkpoints(path):
@@ -198,9 +209,11 @@ def _anchors(checkpoints: Sequence[Path], keyring: Keyring | None) -> tuple[list
                 fail(f"{path}: {exc}", EXIT_INVALID)
             anchors.append((checkpoint.seq, checkpoint.entry_hash))
             ids.add(checkpoint.ledger_id)
+            if checkpoint.tree_root is not None:
+                roots[checkpoint.seq] = checkpoint.tree_root
     if len(ids) > 1:
         fail("the checkpoints name different ledgers", EXIT_INVALID)
-    return anchors, ids.pop()
+    return anchors, ids.pop(), roots
 
 
 @audit.command(name="checkpoint")

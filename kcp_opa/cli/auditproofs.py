@@ -48,7 +48,7 @@ MAX_PROOF_BYTES = 16 * 1024 * 1024
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _refusals(command: F) -> F:
+def refusals(command: F) -> F:
     """A check that fails is one line and exit 1 (not a usage error)."""
 
     @wraps(command)
@@ -84,14 +84,14 @@ def verifier_key(value: str, kind: int, what: str) -> NoteVerifier:
     return verifier
 
 
-def _write(output: Path | None, content: bytes) -> None:
+def write_output(output: Path | None, content: bytes) -> None:
     if output is None:
         click.echo(content.decode("utf-8"), nl=False)
     else:
         replace_atomically(output, content)
 
 
-def _unsigned(path: Path) -> Checkpoint:
+def unsigned(path: Path) -> Checkpoint:
     """A checkpoint's content, signature unchecked (a prover checks it against the ledger instead)."""
     return Checkpoint.from_text(Note.parse(read_file(path, "checkpoint")).text)
 
@@ -153,7 +153,7 @@ def _log_signer(signing_key: str | None, keyring_path: Path | None, origin: str)
 @keyring_option("Keyring whose Ed25519 signing key signs the ledger's tree checkpoints.")
 @signing_key_option()
 @click.option("--origin", help="The tree's name (default kcp-opa/<ledger_id>); the same as given to tree-checkpoint.")
-@_refusals
+@refusals
 def tree_key(ledger: Path, keyring_path: Path | None, signing_key: str | None, origin: str | None) -> None:
     """Print the log verifier key (NAME+ID+KEY) that auditors and witnesses check checkpoints with."""
     named = origin_for(ledger_id_of(ledger), origin)
@@ -167,7 +167,7 @@ def tree_key(ledger: Path, keyring_path: Path | None, signing_key: str | None, o
 @click.option("--origin", help="Name the tree (default kcp-opa/<ledger_id>; needed for a headerless ledger).")
 @click.option("--allow-unbound", is_flag=True, help="Sign the tree of a ledger whose header names no writer.")
 @click.option("-o", "--output", type=FILE, help="Write here, not stdout.")
-@_refusals
+@refusals
 def tree_checkpoint(
     ledger: Path,
     keyring_path: Path | None,
@@ -192,7 +192,7 @@ def tree_checkpoint(
     tree = LedgerTree.read(ledger, origin)
     if tree.tree.size != report.entries:
         fail(f"{ledger}: changed while it was read; run the command again", EXIT_INVALID)
-    _write(output, tree.signed_checkpoint(NoteSigner(tree.origin, key)).encode())
+    write_output(output, tree.signed_checkpoint(NoteSigner(tree.origin, key)).encode())
 
 
 @click.command(name="prove-inclusion")
@@ -201,17 +201,17 @@ def tree_checkpoint(
 @click.option("--checkpoint", "checkpoint_path", type=FILE, required=True, help="The tree checkpoint to prove against.")
 @click.option("--origin", help="The tree's name, when the checkpoint was made with --origin.")
 @click.option("-o", "--output", type=FILE, help="Write the proof here, not stdout.")
-@_refusals
+@refusals
 def prove_inclusion(ledger: Path, seq: int, checkpoint_path: Path, origin: str | None, output: Path | None) -> None:
     """Write the proof (JSON, the entry inside) that entry SEQ is in the checkpoint's tree.
 
     Refused when the ledger's first entries no longer hash to the checkpoint's root (an entry
     edited, removed or moved since). Check it with `audit verify-inclusion`, without the ledger.
     """
-    checkpoint = _unsigned(checkpoint_path)
+    checkpoint = unsigned(checkpoint_path)
     tree = LedgerTree.read(ledger, origin, keep=frozenset({seq}))
     document = inclusion_document(tree, seq, checkpoint)
-    _write(output, (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_output(output, (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 @click.command(name="prove-consistency")
@@ -220,15 +220,15 @@ def prove_inclusion(ledger: Path, seq: int, checkpoint_path: Path, origin: str |
 @click.argument("new", type=FILE)
 @click.option("--origin", help="The tree's name, when the checkpoints were made with --origin.")
 @click.option("-o", "--output", type=FILE, help="Write the proof here, not stdout.")
-@_refusals
+@refusals
 def prove_consistency(ledger: Path, old: Path, new: Path, origin: str | None, output: Path | None) -> None:
     """Write the proof (JSON) that checkpoint OLD's tree is a prefix of checkpoint NEW's.
 
     What a witness needs to cosign NEW after OLD; check it with `audit verify-consistency`.
     """
     tree = LedgerTree.read(ledger, origin)
-    document = consistency_document(tree, _unsigned(old), _unsigned(new))
-    _write(output, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    document = consistency_document(tree, unsigned(old), unsigned(new))
+    write_output(output, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
 
 
 @click.command(name="verify-inclusion")
@@ -237,7 +237,7 @@ def prove_consistency(ledger: Path, old: Path, new: Path, origin: str | None, ou
 @checkpoint_options
 @keyring_option("The writer's public keys: with --writer, the entry's writer signature must verify.")
 @click.option("--writer", help="The writer kid whose signature the entry must carry. Needs --keyring.")
-@_refusals
+@refusals
 def verify_inclusion_command(
     proof: Path,
     checkpoint_path: Path,
@@ -278,7 +278,7 @@ def verify_inclusion_command(
 @click.option("--old", "old_path", type=FILE, required=True, help="The older checkpoint.")
 @click.option("--new", "new_path", type=FILE, required=True, help="The newer checkpoint.")
 @checkpoint_options
-@_refusals
+@refusals
 def verify_consistency_command(
     proof: Path, old_path: Path, new_path: Path, log_key: str, witness_keys: tuple[str, ...], witnesses: int
 ) -> None:
@@ -294,7 +294,7 @@ def verify_consistency_command(
 @click.command(name="verify-checkpoint")
 @click.argument("checkpoint_path", metavar="CHECKPOINT", type=FILE)
 @checkpoint_options
-@_refusals
+@refusals
 def verify_checkpoint_command(
     checkpoint_path: Path, log_key: str, witness_keys: tuple[str, ...], witnesses: int
 ) -> None:

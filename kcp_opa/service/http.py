@@ -47,6 +47,7 @@ from kcp_opa.service.mcpserver import build_server
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, health, span
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
+from kcp_opa.service.proofs import PROOFS_ROUTE, decision_proofs
 from kcp_opa.service.refusals import status_of
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.service.ui import ui_routes
@@ -198,6 +199,14 @@ def build_app(
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
+    async def proofs(request: Request) -> Response:  # a decision's entries with inclusion proofs (proofs.py)
+        principal, decision_id = principal_of(request), str(request.path_params["decision_id"])
+        try:
+            found = await anyio.to_thread.run_sync(decision_proofs, service, principal, decision_id)
+        except KcpOpaError as exc:
+            return _refused(exc)
+        return JSONResponse(found)
+
     def admin(path: str, run: Callable[[Request], Any]) -> Route:
         async def endpoint(request: Request) -> Response:
             if reloader is None:
@@ -228,6 +237,7 @@ def build_app(
         Route("/mcp", mcp_app),
         Route("/v1/status", RequireAuth(endpoint_app(status), service, "/v1/status"), methods=["GET"]),
         Route("/v1/openapi.json", openapi, methods=["GET"]),
+        Route(PROOFS_ROUTE, RequireAuth(endpoint_app(proofs), service, PROOFS_ROUTE), methods=["GET"]),
         admin("/v1/admin/reload", reload),
         admin("/v1/admin/mode", mode),
         _route(service, served, OPA_ROUTE, "post", "opa_decision", _opa_input),

@@ -19,6 +19,7 @@ from typing import Any
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.version import __version__
 from kcp_opa.service.catalog import Catalog, Tool
+from kcp_opa.service.proofs import PROOF_REFUSALS, PROOFS_ROUTE
 from kcp_opa.service.refusals import (
     AUTHENTICATED,
     AUTHZEN_STATUS,
@@ -59,6 +60,13 @@ FIXED_ROUTES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
         (*_ADMIN, "bad_request", "mode_unknown", "mode_change_refused", "audit_unavailable"),
     ),
     ("/v1/openapi.json", "get", "openapi_document", "This document", ()),
+    (
+        PROOFS_ROUTE,
+        "get",
+        "decision_proofs",
+        "A decision's ledger entries, each with an inclusion proof to a signed tree checkpoint (verify offline)",
+        PROOF_REFUSALS,
+    ),
 )
 #: The tool the OPA-compatible route runs, and the one the AuthZEN evaluations run (their handlers' refusals).
 OPA_TOOL, AUTHZEN_TOOL = "opa_decision", "evaluate_action"
@@ -193,6 +201,10 @@ def openapi_document(catalog: Catalog) -> dict[str, Any]:
         )
         if path == "/v1/openapi.json":
             operation["security"] = []
+        if path == PROOFS_ROUTE:
+            operation["parameters"] = [
+                {"name": "decision_id", "in": "path", "required": True, "schema": {"type": "string"}}
+            ]
         if path == "/v1/challenges":
             operation["parameters"] = [
                 {"name": "addressed_to", "in": "query", "required": True, "schema": {"enum": ["me"]}}

@@ -10,8 +10,11 @@ A batch is admitted, then built, in :meth:`Chain._build`: admission (a keyed wri
 its own chain, verified once in full against its last checkpoint, never past a cut) reads the
 head; building chains each entry after the previous one (signed by the writer key, if any) and
 signs a checkpoint of the new head when one is due (the chain's first batch, and every
-``checkpoint_every`` entries). Anything kept beside the head (a Merkle tree over the entries)
-is updated there too, from the batch's entries.
+``checkpoint_every`` entries). The RFC 9162 Merkle tree over the entries is kept there too, as
+its right edge (``kcp_opa.trail.frontier``): each entry's stored bytes are a leaf, an append
+costs O(log n), a checkpoint carries the tree's root without reading the chain again, and the
+storage keeps the edge beside the head, so a restarted writer resumes it (recomputing it from
+the stored entries only when the kept one does not stand at the head).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import datetime as dt
 import json
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +34,7 @@ from kcp_opa.core.errors import KeyringError, LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
 from kcp_opa.core.signing import Key, Keyring, sign_document
 from kcp_opa.trail.checkpoint import Checkpoint
+from kcp_opa.trail.frontier import TreeState, encode_root
 from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import (
     AUTH_KEY,
@@ -70,7 +74,9 @@ class Head:
     ``header`` is the first line parsed (a header, or the genesis entry of a ledger written
     before headers existed); ``last`` the last entry parsed (None at seq 0); ``created`` says
     this batch writes the header too; ``holds(seq, entry_hash)`` whether the chain still has
-    that entry there (a storage that cannot look back cheaply answers for its last entry).
+    that entry there (a storage that cannot look back cheaply answers for its last entry);
+    ``kept_tree()`` the tree state the storage kept beside the head (None if none or unreadable);
+    ``lines_after(seq)`` the stored bytes of the entries after ``seq``, in order.
     """
 
     header: object
@@ -80,15 +86,21 @@ class Head:
     last: Mapping[str, Any] | None
     created: bool
     holds: Callable[[int, str], bool]
+    kept_tree: Callable[[], TreeState | None] = lambda: None
+    lines_after: Callable[[int], Iterator[bytes]] = lambda seq: iter(())
 
 
 @dataclass(frozen=True)
 class Batch:
-    """What to write after the head of ``ledger_id``: entries with their lines (no newline), a checkpoint or None."""
+    """What to write after the head of ``ledger_id``: entries with their lines (no newline), a checkpoint or None.
+
+    ``tree`` is the tree state at the new head, kept beside it (None: leave the kept one).
+    """
 
     ledger_id: str | None
     entries: tuple[tuple[LedgerEntry, bytes], ...]
     checkpoint: Checkpoint | None
+    tree: TreeState | None = None
 
 
 class ChainStorage(Protocol):
@@ -105,8 +117,9 @@ class ChainStorage(Protocol):
 
         An empty store starts with ``genesis`` (with None it stays empty and None is returned).
         The batch's entries and its checkpoint are written together or not at all (LedgerError,
-        or LedgerUnavailableError when the store does not answer); a storage may call ``build``
-        again when it retries. Returns the batch written.
+        or LedgerUnavailableError when the store does not answer), its tree state with them or
+        after them (a state that does not stand at the head is recomputed, so it may lag
+        behind a crash); a storage may call ``build`` again when it retries. Returns the batch written.
         """
         ...
 
@@ -146,6 +159,7 @@ class Chain:
         self._verified = checkpoint_key is None
         self._head: tuple[str | None, int, str] | None = None  # (ledger_id, seq, hash) this writer last wrote
         self._last_checkpoint: Checkpoint | None = None
+        self._tree: tuple[str | None, TreeState] | None = None  # the tree at the head this writer last saw
         self._lock = threading.Lock()
         self._group = GroupCommit(self._write_batch, max_batch=512)
 
@@ -181,8 +195,9 @@ class Chain:
             if head.seq and last is not None and (last.ledger_id, last.seq, last.entry_hash) == mark:
                 kept.append(last)  # this head is checkpointed already
             elif head.seq:
-                kept.append(self._sign_checkpoint(*mark))
-                return Batch(head.ledger_id, (), kept[0])
+                tree = self._tree_at(head)
+                kept.append(self._sign_checkpoint(*mark, tree))
+                return Batch(head.ledger_id, (), kept[0], tree)
             return Batch(head.ledger_id, (), None)
 
         with self._lock:
@@ -192,30 +207,76 @@ class Chain:
         self._last_checkpoint = kept[0]
         return kept[0].to_dict()
 
+    def tree_head(self) -> TreeState | None:
+        """The Merkle tree at the chain's head (None while it is empty), without reading the chain when it is kept.
+
+        The state is kept beside the head as it stands (so the next writer, or a restart, resumes it).
+        """
+        found: list[TreeState] = []
+
+        def build(head: Head) -> Batch:
+            found.clear()
+            if head.seq == 0:
+                return Batch(head.ledger_id, (), None)
+            found.append(self._tree_at(head))
+            return Batch(head.ledger_id, (), None, found[0])
+
+        with self._lock:
+            batch = self.storage.extend(None, build)
+        if batch is None or not found:
+            return None
+        self._tree = (batch.ledger_id, found[0])
+        return found[0]
+
     def _write_batch(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         batch = self.storage.extend(Genesis.new(self.checkpoint_key), lambda head: self._build(head, entries))
         assert batch is not None  # a genesis is given: the storage always builds
         written = [entry.to_dict() for entry, _ in batch.entries]
         last = batch.entries[-1][0]
         self._head = (batch.ledger_id, last.seq, last.entry_hash)
+        if batch.tree is not None:
+            self._tree = (batch.ledger_id, batch.tree)
         if batch.checkpoint is not None:
             self._last_checkpoint = batch.checkpoint
         return written
 
     def _build(self, head: Head, events: list[dict[str, Any]]) -> Batch:
-        """Admit the head, chain ``events`` after it, and sign a checkpoint when one is due."""
+        """Admit the head, chain ``events`` after it (and into the tree), and sign a checkpoint when one is due."""
         self._admit(head)
-        previous, seq = head.head_hash, head.seq
+        previous, seq, tree = head.head_hash, head.seq, self._tree_at(head)
         sign = self._sign if self.checkpoint_key is not None else None
         entries = []
         for event in events:
             seq += 1
             entry, line = LedgerEntry.written(event, seq, previous, sign)
-            previous = entry.entry_hash
+            previous, tree = entry.entry_hash, tree.extended(line, entry.entry_hash)
             entries.append((entry, line))
         due = head.created or head.seq // self.checkpoint_every != seq // self.checkpoint_every
-        checkpoint = self._sign_checkpoint(head.ledger_id, seq, previous) if self.checkpoint_key and due else None
-        return Batch(head.ledger_id, tuple(entries), checkpoint)
+        signed = self._sign_checkpoint(head.ledger_id, seq, previous, tree) if self.checkpoint_key and due else None
+        return Batch(head.ledger_id, tuple(entries), signed, tree)
+
+    def _tree_at(self, head: Head) -> TreeState:
+        """The tree at the head: this writer's own, else the one kept with the chain, else recomputed.
+
+        A state behind the head (another writer appended since, or a crash came between the
+        entries and the kept state) is brought forward over the entries after it; one that does
+        not lead to the head is dropped, and at worst the tree is recomputed from every entry.
+        """
+        mine = self._tree[1] if self._tree is not None and self._tree[0] == head.ledger_id else None
+        if head.seq == 0:
+            return TreeState.empty(head.head_hash)
+        if mine is not None and mine.at(head.seq, head.head_hash):
+            return mine
+        kept = head.kept_tree()
+        if kept is not None and kept.at(head.seq, head.head_hash):
+            return kept
+        for start in (mine, kept, TreeState.empty(head.head_hash)):
+            resumed = _replayed(head, start) if start is not None and start.seq < head.seq else None
+            if resumed is not None:
+                return resumed
+        raise LedgerError(
+            f"{self.location}: the stored entries do not lead to the chain's head; run `kcp-opa audit verify`"
+        )
 
     def _admit(self, head: Head) -> None:
         """A keyed writer extends and signs only its own chain: its header, its entries, its cut.
@@ -273,12 +334,27 @@ class Chain:
         except KeyringError as exc:  # an HSM that does not answer: the entry is not written
             raise LedgerError(f"{self.location}: cannot sign the entry: {exc}") from None
 
-    def _sign_checkpoint(self, ledger_id: str | None, seq: int, head_hash: str) -> Checkpoint:
-        assert self.checkpoint_key is not None
+    def _sign_checkpoint(self, ledger_id: str | None, seq: int, head_hash: str, tree: TreeState) -> Checkpoint:
+        assert self.checkpoint_key is not None and tree.at(seq, head_hash)
         try:
-            return Checkpoint.sign(ledger_id, seq, head_hash, self.checkpoint_key)
+            return Checkpoint.sign(ledger_id, seq, head_hash, self.checkpoint_key, tree_root=encode_root(tree.root))
         except KeyringError as exc:
             raise LedgerError(f"{self.location}: cannot sign the checkpoint: {exc}") from None
+
+
+def _replayed(head: Head, start: TreeState) -> TreeState | None:
+    """``start`` brought forward over the stored entries after it; None unless they chain from it to the head."""
+    state = start
+    for line in head.lines_after(start.seq):
+        entry = parse(line)
+        if not isinstance(entry, dict) or entry.get("seq") != state.seq + 1:
+            return None
+        if state.seq and entry.get("previous_hash") != state.entry_hash:
+            return None
+        state = state.extended(line, str(entry.get("entry_hash")))
+        if state.seq == head.seq:
+            break
+    return state if state.at(head.seq, head.head_hash) else None
 
 
 def parse(line: bytes | str) -> Any:

@@ -1,8 +1,10 @@
-"""Signed checkpoints of a ledger's head: (ledger_id, seq, entry_hash, time), signed by a key.
+"""Signed checkpoints of a ledger's head: (ledger_id, seq, entry_hash, time, tree_root), signed by a key.
 
 A checkpoint kept off-box anchors the chain: ``audit verify --checkpoint FILE`` requires the
 entry at the checkpoint's seq to carry its hash, so a later cut at an entry boundary, a
-re-chained rewritten tail or a regenerated file is detected. The signature (HMAC-SHA256 or
+re-chained rewritten tail or a regenerated file is detected; ``tree_root`` (base64, written by
+the ledger's own writer) is the RFC 9162 root of the Merkle tree over entries 1..seq, which
+``audit verify`` recomputes. The signature (HMAC-SHA256 or
 Ed25519, keys from the receipt keyring) covers the canonical JSON of the checkpoint with only
 ``signature.value`` removed, as receipts do. A checkpoints file is one JSON object or JSON Lines.
 """
@@ -23,6 +25,7 @@ from kcp_opa.core.signing import Keyring, Signer, document_verifies, signed_byte
 CHECKPOINT_FORMAT = "kcp-opa-checkpoint/1"
 MAX_CHECKPOINT_FILE = 16 * 1024 * 1024
 CHECKPOINT_FIELDS = ("format", "ledger_id", "seq", "entry_hash", "time", "signature")
+OPTIONAL_FIELDS = ("tree_root",)
 
 
 #: What a checkpoint's signature covers (the checkpoint with only ``signature.value`` removed).
@@ -31,17 +34,18 @@ checkpoint_bytes = signed_bytes
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A signed (ledger_id, seq, entry_hash, time): read strictly, written in one place."""
+    """A signed (ledger_id, seq, entry_hash, time, tree_root): read strictly, written in one place."""
 
     ledger_id: str | None
     seq: int
     entry_hash: str
     time: str
     signature: Signature
+    tree_root: str | None = None
 
     @classmethod
     def from_dict(cls, raw: object) -> Checkpoint:
-        fields = Fields(raw, "checkpoint", required=CHECKPOINT_FIELDS)
+        fields = Fields(raw, "checkpoint", required=CHECKPOINT_FIELDS, optional=OPTIONAL_FIELDS)
         if fields.raw["format"] != CHECKPOINT_FORMAT:
             raise fields.error(f"format must be {CHECKPOINT_FORMAT}")
         return cls(
@@ -50,10 +54,11 @@ class Checkpoint:
             entry_hash=fields.text("entry_hash"),
             time=fields.text("time"),
             signature=fields.signature(),
+            tree_root=fields.optional_text("tree_root"),
         )
 
     def to_dict(self) -> JsonDict:
-        return {
+        document: JsonDict = {
             "format": CHECKPOINT_FORMAT,
             "ledger_id": self.ledger_id,
             "seq": self.seq,
@@ -61,17 +66,27 @@ class Checkpoint:
             "time": self.time,
             "signature": self.signature.to_dict(),
         }
+        if self.tree_root is not None:
+            document["tree_root"] = self.tree_root
+        return document
 
     def with_signature(self, signature: Signature) -> Checkpoint:
         return replace(self, signature=signature)
 
     @classmethod
     def sign(
-        cls, ledger_id: str | None, seq: int, head_hash: str, key: Signer, *, now: dt.datetime | None = None
+        cls,
+        ledger_id: str | None,
+        seq: int,
+        head_hash: str,
+        key: Signer,
+        *,
+        now: dt.datetime | None = None,
+        tree_root: str | None = None,
     ) -> Checkpoint:
         moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
         stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return sign(cls(ledger_id, seq, head_hash, stamp, Signature(key.alg, key.kid, "")), key)
+        return sign(cls(ledger_id, seq, head_hash, stamp, Signature(key.alg, key.kid, ""), tree_root), key)
 
     def verify(self, keyring: Keyring) -> None:
         """The signature must verify under a trusted, non-retired kid of the same algorithm."""

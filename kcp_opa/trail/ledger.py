@@ -33,6 +33,7 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +45,33 @@ from kcp_opa.core.signing import Key
 from kcp_opa.stores.records import LedgerSnapshot
 from kcp_opa.trail.chain import Batch, Chain, Genesis, Head, parse
 from kcp_opa.trail.checkpoint import Checkpoint, append_checkpoint, read_checkpoints
+from kcp_opa.trail.frontier import TreeState, encode_root
 from kcp_opa.trail.verify import GENESIS, LedgerProblem, VerifyReport, entry_hash, is_header, verify_ledger
 
 __all__ = ["GENESIS", "AuditLedger", "LedgerProblem", "VerifyReport", "entry_hash", "read_entries", "verify_ledger"]
 
 _TAIL_CHUNK = 64 * 1024
+TREE_EVERY = 256
 _log = structlog.get_logger(__name__)
 
 
 def checkpoint_path(path: Path) -> Path:
     """Where a ledger's own signed checkpoints go (export them off-box to anchor the chain)."""
     return path.with_name(path.name + ".checkpoints")
+
+
+def tree_path(path: Path) -> Path:
+    """Where the writer keeps the Merkle tree's right edge at the head (derived; recomputed when stale)."""
+    return path.with_name(path.name + ".tree")
+
+
+def kept_tree_root(path: Path) -> dict[int, str]:
+    """{seq: root} of the tree state the writer keeps beside a ledger file, for `audit verify` to recompute."""
+    try:
+        state = TreeState.parse(tree_path(path).read_bytes().partition(b"\n")[0])
+    except OSError:
+        return {}
+    return {} if state is None or state.seq == 0 else {state.seq: encode_root(state.root)}
 
 
 class FileChain:
@@ -65,6 +82,7 @@ class FileChain:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.location = str(path)
+        self._end = self._kept_end = (-1, 0)  # (seq, offset its entry ends at): this process's last, the kept one's
 
     def extend(self, genesis: Genesis | None, build: Callable[[Head], Batch]) -> Batch | None:
         """Under the file's lock: read the end, write and fsync the batch, then its checkpoint.
@@ -80,10 +98,11 @@ class FileChain:
             if found is None:
                 return None
             start, head = found
-            batch = build(head)
+            batch = build(replace(head, kept_tree=self._kept_tree, lines_after=lambda seq: self._lines_after(fd, seq)))
             lines = [genesis.line + b"\n"] if head.created and genesis is not None else []
             lines.extend(line + b"\n" for _, line in batch.entries)
-            view = memoryview(b"".join(lines))
+            written = b"".join(lines)
+            view = memoryview(written)
             while view:
                 count = os.write(fd, view)
                 view = view[count:]
@@ -91,6 +110,11 @@ class FileChain:
                 os.fsync(fd)
             if batch.checkpoint is not None:
                 self._keep(batch.checkpoint, required=head.created or not batch.entries)
+            if batch.tree is not None:
+                self._end = (batch.tree.seq, start + len(written))
+                due = head.seq // TREE_EVERY != batch.tree.seq // TREE_EVERY
+                if due or batch.checkpoint is not None or not batch.entries:
+                    self._keep_tree(batch.tree, start + len(written))
         except OSError as exc:
             _rollback(fd, start)
             raise LedgerError(f"{self.path}: audit write failed: {exc.strerror or exc}") from None
@@ -126,6 +150,39 @@ class FileChain:
             if required:
                 raise
             _log.warning("ledger_checkpoint_not_written", path=str(self.path), error=exc.strerror or str(exc))
+
+    def _kept_tree(self) -> TreeState | None:
+        """The state in ``<ledger>.tree`` (its first line); the second line is the offset its entry ends at."""
+        try:
+            state, _, offset = tree_path(self.path).read_bytes().partition(b"\n")
+        except OSError:
+            return None
+        kept = TreeState.parse(state)
+        if kept is not None and offset.strip().isdigit():
+            self._kept_end = (kept.seq, int(offset))
+        return kept
+
+    def _lines_after(self, fd: int, seq: int) -> Iterator[bytes]:
+        """Read from where entry ``seq`` ends when this process knows it, else from the file's start."""
+        known = dict((self._end, self._kept_end))
+        return _lines_after(fd, seq, known.get(seq, 0))
+
+    def _keep_tree(self, tree: TreeState, end: int) -> None:
+        """Written after the batch is durable, without an fsync: a state lost in a crash is recomputed.
+
+        Kept every ``TREE_EVERY`` entries, at checkpoints and on close (not per batch: a second
+        file written per fsync would cost the journal); a restart replays at most the entries since.
+        """
+        try:
+            fd = os.open(tree_path(self.path), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+            try:
+                data = tree.line() + b"\n%d\n" % end
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            _log.warning("ledger_tree_not_written", path=str(self.path), error=exc.strerror or str(exc))
 
     def _open(self) -> int:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -259,6 +316,17 @@ def _head(
         return wanted != seq or (last is not None and last.get("entry_hash") == entry_hash)
 
     return Head(header, ledger_id, seq, head_hash, last, created, holds)
+
+
+def _lines_after(fd: int, seq: int, offset: int) -> Iterator[bytes]:
+    """The stored bytes of the entries after ``seq``, reading from ``offset`` (0: the whole file)."""
+    with os.fdopen(os.dup(fd), "rb") as handle:
+        handle.seek(offset)
+        for raw in handle:
+            entry = parse(raw) if raw.endswith(b"\n") else None
+            found = entry.get("seq") if isinstance(entry, dict) and not is_header(entry) else None
+            if isinstance(found, int) and found > seq:
+                yield raw[:-1]
 
 
 def read_entries(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -5,8 +5,9 @@ Leaf ``i`` is the entry at seq ``i + 1``, as its stored bytes: the entry's canon
 the PostgreSQL ledger keeps and dumps (``trail.record.LedgerEntry.written`` makes both). The
 header is not a leaf (the first entry's ``previous_hash`` already commits to it); the
 checkpoint's origin names the ledger instead: ``kcp-opa/<ledger_id>``. A torn last line is not
-an entry and not a leaf. The tree is computed when a checkpoint or a proof is asked for: the
-backends do not keep it as they append.
+an entry and not a leaf. This is the whole tree, read from the ledger when a proof is asked for
+(the backends keep only its right edge as they append: ``kcp_opa.trail.frontier``). Its
+checkpoints carry the consume index of their size as an extension line (``kcp_opa.trail.consumes``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.stores.protocols import LedgerStore
+from kcp_opa.trail.consumes import OUTCOME_TYPES, ConsumeIndex, consume_of
 from kcp_opa.trail.merkle import MerkleTree
 from kcp_opa.trail.note import Checkpoint, Note, NoteSigner
 from kcp_opa.trail.verify import is_header
@@ -62,6 +64,18 @@ def entry_lines(path: Path) -> Iterator[bytes]:
         raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
 
 
+def _outcome_of(line: bytes) -> str | None:
+    """The receipt an intent, execution or failure entry is of (None for any other entry)."""
+    if b'"receipt_id":' not in line:
+        return None
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    found = entry.get("receipt_id") if isinstance(entry, dict) and entry.get("type") in OUTCOME_TYPES else None
+    return found if isinstance(found, str) else None
+
+
 def _header(raw: bytes) -> bool:
     try:
         return is_header(json.loads(raw))
@@ -71,19 +85,29 @@ def _header(raw: bytes) -> bool:
 
 @dataclass
 class LedgerTree:
-    """A ledger's tree, with the stored bytes of the entries asked for while it was read."""
+    """A ledger's tree, with the stored bytes of the entries asked for while it was read.
+
+    ``consumes`` maps each receipt consumed (an intent entry) to the seqs that consume it.
+    """
 
     origin: str
     tree: MerkleTree
     kept: dict[int, bytes] = field(default_factory=dict)
+    consumes: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, path: Path, origin: str | None = None, keep: frozenset[int] = frozenset()) -> LedgerTree:
-        """Read the ledger once; ``keep`` names the seqs whose entry bytes to hold (for proofs)."""
+    def read(
+        cls, path: Path, origin: str | None = None, keep: frozenset[int] = frozenset(), receipt: str | None = None
+    ) -> LedgerTree:
+        """Read the ledger once; ``keep`` names the seqs whose entry bytes to hold (for proofs), and
+        ``receipt`` a receipt whose intent, execution and failure entries to hold too."""
         built = cls(origin_for(ledger_id_of(path), origin), MerkleTree())
         for line in entry_lines(path):
             seq = built.tree.append(line) + 1
-            if seq in keep:
+            consumed = consume_of(line)
+            if consumed is not None:
+                built.consumes.setdefault(consumed, []).append(seq)
+            if seq in keep or (receipt is not None and _outcome_of(line) == receipt):
                 built.kept[seq] = line
         return built
 
@@ -96,8 +120,9 @@ class LedgerTree:
             return cls.read(snapshot.path, origin, keep)
 
     def checkpoint(self, size: int | None = None) -> Checkpoint:
+        """The tree head of ``size`` entries, with the consume index of those entries as its extension line."""
         size = self.tree.size if size is None else size
-        return Checkpoint(self.origin, size, self.tree.root(size))
+        return Checkpoint(self.origin, size, self.tree.root(size), (ConsumeIndex(self.consumes, size).extension(),))
 
     def signed_checkpoint(self, signer: NoteSigner) -> Note:
         """The C2SP checkpoint of the whole tree, signed by the log key (named as the origin)."""

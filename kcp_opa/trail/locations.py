@@ -17,7 +17,7 @@ from pathlib import Path
 from kcp_opa.core.errors import LedgerError, StoreError
 from kcp_opa.core.signing import Key
 from kcp_opa.stores.protocols import LedgerStore
-from kcp_opa.trail.ledger import AuditLedger, checkpoint_path
+from kcp_opa.trail.ledger import AuditLedger, checkpoint_path, tree_path
 
 
 def is_database(location: str | Path) -> bool:
@@ -71,9 +71,12 @@ def dump(location: str, output: Path) -> tuple[int, int]:
 
     try:
         with output.open("xb") as sink:
-            entries, lines = read_chain(location, sink)
+            dumped = read_chain(location, sink)
+        entries, lines = dumped.entries, dumped.checkpoints
         if lines:
             checkpoint_path(output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        if dumped.tree is not None:  # the writer's kept tree, which `audit verify` recomputes
+            tree_path(output).write_text(dumped.tree + "\n", encoding="utf-8")
     except OSError as exc:
         raise LedgerError(f"{output}: cannot write: {exc.strerror or exc}") from None
     except StoreError as exc:  # the database did not answer, or the location carries a password

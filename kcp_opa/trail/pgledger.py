@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,15 +30,17 @@ from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError, LedgerUnavailableError, StoreError, StoreUnavailableError
 from kcp_opa.core.signing import Key
 from kcp_opa.stores.postgres.base import PostgresDatabase
-from kcp_opa.stores.postgres.ledger import ChainHead, ChainRow, EntryAt, PostgresChain
+from kcp_opa.stores.postgres.ledger import ChainHead, ChainRow, EntryAt, LinesAfter, PostgresChain
 from kcp_opa.stores.records import LedgerSnapshot
 from kcp_opa.stores.sql import answers
 from kcp_opa.trail.chain import Batch, Chain, Genesis, Head, checkpoint_line, parse
 from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoint
+from kcp_opa.trail.frontier import TreeState
 from kcp_opa.trail.record import LedgerEntry
 from kcp_opa.trail.verify import is_header
 
 T = TypeVar("T")
+Built = tuple[list[ChainRow], str | None, str | None]
 
 
 class PostgresChainStorage:
@@ -54,13 +57,18 @@ class PostgresChainStorage:
         header = None if genesis is None else (genesis.ledger_id, genesis.line.decode("utf-8"), genesis.head_hash)
         kept: list[Batch] = []
 
-        def rows(found: ChainHead, entry_at: EntryAt) -> tuple[list[ChainRow], str | None]:
+        def rows(found: ChainHead, entry_at: EntryAt, after: LinesAfter) -> Built:
             kept.clear()
-            kept.append(build(self._head(found, entry_at)))
+            head = replace(
+                self._head(found, entry_at),
+                kept_tree=lambda: TreeState.parse(found.tree),
+                lines_after=lambda seq: (line.encode("utf-8") for line in after(seq)),
+            )
+            kept.append(build(head))
             batch = kept[0]
             lines = [(entry.seq, entry.entry_hash, line.decode("utf-8")) for entry, line in batch.entries]
             mark = None if batch.checkpoint is None else checkpoint_line(batch.checkpoint).decode("utf-8")
-            return lines, mark
+            return lines, mark, None if batch.tree is None else batch.tree.line().decode("ascii")
 
         _call(lambda: self.chain.extend(header, rows))
         return kept[0] if kept else None

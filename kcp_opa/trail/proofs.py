@@ -28,7 +28,7 @@ INCLUSION_FORMAT = "kcp-opa-inclusion-proof/1"
 CONSISTENCY_FORMAT = "kcp-opa-consistency-proof/1"
 
 
-def _matching(tree: LedgerTree, checkpoint: Checkpoint) -> None:
+def matching(tree: LedgerTree, checkpoint: Checkpoint) -> None:
     if checkpoint.origin != tree.origin:
         raise LedgerError(f"the checkpoint is for {checkpoint.origin}, this ledger's tree is {tree.origin}")
     if checkpoint.size > tree.tree.size:
@@ -48,7 +48,7 @@ def _encoded(hashes: list[bytes]) -> list[str]:
 
 def inclusion_document(tree: LedgerTree, seq: int, checkpoint: Checkpoint) -> dict[str, Any]:
     """The proof that the entry at ``seq`` is in the tree ``checkpoint`` signs (``seq`` kept by the tree)."""
-    _matching(tree, checkpoint)
+    matching(tree, checkpoint)
     if not 1 <= seq <= checkpoint.size or seq not in tree.kept:
         raise LedgerError(f"seq {seq} is not among the checkpoint's {checkpoint.size} entries")
     return {
@@ -63,8 +63,8 @@ def inclusion_document(tree: LedgerTree, seq: int, checkpoint: Checkpoint) -> di
 
 def consistency_document(tree: LedgerTree, old: Checkpoint, new: Checkpoint) -> dict[str, Any]:
     """The proof that ``old``'s tree is a prefix of ``new``'s, both checked against the ledger first."""
-    _matching(tree, old)
-    _matching(tree, new)
+    matching(tree, old)
+    matching(tree, new)
     if old.size > new.size:
         raise LedgerError(f"the old checkpoint ({old.size} entries) is larger than the new one ({new.size})")
     if old.size == 0:

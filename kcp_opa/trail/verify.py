@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, document_verifies
+from kcp_opa.trail.frontier import TreeState, encode_root
 
 GENESIS = "sha256:" + "0" * 64
 HEADER_KEY = "kcp_opa_ledger"
@@ -124,6 +125,7 @@ class VerifyReport:
     anchors: tuple[tuple[int, str], ...] = field(default=())
     writer: str | None = None
     authenticated: bool = False
+    tree_root: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -142,6 +144,7 @@ def verify_ledger(
     keyring: Keyring | None = None,
     writer: str | None = None,
     allow_unbound: bool = False,
+    tree_roots: Mapping[int, str] | None = None,
 ) -> VerifyReport:
     """Check every line, its hash, link, seq and writer signature; then that every anchor is in the chain.
 
@@ -150,12 +153,15 @@ def verify_ledger(
     verification keys; without it the writer signatures of an authenticated ledger are not
     checked (``authenticated`` is then False). With ``keyring`` or ``writer`` (the kid the auditor
     expects, held apart from the file) the header must name a writer, that one if given: an
-    unbound ledger fails unless ``allow_unbound`` (then only the chain is checked).
+    unbound ledger fails unless ``allow_unbound`` (then only the chain is checked). The Merkle
+    tree over the entries is recomputed from scratch as they are read (``tree_root``, base64):
+    each of ``tree_roots`` (seq -> root, from checkpoints or the writer's kept state) must be
+    its root after that seq.
     """
     bound = writer is not None or (keyring is not None and not allow_unbound)
     try:
         with Path(path).open("rb") as handle:
-            return _verify_lines(handle, dict(anchors), ledger_id, keyring, writer, bound)
+            return _verify_lines(handle, dict(anchors), ledger_id, keyring, writer, bound, dict(tree_roots or {}))
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
 
@@ -167,8 +173,10 @@ def _verify_lines(
     keyring: Keyring | None,
     writer: str | None,
     bound: bool,
+    tree_roots: dict[int, str],
 ) -> VerifyReport:
     problems: list[LedgerProblem] = []
+    tree = TreeState.empty(GENESIS)
     previous, expected_seq, entries, torn = GENESIS, 1, 0, False
     ledger_id: str | None = None
     declared: Mapping[str, Any] | None = None
@@ -193,12 +201,16 @@ def _verify_lines(
                 problem = f"seq {expected_seq} differs from the anchored checkpoint (rewritten or regenerated)"
             if problem is None:
                 problem = foreign_entry(entry, declared, keyring)
+            if problem is None:
+                tree = tree.extended(raw[:-1], entry["entry_hash"])
+                if tree_roots.get(tree.seq, encode_root(tree.root)) != encode_root(tree.root):
+                    problem = f"the Merkle tree of seq 1..{tree.seq} recomputed is not the root kept for it"
         if problem is not None:
             problems.append(LedgerProblem(number, problem))
             break
         previous, expected_seq, entries = entry["entry_hash"], expected_seq + 1, entries + 1
     if not problems:
-        problems.extend(_end_problems(number, entries, anchors, ledger_id, expected_id, headed))
+        problems.extend(_end_problems(number, entries, {**tree_roots, **anchors}, ledger_id, expected_id, headed))
     unbound = binding_problem(declared, writer) if bound else None
     if unbound is not None:
         problems.insert(0, LedgerProblem(1, unbound))
@@ -215,6 +227,7 @@ def _verify_lines(
         tuple(anchors.items()),
         writer,
         authenticated,
+        encode_root(tree.root) if entries else None,
     )
 
 

@@ -20,7 +20,7 @@ from trustkit import compile_with_trust
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, generate_ed25519, sign_document
-from kcp_opa.trail.ledger import GENESIS, AuditLedger, checkpoint_path, entry_hash, verify_ledger
+from kcp_opa.trail.ledger import GENESIS, AuditLedger, checkpoint_path, entry_hash, tree_path, verify_ledger
 
 KEY = generate_ed25519("writer-1")
 
@@ -169,7 +169,8 @@ def _rings(tmp_path: Path, *keys: Any, signer: str | None = None) -> Path:
 
 def _strip_binding(path: Path, *, delete_header: bool) -> None:
     """What an attacker with write access does: drop the writer binding, make seq 1 an ALLOW,
-    append a forged execution and re-chain every line (no key needed for any of it)."""
+    append a forged execution and re-chain every line (no key needed for any of it), and delete
+    the writer's kept tree state beside the file (its root would show the rewrite)."""
     lines = [json.loads(raw) for raw in path.read_bytes().splitlines()]
     header, entries = lines[0], lines[1:]
     header.pop("entry_auth")
@@ -184,6 +185,7 @@ def _strip_binding(path: Path, *, delete_header: bool) -> None:
         entry["entry_hash"] = previous = entry_hash(entry)
         out.append(canonical_json(entry) + b"\n")
     path.write_bytes(b"".join(out))
+    tree_path(path).unlink()
 
 
 @pytest.mark.parametrize("delete_header", [False, True], ids=["entry_auth-removed", "header-deleted"])
@@ -263,6 +265,7 @@ def test_a_cut_with_the_checkpoints_deleted_is_refused_by_the_writer(tmp_path: P
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:3]))  # header + seq 1..2: every remaining entry is genuine
     checkpoint_path(path).unlink()
+    tree_path(path).unlink()  # the writer's kept tree state (seq 4) would show the cut too
     # what the box holds no longer shows the cut; a checkpoint kept off-box does
     assert _verify(path, "--keyring", str(public))[0] == 0
     code, report = _verify(path, "--keyring", str(public), "--checkpoint", str(off_box))

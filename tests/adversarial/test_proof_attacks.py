@@ -22,7 +22,7 @@ from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Ed25519Key, generate_ed25519, sign_document
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 from kcp_opa.trail.ledgertree import LedgerTree
-from kcp_opa.trail.note import ED25519_COSIGNATURE, Note, NoteError, NoteSigner, open_checkpoint
+from kcp_opa.trail.note import ED25519_COSIGNATURE, Checkpoint, Note, NoteError, NoteSigner, open_checkpoint
 from kcp_opa.trail.proofs import (
     consistency_document,
     inclusion_document,
@@ -207,3 +207,19 @@ def test_a_proof_for_the_wrong_tree_size_fails(honest: tuple[Path, LedgerTree, N
         verify_consistency_document(grown, tree.checkpoint(3), large)
     with pytest.raises(NoteError, match="does not verify"):
         verify_consistency_document({**grown, "new_size": 8}, tree.checkpoint(3), large)
+
+
+def test_another_consume_index_for_the_same_tree_is_refused_by_a_witness(
+    honest: tuple[Path, LedgerTree, Note], tmp_path: Path
+) -> None:
+    """Same size, same root, another consume index line: two views of which receipts were consumed."""
+    _path, tree, note = honest
+    witness = Witness(tmp_path / "w1.state", W1, {tree.origin: _log(tree)})
+    witness.cosign(note.encode(), None, now=1_800_000_000)
+    head = tree.checkpoint()
+    other = Checkpoint(head.origin, head.size, head.root, ("kcp-opa-consumes 1 " + "A" * 43 + "=",))
+    assert other.root == head.root and other.extensions != head.extensions
+    shown = Note(other.text(), (NoteSigner(tree.origin, WRITER).sign(other.text()),))
+    with pytest.raises(WitnessRefusal, match="another consume index"):
+        witness.cosign(shown.encode(), None)
+    assert witness.cosign(note.encode(), None).size == head.size  # the view it cosigned is still cosigned

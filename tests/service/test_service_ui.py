@@ -118,7 +118,7 @@ def test_openapi_describes_every_v1_route(server: dict[str, Any]) -> None:
     assert document["openapi"].startswith("3.1")
     described = {(path, method) for path, ops in document["paths"].items() for method in ops}
     assert described == set(routes(CATALOG))
-    assert len(described) == 18  # nine tool routes (read_challenge, post_fact among them), six others, three AuthZEN
+    assert len(described) == 19  # nine tool routes (read_challenge, post_fact among them), seven others, three AuthZEN
     body = document["paths"]["/v1/challenges/{challenge_id}/result"]["post"]["requestBody"]
     assert "challenge_id" not in body["content"]["application/json"]["schema"]["properties"]
 

@@ -7,6 +7,7 @@ the head: last seq and hash). An append locks that row (``SELECT ... FOR UPDATE`
 transaction that inserts the entries and moves the head, so two writers on any machines take
 turns: the next seq and previous hash always come from the committed head, and the chain never
 forks. ``ledger_entries.seq`` is the primary key as a second wall: a fork would be a duplicate.
+``ledger_chain.tree`` keeps, in the same row and transaction, the trail's Merkle tree state at the head.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ _TABLES = (
     written_at TIMESTAMPTZ NOT NULL DEFAULT now()
 )""",
 )
+_TREE = ("ALTER TABLE ledger_chain ADD COLUMN IF NOT EXISTS tree TEXT",)
 
 
 @dataclass(frozen=True)
@@ -53,21 +55,24 @@ class ChainHead:
     head_hash: str
     last: str | None
     created: bool
+    tree: str | None = None
 
 
 #: One entry to insert: its seq, hash and canonical line (without the newline).
 ChainRow = tuple[int, str, str]
 #: The line of the entry at a seq, read inside the append transaction (the head row is locked).
 EntryAt = Callable[[int], str | None]
-#: (the locked head, a reader inside the transaction) -> the rows to add, and a checkpoint line or None.
-Builder = Callable[[ChainHead, EntryAt], tuple[list[ChainRow], str | None]]
+#: The lines of the entries after a seq, in order, read inside the append transaction.
+LinesAfter = Callable[[int], Iterator[str]]
+#: (the locked head, readers inside the transaction) -> rows to add, a checkpoint line or None, a tree state or None.
+Builder = Callable[[ChainHead, EntryAt, LinesAfter], tuple[list[ChainRow], str | None, str | None]]
 
 
 class PostgresChain(PostgresBase):
     """The ``ledger_chain``, ``ledger_entries`` and ``ledger_checkpoints`` tables."""
 
     component = "ledger"
-    steps = (_TABLES,)
+    steps = (_TABLES, _TREE)
     failure = "audit ledger failed"
 
     def extend(self, header: tuple[str, str, str] | None, build: Builder) -> list[ChainRow]:
@@ -92,18 +97,28 @@ class PostgresChain(PostgresBase):
                 )
                 head = _locked(connection)
                 assert head is not None
-            ledger_id, line, seq, head_hash = head
+            ledger_id, line, seq, head_hash, tree = head
 
             def entry_at(wanted: int) -> str | None:
                 row = connection.execute("SELECT line FROM ledger_entries WHERE seq = %s", (wanted,)).fetchone()
                 return None if row is None else str(row[0])
 
+            def lines_after(after: int) -> Iterator[str]:
+                query = "SELECT line FROM ledger_entries WHERE seq > %s ORDER BY seq"
+                for (found,) in connection.execute(query, (after,)):
+                    yield str(found)
+
             last = entry_at(seq) if seq else None
-            rows, checkpoint = build(ChainHead(ledger_id, line, seq, head_hash, last, created), entry_at)
+            found = ChainHead(ledger_id, line, seq, head_hash, last, created, tree)
+            rows, checkpoint, kept = build(found, entry_at, lines_after)
             if rows:
                 with connection.cursor() as cursor:
                     cursor.executemany("INSERT INTO ledger_entries (seq, entry_hash, line) VALUES (%s, %s, %s)", rows)
-                connection.execute("UPDATE ledger_chain SET seq = %s, head_hash = %s WHERE id = 1", rows[-1][:2])
+                connection.execute(
+                    "UPDATE ledger_chain SET seq = %s, head_hash = %s, tree = %s WHERE id = 1", (*rows[-1][:2], kept)
+                )
+            elif kept is not None:
+                connection.execute("UPDATE ledger_chain SET tree = %s WHERE id = 1", (kept,))
             if checkpoint is not None:
                 connection.execute(
                     "INSERT INTO ledger_checkpoints (seq, line) VALUES (%s, %s)",
@@ -126,13 +141,22 @@ class PostgresChain(PostgresBase):
         """Write the ledger as JSON Lines (header, then entries by seq) from one snapshot; the entry count."""
         try:
             with self.database.pool.connection() as connection:
-                return _dump(connection, sink)[0]
+                return _dump(connection, sink).entries
         except psycopg.Error as exc:
             raise StoreUnavailableError(f"{self.location}: cannot read the ledger: {_reason(exc)}") from None
 
 
-def read_chain(location: str, sink: IO[bytes], *, timeout_s: int = 5) -> tuple[int, list[str]]:
-    """Dump the ledger at ``location`` to ``sink`` on one read-only connection: (entries, checkpoint lines).
+@dataclass(frozen=True)
+class Dumped:
+    """What a dump read besides the lines: the entry count, the checkpoint lines, the kept tree state."""
+
+    entries: int
+    checkpoints: list[str]
+    tree: str | None
+
+
+def read_chain(location: str, sink: IO[bytes], *, timeout_s: int = 5) -> Dumped:
+    """Dump the ledger at ``location`` to ``sink`` on one read-only connection, with its checkpoints and tree.
 
     What an auditor runs: no pool, no schema change, so a read-only database role suffices.
     """
@@ -153,8 +177,8 @@ def _exists(connection: Connection, table: str) -> bool:
     return bool(row and row[0])
 
 
-def _dump(connection: Connection, sink: IO[bytes]) -> tuple[int, list[str]]:
-    """The header and every entry line to ``sink``, and the checkpoint lines, from one snapshot.
+def _dump(connection: Connection, sink: IO[bytes]) -> Dumped:
+    """The header and every entry line to ``sink``, the checkpoint lines and the kept tree state, from one snapshot.
 
     REPEATABLE READ: a checkpoint committed after the entries were read is not in this dump
     either (it would name a seq the dump lacks).
@@ -163,12 +187,22 @@ def _dump(connection: Connection, sink: IO[bytes]) -> tuple[int, list[str]]:
     with connection.transaction():
         connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         if not _exists(connection, "ledger_chain"):
-            return 0, []
+            return Dumped(0, [], None)
         for line in _lines(connection):
             sink.write(line.encode("utf-8") + b"\n")
             count += 1
         rows = connection.execute("SELECT line FROM ledger_checkpoints ORDER BY id").fetchall()
-    return max(count, 0), [str(row[0]) for row in rows]
+        tree = None
+        if _has_tree(connection):
+            found = connection.execute("SELECT tree FROM ledger_chain WHERE id = 1").fetchone()
+            tree = None if found is None or found[0] is None else str(found[0])
+    return Dumped(max(count, 0), [str(row[0]) for row in rows], tree)
+
+
+def _has_tree(connection: Connection) -> bool:
+    """Whether ``ledger_chain`` has the tree column (a database an older kcp-opa wrote may not)."""
+    query = "SELECT 1 FROM information_schema.columns WHERE table_name = 'ledger_chain' AND column_name = 'tree'"
+    return connection.execute(query).fetchone() is not None
 
 
 def _head(connection: Connection) -> tuple[str, str, int, str] | None:
@@ -176,11 +210,11 @@ def _head(connection: Connection) -> tuple[str, str, int, str] | None:
     return None if row is None else (str(row[0]), str(row[1]), int(row[2]), str(row[3]))
 
 
-def _locked(connection: Connection) -> tuple[str, str, int, str] | None:
+def _locked(connection: Connection) -> tuple[str, str, int, str, str | None] | None:
     row = connection.execute(
-        "SELECT ledger_id, header, seq, head_hash FROM ledger_chain WHERE id = 1 FOR UPDATE"
+        "SELECT ledger_id, header, seq, head_hash, tree FROM ledger_chain WHERE id = 1 FOR UPDATE"
     ).fetchone()
-    return None if row is None else (str(row[0]), str(row[1]), int(row[2]), str(row[3]))
+    return None if row is None else (str(row[0]), str(row[1]), int(row[2]), str(row[3]), row[4])
 
 
 def _lines(connection: Connection) -> Iterator[str]:
