@@ -31,15 +31,16 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from kcp_opa.audit.selection import Selection, SelectionError, Window, parse_selection
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreUnavailableError
-from kcp_opa.service import uipages
+from kcp_opa.service import uifilters, uipages
 from kcp_opa.service.catalog import Catalog, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope
 from kcp_opa.service.issuing import check_addressed
 from kcp_opa.service.refusals import status_of
-from kcp_opa.service.uiledger import ledger_report, ledger_summary
+from kcp_opa.service.uiledger import Controls, ledger_report, ledger_summary
 from kcp_opa.service.uisession import FormRefused, Session, Sessions, read_form, secure_cookie, session_seconds
 
 COOKIE = "kcp_ui"
@@ -48,7 +49,7 @@ CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 REPORT_CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 REFRESH_SECONDS = 15
 #: An answer's page status by refusal code (otherwise 403): an outage is 503, never a refusal.
@@ -203,24 +204,37 @@ class Ui:
     async def dashboard(self, request: Request) -> Response:
         return await self._reader(request, "/ui/dashboard", self._dashboard)
 
-    def _dashboard(self, session: Session, principal: Principal) -> Response:
-        summary = ledger_summary(self.service)
-        body = uipages.dashboard(summary, len(self.service.challenges.open_challenges()))
+    def _dashboard(self, request: Request, session: Session, principal: Principal) -> Response:
+        selection, window = parse_selection(request.query_params.multi_items())
+        found = ledger_summary(self.service, selection, window)
+        controls = "" if found is None else _controls("/ui/dashboard", selection, window)(*found)
+        body = uipages.dashboard(
+            found[0] if found else None, len(self.service.challenges.open_challenges()), window, controls
+        )
         response = self._page("Dashboard", body, session, principal)
         response.headers["Refresh"] = str(REFRESH_SECONDS)
         return response
 
     async def report(self, request: Request) -> Response:
-        def build(session: Session, principal: Principal) -> Response:
+        def build(request: Request, session: Session, principal: Principal) -> Response:
+            selection, window = parse_selection(request.query_params.multi_items())
             # as /v1/status: the ledger's location (a server path) for a service_admin only
-            report = ledger_report(self.service, show_location=Scope.ADMIN in principal.scopes)
+            report = ledger_report(
+                self.service,
+                show_location=Scope.ADMIN in principal.scopes,
+                selection=selection,
+                window=window,
+                controls=_controls("/ui/report", selection, window),
+            )
             if report is None:
                 return self._page("Report", uipages.no_ledger(), session, principal)
             return _html(report, csp=REPORT_CSP)
 
         return await self._reader(request, "/ui/report", build)
 
-    async def _reader(self, request: Request, what: str, build: Callable[[Session, Principal], Response]) -> Response:
+    async def _reader(
+        self, request: Request, what: str, build: Callable[[Request, Session, Principal], Response]
+    ) -> Response:
         signed = self._signed_in(request)
         if signed is None:
             return _secure_headers(RedirectResponse("/ui/login", status_code=303))
@@ -230,10 +244,13 @@ class Ui:
             await anyio.to_thread.run_sync(self._refuse, principal, what, refusal)
             return self._page("Not allowed", self._nothing_here(principal), session, principal, 403)
         try:
-            result: Response = await anyio.to_thread.run_sync(build, session, principal)
+            result: Response = await anyio.to_thread.run_sync(build, request, session, principal)
         except (StoreUnavailableError, LedgerError) as exc:  # the ledger cannot be read: say so, never a blank
             await anyio.to_thread.run_sync(self._refuse, principal, what, exc)
             return self._unavailable(exc, session, principal)
+        except SelectionError as exc:  # a filter or page that cannot be used: one line naming it, a 400
+            await anyio.to_thread.run_sync(self._refuse, principal, what, exc)
+            return self._page("Not shown", uifilters.bad_query(what, str(exc)), session, principal, 400)
         return result
 
     def _unavailable(self, exc: KcpOpaError, session: Session, principal: Principal) -> Response:
@@ -311,6 +328,11 @@ class Ui:
         response.headers["Cache-Control"] = "max-age=300"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
+
+
+def _controls(path: str, selection: Selection, window: Window) -> Controls:
+    """The filter form and page links of ``path`` for a counted summary and its page count."""
+    return lambda summary, pages: uifilters.controls(path, selection, window, pages, counted=summary.entries)
 
 
 def ui_routes(service: GateService, authenticator: Authenticator, catalog: Catalog) -> list[Route]:
