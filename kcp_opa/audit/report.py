@@ -348,4 +348,4 @@ def policy_timeline_table(summary: LedgerSummary, table: Table, window: Window) 
         for t in _pick(window, summary.policy_timeline)
     )  # fmt: skip
     headers = ["revision", "sha256", "signer", "first seen (seq, time)", "last seen", "entries", "decision entries"]
-    return table(headers, rows, empty="No entry names a bundle.")
+    return table(headers, rows, empty="None on this page." if summary.policy_timeline else "No entry names a bundle.")

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from kcp_opa.audit.selection import Selection, SelectionError, Window, parse_selection
+from kcp_opa.audit.selection import Selection, SelectionError, Window, parse_selection, query_string
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreUnavailableError
 from kcp_opa.service import uifilters, uipages
 from kcp_opa.service.catalog import Catalog, error_payload
@@ -208,9 +208,9 @@ class Ui:
         selection, window = parse_selection(request.query_params.multi_items())
         found = ledger_summary(self.service, selection, window)
         controls = "" if found is None else _controls("/ui/dashboard", selection, window)(*found)
-        body = uipages.dashboard(
-            found[0] if found else None, len(self.service.challenges.open_challenges()), window, controls
-        )
+        report = "/ui/report" + (query_string(selection, window, 1) if selection.active else "")
+        opened = len(self.service.challenges.open_challenges())
+        body = uipages.dashboard(found[0] if found else None, opened, window, controls, report)
         response = self._page("Dashboard", body, session, principal)
         response.headers["Refresh"] = str(REFRESH_SECONDS)
         return response

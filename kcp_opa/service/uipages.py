@@ -102,10 +102,13 @@ def _chain(summary: LedgerSummary | None) -> str:
     return f'<p class="bad" id="chain">Ledger chain BROKEN: {esc(summary.chain_detail)}</p>'
 
 
-def dashboard(found: LedgerSummary | None, open_challenges: int, window: Window, controls: str = "") -> str:
+def dashboard(
+    found: LedgerSummary | None, open_challenges: int, window: Window, controls: str = "", report: str = "/ui/report"
+) -> str:
     """The live figures (the response's Refresh header reloads the page; no script); ``found`` None: no ledger yet.
 
-    The counts are the selection's; the lists show ``window``'s page; ``controls``: the filter form and page links.
+    The counts are the selection's; the lists show ``window``'s page; ``controls``: the filter form and page links;
+    ``report``: the report's link, with the same filters.
     """
     chain = _chain(found)
     summary = found or LedgerSummary("")
@@ -152,7 +155,7 @@ def dashboard(found: LedgerSummary | None, open_challenges: int, window: Window,
     )
     return (
         f"<h1>Dashboard</h1>{chain}{controls}{cards}"
-        '<p><a href="/ui/report">The full report, with charts</a></p>'
+        f'<p><a href="{esc(report)}" id="report-link">The full report, with charts</a></p>'
         f"<h2>Decisions by state</h2>{by_state}<h2>Refusals by code</h2>{refusals}"
         f"<h2>Latest control results</h2>{approvals}<h2>Exceptions applied (overrides)</h2>{exceptions}"
         f"<h2>Latest decisions</h2>{decisions}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import bigledger
 import pytest
+from conftest import run_cli
 
 from kcp_opa.audit.report import pages_of, render_html
 from kcp_opa.audit.selection import MAX_PAGE_SIZE, SelectionError, Window, parse_selection
@@ -126,3 +127,27 @@ def test_a_parameter_that_cannot_be_used_is_one_line_naming_it(params: list[tupl
 def test_empty_form_fields_are_no_filter() -> None:
     selection, window = parse_selection([("agent", ""), ("outcome", ""), ("page", ""), ("since", " ")])
     assert not selection.active and not selection.narrows_decisions and window == Window()
+
+
+def test_audit_report_takes_the_same_filters_and_pages(
+    ledger: tuple[Path, list[bigledger.Planned]], tmp_path: Path
+) -> None:
+    path, planned = ledger
+    counted = run_cli("audit", "report", str(path), "--outcome", "DENY", "--agent", "agent_3", "--format", "text")
+    assert counted.returncode == 0, counted.stderr
+    chosen = [p for p in planned if p.state == "DENY" and p.agent == "agent_3"]
+    entries = sum(len(p.entries) for p in chosen)
+    assert f"{entries} entries (filtered: outcome DENY, agent agent_3), {len(chosen)} decisions" in counted.stdout
+    page = tmp_path / "page.html"
+    drawn = run_cli("audit", "report", str(path), "--html", str(page), "--page", "2", "--per-page", "100")
+    assert drawn.returncode == 0, drawn.stderr
+    text = page.read_text()
+    assert text.count('<section id="d-') == 100 and 'id="d-dec_03649"' in text and len(text) < 400_000
+    past = run_cli(
+        "audit", "report", str(path), "--html", str(tmp_path / "x.html"), "--page", "99", "--per-page", "200"
+    )
+    assert (
+        past.returncode != 0
+        and past.stderr.strip() == "kcp-opa: error: page=99 is past the last page (19): give page=1 to 19"
+    )
+    assert not (tmp_path / "x.html").exists()
