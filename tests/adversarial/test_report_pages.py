@@ -10,6 +10,8 @@ an empty page or a silently ignored filter.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from typing import Any
@@ -17,7 +19,7 @@ from urllib.parse import quote
 
 import bigledger
 import pytest
-from uikit import HOSTILE, _http_session, ui_servers
+from uikit import HOSTILE, _action, _api, _http_session, _pending_payment, ui_servers
 
 from kcp_opa.audit.selection import MAX_PAGE_SIZE
 
@@ -30,9 +32,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     work = tmp_path_factory.mktemp("report-pages")
     ledger = work / "ledger.jsonl"
     assert bigledger.write(ledger, bigledger.plan(3750)) == 10_000
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     with ui_servers(work, ledger=str(ledger)) as (one,):
         client, _ = _http_session(one, "auditor")
-        yield {**one, "client": client}
+        yield {**one, "client": client, "started": started}
 
 
 class _Markup(HTMLParser):
@@ -52,7 +55,7 @@ def test_a_ledger_of_ten_thousand_entries_gives_pages_of_bounded_size(server: di
         page = server["client"].get(view + query)
         assert page.status_code == 200, page.text[:300]
         assert len(page.content) < PAGE_BOUND, (view + query, len(page.content))
-    assert "10000 entries" in page.text or "10001 entries" in page.text  # the whole chain was verified
+    assert re.search(r"[Cc]hain intact: 10\d{3} entries", page.text)  # the whole chain was verified
 
 
 @pytest.mark.parametrize("view", ["/ui/report", "/ui/dashboard"])
@@ -103,3 +106,40 @@ def test_the_pages_walk_the_decisions_newest_first_and_keep_the_filters(server: 
         path = after[1].split('"', 1)[0] if after else ""
         assert not path or ("outcome=DENY" in path and "per_page=200" in path)
     assert seen == [f"dec_{i:05d}" for i in range(3750) if i % 3 == 1][::-1]
+
+
+def _counted(text: str, name: str, label: str) -> dict[str, int]:
+    found = re.findall(rf'^{name}_total\{{{label}="([^"]+)"\}} ([0-9.e+]+)$', text, re.MULTILINE)
+    return {key: int(float(value)) for key, value in found}
+
+
+def test_the_period_since_the_server_started_counts_what_metrics_counts(server: dict[str, Any]) -> None:
+    """/metrics counts since the process started; the ledger holds 10,000 entries from before. The
+    dashboard for the period since the start shows the same decisions by state and refusals by code."""
+    action = _action("metrics_period")
+    decision_id, ids = _pending_payment(server, action)
+    own = {"status": "PASSED", "evidence_reference": "self-approval"}  # the subject approving its own payment
+    refused = _api(server, "subject", "POST", f"/v1/challenges/{ids['independent_human_approval']}/result", own)
+    assert refused.status_code >= 400, refused.text
+    metrics = _api(server, "auditor", "GET", "/metrics").text
+    page = server["client"].get(f"/ui/dashboard?since={server['started']}").text
+    states = dict(
+        re.findall(
+            r"<tr><td>([A-Z_]+)</td><td>(\d+)</td></tr>", page.split('id="by-state"', 1)[1].split("</table>", 1)[0]
+        )
+    )
+    codes = dict(
+        re.findall(
+            r"<tr><td>([a-z_]+)</td><td>(\d+)</td></tr>", page.split('id="refusals"', 1)[1].split("</table>", 1)[0]
+        )
+    )
+    assert (
+        {k: int(v) for k, v in states.items()}
+        == _counted(metrics, "kcp_opa_decisions", "state")
+        == {"HUMAN_APPROVAL": 1}
+    )
+    assert {k: int(v) for k, v in codes.items()} == _counted(metrics, "kcp_opa_refusals", "code") != {}
+    assert int(re.search(r'id="n-decisions"><b>(\d+)', page).group(1)) == 1  # type: ignore[union-attr]
+    whole = server["client"].get("/ui/dashboard").text  # the whole ledger: the 3,750 decisions from before too
+    assert int(re.search(r'id="n-decisions"><b>(\d+)', whole).group(1)) == 3751  # type: ignore[union-attr]
+    assert decision_id in page
