@@ -158,6 +158,8 @@ def _when(name: str, text: str) -> dt.datetime:
             moment = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
             return moment + dt.timedelta(days=1) if name == "until" else moment  # the whole day included
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except OverflowError:  # the day after 9999-12-31
+        raise SelectionError(f"{name}={text[:40]!r} is past the last date: give one before 9999-12-31") from None
     except ValueError:
         raise SelectionError(
             f"{name}={text[:40]!r} is not a date: give YYYY-MM-DD or an RFC 3339 time (2026-12-06T09:00:00Z)"
@@ -166,7 +168,7 @@ def _when(name: str, text: str) -> dt.datetime:
 
 
 def _number(name: str, text: str, ceiling: int) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= ceiling:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= ceiling:
         raise SelectionError(f"{name}={text[:40]!r} is not a whole number from 1 to {ceiling}: give one")
     return int(text)
 

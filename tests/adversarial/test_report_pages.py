@@ -79,6 +79,8 @@ BAD = [
     ("since=last+week", "since='last week' is not a date"),
     ("page=1&page=2", "page is given twice"),
     ("colour=red", "unknown parameter 'colour'"),
+    ("page=%C2%B2", "page='²' is not a whole number from 1"),  # a digit to str.isdigit, not to int()
+    ("until=9999-12-31", "until='9999-12-31' is past the last date"),  # the day after it is past datetime's range
     (f"agent={quote(HOSTILE)}&page=5", "page=5 is past the last page (1)"),
 ]
 
