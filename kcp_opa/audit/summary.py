@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
+from kcp_opa.audit.selection import Selection
 from kcp_opa.audit.tallies import PolicyTimeline, Refusals, decision_model, redecision_of
 from kcp_opa.core.identity import IdentityError
 from kcp_opa.core.signing import Key, Keyring
@@ -203,16 +204,22 @@ class LedgerSummary:
 
 
 def _bucket_of(stamps: Iterable[dt.datetime]) -> str:
-    """Day buckets for a long ledger, hours for a day's, minutes for a demo's."""
+    """Month buckets for a year's ledger, days for a season's, hours for a day's, minutes for a demo's:
+    a chart of at most about a hundred bars, however long the ledger."""
     times = sorted(stamps)
     if not times:
         return "day"
     span = times[-1] - times[0]
-    return "day" if span > dt.timedelta(days=2) else "hour" if span > dt.timedelta(hours=2) else "minute"
+    for bucket, longer_than in (("month", 92 * 24), ("day", 48), ("hour", 2)):
+        if span > dt.timedelta(hours=longer_than):
+            return bucket
+    return "minute"
 
 
 def _label(moment: dt.datetime, bucket: str) -> str:
-    return moment.strftime({"day": "%Y-%m-%d", "hour": "%Y-%m-%d %H:00", "minute": "%m-%d %H:%M"}[bucket])
+    return moment.strftime(
+        {"month": "%Y-%m", "day": "%Y-%m-%d", "hour": "%Y-%m-%d %H:00", "minute": "%m-%d %H:%M"}[bucket]
+    )
 
 
 def _line(line: int) -> str:
@@ -225,13 +232,15 @@ def summarize(
     registry: TrustRegistry | None = None,
     position: Callable[[int], str] = _line,
     writer: Key | None = None,
+    selection: Selection | None = None,
 ) -> LedgerSummary:
     """Count a ledger (verified first: a broken chain is reported, and still counted, never hidden).
 
     With ``registry``, each control result names its actor's roles there (approver and role);
     ``position`` names where a problem is (a database dump's line is named by its seq); with
     ``writer`` (the ledger's writer key) every entry must carry its signature, as ``audit verify
-    --keyring --writer`` checks.
+    --keyring --writer`` checks. With ``selection`` only its period and decisions are counted (the
+    chain is verified whole).
     """
     kid = writer.kid if writer is not None else None
     keyring = Keyring({writer.kid: writer}) if writer is not None else None
@@ -246,7 +255,10 @@ def summarize(
     first_seen: dict[str, dt.datetime] = {}
     first_state: dict[str, str] = {}
     applied, intents, refusals, timeline = AppliedExceptions(), OpenIntents(), Refusals(), PolicyTimeline()
+    matching = selection.matching(ledger) if selection is not None else None
     for _, entry in read_entries(ledger):
+        if selection is not None and not selection.keeps(entry, matching):
+            continue
         summary.entries += 1
         _count(summary, entry, first_seen, first_state, refusals)
         applied.add(entry)
@@ -370,13 +382,14 @@ def _count(
         summary.executions += 1
 
 
-def entries_by_decision(ledger: str | Path) -> dict[str, list[dict[str, Any]]]:
+def entries_by_decision(ledger: str | Path, only: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Every entry that belongs to a decision (its id, or its evidence's; a re-decision's, the decision it
-    re-decides), grouped in chain order."""
+    re-decides), grouped in chain order; with ``only``, of those decisions alone (a page's)."""
     grouped: dict[str, list[dict[str, Any]]] = {}
+    wanted = set(only) if only is not None else None
     for _, entry in read_entries(ledger):
         link = redecision_of(entry)
         decision_id = link[0] if link is not None else entry_decision_id(entry)
-        if decision_id:
+        if decision_id and (wanted is None or decision_id in wanted):
             grouped.setdefault(decision_id, []).append(dict(entry))
     return grouped

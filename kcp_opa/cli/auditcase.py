@@ -9,13 +9,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
 from kcp_opa.audit.case import build_case
 from kcp_opa.audit.casecheck import verify_case
 from kcp_opa.audit.caseproofs import TreePins
-from kcp_opa.audit.report import render_html
+from kcp_opa.audit.report import WHOLE, page_decisions, pages_of, render_html
+from kcp_opa.audit.selection import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, OUTCOMES, parse_selection
 from kcp_opa.audit.summary import entries_by_decision, summarize
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.cli import render
@@ -204,24 +206,56 @@ def audit_case_verify(
         sys.exit(EXIT_INVALID)
 
 
+_FILTERS = [
+    ("--since", "From this date (YYYY-MM-DD, included) or RFC 3339 time."),
+    ("--until", "Until this date (included) or RFC 3339 time (excluded)."),
+    ("--outcome", f"Decisions whose final state or status is this ({', '.join(OUTCOMES)})."),
+    ("--agent", "Decisions of this agent."),
+    ("--model", "Decisions of this model (the registry's, else the action's)."),
+    ("--task-type", "Decisions of this action_type."),
+    ("--tenant", "Decisions of this tenant."),
+    ("--decision-id", "This decision (or the decision a re-decision id names)."),
+    ("--page", "With --html: this page of every list (newest first) instead of every row."),
+    ("--per-page", f"With --page: rows per list (1 to {MAX_PAGE_SIZE}) [default: {DEFAULT_PAGE_SIZE}]."),
+]
+
+
+def _filter_options(command: Any) -> Any:
+    for flag, text in reversed(_FILTERS):
+        command = click.option(flag, metavar="VALUE", help=text)(command)
+    return command
+
+
 @click.command(name="report")
 @click.argument("ledger", type=LEDGER)
 @click.option("--html", "html_path", type=FILE, help="Write the HTML report here.")
 @click.option("--trust", type=FILE, help="Trust registry: each approver's roles.")
+@_filter_options
 @FORMAT
-def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: str | None) -> None:
+def audit_report(
+    ledger: Path, html_path: Path | None, trust: Path | None, fmt: str | None, **given: str | None
+) -> None:
     """Decisions by state, reason, agent, model, unit and tenant; approvals; refusals; chain status.
 
     --html writes one self-contained page (charts inlined as SVG, no network, no scripts);
-    without it the counts are printed (json when piped).
+    without it the counts are printed (json when piped). The filters count one period or the
+    decisions of one outcome, agent, model, task type, tenant or id, with every entry that
+    belongs to them (the chain is verified whole); the service's /ui/report takes the same
+    filters as query parameters.
     """
     from kcp_opa.declare.trust import load_trust
 
+    names = {"task_type": "task_type", "decision_id": "decision", "per_page": "per_page"}
+    selection, window = parse_selection((names.get(k, k), v) for k, v in given.items() if v is not None)
     read = ledger_snapshot(ledger)
-    summary = summarize(ledger, registry=load_trust(trust) if trust is not None else None, position=read.position)
+    registry = load_trust(trust) if trust is not None else None
+    summary = summarize(ledger, registry=registry, position=read.position, selection=selection)
     summary.ledger = read.shown
     if html_path is not None:
-        page = render_html(summary, entries_by_decision=entries_by_decision(ledger))
+        paged = window if given.get("page") is not None else WHOLE
+        window.check(pages_of(summary, window))
+        grouped = entries_by_decision(ledger, only=page_decisions(summary, paged))
+        page = render_html(summary, entries_by_decision=grouped, window=paged)
         write_atomically(html_path, page.encode("utf-8"))
         click.echo(f"wrote {html_path}: {summary.decisions} decisions, {summary.entries} entries", err=True)
         return
@@ -229,7 +263,8 @@ def audit_report(ledger: Path, html_path: Path | None, trust: Path | None, fmt: 
         render.print_json(summary.to_dict())
         return
     chain = "chain intact" if summary.chain_ok else "CHAIN BROKEN"
-    click.echo(f"{read.shown}: {summary.entries} entries, {summary.decisions} decisions, {chain}")
+    scope = f" (filtered: {', '.join(f'{k} {v}' for k, v in selection.given)})" if selection.active else ""
+    click.echo(f"{read.shown}: {summary.entries} entries{scope}, {summary.decisions} decisions, {chain}")
     for title, counts in (
         ("state", summary.by_state),
         ("reason", summary.by_reason),

@@ -6,11 +6,10 @@ by replicas, as the token's hash or the principal the users file maps the person
 re-resolved on every request, so a token revoked or a principal removed by a reload ends its
 sessions at once.
 
-Views follow the principal's scopes: ``read`` sees the dashboard and the report, read through
-the ledger's own snapshot whichever backend holds it (uiledger; the ledger's location only for a
-``service_admin``); ``record_result`` sees the challenges addressed to it
-and answers them through ``record_control_result``, the same tool path the API and MCP use (the
-service signs as the registered issuer); an agent sees neither. Every POST needs the session's
+Views follow the principal's scopes: ``read`` sees the dashboard and the report, filtered and
+paged (uifilters), read through the ledger's own snapshot whichever backend holds it (uiledger);
+``record_result`` sees the challenges addressed to it and answers them through
+``record_control_result``, the tool path the API and MCP use; an agent sees neither. Every POST needs the session's
 CSRF token (and a same-origin Origin when the browser sends one); every response carries a
 strict Content-Security-Policy with no script source; every value is escaped (uipages). A form
 is read through the service's capped reader (16 KiB, 20 fields); anything else is a 400/413 page
@@ -22,7 +21,6 @@ Also here, for the same inbox: ``GET /v1/challenges?addressed_to=me``.
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,8 +31,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from kcp_opa.audit.selection import SelectionError, parse_selection, query_string
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreError, StoreUnavailableError
-from kcp_opa.service import uipages
+from kcp_opa.service import uifilters, uipages
 from kcp_opa.service.catalog import Catalog, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
@@ -49,7 +48,9 @@ from kcp_opa.service.uisession import (
     MemorySessionStore,
     Session,
     Sessions,
+    csrf_ok,
     read_form,
+    same_origin,
     secure_cookie,
     session_seconds,
 )
@@ -61,7 +62,7 @@ from kcp_opa.stores.records import UiSession
 
 LOGIN_COOKIE = "kcp_ui_login"
 REPORT_CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 REFRESH_SECONDS = 15
 #: An answer's page status by refusal code (otherwise 403): an outage is 503, never a refusal.
@@ -84,16 +85,6 @@ def list_addressed(service: GateService, principal: Principal | None) -> dict[st
         return {"principal": caller.id, "challenges": found}
 
     return service.call(principal, "list_challenges", work)
-
-
-def _same_origin(request: Request) -> bool:
-    """A browser's Origin (when sent) must be this server: a cross-site form post is refused."""
-    origin = request.headers.get("origin")
-    return origin is None or origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
-
-
-def _csrf_ok(expected: str, given: str | None) -> bool:
-    return bool(expected) and hmac.compare_digest(expected.encode("utf-8"), (given or "").encode("utf-8"))
 
 
 class Ui:
@@ -175,7 +166,7 @@ class Ui:
         except FormRefused as exc:
             await self._bad_form(None, "/ui/login", exc)
             return await self.login_page(request, "That sign-in form was not accepted; try again.", exc.status)
-        if not _same_origin(request) or not _csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
+        if not same_origin(request) or not csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
             refusal = AccessDeniedError("sign-in without its form's CSRF token or from another origin", "csrf")
             await anyio.to_thread.run_sync(self._refuse, None, "/ui/login", refusal)
             return await self.login_page(request, "The sign-in form expired; try again.", 403)
@@ -205,7 +196,7 @@ class Ui:
         except FormRefused as exc:
             await self._bad_form(signed[1] if signed else None, "/ui/logout", exc)
             form = {}  # not signed out: the session's CSRF token did not arrive
-        if signed is not None and _same_origin(request) and _csrf_ok(signed[0].csrf, form.get("csrf")):
+        if signed is not None and same_origin(request) and csrf_ok(signed[0].csrf, form.get("csrf")):
             # a store that cannot delete it is the 503 page: never "signed out" while other replicas accept it
             await anyio.to_thread.run_sync(self.sessions.close, request.cookies.get(COOKIE))
         response = RedirectResponse("/ui/login", status_code=303)
@@ -228,24 +219,37 @@ class Ui:
     async def dashboard(self, request: Request) -> Response:
         return await self._reader(request, "/ui/dashboard", self._dashboard)
 
-    def _dashboard(self, session: Session, principal: Principal) -> Response:
-        summary = ledger_summary(self.service)
-        body = uipages.dashboard(summary, len(self.service.challenges.open_challenges()))
+    def _dashboard(self, request: Request, session: Session, principal: Principal) -> Response:
+        selection, window = parse_selection(request.query_params.multi_items())
+        found = ledger_summary(self.service, selection, window)
+        controls = "" if found is None else uifilters.controls_for("/ui/dashboard", selection, window)(*found)
+        report = "/ui/report" + (query_string(selection, window, 1) if selection.active else "")
+        opened = len(self.service.challenges.open_challenges())
+        body = uipages.dashboard(found[0] if found else None, opened, window, controls, report)
         response = self._page("Dashboard", body, session, principal)
         response.headers["Refresh"] = str(REFRESH_SECONDS)
         return response
 
     async def report(self, request: Request) -> Response:
-        def build(session: Session, principal: Principal) -> Response:
+        def build(request: Request, session: Session, principal: Principal) -> Response:
+            selection, window = parse_selection(request.query_params.multi_items())
             # as /v1/status: the ledger's location (a server path) for a service_admin only
-            report = ledger_report(self.service, show_location=Scope.ADMIN in principal.scopes)
+            report = ledger_report(
+                self.service,
+                show_location=Scope.ADMIN in principal.scopes,
+                selection=selection,
+                window=window,
+                controls=uifilters.controls_for("/ui/report", selection, window),
+            )
             if report is None:
                 return self._page("Report", uipages.no_ledger(), session, principal)
             return _html(report, csp=REPORT_CSP)
 
         return await self._reader(request, "/ui/report", build)
 
-    async def _reader(self, request: Request, what: str, build: Callable[[Session, Principal], Response]) -> Response:
+    async def _reader(
+        self, request: Request, what: str, build: Callable[[Request, Session, Principal], Response]
+    ) -> Response:
         signed = await self._signed_in(request)
         if signed is None:
             return _secure_headers(RedirectResponse("/ui/login", status_code=303))
@@ -255,10 +259,13 @@ class Ui:
             await anyio.to_thread.run_sync(self._refuse, principal, what, refusal)
             return self._page("Not allowed", self._nothing_here(principal), session, principal, 403)
         try:
-            result: Response = await anyio.to_thread.run_sync(build, session, principal)
+            result: Response = await anyio.to_thread.run_sync(build, request, session, principal)
         except (StoreUnavailableError, LedgerError) as exc:  # the ledger cannot be read: say so, never a blank
             await anyio.to_thread.run_sync(self._refuse, principal, what, exc)
             return self._unavailable(exc, session, principal)
+        except SelectionError as exc:  # a filter or page that cannot be used: one line naming it, a 400
+            await anyio.to_thread.run_sync(self._refuse, principal, what, exc)
+            return self._page("Not shown", uifilters.bad_query(what, str(exc)), session, principal, 400)
         return result
 
     def _unavailable(self, exc: KcpOpaError, session: Session, principal: Principal) -> Response:
@@ -291,7 +298,7 @@ class Ui:
             return self._page(
                 "Not recorded", uipages.answered(None, error_payload(exc)), session, principal, exc.status
             )
-        if not _same_origin(request) or not _csrf_ok(session.csrf, form.get("csrf")):
+        if not same_origin(request) or not csrf_ok(session.csrf, form.get("csrf")):
             refusal = AccessDeniedError("an answer without the session's CSRF token or from another origin", "csrf")
             await anyio.to_thread.run_sync(self._refuse, principal, "/ui/answer", refusal)
             body = uipages.answered(None, error_payload(refusal))

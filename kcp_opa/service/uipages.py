@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kcp_opa.audit.auditor import entry_agent
-from kcp_opa.audit.report import policy_timeline_table, redecision_tables
+from kcp_opa.audit.report import TOP_ROWS, policy_timeline_table, redecision_tables
+from kcp_opa.audit.selection import Window
 from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
 
 CSS = """
@@ -27,6 +28,7 @@ padding:.5em 1em;min-width:8em}.card b{display:block;font-size:1.6em}
 .challenge{background:#fff;border:1px solid #ccc;border-radius:6px;padding:.8em 1.2em;margin:1em 0}
 .amount{font-size:1.3em;font-weight:bold}.ok{color:#2e7d32}.bad{color:#c62828}code{word-break:break-all}
 input[type=text],input[type=password]{width:28em;max-width:100%;padding:.3em}button{padding:.35em 1em;margin-right:.5em}
+.controls{background:#fff;border:1px solid #ddd;padding:.5em 1em}.controls input[type=text]{width:auto}
 """
 
 
@@ -101,8 +103,14 @@ def _chain(summary: LedgerSummary | None) -> str:
     return f'<p class="bad" id="chain">Ledger chain BROKEN: {esc(summary.chain_detail)}</p>'
 
 
-def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
-    """The live figures (the response's Refresh header reloads the page; no script); ``found`` None: no ledger yet."""
+def dashboard(
+    found: LedgerSummary | None, open_challenges: int, window: Window, controls: str = "", report: str = "/ui/report"
+) -> str:
+    """The live figures (the response's Refresh header reloads the page; no script); ``found`` None: no ledger yet.
+
+    The counts are the selection's; the lists show ``window``'s page; ``controls``: the filter form and page links;
+    ``report``: the report's link, with the same filters.
+    """
     chain = _chain(found)
     summary = found or LedgerSummary("")
     cards = _cards(
@@ -121,17 +129,17 @@ def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
             ("unresolved-intents", "intents without an outcome", len(summary.unresolved_intents)),
         ]
     )
-    by_state = _table(["state", "decisions"], summary.by_state.most_common(), "by-state")
-    refusals = _table(["code", "refusals"], summary.refusals.most_common(), "refusals")
+    by_state = _table(["state", "decisions"], summary.by_state.most_common(TOP_ROWS), "by-state")
+    refusals = _table(["code", "refusals"], summary.refusals.most_common(TOP_ROWS), "refusals")
     approvals = _table(
         ["decision", "control", "actor", "issuer", "status", "latency (s)"],
         (
             [a["decision_id"], a["control"], a["actor_id"], a["issuer"], a["status"], a.get("latency_seconds")]
-            for a in summary.approvals[-50:][::-1]
+            for a in window.rows(summary.approvals)
         ),
         "approvals",
     )
-    exceptions = _table(EXCEPTION_HEADERS, exception_rows(summary), "exceptions")
+    exceptions = _table(EXCEPTION_HEADERS, window.rows(exception_rows(summary)), "exceptions")
     decisions = _table(
         ["decision", "state", "status", "agent", "reasons"],
         (
@@ -142,18 +150,20 @@ def dashboard(found: LedgerSummary | None, open_challenges: int) -> str:
                 entry_agent(e),
                 ", ".join(e.get("reason_codes") or []),
             ]
-            for d, e in list(summary.final.items())[-50:][::-1]
+            for d, e in window.rows(list(summary.final.items()))
         ),
         "decisions",
     )
     return (
-        f"<h1>Dashboard</h1>{chain}{cards}"
-        '<p><a href="/ui/report">The full report, with charts</a></p>'
+        f"<h1>Dashboard</h1>{chain}{controls}{cards}"
+        f'<p><a href="{esc(report)}" id="report-link">The full report, with charts</a></p>'
         f"<h2>Decisions by state</h2>{by_state}<h2>Refusals by code</h2>{refusals}"
         f"<h2>Latest control results</h2>{approvals}<h2>Exceptions applied (overrides)</h2>{exceptions}"
         f"<h2>Latest decisions</h2>{decisions}"
-        '<h2>Re-decisions</h2><div id="redecisions">' + redecision_tables(summary, _listed, newest=50) + "</div>"
-        '<h2>Policy versions</h2><div id="policy-versions">' + policy_timeline_table(summary, _listed) + "</div>"
+        '<h2>Re-decisions</h2><div id="redecisions">' + redecision_tables(summary, _listed, window) + "</div>"
+        '<h2>Policy versions</h2><div id="policy-versions">'
+        + policy_timeline_table(summary, _listed, window)
+        + "</div>"
     )
 
 

@@ -178,3 +178,14 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def same_origin(request: Request) -> bool:
+    """A browser's Origin (when sent) must be this server: a cross-site form post is refused."""
+    origin = request.headers.get("origin")
+    return origin is None or origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+def csrf_ok(expected: str, given: str | None) -> bool:
+    """The form's CSRF token is the session's, compared in constant time."""
+    return bool(expected) and hmac.compare_digest(expected.encode("utf-8"), (given or "").encode("utf-8"))
