@@ -17,15 +17,16 @@ checked by :mod:`kcp_opa.service.oidctoken`.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import http.client
 import os
 import secrets
+import socket
 import stat
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,12 @@ from kcp_opa.service.oidctoken import KeySet, OidcRefused, OidcUnavailable, veri
 SECRET_ENV = "KCP_OPA_OIDC_CLIENT_SECRET"  # noqa: S105 - the variable's name, not a secret
 CLAIMS = ("sub", "email")
 METADATA_SECONDS = 3600.0
-FETCH_TIMEOUT_S = 5.0
+#: Every call to the provider (connect, send, headers, body) ends within this, whatever it sends.
+FETCH_DEADLINE_S = 5.0
+#: A discovery that failed slowly (a stalled provider) is answered at once for this long, not asked again;
+#: one refused at once (nothing listening) for QUICK_FAILURE_SECONDS, as asking again costs nothing.
+FAILED_DISCOVERY_SECONDS = 30.0
+QUICK_FAILURE_SECONDS = 2.0
 MAX_DOCUMENT_BYTES = 1024 * 1024
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -126,22 +132,71 @@ def read_client_secret(path: Path | None) -> str | None:
     return secret
 
 
+def _exchange(url: str, data: bytes | None, headers: Mapping[str, str]) -> tuple[int, bytes]:
+    """One request and its answer (status, body up to 1 MiB + 1 byte) within FETCH_DEADLINE_S overall.
+
+    http.client, not urllib: a redirect is never followed (the client secret goes only where the
+    discovery document said), and a watchdog shuts the socket at the deadline, so a provider that
+    drips its headers or body a byte at a time costs FETCH_DEADLINE_S, not a socket timeout per read.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OidcUnavailable(f"the identity provider's URL {url[:200]!r} is not http(s)")
+    connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connection_type(parts.hostname, parts.port, timeout=FETCH_DEADLINE_S)
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(FETCH_DEADLINE_S, cut)
+    watchdog.daemon = True
+    watchdog.start()
+    deadline = time.monotonic() + FETCH_DEADLINE_S
+    try:
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request("POST" if data is not None else "GET", target, body=data, headers=dict(headers))
+        response = connection.getresponse()
+        body = bytearray()
+        while len(body) <= MAX_DOCUMENT_BYTES:
+            chunk = response.read1(65536)
+            if not chunk:
+                break
+            body += chunk
+            if time.monotonic() > deadline:
+                expired.set()
+                break
+        if expired.is_set():
+            raise OSError("no whole answer")
+        return response.status, bytes(body)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if expired.is_set():
+            raise OidcUnavailable(
+                f"the identity provider did not answer within {FETCH_DEADLINE_S:.0f} s at {url[:200]}"
+            ) from None
+        raise OidcUnavailable(f"the identity provider cannot be reached at {url[:200]}: {exc}") from None
+    finally:
+        watchdog.cancel()
+        connection.close()
+
+
 def fetch_json(
     url: str, data: bytes | None = None, headers: Mapping[str, str] | None = None, *, refusal: bool = False
 ) -> dict[str, Any]:
-    """One JSON document from the provider (5 s, 1 MiB); OidcUnavailable for anything else, but with
-    ``refusal`` (the code exchange) a 4xx answer is the provider refusing: OidcRefused."""
-    request = urllib.request.Request(url, data=data, headers={"Accept": "application/json", **(headers or {})})  # noqa: S310 - the issuer's https (or loopback) URL
-    try:
-        with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310
-            body = response.read(MAX_DOCUMENT_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(2048).decode("utf-8", "replace")
-        if refusal and 400 <= exc.code < 500:
-            raise OidcRefused(f"the identity provider refused the code ({exc.code}): {detail[:200]}") from None
-        raise OidcUnavailable(f"the identity provider answered {exc.code} at {url[:200]}: {detail[:200]}") from None
-    except (OSError, ValueError) as exc:
-        raise OidcUnavailable(f"the identity provider cannot be reached at {url[:200]}: {exc}") from None
+    """One JSON document from the provider (5 s in all, 1 MiB, no redirects); OidcUnavailable for anything
+    else, but with ``refusal`` (the code exchange) a 4xx answer is the provider refusing: OidcRefused."""
+    status, body = _exchange(url, data, {"Accept": "application/json", **(headers or {})})
+    if 300 <= status < 400:
+        raise OidcUnavailable(f"the identity provider answered a redirect ({status}) at {url[:200]}; none is followed")
+    if status >= 400 or status < 200:
+        detail = body[:2048].decode("utf-8", "replace")
+        if refusal and 400 <= status < 500:
+            raise OidcRefused(f"the identity provider refused the code ({status}): {detail[:200]}")
+        raise OidcUnavailable(f"the identity provider answered {status} at {url[:200]}: {detail[:200]}")
     if len(body) > MAX_DOCUMENT_BYTES:
         raise OidcUnavailable(f"the identity provider's answer at {url[:200]} is over 1 MiB")
     try:
@@ -171,30 +226,54 @@ class Started:
 class RelyingParty:
     """This service as the provider's client: begins sign-ons and turns a returned code into an identity."""
 
-    def __init__(self, settings: OidcSettings) -> None:
-        self.settings = settings
+    def __init__(self, settings: OidcSettings, *, failed_seconds: float = FAILED_DISCOVERY_SECONDS) -> None:
+        self.settings, self.failed_seconds = settings, failed_seconds
         self._metadata: dict[str, Any] | None = None
         self._fetched_at = 0.0
+        self._failure, self._failed_until = "", 0.0
         self._lock = threading.Lock()
         self.keys = KeySet(lambda: fetch_json(self._endpoint("jwks_uri")))
 
     def metadata(self) -> dict[str, Any]:
-        """The provider's discovery document (kept an hour); OidcUnavailable when it cannot be had."""
-        with self._lock:
-            if self._metadata is not None and time.monotonic() - self._fetched_at < METADATA_SECONDS:
-                return self._metadata
-            issuer = self.settings.issuer
-            document = fetch_json(issuer.rstrip("/") + "/.well-known/openid-configuration")
-            if document.get("issuer") != issuer:
-                raise OidcUnavailable(
-                    f"the discovery document names issuer {str(document.get('issuer'))[:200]!r}, not {issuer!r}"
-                )
-            for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
-                if not isinstance(document.get(name), str):
-                    raise OidcUnavailable(f"the discovery document at {issuer} has no {name}")
-                _check_endpoint(name, document[name])
-            self._metadata, self._fetched_at = document, time.monotonic()
-            return document
+        """The provider's discovery document (kept an hour); OidcUnavailable when it cannot be had.
+
+        Never waits behind another fetch: while one is under way a kept document (even past its hour)
+        is used, or OidcUnavailable says try again; a failed fetch is answered for a while, not repeated.
+        """
+        kept = self._metadata
+        if kept is not None and time.monotonic() - self._fetched_at < METADATA_SECONDS:
+            return kept
+        if time.monotonic() < self._failed_until:
+            raise OidcUnavailable(self._failure)
+        if not self._lock.acquire(blocking=False):
+            if kept is not None:
+                return kept
+            raise OidcUnavailable("the identity provider's discovery document is being fetched; try again shortly")
+        began = time.monotonic()
+        try:
+            document = self._discover()
+        except OidcUnavailable as exc:
+            took = time.monotonic() - began
+            hold = self.failed_seconds if took >= 1.0 else min(self.failed_seconds, QUICK_FAILURE_SECONDS)
+            self._failure, self._failed_until = str(exc), time.monotonic() + hold
+            raise
+        finally:
+            self._lock.release()
+        self._metadata, self._fetched_at = document, time.monotonic()
+        return document
+
+    def _discover(self) -> dict[str, Any]:
+        issuer = self.settings.issuer
+        document = fetch_json(issuer.rstrip("/") + "/.well-known/openid-configuration")
+        if document.get("issuer") != issuer:
+            raise OidcUnavailable(
+                f"the discovery document names issuer {str(document.get('issuer'))[:200]!r}, not {issuer!r}"
+            )
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            if not isinstance(document.get(name), str):
+                raise OidcUnavailable(f"the discovery document at {issuer} has no {name}")
+            _check_endpoint(name, document[name])
+        return document
 
     def _endpoint(self, name: str) -> str:
         return str(self.metadata()[name])

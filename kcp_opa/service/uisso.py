@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+import anyio
 import anyio.to_thread
 import structlog
 from starlette.requests import Request
@@ -34,6 +36,9 @@ from kcp_opa.stores.records import PendingSignIn, UiSession
 
 STATE_COOKIE = "kcp_ui_sso"
 PENDING_SECONDS = 600
+#: Threads that may talk to the identity provider at once: its own few, never the pool decisions use.
+PROVIDER_THREADS = 4
+T = TypeVar("T")
 LoginPage = Callable[[Request, str, int], Awaitable[Response]]
 _log = structlog.get_logger(__name__)
 
@@ -71,6 +76,14 @@ class SingleSignOn:
     ) -> None:
         self.service, self.party, self.sessions = service, party, sessions
         self.login_page, self.public_url = login_page, public_url
+        self._provider_threads: anyio.CapacityLimiter | None = None
+
+    async def _at_provider(self, call: Callable[[], T]) -> T:
+        """``call`` (which talks to the identity provider) on SSO's own few threads: a slow or silent
+        provider and a flood of unauthenticated sign-ons wait there, not in the pool /v1 decisions share."""
+        if self._provider_threads is None:  # made in the event loop, on first use
+            self._provider_threads = anyio.CapacityLimiter(PROVIDER_THREADS)
+        return await anyio.to_thread.run_sync(call, limiter=self._provider_threads)
 
     def maps(self, identity: str, principal_id: str) -> bool:
         """Whether this service's users file maps ``identity`` to ``principal_id`` (a session opened by a
@@ -90,7 +103,8 @@ class SingleSignOn:
 
     async def start(self, request: Request) -> Response:
         try:
-            started = await anyio.to_thread.run_sync(self.party.begin, self.redirect_uri(request))
+            redirect_uri = self.redirect_uri(request)
+            started = await self._at_provider(lambda: self.party.begin(redirect_uri))
             pending = PendingSignIn(started.nonce, started.verifier)
             store = self.sessions.store
             await anyio.to_thread.run_sync(store.begin_sign_in, cookie_key(started.state), pending, PENDING_SECONDS)
@@ -121,10 +135,9 @@ class SingleSignOn:
             if pending is None:
                 refusal = OidcRefused("a sign-on callback for a sign-on expired or already used")
                 return await self._refuse(request, refusal, "That sign-on expired or was used; start again.", 403)
-            identity, principal_id = await anyio.to_thread.run_sync(
-                lambda: self.party.finish(
-                    code, nonce=pending.nonce, verifier=pending.verifier, redirect_uri=self.redirect_uri(request)
-                )
+            redirect_uri, nonce, verifier = self.redirect_uri(request), pending.nonce, pending.verifier
+            identity, principal_id = await self._at_provider(
+                lambda: self.party.finish(code, nonce=nonce, verifier=verifier, redirect_uri=redirect_uri)
             )
             principal = await anyio.to_thread.run_sync(sso_principal, self.service, principal_id)
             if principal is None:

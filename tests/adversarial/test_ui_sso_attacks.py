@@ -8,6 +8,7 @@ test_oidc_attacks.py.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from netkit import free_port
 from oidckit import ANNA, Provider, follow_to_callback, oidc_args, sign_on_over_http, users_file
 from uikit import ui_servers
 
+from kcp_opa.service.oidc import QUICK_FAILURE_SECONDS
 from kcp_opa.trail.ledger import read_entries
 
 
@@ -49,6 +51,7 @@ def test_1_an_unreachable_provider_is_an_error_page_and_no_session(setting: dict
         assert page.status_code == 503 and "identity provider cannot be reached" in page.text
         assert "kcp_ui" not in client.cookies
     setting["provider"].start()  # the other tests have a provider
+    time.sleep(QUICK_FAILURE_SECONDS)  # a discovery refused at once is remembered this long
 
 
 def test_a_callback_whose_state_is_not_this_browsers_opens_no_session(setting: dict[str, Any]) -> None:
