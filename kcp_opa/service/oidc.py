@@ -36,7 +36,6 @@ from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
 from kcp_opa.declare.trust import TrustRegistry
-from kcp_opa.service.identity import canonical_id
 from kcp_opa.service.oidctoken import KeySet, OidcRefused, OidcUnavailable, verify_id_token
 
 SECRET_ENV = "KCP_OPA_OIDC_CLIENT_SECRET"  # noqa: S105 - the variable's name, not a secret
@@ -67,7 +66,7 @@ class OidcSettings:
     client_id: str
     client_secret: str | None = field(default=None, repr=False)
     claim: str = "sub"
-    #: The claim's value (canonical) -> the registered principal id it signs in as.
+    #: The claim's value (as compared: see claim_key) -> the registered principal id it signs in as.
     users: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,11 +81,24 @@ class OidcSettings:
         value = claims.get(self.claim)
         if not isinstance(value, str) or not value.strip():
             raise OidcRefused(f"the ID token carries no {self.claim} claim", "sso_unknown_user")
-        identity = canonical_id(value)
-        principal = self.users.get(identity)
+        principal = self.mapped(value)
         if principal is None:
-            raise OidcRefused(f"{identity[:200]} is not listed in this service's users file", "sso_unknown_user")
-        return identity, principal
+            raise OidcRefused(f"{value[:200]!r} is not listed in this service's users file", "sso_unknown_user")
+        return value, principal
+
+    def mapped(self, identity: str) -> str | None:
+        """The principal id the users file gives the claim value ``identity`` (as the provider said it), if any."""
+        return self.users.get(claim_key(self.claim, identity))
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def claim_key(claim: str, value: str) -> str:
+    """How a claim value is compared with the users file: ``sub`` exactly (the provider's opaque id);
+    ``email`` with ASCII letters lowercased and nothing else (no Unicode folding, no trimming: a
+    look-alike or padded value is another person, never the listed one)."""
+    return value.translate(_ASCII_LOWER) if claim == "email" else value
 
 
 def check_issuer(issuer: str) -> None:
@@ -113,7 +125,21 @@ def read_users(path: Path) -> tuple[str, dict[str, str]]:
         )
     if not all(isinstance(k, str) and isinstance(v, str) and k.strip() and v.strip() for k, v in users.items()):
         raise OidcConfigError(f"{path}: every user is a claim value mapped to a registered principal id (strings)")
-    return str(claim), {canonical_id(k): v for k, v in users.items()}
+    compared: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for value, principal_id in users.items():
+        if value != value.strip():
+            raise OidcConfigError(
+                f"{path}: the user {value[:200]!r} has spaces around it; write the claim value exactly"
+            )
+        key = claim_key(str(claim), value)
+        if key in seen:
+            raise OidcConfigError(
+                f"{path}: the users {seen[key][:200]!r} and {value[:200]!r} are the same {claim}"
+                " (email addresses are compared ignoring ASCII case); list each person once"
+            )
+        seen[key], compared[key] = value, principal_id
+    return str(claim), compared
 
 
 def read_client_secret(path: Path | None) -> str | None:

@@ -88,7 +88,7 @@ class SingleSignOn:
     def maps(self, identity: str, principal_id: str) -> bool:
         """Whether this service's users file maps ``identity`` to ``principal_id`` (a session opened by a
         replica with another users file, or before a restart with a changed one, counts only if it does)."""
-        mapped = self.party.settings.users.get(identity)
+        mapped = self.party.settings.mapped(identity)
         return mapped is not None and canonical_id(mapped) == canonical_id(principal_id)
 
     def redirect_uri(self, request: Request) -> str:

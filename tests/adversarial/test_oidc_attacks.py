@@ -14,15 +14,16 @@ import json
 import time
 import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from oidckit import CLIENT_ID, CLIENT_SECRET, Provider, follow_to_callback
+from oidckit import CLIENT_ID, CLIENT_SECRET, Provider, follow_to_callback, users_file
 
-from kcp_opa.service.oidc import OidcSettings, RelyingParty
+from kcp_opa.service.oidc import OidcConfigError, OidcSettings, RelyingParty, read_users
 from kcp_opa.service.oidctoken import OidcRefused
 
 REDIRECT = "http://127.0.0.1:1/ui/sso/callback"
@@ -148,3 +149,45 @@ def test_a_person_not_in_the_users_file_gets_no_default_role(provider: Provider)
     """Guard: only the users file maps a person to a principal; nobody falls back to a role."""
     provider.user = {"sub": "u-eve", "email": "eve@bank.example", "email_verified": True}
     assert refused(provider, "not listed").code == "sso_unknown_user"
+
+
+@pytest.mark.parametrize("folded", ["\uff21\uff24\uff2d\uff29\uff2e", " admin\t", "ADMIN", "ᴬdmin", "admin\u200b"])
+def test_a_subject_that_only_folds_to_a_listed_one_is_refused(provider: Provider, folded: str) -> None:
+    """Guard: ``sub`` is compared exactly (oidc.claim_key); NFKC, casefolding or trimming would let a
+    provider account named ADMIN in fullwidth letters, or `` admin``, sign in as the principal listed for
+    ``admin``."""
+    rp = RelyingParty(
+        OidcSettings(provider.issuer, CLIENT_ID, CLIENT_SECRET, "sub", {"admin": "treasury_approver_anna"})
+    )
+    provider.user = {"sub": folded}
+    with pytest.raises(OidcRefused, match="not listed") as caught:
+        sign_on(provider, rp)
+    assert caught.value.code == "sso_unknown_user"
+    provider.user = {"sub": "admin"}
+    assert sign_on(provider, rp) == ("admin", "treasury_approver_anna")
+
+
+@pytest.mark.parametrize("folded", ["straße@bank.example", "\u017ftrasse@bank.example", " strasse@bank.example"])
+def test_an_email_that_only_folds_to_a_listed_one_is_refused(provider: Provider, folded: str) -> None:
+    """Guard: ``email`` is compared with ASCII letters lowercased and nothing else (oidc.claim_key)."""
+    users = {"strasse@bank.example": "treasury_approver_anna"}
+    rp = RelyingParty(OidcSettings(provider.issuer, CLIENT_ID, CLIENT_SECRET, "email", users))
+    provider.user = {"sub": "u-x", "email": folded, "email_verified": True}
+    with pytest.raises(OidcRefused, match="not listed"):
+        sign_on(provider, rp)
+    provider.user = {"sub": "u-x", "email": "STRASSE@Bank.Example", "email_verified": True}
+    assert sign_on(provider, rp) == ("STRASSE@Bank.Example", "treasury_approver_anna")  # the raw claim
+
+
+def test_a_users_file_whose_people_collide_is_refused_at_start(tmp_path: Path) -> None:
+    """Guard: two entries compared as one person (email, ASCII case) would let the later silently win."""
+    path = users_file(tmp_path / "u.json", users={"Anna@bank.example": "auditor_ada", "anna@bank.example": "x"})
+    with pytest.raises(OidcConfigError, match="are the same email"):
+        read_users(path)
+    path = users_file(tmp_path / "u.json", claim="sub", users={" admin": "auditor_ada"})
+    with pytest.raises(OidcConfigError, match="spaces around it"):
+        read_users(path)
+    assert read_users(users_file(tmp_path / "u.json", claim="sub", users={"Admin": "a", "admin": "b"}))[1] == {
+        "Admin": "a",
+        "admin": "b",
+    }  # subjects are distinct when their bytes are

@@ -159,3 +159,21 @@ def test_a_replica_whose_users_file_no_longer_lists_the_person_refuses_their_ses
     with ui_servers(tmp_path, **shared, extra=args) as (rolled_out,):
         page = httpx2.get(f"{rolled_out['url']}/ui/inbox", cookies={"kcp_ui": cookie}, timeout=60)
         assert page.status_code == 303 and page.headers["location"] == "/ui/login"
+
+
+def test_a_folded_email_is_refused_and_the_ledger_keeps_the_raw_claim(setting: dict[str, Any]) -> None:
+    """Guard: the email is compared with ASCII case only (a fullwidth look-alike is another person), and
+    the sign-in note records the claim as the provider said it, not a folded form."""
+    provider, url = setting["provider"], setting["server"]["url"]
+    provider.user = {"sub": "u-anna2", "email": "\uff41nna@bank.example", "email_verified": True}
+    try:
+        with _client() as client:
+            page = sign_on_over_http(client, url)
+            assert page.status_code == 403 and "kcp_ui" not in client.cookies
+        provider.user = {"sub": "u-anna", "email": "ANNA@bank.example", "email_verified": True}
+        with _client() as client:
+            assert sign_on_over_http(client, url).status_code == 200
+    finally:
+        provider.user = dict(ANNA)
+    notes = [e for _, e in read_entries(setting["ledger"]) if e["type"] == "note" and e["note"] == "ui.sign_in"]
+    assert notes[-1]["detail"]["identity"] == "ANNA@bank.example"
