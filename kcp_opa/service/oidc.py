@@ -298,7 +298,7 @@ class RelyingParty:
         for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
             if not isinstance(document.get(name), str):
                 raise OidcUnavailable(f"the discovery document at {issuer} has no {name}")
-            _check_endpoint(name, document[name])
+            check_endpoint(name, document[name], issuer)
         return document
 
     def _endpoint(self, name: str) -> str:
@@ -343,11 +343,15 @@ class RelyingParty:
         return self.settings.principal_id(claims)
 
 
-def _check_endpoint(name: str, url: str) -> None:
-    try:
-        check_issuer(url.split("?", 1)[0])
-    except OidcConfigError:
-        raise OidcUnavailable(f"the discovery document's {name} {url[:200]!r} is not https") from None
+def check_endpoint(name: str, url: str, issuer: str) -> None:
+    """A discovered endpoint is https; http (on a loopback address) only when the issuer itself is
+    loopback http, so a remote https provider's discovery cannot send the code, the client secret or
+    the key fetch over plain http (to 127.0.0.1 or anywhere)."""
+    parts = urllib.parse.urlsplit(url)
+    loopback_issuer = urllib.parse.urlsplit(issuer).scheme == "http"  # check_issuer: http is loopback only
+    local = loopback_issuer and parts.scheme == "http" and (parts.hostname or "") in _LOOPBACK
+    if not (parts.scheme == "https" or local) or not parts.hostname or parts.fragment:
+        raise OidcUnavailable(f"the discovery document's {name} {url[:200]!r} is not https")
 
 
 def settings_from(
