@@ -31,7 +31,16 @@ from kcp_opa.service.issuing import IssuerConfigError, bundle_approver_roles, re
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.oidctoken import OidcRefused, OidcUnavailable
 from kcp_opa.service.uipages import esc
-from kcp_opa.service.uisession import COOKIE, Sessions, cookie_key, html, secure_cookie, secure_headers
+from kcp_opa.service.uisession import (
+    COOKIE,
+    Sessions,
+    cookie_key,
+    delete_ui_cookie,
+    html,
+    read_ui_cookie,
+    secure_headers,
+    set_ui_cookie,
+)
 from kcp_opa.stores.records import PendingSignIn, UiSession
 
 STATE_COOKIE = "kcp_ui_sso"
@@ -98,7 +107,7 @@ class SingleSignOn:
     async def _refuse(self, request: Request, exc: KcpOpaError, message: str, status: int) -> Response:
         await anyio.to_thread.run_sync(self.service.refuse, None, "/ui/sso", exc)
         response = await self.login_page(request, message, status)
-        response.delete_cookie(STATE_COOKIE, path="/ui/sso")
+        delete_ui_cookie(response, request, STATE_COOKIE, path="/ui/sso")
         return response
 
     async def start(self, request: Request) -> Response:
@@ -114,10 +123,9 @@ class SingleSignOn:
         except StoreError as exc:
             return await self._refuse(request, exc, "Sessions cannot be kept right now; try again later.", 503)
         response = RedirectResponse(started.url, status_code=303)
-        response.set_cookie(
-            STATE_COOKIE, started.state, max_age=PENDING_SECONDS, path="/ui/sso", httponly=True, samesite="lax",
-            secure=secure_cookie(request),
-        )  # fmt: skip
+        set_ui_cookie(
+            response, request, STATE_COOKIE, started.state, path="/ui/sso", max_age=PENDING_SECONDS, samesite="lax"
+        )
         return secure_headers(response)
 
     async def callback(self, request: Request) -> Response:
@@ -126,7 +134,7 @@ class SingleSignOn:
             refusal = OidcRefused(f"the identity provider answered {query.get('error', '')[:100]}")
             return await self._refuse(request, refusal, "The identity provider did not sign you in.", 401)
         state, code = query.get("state", ""), query.get("code", "")
-        held = request.cookies.get(STATE_COOKIE, "")
+        held = read_ui_cookie(request, STATE_COOKIE) or ""
         if not held or not state or not hmac.compare_digest(held.encode("utf-8"), state.encode("utf-8")):
             refusal = OidcRefused("a sign-on callback whose state is not this browser's", "csrf")
             return await self._refuse(request, refusal, "That sign-on was not started here; start again.", 403)
@@ -155,11 +163,8 @@ class SingleSignOn:
             return await self._refuse(request, exc, "Sessions cannot be kept right now; try again later.", 503)
         await anyio.to_thread.run_sync(self._note, principal, identity)
         response = html(_continue_page())
-        response.set_cookie(
-            COOKIE, cookie, max_age=self.sessions.lifetime, path="/ui", httponly=True, samesite="strict",
-            secure=secure_cookie(request),
-        )  # fmt: skip
-        response.delete_cookie(STATE_COOKIE, path="/ui/sso")
+        set_ui_cookie(response, request, COOKIE, cookie, path="/ui", max_age=self.sessions.lifetime, samesite="strict")
+        delete_ui_cookie(response, request, STATE_COOKIE, path="/ui/sso")
         return response
 
     def _note(self, principal: Principal, identity: str) -> None:

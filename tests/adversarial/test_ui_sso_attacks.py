@@ -177,3 +177,27 @@ def test_a_folded_email_is_refused_and_the_ledger_keeps_the_raw_claim(setting: d
         provider.user = dict(ANNA)
     notes = [e for _, e in read_entries(setting["ledger"]) if e["type"] == "note" and e["note"] == "ui.sign_in"]
     assert notes[-1]["detail"]["identity"] == "ANNA@bank.example"
+
+
+def test_over_https_the_ui_cookies_are_host_prefixed_and_a_plain_named_one_does_not_count(
+    setting: dict[str, Any],
+) -> None:
+    """Guard: Secure UI cookies are ``__Host-`` named on Path=/ (uisession.set_ui_cookie), so a sibling
+    subdomain or a plain-http page cannot plant or shadow them; where they are Secure, a cookie under
+    the plain name (as such a page could set) is not read (uisession.read_ui_cookie)."""
+    url = setting["server"]["url"]
+    https = {"X-Forwarded-Proto": "https"}  # from loopback: the proxy uvicorn trusts says https
+    with _client() as client:
+        started = client.get(f"{url}/ui/sso/start", headers=https)
+        assert started.status_code == 303
+        state = started.headers["set-cookie"]
+        assert state.startswith("__Host-kcp_ui_sso=") and "Path=/;" in state and "Secure" in state
+        login = client.get(f"{url}/ui/login", headers=https).headers["set-cookie"]
+        assert login.startswith("__Host-kcp_ui_login=") and "Path=/;" in login and "Secure" in login
+    with _client() as client:  # a session opened over loopback http, its cookie replayed under the plain name
+        assert sign_on_over_http(client, url).status_code == 200
+        cookie = client.cookies["kcp_ui"]
+    planted = httpx2.get(f"{url}/ui/inbox", cookies={"kcp_ui": cookie}, headers=https, timeout=60)
+    assert planted.status_code == 303 and planted.headers["location"] == "/ui/login"
+    hosted = httpx2.get(f"{url}/ui/inbox", cookies={"__Host-kcp_ui": cookie}, headers=https, timeout=60)
+    assert hosted.status_code == 200  # the same session under its Secure name is this browser's
