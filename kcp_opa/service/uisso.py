@@ -15,6 +15,8 @@ page that moves on to /ui from this site rather than a redirect the provider's n
 from __future__ import annotations
 
 import hmac
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -45,6 +47,9 @@ from kcp_opa.stores.records import PendingSignIn, UiSession
 
 STATE_COOKIE = "kcp_ui_sso"
 PENDING_SECONDS = 600
+#: Sign-ons this replica begins in PENDING_SECONDS, at most: each keeps a store row that long, and
+#: /ui/sso/start needs no sign-in, so a flood is refused (503) beyond this rather than filling the store.
+MAX_SIGN_ONS_UNDER_WAY = 2000
 #: Threads that may talk to the identity provider at once: its own few, never the pool decisions use.
 PROVIDER_THREADS = 4
 T = TypeVar("T")
@@ -86,6 +91,8 @@ class SingleSignOn:
         self.service, self.party, self.sessions = service, party, sessions
         self.login_page, self.public_url = login_page, public_url
         self._provider_threads: anyio.CapacityLimiter | None = None
+        self._begun: deque[float] = deque()  # when this replica's sign-ons under way began (event loop only)
+        self._full_logged = False
 
     async def _at_provider(self, call: Callable[[], T]) -> T:
         """``call`` (which talks to the identity provider) on SSO's own few threads: a slow or silent
@@ -110,7 +117,26 @@ class SingleSignOn:
         delete_ui_cookie(response, request, STATE_COOKIE, path="/ui/sso")
         return response
 
+    def _room_for_one_more(self) -> bool:
+        """Whether another sign-on may begin (fewer than MAX_SIGN_ONS_UNDER_WAY in PENDING_SECONDS); counts it."""
+        now = time.monotonic()
+        while self._begun and now - self._begun[0] >= PENDING_SECONDS:
+            self._begun.popleft()
+        if len(self._begun) >= MAX_SIGN_ONS_UNDER_WAY:
+            if not self._full_logged:  # once per flood: each refusal in the ledger would let it fill the ledger
+                _log.warning("ui_sso_sign_ons_capped", under_way=len(self._begun), seconds=PENDING_SECONDS)
+                self._full_logged = True
+            return False
+        self._full_logged = False
+        self._begun.append(now)
+        return True
+
     async def start(self, request: Request) -> Response:
+        if not self._room_for_one_more():
+            message = "Too many sign-ons are under way right now; try again in a few minutes."
+            response = await self.login_page(request, message, 503)
+            response.headers["Retry-After"] = "60"
+            return response
         try:
             redirect_uri = self.redirect_uri(request)
             started = await self._at_provider(lambda: self.party.begin(redirect_uri))

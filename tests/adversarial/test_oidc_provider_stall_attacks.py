@@ -11,6 +11,7 @@ deadline overall, not per socket read.
 from __future__ import annotations
 
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from uikit import ui_servers
 
 from kcp_opa.service.oidc import FETCH_DEADLINE_S, fetch_json
 from kcp_opa.service.oidctoken import OidcUnavailable
+from kcp_opa.service.uisso import MAX_SIGN_ONS_UNDER_WAY
 
 FLOOD = 60
 
@@ -105,3 +107,33 @@ def test_a_provider_dripping_its_answer_is_cut_at_the_deadline() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_sign_on_flood_is_capped_before_it_fills_the_store(tmp_path: Path) -> None:
+    """Guard: /ui/sso/start needs no sign-in and each start keeps a store row ten minutes, so a replica
+    begins at most MAX_SIGN_ONS_UNDER_WAY in that time (uisso.SingleSignOn._room_for_one_more); beyond
+    it the start is a 503 page that writes nothing."""
+    provider = Provider().start()
+    try:
+        with ui_servers(tmp_path, extra=oidc_args(tmp_path, provider)) as (server,):
+            url = server["url"]
+            answers: list[int] = []
+
+            def flood(count: int) -> None:
+                with httpx2.Client(timeout=60) as client:
+                    answers.extend(client.get(f"{url}/ui/sso/start").status_code for _ in range(count))
+
+            share = MAX_SIGN_ONS_UNDER_WAY // 8
+            workers = [threading.Thread(target=flood, args=(share,)) for _ in range(8)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join(300)
+            flood(MAX_SIGN_ONS_UNDER_WAY - 8 * share + 50)
+            assert answers.count(303) == MAX_SIGN_ONS_UNDER_WAY and answers.count(503) == 50
+            refused = httpx2.get(f"{url}/ui/sso/start", timeout=60)
+            assert refused.status_code == 503 and "Too many sign-ons" in refused.text
+            with sqlite3.connect(tmp_path / "service.db") as db:
+                assert db.execute("SELECT count(*) FROM ui_sign_ins").fetchone()[0] == MAX_SIGN_ONS_UNDER_WAY
+    finally:
+        provider.stop()
