@@ -1,8 +1,8 @@
 """The UI's single sign-on routes: ``/ui/sso/start`` sends the browser to the identity provider,
 ``/ui/sso/callback`` takes it back and opens a session (oidc.py is the relying party).
 
-The sign-on's state goes to the browser in a cookie (HttpOnly, Path=/ui/sso, SameSite=Lax so it
-comes back on the provider's top-level redirect) and, hashed, to the store with the nonce and
+The sign-on's state goes to the browser in a cookie (HttpOnly, SameSite=Lax so it comes back on
+the provider's top-level redirect; ``__Host-`` on Path=/ when Secure, else Path=/ui/sso) and, hashed, to the store with the nonce and
 the PKCE verifier, so the callback may reach any replica. The callback opens a session only
 when the returned state equals the cookie's (constant time), the store still holds the sign-on
 (taken once, within ten minutes), the code exchange and the ID token check pass, the users file
@@ -10,6 +10,7 @@ maps the person to a principal and the registry knows that principal. Anything e
 sign-in page saying what happened, an audited refusal, and no session; a provider that cannot
 be reached is a 503 page. The session cookie is SameSite=Strict, so the callback answers with a
 page that moves on to /ui from this site rather than a redirect the provider's navigation owns.
+Provider calls run on their own few threads, and a replica begins a bounded number of sign-ons.
 """
 
 from __future__ import annotations
