@@ -17,15 +17,16 @@ checked by :mod:`kcp_opa.service.oidctoken`.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import http.client
 import os
 import secrets
+import socket
 import stat
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +36,17 @@ from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
 from kcp_opa.declare.trust import TrustRegistry
-from kcp_opa.service.identity import canonical_id
 from kcp_opa.service.oidctoken import KeySet, OidcRefused, OidcUnavailable, verify_id_token
 
 SECRET_ENV = "KCP_OPA_OIDC_CLIENT_SECRET"  # noqa: S105 - the variable's name, not a secret
 CLAIMS = ("sub", "email")
 METADATA_SECONDS = 3600.0
-FETCH_TIMEOUT_S = 5.0
+#: Every call to the provider (connect, send, headers, body) ends within this, whatever it sends.
+FETCH_DEADLINE_S = 5.0
+#: A discovery that failed slowly (a stalled provider) is answered at once for this long, not asked again;
+#: one refused at once (nothing listening) for QUICK_FAILURE_SECONDS, as asking again costs nothing.
+FAILED_DISCOVERY_SECONDS = 30.0
+QUICK_FAILURE_SECONDS = 2.0
 MAX_DOCUMENT_BYTES = 1024 * 1024
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -61,7 +66,7 @@ class OidcSettings:
     client_id: str
     client_secret: str | None = field(default=None, repr=False)
     claim: str = "sub"
-    #: The claim's value (canonical) -> the registered principal id it signs in as.
+    #: The claim's value (as compared: see claim_key) -> the registered principal id it signs in as.
     users: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -76,11 +81,24 @@ class OidcSettings:
         value = claims.get(self.claim)
         if not isinstance(value, str) or not value.strip():
             raise OidcRefused(f"the ID token carries no {self.claim} claim", "sso_unknown_user")
-        identity = canonical_id(value)
-        principal = self.users.get(identity)
+        principal = self.mapped(value)
         if principal is None:
-            raise OidcRefused(f"{identity[:200]} is not listed in this service's users file", "sso_unknown_user")
-        return identity, principal
+            raise OidcRefused(f"{value[:200]!r} is not listed in this service's users file", "sso_unknown_user")
+        return value, principal
+
+    def mapped(self, identity: str) -> str | None:
+        """The principal id the users file gives the claim value ``identity`` (as the provider said it), if any."""
+        return self.users.get(claim_key(self.claim, identity))
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def claim_key(claim: str, value: str) -> str:
+    """How a claim value is compared with the users file: ``sub`` exactly (the provider's opaque id);
+    ``email`` with ASCII letters lowercased and nothing else (no Unicode folding, no trimming: a
+    look-alike or padded value is another person, never the listed one)."""
+    return value.translate(_ASCII_LOWER) if claim == "email" else value
 
 
 def check_issuer(issuer: str) -> None:
@@ -107,7 +125,21 @@ def read_users(path: Path) -> tuple[str, dict[str, str]]:
         )
     if not all(isinstance(k, str) and isinstance(v, str) and k.strip() and v.strip() for k, v in users.items()):
         raise OidcConfigError(f"{path}: every user is a claim value mapped to a registered principal id (strings)")
-    return str(claim), {canonical_id(k): v for k, v in users.items()}
+    compared: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for value, principal_id in users.items():
+        if value != value.strip():
+            raise OidcConfigError(
+                f"{path}: the user {value[:200]!r} has spaces around it; write the claim value exactly"
+            )
+        key = claim_key(str(claim), value)
+        if key in seen:
+            raise OidcConfigError(
+                f"{path}: the users {seen[key][:200]!r} and {value[:200]!r} are the same {claim}"
+                " (email addresses are compared ignoring ASCII case); list each person once"
+            )
+        seen[key], compared[key] = value, principal_id
+    return str(claim), compared
 
 
 def read_client_secret(path: Path | None) -> str | None:
@@ -126,22 +158,71 @@ def read_client_secret(path: Path | None) -> str | None:
     return secret
 
 
+def _exchange(url: str, data: bytes | None, headers: Mapping[str, str]) -> tuple[int, bytes]:
+    """One request and its answer (status, body up to 1 MiB + 1 byte) within FETCH_DEADLINE_S overall.
+
+    http.client, not urllib: a redirect is never followed (the client secret goes only where the
+    discovery document said), and a watchdog shuts the socket at the deadline, so a provider that
+    drips its headers or body a byte at a time costs FETCH_DEADLINE_S, not a socket timeout per read.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OidcUnavailable(f"the identity provider's URL {url[:200]!r} is not http(s)")
+    connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connection_type(parts.hostname, parts.port, timeout=FETCH_DEADLINE_S)
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(FETCH_DEADLINE_S, cut)
+    watchdog.daemon = True
+    watchdog.start()
+    deadline = time.monotonic() + FETCH_DEADLINE_S
+    try:
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request("POST" if data is not None else "GET", target, body=data, headers=dict(headers))
+        response = connection.getresponse()
+        body = bytearray()
+        while len(body) <= MAX_DOCUMENT_BYTES:
+            chunk = response.read1(65536)
+            if not chunk:
+                break
+            body += chunk
+            if time.monotonic() > deadline:
+                expired.set()
+                break
+        if expired.is_set():
+            raise OSError("no whole answer")
+        return response.status, bytes(body)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if expired.is_set():
+            raise OidcUnavailable(
+                f"the identity provider did not answer within {FETCH_DEADLINE_S:.0f} s at {url[:200]}"
+            ) from None
+        raise OidcUnavailable(f"the identity provider cannot be reached at {url[:200]}: {exc}") from None
+    finally:
+        watchdog.cancel()
+        connection.close()
+
+
 def fetch_json(
     url: str, data: bytes | None = None, headers: Mapping[str, str] | None = None, *, refusal: bool = False
 ) -> dict[str, Any]:
-    """One JSON document from the provider (5 s, 1 MiB); OidcUnavailable for anything else, but with
-    ``refusal`` (the code exchange) a 4xx answer is the provider refusing: OidcRefused."""
-    request = urllib.request.Request(url, data=data, headers={"Accept": "application/json", **(headers or {})})  # noqa: S310 - the issuer's https (or loopback) URL
-    try:
-        with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310
-            body = response.read(MAX_DOCUMENT_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(2048).decode("utf-8", "replace")
-        if refusal and 400 <= exc.code < 500:
-            raise OidcRefused(f"the identity provider refused the code ({exc.code}): {detail[:200]}") from None
-        raise OidcUnavailable(f"the identity provider answered {exc.code} at {url[:200]}: {detail[:200]}") from None
-    except (OSError, ValueError) as exc:
-        raise OidcUnavailable(f"the identity provider cannot be reached at {url[:200]}: {exc}") from None
+    """One JSON document from the provider (5 s in all, 1 MiB, no redirects); OidcUnavailable for anything
+    else, but with ``refusal`` (the code exchange) a 4xx answer is the provider refusing: OidcRefused."""
+    status, body = _exchange(url, data, {"Accept": "application/json", **(headers or {})})
+    if 300 <= status < 400:
+        raise OidcUnavailable(f"the identity provider answered a redirect ({status}) at {url[:200]}; none is followed")
+    if status >= 400 or status < 200:
+        detail = body[:2048].decode("utf-8", "replace")
+        if refusal and 400 <= status < 500:
+            raise OidcRefused(f"the identity provider refused the code ({status}): {detail[:200]}")
+        raise OidcUnavailable(f"the identity provider answered {status} at {url[:200]}: {detail[:200]}")
     if len(body) > MAX_DOCUMENT_BYTES:
         raise OidcUnavailable(f"the identity provider's answer at {url[:200]} is over 1 MiB")
     try:
@@ -171,30 +252,54 @@ class Started:
 class RelyingParty:
     """This service as the provider's client: begins sign-ons and turns a returned code into an identity."""
 
-    def __init__(self, settings: OidcSettings) -> None:
-        self.settings = settings
+    def __init__(self, settings: OidcSettings, *, failed_seconds: float = FAILED_DISCOVERY_SECONDS) -> None:
+        self.settings, self.failed_seconds = settings, failed_seconds
         self._metadata: dict[str, Any] | None = None
         self._fetched_at = 0.0
+        self._failure, self._failed_until = "", 0.0
         self._lock = threading.Lock()
         self.keys = KeySet(lambda: fetch_json(self._endpoint("jwks_uri")))
 
     def metadata(self) -> dict[str, Any]:
-        """The provider's discovery document (kept an hour); OidcUnavailable when it cannot be had."""
-        with self._lock:
-            if self._metadata is not None and time.monotonic() - self._fetched_at < METADATA_SECONDS:
-                return self._metadata
-            issuer = self.settings.issuer
-            document = fetch_json(issuer.rstrip("/") + "/.well-known/openid-configuration")
-            if document.get("issuer") != issuer:
-                raise OidcUnavailable(
-                    f"the discovery document names issuer {str(document.get('issuer'))[:200]!r}, not {issuer!r}"
-                )
-            for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
-                if not isinstance(document.get(name), str):
-                    raise OidcUnavailable(f"the discovery document at {issuer} has no {name}")
-                _check_endpoint(name, document[name])
-            self._metadata, self._fetched_at = document, time.monotonic()
-            return document
+        """The provider's discovery document (kept an hour); OidcUnavailable when it cannot be had.
+
+        Never waits behind another fetch: while one is under way a kept document (even past its hour)
+        is used, or OidcUnavailable says try again; a failed fetch is answered for a while, not repeated.
+        """
+        kept = self._metadata
+        if kept is not None and time.monotonic() - self._fetched_at < METADATA_SECONDS:
+            return kept
+        if time.monotonic() < self._failed_until:
+            raise OidcUnavailable(self._failure)
+        if not self._lock.acquire(blocking=False):
+            if kept is not None:
+                return kept
+            raise OidcUnavailable("the identity provider's discovery document is being fetched; try again shortly")
+        began = time.monotonic()
+        try:
+            document = self._discover()
+        except OidcUnavailable as exc:
+            took = time.monotonic() - began
+            hold = self.failed_seconds if took >= 1.0 else min(self.failed_seconds, QUICK_FAILURE_SECONDS)
+            self._failure, self._failed_until = str(exc), time.monotonic() + hold
+            raise
+        finally:
+            self._lock.release()
+        self._metadata, self._fetched_at = document, time.monotonic()
+        return document
+
+    def _discover(self) -> dict[str, Any]:
+        issuer = self.settings.issuer
+        document = fetch_json(issuer.rstrip("/") + "/.well-known/openid-configuration")
+        if document.get("issuer") != issuer:
+            raise OidcUnavailable(
+                f"the discovery document names issuer {str(document.get('issuer'))[:200]!r}, not {issuer!r}"
+            )
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            if not isinstance(document.get(name), str):
+                raise OidcUnavailable(f"the discovery document at {issuer} has no {name}")
+            check_endpoint(name, document[name], issuer)
+        return document
 
     def _endpoint(self, name: str) -> str:
         return str(self.metadata()[name])
@@ -238,11 +343,15 @@ class RelyingParty:
         return self.settings.principal_id(claims)
 
 
-def _check_endpoint(name: str, url: str) -> None:
-    try:
-        check_issuer(url.split("?", 1)[0])
-    except OidcConfigError:
-        raise OidcUnavailable(f"the discovery document's {name} {url[:200]!r} is not https") from None
+def check_endpoint(name: str, url: str, issuer: str) -> None:
+    """A discovered endpoint is https; http (on a loopback address) only when the issuer itself is
+    loopback http, so a remote https provider's discovery cannot send the code, the client secret or
+    the key fetch over plain http (to 127.0.0.1 or anywhere)."""
+    parts = urllib.parse.urlsplit(url)
+    loopback_issuer = urllib.parse.urlsplit(issuer).scheme == "http"  # check_issuer: http is loopback only
+    local = loopback_issuer and parts.scheme == "http" and (parts.hostname or "") in _LOOPBACK
+    if not (parts.scheme == "https" or local) or not parts.hostname or parts.fragment:
+        raise OidcUnavailable(f"the discovery document's {name} {url[:200]!r} is not https")
 
 
 def settings_from(

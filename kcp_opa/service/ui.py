@@ -49,10 +49,12 @@ from kcp_opa.service.uisession import (
     Session,
     Sessions,
     csrf_ok,
+    delete_ui_cookie,
     read_form,
+    read_ui_cookie,
     same_origin,
-    secure_cookie,
     session_seconds,
+    set_ui_cookie,
 )
 from kcp_opa.service.uisession import html as _html
 from kcp_opa.service.uisession import secure_headers as _secure_headers
@@ -106,7 +108,7 @@ class Ui:
 
     async def _signed_in(self, request: Request) -> tuple[Session, Principal] | None:
         # a store that cannot answer raises StoreUnavailableError: the 503 page (ui_routes' guard), never "signed out"
-        session = await anyio.to_thread.run_sync(self.sessions.get, request.cookies.get(COOKIE))
+        session = await anyio.to_thread.run_sync(self.sessions.get, read_ui_cookie(request, COOKIE))
         principal = await anyio.to_thread.run_sync(self._principal, session.record) if session is not None else None
         if session is None or principal is None:
             return None
@@ -146,15 +148,7 @@ class Ui:
     async def login_page(self, request: Request, message: str = "", status: int = 200) -> Response:
         nonce = secrets.token_urlsafe(32)
         response = _html(uipages.sign_in(nonce, message, sso=self.sso is not None), status)
-        response.set_cookie(
-            LOGIN_COOKIE,
-            nonce,
-            max_age=600,
-            path="/ui",
-            httponly=True,
-            samesite="strict",
-            secure=secure_cookie(request),
-        )
+        set_ui_cookie(response, request, LOGIN_COOKIE, nonce, path="/ui", max_age=600, samesite="strict")
         return response
 
     async def _bad_form(self, principal: Principal | None, what: str, exc: FormRefused) -> None:
@@ -166,7 +160,7 @@ class Ui:
         except FormRefused as exc:
             await self._bad_form(None, "/ui/login", exc)
             return await self.login_page(request, "That sign-in form was not accepted; try again.", exc.status)
-        if not same_origin(request) or not csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
+        if not same_origin(request) or not csrf_ok(read_ui_cookie(request, LOGIN_COOKIE) or "", form.get("csrf")):
             refusal = AccessDeniedError("sign-in without its form's CSRF token or from another origin", "csrf")
             await anyio.to_thread.run_sync(self._refuse, None, "/ui/login", refusal)
             return await self.login_page(request, "The sign-in form expired; try again.", 403)
@@ -182,11 +176,8 @@ class Ui:
             await anyio.to_thread.run_sync(self._refuse, principal, "/ui/login", exc)
             return await self.login_page(request, "Sessions cannot be kept right now; try again later.", 503)
         response = RedirectResponse("/ui", status_code=303)
-        response.set_cookie(
-            COOKIE, cookie, max_age=self.sessions.lifetime, path="/ui", httponly=True, samesite="strict",
-            secure=secure_cookie(request),
-        )  # fmt: skip
-        response.delete_cookie(LOGIN_COOKIE, path="/ui")
+        set_ui_cookie(response, request, COOKIE, cookie, path="/ui", max_age=self.sessions.lifetime, samesite="strict")
+        delete_ui_cookie(response, request, LOGIN_COOKIE, path="/ui")
         return _secure_headers(response)
 
     async def logout(self, request: Request) -> Response:
@@ -198,9 +189,9 @@ class Ui:
             form = {}  # not signed out: the session's CSRF token did not arrive
         if signed is not None and same_origin(request) and csrf_ok(signed[0].csrf, form.get("csrf")):
             # a store that cannot delete it is the 503 page: never "signed out" while other replicas accept it
-            await anyio.to_thread.run_sync(self.sessions.close, request.cookies.get(COOKIE))
+            await anyio.to_thread.run_sync(self.sessions.close, read_ui_cookie(request, COOKIE))
         response = RedirectResponse("/ui/login", status_code=303)
-        response.delete_cookie(COOKIE, path="/ui")
+        delete_ui_cookie(response, request, COOKIE, path="/ui")
         return _secure_headers(response)
 
     # -- views ------------------------------------------------------------------------------------

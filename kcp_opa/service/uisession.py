@@ -171,6 +171,35 @@ def secure_cookie(request: Request) -> bool:
     return request.url.scheme == "https" or not _loopback(str(server[0]))
 
 
+def cookie_name(request: Request, name: str) -> str:
+    """``__Host-<name>`` when the cookie is Secure (a browser then takes it only over https, from this
+    host, on Path=/ without Domain: a sibling subdomain or a plain-http page cannot plant or shadow
+    it); ``<name>`` over plain http on loopback, where a browser refuses the prefix."""
+    return f"__Host-{name}" if secure_cookie(request) else name
+
+
+def set_ui_cookie(
+    response: Response, request: Request, name: str, value: str, *, path: str, max_age: int, samesite: str
+) -> None:
+    """A UI cookie (HttpOnly): ``__Host-`` prefixed on Path=/ when Secure, else ``name`` on ``path``."""
+    secure = secure_cookie(request)
+    response.set_cookie(
+        cookie_name(request, name), value, max_age=max_age, path="/" if secure else path, httponly=True,
+        samesite=samesite, secure=secure,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def delete_ui_cookie(response: Response, request: Request, name: str, *, path: str) -> None:
+    """Drop the UI cookie ``set_ui_cookie`` set for this request's scheme."""
+    secure = secure_cookie(request)
+    response.delete_cookie(cookie_name(request, name), path="/" if secure else path, secure=secure, httponly=True)
+
+
+def read_ui_cookie(request: Request, name: str) -> str | None:
+    """The UI cookie ``name`` under this request's name (a plain name never counts where Secure applies)."""
+    return request.cookies.get(cookie_name(request, name))
+
+
 def _loopback(host: str) -> bool:
     import ipaddress
 

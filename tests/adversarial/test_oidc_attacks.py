@@ -8,22 +8,30 @@ the forged token would be believed.
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import hmac
+import ipaddress
 import json
+import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from oidckit import CLIENT_ID, CLIENT_SECRET, Provider, follow_to_callback
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+from oidckit import CLIENT_ID, CLIENT_SECRET, Provider, follow_to_callback, users_file
 
-from kcp_opa.service.oidc import OidcSettings, RelyingParty
-from kcp_opa.service.oidctoken import OidcRefused
+from kcp_opa.service.oidc import OidcConfigError, OidcSettings, RelyingParty, fetch_json, read_users
+from kcp_opa.service.oidctoken import OidcRefused, OidcUnavailable
 
 REDIRECT = "http://127.0.0.1:1/ui/sso/callback"
 USERS = {"anna@bank.example": "treasury_approver_anna"}
@@ -148,3 +156,169 @@ def test_a_person_not_in_the_users_file_gets_no_default_role(provider: Provider)
     """Guard: only the users file maps a person to a principal; nobody falls back to a role."""
     provider.user = {"sub": "u-eve", "email": "eve@bank.example", "email_verified": True}
     assert refused(provider, "not listed").code == "sso_unknown_user"
+
+
+@pytest.mark.parametrize("folded", ["\uff21\uff24\uff2d\uff29\uff2e", " admin\t", "ADMIN", "ᴬdmin", "admin\u200b"])
+def test_a_subject_that_only_folds_to_a_listed_one_is_refused(provider: Provider, folded: str) -> None:
+    """Guard: ``sub`` is compared exactly (oidc.claim_key); NFKC, casefolding or trimming would let a
+    provider account named ADMIN in fullwidth letters, or `` admin``, sign in as the principal listed for
+    ``admin``."""
+    rp = RelyingParty(
+        OidcSettings(provider.issuer, CLIENT_ID, CLIENT_SECRET, "sub", {"admin": "treasury_approver_anna"})
+    )
+    provider.user = {"sub": folded}
+    with pytest.raises(OidcRefused, match="not listed") as caught:
+        sign_on(provider, rp)
+    assert caught.value.code == "sso_unknown_user"
+    provider.user = {"sub": "admin"}
+    assert sign_on(provider, rp) == ("admin", "treasury_approver_anna")
+
+
+@pytest.mark.parametrize("folded", ["straße@bank.example", "\u017ftrasse@bank.example", " strasse@bank.example"])
+def test_an_email_that_only_folds_to_a_listed_one_is_refused(provider: Provider, folded: str) -> None:
+    """Guard: ``email`` is compared with ASCII letters lowercased and nothing else (oidc.claim_key)."""
+    users = {"strasse@bank.example": "treasury_approver_anna"}
+    rp = RelyingParty(OidcSettings(provider.issuer, CLIENT_ID, CLIENT_SECRET, "email", users))
+    provider.user = {"sub": "u-x", "email": folded, "email_verified": True}
+    with pytest.raises(OidcRefused, match="not listed"):
+        sign_on(provider, rp)
+    provider.user = {"sub": "u-x", "email": "STRASSE@Bank.Example", "email_verified": True}
+    assert sign_on(provider, rp) == ("STRASSE@Bank.Example", "treasury_approver_anna")  # the raw claim
+
+
+def test_a_users_file_whose_people_collide_is_refused_at_start(tmp_path: Path) -> None:
+    """Guard: two entries compared as one person (email, ASCII case) would let the later silently win."""
+    path = users_file(tmp_path / "u.json", users={"Anna@bank.example": "auditor_ada", "anna@bank.example": "x"})
+    with pytest.raises(OidcConfigError, match="are the same email"):
+        read_users(path)
+    path = users_file(tmp_path / "u.json", claim="sub", users={" admin": "auditor_ada"})
+    with pytest.raises(OidcConfigError, match="spaces around it"):
+        read_users(path)
+    assert read_users(users_file(tmp_path / "u.json", claim="sub", users={"Admin": "a", "admin": "b"}))[1] == {
+        "Admin": "a",
+        "admin": "b",
+    }  # subjects are distinct when their bytes are
+
+
+class _Answering(BaseHTTPRequestHandler):
+    """Answers every GET and POST with ``self.server.answer(handler)`` and records what it saw."""
+
+    server: Any
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self.server.seen.append(("GET", self.path, self.headers.get("Authorization")))
+        self.server.answer(self)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.seen.append(("POST", self.path, self.headers.get("Authorization")))
+        self.server.answer(self)
+
+
+def _serve(host: str, answer: Any, tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, 0), _Answering)
+    server.daemon_threads = True
+    server.seen, server.answer = [], answer  # type: ignore[attr-defined]
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _json(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(raw)))
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
+def test_a_redirect_from_the_token_endpoint_is_not_followed_with_the_client_secret() -> None:
+    """Guard: provider calls follow no redirect (oidc._exchange); urllib's default sent the code
+    exchange on, as a GET over plain http to the host the Location named, Authorization header and all."""
+    elsewhere = _serve("127.0.0.2", lambda h: _json(h, {"id_token": "x", "keys": []}))
+
+    def redirect(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(302)
+        handler.send_header("Location", f"http://127.0.0.2:{elsewhere.server_port}/stolen")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    token_endpoint = _serve("127.0.0.1", redirect)
+    try:
+        secret = "Basic " + base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        for data in (b"code=x", None):  # the code exchange, and a JWKS or discovery GET
+            with pytest.raises(OidcUnavailable, match="redirect"):
+                fetch_json(
+                    f"http://127.0.0.1:{token_endpoint.server_port}/token",
+                    data,
+                    {"Authorization": secret},
+                    refusal=True,
+                )
+        assert elsewhere.seen == []  # type: ignore[attr-defined]
+    finally:
+        for server in (token_endpoint, elsewhere):
+            server.shutdown()
+            server.server_close()
+
+
+def _tls_for_loopback(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
+    """A self-signed certificate for 127.0.0.1: the server's TLS context and the CA file to trust."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    key_file.chmod(0o600)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return context, cert_file
+
+
+@pytest.mark.parametrize("endpoint", ["authorization_endpoint", "token_endpoint", "jwks_uri"])
+def test_an_https_issuers_discovery_naming_a_plain_http_endpoint_is_refused(
+    endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guard: every discovered endpoint is https unless the issuer itself is loopback http
+    (oidc.check_endpoint); a remote https issuer could otherwise name http://127.0.0.1/... endpoints."""
+    tls, ca = _tls_for_loopback(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    plain: dict[str, bool] = {"on": True}
+
+    def discovery(handler: BaseHTTPRequestHandler) -> None:
+        issuer = f"https://127.0.0.1:{handler.server.server_port}"
+        document = {name: f"{issuer}/{name}" for name in ("authorization_endpoint", "token_endpoint", "jwks_uri")}
+        if plain["on"]:
+            document[endpoint] = f"http://127.0.0.1:{handler.server.server_port}/{endpoint}"
+        _json(handler, {"issuer": issuer, **document})
+
+    server = _serve("127.0.0.1", discovery, tls)
+    try:
+        issuer = f"https://127.0.0.1:{server.server_port}"
+        settings = OidcSettings(issuer, CLIENT_ID, CLIENT_SECRET, "email", USERS)
+        with pytest.raises(OidcUnavailable, match=f"{endpoint} .* is not https"):
+            RelyingParty(settings).metadata()
+        plain["on"] = False  # the same provider with https endpoints is believed (the TLS here is sound)
+        assert RelyingParty(settings).metadata()[endpoint].startswith("https://")
+    finally:
+        server.shutdown()
+        server.server_close()

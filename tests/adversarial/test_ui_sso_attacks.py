@@ -8,6 +8,7 @@ test_oidc_attacks.py.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from netkit import free_port
 from oidckit import ANNA, Provider, follow_to_callback, oidc_args, sign_on_over_http, users_file
 from uikit import ui_servers
 
+from kcp_opa.service.oidc import QUICK_FAILURE_SECONDS
 from kcp_opa.trail.ledger import read_entries
 
 
@@ -49,6 +51,7 @@ def test_1_an_unreachable_provider_is_an_error_page_and_no_session(setting: dict
         assert page.status_code == 503 and "identity provider cannot be reached" in page.text
         assert "kcp_ui" not in client.cookies
     setting["provider"].start()  # the other tests have a provider
+    time.sleep(QUICK_FAILURE_SECONDS)  # a discovery refused at once is remembered this long
 
 
 def test_a_callback_whose_state_is_not_this_browsers_opens_no_session(setting: dict[str, Any]) -> None:
@@ -156,3 +159,45 @@ def test_a_replica_whose_users_file_no_longer_lists_the_person_refuses_their_ses
     with ui_servers(tmp_path, **shared, extra=args) as (rolled_out,):
         page = httpx2.get(f"{rolled_out['url']}/ui/inbox", cookies={"kcp_ui": cookie}, timeout=60)
         assert page.status_code == 303 and page.headers["location"] == "/ui/login"
+
+
+def test_a_folded_email_is_refused_and_the_ledger_keeps_the_raw_claim(setting: dict[str, Any]) -> None:
+    """Guard: the email is compared with ASCII case only (a fullwidth look-alike is another person), and
+    the sign-in note records the claim as the provider said it, not a folded form."""
+    provider, url = setting["provider"], setting["server"]["url"]
+    provider.user = {"sub": "u-anna2", "email": "\uff41nna@bank.example", "email_verified": True}
+    try:
+        with _client() as client:
+            page = sign_on_over_http(client, url)
+            assert page.status_code == 403 and "kcp_ui" not in client.cookies
+        provider.user = {"sub": "u-anna", "email": "ANNA@bank.example", "email_verified": True}
+        with _client() as client:
+            assert sign_on_over_http(client, url).status_code == 200
+    finally:
+        provider.user = dict(ANNA)
+    notes = [e for _, e in read_entries(setting["ledger"]) if e["type"] == "note" and e["note"] == "ui.sign_in"]
+    assert notes[-1]["detail"]["identity"] == "ANNA@bank.example"
+
+
+def test_over_https_the_ui_cookies_are_host_prefixed_and_a_plain_named_one_does_not_count(
+    setting: dict[str, Any],
+) -> None:
+    """Guard: Secure UI cookies are ``__Host-`` named on Path=/ (uisession.set_ui_cookie), so a sibling
+    subdomain or a plain-http page cannot plant or shadow them; where they are Secure, a cookie under
+    the plain name (as such a page could set) is not read (uisession.read_ui_cookie)."""
+    url = setting["server"]["url"]
+    https = {"X-Forwarded-Proto": "https"}  # from loopback: the proxy uvicorn trusts says https
+    with _client() as client:
+        started = client.get(f"{url}/ui/sso/start", headers=https)
+        assert started.status_code == 303
+        state = started.headers["set-cookie"]
+        assert state.startswith("__Host-kcp_ui_sso=") and "Path=/;" in state and "Secure" in state
+        login = client.get(f"{url}/ui/login", headers=https).headers["set-cookie"]
+        assert login.startswith("__Host-kcp_ui_login=") and "Path=/;" in login and "Secure" in login
+    with _client() as client:  # a session opened over loopback http, its cookie replayed under the plain name
+        assert sign_on_over_http(client, url).status_code == 200
+        cookie = client.cookies["kcp_ui"]
+    planted = httpx2.get(f"{url}/ui/inbox", cookies={"kcp_ui": cookie}, headers=https, timeout=60)
+    assert planted.status_code == 303 and planted.headers["location"] == "/ui/login"
+    hosted = httpx2.get(f"{url}/ui/inbox", cookies={"__Host-kcp_ui": cookie}, headers=https, timeout=60)
+    assert hosted.status_code == 200  # the same session under its Secure name is this browser's
