@@ -11,7 +11,7 @@ that principal. Anything else is a sign-in page saying what happened, an audited
 session; a provider that cannot be reached is a 503 page. The session cookie is SameSite=Strict,
 so the callback answers with a page that moves on to /ui from this site rather than a redirect
 the provider's navigation owns. Provider calls run on their own few threads, and a replica
-begins a bounded number of sign-ons. """
+begins a bounded number of sign-ons."""
 
 from __future__ import annotations
 
