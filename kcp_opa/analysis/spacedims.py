@@ -69,6 +69,8 @@ class DimContext:
     conditional: dict[str, str] = field(default_factory=dict)
     #: Purposes a policy forbids by name (no-ai-training's training purposes), from its text.
     purposes: list[str] = field(default_factory=list)
+    #: Task type -> the tools the matrix lets it request (empty: the matrix binds none).
+    tools: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def known_tasks(self) -> set[str]:
@@ -111,6 +113,7 @@ class DimContext:
             deployment=projects[0] if projects else "deployment",
             units=units,
             matrix_tasks=sorted(matrix.get("task_types", [])),
+            tools={t: list(v) for t, v in matrix.get("requested_actions", {}).items() if v},
             builtin=sorted(builtin - set(matrix.get("task_types", []))),
             flags=flags,
             regions=regions,
@@ -244,9 +247,10 @@ def _units(ctx: DimContext) -> list[tuple[str, Edit]]:
 
 def _task(task: str) -> Edit:
     def edit(action: dict[str, Any], c: DimContext) -> None:
+        tool = (c.tools.get(task) or [task])[0]  # the first tool the matrix binds to the type
         action["action_type"] = task
-        action["requested_action"] = task
-        action["authorization_context"]["agent_scope"] = [task]
+        action["requested_action"] = tool
+        action["authorization_context"]["agent_scope"] = [tool]
 
     return edit
 

@@ -128,6 +128,7 @@ def build_data(
             "sha256": matrix.sha256,
             "task_types": sorted(matrix.data["task_types"]),
             "kcp_actions": matrix.kcp_actions(),
+            "requested_actions": matrix.requested_actions(),
             "parameters": matrix.parameters(),
         },
     }

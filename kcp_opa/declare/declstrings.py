@@ -76,6 +76,7 @@ MATRIX_RULES = _rules(
     ("version", TEXT),
     ("task_types/#", IDENT),
     ("task_types/*/kcp_action", IDENT),
+    ("task_types/*/requested_actions/*", IDENT),
     ("task_types/*/data_categories/#", IDENT),
     ("task_types/*/data_categories/*", IDENT),
     ("task_types/*/sensitivity/#", IDENT),

@@ -81,6 +81,16 @@ class DelegationMatrix:
                 out[task_type] = task_type
         return dict(sorted(out.items()))
 
+    def requested_actions(self) -> dict[str, list[str]]:
+        """Task type -> the tools (``requested_action`` values) it may request, for the task types
+        that list them; empty when the matrix binds no tool to a task type (action.rego)."""
+        out: dict[str, list[str]] = {}
+        for task_type, entry in self.data["task_types"].items():
+            listed = entry.get("requested_actions") if isinstance(entry, dict) else None
+            if isinstance(listed, list):
+                out[task_type] = sorted(set(listed))
+        return dict(sorted(out.items()))
+
     def parameters(self) -> dict[str, Any]:
         """Parameters with defaults filled in, so the policies never meet a missing key."""
         given = self.data.get("parameters") or {}
@@ -164,6 +174,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
                         f"{did_you_mean(category, vocab.DATA_CATEGORIES)}",
                         (*here, "data_categories", category),
                     )
+    _check_requested_actions(task_types, findings)
     params = doc.get("parameters")
     if isinstance(params, dict):
         budgets.check(params, task_types, findings)
@@ -178,6 +189,40 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
                     f"approver role for {task_type!r}, which the matrix does not list",
                     ("parameters", "approver_roles", "by_task_type", task_type),
                 )
+
+
+def _check_requested_actions(task_types: Mapping[str, Any], findings: Findings) -> None:
+    """Once any task type lists its tools, the gate decides an action on the task type the caller
+    names and the receipt runs the tool it names: a task type that lists none, or a tool listed
+    under two task types, would let a caller pick the weakest task type for a tool."""
+    listed = {
+        task_type: entry["requested_actions"]
+        for task_type, entry in task_types.items()
+        if isinstance(entry, dict) and isinstance(entry.get("requested_actions"), list)
+    }
+    if not listed:
+        return
+    for task_type in task_types:
+        if task_type not in listed:
+            findings.error(
+                "requested_actions_missing",
+                "lists no requested_actions while other task types do: every action of this type would be "
+                "denied requested_action_not_in_task_type; list the tools it may request",
+                ("task_types", task_type),
+            )
+    owners: dict[str, list[str]] = {}
+    for task_type, tools in listed.items():
+        for tool in tools:
+            if isinstance(tool, str):
+                owners.setdefault(tool, []).append(task_type)
+    for tool, types in sorted(owners.items()):
+        if len(types) > 1:
+            findings.error(
+                "requested_action_in_several_task_types",
+                f"tool {tool!r} is listed under task types {', '.join(sorted(types))}: a caller could name "
+                "whichever decides weakest; give each task type its own tools",
+                ("task_types", sorted(types)[1], "requested_actions"),
+            )
 
 
 MATRIX_KIND: DocumentKind[DelegationMatrix] = DocumentKind(

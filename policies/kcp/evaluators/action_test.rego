@@ -41,3 +41,32 @@ _same(got, want) if {
 	count(got) == count(want)
 	[x | some x in got] == want
 }
+
+# A local, not a rule: regopy ignores `with data.x as <rule>` (docs/engine-findings.md item 3).
+test_unlisted_tool_for_task_type_is_denied if {
+	tools := {"read": ["crm.get"], "payment": ["execute_payment"]}
+	odd := object.union(_complete, {"requested_action": "execute_payment"})
+	found := action.findings with input.action as odd with data.kcp_data.matrix.requested_actions as tools
+	some f in found
+	f.code == "requested_action_not_in_task_type"
+	f.state == "DENY"
+}
+
+test_listed_tool_has_no_finding if {
+	tools := {"read": ["crm.get"], "payment": ["execute_payment"]}
+	complete := _complete
+	count(action.findings) == 0 with input.action as complete with data.kcp_data.matrix.requested_actions as tools
+}
+
+test_task_type_without_tools_is_denied_once_the_matrix_binds if {
+	tools := {"read": ["crm.get"], "payment": ["execute_payment"]}
+	odd := object.union(_complete, {"action_type": "refund"})
+	found := action.findings with input.action as odd with data.kcp_data.matrix.requested_actions as tools
+	some f in found
+	f.code == "requested_action_not_in_task_type"
+}
+
+test_matrix_without_tools_binds_nothing if {
+	odd := object.union(_complete, {"requested_action": "execute_payment"})
+	count(action.findings) == 0 with input.action as odd with data.kcp_data.matrix.requested_actions as {}
+}

@@ -2,7 +2,7 @@
 # Add an evaluator as docs/extending.md says, then run `kcp-opa generate`; `kcp-opa check`
 # fails while this file is stale. Evaluators:
 #   access: access_check 1.0.0 (kcp/evaluators/access.rego)
-#   action: action_complete_check 1.0.0 (kcp/evaluators/action.rego)
+#   action: action_complete_check 1.1.0 (kcp/evaluators/action.rego)
 #   authority: authority_check 1.0.0 (kcp/evaluators/authority.rego)
 #   budget: budget_check 1.0.0 (kcp/evaluators/budget.rego)
 #   context: context_check 1.0.0 (kcp/evaluators/context.rego)
@@ -40,7 +40,7 @@ import data.kcp.lib.facts
 # description: A finding names no evaluator; its reason takes the id and version from here.
 evaluators := {
 	"access": {"evaluator_id": "access_check", "evaluator_version": "1.0.0"},
-	"action": {"evaluator_id": "action_complete_check", "evaluator_version": "1.0.0"},
+	"action": {"evaluator_id": "action_complete_check", "evaluator_version": "1.1.0"},
 	"authority": {"evaluator_id": "authority_check", "evaluator_version": "1.0.0"},
 	"budget": {"evaluator_id": "budget_check", "evaluator_version": "1.0.0"},
 	"context": {"evaluator_id": "context_check", "evaluator_version": "1.0.0"},
