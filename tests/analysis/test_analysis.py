@@ -86,7 +86,14 @@ def test_prove_finds_round_one_missing_tenant_and_budget_allows(bundles: dict[st
     assert "delegation_chain" not in tenant.action and "trace" not in tenant.action
     document = cases_document(report)
     assert not list(validator("decision-cases.schema.json").iter_errors(document))
-    # Ready to pin: today's policies decide each counterexample as the case expects.
+    # Ready to pin: today's policies decide each counterexample as the case expects. Round one's
+    # matrix bound no tools, so its actions name the task type; today's support-desk binds each
+    # task type's tools (requested_actions), which the pinned actions then name.
+    tools = yaml.safe_load((DEPLOYMENTS / "support-desk" / "matrix.yaml").read_text())["task_types"]
+    for case in document["cases"]:
+        bound = tools.get(case["action"].get("action_type"), {}).get("requested_actions")
+        if bound:
+            case["action"]["requested_action"] = bound[0]
     path = bundles["support-desk"].parent / "round-one-cases.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     picked = [c for c in load_cases(path) if "tenant_id" in c.case_id or "budget_state" in c.case_id]
