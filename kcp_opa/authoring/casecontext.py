@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from kcp_opa.context import (
@@ -32,6 +33,8 @@ from kcp_opa.context import (
     sign_fact,
 )
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
+from kcp_opa.context.sources import Fact
+from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction
@@ -52,23 +55,31 @@ def _issuer_key() -> Ed25519Key:
     return generate_ed25519("case-attestor-ed25519")
 
 
-def _declared_facts(action: Mapping[str, Any], declared: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def _declared_facts(
+    action: Mapping[str, Any], declared: Mapping[str, Any], paths: dict[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The facts of each kind ``declared`` gives; ``paths`` gets, per fact, where it says so."""
     kinds: dict[str, dict[str, Any]] = {"config": {}, "registry": {}, "attestation": {}}
+    paths = {} if paths is None else paths
     if declared.get("from_action"):
         for name, spec in FACTS.items():
             given, value = stated(action, spec)
             if given:
                 kinds[spec.source_kind][name] = value
+                paths[name] = "from_action"
         for flag in _FLAGS:
             kinds["attestation"].setdefault(flag, False)
+            paths.setdefault(flag, "from_action")
     for kind, key in (("config", "config"), ("registry", "registry"), ("attestation", "attested")):
         for name, value in (declared.get(key) or {}).items():
             if name == "model" and isinstance(value, Mapping):  # the registry's shape: model {id, hosting}
                 for part, fact_name in (("id", "model_id"), ("hosting", "model_hosting")):
                     if part in value:
                         _put(kinds[kind], fact_name, value[part])
+                        paths[fact_name] = f"{key}.model.{part}"
                 continue
             _put(kinds[kind], str(name), value)
+            paths[str(name)] = f"{key}.{name}"
     return kinds
 
 
@@ -84,18 +95,28 @@ def case_sources(
     declared: Mapping[str, Any] | None,
     now: str,
     counters: Mapping[str, Any] | None = None,
+    *,
+    origin: str | None = None,
 ) -> tuple[ContextSources | None, str | None]:
     """The sources and the principal a case is decided with; (None, None) when it declares none.
 
     ``counters`` are the case's counts (``base_counters``/``counters``): they stand in for the
     gate's counter store, through the same ``ContextSources.counters`` a deployment uses.
+    ``origin`` is the context file that declared the facts (``kcp-opa decide --context``): each
+    fact then names it and its place in it (``context:FILE#registry.model.id``) and the principal
+    is the file's own (``context:NAME``), so a conflict names the user's file, never this harness.
     """
     counted = StaticCounters(counters) if counters is not None else None
     if not declared:
         return (ContextSources(counters=counted), None) if counted is not None else (None, None)
-    kinds = _declared_facts(action, declared)
-    config = StaticGateConfig(kinds["config"].get("deployment_region"), kinds["config"].get("environment"), "case")
-    agent: dict[str, Any] = {"id": CASE_AGENT, "type": "ai_agent"}
+    paths: dict[str, str] = {}
+    kinds = _declared_facts(action, declared, paths)
+    name = "decision-case" if origin is None else f"context:{origin}"
+    principal = CASE_AGENT if origin is None else _stand_in(origin)
+    config = StaticGateConfig(
+        kinds["config"].get("deployment_region"), kinds["config"].get("environment"), "case" if origin is None else name
+    )
+    agent: dict[str, Any] = {"id": principal, "type": "ai_agent"}
     registry_facts = kinds["registry"]
     if "actor_role" in registry_facts:
         agent["actor_role"] = registry_facts["actor_role"]
@@ -110,7 +131,7 @@ def case_sources(
     data = {
         "kind": "kcp-opa/trust-registry",
         "format_version": 1,
-        "name": "decision-case",
+        "name": name,
         "version": "1",
         "exception_grantor_roles": ["exception_approver"],
         "principals": [agent, grantor],
@@ -140,18 +161,63 @@ def case_sources(
         )
         for name, value in sorted(kinds["attestation"].items())
     ]
-    sources = ContextSources(
-        registry=RegistrySource(registry),
-        config=config,
-        attestations=SignedAttestations(registry, None, items),
-        counters=counted,
-        exceptions=_case_exceptions(declared.get("exceptions"), registry, key, moment),
-    )
-    return sources, CASE_AGENT
+    attestations = SignedAttestations(registry, None, items)
+    if origin is None:
+        sources = ContextSources(RegistrySource(registry), config, attestations, counted)
+    else:
+        file = ContextFile(name, paths, RegistrySource(registry), config, attestations)
+        sources = ContextSources(file, file, file, counted)
+    sources = replace(sources, exceptions=_case_exceptions(declared.get("exceptions"), registry, key, moment, name))
+    return sources, principal
+
+
+@dataclass(frozen=True)
+class ContextFile:
+    """The registry, configuration and attestation sources a context file declares.
+
+    The facts pass through the same sources a deployment uses; only the ``source`` each names is
+    the file's (``context:FILE#registry.model.id``): the file, not a registry or an issuer of
+    this harness, is what vouched for them. One object serves as all three sources.
+    """
+
+    name: str
+    paths: Mapping[str, str]
+    registry: RegistrySource
+    config: StaticGateConfig
+    attestations: SignedAttestations
+
+    def _named(self, facts: Mapping[str, Fact]) -> dict[str, Fact]:
+        return {n: {**f, "source": f"{self.name}#{self.paths.get(n, n)}"} for n, f in facts.items()}
+
+    def principal_facts(self, principal: str | None) -> dict[str, Fact]:
+        return self._named(self.registry.principal_facts(principal))
+
+    def config_facts(self) -> dict[str, Fact]:
+        return self._named(self.config.config_facts())
+
+    def attested_facts(
+        self, action: Mapping[str, Any], action_hash: str
+    ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
+        facts, refused = self.attestations.attested_facts(action, action_hash)
+        return self._named(facts), refused
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "context_file", "name": self.name}
+
+
+def _stand_in(origin: str) -> str:
+    """The principal a context file's registry facts are about: the file itself (its name, as a
+    registry id), never the action's agent, whom nothing here authenticated (a ledger entry of
+    such a decision stays ``unauthenticated``, kcp_opa.trail.entries.attribution)."""
+    label = f"context:{Path(origin).name}"
+    try:
+        return canonical_id(label)
+    except IdentityError:
+        return "context:file"
 
 
 def _case_exceptions(
-    declared: Any, registry: TrustRegistry, key: Ed25519Key, moment: dt.datetime
+    declared: Any, registry: TrustRegistry, key: Ed25519Key, moment: dt.datetime, name: str
 ) -> SignedExceptions | None:
     """The case's exceptions, signed by the case issuer and verified like a deployment's file."""
     if not declared:
@@ -172,7 +238,7 @@ def _case_exceptions(
         )
         for item in declared
     ]
-    document = {"kind": "kcp-opa/exceptions", "format_version": 1, "name": "decision-case", "exceptions": signed}
+    document = {"kind": "kcp-opa/exceptions", "format_version": 1, "name": name, "exceptions": signed}
     return SignedExceptions(registry, document=document)
 
 
@@ -205,6 +271,8 @@ class VouchingGate(Gate):
     """
 
     declared: Mapping[str, Any] = {"from_action": True}
+    #: The context file ``declared`` was read from: each fact names it (None: a test's own vouching).
+    origin: str | None = None
 
     def input_for(
         self,
@@ -218,7 +286,7 @@ class VouchingGate(Gate):
             at = decision_time(now).strftime("%Y-%m-%dT%H:%M:%SZ")
             stated = action.mapping if isinstance(action, CheckedAction) else action
             try:
-                context, principal = case_sources(stated, self.declared, at)
+                context, principal = case_sources(stated, self.declared, at, origin=self.origin)
             except GateFactError:
                 check_action(action)  # a fact the action states breaks the contract: named at its path
                 raise  # the declared context's own
@@ -233,10 +301,12 @@ class VouchingGate(Gate):
         return super().input_for(action, now=now, principal=principal, context=context)
 
 
-def vouching(gate: Gate, declared: Mapping[str, Any] | None = None) -> VouchingGate:
-    """``gate`` as a :class:`VouchingGate` (same bundle, engine, ledger and seal key)."""
+def vouching(gate: Gate, declared: Mapping[str, Any] | None = None, origin: str | None = None) -> VouchingGate:
+    """``gate`` as a :class:`VouchingGate` (same bundle, engine, ledger and seal key); ``origin``
+    is the context file ``declared`` was read from, which its facts then name."""
     vouched = VouchingGate.__new__(VouchingGate)
     vouched.__dict__.update(gate.__dict__)
     if declared is not None:
         vouched.declared = declared
+    vouched.origin = origin
     return vouched

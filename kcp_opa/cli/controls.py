@@ -121,7 +121,7 @@ def _desk(
 
         if any(given is not None for given in sources):
             raise KeyringError("--context declares the facts itself: give it or --principal/--region/...", "usage")
-        gate = vouching(gate, declared_context(context_path))
+        gate = vouching(gate, declared_context(context_path), str(context_path))
     elif any(given is not None for given in sources):
         from kcp_opa.cli.decide import deployment_context
 

@@ -137,7 +137,7 @@ def decide(
     if context_path is not None:
         if given:
             raise click.UsageError(f"--context declares the facts itself: give it or {given[0]}, not both")
-        gate = vouching(gate, declared_context(context_path))
+        gate = vouching(gate, declared_context(context_path), str(context_path))
     elif trust is not None:
         if principal is None:
             raise click.UsageError("--trust needs --principal: the registered principal the action is decided for")

@@ -25,6 +25,7 @@ from kcp_opa.declare.exceptions import (
     DEFAULT_MAX_LIFETIME_SECONDS,
     EXCEPTIONS_KIND_NAME,
     ExceptionsFile,
+    unknown_task_types,
     validate_exceptions,
     verify_exceptions,
 )
@@ -73,7 +74,8 @@ def validate(
     is a warning (matrix_not_covered: each action on it would be denied), and so is every matrix
     cell no action can meet (matrix_cell_unreachable). --strict makes warnings errors. Given
     exceptions with a trust registry (and a matrix), each exception's signature, issuer,
-    grantor and lifetime are checked too.
+    grantor and lifetime are checked too; given exceptions with a matrix, an exception scoped to a
+    task type the matrix lacks is an error (exception_task_type_unknown).
 
     Every finding names the file, the YAML path and the line. A declared manifest hash is
     checked, and a declared signature too when --manifest-key is given. Exit 0 when all are
@@ -89,6 +91,7 @@ def validate(
             unreadable.append(str(exc))
     reports = _with_coverage(reports)
     reports = _with_trust(reports)
+    reports = _with_task_types(reports)
     if strict:
         reports = [_strict(r) for r in reports]
     if as_json(fmt):
@@ -158,6 +161,16 @@ def _with_trust(reports: list[Report[Any]]) -> list[Report[Any]]:
         verify_exceptions(r, registries[0], None, lifetime) if isinstance(r.document, ExceptionsFile) else r
         for r in reports
     ]
+
+
+def _with_task_types(reports: list[Report[Any]]) -> list[Report[Any]]:
+    """Given exceptions with a matrix: each exception's scope.task_type is one of its task types."""
+    matrices = [r.document for r in reports if isinstance(r.document, DelegationMatrix)]
+    if not matrices:
+        return reports
+    known = {t for m in matrices for t in m.data["task_types"]}
+    names = ", ".join(m.file for m in matrices)
+    return [unknown_task_types(r, known, names) if isinstance(r.document, ExceptionsFile) else r for r in reports]
 
 
 def _validate_one(path: Path, max_bytes: int) -> Report[Any]:

@@ -181,7 +181,11 @@ def _normalised(text: str) -> str:
 
 @dataclass(frozen=True)
 class Report(Generic[T]):
-    """What ``validate`` says about one file; ``document`` is set only when it is valid."""
+    """What ``validate`` says about one file; ``document`` is set only when its own checks passed.
+
+    A check across files (exceptions against the matrix) may add an error after the document was
+    built, so valid also asks that no error was found: a report never says valid beside an error.
+    """
 
     file: str
     diagnostics: tuple[Diagnostic, ...]
@@ -190,7 +194,7 @@ class Report(Generic[T]):
 
     @property
     def valid(self) -> bool:
-        return self.document is not None
+        return self.document is not None and not self.errors
 
     @property
     def errors(self) -> list[Diagnostic]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -227,6 +227,33 @@ def verify_exceptions(
     if not found:
         return report
     return replace(report, diagnostics=(*report.diagnostics, *found), document=None)
+
+
+def unknown_task_types(
+    report: Report[ExceptionsFile], task_types: Collection[str], matrices: str
+) -> Report[ExceptionsFile]:
+    """``report`` with an error for each exception scoped to a task type no matrix declares.
+
+    Such a grant matches no action today, so the one meant stays denied; and it would start to
+    match the day someone adds that task type, without anyone signing for it again.
+    """
+    document = report.document
+    if document is None:
+        return report
+    found = [
+        Diagnostic(
+            Severity.ERROR,
+            "exception_task_type_unknown",
+            f"exception {item.id}: scope.task_type {item.scope['task_type']!r} is no task type of {matrices}; "
+            "it would waive nothing today and match whatever task type takes that name later",
+            ("exceptions", index, "scope", "task_type"),
+            file=report.file,
+            line=document.lines[index] if index < len(document.lines) else None,
+        )
+        for index, item in enumerate(document.exceptions)
+        if "task_type" in item.scope and item.scope["task_type"] not in task_types
+    ]
+    return replace(report, diagnostics=(*report.diagnostics, *found)) if found else report
 
 
 def validate_exceptions(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Report[ExceptionsFile]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.compile.datadoc import DATA_ROOT
 from kcp_opa.core.errors import CodedError
 from kcp_opa.execute.executor import Handler
 
@@ -55,6 +56,32 @@ def bound_handler(handlers: Mapping[str, Handler], name: str, action: Any) -> Ha
             "handler_not_bound",
         )
     return function
+
+
+def binding_gaps(handlers: Mapping[str, Handler], bundle_data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Where the handlers' tools and the bundle's task types do not fit, as (event, fields) log lines.
+
+    A handler runs for a ``requested_action`` (its tool); the matrix binds tools to task types
+    (``data.kcp_data.matrix.requested_actions``). A matrix that binds none lets any task type,
+    the weakest included, request any handler's tool; a tool listed under no task type is denied
+    to every action, so no receipt ever runs its handler. Both are said at start and on reload:
+    warnings, since either may be meant.
+    """
+    if not handlers:
+        return []
+    matrix = bundle_data.get(DATA_ROOT, {}).get("matrix", {}) if isinstance(bundle_data, Mapping) else {}
+    binding = matrix.get("requested_actions") if isinstance(matrix, Mapping) else None
+    tools = {n: sorted(h.actions) if isinstance(h, BoundHandler) else [n] for n, h in sorted(handlers.items())}
+    if not binding:
+        effect = "any task type may request any handler's tool: list each task type's requested_actions in the matrix"
+        return [("tools_unbound", {"matrix": matrix.get("name"), "handlers": list(tools), "effect": effect})]
+    listed = {tool for listing in binding.values() for tool in listing}
+    unlisted = {n: [t for t in ts if t not in listed] for n, ts in tools.items()}
+    unlisted = {n: ts for n, ts in unlisted.items() if ts}
+    if not unlisted:
+        return []
+    effect = "listed under no task type: every action requesting it is denied, no receipt can run its handler"
+    return [("handler_tools_unlisted", {"matrix": matrix.get("name"), "tools": unlisted, "effect": effect})]
 
 
 def load_handlers(spec: Mapping[str, Any], base: Path | None = None) -> dict[str, Handler]:

@@ -33,7 +33,7 @@ from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
 from kcp_opa.service.config import HostParts, ServiceConfig, ServiceConfigError
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.handlers import load_handlers
+from kcp_opa.service.handlers import binding_gaps, load_handlers
 from kcp_opa.service.identity import LOCAL_AGENT, Authenticator, Principal, StaticAuthenticator
 from kcp_opa.service.issuing import ServiceIssuers, bundle_approver_roles, registry_authenticator
 from kcp_opa.service.observe import Metrics, TimedLedger
@@ -218,12 +218,19 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
         registry=loaded.registry,
         issuers=loaded.issuers,
     )
+    say_binding_gaps(handlers, gate.bundle.data)
     if config.shadow_bundle is not None:
         gate.set_shadow(config.shadow_bundle)
     if config.mode != "enforce":  # the operator's start configuration, recorded like any change
         gate.modes.request(config.mode, "serve:startup", gate.audit)
     gate.modes.second_approval = config.mode_second_approval
     return service
+
+
+def say_binding_gaps(handlers: Mapping[str, Handler], bundle_data: Mapping[str, Any]) -> None:
+    """One warning line per way the handlers' tools and the bundle's task types do not fit (handlers.py)."""
+    for event, fields in binding_gaps(handlers, bundle_data):
+        _log.warning(event, **fields)
 
 
 def _read_json(path: Path, what: str) -> Any:

@@ -29,6 +29,7 @@ from kcp_opa.service.loading import (
     SwappableAuthenticator,
     load_gate,
     receipt_keyring,
+    say_binding_gaps,
     with_counters,
     with_posted_facts,
 )
@@ -124,6 +125,7 @@ class Reloader:
                 _log.error("reload_refused", error=str(exc))
                 raise failure from None
             self.service.swap(swapped)
+            say_binding_gaps(self.service.handlers, gate.bundle.data)
             retire_later(before.engine)  # its workers stop once decisions in flight are done
             if self.authenticator is not None and authenticator is not None:
                 self.authenticator.current = authenticator

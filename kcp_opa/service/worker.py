@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.logsetup import configure
 from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.fleet import Channel
 from kcp_opa.service.identity import Principal
@@ -79,6 +80,7 @@ def _digest(reloader: Reloader) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """``python -c 'from kcp_opa.service.worker import main; ...' LISTEN_FD CONTROL_FD INDEX``."""
     listen_fd, control_fd, index = (int(a) for a in (argv or sys.argv[1:])[:3])
+    configure()  # warnings to stderr, as the supervisor's own (structlog's default would print them to stdout)
     listener = socket.socket(fileno=listen_fd)
     control = socket.socket(fileno=control_fd)
     ready = threading.Event()

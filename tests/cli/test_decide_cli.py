@@ -9,6 +9,8 @@ from pathlib import Path
 from conftest import REPO, VOUCH, run_cli
 from deploykit import HR_LEAVE as HR
 
+from kcp_opa.authoring.cases import load_cases
+
 
 def test_a_bad_now_is_a_usage_error_not_a_refused_action(finance_bundle: Path) -> None:
     action = REPO / "fixtures" / "kya-supplier-payment-action.json"
@@ -59,3 +61,41 @@ def test_a_too_short_value_names_the_minimum(tmp_path: Path) -> None:
     proc = run_cli("decide", "--bundle", str(bundle), "--action", str(tmp_path / "a.json"), "--format", "text")
     assert proc.returncode != 0
     assert "'idem_hr_1' has 9 characters; at least 16 are required" in proc.stderr, proc.stderr
+
+
+def test_a_context_file_conflict_names_the_users_file_and_model(tmp_path: Path) -> None:
+    """`decide --context FILE`: a fact the file declares is cited as the file's (its path and the
+    key in it), the decision's principal is the file's own (never the case harness's
+    ``case-agent``), and a ledger entry of it stays unauthenticated (nothing authenticated the agent)."""
+    base = REPO / "fixtures" / "deployments" / "customer-onboarding"
+    bundle = tmp_path / "onboarding.tar.gz"
+    compiled = run_cli(
+        "compile", str(base / "knowledge.yaml"), "--matrix", str(base / "matrix.yaml"), "-o", str(bundle),
+        "--no-engine-check", "--format", "json",
+    )  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr
+    cases = load_cases(REPO / "fixtures" / "cases" / "customer-onboarding.yaml")
+    action = next(c.action for c in cases if c.case_id == "co-checklist-read")
+    assert action["runtime"]["model"]["id"] == "onboarding-llm-3"
+    (tmp_path / "action.json").write_text(json.dumps(action))
+    context = tmp_path / "ops" / "context.yaml"
+    context.parent.mkdir()
+    context.write_text("from_action: true\nregistry:\n  model: {id: registered-llm-9}\n")
+    proc = run_cli(
+        "decide", "--context", str(context), "-b", str(bundle), "-i", str(tmp_path / "action.json"),
+        "--now", "2026-11-29T10:00:00Z", "--with-input", "--ledger", str(tmp_path / "ledger.jsonl"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    [message] = [r["message"] for r in out["decision"]["reasons"] if r["code"] == "context_conflict"]
+    assert f"the gate's value is registered-llm-9 (context:{context}#registry.model.id)" in message, message
+    assert "states model_id onboarding-llm-3" in message
+    facts = out["input"]["context"]["facts"]
+    assert facts["model_id"]["source"] == f"context:{context}#registry.model.id"
+    assert facts["model_hosting"]["source"] == f"context:{context}#from_action"
+    principal = out["input"]["context"]["facts_principal"]
+    assert principal == "context:context.yaml"
+    text = json.dumps(out)
+    assert "case-agent" not in text and "decision-case" not in text and "case-attestor" not in text
+    [entry] = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines() if "decision" in line]
+    assert entry.get("agent_id") == action["agent_id"] and entry.get("unauthenticated") is True, entry
