@@ -9,6 +9,9 @@ An action OLD denied because its declarations did not cover it (a task type the 
 lacks, a unit it does not know) and NEW, adding to OLD's declarations, covers is new
 coverage, not a weakening: adding a task type is how a deployment grows, and it is counted and
 shown apart, each NEW state with examples, so a reviewer reads what the new declaration allows.
+
+Before the generated actions, every matrix cell OLD and NEW set differently is aimed at directly
+(kcp_opa.analysis.cells): a generated action may never reach a cell in a way its change shows.
 """
 
 from __future__ import annotations
@@ -202,7 +205,7 @@ def _aim(
     done: dict[bytes, tuple[dict[str, Any], dict[str, Any]] | None] = {}
     while aims and sum(e.decisions for e in engines) < report.budget:
         for cell in report.cells:
-            if id(cell) not in aims:
+            if id(cell) not in aims or sum(e.decisions for e in engines) >= report.budget:
                 continue
             sample = next(aims[id(cell)], None) if cell.status != SHOWN else None
             if sample is None:

@@ -146,9 +146,11 @@ def diff_command(
     listed in every format (text, json, markdown) as WEAKEN or STRENGTHEN by autonomous <
     confirm < approve < forbidden (a missing cell denies: forbidden; a task type NEW adds is NEW
     COVERAGE), and as shown (a decided action changed), held (the other findings that kept the
-    decision are named), no unit (no unit of either bundle needs it) or NOT REACHED. Exit 1 when a change weakens (a weaker state, execution newly allowed, a
-    control no longer required, a lowered cell even where held) unless --allow-weakening, and
-    whenever a changed cell is NOT REACHED; 0 otherwise; 2 when it cannot run.
+    decision are named), no unit (no unit of either bundle needs it) or NOT REACHED.
+
+    Exit 1 when a change weakens (a weaker state, execution newly allowed, a control no longer
+    required, a lowered cell even where held) unless --allow-weakening, and whenever a changed
+    cell is NOT REACHED; 0 otherwise; 2 when it cannot run.
     """
     verification = verification_of(verification_keys, verification_scope)
     with tempfile.TemporaryDirectory(prefix="kcp-opa-diff-") as workdir:
