@@ -9,6 +9,9 @@ An action OLD denied because its declarations did not cover it (a task type the 
 lacks, a unit it does not know) and NEW, adding to OLD's declarations, covers is new
 coverage, not a weakening: adding a task type is how a deployment grows, and it is counted and
 shown apart, each NEW state with examples, so a reviewer reads what the new declaration allows.
+
+Before the generated actions, every matrix cell OLD and NEW set differently is aimed at directly
+(kcp_opa.analysis.cells): a generated action may never reach a cell in a way its change shows.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kcp_opa.analysis.cells import NOT_REACHED, SHOWN, WEAKEN, CellChange, aimed, changed_cells, judge, settle
 from kcp_opa.analysis.engines import Evaluator
 from kcp_opa.analysis.plan import PASSABLE, STATE_ORDER, plan_rows
-from kcp_opa.analysis.space import derive_space
+from kcp_opa.analysis.space import Sample, Space, derive_space
 from kcp_opa.analysis.spacedims import DimContext
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
@@ -78,10 +82,18 @@ class DiffReport:
     old_states: Counter[str] = field(default_factory=Counter)
     new_states: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    #: Every matrix cell OLD and NEW set differently, and what the actions aimed at it showed.
+    cells: list[CellChange] = field(default_factory=list)
 
     @property
     def changed(self) -> int:
         return sum(self.transitions.values())
+
+    @property
+    def unreached(self) -> list[CellChange]:
+        """Changed cells no decided action reached: the diff did not check them, so it fails. (A
+        lowered cell fails whether shown or held: other rules that mask it today may change.)"""
+        return [c for c in self.cells if c.status == NOT_REACHED]
 
     @property
     def vacuous(self) -> bool:
@@ -91,7 +103,7 @@ class DiffReport:
 
     @property
     def weakens(self) -> bool:
-        return bool(self.weakening)
+        return bool(self.weakening) or any(c.direction == WEAKEN for c in self.cells)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +126,8 @@ class DiffReport:
             "weakening": dict(sorted(self.weakening.items())),
             "new_coverage": dict(sorted(self.new_coverage.items())),
             "examples": {k: [c.to_dict() for c in v] for k, v in sorted(self.examples.items())},
+            "cells": [c.to_dict() for c in self.cells],
+            "unreached": len(self.unreached),
             "seconds": round(self.seconds, 3),
         }
 
@@ -141,13 +155,16 @@ def classify(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str],
 
 
 def diff(old: LoadedBundle, new: LoadedBundle, *, budget: int = DEFAULT_BUDGET, seed: int = 0) -> DiffReport:
-    """Decide the generated actions on both bundles (regopy; ``prove`` cross-checks engines)."""
+    """Decide the actions aimed at each changed matrix cell, then the generated actions, on both
+    bundles (regopy; ``prove`` cross-checks engines)."""
     started = time.perf_counter()
     report = DiffReport(old.source, new.source, budget, seed)
     engines = (Evaluator(old, opa=False), Evaluator(new, opa=False))
     seen: set[bytes] = set()
     declared = (Declared.of(old), Declared.of(new))
     spaces = [derive_space(new, requires_from=[old]), derive_space(old, requires_from=[new])]
+    report.cells = changed_cells(old, new)
+    _aim(report, spaces, engines, declared, seen)
     plans = []
     for space in spaces:
         clean: list[tuple[tuple[int, ...], str]] = []
@@ -166,20 +183,60 @@ def diff(old: LoadedBundle, new: LoadedBundle, *, budget: int = DEFAULT_BUDGET, 
             if key in seen:
                 continue
             seen.add(key)
-            first, second = (e.decide(sample.action, sample.now) for e in engines)
-            report.actions += 1
-            if first.decision is None or second.decision is None:
-                report.rejected += 1
-                continue
-            report.old_states[str(first.decision.get("decision", "engine_error"))] += 1
-            report.new_states[str(second.decision.get("decision", "engine_error"))] += 1
-            if phase == "clean":
-                states = {str(first.decision.get("decision")), str(second.decision.get("decision"))}
+            decided = _decide(report, engines, sample, declared)
+            if phase == "clean" and decided is not None:
+                states = {str(decided[0].get("decision")), str(decided[1].get("decision"))}
                 clean.append((row, "DENY" if states == {"DENY"} else "other"))
-            _compare(report, sample.action, sample.now, (first.decision, second.decision), declared)
     report.decisions = sum(e.decisions for e in engines)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _aim(
+    report: DiffReport,
+    spaces: list[Space],
+    engines: tuple[Evaluator, Evaluator],
+    declared: tuple[Declared, Declared],
+    seen: set[bytes],
+) -> None:
+    """Decide actions aimed at each changed cell, one per cell in turn, until each shows its
+    change or runs out of aims, or the budget is spent (NEW's space; OLD's for a cell NEW lacks)."""
+    aims = {id(c): aimed(spaces[1] if c.new == "(none)" else spaces[0], c) for c in report.cells}
+    done: dict[bytes, tuple[dict[str, Any], dict[str, Any]] | None] = {}
+    while aims and sum(e.decisions for e in engines) < report.budget:
+        for cell in report.cells:
+            if id(cell) not in aims or sum(e.decisions for e in engines) >= report.budget:
+                continue
+            sample = next(aims[id(cell)], None) if cell.status != SHOWN else None
+            if sample is None:
+                del aims[id(cell)]
+                continue
+            key = canonical_json([sample.action, sample.now])
+            if key not in done:  # two cells of one row share their aims: decided once
+                seen.add(key)
+                done[key] = _decide(report, engines, sample, declared)
+            decided = done[key]
+            if decided is not None:
+                judge(cell, sample, *decided)
+    settle(report.cells, spaces)
+
+
+def _decide(
+    report: DiffReport,
+    engines: tuple[Evaluator, Evaluator],
+    sample: Sample,
+    declared: tuple[Declared, Declared],
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Both bundles' decisions of one action, counted and compared (None: refused)."""
+    first, second = (e.decide(sample.action, sample.now) for e in engines)
+    report.actions += 1
+    if first.decision is None or second.decision is None:
+        report.rejected += 1
+        return None
+    report.old_states[str(first.decision.get("decision", "engine_error"))] += 1
+    report.new_states[str(second.decision.get("decision", "engine_error"))] += 1
+    _compare(report, sample.action, sample.now, (first.decision, second.decision), declared)
+    return first.decision, second.decision
 
 
 def _compare(

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from kcp_opa.analysis.cells import HELD, NO_UNIT, SHOWN, WEAKEN, CellChange
 from kcp_opa.analysis.diff import UNDECLARED, DiffReport
 from kcp_opa.analysis.prove import ProofReport
 
@@ -62,8 +63,34 @@ def _new_coverage(report: DiffReport) -> str:
     )
 
 
+def _verdict(report: DiffReport) -> str:
+    if report.weakens:
+        return "WEAKENS"
+    if report.unreached:
+        return "NOT REACHED: a changed matrix cell no decided action reached"
+    return "changes" if report.changed or report.cells else "no change"
+
+
+def cell_line(cell: CellChange) -> str:
+    """``payment financial approve -> autonomous WEAKEN held by ...`` (one changed cell)."""
+    if cell.status == HELD:
+        how = f"held by {', '.join(cell.held_by) or 'nothing else'}"
+    elif cell.status == SHOWN:
+        how = "shown"
+    elif cell.status == NO_UNIT:
+        how = "no unit (no unit of either bundle needs it: no action can reach it there)"
+    else:
+        how = "NOT REACHED (no decided action named a unit that needs it; the diff did not check it)"
+    return f"{cell.label} {cell.direction} {how} ({cell.dimension}; {cell.tries} aimed)"
+
+
+def _cells_summary(report: DiffReport) -> str:
+    weak = sum(c.direction == WEAKEN for c in report.cells)
+    return f"matrix cells changed: {len(report.cells)} ({weak} lowered, {len(report.unreached)} not reached)"
+
+
 def diff_text(report: DiffReport) -> str:
-    verdict = "WEAKENS" if report.weakens else ("changes" if report.changed else "no change")
+    verdict = _verdict(report)
     lines = [
         f"diff {report.old} -> {report.new}: {verdict}",
         *([f"  old: {report.old_provenance}"] if report.old_provenance else []),
@@ -73,7 +100,12 @@ def diff_text(report: DiffReport) -> str:
         f"  states old: {_states(report.old_states)}; new: {_states(report.new_states)}",
         *([f"  VACUOUS: {_VACUOUS_DIFF}"] if report.vacuous else []),
         *([f"  {_new_coverage(report)}"] if report.new_coverage else []),
+        f"  {_cells_summary(report)}",
+        *(f"    cell {cell_line(cell)}" for cell in report.cells),
     ]
+    for cell in report.cells:
+        if cell.action is not None:
+            lines.append(f"      {cell.task} {cell.value} action: {_compact(cell.action)}")
     for transition, count in sorted(report.transitions.items()):
         weak = report.weakening.get(transition, 0)
         lines.append(f"  {transition}: {count}" + (f"  ({weak} WEAKEN)" if weak else ""))
@@ -90,7 +122,8 @@ def diff_text(report: DiffReport) -> str:
 
 
 def diff_markdown(report: DiffReport) -> str:
-    verdict = "**weakens**" if report.weakens else ("changes" if report.changed else "no change")
+    verdict = _verdict(report)
+    verdict = "**weakens**" if report.weakens else f"**{verdict}**" if report.unreached else verdict
     lines = [
         f"### kcp-opa diff: {verdict}",
         "",
@@ -103,7 +136,17 @@ def diff_markdown(report: DiffReport) -> str:
         *([f"**{_escape(_new_coverage(report))}**", ""] if report.new_coverage else []),
         *(f"- {side} `{_escape(path)}`: {_escape(how)}" for side, path, how in _sides(report) if how),
         "",
+        f"{_escape(_cells_summary(report))}.",
+        "",
     ]
+    if report.cells:
+        lines += ["| task type | cell | old -> new | direction | decided |", "|---|---|---|---|---|"]
+        lines += [
+            f"| `{c.task}` | `{c.dimension}={c.value}` | {c.old} -> {c.new} | {c.direction} | "
+            f"{c.status}{' by ' + ', '.join(f'`{h}`' for h in c.held_by) if c.held_by else ''} |"
+            for c in report.cells
+        ]
+        lines.append("")
     if report.transitions:
         lines += ["| old -> new | actions | weaken |", "|---|---:|---:|"]
         lines += [f"| `{t}` | {n} | {report.weakening.get(t, 0)} |" for t, n in sorted(report.transitions.items())]

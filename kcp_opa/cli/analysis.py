@@ -134,13 +134,23 @@ def diff_command(
     verification_keys: tuple[str, ...],
     verification_scope: str,
 ) -> None:
-    """What NEW decides differently from OLD over the same generated actions.
+    """What NEW decides differently from OLD: each changed matrix cell, then generated actions.
 
     OLD and NEW are bundles, or declarations compiled on the fly: a deployment directory
     (knowledge*.yaml and matrix.yaml) or a manifest, with --old-/--new-matrix and
     --old-/--new-policies. A signed bundle is verified under --verification-key (refused when
-    it does not verify). Exit 1 when a change weakens (a weaker state, execution newly allowed,
-    a control no longer required) unless --allow-weakening; 0 otherwise; 2 when it cannot run.
+    it does not verify).
+
+    Every matrix cell (task type x data category or sensitivity) OLD and NEW set differently is
+    decided first, with actions aimed at it (a unit that needs it, the task type's tool), and
+    listed in every format (text, json, markdown) as WEAKEN or STRENGTHEN by autonomous <
+    confirm < approve < forbidden (a missing cell denies: forbidden; a task type NEW adds is NEW
+    COVERAGE), and as shown (a decided action changed), held (the other findings that kept the
+    decision are named), no unit (no unit of either bundle needs it) or NOT REACHED.
+
+    Exit 1 when a change weakens (a weaker state, execution newly allowed, a control no longer
+    required, a lowered cell even where held) unless --allow-weakening, and whenever a changed
+    cell is NOT REACHED; 0 otherwise; 2 when it cannot run.
     """
     verification = verification_of(verification_keys, verification_scope)
     with tempfile.TemporaryDirectory(prefix="kcp-opa-diff-") as workdir:
@@ -157,7 +167,7 @@ def diff_command(
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         click.echo(diff_markdown(report) if fmt == "markdown" else diff_text(report))
-    if report.weakens and not allow_weakening:
+    if (report.weakens and not allow_weakening) or report.unreached:
         sys.exit(EXIT_INVALID)
 
 
