@@ -39,6 +39,7 @@ from kcp_opa.declare.integrity import verify_manifest
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
 from kcp_opa.declare.trust import validate_trust
+from kcp_opa.declare.taskfields import refuse_unlisted_task_types
 from kcp_opa.declare.unenforced import Acknowledged, UnenforcedError, finding_name, settle, unused
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, load_yaml, read_bounded
 
@@ -134,6 +135,7 @@ def compile_bundle(
     manifests, warnings = _load_manifests(manifest_paths, max_bytes, manifest_keys)
     matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
     warnings.extend(matrix_warnings)
+    refuse_unlisted_task_types(manifests, matrix)
     acknowledged, refused = settle(warnings, matrix.unenforced)
     if refused:
         raise UnenforcedError(refused)
