@@ -38,8 +38,8 @@ from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import verify_manifest
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
-from kcp_opa.declare.trust import validate_trust
 from kcp_opa.declare.taskfields import refuse_unlisted_task_types
+from kcp_opa.declare.trust import validate_trust
 from kcp_opa.declare.unenforced import Acknowledged, UnenforcedError, finding_name, settle, unused
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, load_yaml, read_bounded
 

@@ -78,7 +78,7 @@ def unlisted_task_types(manifest: Manifest, matrices: Sequence[DelegationMatrix]
     """One error per by-task key no matrix lists as a task type (the typo keeps the real type wide)."""
     listed = {t for m in matrices for t in m.data.get("task_types") or {}}
     names = ", ".join(Path(m.file).name for m in matrices)
-    blocks = [(("compliance",), _compliance(manifest.data))]
+    blocks: list[tuple[Where, Mapping[str, Any]]] = [(("compliance",), _compliance(manifest.data))]
     blocks += [(("units", i, "compliance"), _compliance(u)) for i, u in enumerate(manifest.units)]
     out = []
     for here, block in blocks:
