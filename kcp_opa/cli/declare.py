@@ -131,7 +131,10 @@ def _with_coverage(reports: list[Report[Any]]) -> list[Report[Any]]:
     for r in reports:
         if isinstance(r.document, Manifest):
             own = tuple(_acknowledge(d, acknowledged) for d in r.diagnostics)
-            gaps = (*coverage_gaps(r.document, matrices), *unlisted_task_types(r.document, matrices))
+            listed = {t for m in matrices for t in m.data["task_types"]}
+            names = ", ".join(Path(m.file).name for m in matrices)
+            unlisted = unlisted_task_types(r.document.file, r.document.data, listed, names)
+            gaps = (*coverage_gaps(r.document, matrices), *unlisted)
             r = replace(r, diagnostics=(*own, *gaps))
             if any(d.severity is Severity.ERROR for d in gaps):
                 r = replace(r, document=None)

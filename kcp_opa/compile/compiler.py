@@ -135,7 +135,8 @@ def compile_bundle(
     manifests, warnings = _load_manifests(manifest_paths, max_bytes, manifest_keys)
     matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
     warnings.extend(matrix_warnings)
-    refuse_unlisted_task_types(manifests, matrix)
+    for declared in manifests:  # a by-task field list naming a task type the matrix lacks
+        refuse_unlisted_task_types(declared.file, declared.data, matrix.data["task_types"], Path(matrix.file).name)
     acknowledged, refused = settle(warnings, matrix.unenforced)
     if refused:
         raise UnenforcedError(refused)

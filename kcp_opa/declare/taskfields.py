@@ -12,16 +12,11 @@ matrix is known (``validate`` given both, ``compile``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.declare.diagnostics import Diagnostic, Findings, PathPart, Severity, did_you_mean
-
-if TYPE_CHECKING:  # annotations only: the manifest's own validation calls check_task_fields
-    from kcp_opa.declare.manifest import Manifest
-    from kcp_opa.declare.matrix import DelegationMatrix
 
 KEY = "declared_fields_by_task_type"
 CEILING = "declared_fields"
@@ -74,12 +69,13 @@ def check_task_fields(doc: Mapping[str, Any], units: Units, findings: Findings) 
                 )
 
 
-def unlisted_task_types(manifest: Manifest, matrices: Sequence[DelegationMatrix]) -> list[Diagnostic]:
-    """One error per by-task key no matrix lists as a task type (the typo keeps the real type wide)."""
-    listed = {t for m in matrices for t in m.data.get("task_types") or {}}
-    names = ", ".join(Path(m.file).name for m in matrices)
-    blocks: list[tuple[Where, Mapping[str, Any]]] = [(("compliance",), _compliance(manifest.data))]
-    blocks += [(("units", i, "compliance"), _compliance(u)) for i, u in enumerate(manifest.units)]
+def unlisted_task_types(file: str, doc: Mapping[str, Any], listed: Collection[str], names: str) -> list[Diagnostic]:
+    """One error per by-task key of manifest DOC that LISTED (the task types of the matrices
+    NAMES) lacks: the typo keeps the real task type on the wider list."""
+    units = doc.get("units")
+    blocks: list[tuple[Where, Mapping[str, Any]]] = [(("compliance",), _compliance(doc))]
+    for i, unit in enumerate(units if isinstance(units, list) else []):
+        blocks.append((("units", i, "compliance"), _compliance(unit)))
     out = []
     for here, block in blocks:
         by_task = block.get(KEY)
@@ -92,18 +88,17 @@ def unlisted_task_types(manifest: Manifest, matrices: Sequence[DelegationMatrix]
                         f"{KEY} names task type {task!r}{did_you_mean(str(task), listed)}, which {names} does not "
                         "list: its list would never apply and the task type meant keeps the wider declared_fields",
                         (*here, KEY, str(task)),
-                        file=manifest.file,
+                        file=file,
                     )
                 )
     return out
 
 
-def refuse_unlisted_task_types(manifests: Sequence[Manifest], matrix: DelegationMatrix) -> None:
+def refuse_unlisted_task_types(file: str, doc: Mapping[str, Any], listed: Collection[str], names: str) -> None:
     """``compile``: a by-task key the matrix does not list is refused, never compiled."""
-    for manifest in manifests:
-        errors = unlisted_task_types(manifest, [matrix])
-        if errors:
-            raise ValidationFailedError(manifest.file, [str(d) for d in errors])
+    errors = unlisted_task_types(file, doc, listed, names)
+    if errors:
+        raise ValidationFailedError(file, [str(d) for d in errors])
 
 
 def _compliance(node: Mapping[str, Any]) -> Mapping[str, Any]:
