@@ -260,7 +260,11 @@ def _fields(kind: int) -> Edit:
         knowledge = action.get("knowledge")
         if not isinstance(knowledge, dict):
             return
-        declared = list(_get(c.profile, "compliance", "declared_fields") or [])[:2]
+        task = action.get("action_type")  # set by the task dimension, applied before this one
+        # the task type's own list when the unit declares one (field_access.rego reads it), else the unit's
+        listed = _get(c.profile, "compliance", "declared_fields_by_task_type", task) if isinstance(task, str) else None
+        own = listed if isinstance(listed, list) else _get(c.profile, "compliance", "declared_fields")
+        declared = list(own or [])[:2]
         knowledge["fields_read"] = [declared, [*declared, UNDECLARED_FIELD], []][kind]
 
     return edit

@@ -34,6 +34,7 @@ from kcp_opa.declare.integrity import load_manifest_key, verify_manifest
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, load_matrix, validate_matrix
 from kcp_opa.declare.matrixcoverage import coverage_gaps, unreachable_cells
+from kcp_opa.declare.taskfields import unlisted_task_types
 from kcp_opa.declare.trust import TRUST_KIND_NAME, TrustRegistry, validate_trust
 from kcp_opa.declare.unenforced import as_acknowledged, as_refusal, finding_name
 from kcp_opa.declare.yamlsource import read_bounded
@@ -122,8 +123,8 @@ def _strict(report: Report[Any]) -> Report[Any]:
 
 def _with_coverage(reports: list[Report[Any]]) -> list[Report[Any]]:
     """Given manifests and matrices together: each manifest also reports what no matrix row
-    covers and which of its unenforced findings the matrices acknowledge; each matrix, the cells
-    no action can meet."""
+    covers, the by-task field lists naming a task type no matrix lists (an error), and which of
+    its unenforced findings the matrices acknowledge; each matrix, the cells no action can meet."""
     matrices = [r.document for r in reports if isinstance(r.document, DelegationMatrix)]
     if not matrices:
         return reports
@@ -133,7 +134,13 @@ def _with_coverage(reports: list[Report[Any]]) -> list[Report[Any]]:
     for r in reports:
         if isinstance(r.document, Manifest):
             own = tuple(_acknowledge(d, acknowledged) for d in r.diagnostics)
-            r = replace(r, diagnostics=(*own, *coverage_gaps(r.document, matrices)))
+            listed = {t for m in matrices for t in m.data["task_types"]}
+            names = ", ".join(Path(m.file).name for m in matrices)
+            unlisted = unlisted_task_types(r.document.file, r.document.data, listed, names)
+            gaps = (*coverage_gaps(r.document, matrices), *unlisted)
+            r = replace(r, diagnostics=(*own, *gaps))
+            if any(d.severity is Severity.ERROR for d in gaps):
+                r = replace(r, document=None)
         elif isinstance(r.document, DelegationMatrix) and manifests:
             r = replace(r, diagnostics=(*r.diagnostics, *unreachable_cells(manifests, r.document)))
         out.append(r)

@@ -38,6 +38,7 @@ from kcp_opa.declare.integrity import declared as integrity_declared
 from kcp_opa.declare.integrity import verify_manifest
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, validate_matrix
+from kcp_opa.declare.taskfields import refuse_unlisted_task_types
 from kcp_opa.declare.trust import validate_trust
 from kcp_opa.declare.unenforced import Acknowledged, UnenforcedError, finding_name, settle, unused
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, load_yaml, read_bounded
@@ -134,6 +135,8 @@ def compile_bundle(
     manifests, warnings = _load_manifests(manifest_paths, max_bytes, manifest_keys)
     matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
     warnings.extend(matrix_warnings)
+    for declared in manifests:  # a by-task field list naming a task type the matrix lacks
+        refuse_unlisted_task_types(declared.file, declared.data, matrix.data["task_types"], Path(matrix.file).name)
     acknowledged, refused = settle(warnings, matrix.unenforced)
     if refused:
         raise UnenforcedError(refused)

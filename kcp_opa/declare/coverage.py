@@ -8,7 +8,8 @@ are validation errors here. A restriction that is unknown or that no rule reads 
 (KCP tells validators to ignore values they do not know) that ``compile`` refuses unless the
 deployment acknowledges it (kcp_opa.declare.unenforced). Regulations and the legal basis are
 advisory: carried and shown, never decided on, and ``validate`` notes so once per manifest.
-What reads each value: ``vocabulary.READ_BY``.
+What reads each value: ``vocabulary.READ_BY``. The per-task field lists are checked against
+their ceiling here too (kcp_opa.declare.taskfields).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.diagnostics import Findings, PathPart, did_you_mean
+from kcp_opa.declare.taskfields import check_task_fields
 
 Units = Sequence[tuple[int, dict[str, Any]]]
 _CROSS_BORDER = "no-cross-border"
@@ -32,6 +34,7 @@ def check_coverage(doc: Mapping[str, Any], units: Units, findings: Findings) -> 
         _check_restrictions(block, here, findings)
         _check_waivable_restrictions(block, here, findings)
     _check_cross_border(root or {}, units, findings)
+    check_task_fields(doc, units, findings)
     _advise(blocks, findings)
     for here, visibility in [(("visibility",), doc.get("visibility"))] + [
         (("units", i, "visibility"), u.get("visibility")) for i, u in units

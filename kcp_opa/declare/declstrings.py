@@ -40,6 +40,8 @@ _SHARED = (
     ("compliance/restrictions/*", IDENT),
     ("compliance/data_categories/*", IDENT),
     ("compliance/declared_fields/*", IDENT),
+    ("compliance/declared_fields_by_task_type/#", IDENT),
+    ("compliance/declared_fields_by_task_type/*/*", IDENT),
     ("compliance/data_residency/*", IDENT),
     ("compliance/data_residency/regions/*", IDENT),
     ("compliance/legal_basis", IDENT),

@@ -41,6 +41,7 @@ POLICY_FIELDS = (
     "compliance.data_categories",
     "compliance.data_residency",
     "compliance.declared_fields",
+    "compliance.declared_fields_by_task_type",
     "compliance.restrictions",
     "compliance.legal_basis",
     "compliance.waivable_restrictions",
@@ -241,12 +242,27 @@ def _compliance(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, S
     out["compliance.declared_fields"] = Sourced(
         None if fields.value is None else sorted(set(fields.value)), fields.source
     )
+    by_task = _inherit(root, unit, "declared_fields_by_task_type", None)
+    if by_task.value is not None:  # only when declared: profiles that say nothing stay as they are
+        out["compliance.declared_fields_by_task_type"] = Sourced(
+            _within(by_task.value, out["compliance.declared_fields"].value), by_task.source
+        )
     out["compliance.legal_basis"] = _inherit(root, unit, "legal_basis", None)
     out["compliance.article_9_condition"] = _inherit(root, unit, "article_9_condition", None)
     opted = _inherit(root, unit, "waivable_restrictions", None)
     if opted.value is not None:  # only when declared: profiles that say nothing stay as they are
         out["compliance.waivable_restrictions"] = Sourced(sorted(set(opted.value)), opted.source)
     return out
+
+
+def _within(by_task: Mapping[str, Any], ceiling: list[str] | None) -> dict[str, list[str]]:
+    """Each task type's list, never wider than ``declared_fields`` even if validation was
+    bypassed: a field outside the ceiling is dropped (read, it is a finding), not granted."""
+    allowed = None if ceiling is None else set(ceiling)
+    return {
+        task: sorted(f for f in set(fields) if allowed is None or f in allowed)
+        for task, fields in sorted(by_task.items())
+    }
 
 
 def _delegation(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, Sourced]:

@@ -45,6 +45,12 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _fields_declared(compliance: Mapping[str, Any], task: Any) -> Any:
+    """The list the gate read the action against: its task type's own, else declared_fields."""
+    listed = _mapping(compliance.get("declared_fields_by_task_type")).get(task) if isinstance(task, str) else None
+    return listed if isinstance(listed, list) else compliance.get("declared_fields")
+
+
 class _LedgerLogger:
     """structlog's final logger: every method appends the event dict to the ledger."""
 
@@ -157,7 +163,7 @@ class AuditTrail:
             "evaluator_id": "kcp_gate",
             "evaluator_version": self.policy_version,
             "fields_accessed": list(knowledge.get("fields_read") or []),
-            "fields_declared": compliance.get("declared_fields"),
+            "fields_declared": _fields_declared(compliance, action.get("action_type")),
             "passed": None if decision is None else decision.decision.value != "DENY",
             "trace_id": None if decision is None else decision.trace_id,
             "model": model.get("id"),

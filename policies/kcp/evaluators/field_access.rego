@@ -3,7 +3,9 @@
 # description: |
 #   An agent may read only the fields a unit declares. Fields read outside `declared_fields`
 #   deny the action and are listed as violations; a unit that declares fields but an action
-#   that does not say what it reads is denied too (missing context never allows).
+#   that does not say what it reads is denied too (missing context never allows). For an action
+#   whose type the unit's `declared_fields_by_task_type` lists, that list replaces
+#   `declared_fields` (validation keeps it within `declared_fields`).
 # custom:
 #   evaluator_id: field_access_check
 #   evaluator_version: "1.0.0"
@@ -14,7 +16,15 @@ import rego.v1
 import data.kcp.lib.facts
 import data.kcp.lib.names
 
-_declared := facts.profile.compliance.declared_fields
+# The action type's own list when the unit declares one (one lookup), else declared_fields.
+_declared := listed if {
+	listed := facts.profile.compliance.declared_fields_by_task_type[input.action.action_type]
+} else := facts.profile.compliance.declared_fields
+
+# Which declaration the fields were read against, for the finding's message and details.
+_declared_in := concat(".", ["declared_fields_by_task_type", input.action.action_type]) if {
+	facts.profile.compliance.declared_fields_by_task_type[input.action.action_type]
+} else := "declared_fields"
 
 # Object keys and object.remove, not a set difference: sets are superlinear in regopy, and an
 # action may list 256 fields (kcp.lib.names; docs/engine-findings.md item 28).
@@ -51,14 +61,14 @@ outside_declaration := sort([f | _undeclared[f]]) # kcp-opa: sorted identifiers 
 #   waivable: [field_access_violation]
 findings contains finding if {
 	count(outside_declaration) > 0
-	message := concat("", ["fields read outside declared_fields: ", concat(", ", outside_declaration)])
+	message := concat("", ["fields read outside ", _declared_in, ": ", concat(", ", outside_declaration)])
 	finding := {
 		"code": "field_access_violation",
 		"rule": "kcp.compliance.declared_fields",
 		"state": "DENY",
 		"controls": [],
 		"message": message,
-		"details": {"fields": outside_declaration, "fields_declared": _declared},
+		"details": {"fields": outside_declaration, "fields_declared": _declared, "declared_in": _declared_in},
 	}
 }
 
@@ -96,3 +106,6 @@ applies(profile, _) if {
 	is_object(profile)
 	profile.compliance.declared_fields != null
 }
+
+# A list for this task type applies on its own (validation requires declared_fields beside it).
+applies(profile, task) if is_array(profile.compliance.declared_fields_by_task_type[task])
