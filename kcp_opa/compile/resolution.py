@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kcp_opa.core.errors import ValidationFailedError
-from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare import money
+from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.exceptions import ExceptionsFile
 from kcp_opa.declare.matrix import DelegationMatrix
 from kcp_opa.declare.trust import BASE_SOD_CONTROLS, TrustRegistry
