@@ -193,3 +193,23 @@ def test_the_generator_gives_only_money_moving_types_a_clean_amount(tmp_path: Pa
         row[names.index("task")] = tasks.index(task)
         action = space.sample(row).action
         assert ("amount" in action) == (task == "payment"), action
+
+
+def test_a_payroll_run_without_amount_is_no_executable_allow(tmp_path: Path) -> None:
+    """Payroll is no built-in money-moving type: a run naming no unit and stating no amount was an
+    executable ALLOW (``prove``'s only ALLOW on finance). Finance lists it: amount_missing."""
+    out = tmp_path / "finance.tar.gz"
+    compile_bundle([FINANCE / "knowledge.yaml"], FINANCE / "matrix.yaml", REPO / "policies", out)
+    gate = vouched_gate(out, cross_check="opa")
+    payroll = {
+        **copy.deepcopy(ANSWER),
+        "tenant_id": "tenant_demo",
+        "action_type": "payroll",
+        "requested_action": "execute_payroll",
+        "target": {"type": "account", "reference": "acct_payroll_001", "tenant_id": "tenant_demo"},
+        "authorization_context": {"requested_by": "user_1", "agent_scope": ["execute_payroll"]},
+    }
+    payroll.pop("knowledge")
+    decision = gate.decide(payroll, now=NOW)
+    assert decision.decision.value == "DENY" and not decision.execution_allowed
+    assert "amount_missing" in decision.reason_codes
