@@ -71,6 +71,10 @@ class DimContext:
     purposes: list[str] = field(default_factory=list)
     #: Task type -> the tools the matrix lets it request (empty: the matrix binds none).
     tools: dict[str, list[str]] = field(default_factory=dict)
+    #: The task types the matrix says move money (empty: it lists none, any amount moves money).
+    money_tasks: list[str] = field(default_factory=list)
+    #: The currency of a clean money-moving action's amount: one with a high-value threshold.
+    clean_currency: str = "EUR"
 
     @property
     def known_tasks(self) -> set[str]:
@@ -108,12 +112,17 @@ class DimContext:
         ]
         now_seconds = ((max(days) + 1) if days else 20786) * _DAY + 36000
         context = params.get("context", {})
+        moving = params.get("money_moving_task_types")
+        thresholds = params.get("money", {}).get("high_value_minor") or {}
+        below = sorted(c for c, minor in thresholds.items() if isinstance(minor, int) and minor > 1)
         projects = sorted(kcp.get("deployment", {}).get("projects", {})) or sorted({p for p, _ in units})
         return cls(
             deployment=projects[0] if projects else "deployment",
             units=units,
             matrix_tasks=sorted(matrix.get("task_types", [])),
             tools={t: list(v) for t, v in matrix.get("requested_actions", {}).items() if v},
+            money_tasks=sorted(moving) if isinstance(moving, list) else [],
+            clean_currency=below[0] if below else "EUR",
             builtin=sorted(builtin - set(matrix.get("task_types", []))),
             flags=flags,
             regions=regions,
@@ -271,7 +280,17 @@ def _fields(kind: int) -> Edit:
 
 
 def _amounts(ctx: DimContext) -> list[tuple[str, Edit]]:
-    choices: list[tuple[str, Edit]] = [("absent", _drop("amount"))]
+    """Row 0 is the clean action's amount: where the matrix lists its money-moving task types, an
+    action of one states a small amount below the high-value threshold (without one it is denied
+    amount_missing) and any other states none (with one it is denied amount_on_non_money_action)."""
+
+    def clean(action: dict[str, Any], c: DimContext) -> None:
+        if action.get("action_type") in c.money_tasks:
+            action["amount"] = {"value_minor": 1, "currency": c.clean_currency}
+        else:
+            action.pop("amount", None)
+
+    choices: list[tuple[str, Edit]] = [("clean" if ctx.money_tasks else "absent", clean)]
     for currency, values in ctx.money.items():
         choices += [(f"{currency}:{v}", _set("amount", {"value_minor": v, "currency": currency})) for v in values]
     choices.append(("XTS:100", _set("amount", {"value_minor": 100, "currency": "XTS"})))

@@ -156,7 +156,7 @@ def compile_bundle(
         if report.document is None:
             raise ValidationFailedError(report.file, [str(d) for d in report.errors])
         trust = report.document
-        refuse_unresolved({str(policies_dir / m.path): m.source for m in modules}, matrix, trust)
+    refuse_unresolved({str(policies_dir / m.path): m.source for m in modules}, matrix, trust)
     data = build_data(manifests, matrix, trust)
     check_data_strings(data)  # the backstop: no string regopy would read escaped (declstrings)
     if (policies_dir / EVALUATORS_DIR).is_dir():

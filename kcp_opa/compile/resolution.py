@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kcp_opa.core.errors import ValidationFailedError
+from kcp_opa.declare import money
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.exceptions import ExceptionsFile
 from kcp_opa.declare.matrix import DelegationMatrix
@@ -166,12 +167,37 @@ def unresolved_approver_roles(
     ]  # fmt: skip
 
 
-def refuse_unresolved(modules: Mapping[str, str], matrix: DelegationMatrix, trust: TrustRegistry) -> None:
-    """``compile --trust``: :class:`ValidationFailedError` naming every name that does not resolve."""
-    data = trust.to_data()
+def unresolved_matrix_controls(
+    parameters: Mapping[str, Any],
+    known: frozenset[str],
+    file: str,
+    line_of: Callable[[tuple[str | int, ...]], int | None] | None = None,
+) -> list[Unresolved]:
+    """Each control the matrix sets for a money threshold (``money_controls_by_task_type``) that
+    the control desk cannot record: a finding requiring it could never be cleared."""
+    return [
+        Unresolved(
+            file, line_of(path) if line_of is not None else None, "unknown_control", control,
+            f"{'.'.join(str(p) for p in path[1:-1])} names control {control}, which the control desk cannot "
+            f"record{nearest(control, known)}: name a known control, or declare it in the trust registry's "
+            "separation_of_duties (a human control)",
+        )
+        for path, control in money.named_controls(parameters)
+        if control not in known
+    ]  # fmt: skip
+
+
+def refuse_unresolved(modules: Mapping[str, str], matrix: DelegationMatrix, trust: TrustRegistry | None) -> None:
+    """``compile``: :class:`ValidationFailedError` naming every name that does not resolve: the
+    matrix's money controls always; with ``--trust`` also the policies' controls, waivable codes
+    and the approver roles (without a registry the desk records only the built-in controls)."""
+    data = trust.to_data() if trust is not None else None
     source = load_yaml(matrix.file)
-    problems = policy_problems(modules, data)
-    problems += unresolved_approver_roles(matrix.parameters(), data, matrix.file, source.line_of)
+    problems = policy_problems(modules, data) if data is not None else []
+    if data is not None:
+        problems += unresolved_approver_roles(matrix.parameters(), data, matrix.file, source.line_of)
+    known = recordable_controls(modules, data)
+    problems += unresolved_matrix_controls(matrix.parameters(), known, matrix.file, source.line_of)
     if problems:
         raise ValidationFailedError(problems[0].file, [str(p) for p in problems])
 

@@ -90,6 +90,10 @@ MATRIX_RULES = _rules(
     ("parameters/sender_roles/*", IDENT),
     ("parameters/context/knowledge_bound_task_types/*", IDENT),
     ("parameters/money/*/#", IDENT),
+    ("parameters/money_moving_task_types/*", IDENT),
+    ("parameters/money_controls_by_task_type/#", IDENT),
+    ("parameters/money_controls_by_task_type/*/*", IDENT),
+    ("parameters/money_controls_by_task_type/*/*/*", IDENT),
 )
 
 TRUST_RULES = _rules(

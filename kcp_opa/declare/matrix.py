@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa import schemas
-from kcp_opa.declare import budgets
+from kcp_opa.declare import budgets, money
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.declstrings import MATRIX_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report, did_you_mean
@@ -94,20 +94,21 @@ class DelegationMatrix:
     def parameters(self) -> dict[str, Any]:
         """Parameters with defaults filled in, so the policies never meet a missing key."""
         given = self.data.get("parameters") or {}
-        money = {**DEFAULT_PARAMETERS["money"], **(given.get("money") or {})}
+        thresholds = {**DEFAULT_PARAMETERS["money"], **(given.get("money") or {})}
         roles = {**DEFAULT_PARAMETERS["approver_roles"], **(given.get("approver_roles") or {})}
         context = {**DEFAULT_PARAMETERS["context"], **(given.get("context") or {})}
         exceptions = {**DEFAULT_PARAMETERS["exceptions"], **(given.get("exceptions") or {})}
         if isinstance(context["knowledge_bound_task_types"], list):
             context["knowledge_bound_task_types"] = sorted(set(context["knowledge_bound_task_types"]))
         return {
-            "money": money,
+            "money": thresholds,
             "approver_roles": roles,
             "sender_roles": sorted(set(given.get("sender_roles", DEFAULT_PARAMETERS["sender_roles"]))),
             "receipt_ttl_seconds": given.get("receipt_ttl_seconds", DEFAULT_PARAMETERS["receipt_ttl_seconds"]),
             "context": context,
             "exceptions": exceptions,
             **budgets.normalised(given),
+            **money.normalised(given),
         }
 
 
@@ -178,6 +179,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     params = doc.get("parameters")
     if isinstance(params, dict):
         budgets.check(params, task_types, findings)
+        money.check(params, task_types, findings)
     by_task = (
         (((params or {}).get("approver_roles") or {}).get("by_task_type") or {}) if isinstance(params, dict) else {}
     )

@@ -61,7 +61,8 @@ def test_space_comes_from_the_bundle(bundles: dict[str, Path]) -> None:
     assert {"read", "refund", "send", "analysis_unknown_task"} <= set(dims["task"])
     assert dims["fields"] == ["declared", "undeclared", "empty"]
     assert dims["tenant"] == ["same", "other", "absent"]
-    assert {"EUR:49999", "EUR:50000", "absent", "XTS:100"} <= set(dims["amount"])  # high_value_minor EUR 50000
+    # high_value_minor EUR 50000; "clean": a refund (the money-moving type) states a small amount, others none
+    assert {"EUR:49999", "EUR:50000", "clean", "XTS:100"} <= set(dims["amount"])
     assert set(dims["budget_state"]) == {"within_budget", "approval_threshold", "exhausted", "absent"}
     assert dims["delegation"] == ["none", "max_depth", "max_depth+1", "widened"]
     assert {"max_age", "max_age+1", "unit_stale_edge", "unit_stale+1"} <= set(dims["clock"])
@@ -124,21 +125,21 @@ def test_a_deployment_invariant_in_rego(bundles: dict[str, Path], tmp_path: Path
     rules = tmp_path / "treasury_invariants.rego"
     rules.write_text(
         "package treasury.invariants\n\nimport rego.v1\n\n"
-        "# A withdrawal is always DENY (the matrix forbids it).\n"
+        "# A withdrawal on a unit is always DENY (the matrix forbids it; unit-less, KYA's controls govern it).\n"
         "default invariant_withdrawal_is_denied := true\n\n"
         'invariant_withdrawal_is_denied := false if {\n\tinput.input.action.action_type == "withdrawal"\n'
-        '\tinput.decision.decision != "DENY"\n}\n\n'
-        "# Deliberately false: nothing is ever allowed.\n"
-        "default invariant_nothing_allowed := true\n\n"
-        'invariant_nothing_allowed := false if input.decision.decision == "ALLOW"\n',
+        '\tinput.input.action.knowledge.unit\n\tinput.decision.decision != "DENY"\n}\n\n'
+        "# Deliberately false: nothing ever needs a human approval.\n"
+        "default invariant_nothing_approved := true\n\n"
+        'invariant_nothing_approved := false if input.decision.decision == "HUMAN_APPROVAL"\n',
         encoding="utf-8",
     )
     report = prove(read_bundle(bundles["finance"]), users=[UserInvariants.load(rules)], budget=150)
     names = {v.invariant for v in report.violations}
-    assert names == {"treasury.invariants.invariant_nothing_allowed"}
+    assert names == {"treasury.invariants.invariant_nothing_approved"}
     assert "treasury.invariants.invariant_withdrawal_is_denied" in report.invariants
     (violation,) = report.violations
-    assert violation.decision["decision"] == "ALLOW" and violation.shrink_tries > 0
+    assert violation.decision["decision"] == "HUMAN_APPROVAL" and violation.shrink_tries > 0
 
 
 def _without_unit_rule(tmp: Path) -> Path:

@@ -5,7 +5,10 @@
 #   (matrix parameters.money, minor units per currency). A currency without a threshold
 #   counts as high value, and a money-moving action without an amount is denied.
 #   kcp-opa rule: a high-value transfer also requires identity and authority verification
-#   (an agent's scope alone does not prove authority for it). The agent's scope and the
+#   (an agent's scope alone does not prove authority for it). Where the matrix lists its
+#   money-moving task types, only those are value transfers and an amount on any other action
+#   is denied; it may set the controls of value_transfer and high_value per task type
+#   (parameters.money_controls_by_task_type, docs/budgets.md). The agent's scope and the
 #   beneficiary and screening flags are the gate's (input.context.facts, kcp.lib.trusted): a
 #   statement can only narrow the scope or raise a flag.
 # custom:
@@ -16,7 +19,7 @@ package kcp.evaluators.financial
 import rego.v1
 
 import data.kcp.lib.facts
-
+import data.kcp.lib.routing
 import data.kcp.lib.trusted
 
 _action := input.action
@@ -63,6 +66,69 @@ value_transfer if facts.value_transfer
 default _amount_given := false
 
 _amount_given if is_number(_action.amount.value_minor)
+
+# Any amount at all (an object, a number, even `false`): where the matrix lists its money-moving
+# task types, an action of another type that states one is denied, whatever its shape.
+default _amount_stated := false
+
+_amount_stated if _action.amount != null
+
+default _money_type := false
+
+_money_type if _action.action_type in _money_moving
+
+_type_label := _action.action_type if is_string(_action.action_type)
+
+_type_label := "(no action_type)" if not _type_label_given
+
+_type_label_given if is_string(_action.action_type)
+
+# The state and controls of the two threshold findings: the defaults, replaced by what the matrix
+# sets for this task type (parameters.money_controls_by_task_type). `none` is a declared "no
+# control" (the finding stays, as an ALLOW reason); a list routes to the strongest state of its
+# controls, never a hold. Anything else (an empty list, which compile refuses) keeps the defaults.
+_defaults := {
+	"value_transfer": {"state": "USER_CONFIRMATION", "controls": ["user_confirmation"]},
+	"high_value": {
+		"state": "HUMAN_APPROVAL",
+		"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
+	},
+}
+
+_transfer := object.union(_defaults.value_transfer, _route("value_transfer"))
+
+_high := object.union(_defaults.high_value, _route("high_value"))
+
+_for_type := declared if {
+	declared := data.kcp_data.matrix.parameters.money_controls_by_task_type[_action.action_type]
+	is_object(declared)
+} else := {}
+
+_route(kind) := {"state": "ALLOW", "controls": []} if {
+	_for_type[kind] == "none"
+} else := {"state": state, "controls": controls} if {
+	controls := _for_type[kind]
+	is_array(controls)
+	count(controls) > 0
+	state := routing.strongest({s | some c in controls; s := object.get(_control_state, c, "HUMAN_APPROVAL")})
+} else := {}
+
+# A control's routing state in a declared set: the user's own checks keep theirs; every other
+# control (an approval, a verification, a review) is HUMAN_APPROVAL, so a threshold never holds.
+_control_state := {
+	"user_confirmation": "USER_CONFIRMATION",
+	"step_up_authentication": "STEP_UP_AUTHENTICATION",
+	"identity_verification": "IDENTITY_VERIFICATION",
+}
+
+_transfer_message := concat("", ["value transfer: the matrix sets no control for task type ", _type_label]) if {
+	_for_type.value_transfer == "none"
+} else := concat("", [
+	"value transfer: the matrix sets the controls for task type ", _type_label, ": ",
+	concat(", ", _for_type.value_transfer),
+]) if {
+	_transfer.controls == _for_type.value_transfer
+} else := "value transfer: the user confirms"
 
 # METADATA
 # title: High value
@@ -114,9 +180,31 @@ findings contains finding if {
 	finding := {
 		"code": "value_transfer",
 		"rule": "kya.value_transfer",
-		"state": "USER_CONFIRMATION",
-		"controls": ["user_confirmation"],
-		"message": "value transfer: the user confirms",
+		"state": _transfer.state,
+		"controls": _transfer.controls,
+		"message": _transfer_message,
+		"details": {},
+	}
+}
+
+# METADATA
+# custom:
+#   requires: [input.action.action_type]
+#   absent: "amount absent: nothing stated"
+findings contains finding if {
+	facts.money_moving_declared
+	_amount_stated
+	not _money_type
+	text1 := concat("", [
+		"task type ", _type_label,
+		" moves no money (matrix parameters.money_moving_task_types): its action may state no amount",
+	])
+	finding := {
+		"code": "amount_on_non_money_action",
+		"rule": "kya.amount_on_non_money_action",
+		"state": "DENY",
+		"controls": [],
+		"message": text1,
 		"details": {},
 	}
 }
@@ -147,8 +235,8 @@ findings contains finding if {
 	finding := {
 		"code": "high_value",
 		"rule": "kya.high_value",
-		"state": "HUMAN_APPROVAL",
-		"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
+		"state": _high.state,
+		"controls": _high.controls,
 		"message": text1,
 		"details": {},
 	}

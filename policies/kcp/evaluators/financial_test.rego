@@ -112,3 +112,141 @@ test_high_value_message_without_a_threshold if {
 	action := json.patch(_kya, [{"op": "replace", "path": "/amount", "value": {"value_minor": 5, "currency": "CHF"}}])
 	_high_value_message(action, m) == "0.05 CHF is high value: no high-value threshold is set for CHF"
 }
+
+# A claims desk: reimbursements move money, reads do not; a supervisor only from 1,000.00 EUR.
+_claims := {"parameters": {
+	"money": {"high_value_minor": {"EUR": 100000}},
+	"money_moving_task_types": ["reimbursement"],
+	"money_controls_by_task_type": {"reimbursement": {
+		"value_transfer": "none",
+		"high_value": ["independent_human_approval"],
+	}},
+}}
+
+_reimbursement(minor) := {
+	"action_type": "reimbursement", "requested_action": "claims.reimburse",
+	"amount": {"value_minor": minor, "currency": "EUR"},
+	"authorization_context": {"agent_scope": ["claims.reimburse"]},
+}
+
+# code -> {state, controls} of every finding for ACTION under matrix M.
+_routed(action, m) := out if {
+	out := {f.code: object.filter(f, ["state", "controls"]) | some f in financial.findings}
+		with input.action as action
+		with data.kcp_data.matrix as m
+}
+
+test_declared_types_only_move_money if {
+	m := _claims
+	read := {"action_type": "read", "requested_action": "claims.get", "amount": {"value_minor": 500, "currency": "EUR"}}
+	_routed(read, m) == {"amount_on_non_money_action": {"state": "DENY", "controls": []}}
+	not financial.value_transfer with input.action as read with data.kcp_data.matrix as m
+	financial.value_transfer with input.action as _reimbursement(500) with data.kcp_data.matrix as m
+}
+
+test_any_amount_on_a_moneyless_type_is_denied if {
+	m := _claims
+	some amount in [{}, {"value_minor": 0, "currency": "EUR"}, 5, false, "EUR 5", []]
+	action := {"action_type": "read", "requested_action": "claims.get", "amount": amount}
+	_routed(action, m) == {"amount_on_non_money_action": {"state": "DENY", "controls": []}}
+}
+
+test_a_built_in_money_type_the_matrix_does_not_list_is_no_value_transfer if {
+	m := _claims
+	action := json.patch(_kya, [{"op": "replace", "path": "/amount/currency", "value": "EUR"}])
+	codes := {f.code | some f in financial.findings} with input.action as action with data.kcp_data.matrix as m
+	codes == {"amount_on_non_money_action", "new_beneficiary"}
+	not financial.high_value with input.action as action with data.kcp_data.matrix as m
+}
+
+test_no_amount_no_finding_on_a_moneyless_type if {
+	m := _claims
+	count(financial.findings) == 0
+		with input.action as {"action_type": "read", "requested_action": "claims.get"}
+		with data.kcp_data.matrix as m
+	count(financial.findings) == 0
+		with input.action as {"action_type": "read", "requested_action": "claims.get", "amount": null}
+		with data.kcp_data.matrix as m
+}
+
+test_undeclared_any_positive_amount_is_a_value_transfer if {
+	m := _matrix
+	action := {
+		"action_type": "read", "requested_action": "r", "amount": {"value_minor": 5, "currency": "USD"},
+		"authorization_context": {"agent_scope": ["r"]},
+	}
+	_routed(action, m) == {"value_transfer": {"state": "USER_CONFIRMATION", "controls": ["user_confirmation"]}}
+}
+
+test_a_declared_type_without_amount_is_denied if {
+	m := _claims
+	action := {"action_type": "reimbursement", "requested_action": "claims.reimburse"}
+	_routed(action, m).amount_missing == {"state": "DENY", "controls": []}
+}
+
+test_controls_by_task_type_below_and_above_the_threshold if {
+	m := _claims
+	_routed(_reimbursement(99999), m) == {"value_transfer": {"state": "ALLOW", "controls": []}}
+	_routed(_reimbursement(100000), m) == {
+		"value_transfer": {"state": "ALLOW", "controls": []},
+		"high_value": {"state": "HUMAN_APPROVAL", "controls": ["independent_human_approval"]},
+	}
+	some f in financial.findings with input.action as _reimbursement(500) with data.kcp_data.matrix as m
+	f.message == "value transfer: the matrix sets no control for task type reimbursement"
+}
+
+test_a_declared_set_routes_to_its_strongest_control if {
+	m := json.patch(_claims, [{
+		"op": "replace", "path": "/parameters/money_controls_by_task_type/reimbursement",
+		"value": {"value_transfer": ["step_up_authentication", "identity_verification"]},
+	}])
+	_routed(_reimbursement(100000), m) == {
+		"value_transfer": {
+			"state": "IDENTITY_VERIFICATION",
+			"controls": ["step_up_authentication", "identity_verification"],
+		},
+		"high_value": {
+			"state": "HUMAN_APPROVAL",
+			"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
+		},
+	}
+	some f in financial.findings with input.action as _reimbursement(5) with data.kcp_data.matrix as m
+	f.message == concat("", [
+		"value transfer: the matrix sets the controls for task type reimbursement: ",
+		"step_up_authentication, identity_verification",
+	])
+}
+
+test_a_review_in_a_declared_set_is_an_approval_never_a_hold if {
+	m := json.patch(_claims, [{
+		"op": "replace", "path": "/parameters/money_controls_by_task_type/reimbursement/high_value",
+		"value": ["compliance_review"],
+	}])
+	_routed(_reimbursement(100000), m).high_value == {"state": "HUMAN_APPROVAL", "controls": ["compliance_review"]}
+}
+
+test_an_empty_declared_set_keeps_the_defaults if {
+	m := json.patch(_claims, [{
+		"op": "replace", "path": "/parameters/money_controls_by_task_type/reimbursement",
+		"value": {"value_transfer": [], "high_value": "nothing"},
+	}])
+	_routed(_reimbursement(100000), m) == {
+		"value_transfer": {"state": "USER_CONFIRMATION", "controls": ["user_confirmation"]},
+		"high_value": {
+			"state": "HUMAN_APPROVAL",
+			"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
+		},
+	}
+}
+
+test_controls_of_one_task_type_leave_the_others_their_defaults if {
+	m := json.patch(_claims, [{
+		"op": "replace", "path": "/parameters/money_moving_task_types",
+		"value": ["reimbursement", "payment"],
+	}])
+	action := {
+		"action_type": "payment", "requested_action": "pay", "amount": {"value_minor": 5, "currency": "EUR"},
+		"authorization_context": {"agent_scope": ["pay"]},
+	}
+	_routed(action, m) == {"value_transfer": {"state": "USER_CONFIRMATION", "controls": ["user_confirmation"]}}
+}

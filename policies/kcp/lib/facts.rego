@@ -21,17 +21,34 @@ default knowledge_bound := false
 knowledge_bound if input.action.knowledge.unit
 
 # METADATA
+# title: Money-moving task types declared
+# description: |
+#   True when the matrix lists the task types that move money (parameters.money_moving_task_types):
+#   then only those are value transfers, and an amount on any other is denied (kcp.evaluators.financial).
+default money_moving_declared := false
+
+money_moving_declared if is_array(data.kcp_data.matrix.parameters.money_moving_task_types)
+
+# METADATA
 # title: Money-moving action types
-money_moving := {"payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending"}
+# description: The matrix's money_moving_task_types when it lists them, else these built-in ones.
+money_moving := {"payment", "cross_border_payment", "withdrawal", "refund", "transfer", "payout", "lending"} if {
+	not money_moving_declared
+} else := data.kcp_data.matrix.parameters.money_moving_task_types
 
 # METADATA
 # title: Value transfer
-# description: A money-moving action type, or any positive amount (the KYA controls and the context check read it).
+# description: |
+#   A money-moving action type; where the matrix does not list them, also any positive amount
+#   (the KYA controls, the budgets and the context check read it).
 default value_transfer := false
 
 value_transfer if input.action.action_type in money_moving
 
-value_transfer if input.action.amount.value_minor > 0
+value_transfer if {
+	not money_moving_declared
+	input.action.amount.value_minor > 0
+}
 
 _project := input.action.knowledge.project
 

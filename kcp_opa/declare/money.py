@@ -1,0 +1,89 @@
+"""Which task types move money, and the controls a money threshold requires per task type.
+
+The matrix may list its money-moving task types (``parameters.money_moving_task_types``): then
+only an action of one is a value transfer, and an amount on an action of any other type is
+``DENY amount_on_non_money_action``, so an agent can neither move money under a moneyless type
+nor dodge the money controls by naming another type. Unlisted, any amount makes a value transfer.
+Per task type it may set the controls the ``value_transfer`` and ``high_value`` findings require
+(``parameters.money_controls_by_task_type``), replacing the defaults for that type only; ``none``
+says "no control" explicitly, an empty list is refused (policies/kcp/evaluators/financial.rego,
+docs/budgets.md). Here: the checks a schema cannot make, the normalised form the bundle carries,
+and the controls named, which kcp_opa.compile.resolution resolves against what the desk records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kcp_opa.declare.diagnostics import Findings, YamlPath, did_you_mean
+
+#: The bundle's value when the matrix lists no money-moving task types (today's rule: any amount).
+UNDECLARED = "undeclared"
+#: A declared control set that requires no control.
+NO_CONTROL = "none"
+THRESHOLDS = ("high_value", "value_transfer")
+MOVING, CONTROLS = "money_moving_task_types", "money_controls_by_task_type"
+
+
+def normalised(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The two parameters as the policies read them: a sorted list or ``undeclared``; per task
+    type the declared thresholds only, each a sorted list of controls or ``none``."""
+    listed = given.get(MOVING)
+    declared = given.get(CONTROLS) or {}
+    return {
+        MOVING: sorted(set(listed)) if isinstance(listed, list) else UNDECLARED,
+        CONTROLS: {
+            task: {kind: value if value == NO_CONTROL else sorted(set(value)) for kind, value in sorted(entry.items())}
+            for task, entry in sorted(declared.items())
+        },
+    }
+
+
+def check(params: Mapping[str, Any], task_types: Mapping[str, Any], findings: Findings) -> None:
+    """Every listed task type is the matrix's; controls are set only for a type that can move
+    money, and never as an empty list (which would read as "no control" by accident)."""
+    listed = params.get(MOVING)
+    moving = {t for t in listed if isinstance(t, str)} if isinstance(listed, list) else None
+    for position, task in enumerate(listed if isinstance(listed, list) else []):
+        if isinstance(task, str) and task not in task_types:
+            findings.error(
+                "money_task_type_unknown",
+                f"money-moving task type {task!r} is not in the matrix{did_you_mean(task, list(task_types))}: "
+                "list the matrix's task types that move money",
+                ("parameters", MOVING, position),
+            )
+    declared = params.get(CONTROLS)
+    for task, entry in (declared if isinstance(declared, Mapping) else {}).items():
+        here: YamlPath = ("parameters", CONTROLS, task)
+        if task not in task_types:
+            findings.error(
+                "money_task_type_unknown",
+                f"controls for task type {task!r}, which the matrix does not list"
+                f"{did_you_mean(str(task), list(task_types))}",
+                here,
+            )
+        elif moving is not None and task not in moving:
+            findings.error(
+                "money_controls_for_moneyless_task",
+                f"controls for task type {task!r}, which money_moving_task_types does not list: no action of it "
+                "is a value transfer, so they would never apply; list it there or remove them",
+                here,
+            )
+        for kind, value in (entry if isinstance(entry, Mapping) else {}).items():
+            if isinstance(value, list) and not value:
+                findings.error(
+                    "money_controls_empty",
+                    f"an empty {kind} control list would require no control by accident: write {NO_CONTROL!r} "
+                    "to require none, or list the controls",
+                    (*here, kind),
+                )
+
+
+def named_controls(parameters: Mapping[str, Any]) -> Iterator[tuple[YamlPath, str]]:
+    """(YAML path, control) for every control ``money_controls_by_task_type`` names."""
+    declared = parameters.get(CONTROLS) or {}
+    for task, entry in sorted(declared.items()):
+        for kind, value in sorted(entry.items()):
+            for position, control in enumerate(value if isinstance(value, list) else []):
+                yield ("parameters", CONTROLS, task, kind, position), str(control)
