@@ -132,7 +132,7 @@ def test_manifest_describes_the_bundle(tmp_path: Path) -> None:
     assert meta["sources"]["policies/kcp/lib/index.rego"] == hashlib.sha256(index.read_bytes()).hexdigest()
     assert meta["entrypoints"] == ["kcp/controls/verdict", "kcp/gate/decision"]
     assert meta["evaluators"]["field_access_check"] == "1.0.0"
-    assert meta["evaluators"]["residency_check"] == "1.0.0"
+    assert meta["evaluators"]["residency_check"] == "1.1.0"
     # data roots and policy packages are disjoint
     assert all(not p.startswith("kcp_data") for p in meta["packages"])
     assert all(p.startswith("kcp_data/") for p in meta["data_paths"])
