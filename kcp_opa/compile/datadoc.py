@@ -88,10 +88,10 @@ def _profiles(policies: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     encoded = [canonical_json({k: v for k, v in policy.items() if k not in UNIT_FIELDS}) for policy in policies]
     ordered = sorted(set(encoded))
     position = {key: index for index, key in enumerate(ordered)}
-    return [_with_places(json.loads(key)) for key in ordered], [position[key] for key in encoded]
+    return [with_residency_places(json.loads(key)) for key in ordered], [position[key] for key in encoded]
 
 
-def _with_places(profile: dict[str, Any]) -> dict[str, Any]:
+def with_residency_places(profile: dict[str, Any]) -> dict[str, Any]:
     """The profile with the places its data_residency admits, compiled once here rather than
     looked up in the region table on every decision."""
     compliance = profile.get("compliance")

@@ -36,13 +36,13 @@ _profiles := [
 	{"compliance": {"data_residency": ["EU"], "restrictions": ["no-cross-border"]}},
 ]
 
-_gate(region) := {"deployment_region": {"value": region, "class": "gate", "source": "test"}}
+_region_fact(region) := {"deployment_region": {"value": region, "class": "gate", "source": "test"}}
 
-_codes(unit, region, target) := codes if {
+_residency_codes(unit, region, target) := codes if {
 	units := _units
 	profiles := _profiles
 	found := residency.findings with input.action.knowledge as {"project": "p", "unit": unit}
-		with input.context.facts as _gate(region)
+		with input.context.facts as _region_fact(region)
 		with input.action.target as target
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	codes := {f.code | some f in found}
@@ -108,20 +108,20 @@ test_global_admits_all_and_no_residency_checks_nothing if {
 }
 
 test_a_country_the_table_places_in_a_listed_region_is_inside if {
-	_codes("eu", "EU", {"type": "email", "country": "DE"}) == set()
-	_codes("eea", "EEA", {"type": "email", "country": "DE"}) == set()
+	_residency_codes("eu", "EU", {"type": "email", "country": "DE"}) == set()
+	_residency_codes("eea", "EEA", {"type": "email", "country": "DE"}) == set()
 }
 
 test_norway_is_inside_the_eea_and_outside_the_eu if {
-	_codes("eea", "EEA", {"type": "email", "country": "NO"}) == set()
-	_codes("eu", "EU", {"type": "email", "country": "NO"}) == {"cross_border_transfer"}
+	_residency_codes("eea", "EEA", {"type": "email", "country": "NO"}) == set()
+	_residency_codes("eu", "EU", {"type": "email", "country": "NO"}) == {"cross_border_transfer"}
 }
 
 test_the_whole_finding_for_a_country_outside_the_residency if {
 	units := _units
 	profiles := _profiles
 	found := residency.findings with input.action.knowledge as {"project": "p", "unit": "eu"}
-		with input.context.facts as _gate("EU")
+		with input.context.facts as _region_fact("EU")
 		with input.action.target as {"type": "email", "country": "NO"}
 		with data.kcp_data.units as units with data.kcp_data.profiles as profiles
 	found == {{
@@ -135,30 +135,31 @@ test_the_whole_finding_for_a_country_outside_the_residency if {
 }
 
 test_a_country_no_table_entry_places_is_outside if {
-	_codes("eu", "EU", {"type": "email", "country": "QQ"}) == {"cross_border_transfer"}
-	_codes("eea", "EEA", {"type": "email", "country": "QQ"}) == {"cross_border_transfer"}
+	_residency_codes("eu", "EU", {"type": "email", "country": "QQ"}) == {"cross_border_transfer"}
+	_residency_codes("eea", "EEA", {"type": "email", "country": "QQ"}) == {"cross_border_transfer"}
 	# Codes are ISO 3166-1 alpha-2, upper case: a lower-case code is no country the table knows.
-	_codes("eu", "EU", {"type": "email", "country": "de"}) == {"cross_border_transfer"}
+	_residency_codes("eu", "EU", {"type": "email", "country": "de"}) == {"cross_border_transfer"}
 }
 
 test_a_listed_region_is_inside_as_the_target_region if {
-	_codes("eu", "EU", {"type": "email", "region": "EU"}) == set()
-	_codes("eea", "EEA", {"type": "email", "region": "EU"}) == set()
-	_codes("eu", "EU", {"type": "email", "region": "EEA"}) == {"cross_border_transfer"}
-	_codes("eu", "EU", {"type": "email", "region": "APAC"}) == {"cross_border_transfer"}
+	_residency_codes("eu", "EU", {"type": "email", "region": "EU"}) == set()
+	_residency_codes("eea", "EEA", {"type": "email", "region": "EU"}) == set()
+	_residency_codes("eu", "EU", {"type": "email", "region": "EEA"}) == {"cross_border_transfer"}
+	_residency_codes("eu", "EU", {"type": "email", "region": "APAC"}) == {"cross_border_transfer"}
 }
 
 test_the_country_decides_when_the_target_states_both if {
-	_codes("eu", "EU", {"type": "email", "country": "US", "region": "EU"}) == {"cross_border_transfer"}
-	_codes("eu", "EU", {"type": "email", "country": "DE", "region": "us-east-1"}) == set()
+	_residency_codes("eu", "EU", {"type": "email", "country": "US", "region": "EU"}) == {"cross_border_transfer"}
+	_residency_codes("eu", "EU", {"type": "email", "country": "DE", "region": "us-east-1"}) == set()
 }
 
 test_the_deployment_region_is_read_against_the_table_too if {
-	_codes("eu", "DE", {"type": "email", "country": "FR"}) == set()
-	_codes("eea", "NO", {"type": "email", "country": "FR"}) == set()
-	_codes("eu", "NO", {"type": "email", "country": "FR"}) == {"residency_violation"}
+	_residency_codes("eu", "DE", {"type": "email", "country": "FR"}) == set()
+	_residency_codes("eea", "NO", {"type": "email", "country": "FR"}) == set()
+	_residency_codes("eu", "NO", {"type": "email", "country": "FR"}) == {"residency_violation"}
 }
 
 test_a_profile_without_compiled_places_admits_nothing if {
-	_codes("unplaced", "EU", {"type": "email", "country": "EU"}) == {"residency_violation", "cross_border_transfer"}
+	codes := _residency_codes("unplaced", "EU", {"type": "email", "country": "EU"})
+	codes == {"residency_violation", "cross_border_transfer"}
 }
