@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from kcp_opa.declare.regions import a_country_in
+
 
 class DimContext(Protocol):
     """What an edit here reads of the per-action context: the chosen unit's profile."""
@@ -31,11 +33,13 @@ OTHER_PURPOSE = "analysis_purpose"
 
 
 def inside(action: dict[str, Any], c: DimContext) -> None:
-    """The target in the first region of the unit's data_residency (none declared: no place)."""
+    """The target in a country of the first region of the unit's data_residency (none declared:
+    no place). A region names a country the region table places in it (EU: AT), as an agent
+    would state it: ``target.country`` is a country, not a region."""
     compliance = c.profile.get("compliance")
     regions = compliance.get("data_residency") if isinstance(compliance, Mapping) else None
     if isinstance(regions, list) and regions and isinstance(regions[0], str):
-        action["target"]["country"] = regions[0]
+        action["target"]["country"] = a_country_in(regions[0])
     else:
         action["target"].pop("country", None)
 

@@ -17,19 +17,16 @@ from typing import Any
 from kcp_opa.declare.effective import DEFAULT, EffectiveUnit, effective_units
 from kcp_opa.declare.exceptions import GrantedException, epoch
 from kcp_opa.declare.manifest import Manifest
+from kcp_opa.declare.regions import residency_places
 
 NOT_DECLARED = "not declared"
 PERSONAL_CATEGORIES = frozenset(
     {"personal", "contact", "financial", "health", "biometric", "genetic", "location", "special_category", "children"}
 )
 SPECIAL_CATEGORIES = frozenset({"health", "biometric", "genetic", "special_category"})
-#: Regions inside the EU/EEA; anything else (a country outside it, "global") is a third-country transfer.
-EEA = frozenset(
-    {
-        "EU", "EEA", "AT", "BE", "BG", "HR", "CY", "CZ", "DK", "EE", "FI", "FR", "DE", "GR", "HU", "IE", "IT", "LV",
-        "LT", "LU", "MT", "NL", "PL", "PT", "RO", "SK", "SI", "ES", "SE", "IS", "LI", "NO",
-    }
-)  # fmt: skip
+#: Places inside the EU/EEA (the region table's EEA: its countries, the EU and the EEA itself);
+#: anything else (a country outside it, "global") is a third-country transfer.
+EEA = frozenset(residency_places(["EEA"]))
 ARTICLE_6 = {
     "consent": "Art. 6(1)(a) consent",
     "explicit_consent": "Art. 9(2)(a) explicit consent",

@@ -2,13 +2,17 @@
 
 Layout (mounted under ``data.kcp_data``; policies live under ``data.kcp``, never here):
 
-- ``deployment``: projects, vocabularies and the format version.
+- ``deployment``: projects, vocabularies, the country-to-region table (``regions``) and the
+  format version.
 - ``units``: an index of every unit, keyed ``[project][unit_id]``: the unit's own fields
   (``validated``...) and ``profile``, a position in ``profiles``.
 - ``profiles``: the distinct policy profiles (sensitivity, compliance, delegation, trust,
   freshness), sorted by their canonical JSON. Units inherit most of these from their root, so
   a deployment has few: 146 for 100,000 synthetic units. Storing each once cut the data
   document ~6x and regopy's cold start ~5x (docs/performance.md).
+  Each profile's ``compliance.residency_places`` is compiled from its ``data_residency`` through
+  the region table (``kcp_opa.declare.regions``): the codes it admits, so the residency rule is
+  one key lookup per decision.
 - ``tasks``: an index of the matrix rows keyed ``[task_type]``; a row is the small object
   ``{dimension: {value: level}}`` (one per data category and sensitivity the matrix covers).
 - ``matrix``: the matrix's name, version, task types and parameters.
@@ -31,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
+from kcp_opa.declare import regions as region_table
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.effective import UNIT_FIELDS, effective_units
 from kcp_opa.declare.manifest import Manifest
@@ -83,7 +88,18 @@ def _profiles(policies: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     encoded = [canonical_json({k: v for k, v in policy.items() if k not in UNIT_FIELDS}) for policy in policies]
     ordered = sorted(set(encoded))
     position = {key: index for index, key in enumerate(ordered)}
-    return [json.loads(key) for key in ordered], [position[key] for key in encoded]
+    return [with_residency_places(json.loads(key)) for key in ordered], [position[key] for key in encoded]
+
+
+def with_residency_places(profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile with the places its data_residency admits, compiled once here rather than
+    looked up in the region table on every decision."""
+    compliance = profile.get("compliance")
+    regions = compliance.get("data_residency") if isinstance(compliance, dict) else None
+    if isinstance(compliance, dict) and isinstance(regions, list):
+        names = [region for region in regions if isinstance(region, str)]
+        compliance["residency_places"] = region_table.residency_places(names)
+    return profile
 
 
 def build_data(
@@ -118,6 +134,7 @@ def build_data(
                 "sensitivity_order": list(vocab.SENSITIVITY_ORDER),
                 "autonomy_order": list(vocab.AUTONOMY_LEVELS),
             },
+            "regions": region_table.table(),
         },
         f"{DATA_ROOT}/units": build_index(unit_entries),
         f"{DATA_ROOT}/profiles": profiles,

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
 from kcp_opa.compile.compiler import compile_bundle
-from kcp_opa.compile.datadoc import build_index, index_depth, leaf_path
+from kcp_opa.compile.datadoc import build_index, index_depth, leaf_path, with_residency_places
 from kcp_opa.core.errors import BundleError, CompileError, ValidationFailedError
 from kcp_opa.declare.effective import UNIT_FIELDS, effective_units
 from kcp_opa.declare.manifest import load_manifest
@@ -132,7 +132,7 @@ def test_manifest_describes_the_bundle(tmp_path: Path) -> None:
     assert meta["sources"]["policies/kcp/lib/index.rego"] == hashlib.sha256(index.read_bytes()).hexdigest()
     assert meta["entrypoints"] == ["kcp/controls/verdict", "kcp/gate/decision"]
     assert meta["evaluators"]["field_access_check"] == "1.0.0"
-    assert meta["evaluators"]["residency_check"] == "1.0.0"
+    assert meta["evaluators"]["residency_check"] == "1.1.0"
     # data roots and policy packages are disjoint
     assert all(not p.startswith("kcp_data") for p in meta["packages"])
     assert all(p.startswith("kcp_data/") for p in meta["data_paths"])
@@ -184,7 +184,8 @@ def test_every_unit_and_cell_is_found_by_the_rego_index_in_both_engines(tmp_path
             entry, profile = engine_query(bundle, query, doc)
             own = {key: entry[key] for key in UNIT_FIELDS}
             assert set(entry) == {"profile", *UNIT_FIELDS}
-            assert {**profile, **own} == unit.to_policy_data()
+            # The profile also carries what the compiler derives from it (the residency's places).
+            assert {**profile, **own} == with_residency_places(unit.to_policy_data())
     missing = {"project": manifest.project, "unit": "no-such-unit"}
     assert regopy_query(bundle, "data.kcp.lib.index.unit(input.project, input.unit)", missing) is UNDEFINED
     assert opa_query(bundle, "data.kcp.lib.index.unit(input.project, input.unit)", missing) is UNDEFINED

@@ -12,7 +12,7 @@
 #   freshness: freshness_check 1.0.0 (kcp/evaluators/freshness.rego)
 #   lifecycle: lifecycle_check 1.0.0 (kcp/evaluators/lifecycle.rego)
 #   matrix: delegation_matrix_check 1.0.0 (kcp/evaluators/matrix.rego)
-#   residency: residency_check 1.0.0 (kcp/evaluators/residency.rego)
+#   residency: residency_check 1.1.0 (kcp/evaluators/residency.rego)
 #   restrictions: restriction_check 1.0.0 (kcp/evaluators/restrictions.rego)
 #   runtime: runtime_rules 1.0.0 (kcp/evaluators/runtime.rego)
 #   trace: trace_context_check 1.0.0 (kcp/evaluators/trace.rego)
@@ -50,7 +50,7 @@ evaluators := {
 	"freshness": {"evaluator_id": "freshness_check", "evaluator_version": "1.0.0"},
 	"lifecycle": {"evaluator_id": "lifecycle_check", "evaluator_version": "1.0.0"},
 	"matrix": {"evaluator_id": "delegation_matrix_check", "evaluator_version": "1.0.0"},
-	"residency": {"evaluator_id": "residency_check", "evaluator_version": "1.0.0"},
+	"residency": {"evaluator_id": "residency_check", "evaluator_version": "1.1.0"},
 	"restrictions": {"evaluator_id": "restriction_check", "evaluator_version": "1.0.0"},
 	"runtime": {"evaluator_id": "runtime_rules", "evaluator_version": "1.0.0"},
 	"trace": {"evaluator_id": "trace_context_check", "evaluator_version": "1.0.0"},
