@@ -67,12 +67,12 @@ def payment(n: int, *, value: int = 100000, beneficiary: str = "supplier_1", **e
         "subject_id": "user_001",
         "agent_id": "agent_payments_001",
         "action_type": "payment",
-        "requested_action": "execute_payment",
+        "requested_action": "execute_domestic_payment",  # the tool budget's matrix binds to payment
         "target": {"type": "beneficiary", "reference": beneficiary, "tenant_id": "tenant_demo"},
         "amount": {"value_minor": value, "currency": "USD"},
         "authorization_context": {
             "requested_by": "user_001",
-            "agent_scope": ["prepare_payment", "execute_payment"],
+            "agent_scope": ["prepare_payment", "execute_domestic_payment"],
             "session_id": "session_001",
         },
         "attributes": {"new_beneficiary": False},

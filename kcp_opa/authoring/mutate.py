@@ -109,8 +109,9 @@ def run_tests_batched(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> 
     """The first failing test (its name and why), or None when every test passes."""
     packages = sorted({t.package for t in tests})
     query = "x := {" + ", ".join(f'"{p}": data.{p}' for p in packages) + "}"
-    engine = _engine(modules, None)
-    try:
+    engine = None
+    try:  # a mutant OPA refuses to load raises here: reported as an error, never out of a pool worker
+        engine = _engine(modules, None)
         bindings = engine.eval_query(query, {})
         values = bindings[0].get("x", {}) if bindings else {}
         for test in tests:
@@ -120,7 +121,8 @@ def run_tests_batched(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> 
     except Exception as exc:
         return f"error: {' '.join(str(exc).split())[:300]}"
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
 
 
 def decide_all(modules: Mapping[str, str], data: Mapping[str, Any], prepared: Sequence[DecisionInput]) -> list[Any]:
@@ -189,13 +191,15 @@ def judge(suite: Suite, mutant: Mutant) -> tuple[Status, str]:
 
 
 def _policies_fail_to_compile(modules: Mapping[str, str]) -> bool:
-    engine = _engine({k: v for k, v in modules.items() if not k.endswith("_test.rego")}, None)
+    engine = None
     try:
+        engine = _engine({k: v for k, v in modules.items() if not k.endswith("_test.rego")}, None)
         engine.eval_query("x := 1", {})
     except Exception:
         return True
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
     return False
 
 
@@ -209,7 +213,10 @@ def _init(suite: Suite) -> None:
 
 def _work(mutant: Mutant) -> tuple[str, str, str]:
     assert _SUITE is not None
-    status, detail = judge(_SUITE, mutant)
+    try:
+        status, detail = judge(_SUITE, mutant)
+    except Exception as exc:  # the engine's own exception types do not survive the trip to the pool
+        raise RuntimeError(f"mutant {mutant.key}: {type(exc).__name__}: {exc}") from None
     return mutant.key, status.value, detail
 
 
