@@ -429,13 +429,16 @@ _currency_label := "(no currency)" if not _currency_label_given
 
 _currency_label_given if is_string(_action.amount.currency)
 
-# The gate's granted scope and a stated one: the action must be in each (neither: an empty scope).
+# The gate's granted scope and a stated one: the action must be in each. Without the gate's scope
+# the empty scope is always a candidate, so a stated scope never lifts the finding.
 # `x in local` aborts regopy's planner under `with input as` (docs/engine-findings.md hazard 4).
 _covers(scope) if scope[_] == _action.requested_action
 
-_scopes := scopes if {
-	scopes := trusted.candidates.agent_scope
-} else := {[]}
+_scopes := trusted.candidates.agent_scope if {
+	"agent_scope" in trusted.established
+} else := scopes if {
+	scopes := {[]} | object.get(trusted.candidates, "agent_scope", set())
+}
 
 _requested_label := _action.requested_action if is_string(_action.requested_action)
 

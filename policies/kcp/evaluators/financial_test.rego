@@ -34,8 +34,10 @@ test_below_threshold_known_beneficiary if {
 		{"op": "replace", "path": "/amount/value_minor", "value": 4999},
 		{"op": "replace", "path": "/attributes/new_beneficiary", "value": false},
 	])
+	granted := _granted(action)
 	{f.code | some f in financial.findings} == {"value_transfer"}
 		with input.action as action
+		with input.context.facts as granted
 		with data.kcp_data.matrix as m
 }
 
@@ -61,6 +63,23 @@ test_scope_not_covering_requires_authority if {
 	f.code == "scope_does_not_cover_action"
 }
 
+test_a_stated_scope_the_gate_did_not_grant_covers_nothing if {
+	m := _matrix
+	action := json.patch(_kya, [
+		{"op": "replace", "path": "/amount/value_minor", "value": 4999},
+		{"op": "replace", "path": "/attributes/new_beneficiary", "value": false},
+	])
+	# The gate granted no scope: the stated one, which covers the action, does not lift the finding.
+	"scope_does_not_cover_action" in {f.code | some f in financial.findings}
+		with input.action as action
+		with data.kcp_data.matrix as m
+	granted := _granted(action)
+	not "scope_does_not_cover_action" in {f.code | some f in financial.findings}
+		with input.action as action
+		with input.context.facts as granted
+		with data.kcp_data.matrix as m
+}
+
 test_screening_uncertainty_is_compliance_review if {
 	m := _matrix
 	action := json.patch(_kya, [{"op": "add", "path": "/attributes/screening_uncertain", "value": true}])
@@ -78,7 +97,11 @@ test_withdrawal_and_step_up if {
 		"authorization_context": {"agent_scope": ["withdraw"]},
 		"attributes": {"new_device": true},
 	}
-	codes := {f.code | some f in financial.findings} with input.action as action with data.kcp_data.matrix as m
+	granted := _granted(action)
+	codes := {f.code | some f in financial.findings}
+		with input.action as action
+		with input.context.facts as granted
+		with data.kcp_data.matrix as m
 	codes == {"value_transfer", "identity_verification_required", "step_up_required"}
 }
 
@@ -129,12 +152,20 @@ _reimbursement(minor) := {
 	"authorization_context": {"agent_scope": ["claims.reimburse"]},
 }
 
+_claims_granted := {"agent_scope": {"value": ["claims.reimburse"]}}
+
 # code -> {state, controls} of every finding for ACTION under matrix M.
 _routed(action, m) := out if {
+	granted := _granted(action)
 	out := {f.code: object.filter(f, ["state", "controls"]) | some f in financial.findings}
 		with input.action as action
+		with input.context.facts as granted
 		with data.kcp_data.matrix as m
 }
+
+# The gate grants the scope the action states: these tests route money, not the scope check (a
+# scope the gate did not grant is the empty one, whatever is stated).
+_granted(action) := {"agent_scope": {"value": object.get(action, ["authorization_context", "agent_scope"], [])}}
 
 test_declared_types_only_move_money if {
 	m := _claims
@@ -191,7 +222,10 @@ test_controls_by_task_type_below_and_above_the_threshold if {
 		"value_transfer": {"state": "ALLOW", "controls": []},
 		"high_value": {"state": "HUMAN_APPROVAL", "controls": ["independent_human_approval"]},
 	}
-	some f in financial.findings with input.action as _reimbursement(500) with data.kcp_data.matrix as m
+	some f in financial.findings
+		with input.action as _reimbursement(500)
+		with input.context.facts as _claims_granted
+		with data.kcp_data.matrix as m
 	f.message == "value transfer: the matrix sets no control for task type reimbursement"
 }
 
@@ -210,7 +244,10 @@ test_a_declared_set_routes_to_its_strongest_control if {
 			"controls": ["authority_verification", "identity_verification", "independent_human_approval"],
 		},
 	}
-	some f in financial.findings with input.action as _reimbursement(5) with data.kcp_data.matrix as m
+	some f in financial.findings
+		with input.action as _reimbursement(5)
+		with input.context.facts as _claims_granted
+		with data.kcp_data.matrix as m
 	f.message == concat("", [
 		"value transfer: the matrix sets the controls for task type reimbursement: ",
 		"step_up_authentication, identity_verification",

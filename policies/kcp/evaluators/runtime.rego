@@ -173,10 +173,14 @@ findings contains finding if {
 	}
 }
 
-# The gate's role and a stated one: each must be a sender (neither: "not established").
-_roles := roles if {
-	roles := trusted.candidates.actor_role
-} else := {"not established"}
+# The gate's role and a stated one: each must be a sender. Without the gate's role the action
+# may not send, whatever it states: "not established" is always a candidate then, so a stated
+# sender role never lowers the DENY (a statement makes a decision stricter, never laxer).
+_roles := trusted.candidates.actor_role if {
+	"actor_role" in trusted.established
+} else := roles if {
+	roles := {"not established"} | object.get(trusted.candidates, "actor_role", set())
+}
 
 # METADATA
 # custom:

@@ -87,9 +87,24 @@ test_only_support_agents_send if {
 		with data.kcp_data.matrix as m
 	count(runtime.findings) == 0
 		with input.action as {"action_type": "send", "authorization_context": {"actor_role": "support_agent"}}
+		with input.context.facts as {"actor_role": {"value": "support_agent"}}
 		with data.kcp_data.matrix as m
 	{f.code | some f in runtime.findings} == {"role_cannot_send"}
 		with input.action as {"action_type": "send"}
+		with data.kcp_data.matrix as m
+}
+
+test_a_stated_sender_role_the_gate_does_not_give_still_may_not_send if {
+	m := _matrix
+	# The gate established no role: stating a sender role must not lift the DENY.
+	found := runtime.findings
+		with input.action as {"action_type": "send", "authorization_context": {"actor_role": "support_agent"}}
+		with data.kcp_data.matrix as m
+	{f.details.role | some f in found; f.code == "role_cannot_send"} == {"not established"}
+	# The gate's role is not a sender: a stated sender role does not lift it either.
+	{f.details.role | some f in runtime.findings; f.code == "role_cannot_send"} == {"billing_bot"}
+		with input.action as {"action_type": "send", "authorization_context": {"actor_role": "support_agent"}}
+		with input.context.facts as {"actor_role": {"value": "billing_bot"}}
 		with data.kcp_data.matrix as m
 }
 
