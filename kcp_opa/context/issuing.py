@@ -178,7 +178,8 @@ def sign_fact_attestation(
     fields = {"fact": fact, "value": attested_value(fact, value_text), **bound}
     signed = sign_fact({**fields, "issued_at": times[0], "expires_at": times[1]}, issuer, key)
     if registry is not None:
-        action = {"subject_id": bound["subject_id"]} if "subject_id" in bound else {}
+        # The subject and tenant it names, as an action of theirs would: the gate's binding check.
+        action = {name: bound[name] for name in ("subject_id", "tenant_id") if name in bound}
         why = SignedAttestations(registry, keyring).refusal(signed, action, bound.get("action_hash", ""))
         if why is not None:
             text = _REFUSALS.get(why, "the gate would refuse it: {why}")

@@ -53,6 +53,15 @@ def test_facts_sign_writes_the_attestation_the_gate_reads(tmp_path: Path, kit: d
     assert decided.returncode == 0 and facts["reason_codes"] == ["field_access_violation"], decided.stdout
 
 
+def test_facts_sign_checks_a_tenant_bound_subject_fact_as_the_gate_would(kit: dict[str, Path]) -> None:
+    # The pre-check's stand-in action named the subject but not the tenant: every tenant-bound
+    # fact was refused (not_bound_to_this_action), the example in `facts sign --help` included.
+    args = ("--fact", "evidence_status", "--value", "present", "--now", "2026-11-29T09:00:00Z", "--expires-in", "1h")
+    trusted = _fact(kit, *args, "--subject", "user_1", "--tenant", "tenant_demo", "--trust", str(kit["registry"]))
+    assert trusted.returncode == 0, trusted.stderr
+    assert json.loads(trusted.stdout)["tenant_id"] == "tenant_demo"
+
+
 @pytest.mark.parametrize(
     ("args", "why"),
     [
