@@ -19,7 +19,7 @@ from typing import Any
 #: What each re-decision step means, as the report says it.
 REDECISION_STEPS = {
     "control_answer": "a control answered",
-    "record_reloaded": "a decision record reloaded (another replica, a restart)",
+    "record_reloaded": "a decision record read back from the store and re-decided (each later step on a store)",
     "receipt_issue": "a receipt issued",
     "receipt_verification": "a receipt verified",
     "execution": "an execution",
