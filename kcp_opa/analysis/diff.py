@@ -34,9 +34,11 @@ DEFAULT_BUDGET = 1500
 EXAMPLES = 3
 
 #: The reason codes that say an action lies outside what the deployment declares, each with the
-#: declaration that covers it (policies/kcp/evaluators/matrix.rego and unit.rego; a test pins
-#: them to the shipped policies). A matrix cell added for a sensitivity is judged as usual.
-UNDECLARED = {"task_type_not_in_matrix": "task", "unknown_unit": "unit"}
+#: declaration that covers it (policies/kcp/evaluators/matrix.rego, action.rego and unit.rego; a
+#: test pins them to the shipped policies). An undeclared task type's tool is listed by no type,
+#: so the new type covers both codes; a tool added to a type OLD declared is judged as usual, as
+#: is a matrix cell added for a sensitivity.
+UNDECLARED = {"task_type_not_in_matrix": "task", "requested_action_not_in_task_type": "task", "unknown_unit": "unit"}
 
 
 @dataclass

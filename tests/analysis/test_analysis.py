@@ -193,6 +193,8 @@ def _matrix_with(tmp: Path, name: str, task: str, *, lower_read: bool = False) -
     `read`'s restricted cell lowered from approve to confirm."""
     matrix = yaml.safe_load((DEPLOYMENTS / name / "matrix.yaml").read_text(encoding="utf-8"))
     matrix["task_types"][task] = {"sensitivity": dict(matrix["task_types"]["read"]["sensitivity"])}
+    if "requested_actions" in matrix["task_types"]["read"]:  # a matrix binding tools: the new type's own
+        matrix["task_types"][task]["requested_actions"] = [f"{task}.run"]
     if lower_read:
         matrix["task_types"]["read"]["sensitivity"]["restricted"] = "confirm"
     path = tmp / f"matrix-{task}-{'lowered' if lower_read else 'grown'}.yaml"
@@ -200,10 +202,11 @@ def _matrix_with(tmp: Path, name: str, task: str, *, lower_read: bool = False) -
     return path
 
 
-def test_diff_counts_a_new_task_type_as_new_coverage_not_weakening(tmp_path: Path) -> None:
-    """A task type added to the matrix: the actions OLD denied as task_type_not_in_matrix are
-    new coverage, shown with the states NEW gives them; the diff does not weaken (exit 0)."""
-    name = "kcp-visibility-access"
+@pytest.mark.parametrize("name", ["kcp-visibility-access", "finance"])  # finance binds tools to task types
+def test_diff_counts_a_new_task_type_as_new_coverage_not_weakening(tmp_path: Path, name: str) -> None:
+    """A task type added to the matrix: the actions OLD denied as task_type_not_in_matrix (and,
+    where the matrix binds tools, requested_action_not_in_task_type) are new coverage, shown with
+    the states NEW gives them; the diff does not weaken (exit 0)."""
     grown = _matrix_with(tmp_path, name, "summarise")
     old, new = compiled(tmp_path, name), compiled(tmp_path, name, matrix=grown)
     report = diff(read_bundle(old), read_bundle(new), budget=300)
