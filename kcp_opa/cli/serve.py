@@ -240,15 +240,10 @@ def _serve_workers(config: Any, workers: int) -> None:
 
 def _say_unsignable(service: Any) -> None:
     """At start, the controls no --issuer-id may sign (their challenges could never be answered)."""
-    loaded = service.loaded
-    if loaded.registry is None or loaded.issuers is None:
-        return
-    for control, could in loaded.issuers.unsignable(loaded.registry).items():
-        click.echo(
-            f"kcp-opa: warning: no --issuer-id may sign {control}: answers to its challenges are refused "
-            f"issuer_not_allowed (add --issuer-id {' or '.join(could)} with its key in the issuer keyring)",
-            err=True,
-        )
+    from kcp_opa.service.loading import unsignable_warnings
+
+    for line in unsignable_warnings(service):
+        click.echo(f"kcp-opa: {line}", err=True)
 
 
 class _Stopped(SystemExit):

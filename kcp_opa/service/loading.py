@@ -50,6 +50,7 @@ __all__ = [
     "load_gate",
     "open_service",
     "service_context",
+    "unsignable_warnings",
     "with_counters",
     "with_exceptions",
     "with_posted_facts",
@@ -224,6 +225,14 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     if config.mode != "enforce":  # the operator's start configuration, recorded like any change
         gate.modes.request(config.mode, "serve:startup", gate.audit)
     gate.modes.second_approval = config.mode_second_approval
+    _log.info(  # kcp-opa -v: what this process (a single server or each --workers worker) decides with
+        "service_opened",
+        bundle_revision=gate.bundle_revision,
+        sha256=gate.bundle.sha256,
+        store=metrics.backend,
+        ledger=metrics.ledger_backend,
+        trust=loaded.registry is not None,
+    )
     return service
 
 
@@ -231,6 +240,19 @@ def say_binding_gaps(handlers: Mapping[str, Handler], bundle_data: Mapping[str, 
     """One warning line per way the handlers' tools and the bundle's task types do not fit (handlers.py)."""
     for event, fields in binding_gaps(handlers, bundle_data):
         _log.warning(event, **fields)
+
+
+def unsignable_warnings(service: GateService) -> list[str]:
+    """One line per control no --issuer-id may sign: its challenges can never be answered. A server
+    says them once at start (a fleet once, from its first ready worker: workers.py)."""
+    loaded = service.loaded
+    if loaded.registry is None or loaded.issuers is None:
+        return []
+    return [
+        f"warning: no --issuer-id may sign {control}: answers to its challenges are refused issuer_not_allowed "
+        f"(add --issuer-id {' or '.join(could)} with its key in the issuer keyring)"
+        for control, could in loaded.issuers.unsignable(loaded.registry).items()
+    ]
 
 
 def _read_json(path: Path, what: str) -> Any:

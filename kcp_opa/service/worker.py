@@ -2,11 +2,13 @@
 
 A worker is started (spawned: a fresh interpreter, never a fork of a threaded parent) with the
 listening socket its supervisor bound and its end of the control channel. It reads the service
-config from the channel, opens the service exactly as a single server does (its own gate and
-evaluator pool from the same bundle, the shared store and ledger), says it is ready with the
-digest of the bundle it decides with (the supervisor answers once every worker decides on that
-bundle), and serves HTTP on the shared socket until SIGTERM (uvicorn
-drains the requests in flight), then writes the ledger's exit checkpoint.
+config and the log verbosity (``kcp-opa -v``) from the channel, opens the service exactly as a
+single server does (its own gate and evaluator pool from the same bundle, the shared store and
+ledger), says it is ready with the digest of the bundle it decides with and what a single server
+says at start (the controls no --issuer-id may sign; the supervisor says them once for the fleet),
+the supervisor answering once every worker decides on that bundle, and serves HTTP on the shared
+socket until SIGTERM (uvicorn drains the requests in flight), then writes the ledger's exit
+checkpoint.
 
 Every reload it is asked for, by ``POST /v1/admin/reload`` or SIGHUP, goes to the supervisor,
 which reloads every worker and answers only when all of them did (:class:`FleetReloader`); a
@@ -28,6 +30,7 @@ from kcp_opa.core.logsetup import configure
 from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.fleet import Channel
 from kcp_opa.service.identity import Principal
+from kcp_opa.service.loading import unsignable_warnings
 from kcp_opa.service.reloading import Reloader, ReloadError
 
 __all__ = ["FleetReloader", "main"]
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     def handle(message: dict[str, Any]) -> dict[str, Any]:
         if message.get("op") == "config":
             holder["config"] = message["config"]
+            holder["verbosity"] = message.get("verbosity")
             ready.set()
             return {"ok": True}
         reloader: FleetReloader | None = holder.get("reloader")
@@ -109,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     if not ready.wait(60):
         print(f"kcp-opa: worker {index}: no config from the supervisor", file=sys.stderr, flush=True)
         return 2
+    verbosity = holder["verbosity"]
+    configure(verbosity if isinstance(verbosity, int) else 0)  # the supervisor's -v / -vv
     try:
         service, reloader, app = _open(ServiceConfig.from_dict(holder["config"]), channel)
     except KcpOpaError as exc:
@@ -116,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     holder["reloader"] = reloader
     # Answered once the fleet decides on this worker's bundle (workers.py): only then does it serve.
-    channel.request({"op": "ready", "pid": os.getpid(), **_digest(reloader)}, RELOAD_TIMEOUT_S)
+    ready_message = {"op": "ready", "pid": os.getpid(), **_digest(reloader), "warnings": unsignable_warnings(service)}
+    channel.request(ready_message, RELOAD_TIMEOUT_S)
     _serve(app, listener, service)
     return 0
 

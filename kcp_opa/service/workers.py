@@ -5,7 +5,9 @@ never a fork of this threaded process) with the socket and its end of a control 
 (fleet.py). The kernel hands each connection to one worker; each worker has its own gate and
 evaluator pool, loaded from the same bundle, and shares the store and the ledger (the file ledger
 appends under ``flock``; SQLite and PostgreSQL serialise what must be once). MCP is served
-without sessions, so a client's next call may go to any worker.
+without sessions, so a client's next call may go to any worker. Every worker logs at the
+supervisor's ``-v`` / ``-vv``; what a single server says once at start (the controls no
+``--issuer-id`` may sign) the fleet says once, from its first worker, never again on a restart.
 
 A worker that dies is restarted (and said on stderr) after a pause that grows while it keeps
 dying. SIGTERM (or SIGINT) drains every worker (uvicorn finishes the requests in flight) and
@@ -29,6 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kcp_opa.core.logsetup import current_verbosity
 from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.fleet import Channel
 from kcp_opa.service.worker import METRICS_TIMEOUT_S, RELOAD_TIMEOUT_S
@@ -60,6 +63,8 @@ class _Child:
         self.channel: Channel | None = None
         self.ready = threading.Event()
         self.sha256 = ""
+        #: What the worker would have a single server say at start (unsignable controls: loading.py).
+        self.warnings: list[str] = []
         self.failures = 0
         self.restart_at = 0.0
 
@@ -88,12 +93,15 @@ class Supervisor:
         )
         theirs.close()
         child.channel = Channel(ours, lambda message: self._handle(child, message)).start()
-        child.channel.send({"op": "config", "config": self.config.to_dict()})
+        # -v / -vv reach every worker (restarted ones too) with its config, never on argv.
+        child.channel.send({"op": "config", "config": self.config.to_dict(), "verbosity": current_verbosity()})
 
     def _handle(self, child: _Child, message: dict[str, Any]) -> dict[str, Any]:
         op = message.get("op")
         if op == "ready":
             child.sha256 = str(message.get("sha256", ""))
+            warnings = message.get("warnings")
+            child.warnings = [str(w) for w in warnings] if isinstance(warnings, list) else []
             child.ready.set()
             if not self.sha256:
                 self.sha256 = child.sha256
@@ -186,6 +194,8 @@ class Supervisor:
         if not self._started():
             self._drain()
             return 1
+        for line in self.children[0].warnings:  # once for the fleet (each worker loaded the same files)
+            say(line)
         say(f"{len(self.children)} workers serving (pids {', '.join(str(self._pid(c)) for c in self.children)})")
         while not self.stopping.wait(0.2):
             for child in self.children:
