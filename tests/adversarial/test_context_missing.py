@@ -3,13 +3,13 @@ dated far from the decision is held (issue 14, item 2). Real bundles, real regop
 
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from actionkit import DROP, support_read, with_
 from conftest import vouched_gate
 
 from kcp_opa import Gate
@@ -18,33 +18,6 @@ from kcp_opa.trail.ledger import AuditLedger
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = "2026-11-29T10:00:00Z"
-READ: dict[str, Any] = {
-    "schema_version": "2.0",
-    "action_id": "act_adv_1",
-    "idempotency_key": "idem_adversarial_0001",
-    "tenant_id": "tenant_a",
-    "subject_id": "user_1",
-    "agent_id": "support-agent/v1",
-    "action_type": "read",
-    "requested_action": "crm.get_customer",
-    "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
-    "authorization_context": {
-        "requested_by": "user_1",
-        "authenticated_principal": "user_1",
-        "agent_scope": ["crm.get_customer"],
-        "actor_role": "support_agent",
-    },
-    "knowledge": {"project": "support-desk", "unit": "customer-records", "fields_read": ["name", "email"]},
-    "runtime": {
-        "deployment_region": "EU",
-        "model": {"id": "m", "hosting": "self_hosted"},
-        "risk_level": "low",
-        "evidence_status": "present",
-        "budget_state": "within_budget",
-    },
-    "trace": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-    "created_at": "2026-11-29T09:59:00Z",
-}
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +28,8 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
     return vouched_gate(out / "sd.tar.gz", ledger=AuditLedger(out / "ledger.jsonl"))
 
 
-def _without(path: str, **changes: Any) -> dict[str, Any]:
-    action = copy.deepcopy(READ)
-    action.update(changes)
-    *parents, last = path.split(".")
-    node = action
-    for part in parents:
-        node = node[part]
-    del node[last]
-    return action
-
-
 def test_the_clean_read_is_an_executable_allow(gate: Gate) -> None:
-    decision = gate.decide(READ, now=NOW)
+    decision = gate.decide(support_read(), now=NOW)
     assert decision.decision.value == "ALLOW" and decision.execution_allowed  # the baseline the attacks start from
 
 
@@ -80,7 +42,7 @@ def test_the_clean_read_is_an_executable_allow(gate: Gate) -> None:
     ],
 )
 def test_an_absent_fact_is_context_missing_naming_its_path(gate: Gate, dropped: str, changes: dict[str, Any]) -> None:
-    decision = gate.decide(_without(dropped, **changes), now=NOW)
+    decision = gate.decide(with_(support_read(), {dropped: DROP}, **changes), now=NOW)
     assert decision.decision.value in {"ESCALATE", "COMPLIANCE_REVIEW", "DENY"} and not decision.execution_allowed
     document = decision.to_dict()
     named = {field for v in document["violations"] if v["code"] == "context_missing" for field in v["fields"]}
@@ -91,7 +53,7 @@ def test_an_absent_fact_is_context_missing_naming_its_path(gate: Gate, dropped: 
     ("created_at", "code"), [("2023-11-29T10:00:00Z", "action_stale"), ("2029-11-29T10:00:00Z", "clock_skew")]
 )
 def test_an_action_years_away_from_the_decision_is_held(gate: Gate, created_at: str, code: str) -> None:
-    decision = gate.decide({**READ, "created_at": created_at}, now=NOW)
+    decision = gate.decide(with_(support_read(), created_at=created_at), now=NOW)
     assert decision.decision.value == "ESCALATE" and not decision.execution_allowed
     assert code in decision.reason_codes
 

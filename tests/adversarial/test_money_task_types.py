@@ -8,12 +8,12 @@ decision on regopy and, cross-checked, on OPA."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from actionkit import DROP, support_answer, support_refund, with_
 from conftest import run_cli, vouched_gate
 
 from kcp_opa import Gate
@@ -28,40 +28,6 @@ DESK = REPO / "fixtures" / "deployments" / "support-desk"
 FINANCE = REPO / "fixtures" / "deployments" / "finance"
 TRUST = REPO / "fixtures" / "trust" / "registry.yaml"
 NOW = "2026-11-29T10:00:00Z"
-ANSWER: dict[str, Any] = {
-    "schema_version": "2.0",
-    "action_id": "act_money_1",
-    "idempotency_key": "idem_money_types_0001",
-    "tenant_id": "tenant_a",
-    "subject_id": "user_1",
-    "agent_id": "support-agent/v1",
-    "action_type": "answer",
-    "requested_action": "answer.reply",
-    "target": {"type": "document", "reference": "faq_12", "tenant_id": "tenant_a"},
-    "authorization_context": {
-        "requested_by": "user_1",
-        "authenticated_principal": "user_1",
-        "agent_scope": ["answer.reply", "refunds.create"],
-        "actor_role": "support_agent",
-    },
-    "knowledge": {"project": "support-desk", "unit": "faq", "fields_read": []},
-    "runtime": {
-        "deployment_region": "EU",
-        "model": {"id": "m", "hosting": "self_hosted"},
-        "risk_level": "low",
-        "evidence_status": "present",
-        "budget_state": "within_budget",
-    },
-    "trace": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-    "created_at": "2026-11-29T09:59:00Z",
-}
-REFUND = {
-    **ANSWER,
-    "action_type": "refund",
-    "requested_action": "refunds.create",
-    "target": {"type": "refund", "reference": "order_77", "tenant_id": "tenant_a"},
-    "knowledge": {"project": "support-desk", "unit": "refunds", "fields_read": ["order_id", "amount", "currency"]},
-}
 
 
 def _matrix(tmp_path: Path, **parameters: Any) -> Path:
@@ -86,10 +52,6 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Gate:
     return _gate(tmp_path_factory.mktemp("desk"), DESK / "matrix.yaml")
 
 
-def _with_amount(action: dict[str, Any], amount: Any) -> dict[str, Any]:
-    return {**copy.deepcopy(action), "amount": amount}
-
-
 @pytest.mark.parametrize(
     "amount",
     [
@@ -99,8 +61,8 @@ def _with_amount(action: dict[str, Any], amount: Any) -> dict[str, Any]:
     ],
 )
 def test_an_amount_on_a_moneyless_task_type_is_denied(desk: Gate, amount: Any) -> None:
-    assert desk.decide(copy.deepcopy(ANSWER), now=NOW).decision.value == "ALLOW"  # the baseline
-    decision = desk.decide(_with_amount(ANSWER, amount), now=NOW)
+    assert desk.decide(support_answer(), now=NOW).decision.value == "ALLOW"  # the baseline
+    decision = desk.decide(with_(support_answer(), amount=amount), now=NOW)
     assert decision.decision.value == "DENY" and not decision.execution_allowed
     assert "amount_on_non_money_action" in decision.reason_codes
     assert "value_transfer" not in decision.reason_codes
@@ -109,7 +71,7 @@ def test_an_amount_on_a_moneyless_task_type_is_denied(desk: Gate, amount: Any) -
 def test_without_the_list_any_amount_is_a_value_transfer(tmp_path: Path) -> None:
     """What the list adds, on the same deployment without it: the answer is a value transfer."""
     gate = _gate(tmp_path, _matrix(tmp_path, money_moving_task_types=None))
-    decision = gate.decide(_with_amount(ANSWER, {"value_minor": 2000, "currency": "EUR"}), now=NOW)
+    decision = gate.decide(with_(support_answer(), amount={"value_minor": 2000, "currency": "EUR"}), now=NOW)
     assert decision.decision.value == "USER_CONFIRMATION" and "value_transfer" in decision.reason_codes
 
 
@@ -117,10 +79,10 @@ def test_controls_per_task_type_replace_the_defaults_for_that_type(tmp_path: Pat
     """A supervisor only from the threshold on, no member confirmation below it."""
     controls = {"refund": {"value_transfer": "none", "high_value": ["independent_human_approval"]}}
     gate = _gate(tmp_path, _matrix(tmp_path, money_controls_by_task_type=controls))
-    small = gate.decide(_with_amount(REFUND, {"value_minor": 4500, "currency": "EUR"}), now=NOW)
+    small = gate.decide(with_(support_refund(), amount={"value_minor": 4500, "currency": "EUR"}), now=NOW)
     assert "value_transfer" in small.reason_codes and "high_value" not in small.reason_codes
     assert "user_confirmation" not in small.required_controls
-    large = gate.decide(_with_amount(REFUND, {"value_minor": 50000, "currency": "EUR"}), now=NOW)
+    large = gate.decide(with_(support_refund(), amount={"value_minor": 50000, "currency": "EUR"}), now=NOW)
     assert {"high_value", "value_transfer"} <= set(large.reason_codes)
     assert "independent_human_approval" in large.required_controls
     assert not {"user_confirmation", "identity_verification", "authority_verification"} & set(large.required_controls)
@@ -177,7 +139,7 @@ def test_a_registry_control_resolves_with_trust(tmp_path: Path) -> None:
         compile_bundle([DESK / "knowledge.yaml"], matrix, REPO / "policies", tmp_path / "a.tar.gz")
     compile_bundle([DESK / "knowledge.yaml"], matrix, REPO / "policies", tmp_path / "b.tar.gz", trust_path=TRUST)
     gate = vouched_gate(tmp_path / "b.tar.gz", cross_check="opa")
-    decision = gate.decide(_with_amount(REFUND, {"value_minor": 50000, "currency": "EUR"}), now=NOW)
+    decision = gate.decide(with_(support_refund(), amount={"value_minor": 50000, "currency": "EUR"}), now=NOW)
     assert "sanctions_override" in decision.required_controls
     assert decision.decision.value == "HUMAN_APPROVAL"  # never a hold
 
@@ -201,15 +163,15 @@ def test_a_payroll_run_without_amount_is_no_executable_allow(tmp_path: Path) -> 
     out = tmp_path / "finance.tar.gz"
     compile_bundle([FINANCE / "knowledge.yaml"], FINANCE / "matrix.yaml", REPO / "policies", out)
     gate = vouched_gate(out, cross_check="opa")
-    payroll = {
-        **copy.deepcopy(ANSWER),
-        "tenant_id": "tenant_demo",
-        "action_type": "payroll",
-        "requested_action": "execute_payroll",
-        "target": {"type": "account", "reference": "acct_payroll_001", "tenant_id": "tenant_demo"},
-        "authorization_context": {"requested_by": "user_1", "agent_scope": ["execute_payroll"]},
-    }
-    payroll.pop("knowledge")
+    payroll = with_(
+        support_answer(),
+        {"knowledge": DROP},
+        tenant_id="tenant_demo",
+        action_type="payroll",
+        requested_action="execute_payroll",
+        target={"type": "account", "reference": "acct_payroll_001", "tenant_id": "tenant_demo"},
+        authorization_context={"requested_by": "user_1", "agent_scope": ["execute_payroll"]},
+    )
     decision = gate.decide(payroll, now=NOW)
     assert decision.decision.value == "DENY" and not decision.execution_allowed
     assert "amount_missing" in decision.reason_codes

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOYMENTS, POLICIES, REPO, vouched_gate
+from actionkit import case_action, with_
+from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 
-from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.models.decision import RoutingState
@@ -103,17 +103,11 @@ def governance(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _memory_action(purpose: str) -> dict[str, Any]:
-    cases = load_cases(REPO / "fixtures" / "cases" / "support-desk.yaml")
-    action = json.loads(json.dumps(next(c.action for c in cases if c.case_id == "sd-memory-for-training")))
-    action["knowledge"]["purpose"] = purpose
-    return action
+    return with_(case_action("support-desk.yaml", "sd-memory-for-training"), {"knowledge.purpose": purpose})
 
 
 def _upgrade_action(purpose: str) -> dict[str, Any]:
-    cases = load_cases(REPO / "fixtures" / "cases" / "kcp-lifecycle.yaml")
-    action = json.loads(json.dumps(next(c.action for c in cases if c.case_id == "life-not-for-other-purpose")))
-    action["knowledge"]["purpose"] = purpose
-    return action
+    return with_(case_action("kcp-lifecycle.yaml", "life-not-for-other-purpose"), {"knowledge.purpose": purpose})
 
 
 def _decide(bundle: Path, action: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from actionkit import case_action
 
 from kcp_opa.authoring.casecontext import vouching
-from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context.facts import FACTS
 from kcp_opa.decide.gate import Gate
@@ -64,8 +64,7 @@ def gates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Gate]:
 
 
 def _action(deployment: str, case_id: str) -> dict[str, Any]:
-    case = next(c for c in load_cases(REPO / "fixtures" / "cases" / f"{deployment}.yaml") if c.case_id == case_id)
-    return copy.deepcopy(dict(case.action))
+    return case_action(f"{deployment}.yaml", case_id)
 
 
 def _set(action: dict[str, Any], path: tuple[str, ...], value: Any) -> None:

@@ -6,12 +6,11 @@ tool. Real bundles; every decision on regopy and, cross-checked, on OPA."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from actionkit import support_read, with_
 from conftest import run_cli, vouched_gate
 
 from kcp_opa import Gate
@@ -23,33 +22,6 @@ from kcp_opa.trail.ledger import AuditLedger
 REPO = Path(__file__).resolve().parents[2]
 DESK = REPO / "fixtures" / "deployments" / "support-desk"
 NOW = "2026-11-29T10:00:00Z"
-READ: dict[str, Any] = {
-    "schema_version": "2.0",
-    "action_id": "act_tool_1",
-    "idempotency_key": "idem_tool_binding_0001",
-    "tenant_id": "tenant_a",
-    "subject_id": "user_1",
-    "agent_id": "support-agent/v1",
-    "action_type": "read",
-    "requested_action": "crm.get_customer",
-    "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
-    "authorization_context": {
-        "requested_by": "user_1",
-        "authenticated_principal": "user_1",
-        "agent_scope": ["crm.get_customer", "refunds.create", "email.send"],
-        "actor_role": "support_agent",
-    },
-    "knowledge": {"project": "support-desk", "unit": "customer-records", "fields_read": ["name", "email"]},
-    "runtime": {
-        "deployment_region": "EU",
-        "model": {"id": "m", "hosting": "self_hosted"},
-        "risk_level": "low",
-        "evidence_status": "present",
-        "budget_state": "within_budget",
-    },
-    "trace": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-    "created_at": "2026-11-29T09:59:00Z",
-}
 
 
 def _gate(out: Path, matrix: Path) -> Gate:
@@ -72,13 +44,13 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
 
 
 def test_the_read_with_its_own_tool_is_an_executable_allow(gate: Gate) -> None:
-    decision = gate.decide(READ, now=NOW)
+    decision = gate.decide(support_read(), now=NOW)
     assert decision.decision.value == "ALLOW" and decision.execution_allowed  # the baseline
 
 
 @pytest.mark.parametrize("tool", ["refunds.create", "email.send", "crm.delete_customer"])
 def test_a_read_naming_another_tool_is_denied(gate: Gate, tool: str) -> None:
-    decision = gate.decide({**copy.deepcopy(READ), "requested_action": tool}, now=NOW)
+    decision = gate.decide(with_(support_read(), requested_action=tool), now=NOW)
     assert decision.decision.value == "DENY" and not decision.execution_allowed
     assert "requested_action_not_in_task_type" in decision.reason_codes
 
@@ -86,7 +58,7 @@ def test_a_read_naming_another_tool_is_denied(gate: Gate, tool: str) -> None:
 def test_a_matrix_that_lists_no_tools_binds_none(tmp_path: Path) -> None:
     """What the binding adds, shown on the same deployment without it: the attack is an ALLOW."""
     gate = _gate(tmp_path, _unbound_matrix(tmp_path))
-    decision = gate.decide({**copy.deepcopy(READ), "requested_action": "refunds.create"}, now=NOW)
+    decision = gate.decide(with_(support_read(), requested_action="refunds.create"), now=NOW)
     assert decision.decision.value == "ALLOW"
 
 

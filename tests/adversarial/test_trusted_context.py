@@ -23,7 +23,8 @@ from typing import Any
 import httpx2
 import pytest
 import yaml
-from conftest import DEPLOYMENTS, POLICIES, REPO
+from actionkit import case_action, finance_bound_payment, finance_payment, support_send
+from conftest import DEPLOYMENTS, POLICIES
 from servicekit import GATE_ISSUER, SERVICE_ISSUER, start_server, stop_server, write_registry, write_tokens
 
 from kcp_opa.compile.compiler import compile_bundle
@@ -91,16 +92,9 @@ NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 CREATED = (NOW - dt.timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _case_action(file: str, case_id: str) -> dict[str, Any]:
-    from kcp_opa.authoring.cases import load_cases
-
-    found = next(c for c in load_cases(REPO / "fixtures" / "cases" / file) if c.case_id == case_id)
-    return copy.deepcopy(dict(found.action))
-
-
 def payment() -> dict[str, Any]:
     """A small supplier payment (below the high-value threshold), not bound to a unit."""
-    action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
+    action = finance_payment()
     action["amount"] = {"value_minor": 5000, "currency": "USD"}
     action["attributes"] = {}
     return action
@@ -108,7 +102,7 @@ def payment() -> dict[str, Any]:
 
 def bound_payment() -> dict[str, Any]:
     """The same payment bound to the treasury unit (no-external-llm, evidence required)."""
-    action = _case_action("finance.yaml", "fin-supplier-payment-kcp-bound")
+    action = finance_bound_payment()
     action["amount"] = {"value_minor": 5000, "currency": "USD"}
     action["attributes"] = {}
     return action
@@ -116,21 +110,21 @@ def bound_payment() -> dict[str, Any]:
 
 def budget_payment() -> dict[str, Any]:
     """A 1.00 payment of the budget deployment's tenant: past its day budget only with the metered spend."""
-    action = _case_action("budget.yaml", "budget-within")
+    action = case_action("budget.yaml", "budget-within")
     action["amount"] = {"value_minor": 100, "currency": "USD"}
     return action
 
 
 def email() -> dict[str, Any]:
-    return _case_action("support-desk.yaml", "sd-send-by-support-agent")
+    return support_send()
 
 
 def ops_read() -> dict[str, Any]:
-    return _case_action("kcp-visibility-access.yaml", "va-visibility-default")
+    return case_action("kcp-visibility-access.yaml", "va-visibility-default")
 
 
 def handbook_read() -> dict[str, Any]:
-    return _case_action("kcp-governance.yaml", "gov-authority-default-read")
+    return case_action("kcp-governance.yaml", "gov-authority-default-read")
 
 
 @dataclass(frozen=True)

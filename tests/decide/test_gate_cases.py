@@ -5,12 +5,12 @@ A first slice of the decision-case corpus (issue 3): the contract's worked examp
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 from typing import Any
 
 import pytest
+from actionkit import support_read, with_
 from conftest import DEPLOYMENTS, POLICIES, REPO, SHARED, opa_query, regopy_query, vouched_context
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
@@ -18,7 +18,6 @@ from kcp_opa.compile.compiler import compile_bundle
 
 KYA_ACTION = REPO / "fixtures" / "kya-supplier-payment-action.json"
 TODAY = (dt.date(2026, 11, 29) - dt.date(1970, 1, 1)).days
-TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 @pytest.fixture(scope="module")
@@ -45,41 +44,6 @@ def _decide(bundle: LoadedBundle, action: dict[str, Any]) -> dict[str, Any]:
     return decision
 
 
-def _runtime(**changes: Any) -> dict[str, Any]:
-    """A clean runtime block (EU, self-hosted model, low risk, evidence present, within budget)."""
-    runtime: dict[str, Any] = {
-        "deployment_region": "EU",
-        "model": {"id": "m", "hosting": "self_hosted"},
-        "risk_level": "low",
-        "evidence_status": "present",
-        "budget_state": "within_budget",
-    }
-    return {**runtime, **changes}
-
-
-def _support_read(**changes: Any) -> dict[str, Any]:
-    action = {
-        "schema_version": "2.0",
-        "tenant_id": "tenant_a",
-        "subject_id": "user_1",
-        "agent_id": "support-agent/v1",
-        "action_type": "read",
-        "requested_action": "crm.get_customer",
-        "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
-        "authorization_context": {
-            "requested_by": "user_1",
-            "authenticated_principal": "user_1",
-            "agent_scope": ["crm.get_customer"],
-            "actor_role": "support_agent",
-        },
-        "knowledge": {"project": "support-desk", "unit": "customer-records", "fields_read": ["name", "email"]},
-        "runtime": _runtime(),
-        "trace": {"traceparent": TRACE},
-    }
-    action.update(copy.deepcopy(changes))
-    return action
-
-
 def test_kya_supplier_payment_worked_example(bundles: dict[str, LoadedBundle]) -> None:
     action = json.loads(KYA_ACTION.read_text())
     d = _decide(bundles["finance"], action)
@@ -99,13 +63,14 @@ def test_kya_supplier_payment_worked_example(bundles: dict[str, LoadedBundle]) -
 
 
 def test_gdpr_minimisation_denies_phone(bundles: dict[str, LoadedBundle]) -> None:
-    action = _support_read(
+    action = with_(
+        support_read(),
+        {"runtime.deployment_region": "EEA"},
         knowledge={
             "project": "customer-onboarding",
             "unit": "gdpr_data_minimisation",
             "fields_read": ["email", "name", "phone"],
         },
-        runtime=_runtime(deployment_region="EEA"),
     )
     d = _decide(bundles["customer-onboarding"], action)
     assert d["decision"] == "DENY"
@@ -116,14 +81,14 @@ def test_gdpr_minimisation_denies_phone(bundles: dict[str, LoadedBundle]) -> Non
 
 
 def test_clean_support_read_is_allowed(bundles: dict[str, LoadedBundle]) -> None:
-    d = _decide(bundles["support-desk"], _support_read())
+    d = _decide(bundles["support-desk"], support_read())
     assert d["decision"] == "ALLOW"
     assert d["reason_codes"] == ["policy_passed"]
     assert d["missing_controls"] == ["standard_audit_logging"]
 
 
 def test_cross_tenant_read_is_denied(bundles: dict[str, LoadedBundle]) -> None:
-    action = _support_read(target={"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_b"})
+    action = with_(support_read(), {"target.tenant_id": "tenant_b"})
     d = _decide(bundles["support-desk"], action)
     assert d["decision"] == "DENY"
     assert d["reason_codes"] == ["tenant_boundary"]
@@ -132,13 +97,14 @@ def test_cross_tenant_read_is_denied(bundles: dict[str, LoadedBundle]) -> None:
 
 
 def test_tenant_breach_and_high_risk_refund_lists_both(bundles: dict[str, LoadedBundle]) -> None:
-    action = _support_read(
+    action = with_(
+        support_read(),
+        {"runtime.risk_level": "high"},
         action_type="refund",
         requested_action="billing.refund",
         amount={"value_minor": 2500, "currency": "EUR"},
         target={"type": "refund", "reference": "ord_1", "tenant_id": "tenant_b"},
         knowledge={"project": "support-desk", "unit": "refunds", "fields_read": ["order_id", "amount"]},
-        runtime=_runtime(risk_level="high"),
     )
     d = _decide(bundles["support-desk"], action)
     assert d["decision"] == "DENY"
@@ -148,7 +114,7 @@ def test_tenant_breach_and_high_risk_refund_lists_both(bundles: dict[str, Loaded
 
 
 def test_unknown_unit_fails_closed(bundles: dict[str, LoadedBundle]) -> None:
-    action = _support_read(knowledge={"project": "support-desk", "unit": "no-such-unit", "fields_read": []})
+    action = with_(support_read(), {"knowledge.unit": "no-such-unit", "knowledge.fields_read": []})
     d = _decide(bundles["support-desk"], action)
     assert d["decision"] == "DENY"
     assert "unknown_unit" in d["reason_codes"]

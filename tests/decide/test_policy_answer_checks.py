@@ -11,6 +11,7 @@ import shutil
 from typing import Any
 
 import pytest
+from actionkit import support_read, with_
 from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 
 from kcp_opa.compile.compiler import compile_bundle
@@ -43,27 +44,7 @@ def _unit(i: int) -> str:
 
 
 def _action(unit: str) -> dict[str, Any]:
-    return {
-        "schema_version": "2.0",
-        "action_id": "act_depth_1",
-        "idempotency_key": "idem_depth_0000000001",
-        "tenant_id": "tenant_a",
-        "subject_id": "user_1",
-        "agent_id": "support-agent/v1",
-        "action_type": "read",
-        "requested_action": "crm.get_customer",
-        "target": {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_a"},
-        "authorization_context": {"requested_by": "user_1", "agent_scope": ["crm.get_customer"]},
-        "knowledge": {"project": "synthetic", "unit": unit, "fields_read": ["name"]},
-        "runtime": {
-            "deployment_region": "EU",
-            "model": {"id": "m", "hosting": "self_hosted"},
-            "risk_level": "low",
-            "evidence_status": "present",
-            "budget_state": "within_budget",
-        },
-        "created_at": "2026-11-29T09:59:00Z",
-    }
+    return with_(support_read(), knowledge={"project": "synthetic", "unit": unit, "fields_read": ["name"]})
 
 
 #: Unit counts that put the unit index at every depth, 0 to 4 (compile.datadoc.index_depth).
@@ -117,8 +98,11 @@ def lying_gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
 
 
 def test_a_policy_that_lies_about_execution_is_an_engine_error(lying_gate: Gate) -> None:
-    action = _action("x") | {"knowledge": {"project": "support-desk", "unit": "customer-records"}}
-    action["target"] = {"type": "customer_record", "reference": "cust_9", "tenant_id": "tenant_b"}
+    action = with_(
+        support_read(),
+        {"target.tenant_id": "tenant_b"},
+        knowledge={"project": "support-desk", "unit": "customer-records"},
+    )
     decision = lying_gate.decide(action, now=NOW)
     assert decision.engine_error is not None and "execution_allowed" in decision.engine_error
     assert decision.decision.value == "DENY" and decision.execution_allowed is False
