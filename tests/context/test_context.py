@@ -205,15 +205,12 @@ def test_the_archived_input_carries_each_fact_with_its_class_and_source_and_repl
 def test_without_sources_no_stated_fact_is_believed(tmp_path: Path) -> None:
     """The support-desk read that states every fact the gate would need: without a source the
     gate knows none of them, so it is held, naming what it lacks, never allowed."""
-    import sys
-
-    sys.path.insert(0, str(REPO / "tests" / "adversarial"))
-    from test_context_missing import NOW, READ
+    from actionkit import support_read
 
     base = DEPLOYMENTS / "support-desk"
     bundle = tmp_path / "sd.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle)
-    decision = Gate.from_bundle(bundle).decide(READ, now=NOW)
+    decision = Gate.from_bundle(bundle).decide(support_read(), now="2026-11-29T10:00:00Z")
     assert decision.decision.value in {"ESCALATE", "DENY"} and not decision.execution_allowed
     named = {f for v in decision.to_dict()["violations"] if v["code"] == "context_missing" for f in v["fields"]}
     assert {"input.context.facts.evidence_status", "input.context.facts.deployment_region"} <= named
