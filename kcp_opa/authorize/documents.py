@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kcp_opa.core.documents import Fields, JsonDict, Signature, sign
+from kcp_opa.core.documents import Fields, Signature, sign
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.keys import Signer, Verifier, document_verifies
 
 RECEIPT_SCHEMA_VERSION = "2.0"

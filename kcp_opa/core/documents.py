@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol, Self, TypeVar
 
 from kcp_opa.core.errors import MalformedDocumentError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.keys import Signer, signed_bytes
-
-#: A document's wire form: a JSON object (``to_dict``), what ``json.dumps`` and the signers take.
-JsonDict = dict[str, object]
 
 
 class SignedDocument(Protocol):

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kcp_opa.core.canonical import canonical_json
-from kcp_opa.core.documents import Fields, JsonDict, Signature, sign
+from kcp_opa.core.documents import Fields, Signature, sign
 from kcp_opa.core.errors import LedgerError, MalformedDocumentError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.signing import Keyring, Signer, document_verifies, signed_bytes
 
 CHECKPOINT_FORMAT = "kcp-opa-checkpoint/1"
