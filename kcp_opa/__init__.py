@@ -12,7 +12,7 @@ diff and case pinning over generated input spaces; ``cli`` the command on top. T
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kcp_opa.core.version import __version__
 
@@ -131,7 +131,7 @@ _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted([*_HOME, "__version__"])
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module 'kcp_opa' has no attribute {name!r}")

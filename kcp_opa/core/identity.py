@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
-from typing import Any
 
 from kcp_opa.core.errors import CodedError
 
@@ -70,7 +69,7 @@ def same_principal(left: str, right: str) -> bool:
     return canonical_id(left) == canonical_id(right)
 
 
-def canonical_or_empty(value: Any) -> str:
+def canonical_or_empty(value: object) -> str:
     """The canonical id of ``value``, or "" when it is not a string or cannot be made canonical."""
     try:
         return canonical_id(value) if isinstance(value, str) else ""

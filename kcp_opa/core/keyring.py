@@ -60,7 +60,7 @@ class Keyring:
         for kid, key in sorted(self.keys.items()):
             if key.alg == HMAC_SHA256:
                 continue  # secrets never go into files written by us; name them with secret_env
-            entry: dict[str, Any] = {"kid": kid, "alg": key.alg, "retired": key.retired}
+            entry: dict[str, object] = {"kid": kid, "alg": key.alg, "retired": key.retired}
             public = key.public()
             if isinstance(public, Ed25519Key) and public.public_key is not None:
                 entry["public_key"] = _b64(
@@ -132,7 +132,7 @@ def load_signing_keyring(spec: str) -> Keyring:
     return load_keyring(spec)
 
 
-def _key_from_entry(entry: Any, source: str) -> Key:
+def _key_from_entry(entry: object, source: str) -> Key:
     if not isinstance(entry, Mapping) or not isinstance(entry.get("kid"), str) or entry.get("alg") not in ALGORITHMS:
         raise KeyringError(f"{source}: each key needs a kid and alg ({' or '.join(ALGORITHMS)})", "malformed_key")
     kid, retired = entry["kid"], bool(entry.get("retired", False))

@@ -17,13 +17,14 @@ import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import KeyringError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 
 HMAC_SHA256 = "HMAC-SHA256"
 ED25519 = "Ed25519"
@@ -82,7 +83,7 @@ class Key(Signer, Verifier, Protocol):
         ...
 
 
-def signed_bytes(document: Mapping[str, Any], at: str = "signature") -> bytes:
+def signed_bytes(document: JsonObject, at: str = "signature") -> bytes:
     """The bytes a signature covers: the document with only ``<at>.value`` removed."""
     body = dict(document)
     signature = body.get(at)
@@ -91,14 +92,15 @@ def signed_bytes(document: Mapping[str, Any], at: str = "signature") -> bytes:
     return canonical_json(body)
 
 
-def sign_document(document: Mapping[str, Any], signer: Signer, at: str = "signature") -> dict[str, Any]:
+def sign_document(document: JsonObject, signer: Signer, at: str = "signature") -> JsonDict:
     """``document`` with ``<at> {alg, kid, value}`` added (``alg`` and ``kid`` are signed too)."""
-    signed = {**document, at: {"alg": signer.alg, "kid": signer.kid}}
-    signed[at]["value"] = signer.sign(signed_bytes(signed, at))
+    stamp = {"alg": signer.alg, "kid": signer.kid}
+    signed: JsonDict = {**document, at: stamp}
+    stamp["value"] = signer.sign(signed_bytes(signed, at))
     return signed
 
 
-def document_verifies(document: Mapping[str, Any], verifier: Verifier, at: str = "signature") -> bool:
+def document_verifies(document: JsonObject, verifier: Verifier, at: str = "signature") -> bool:
     """True when ``<at>.value`` is ``verifier``'s signature over :func:`signed_bytes`."""
     signature = document.get(at)
     value = signature.get("value") if isinstance(signature, Mapping) else None

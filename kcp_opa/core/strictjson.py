@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 #: Longest integer literal accepted (digits, sign excluded): far beyond 64 bits (19 digits),
 #: far below the 4,300 digits where Python's int() refuses with an unrelated ValueError.
@@ -34,8 +34,8 @@ class StrictJSONError(json.JSONDecodeError):
         return self.msg
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def _pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result: dict[str, object] = {}
     for key, value in pairs:
         if key in result:
             raise StrictJSONError(f"duplicate key {key!r} in one object")
@@ -43,7 +43,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _constant(name: str) -> Any:
+def _constant(name: str) -> NoReturn:
     raise StrictJSONError(f"{name} is not a JSON number")
 
 
@@ -81,7 +81,7 @@ def loads(text: str | bytes) -> Any:
     return value
 
 
-def _has_surrogate(value: Any) -> bool:
+def _has_surrogate(value: object) -> bool:
     stack = [value]
     while stack:
         item = stack.pop()

@@ -17,9 +17,9 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from kcp_opa.core.frozen import frozen_copy
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.keys import Ed25519Key, HmacKey, Verifier, signed_bytes
 
 #: Distinct verified signatures kept: enough for every attestation a gate holds at once.
@@ -49,13 +49,13 @@ class VerifiedSignatures:
         self.hits = self.misses = 0
         self._held: OrderedDict[tuple[bytes, bytes, str], None] = OrderedDict()
         #: Documents this memo copied read-only itself (:meth:`own`): their signed bytes' digest by ``at``.
-        self._owned: OrderedDict[int, tuple[Any, dict[str, bytes]]] = OrderedDict()
+        self._owned: OrderedDict[int, tuple[object, dict[str, bytes]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def own(self, document: Any) -> Any:
+    def own(self, document: object) -> object:
         """A read-only deep copy of ``document`` (kcp_opa.core.frozen) this memo knows by identity:
         nothing can change it, so its signed bytes are serialised and hashed once, not on every
         verification. What is no mapping is returned as it is."""
@@ -72,7 +72,7 @@ class VerifiedSignatures:
         """``verifier.verify(message, value)``, answered from the memo when this exact triple verified before."""
         return self._verifies(verifier, value, lambda: message, None)
 
-    def document_verifies(self, document: Mapping[str, Any], verifier: Verifier, at: str = "signature") -> bool:
+    def document_verifies(self, document: JsonObject, verifier: Verifier, at: str = "signature") -> bool:
         """As :func:`kcp_opa.core.keys.document_verifies`, through the memo."""
         signature = document.get(at)
         value = signature.get("value") if isinstance(signature, Mapping) else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -39,8 +39,8 @@ def ecma_pattern(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-def _pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> Any:
-    if validator.is_type(instance, "string") and not ecma_pattern(pattern).search(instance):
+def _pattern(_validator: object, pattern: str, instance: object, _schema: object) -> Iterator[ValidationError]:
+    if isinstance(instance, str) and not ecma_pattern(pattern).search(instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -77,16 +77,16 @@ def validator(name: str) -> Draft202012Validator:
 
 
 @cache
-def fast_validator(name: str) -> Callable[[Any], Any]:
+def fast_validator(name: str) -> Callable[[object], None]:
     """The same schema compiled to Python by fastjsonschema (~12x faster on a large manifest).
 
     Only its acceptance is used: a document it passes is valid, and one it refuses goes to
     :func:`validator`, whose verdict and wording stand (tests/declare/test_schema_fast_path.py
     checks that it never passes what the strict validator refuses).
     """
-    compiled: Callable[[Any], Any] = fastjsonschema.compile(_inlined(name))
+    compiled: Callable[[object], object] = fastjsonschema.compile(_inlined(name))
 
-    def check(data: Any) -> None:
+    def check(data: object) -> None:
         # fastjsonschema takes 5000.0 for an integer; StrictValidator does not. A document with
         # an integral float anywhere is left to the strict validator.
         if _integral_float(data):
@@ -96,7 +96,7 @@ def fast_validator(name: str) -> Callable[[Any], Any]:
     return check
 
 
-def _integral_float(node: Any) -> bool:
+def _integral_float(node: object) -> bool:
     stack = [node]
     while stack:
         item = stack.pop()
@@ -110,13 +110,13 @@ def _integral_float(node: Any) -> bool:
 
 
 @cache
-def _inlined(name: str) -> dict[str, Any]:
+def _inlined(name: str) -> dict[str, object]:
     document = schema(name)
-    inlined: dict[str, Any] = _inline(document, document.get("$defs", {}))
+    inlined: dict[str, object] = _inline(document, document.get("$defs", {}))
     return inlined
 
 
-def _inline(node: Any, defs: dict[str, Any]) -> Any:
+def _inline(node: object, defs: Mapping[str, object]) -> Any:
     if isinstance(node, dict):
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/") and len(node) == 1:
