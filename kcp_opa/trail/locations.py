@@ -16,22 +16,10 @@ from pathlib import Path
 
 from kcp_opa.core.errors import LedgerError, StoreError
 from kcp_opa.core.signing import Key
+from kcp_opa.stores.opening import is_database as is_database  # one rule for stores and ledgers
+from kcp_opa.stores.opening import shown as shown
 from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.ledger import AuditLedger, checkpoint_path, tree_path
-
-
-def is_database(location: str | Path) -> bool:
-    """Whether ``location`` names a PostgreSQL database rather than a ledger file."""
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
-
-
-def shown(location: str | Path) -> str:
-    """``location`` as output and logs may show it (a database URI without any password)."""
-    if not is_database(location):
-        return str(location)
-    from kcp_opa.stores.postgres.base import redact
-
-    return redact(str(location))
 
 
 def _postgres_ledger() -> type:
