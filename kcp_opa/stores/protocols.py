@@ -13,8 +13,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.keys import Key
 from kcp_opa.stores.records import (
     Challenge,
     ExecutionRecord,
@@ -53,7 +55,7 @@ class ExecutionStore(Protocol):
         """
         ...
 
-    def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
+    def finish_execution(self, idempotency_key: str, *, outcome: object = None, error: str | None = None) -> bool:
         """Record the outcome (failed when ``error``) of a running claim; False if it was no longer running."""
         ...
 
@@ -67,7 +69,7 @@ class ExecutionStore(Protocol):
         """
         ...
 
-    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: Any, note: str) -> bool:
+    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: object, note: str) -> bool:
         """A running claim whose handler ran but whose outcome the ledger could not record.
 
         Its lease ends now, so it reads as ``ambiguous`` (never run again, listed, resolved only by
@@ -140,7 +142,7 @@ class DecisionStore(Protocol):
         """The desk's seal key, made once per store: every process on it seals alike."""
         ...
 
-    def put(self, decision_id: str, evaluated_by: str, agent_id: str | None, document: Mapping[str, Any]) -> None:
+    def put(self, decision_id: str, evaluated_by: str, agent_id: str | None, document: JsonObject) -> None:
         """Keep a new decision's record; a decision id is kept once."""
         ...
 
@@ -148,7 +150,7 @@ class DecisionStore(Protocol):
         """The kept record; raises UnknownRecordError (``unknown_decision``)."""
         ...
 
-    def update(self, decision_id: str, change: Callable[[StoredDecision], tuple[Mapping[str, Any], Any]]) -> Any:
+    def update(self, decision_id: str, change: Callable[[StoredDecision], tuple[JsonObject, T]]) -> T:
         """Apply ``change`` (row -> new document, result) under the store's write lock; return its result.
 
         Concurrent updates of one decision are applied one after the other; none is lost.
@@ -170,7 +172,7 @@ class ChallengeStore(Protocol):
         action_hash: str,
         control: str,
         addressed_to: Mapping[str, list[str]],
-        summary: Mapping[str, Any],
+        summary: JsonObject,
         created_by: str,
         ttl_seconds: int = DEFAULT_CHALLENGE_TTL_SECONDS,
         now: dt.datetime | None = None,
@@ -270,21 +272,21 @@ class LedgerStore(Protocol):
     and report read either through :meth:`snapshot`.
     """
 
-    checkpoint_key: Any
+    checkpoint_key: Key | None
 
     @property
     def location(self) -> str:
         """Where the ledger is, as status and errors may show it (never a credential)."""
         ...
 
-    def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def append(self, entry: JsonObject) -> JsonDict:
         """Chain and durably write one entry (seq, previous_hash, entry_hash added); returns it.
 
         Raises LedgerError when it is not durably written: the caller fails closed (never an allow).
         """
         ...
 
-    def close(self) -> dict[str, Any] | None:
+    def close(self) -> JsonDict | None:
         """With a writer key, a signed checkpoint of the head (written beside the chain); returns it."""
         ...
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import CodedError, StoreError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 
 #: An execution still ``running`` past its lease: its process died or hung between claim and outcome.
 AMBIGUOUS = "ambiguous"
@@ -32,7 +33,7 @@ class ExecutionRecord:
     action_hash: str
     receipt_id: str
     state: str
-    outcome: Any
+    outcome: object
     error: str | None
     started_at: str = ""
     lease_expires_at: str | None = None
@@ -45,7 +46,7 @@ class StoredDecision:
     decision_id: str
     evaluated_by: str
     agent_id: str | None
-    document: Mapping[str, Any]
+    document: JsonObject
 
 
 class UnknownRecordError(CodedError):
@@ -63,7 +64,7 @@ class Challenge:
     action_hash: str
     control: str
     addressed_to: Mapping[str, list[str]]
-    summary: Mapping[str, Any]
+    summary: JsonObject
     created_by: str
     created_at: str
     expires_at: str
@@ -77,7 +78,7 @@ class Challenge:
         action_hash: str,
         control: str,
         addressed_to: Mapping[str, list[str]],
-        summary: Mapping[str, Any],
+        summary: JsonObject,
         created_by: str,
         moment: dt.datetime,
         ttl_seconds: int,
@@ -111,7 +112,7 @@ class Challenge:
         documents = (json.dumps(self.addressed_to, sort_keys=True), json.dumps(self.summary, sort_keys=True))
         return (*values[:4], *documents, *values[6:])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "challenge_id": self.challenge_id,
             "decision_id": self.decision_id,
@@ -260,7 +261,7 @@ class PostedFact:
     subject_id: str | None
     issued_at: str
     expires_at: str
-    document: Mapping[str, Any]
+    document: JsonObject
 
     @property
     def expires_epoch(self) -> int:
@@ -271,7 +272,7 @@ class PostedFact:
         return int(moment.timestamp() // 1)
 
 
-def posted_fact(document: Mapping[str, Any], *, issuer: str, subject_id: str | None) -> PostedFact:
+def posted_fact(document: JsonObject, *, issuer: str, subject_id: str | None) -> PostedFact:
     """The row a verified attestation is kept as: ``issuer`` and ``subject_id`` canonical (the
     caller's), the rest read from the signed ``document``."""
     action_hash = document.get("action_hash")
@@ -287,7 +288,7 @@ def posted_fact(document: Mapping[str, Any], *, issuer: str, subject_id: str | N
     )
 
 
-def fact_row(fact: PostedFact) -> tuple[Any, ...]:
+def fact_row(fact: PostedFact) -> tuple[object, ...]:
     """A posted fact as the store writes it (``stores.sql.FACT_COLUMNS`` order, then ``expires_epoch``)."""
     document = json.dumps(dict(fact.document), sort_keys=True)
     return (fact.fact_id, fact.issuer, fact.fact, fact.action_hash, fact.subject_id, fact.issued_at, fact.expires_at,

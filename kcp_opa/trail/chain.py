@@ -24,14 +24,15 @@ import datetime as dt
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KeyringError, LedgerError
 from kcp_opa.core.groupcommit import GroupCommit
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import Key, Keyring, sign_document
 from kcp_opa.trail.checkpoint import Checkpoint
 from kcp_opa.trail.frontier import TreeState, encode_root
@@ -61,7 +62,7 @@ class Genesis:
     def new(cls, key: Key | None) -> Genesis:
         """A fresh header; with a writer key it names the key (``entry_auth``), binding the ledger to it."""
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        header: dict[str, Any] = {HEADER_KEY: 1, "ledger_id": uuid.uuid4().hex, "created_at": stamp}
+        header: JsonDict = {HEADER_KEY: 1, "ledger_id": uuid.uuid4().hex, "created_at": stamp}
         if key is not None:
             header[AUTH_KEY] = {"alg": key.alg, "kid": key.kid}
         return cls(canonical_json(header), str(header["ledger_id"]), canonical_hash(header))
@@ -83,7 +84,7 @@ class Head:
     ledger_id: str | None
     seq: int
     head_hash: str
-    last: Mapping[str, Any] | None
+    last: JsonObject | None
     created: bool
     holds: Callable[[int, str], bool]
     kept_tree: Callable[[], TreeState | None] = lambda: None
@@ -168,7 +169,7 @@ class Chain:
         """Where the chain is kept (the ``LedgerStore`` protocol's location)."""
         return self.storage.location
 
-    def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def append(self, entry: JsonObject) -> JsonDict:
         """Chain and durably write one entry; returns it with seq, previous_hash and entry_hash.
 
         Raises :class:`LedgerError` if it is not kept (the caller must fail closed).
@@ -178,7 +179,7 @@ class Chain:
                 return self._write_batch([dict(entry)])[0]
         return self._group.submit(dict(entry))
 
-    def close(self) -> dict[str, Any] | None:
+    def close(self) -> JsonDict | None:
         """With a writer key, keep a signed checkpoint of the current head; returns its wire form (None if empty).
 
         The head is admitted as for an append, under the same lock: a writer never signs a head
@@ -228,7 +229,7 @@ class Chain:
         self._tree = (batch.ledger_id, found[0])
         return found[0]
 
-    def _write_batch(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _write_batch(self, entries: list[JsonDict]) -> list[JsonDict]:
         batch = self.storage.extend(Genesis.new(self.checkpoint_key), lambda head: self._build(head, entries))
         assert batch is not None  # a genesis is given: the storage always builds
         written = [entry.to_dict() for entry, _ in batch.entries]
@@ -240,7 +241,7 @@ class Chain:
             self._last_checkpoint = batch.checkpoint
         return written
 
-    def _build(self, head: Head, events: list[dict[str, Any]]) -> Batch:
+    def _build(self, head: Head, events: list[JsonDict]) -> Batch:
         """Admit the head, chain ``events`` after it (and into the tree), and sign a checkpoint when one is due."""
         self._admit(head)
         previous, seq, tree = head.head_hash, head.seq, self._tree_at(head)
@@ -327,7 +328,7 @@ class Chain:
             found = report.problems[0]
             raise LedgerError(f"{self.storage.place(found.line)}: {found.message}; refusing to extend or checkpoint it")
 
-    def _sign(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def _sign(self, entry: JsonDict) -> JsonDict:
         assert self.checkpoint_key is not None
         try:
             return sign_document(entry, self.checkpoint_key, ENTRY_SIGNATURE)
@@ -357,7 +358,7 @@ def _replayed(head: Head, start: TreeState) -> TreeState | None:
     return state if state.at(head.seq, head.head_hash) else None
 
 
-def parse(line: bytes | str) -> Any:
+def parse(line: bytes | str) -> object:
     """One stored line as JSON, or None when it is not JSON (a torn or foreign line)."""
     try:
         return json.loads(line)

@@ -10,9 +10,9 @@ checkpoint and the keys.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.signing import Keyring
 from kcp_opa.trail.consumes import (
     CONSUME_TYPE,
@@ -42,7 +42,7 @@ def index_problem(tree: LedgerTree, checkpoint: Checkpoint) -> str | None:
     return None
 
 
-def prove_consumed(tree: LedgerTree, receipt_id: str, checkpoint: Checkpoint) -> dict[str, Any]:
+def prove_consumed(tree: LedgerTree, receipt_id: str, checkpoint: Checkpoint) -> JsonDict:
     """The consume proof of ``receipt_id`` (the tree read with ``receipt=receipt_id``) against ``checkpoint``."""
     matching(tree, checkpoint)
     problem = index_problem(tree, checkpoint)
@@ -55,8 +55,8 @@ def prove_consumed(tree: LedgerTree, receipt_id: str, checkpoint: Checkpoint) ->
 
 
 def verify_consumed(
-    document: Any, checkpoint: Checkpoint, receipt_id: str, keyring: Keyring | None = None, writer: str | None = None
-) -> dict[str, Any]:
+    document: object, checkpoint: Checkpoint, receipt_id: str, keyring: Keyring | None = None, writer: str | None = None
+) -> JsonDict:
     """What the proof shows of ``receipt_id`` up to ``checkpoint``; NoteError unless it was consumed at most once.
 
     Every consume the signed index names must be shown as R's intent entry at that seq, and no

@@ -24,9 +24,9 @@ import binascii
 import bisect
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.trail.frontier import encode_root
 from kcp_opa.trail.merkle import MerkleTree, leaf_hash, verify_inclusion
 from kcp_opa.trail.note import Checkpoint, NoteError
@@ -66,14 +66,14 @@ class ConsumeIndex:
     def extension(self) -> str:
         return f"{EXTENSION} {self.tree.size} {encode_root(self.tree.root())}"
 
-    def _leaf(self, position: int) -> dict[str, Any]:
+    def _leaf(self, position: int) -> JsonDict:
         return {
             "position": position,
             "leaf": json.loads(self.leaves[position]),
             "hashes": [encode_root(h) for h in self.tree.inclusion_proof(position)],
         }
 
-    def neighbourhood(self, receipt_id: str) -> list[dict[str, Any]]:
+    def neighbourhood(self, receipt_id: str) -> list[JsonDict]:
         """R's leaf and the leaves on each side of it (or of where it would be), with their proofs."""
         at = bisect.bisect_left(self.receipts, receipt_id)
         held = at < len(self.receipts) and self.receipts[at] == receipt_id
@@ -96,9 +96,11 @@ def extension_of(checkpoint: Checkpoint) -> tuple[int, bytes]:
     return int(count), raw
 
 
-def _position(item: Any, count: int, root: bytes) -> tuple[int, str, list[int]]:
+def _position(item: object, count: int, root: bytes) -> tuple[int, str, list[int]]:
     """An index leaf the proof carries, once its inclusion proof verifies: (position, receipt_id, seqs)."""
     try:
+        if not isinstance(item, Mapping):
+            raise TypeError  # as indexing a list, a string or null would
         position, leaf = int(item["position"]), item["leaf"]
         receipt, seqs = leaf["receipt_id"], [int(s) for s in leaf["seqs"]]
         hashes = [base64.b64decode(h, validate=True) for h in item["hashes"]]
@@ -111,7 +113,7 @@ def _position(item: Any, count: int, root: bytes) -> tuple[int, str, list[int]]:
     return position, receipt, seqs
 
 
-def consumed_at(document: Any, checkpoint: Checkpoint, receipt_id: str) -> list[int]:
+def consumed_at(document: object, checkpoint: Checkpoint, receipt_id: str) -> list[int]:
     """The seqs at which the signed index says ``receipt_id`` was consumed, once the neighbourhood proves it.
 
     The leaves must be consecutive positions, strictly sorted, with R's leaf (if any) between
@@ -140,8 +142,8 @@ def consumed_at(document: Any, checkpoint: Checkpoint, receipt_id: str) -> list[
 
 
 def consumed_document(
-    origin: str, size: int, receipt_id: str, index: ConsumeIndex, entries: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
+    origin: str, size: int, receipt_id: str, index: ConsumeIndex, entries: Sequence[JsonObject]
+) -> JsonDict:
     """The proof for ``receipt_id`` against the checkpoint of ``size``: its index neighbourhood and entries."""
     return {
         "format": CONSUMED_FORMAT,

@@ -24,6 +24,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
 from kcp_opa.core.identity import canonical_or_empty
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping
 from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact
@@ -34,20 +35,16 @@ _UNITS_HELD = 4096
 BUNDLE_NAME = "kcp-opa"
 
 
-def _shape_of(result: Any) -> Any:
+def _shape_of(result: object) -> JsonDict | None:
     """An engine's decision without its wording: the state and the reason codes."""
     if not isinstance(result, Mapping):
         return None
     return {key: result.get(key) for key in ("decision", "authorization_status", "reason_codes")}
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _fields_declared(compliance: Mapping[str, Any], task: Any) -> Any:
+def _fields_declared(compliance: JsonObject, task: object) -> object:
     """The list the gate read the action against: its task type's own, else declared_fields."""
-    listed = _mapping(compliance.get("declared_fields_by_task_type")).get(task) if isinstance(task, str) else None
+    listed = mapping(compliance.get("declared_fields_by_task_type")).get(task) if isinstance(task, str) else None
     return listed if isinstance(listed, list) else compliance.get("declared_fields")
 
 
@@ -57,23 +54,23 @@ class _LedgerLogger:
     def __init__(self, ledger: LedgerStore) -> None:
         self.ledger = ledger
 
-    def msg(self, **event: Any) -> dict[str, Any]:
+    def msg(self, **event: object) -> JsonDict:
         return self.ledger.append(event)
 
     info = error = warning = msg
 
 
-def _timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def _timestamp(_: object, __: str, event: MutableMapping[str, object]) -> MutableMapping[str, object]:
     event.setdefault("timestamp", dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
     return event
 
 
-def _type_from_event(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def _type_from_event(_: object, __: str, event: MutableMapping[str, object]) -> MutableMapping[str, object]:
     event["type"] = event.pop("event")
     return event
 
 
-def attribution(document: Mapping[str, Any], action: Mapping[str, Any]) -> dict[str, Any]:
+def attribution(document: JsonObject, action: JsonObject) -> JsonDict:
     """Whom a decision entry is attributed to (its top-level ``agent_id``), never on the action's word.
 
     The principal the decision was made for (``input.context.facts_principal``: over the service
@@ -91,7 +88,7 @@ def attribution(document: Mapping[str, Any], action: Mapping[str, Any]) -> dict[
     return {"agent_id": stated, "unauthenticated": True}
 
 
-def erase_content(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def erase_content(document: JsonObject) -> tuple[JsonDict, list[str]]:
     """The decision input reduced to its allow-listed fields; the JSON pointers erased."""
     return redact(document, INPUT_FIELDS, "/input")
 
@@ -109,16 +106,16 @@ class AuditTrail:
             wrapper_class=structlog.BoundLogger,  # never a level-filtering one: audit is not optional
             cache_logger_on_first_use=False,
         )
-        self._units: dict[tuple[str, str], Mapping[str, Any] | None] = {}
+        self._units: dict[tuple[str, str], JsonObject | None] = {}
 
-    def bundles(self) -> dict[str, Any]:
+    def bundles(self) -> dict[str, JsonDict]:
         """OPA's ``bundles`` field: the revision, and the bytes (sha256) and signer that decided."""
-        named: dict[str, Any] = {"revision": self.bundle.revision, "sha256": self.bundle.sha256}
+        named: JsonDict = {"revision": self.bundle.revision, "sha256": self.bundle.sha256}
         if self.bundle.signer is not None:
             named["keyid"] = self.bundle.signer
         return {BUNDLE_NAME: named}
 
-    def _unit(self, action: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def _unit(self, action: JsonObject) -> JsonObject | None:
         knowledge = action.get("knowledge")
         if not isinstance(knowledge, Mapping):
             return None
@@ -127,34 +124,34 @@ class AuditTrail:
             return None
         return self._compiled_unit(project, unit_id)
 
-    def _compiled_unit(self, project: str, unit_id: str) -> Mapping[str, Any] | None:
+    def _compiled_unit(self, project: str, unit_id: str) -> JsonObject | None:
         """The bundle's compiled unit (its profile merged in), looked up once per unit, not per entry."""
         key = (project, unit_id)
         if key in self._units:
             return self._units[key]
-        compiled = self.bundle.data.get("kcp_data", {})
-        index, profiles = compiled.get("units", {}), compiled.get("profiles", [])
-        found: Any = None
+        compiled = mapping(self.bundle.data.get("kcp_data"))
+        index, profiles = mapping(compiled.get("units")), items(compiled.get("profiles"))
+        found: object = None
         if index:
-            node: Any = index.get("slots")
-            for digit in leaf_path([project, unit_id], int(index.get("depth", 0))):
-                node = node[digit]
-            found = node.get(project, {}).get(unit_id)
+            node = index.get("slots")
+            for digit in leaf_path([project, unit_id], integer(index.get("depth")) or 0):
+                node = items(node)[digit]
+            found = mapping(mapping(node).get(project)).get(unit_id)
         unit = None
         if isinstance(found, Mapping):
             position = found.get("profile")
-            profile = profiles[position] if isinstance(position, int) and 0 <= position < len(profiles) else {}
+            profile = mapping(profiles[position]) if isinstance(position, int) and 0 <= position < len(profiles) else {}
             unit = MappingProxyType({**profile, **found})
         if len(self._units) >= _UNITS_HELD:
             self._units.clear()
         self._units[key] = unit
         return unit
 
-    def _kcp_fields(self, action: Mapping[str, Any], decision: Decision | None) -> dict[str, Any]:
+    def _kcp_fields(self, action: JsonObject, decision: Decision | None) -> JsonDict:
         unit = self._unit(action) or {}
-        compliance = _mapping(unit.get("compliance"))
-        knowledge = _mapping(action.get("knowledge"))
-        model = _mapping(_mapping(action.get("runtime")).get("model"))
+        compliance = mapping(unit.get("compliance"))
+        knowledge = mapping(action.get("knowledge"))
+        model = mapping(mapping(action.get("runtime")).get("model"))
         unit_ref = f"{knowledge['project']}/{knowledge['unit']}" if knowledge.get("unit") else None
         return {
             "action_id": action.get("action_id"),
@@ -162,7 +159,7 @@ class AuditTrail:
             "kcp_unit_applied": unit_ref,
             "evaluator_id": "kcp_gate",
             "evaluator_version": self.policy_version,
-            "fields_accessed": list(knowledge.get("fields_read") or []),
+            "fields_accessed": list(items(knowledge.get("fields_read"))),
             "fields_declared": _fields_declared(compliance, action.get("action_type")),
             "passed": None if decision is None else decision.decision.value != "DENY",
             "trace_id": None if decision is None else decision.trace_id,
@@ -172,11 +169,11 @@ class AuditTrail:
 
     def decision(
         self,
-        document: Mapping[str, Any],
-        action: Mapping[str, Any],
+        document: JsonObject,
+        action: JsonObject,
         decision: Decision,
-        result: Any,
-        engine_results: Mapping[str, Any] | None = None,
+        result: object,
+        engine_results: JsonObject | None = None,
         shadow: str | None = None,
         redecision: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
@@ -189,7 +186,7 @@ class AuditTrail:
         """
         no_logging = "redact_content" in decision.verdict.obligations or self.no_logging(action)
         archived, erased = erase_content(document) if no_logging else (dict(document), [])
-        extra: dict[str, Any] = {} if engine_results is None else {"engine_results": dict(engine_results)}
+        extra: JsonDict = {} if engine_results is None else {"engine_results": dict(engine_results)}
         if redecision is not None:
             extra["original_decision_id"], extra["redecision"] = redecision
         if engine_results is not None and no_logging:
@@ -222,7 +219,7 @@ class AuditTrail:
         return entry
 
     def event(
-        self, kind: str, action: Mapping[str, Any] | None, decision: Decision | None, **fields: Any
+        self, kind: str, action: JsonObject | None, decision: Decision | None, **fields: object
     ) -> dict[str, Any]:
         """A control, receipt, intent, execution or failure event, with the KCP fields of its action.
 
@@ -236,7 +233,7 @@ class AuditTrail:
             entry = self._log.msg(kind, **base, **fields)
         return entry
 
-    def no_logging(self, action: Mapping[str, Any]) -> bool:
+    def no_logging(self, action: JsonObject) -> bool:
         """True when the unit the action names is under the ``no-logging`` restriction."""
-        restrictions = _mapping((self._unit(action) or {}).get("compliance")).get("restrictions")
+        restrictions = mapping((self._unit(action) or {}).get("compliance")).get("restrictions")
         return isinstance(restrictions, list) and "no-logging" in restrictions

@@ -32,7 +32,7 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ import structlog
 
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Key
 from kcp_opa.stores.records import LedgerSnapshot
 from kcp_opa.trail.chain import Batch, Chain, Genesis, Head, parse
@@ -271,7 +272,7 @@ def _prepare(fd: int, path: Path, genesis: Genesis | None) -> tuple[int, Head] |
         return 0, _head(parsed, genesis.ledger_id, 0, genesis.head_hash, None, created=True)
     first = os.pread(fd, _TAIL_CHUNK, 0)
     end = first.find(b"\n")
-    head: Any = parse(first[:end]) if end >= 0 else None
+    head = parse(first[:end]) if end >= 0 else None
     headed = is_header(head)
     legacy = isinstance(head, dict) and head.get("seq") == 1 and head.get("previous_hash") == GENESIS
     if end < 0 and size < 160 and first.startswith(b'{"created_at":"'):
@@ -287,7 +288,7 @@ def _prepare(fd: int, path: Path, genesis: Genesis | None) -> tuple[int, Head] |
         os.ftruncate(fd, last + 1)  # never acknowledged: its writer died before the fsync returned
         os.fsync(fd)
         size = last + 1
-    ledger_id = str(head["ledger_id"]) if headed else None
+    ledger_id = str(head["ledger_id"]) if is_header(head) else None
     if headed and size == end + 1:
         return size, _head(head, ledger_id, 0, canonical_hash(head), None)
     begin = _last_newline(fd, size - 1) + 1
@@ -306,7 +307,7 @@ def _head(
     ledger_id: str | None,
     seq: int,
     head_hash: str,
-    last: Mapping[str, Any] | None,
+    last: JsonObject | None,
     *,
     created: bool = False,
 ) -> Head:

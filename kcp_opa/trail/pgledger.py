@@ -123,7 +123,8 @@ class PostgresChainStorage:
             found = parse(entry_at(seq) or "null")
             return isinstance(found, dict) and found.get("entry_hash") == entry_hash
 
-        return Head(parsed, head.ledger_id, head.seq, head.head_hash, last, head.created, holds)
+        at_head = last if isinstance(last, dict) else None  # at seq 0 there is no entry
+        return Head(parsed, head.ledger_id, head.seq, head.head_hash, at_head, head.created, holds)
 
 
 class PostgresLedger(Chain):

@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import Keyring
 from kcp_opa.core.strictjson import loads
 from kcp_opa.trail.ledgertree import LedgerTree
@@ -26,6 +27,7 @@ from kcp_opa.trail.verify import entry_hash, foreign_entry
 
 INCLUSION_FORMAT = "kcp-opa-inclusion-proof/1"
 CONSISTENCY_FORMAT = "kcp-opa-consistency-proof/1"
+V = TypeVar("V")
 
 
 def matching(tree: LedgerTree, checkpoint: Checkpoint) -> None:
@@ -46,7 +48,7 @@ def _encoded(hashes: list[bytes]) -> list[str]:
     return [base64.b64encode(h).decode("ascii") for h in hashes]
 
 
-def inclusion_document(tree: LedgerTree, seq: int, checkpoint: Checkpoint) -> dict[str, Any]:
+def inclusion_document(tree: LedgerTree, seq: int, checkpoint: Checkpoint) -> JsonDict:
     """The proof that the entry at ``seq`` is in the tree ``checkpoint`` signs (``seq`` kept by the tree)."""
     matching(tree, checkpoint)
     if not 1 <= seq <= checkpoint.size or seq not in tree.kept:
@@ -61,7 +63,7 @@ def inclusion_document(tree: LedgerTree, seq: int, checkpoint: Checkpoint) -> di
     }
 
 
-def consistency_document(tree: LedgerTree, old: Checkpoint, new: Checkpoint) -> dict[str, Any]:
+def consistency_document(tree: LedgerTree, old: Checkpoint, new: Checkpoint) -> JsonDict:
     """The proof that ``old``'s tree is a prefix of ``new``'s, both checked against the ledger first."""
     matching(tree, old)
     matching(tree, new)
@@ -78,14 +80,14 @@ def consistency_document(tree: LedgerTree, old: Checkpoint, new: Checkpoint) -> 
     }
 
 
-def _field(document: Mapping[str, Any], name: str, kind: type) -> Any:
+def _field(document: JsonObject, name: str, kind: type[V]) -> V:
     value = document.get(name)
     if not isinstance(value, kind) or isinstance(value, bool):
         raise NoteError(f"the proof's {name} is missing or not a {kind.__name__}")
     return value
 
 
-def _hashes(document: Mapping[str, Any]) -> list[bytes]:
+def _hashes(document: JsonObject) -> list[bytes]:
     values = _field(document, "hashes", list)
     out = []
     for value in values:
@@ -99,7 +101,7 @@ def _hashes(document: Mapping[str, Any]) -> list[bytes]:
     return out
 
 
-def _proof(document: Any, expected: str, origin: str) -> Mapping[str, Any]:
+def _proof(document: object, expected: str, origin: str) -> JsonObject:
     if not isinstance(document, Mapping) or document.get("format") != expected:
         raise NoteError(f"not a proof of format {expected}")
     if _field(document, "origin", str) != origin:
@@ -108,7 +110,7 @@ def _proof(document: Any, expected: str, origin: str) -> Mapping[str, Any]:
 
 
 def verify_inclusion_document(
-    document: Any, checkpoint: Checkpoint, keyring: Keyring | None = None, writer: str | None = None
+    document: object, checkpoint: Checkpoint, keyring: Keyring | None = None, writer: str | None = None
 ) -> Mapping[str, Any]:
     """The entry the proof carries, once its canonical bytes are proven at its seq in ``checkpoint``'s tree.
 
@@ -119,7 +121,9 @@ def verify_inclusion_document(
     size, seq = _field(proof, "tree_size", int), _field(proof, "seq", int)
     if size != checkpoint.size:
         raise NoteError(f"the proof is for a tree of {size} entries, the checkpoint's has {checkpoint.size}")
-    entry: Mapping[str, Any] = _field(proof, "entry", Mapping)
+    entry = proof.get("entry")
+    if not isinstance(entry, Mapping):
+        raise NoteError("the proof's entry is missing or not a Mapping")
     if entry.get("seq") != seq:
         raise NoteError(f"the entry says seq {entry.get('seq')!r}, the proof places it at seq {seq}")
     hashed = leaf_hash(canonical_json(entry))
@@ -137,7 +141,7 @@ def verify_inclusion_document(
     return entry
 
 
-def verify_consistency_document(document: Any, old: Checkpoint, new: Checkpoint) -> None:
+def verify_consistency_document(document: object, old: Checkpoint, new: Checkpoint) -> None:
     """Raises unless the proof shows ``old``'s tree is a prefix of ``new``'s (same origin, no fork)."""
     if old.origin != new.origin:
         raise NoteError(f"the checkpoints are of two logs: {old.origin!r} and {new.origin!r}")

@@ -14,10 +14,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.trail.verify import ENTRY_SIGNATURE
 
 _CHAIN = frozenset({"seq", "previous_hash", "entry_hash", ENTRY_SIGNATURE})
@@ -31,16 +31,16 @@ class LedgerEntry:
     seq: int
     previous_hash: str
     entry_hash: str
-    event: Mapping[str, Any]
+    event: JsonObject
     signature: Mapping[str, str] | None = None
 
     @classmethod
     def chained(
         cls,
-        event: Mapping[str, Any],
+        event: JsonObject,
         seq: int,
         previous_hash: str,
-        sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        sign: Callable[[JsonDict], JsonDict] | None = None,
     ) -> LedgerEntry:
         """The entry for ``event`` at ``seq``: signed by ``sign`` (the writer key) if given, then hashed."""
         return cls.written(event, seq, previous_hash, sign)[0]
@@ -48,17 +48,17 @@ class LedgerEntry:
     @classmethod
     def written(
         cls,
-        event: Mapping[str, Any],
+        event: JsonObject,
         seq: int,
         previous_hash: str,
-        sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        sign: Callable[[JsonDict], JsonDict] | None = None,
     ) -> tuple[LedgerEntry, bytes]:
         """:meth:`chained`, with the entry's canonical JSON (the ledger line, without its newline).
 
         The entry is serialised once: as the members sorted before ``entry_hash`` and those
         after it (KYA-CJ-1 sorts keys), joined without it for the hash and around it for the line.
         """
-        body: dict[str, Any] = {k: v for k, v in event.items() if k not in _CHAIN}
+        body: JsonDict = {k: v for k, v in event.items() if k not in _CHAIN}
         body.update(seq=seq, previous_hash=previous_hash)
         if sign is not None:
             body = sign(body)
@@ -69,7 +69,7 @@ class LedgerEntry:
         return cls.from_dict({**body, "entry_hash": digest}), line
 
     @classmethod
-    def from_dict(cls, document: Any) -> LedgerEntry:
+    def from_dict(cls, document: object) -> LedgerEntry:
         """Strict: a mapping with an int seq >= 1, sha256 hashes, and a writer signature of strings if any."""
         if not isinstance(document, Mapping):
             raise LedgerError("not a ledger entry (not a JSON object)")
@@ -87,9 +87,9 @@ class LedgerEntry:
         event = MappingProxyType({k: v for k, v in document.items() if k not in _CHAIN})
         return cls(seq, str(hashes[0]), str(hashes[1]), event, None if signature is None else dict(signature))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The entry as written: the event, the chain fields, the signature (when signed)."""
-        out: dict[str, Any] = {**self.event, "seq": self.seq, "previous_hash": self.previous_hash}
+        out: JsonDict = {**self.event, "seq": self.seq, "previous_hash": self.previous_hash}
         if self.signature is not None:
             out[ENTRY_SIGNATURE] = dict(self.signature)
         out["entry_hash"] = self.entry_hash

@@ -10,11 +10,12 @@ lists apply to decision, control, receipt, intent, execution and failure events 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 
 #: ``True`` keeps the value whole (ids, enums, names, numbers); a mapping keeps only the keys
 #: it names; a one-item list applies its spec to every element of an array.
-Spec = bool | Mapping[str, Any] | list[Any]
+Spec = bool | Mapping[str, "Spec"] | list["Spec"]
 
 ACTION_FIELDS: Mapping[str, Spec] = {
     "schema_version": True,
@@ -123,12 +124,12 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def keep_only(value: Any, spec: Spec, pointer: str, erased: list[str]) -> Any:
+def keep_only(value: object, spec: Spec, pointer: str, erased: list[str]) -> object:
     """``value`` reduced to what ``spec`` names; the pointer of every dropped value is appended."""
     if spec is True:
         return value
     if isinstance(spec, Mapping) and isinstance(value, Mapping):
-        kept: dict[str, Any] = {}
+        kept: JsonDict = {}
         for key, item in value.items():
             where = f"{pointer}/{_escape(str(key))}"
             if key in spec:
@@ -142,7 +143,7 @@ def keep_only(value: Any, spec: Spec, pointer: str, erased: list[str]) -> Any:
     return None
 
 
-def redact(document: Mapping[str, Any], spec: Mapping[str, Any], pointer: str = "") -> tuple[dict[str, Any], list[str]]:
+def redact(document: JsonObject, spec: Mapping[str, Spec], pointer: str = "") -> tuple[JsonDict, list[str]]:
     """A copy of ``document`` with only the allow-listed values, and the JSON pointers erased."""
     erased: list[str] = []
     kept = keep_only(document, spec, pointer, erased)

@@ -23,10 +23,11 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO, TypeGuard
 
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Keyring, document_verifies
 from kcp_opa.trail.frontier import TreeState, encode_root
 
@@ -36,11 +37,11 @@ AUTH_KEY = "entry_auth"
 ENTRY_SIGNATURE = "entry_signature"
 
 
-def entry_hash(entry: Mapping[str, Any]) -> str:
+def entry_hash(entry: JsonObject) -> str:
     return canonical_hash({k: v for k, v in entry.items() if k != "entry_hash"})
 
 
-def is_header(line: Any) -> bool:
+def is_header(line: object) -> TypeGuard[dict[str, object]]:
     """The first line of a ledger written by this version: it identifies the file."""
     return (
         isinstance(line, dict)
@@ -50,13 +51,13 @@ def is_header(line: Any) -> bool:
     )
 
 
-def declared_writer(header: Any) -> Mapping[str, Any] | None:
+def declared_writer(header: object) -> JsonObject | None:
     """The header's ``entry_auth {alg, kid}``: every entry of this ledger is signed by its writer."""
     auth = header.get(AUTH_KEY) if isinstance(header, dict) else None
     return auth if isinstance(auth, Mapping) else None
 
 
-def binding_problem(declared: Mapping[str, Any] | None, writer: str | None, alg: str | None = None) -> str | None:
+def binding_problem(declared: JsonObject | None, writer: str | None, alg: str | None = None) -> str | None:
     """Why the header does not bind the ledger to ``writer`` (any declared writer when None), or None.
 
     The one rule for "this is that writer's ledger": the auditor's verify, ``audit checkpoint``
@@ -77,7 +78,7 @@ def binding_problem(declared: Mapping[str, Any] | None, writer: str | None, alg:
     return None
 
 
-def foreign_entry(entry: Mapping[str, Any], declared: Mapping[str, Any] | None, keyring: Keyring | None) -> str | None:
+def foreign_entry(entry: JsonObject, declared: JsonObject | None, keyring: Keyring | None) -> str | None:
     """Why ``entry`` was not written by a holder of the writer's key, or None.
 
     Without ``keyring`` only the signature's presence is checked (its value cannot be).
@@ -179,7 +180,7 @@ def _verify_lines(
     tree = TreeState.empty(GENESIS)
     previous, expected_seq, entries, torn = GENESIS, 1, 0, False
     ledger_id: str | None = None
-    declared: Mapping[str, Any] | None = None
+    declared: JsonObject | None = None
     headed = False
     number = 0
     for number, raw in enumerate(handle, start=1):
@@ -193,7 +194,7 @@ def _verify_lines(
             except ValueError:
                 entry = None
             if number == 1 and is_header(entry) and raw == canonical_json(entry) + b"\n":
-                headed, ledger_id, previous = True, entry["ledger_id"], canonical_hash(entry)
+                headed, ledger_id, previous = True, str(entry["ledger_id"]), canonical_hash(entry)
                 declared = declared_writer(entry)
                 continue
             problem = _line_problem(raw, entry, previous, expected_seq)
@@ -231,7 +232,7 @@ def _verify_lines(
     )
 
 
-def _line_problem(raw: bytes, entry: Any, previous: str, expected_seq: int) -> str | None:
+def _line_problem(raw: bytes, entry: object, previous: str, expected_seq: int) -> str | None:
     if not isinstance(entry, dict) or not isinstance(entry.get("entry_hash"), str):
         return "not a ledger entry (not JSON, or no entry_hash)"
     if raw != canonical_json(entry) + b"\n":

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
 
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.stores.postgres.base import DIALECT, Connection, PostgresBase
 from kcp_opa.stores.protocols import DEFAULT_CHALLENGE_TTL_SECONDS
 from kcp_opa.stores.records import Challenge, challenge_stamp, refuse_unconsumed
@@ -33,7 +33,7 @@ class PostgresChallengeStore(PostgresBase):
         action_hash: str,
         control: str,
         addressed_to: Mapping[str, list[str]],
-        summary: Mapping[str, Any],
+        summary: JsonObject,
         created_by: str,
         ttl_seconds: int = DEFAULT_CHALLENGE_TTL_SECONDS,
         now: dt.datetime | None = None,

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from kcp_opa.stores.postgres.base import Connection, PostgresBase
+from kcp_opa.core.jsonread import JsonObject
+from kcp_opa.stores.postgres.base import Connection, PostgresBase, T
 from kcp_opa.stores.records import StoredDecision, UnknownRecordError
 
 _TABLES = (
@@ -50,7 +51,7 @@ class PostgresDecisionStore(PostgresBase):
 
         return bytes.fromhex(self._run(work))
 
-    def put(self, decision_id: str, evaluated_by: str, agent_id: str | None, document: Mapping[str, Any]) -> None:
+    def put(self, decision_id: str, evaluated_by: str, agent_id: str | None, document: JsonObject) -> None:
         self._run(
             lambda c: c.execute(
                 "INSERT INTO service_decisions (decision_id, evaluated_by, agent_id, document) VALUES (%s, %s, %s, %s)",
@@ -67,10 +68,10 @@ class PostgresDecisionStore(PostgresBase):
     def get(self, decision_id: str) -> StoredDecision:
         return self._row(self._run(lambda c: c.execute(_GET, (decision_id,)).fetchone()), decision_id)
 
-    def update(self, decision_id: str, change: Callable[[StoredDecision], tuple[Mapping[str, Any], Any]]) -> Any:
+    def update(self, decision_id: str, change: Callable[[StoredDecision], tuple[JsonObject, T]]) -> T:
         """Apply ``change`` (row -> new document, result) with the row locked; return its result."""
 
-        def work(c: Connection) -> Any:
+        def work(c: Connection) -> T:
             current = self._row(c.execute(_GET + " FOR UPDATE", (decision_id,)).fetchone(), decision_id)
             document, result = change(current)
             c.execute(

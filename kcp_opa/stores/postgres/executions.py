@@ -149,7 +149,7 @@ class PostgresStore(PostgresBase):
         row = c.execute(_SELECT + " WHERE idempotency_key = %s", (idempotency_key,)).fetchone()
         return _record(row) if row else None
 
-    def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
+    def finish_execution(self, idempotency_key: str, *, outcome: object = None, error: str | None = None) -> bool:
         """Record the outcome of a running claim; False if it was no longer running (reconciled).
 
         A failure releases the claim's budget reservation in the same transaction.
@@ -186,7 +186,7 @@ class PostgresStore(PostgresBase):
 
         return self._run(work, "cannot release the claim")
 
-    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: Any, note: str) -> bool:
+    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: object, note: str) -> bool:
         """End the lease of a running claim whose outcome the ledger lacks: it reads as ambiguous now."""
         document = json.dumps(outcome, sort_keys=True, allow_nan=False)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
 
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.stores.protocols import DEFAULT_CHALLENGE_TTL_SECONDS
 from kcp_opa.stores.records import CHALLENGE_TIME, Challenge, refuse_unconsumed
 from kcp_opa.stores.sql import CHALLENGE_TABLES, answers, insert_challenge, select_challenge
@@ -31,7 +31,7 @@ class SQLiteChallengeStore(SQLiteBase):
         action_hash: str,
         control: str,
         addressed_to: Mapping[str, list[str]],
-        summary: Mapping[str, Any],
+        summary: JsonObject,
         created_by: str,
         ttl_seconds: int = DEFAULT_CHALLENGE_TTL_SECONDS,
         now: dt.datetime | None = None,

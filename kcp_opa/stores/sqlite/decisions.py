@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.stores.records import StoredDecision, UnknownRecordError
-from kcp_opa.stores.sqlite.base import SQLiteBase, statements
+from kcp_opa.stores.sqlite.base import SQLiteBase, T, statements
 
 _TABLES = statements(
     """CREATE TABLE IF NOT EXISTS service_decisions (
@@ -50,7 +50,7 @@ class SQLiteDecisionStore(SQLiteBase):
 
         return bytes.fromhex(self._run(work))
 
-    def put(self, decision_id: str, evaluated_by: str, agent_id: str | None, document: Mapping[str, Any]) -> None:
+    def put(self, decision_id: str, evaluated_by: str, agent_id: str | None, document: JsonObject) -> None:
         stamp = self.stamp()
         self._run(
             lambda c: c.execute(
@@ -71,10 +71,10 @@ class SQLiteDecisionStore(SQLiteBase):
             raise UnknownRecordError(f"no decision {decision_id} in the service's store")
         return StoredDecision(row[0], row[1], row[2], json.loads(row[3]))
 
-    def update(self, decision_id: str, change: Callable[[StoredDecision], tuple[Mapping[str, Any], Any]]) -> Any:
+    def update(self, decision_id: str, change: Callable[[StoredDecision], tuple[JsonObject, T]]) -> T:
         """Apply ``change`` (row -> new document, result) under the store's write lock; return its result."""
 
-        def work(c: sqlite3.Connection) -> Any:
+        def work(c: sqlite3.Connection) -> T:
             document, result = change(self.get(decision_id))
             c.execute(
                 "UPDATE service_decisions SET document = ?, updated_at = ? WHERE decision_id = ?",

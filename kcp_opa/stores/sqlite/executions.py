@@ -21,7 +21,6 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.core.groupcommit import GroupCommit
@@ -197,7 +196,7 @@ class SQLiteStore(SQLiteBase):
             return False
         return True
 
-    def finish_execution(self, idempotency_key: str, *, outcome: Any = None, error: str | None = None) -> bool:
+    def finish_execution(self, idempotency_key: str, *, outcome: object = None, error: str | None = None) -> bool:
         """Record the outcome of a running claim; False if it was no longer running (reconciled).
 
         A failure releases the claim's budget reservation in the same transaction.
@@ -242,7 +241,7 @@ class SQLiteStore(SQLiteBase):
 
         return self._transaction(release, "cannot release the claim")
 
-    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: Any, note: str) -> bool:
+    def mark_unrecorded(self, idempotency_key: str, receipt_id: str, *, outcome: object, note: str) -> bool:
         """End the lease of a running claim whose outcome the ledger lacks: it reads as ambiguous now."""
         document = json.dumps(outcome, sort_keys=True, allow_nan=False)
         stamp = self.stamp()
@@ -265,7 +264,7 @@ class SQLiteStore(SQLiteBase):
         """Every claim whose lease expired without an outcome (what `executions list` shows)."""
         return [r for r in self._executions("WHERE state = 'running'", ()) if r.state == AMBIGUOUS]
 
-    def _executions(self, where: str, args: tuple[Any, ...]) -> list[ExecutionRecord]:
+    def _executions(self, where: str, args: tuple[object, ...]) -> list[ExecutionRecord]:
         columns = "idempotency_key, action_hash, receipt_id, state, outcome, error, started_at, lease_expires_at"
         query = f"SELECT {columns} FROM executions {where} ORDER BY started_at"  # noqa: S608 - constant where
         now = self.stamp()
