@@ -8,25 +8,25 @@ normalised form the bundle carries, so the policies never meet a missing key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects, strings
 from kcp_opa.declare.diagnostics import Findings
 
 DEFAULT_RATE_LIMIT_OUTCOME = "DENY"
 DEFAULT_VELOCITY_OUTCOME = "HUMAN_APPROVAL"
 
 
-def normalised(given: Mapping[str, Any]) -> dict[str, Any]:
+def normalised(given: JsonObject) -> JsonDict:
     """``budgets``, ``velocity`` and ``rate_limits`` with defaults filled in, sorted by id."""
-    budgets = [
-        {**entry, "task_types": sorted(entry["task_types"]) if "task_types" in entry else "all"}
-        for entry in given.get("budgets") or []
+    budgets: list[JsonDict] = [
+        {**entry, "task_types": sorted(strings(entry["task_types"])) if "task_types" in entry else "all"}
+        for entry in objects(given.get("budgets"))
     ]
-    velocity = [{"outcome": DEFAULT_VELOCITY_OUTCOME, **entry} for entry in given.get("velocity") or []]
+    velocity: list[JsonDict] = [
+        {"outcome": DEFAULT_VELOCITY_OUTCOME, **entry} for entry in objects(given.get("velocity"))
+    ]
     for entry in (*budgets, *velocity):
         entry.pop("description", None)
-    rate = {"outcome": DEFAULT_RATE_LIMIT_OUTCOME, **(given.get("rate_limits") or {})}
+    rate = {"outcome": DEFAULT_RATE_LIMIT_OUTCOME, **mapping(given.get("rate_limits"))}
     return {
         "budgets": sorted(budgets, key=lambda b: str(b["id"])),
         "velocity": sorted(velocity, key=lambda v: str(v["id"])),
@@ -34,13 +34,12 @@ def normalised(given: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def check(params: Mapping[str, Any], task_types: Mapping[str, Any], findings: Findings) -> None:
+def check(params: JsonObject, task_types: JsonObject, findings: Findings) -> None:
     """Unique ids, a threshold at or under its limit, a velocity rule with a threshold."""
     seen: dict[str, str] = {}
     for kind in ("budgets", "velocity"):
-        entries = params.get(kind)
-        for index, entry in enumerate(entries if isinstance(entries, list) else []):
-            if not isinstance(entry, Mapping):
+        for index, entry in enumerate(items(params.get(kind))):
+            if not isinstance(entry, dict):
                 continue
             here = ("parameters", kind, index)
             ident = entry.get("id")
@@ -62,9 +61,7 @@ def check(params: Mapping[str, Any], task_types: Mapping[str, Any], findings: Fi
                 )
 
 
-def _check_budget(
-    entry: Mapping[str, Any], task_types: Mapping[str, Any], here: tuple[str | int, ...], findings: Findings
-) -> None:
+def _check_budget(entry: JsonObject, task_types: JsonObject, here: tuple[str | int, ...], findings: Findings) -> None:
     threshold, limit = entry.get("approval_threshold_minor"), entry.get("limit_minor")
     if isinstance(threshold, int) and isinstance(limit, int) and threshold > limit:
         findings.error(
@@ -72,8 +69,7 @@ def _check_budget(
             f"approval_threshold_minor {threshold} is above limit_minor {limit}: the approval would never be asked",
             (*here, "approval_threshold_minor"),
         )
-    listed = entry.get("task_types")
-    for position, task in enumerate(listed if isinstance(listed, list) else []):
+    for position, task in enumerate(items(entry.get("task_types"))):
         if isinstance(task, str) and task not in task_types:
             findings.warn(
                 "budget_for_unknown_task",

@@ -15,25 +15,24 @@ their ceiling here too (kcp_opa.declare.taskfields).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
+from kcp_opa.core.jsonread import JsonObject, items, mapping
 from kcp_opa.declare import vocabulary as vocab
-from kcp_opa.declare.diagnostics import Findings, PathPart, did_you_mean
+from kcp_opa.declare.diagnostics import Findings, PathPart, Units, did_you_mean
 from kcp_opa.declare.taskfields import check_task_fields
 
-Units = Sequence[tuple[int, dict[str, Any]]]
 _CROSS_BORDER = "no-cross-border"
 
 
-def check_coverage(doc: Mapping[str, Any], units: Units, findings: Findings) -> None:
+def check_coverage(doc: JsonObject, units: Units, findings: Findings) -> None:
     """Errors for declarations nothing enforces; one advisory warning for regulations."""
-    root = _mapping(doc.get("compliance"))
-    blocks: list[tuple[tuple[PathPart, ...], Mapping[str, Any]]] = [(("compliance",), root)] if root else []
-    blocks += [(("units", i, "compliance"), c) for i, u in units if (c := _mapping(u.get("compliance")))]
+    root = mapping(doc.get("compliance"))
+    blocks: list[tuple[tuple[PathPart, ...], JsonObject]] = [(("compliance",), root)] if root else []
+    blocks += [(("units", i, "compliance"), c) for i, u in units if (c := mapping(u.get("compliance")))]
     for here, block in blocks:
         _check_restrictions(block, here, findings)
         _check_waivable_restrictions(block, here, findings)
-    _check_cross_border(root or {}, units, findings)
+    _check_cross_border(root, units, findings)
     check_task_fields(doc, units, findings)
     _advise(blocks, findings)
     for here, visibility in [(("visibility",), doc.get("visibility"))] + [
@@ -42,8 +41,8 @@ def check_coverage(doc: Mapping[str, Any], units: Units, findings: Findings) -> 
         _check_conditions(visibility, here, findings)
 
 
-def _check_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
-    for index, value in _items(block.get("restrictions")):
+def _check_restrictions(block: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
+    for index, value in enumerate(items(block.get("restrictions"))):
         if not isinstance(value, str):
             continue
         at = (*here, "restrictions", index)
@@ -67,10 +66,10 @@ def _check_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], fi
             )
 
 
-def _check_waivable_restrictions(block: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+def _check_waivable_restrictions(block: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
     """``waivable_restrictions`` opts restriction rules in for exceptions on Art. 9 data (docs/exceptions.md)."""
     rules = sorted(r for r, rule in vocab.RESTRICTION_RULES.items() if rule.startswith("kcp.restrictions."))
-    for index, value in _items(block.get("waivable_restrictions")):
+    for index, value in enumerate(items(block.get("waivable_restrictions"))):
         if isinstance(value, str) and value not in rules:
             findings.error(
                 "unknown_waivable_restriction",
@@ -80,11 +79,11 @@ def _check_waivable_restrictions(block: Mapping[str, Any], here: tuple[PathPart,
             )
 
 
-def _check_cross_border(root: Mapping[str, Any], units: Units, findings: Findings) -> None:
+def _check_cross_border(root: JsonObject, units: Units, findings: Findings) -> None:
     """no-cross-border compares the target with data_residency: with no region there is nothing to compare."""
     reported: set[tuple[PathPart, ...]] = set()
     for index, unit in units:
-        own = _mapping(unit.get("compliance")) or {}
+        own = mapping(unit.get("compliance"))
         source = own if "restrictions" in own else root
         restrictions = source.get("restrictions")
         if not isinstance(restrictions, list) or _CROSS_BORDER not in restrictions:
@@ -107,9 +106,9 @@ def _check_cross_border(root: Mapping[str, Any], units: Units, findings: Finding
         )
 
 
-def _advise(blocks: Sequence[tuple[tuple[PathPart, ...], Mapping[str, Any]]], findings: Findings) -> None:
+def _advise(blocks: Sequence[tuple[tuple[PathPart, ...], JsonObject]], findings: Findings) -> None:
     for here, block in blocks:
-        regulations = [r for _, r in _items(block.get("regulations")) if r in vocab.REGULATIONS]
+        regulations = [r for r in items(block.get("regulations")) if r in vocab.REGULATIONS]
         if regulations or block.get("legal_basis") in vocab.LEGAL_BASES:
             named = ", ".join(sorted(set(map(str, regulations))) or [str(block.get("legal_basis"))])
             findings.note(
@@ -129,7 +128,7 @@ _VISIBILITY_KEYS = (
 )
 
 
-def _check_conditions(block: Any, here: tuple[PathPart, ...], findings: Findings) -> None:
+def _check_conditions(block: object, here: tuple[PathPart, ...], findings: Findings) -> None:
     if not isinstance(block, Mapping):
         return
     for where, node in _visibility_nodes(block):
@@ -142,7 +141,7 @@ def _check_conditions(block: Any, here: tuple[PathPart, ...], findings: Findings
                     "something other than written (a misspelt `conditions` drops every condition)",
                     (*here, *where, str(key)),
                 )
-    for index, condition in _items(block.get("conditions")):
+    for index, condition in enumerate(items(block.get("conditions"))):
         when = condition.get("when") if isinstance(condition, Mapping) else None
         if not isinstance(when, Mapping):
             continue
@@ -157,13 +156,14 @@ def _check_conditions(block: Any, here: tuple[PathPart, ...], findings: Findings
                 )
 
 
-def _visibility_nodes(block: Mapping[str, Any]) -> Iterator[tuple[tuple[PathPart, ...], Mapping[str, Any]]]:
+def _visibility_nodes(block: JsonObject) -> Iterator[tuple[tuple[PathPart, ...], JsonObject]]:
     yield (), block
-    for index, condition in _items(block.get("conditions")):
+    for index, condition in enumerate(items(block.get("conditions"))):
         if isinstance(condition, Mapping):
             yield ("conditions", index), condition
-            if isinstance(condition.get("then"), Mapping):
-                yield ("conditions", index, "then"), condition["then"]
+            then = condition.get("then")
+            if isinstance(then, Mapping):
+                yield ("conditions", index, "then"), then
 
 
 def _shape(where: tuple[PathPart, ...]) -> tuple[str, ...]:
@@ -172,11 +172,3 @@ def _shape(where: tuple[PathPart, ...]) -> tuple[str, ...]:
 
 def _enforced() -> list[str]:
     return [name for name, rule in vocab.RESTRICTION_RULES.items() if rule != vocab.REFUSED]
-
-
-def _items(value: Any) -> Iterator[tuple[int, Any]]:
-    return enumerate(value) if isinstance(value, list) else iter(())
-
-
-def _mapping(value: Any) -> dict[str, Any] | None:
-    return value if isinstance(value, dict) else None

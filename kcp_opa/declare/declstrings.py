@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
 
 from kcp_opa.core import strings
 from kcp_opa.core.errors import CompileError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.textfold import TextFoldError, fold_text
 from kcp_opa.declare.diagnostics import Findings, PathPart
 
@@ -112,7 +112,7 @@ TRUST_RULES = _rules(
 )
 
 
-def check_declaration_strings(doc: Mapping[str, Any], rules: Sequence[Rule], findings: Findings) -> None:
+def check_declaration_strings(doc: JsonObject, rules: Sequence[Rule], findings: Findings) -> None:
     """An error for each string (or key) at a rule's path that breaks the contract.
 
     The walk follows the rules (a trie), so what no rule names (intents, paths, descriptions) is
@@ -171,9 +171,11 @@ def _trie(rules: tuple[Rule, ...]) -> _Node:
     return root
 
 
-def _ruled_strings(doc: Any, root: _Node) -> Iterator[tuple[tuple[PathPart, ...], str, set[str]]]:
+def _ruled_strings(doc: object, root: _Node) -> Iterator[tuple[tuple[PathPart, ...], str, set[str]]]:
     """(path, string, kinds) for every string and key some rule names."""
-    stack: list[tuple[Any, tuple[PathPart, ...], tuple[_Node, ...], frozenset[str]]] = [(doc, (), (root,), frozenset())]
+    stack: list[tuple[object, tuple[PathPart, ...], tuple[_Node, ...], frozenset[str]]] = [
+        (doc, (), (root,), frozenset())
+    ]
     while stack:
         value, path, nodes, inherited = stack.pop()
         below = inherited.union(*(n.below for n in nodes))
@@ -195,7 +197,7 @@ def _ruled_strings(doc: Any, root: _Node) -> Iterator[tuple[tuple[PathPart, ...]
                 stack.extend((item, (*path, i), children, below) for i, item in enumerate(value))
 
 
-def check_data_strings(data: Mapping[str, Any]) -> None:
+def check_data_strings(data: JsonObject) -> None:
     """Refuse a compiled data document holding any string regopy would read escaped (the backstop)."""
     for path, value, _ in _strings(data, ()):
         problem = strings.data_text_problem(value)
@@ -204,8 +206,8 @@ def check_data_strings(data: Mapping[str, Any]) -> None:
             raise CompileError(f"bundle data {where}: {problem}")
 
 
-def _strings(node: Any, path: tuple[PathPart, ...]) -> Iterator[tuple[tuple[PathPart, ...], str, bool]]:
-    stack: list[tuple[Any, tuple[PathPart, ...]]] = [(node, path)]
+def _strings(node: object, path: tuple[PathPart, ...]) -> Iterator[tuple[tuple[PathPart, ...], str, bool]]:
+    stack: list[tuple[object, tuple[PathPart, ...]]] = [(node, path)]
     while stack:
         value, here = stack.pop()
         if isinstance(value, str):

@@ -10,10 +10,14 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
+
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 
 PathPart = str | int
 YamlPath = tuple[PathPart, ...]
+#: A manifest's units that are mappings, each with its index in ``units`` (the path a finding names).
+Units = Sequence[tuple[int, JsonObject]]
 T = TypeVar("T")
 #: Diagnostics kept per file; the rest are counted, up to MAX_COUNTED (then "N+ more").
 MAX_FINDINGS = 200
@@ -79,7 +83,7 @@ class Diagnostic:
     def __str__(self) -> str:
         return f"{self.location}: {self.severity.value}: {self.message} [{self.code}]"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "severity": self.severity.value,
             "code": self.code,
@@ -126,6 +130,15 @@ class Findings:
 
     def note(self, code: str, message: str, path: Iterable[PathPart] = ()) -> None:
         self._add(Diagnostic(Severity.NOTE, code, message, tuple(path)))
+
+    def unknown(
+        self, code: str, noun: str, value: object, choices: Sequence[str], path: YamlPath, effect: str = ""
+    ) -> None:
+        """Warn when the string ``value`` is outside the open vocabulary ``choices`` (KCP: a
+        validator warns, never rejects); a value of another type is the schema's to refuse."""
+        if isinstance(value, str) and value not in choices:
+            joined = ", ".join(choices)
+            self.warn(code, f"{noun} {value!r} is not one of {joined}{effect}{did_you_mean(value, choices)}", path)
 
     def close(self) -> None:
         """Append the count of what was not kept, as an error (a truncated report is never valid);
@@ -208,7 +221,7 @@ class Report(Generic[T]):
     def notes(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity is Severity.NOTE]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "file": self.file,
             "valid": self.valid,
@@ -219,7 +232,7 @@ class Report(Generic[T]):
         }
 
 
-def unreadable_report(file: str, reason: str, line: int | None, counts: Mapping[str, int]) -> Report[Any]:
+def unreadable_report(file: str, reason: str, line: int | None, counts: Mapping[str, int]) -> Report[T]:
     diag = Diagnostic(Severity.ERROR, "unreadable", reason, (), line, file)
     return Report(file, (diag,), counts, None)
 

@@ -8,11 +8,12 @@ Nobody else computes this (kcp-manifest.md); the policies only ever see the merg
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kcp_opa.core.errors import UnitNotFoundError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, mapping, strings, text
 from kcp_opa.declare import governance as gov
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.manifest import Manifest
@@ -29,7 +30,7 @@ class Sourced(NamedTuple):
     A named tuple, not a frozen dataclass: a unit resolves ~40 of them, and at 100,000 units
     the dataclass's ``__init__`` alone was seconds of the compile."""
 
-    value: Any
+    value: object
     source: str
 
 
@@ -79,10 +80,10 @@ class EffectiveUnit:
     unit_id: str
     fields: Mapping[str, Sourced]
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         return self.fields[name].value
 
-    def to_policy_data(self) -> dict[str, Any]:
+    def to_policy_data(self) -> JsonDict:
         """What the compiled bundle carries per unit: only the fields policies and the audit read.
 
         Intent, path, audience, provenance and the like stay in the manifest (``explain``,
@@ -91,28 +92,30 @@ class EffectiveUnit:
         unit's index entry and the rest once per distinct profile (``kcp_opa.datadoc``).
         """
         full = self.to_data()
-        out: dict[str, Any] = {}
+        out: JsonDict = {}
         for parents, leaf in _POLICY_PATHS:
-            source: Any = full
+            source: object = full
             for parent in parents:
                 source = source.get(parent) if isinstance(source, dict) else None
             if isinstance(source, dict) and leaf in source:
-                target = out
-                for parent in parents:
-                    target = target.setdefault(parent, {})
-                target[leaf] = source[leaf]
+                _nested(out, parents)[leaf] = source[leaf]
         return out
 
     def to_data(self) -> dict[str, Any]:
         """The whole effective unit: nested plain values, provenance dropped."""
-        out: dict[str, Any] = {"project": self.project, "id": self.unit_id}
+        out: JsonDict = {"project": self.project, "id": self.unit_id}
         for dotted, sourced in self.fields.items():
-            target = out
             *parents, leaf = dotted.split(".")
-            for parent in parents:
-                target = target.setdefault(parent, {})
-            target[leaf] = sourced.value
+            _nested(out, parents)[leaf] = sourced.value
         return out
+
+
+def _nested(out: JsonDict, parents: Iterable[str]) -> JsonDict:
+    """The object at ``parents`` under ``out``, made on the way (every node on it is one made here)."""
+    for parent in parents:
+        node = out.setdefault(parent, {})
+        out = node if isinstance(node, dict) else {}
+    return out
 
 
 def effective_units(manifest: Manifest) -> Iterator[EffectiveUnit]:
@@ -130,7 +133,7 @@ def effective_unit(manifest: Manifest, unit_id: str) -> EffectiveUnit:
 
 
 def resolve_unit(
-    manifest: Manifest, unit: Mapping[str, Any], successors: Mapping[str, list[str]] | None = None
+    manifest: Manifest, unit: JsonObject, successors: Mapping[str, list[str]] | None = None
 ) -> EffectiveUnit:
     """One unit's effective declaration; ``successors`` is the manifest's supersessors index."""
     root = manifest.data
@@ -142,7 +145,9 @@ def resolve_unit(
     fields["access"] = _own(unit, "access", "public")
     fields["auth_scope"] = _own(unit, "auth_scope", None)
     fields["deprecated"] = _own(unit, "deprecated", False)
-    fields["depends_on"] = Sourced(sorted(set(unit.get("depends_on") or [])), UNIT if "depends_on" in unit else DEFAULT)
+    fields["depends_on"] = Sourced(
+        sorted(set(strings(unit.get("depends_on")))), UNIT if "depends_on" in unit else DEFAULT
+    )
     validated = unit.get("validated")
     fields["validated"] = _own(unit, "validated", None)
     fields["validated_epoch_day"] = Sourced(
@@ -151,11 +156,11 @@ def resolve_unit(
     )
     fields["sensitivity"] = _sensitivity(root, unit)
     fields["sensitivity_rank"] = Sourced(
-        vocab.sensitivity_rank(fields["sensitivity"].value), fields["sensitivity"].source
+        vocab.sensitivity_rank(text(fields["sensitivity"].value)), fields["sensitivity"].source
     )
-    fields.update(_compliance(_block(root, "compliance"), _block(unit, "compliance")))
-    fields.update(_delegation(_block(root, "delegation"), _block(unit, "delegation")))
-    fields.update(_trust(_block(root, "trust")))
+    fields.update(_compliance(mapping(root.get("compliance")), mapping(unit.get("compliance"))))
+    fields.update(_delegation(mapping(root.get("delegation")), mapping(unit.get("delegation"))))
+    fields.update(_trust(mapping(root.get("trust"))))
     chain = fields["delegation.audit_chain"]
     if chain.value is True and fields["trust.require_trace_context"].value is not True:
         # an audit chain is followed by its trace context: policies/kcp/evaluators/trace.rego
@@ -167,17 +172,15 @@ def resolve_unit(
 
 
 def _governance(
-    successors: Mapping[str, list[str]], root: Mapping[str, Any], unit: Mapping[str, Any], flat: Any
+    successors: Mapping[str, list[str]], root: JsonObject, unit: JsonObject, flat: object
 ) -> dict[str, Sourced]:
     """authority, visibility, lifecycle and rate limits (kcp_opa.declare.governance), with provenance."""
     out: dict[str, Sourced] = {}
     authority, source = gov.effective_authority(root, unit)
     out["authority"] = Sourced(authority, source)
-    visibility, source = gov.effective_visibility(root, unit, flat if isinstance(flat, str) else None)
+    visibility, source = gov.effective_visibility(root, unit, text(flat))
     out["visibility"] = Sourced(visibility, source)
-    out["effective_visibility"] = Sourced(
-        gov.visibility_cells(visibility, flat if isinstance(flat, str) else None), f"resolved from {source}"
-    )
+    out["effective_visibility"] = Sourced(gov.visibility_cells(visibility, text(flat)), f"resolved from {source}")
     out["superseded_by"] = Sourced(list(successors.get(str(unit["id"]), [])), "units that declare supersedes")
     out["rate_limits"] = Sourced(*gov.replaced_block(root, unit, "rate_limits"))
     out["temporal"] = Sourced(*gov.effective_temporal(root, unit))
@@ -186,16 +189,11 @@ def _governance(
     return out
 
 
-def _own(unit: Mapping[str, Any], key: str, default: Any) -> Sourced:
+def _own(unit: JsonObject, key: str, default: object) -> Sourced:
     return Sourced(unit[key], UNIT) if key in unit else Sourced(default, DEFAULT)
 
 
-def _block(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = doc.get(key)
-    return value if isinstance(value, Mapping) else {}
-
-
-def _inherit(root: Mapping[str, Any], unit: Mapping[str, Any], key: str, default: Any) -> Sourced:
+def _inherit(root: JsonObject, unit: JsonObject, key: str, default: object) -> Sourced:
     if key in unit:
         return Sourced(unit[key], UNIT)
     if key in root:
@@ -203,83 +201,87 @@ def _inherit(root: Mapping[str, Any], unit: Mapping[str, Any], key: str, default
     return Sourced(default, DEFAULT)
 
 
-def _sensitivity(root: Mapping[str, Any], unit: Mapping[str, Any]) -> Sourced:
+def _sensitivity(root: JsonObject, unit: JsonObject) -> Sourced:
     declared = [
-        Sourced(value, source)
+        (value, source)
         for value, source in (
             (unit.get("sensitivity"), "unit"),
-            (_block(unit, "compliance").get("sensitivity"), "unit.compliance"),
+            (mapping(unit.get("compliance")).get("sensitivity"), "unit.compliance"),
         )
         if isinstance(value, str)
     ]
     if declared:
-        return max(declared, key=lambda s: vocab.sensitivity_rank(s.value))
-    root_value = _block(root, "compliance").get("sensitivity")
+        return Sourced(*max(declared, key=lambda s: vocab.sensitivity_rank(s[0])))
+    root_value = mapping(root.get("compliance")).get("sensitivity")
     if isinstance(root_value, str):
         return Sourced(root_value, ROOT)
     return Sourced(None, "not declared (unknown, not public)")
 
 
-def _compliance(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, Sourced]:
+def _compliance(root: JsonObject, unit: JsonObject) -> dict[str, Sourced]:
     out: dict[str, Sourced] = {}
     residency = _inherit(root, unit, "data_residency", None)
     value = residency.value
+    regions: list[str] | None
     if isinstance(value, Mapping):
-        regions = sorted(set(value.get("regions", [])))
+        regions = sorted(set(strings(value.get("regions", []))))
         hard = Sourced(
             bool(value.get("hard_requirement", True)),
             residency.source if "hard_requirement" in value else DEFAULT,
         )
     else:
-        regions = sorted(set(value)) if isinstance(value, list) else None  # type: ignore[assignment]
+        regions = sorted(set(strings(value))) if isinstance(value, list) else None
         hard = Sourced(True, DEFAULT)
     out["compliance.data_residency"] = Sourced(regions, residency.source)
     out["compliance.residency_hard_requirement"] = hard
     for key in ("regulations", "restrictions", "data_categories"):
         sourced = _inherit(root, unit, key, [])
-        out[f"compliance.{key}"] = Sourced(sorted(set(sourced.value)), sourced.source)
+        out[f"compliance.{key}"] = Sourced(sorted(set(strings(sourced.value))), sourced.source)
     fields = _inherit(root, unit, "declared_fields", None)
-    out["compliance.declared_fields"] = Sourced(
-        None if fields.value is None else sorted(set(fields.value)), fields.source
-    )
+    ceiling = None if fields.value is None else sorted(set(strings(fields.value)))
+    out["compliance.declared_fields"] = Sourced(ceiling, fields.source)
     by_task = _inherit(root, unit, "declared_fields_by_task_type", None)
     if by_task.value is not None:  # only when declared: profiles that say nothing stay as they are
         out["compliance.declared_fields_by_task_type"] = Sourced(
-            _within(by_task.value, out["compliance.declared_fields"].value), by_task.source
+            _within(mapping(by_task.value), ceiling), by_task.source
         )
     out["compliance.legal_basis"] = _inherit(root, unit, "legal_basis", None)
     out["compliance.article_9_condition"] = _inherit(root, unit, "article_9_condition", None)
     opted = _inherit(root, unit, "waivable_restrictions", None)
     if opted.value is not None:  # only when declared: profiles that say nothing stay as they are
-        out["compliance.waivable_restrictions"] = Sourced(sorted(set(opted.value)), opted.source)
+        out["compliance.waivable_restrictions"] = Sourced(sorted(set(strings(opted.value))), opted.source)
     return out
 
 
-def _within(by_task: Mapping[str, Any], ceiling: list[str] | None) -> dict[str, list[str]]:
+def _within(by_task: JsonObject, ceiling: list[str] | None) -> dict[str, list[str]]:
     """Each task type's list, never wider than ``declared_fields`` even if validation was
     bypassed: a field outside the ceiling is dropped (read, it is a finding), not granted."""
     allowed = None if ceiling is None else set(ceiling)
     return {
-        task: sorted(f for f in set(fields) if allowed is None or f in allowed)
+        task: sorted(f for f in set(strings(fields)) if allowed is None or f in allowed)
         for task, fields in sorted(by_task.items())
     }
 
 
-def _delegation(root: Mapping[str, Any], unit: Mapping[str, Any]) -> dict[str, Sourced]:
+def _delegation(root: JsonObject, unit: JsonObject) -> dict[str, Sourced]:
     """Merged field by field, and never looser than the root even if validation was bypassed."""
     out: dict[str, Sourced] = {}
-    depths = [Sourced(block["max_depth"], name) for name, block in ((UNIT, unit), (ROOT, root)) if "max_depth" in block]
-    out["delegation.max_depth"] = min(depths, key=lambda s: s.value) if depths else Sourced(None, "default (unlimited)")
+    depths = [
+        (d, name) for name, block in ((UNIT, unit), (ROOT, root)) if (d := integer(block.get("max_depth"))) is not None
+    ]
+    out["delegation.max_depth"] = (
+        Sourced(*min(depths, key=lambda s: s[0])) if depths else Sourced(None, "default (unlimited)")
+    )
     for flag in ("require_capability_attenuation", "audit_chain"):
         out[f"delegation.{flag}"] = _strictest_flag(root.get(flag), unit.get(flag))
-    root_hitl, unit_hitl = _block(root, "human_in_the_loop"), _block(unit, "human_in_the_loop")
+    root_hitl, unit_hitl = mapping(root.get("human_in_the_loop")), mapping(unit.get("human_in_the_loop"))
     out["delegation.human_in_the_loop.required"] = _strictest_flag(root_hitl.get("required"), unit_hitl.get("required"))
     out["delegation.human_in_the_loop.approval_mechanism"] = _inherit(root_hitl, unit_hitl, "approval_mechanism", None)
     out["delegation.human_in_the_loop.docs_url"] = _inherit(root_hitl, unit_hitl, "docs_url", None)
     return out
 
 
-def _strictest_flag(root_value: Any, unit_value: Any) -> Sourced:
+def _strictest_flag(root_value: object, unit_value: object) -> Sourced:
     if unit_value is True:
         return Sourced(True, UNIT)
     if root_value is True:
@@ -291,9 +293,8 @@ def _strictest_flag(root_value: Any, unit_value: Any) -> Sourced:
     return Sourced(False, DEFAULT)
 
 
-def _trust(root: Mapping[str, Any]) -> dict[str, Sourced]:
-    audit = _block(root, "audit")
-    provenance = _block(root, "provenance")
+def _trust(root: JsonObject) -> dict[str, Sourced]:
+    audit, provenance = mapping(root.get("audit")), mapping(root.get("provenance"))
     out: dict[str, Sourced] = {}
     for key in ("agent_must_log", "require_trace_context"):
         out[f"trust.{key}"] = Sourced(audit[key], ROOT) if key in audit else Sourced(False, DEFAULT)
@@ -302,14 +303,12 @@ def _trust(root: Mapping[str, Any]) -> dict[str, Sourced]:
     return out
 
 
-def _freshness(root: Mapping[str, Any], unit: Mapping[str, Any]) -> Sourced:
+def _freshness(root: JsonObject, unit: JsonObject) -> Sourced:
     """A unit's freshness_policy replaces the root's wholesale (kcp-manifest.md)."""
-    if isinstance(unit.get("freshness_policy"), Mapping):
-        block, source = unit["freshness_policy"], UNIT
-    elif isinstance(root.get("freshness_policy"), Mapping):
-        block, source = root["freshness_policy"], ROOT
-    else:
+    chosen = gov.replacing(root, unit, "freshness_policy")
+    if chosen is None:
         return Sourced(None, DEFAULT)
+    block, source = chosen
     if not isinstance(block.get("max_age_days"), int):
         return Sourced(None, f"{source} (no max_age_days: no age limit)")
     return Sourced(

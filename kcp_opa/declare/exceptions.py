@@ -20,12 +20,12 @@ import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from kcp_opa import schemas
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.declare.diagnostics import Diagnostic, Findings, Report, Severity, format_path
 from kcp_opa.declare.schema_findings import check_schema
@@ -60,14 +60,14 @@ class GrantedException:
     issued_at: str
     expires_at: str
     issuer: str
-    raw: Mapping[str, Any]
+    raw: JsonObject
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> GrantedException:
+    def from_dict(cls, raw: JsonObject) -> GrantedException:
         return cls(
             str(raw["id"]),
-            {str(k): str(v) for k, v in raw["scope"].items()},
-            tuple(str(c) for c in raw["waives"]),
+            {str(k): str(v) for k, v in mapping(raw["scope"]).items()},
+            tuple(str(c) for c in items(raw["waives"])),
             str(raw["reason"]),
             str(raw["ticket"]),
             str(raw["grantor"]),
@@ -77,10 +77,10 @@ class GrantedException:
             raw,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return dict(self.raw)
 
-    def to_input(self) -> dict[str, Any]:
+    def to_input(self) -> JsonDict:
         """What the policy reads (``input.context.exceptions[*]``): times as epoch seconds too,
         the agent scope canonical (compared with the gate's principal)."""
         scope = dict(self.scope)
@@ -111,14 +111,14 @@ class ExceptionsFile:
     lines: tuple[int | None, ...] = ()
 
 
-def sign_exception(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
+def sign_exception(fields: JsonObject, issuer: str, key: Signer) -> JsonDict:
     """Sign one exception as ``issuer`` (whose registry entry is marked ``signs_exceptions``)."""
     item = {k: fields[k] for k in SIGNED_FIELDS if k in fields and k != "issuer"}
     item["issuer"] = issuer
     return sign_document(item, key)
 
 
-def _check(doc: dict[str, Any], findings: Findings) -> None:
+def _check(doc: JsonObject, findings: Findings) -> None:
     entries = doc.get("exceptions")
     if not isinstance(entries, list):
         return
@@ -132,7 +132,7 @@ def _check(doc: dict[str, Any], findings: Findings) -> None:
             if ident in seen:
                 findings.error("duplicate_id", f"exception {ident!r} is also entry {seen[ident]}", (*here, "id"))
             seen.setdefault(ident, index)
-        for code in entry.get("waives") or []:
+        for code in items(entry.get("waives")):
             if code in TERMINAL_CODES:
                 findings.error(
                     "terminal_not_waivable",
@@ -148,16 +148,16 @@ def _check(doc: dict[str, Any], findings: Findings) -> None:
                 findings.error("bad_time", "issued_at/expires_at is not a UTC time", (*here, "expires_at"))
 
 
-def _counts(data: Mapping[str, Any]) -> dict[str, int]:
+def _counts(data: JsonObject) -> dict[str, int]:
     entries = data.get("exceptions")
     return {"exception_count": len(entries) if isinstance(entries, list) else 0}
 
 
 def _build(source: YamlSource) -> ExceptionsFile:
     data = source.data
-    items = tuple(GrantedException.from_dict(e) for e in data["exceptions"])
-    lines = tuple(source.line_of(("exceptions", i)) for i in range(len(items)))
-    return ExceptionsFile(source.file, source.sha256, str(data["name"]), items, lines)
+    granted = tuple(GrantedException.from_dict(e) for e in objects(data["exceptions"]))
+    lines = tuple(source.line_of(("exceptions", i)) for i in range(len(granted)))
+    return ExceptionsFile(source.file, source.sha256, str(data["name"]), granted, lines)
 
 
 EXCEPTIONS_KIND: DocumentKind[ExceptionsFile] = DocumentKind(
@@ -169,9 +169,7 @@ EXCEPTIONS_KIND: DocumentKind[ExceptionsFile] = DocumentKind(
 )
 
 
-def refusal(
-    raw: Mapping[str, Any], registry: TrustRegistry, keyring: Keyring | None, max_lifetime_seconds: int
-) -> str | None:
+def refusal(raw: JsonObject, registry: TrustRegistry, keyring: Keyring | None, max_lifetime_seconds: int) -> str | None:
     """Why the registry does not vouch for the exception ``raw``, or None when it does."""
     try:
         issuer = registry.issuer(str(raw.get("issuer")))
@@ -276,7 +274,7 @@ def load_exceptions(
 
 
 def exceptions_from_data(
-    data: Mapping[str, Any],
+    data: JsonObject,
     registry: TrustRegistry,
     *,
     keyring: Keyring | None = None,
@@ -293,15 +291,15 @@ def exceptions_from_data(
     findings.close()
     errors = [f"{file}: {format_path(d.path)}: {d.message} [{d.code}]" for d in findings.errors]
     if not errors:
-        for index, raw in enumerate(data["exceptions"]):
+        for index, raw in enumerate(objects(data["exceptions"])):
             why = refusal(raw, registry, keyring, max_lifetime_seconds)
             if why is not None:
                 errors.append(f"{file}: exceptions[{index}]: exception {raw['id']}: {why} [exception_refused]")
     if errors:
         raise ValidationFailedError(file, errors)
-    items = tuple(GrantedException.from_dict(e) for e in data["exceptions"])
+    granted = tuple(GrantedException.from_dict(e) for e in objects(data["exceptions"]))
     digest = hashlib.sha256(canonical_json(dict(data))).hexdigest()
-    return ExceptionsFile(file, digest, str(data["name"]), items)
+    return ExceptionsFile(file, digest, str(data["name"]), granted)
 
 
 __all__ = [

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 from kcp_opa.core.errors import CompileError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, strings
 from kcp_opa.core.textfold import TextFoldError, fold_text
 from kcp_opa.declare import vocabulary as vocab
-from kcp_opa.declare.diagnostics import Findings, PathPart
+from kcp_opa.declare.diagnostics import Findings, PathPart, Units
 
 #: The five standard KCP actions (§4.17) and their safe defaults when no block applies.
 KCP_ACTIONS = ("read", "summarize", "modify", "share_externally", "execute")
@@ -33,13 +34,10 @@ RATE_WINDOWS = ("requests_per_minute", "requests_per_hour", "requests_per_day")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _DAY = 86400
 
-Units = Sequence[tuple[int, dict[str, Any]]]
-
-
 # -- validation -------------------------------------------------------------------------------
 
 
-def check_governance(doc: Mapping[str, Any], units: Units, ids: set[str], findings: Findings) -> None:
+def check_governance(doc: JsonObject, units: Units, ids: set[str], findings: Findings) -> None:
     """The validator's warnings and errors for the governance blocks of the whole manifest."""
     _check_authority(doc.get("authority"), ("authority",), findings)
     _check_visibility(doc.get("visibility"), ("visibility",), findings)
@@ -52,8 +50,9 @@ def check_governance(doc: Mapping[str, Any], units: Units, ids: set[str], findin
         _check_visibility(unit.get("visibility"), (*here, "visibility"), findings)
         _check_rate_limits(unit.get("rate_limits"), (*here, "rate_limits"), findings)
         temporal = _check_temporal(unit.get("temporal"), ids, (*here, "temporal"), findings)
-        if isinstance(temporal.get("superseded_by"), str) and isinstance(unit.get("id"), str):
-            successors[unit["id"]] = temporal["superseded_by"]
+        successor, unit_id = temporal.get("superseded_by"), unit.get("id")
+        if isinstance(successor, str) and isinstance(unit_id, str):
+            successors[unit_id] = successor
         if unit.get("not_for_strict") is True and not unit.get("not_for"):
             findings.warn("not_for_strict_without_not_for", "not_for_strict without not_for has no effect", here)
         not_for = unit.get("not_for")
@@ -62,14 +61,16 @@ def check_governance(doc: Mapping[str, Any], units: Units, ids: set[str], findin
     _check_successor_cycles(successors, findings)
 
 
-def _check_authority(block: Any, here: tuple[PathPart, ...], findings: Findings) -> None:
-    if block is None:
-        return
-    if not isinstance(block, Mapping):
-        findings.error(
-            "authority_not_mapping", "authority must map actions to initiative|requires_approval|denied", here
-        )
-        return
+def _declared(block: object, code: str, message: str, here: tuple[PathPart, ...], findings: Findings) -> JsonObject:
+    """``block`` if it is a mapping; an error (``code``) if it is declared as anything else."""
+    if block is not None and not isinstance(block, Mapping):
+        findings.error(code, message, here)
+    return mapping(block)
+
+
+def _check_authority(block: object, here: tuple[PathPart, ...], findings: Findings) -> None:
+    message = "authority must map actions to initiative|requires_approval|denied"
+    block = _declared(block, "authority_not_mapping", message, here, findings)
     for action, value in block.items():
         if value not in AUTHORITY_VALUES:
             fallback = SAFE_DEFAULTS.get(str(action), "denied")
@@ -82,12 +83,9 @@ def _check_authority(block: Any, here: tuple[PathPart, ...], findings: Findings)
             )
 
 
-def _check_visibility(block: Any, here: tuple[PathPart, ...], findings: Findings) -> None:
-    if block is None:
-        return
-    if not isinstance(block, Mapping):
-        findings.error("visibility_not_mapping", "visibility must be a mapping with default and conditions", here)
-        return
+def _check_visibility(block: object, here: tuple[PathPart, ...], findings: Findings) -> None:
+    message = "visibility must be a mapping with default and conditions"
+    block = _declared(block, "visibility_not_mapping", message, here, findings)
     if "default" in block and block["default"] not in vocab.SENSITIVITY_ORDER:
         findings.error(
             "visibility_sensitivity_unknown",
@@ -123,12 +121,8 @@ def _check_visibility(block: Any, here: tuple[PathPart, ...], findings: Findings
             findings.error("visibility_requires_auth_type", "then.requires_auth must be true or false", at)
 
 
-def _check_rate_limits(block: Any, here: tuple[PathPart, ...], findings: Findings) -> None:
-    if block is None:
-        return
-    if not isinstance(block, Mapping):
-        findings.error("rate_limits_not_mapping", "rate_limits must be a mapping of tiers", here)
-        return
+def _check_rate_limits(block: object, here: tuple[PathPart, ...], findings: Findings) -> None:
+    block = _declared(block, "rate_limits_not_mapping", "rate_limits must be a mapping of tiers", here, findings)
     for tier, limits in block.items():
         if tier in ("headers", "backoff", "tokens") or not isinstance(limits, Mapping):
             continue
@@ -142,12 +136,8 @@ def _check_rate_limits(block: Any, here: tuple[PathPart, ...], findings: Finding
                 )
 
 
-def _check_temporal(block: Any, ids: set[str], here: tuple[PathPart, ...], findings: Findings) -> dict[str, Any]:
-    if block is None:
-        return {}
-    if not isinstance(block, Mapping):
-        findings.error("temporal_not_mapping", "temporal must be a mapping", here)
-        return {}
+def _check_temporal(block: object, ids: set[str], here: tuple[PathPart, ...], findings: Findings) -> JsonObject:
+    block = _declared(block, "temporal_not_mapping", "temporal must be a mapping", here, findings)
     bounds: dict[str, int] = {}
     for key in ("valid_from", "valid_until"):
         if key in block:
@@ -182,7 +172,7 @@ def _check_successor_cycles(successors: Mapping[str, str], findings: Findings) -
             return
 
 
-def bound_seconds(value: Any, *, end_of_day: bool) -> int | None:
+def bound_seconds(value: object, *, end_of_day: bool) -> int | None:
     """Epoch seconds of a temporal bound; a bare date is inclusive (its last second for valid_until)."""
     if not isinstance(value, str):
         return None
@@ -202,57 +192,101 @@ def bound_seconds(value: Any, *, end_of_day: bool) -> int | None:
 # -- effective values -------------------------------------------------------------------------
 
 
-def effective_authority(root: Mapping[str, Any], unit: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+class Authority(TypedDict):
+    declared: bool
+    actions: dict[str, str]
+
+
+class Condition(TypedDict):
+    """One visibility condition, its sensitivity already resolved (then > default > flat)."""
+
+    when: dict[str, list[str]]
+    sensitivity: str | None
+    requires_auth: bool
+
+
+class Visibility(TypedDict):
+    default: str | None
+    conditions: list[Condition]
+    needs: list[str]
+
+
+class Cell(TypedDict):
+    """What applies to one environment x role (``condition``: the index that matched, or None)."""
+
+    sensitivity: str
+    requires_auth: bool
+    condition: int | None
+    source: str
+
+
+class VisibilityTable(TypedDict):
+    needs: list[str]
+    cells: dict[str, dict[str, Cell]]
+    incomplete: Cell
+
+
+def replacing(root: JsonObject, unit: JsonObject, key: str) -> tuple[JsonObject, str] | None:
+    """The unit's ``key`` block, which replaces the root's whole (KCP §3.8), else the root's;
+    None when neither declares one as a mapping."""
+    for block, source in ((unit.get(key), "unit"), (root.get(key), "root")):
+        if isinstance(block, Mapping):
+            return block, source
+    return None
+
+
+def effective_authority(root: JsonObject, unit: JsonObject) -> tuple[Authority, str]:
     """The unit's block replaces the root's whole (no per-action merge, KCP §3.8); absent -> safe defaults.
 
     A standard action the block leaves out, or gives an unknown value, takes its safe default;
     a custom action with an unknown value is dropped, so the gate denies it as undeclared.
     """
-    if isinstance(unit.get("authority"), Mapping):
-        block, source = unit["authority"], "unit"
-    elif isinstance(root.get("authority"), Mapping):
-        block, source = root["authority"], "root"
-    else:
+    chosen = replacing(root, unit, "authority")
+    if chosen is None:
         return {"declared": False, "actions": dict(SAFE_DEFAULTS)}, "default (KCP §4.17 safe defaults)"
+    block, source = chosen
     actions = dict(SAFE_DEFAULTS)
     for action, value in block.items():
-        if value in AUTHORITY_VALUES:
+        if isinstance(value, str) and value in AUTHORITY_VALUES:
             actions[str(action)] = value
     return {"declared": True, "actions": dict(sorted(actions.items()))}, source
 
 
 def effective_visibility(
-    root: Mapping[str, Any], unit: Mapping[str, Any], flat_sensitivity: str | None
-) -> tuple[dict[str, Any] | None, str]:
+    root: JsonObject, unit: JsonObject, flat_sensitivity: str | None
+) -> tuple[Visibility | None, str]:
     """Conditions in order with their sensitivity already resolved (then > default > flat), or None.
 
     A unit block replaces the root's (KCP §3.8). The gate matches the first condition whose
     every ``when`` key lists the action's value (policies/kcp/lib/visibility.rego).
     """
-    if isinstance(unit.get("visibility"), Mapping):
-        block, source = unit["visibility"], "unit"
-    elif isinstance(root.get("visibility"), Mapping):
-        block, source = root["visibility"], "root"
-    else:
+    chosen = replacing(root, unit, "visibility")
+    if chosen is None:
         return None, "not declared (flat sensitivity applies)"
-    default = block.get("default") if block.get("default") in vocab.SENSITIVITY_ORDER else flat_sensitivity
-    conditions: list[dict[str, Any]] = []
+    block, source = chosen
+    default = _level(block.get("default"), flat_sensitivity)
+    conditions: list[Condition] = []
     needs: set[str] = set()
-    for condition in block.get("conditions") or []:
+    for condition in items(block.get("conditions")):
         when = condition.get("when") if isinstance(condition, Mapping) else None
         then = condition.get("then") if isinstance(condition, Mapping) else None
         if not isinstance(when, Mapping) or not isinstance(then, Mapping):
             continue
         match = {key: _strings(when[key]) for key in CONDITION_KEYS if key in when}
         needs.update(match)
-        sensitivity = then.get("sensitivity") if then.get("sensitivity") in vocab.SENSITIVITY_ORDER else default
+        sensitivity = _level(then.get("sensitivity"), default)
         conditions.append(
             {"when": match, "sensitivity": sensitivity, "requires_auth": then.get("requires_auth") is True}
         )
     return {"default": default, "conditions": conditions, "needs": sorted(needs)}, source
 
 
-def visibility_cells(visibility: Mapping[str, Any] | None, flat_sensitivity: str | None) -> dict[str, Any]:
+def _level(value: object, otherwise: str | None) -> str | None:
+    """``value`` if it is a sensitivity level, else ``otherwise``."""
+    return value if isinstance(value, str) and value in vocab.SENSITIVITY_ORDER else otherwise
+
+
+def visibility_cells(visibility: Visibility | None, flat_sensitivity: str | None) -> VisibilityTable:
     """What the gate looks up per decision (policies/kcp/lib/visibility.rego), always present.
 
     ``cells``: first-match-wins resolved for every environment x role a condition lists; the key
@@ -264,13 +298,17 @@ def visibility_cells(visibility: Mapping[str, Any] | None, flat_sensitivity: str
     no cell for it, so it denies).
     """
     if visibility is None:
-        flat = {"sensitivity": flat_sensitivity or "undeclared", "requires_auth": False, "condition": None}
-        only = {**flat, "source": "flat sensitivity (no visibility block)"}
+        only: Cell = {
+            "sensitivity": flat_sensitivity or "undeclared",
+            "requires_auth": False,
+            "condition": None,
+            "source": "flat sensitivity (no visibility block)",
+        }
         return {"needs": [], "cells": {"": {"": only}}, "incomplete": only}
     default, conditions = visibility["default"], visibility["conditions"]
     levels = [lvl for lvl in [default, *(c["sensitivity"] for c in conditions)] if isinstance(lvl, str)]
     strictest = max(levels, key=vocab.sensitivity_rank) if levels else "undeclared"
-    incomplete = {
+    incomplete: Cell = {
         "sensitivity": strictest,
         "requires_auth": any(c["requires_auth"] for c in conditions),
         "condition": None,
@@ -279,14 +317,14 @@ def visibility_cells(visibility: Mapping[str, Any] | None, flat_sensitivity: str
     return {"needs": visibility["needs"], "cells": _cells(default, conditions), "incomplete": incomplete}
 
 
-def _cells(default: str | None, conditions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _cells(default: str | None, conditions: Sequence[Condition]) -> dict[str, dict[str, Cell]]:
     envs = sorted({e for c in conditions for e in c["when"].get("environment", [])})
     roles = sorted({r for c in conditions for r in c["when"].get("agent_role", [])})
-    cells: dict[str, Any] = {}
+    cells: dict[str, dict[str, Cell]] = {}
     for env in ["", *envs]:
-        row: dict[str, Any] = {}
+        row: dict[str, Cell] = {}
         for role in ["", *roles]:
-            hit = {
+            hit: Cell = {
                 "sensitivity": default or "undeclared",
                 "requires_auth": False,
                 "condition": None,
@@ -307,27 +345,22 @@ def _cells(default: str | None, conditions: Sequence[Mapping[str, Any]]) -> dict
     return cells
 
 
-def _strings(value: Any) -> list[str]:
-    items: Iterable[Any] = value if isinstance(value, list) else [value]
-    return sorted({item for item in items if isinstance(item, str)})
+def _strings(value: object) -> list[str]:
+    return sorted(set(strings(value if isinstance(value, list) else [value])))
 
 
-def replaced_block(root: Mapping[str, Any], unit: Mapping[str, Any], key: str) -> tuple[Any, str]:
+def replaced_block(root: JsonObject, unit: JsonObject, key: str) -> tuple[JsonDict | None, str]:
     """A block the unit replaces whole when it declares one (rate_limits, KCP §4.15)."""
-    if isinstance(unit.get(key), Mapping):
-        return dict(unit[key]), "unit"
-    if isinstance(root.get(key), Mapping):
-        return dict(root[key]), "root"
-    return None, "not declared"
+    chosen = replacing(root, unit, key)
+    return (None, "not declared") if chosen is None else (dict(chosen[0]), chosen[1])
 
 
-def effective_temporal(root: Mapping[str, Any], unit: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def effective_temporal(root: JsonObject, unit: JsonObject) -> tuple[JsonDict | None, str]:
     """Root defaults applied field by field (KCP §4.22), bounds as inclusive epoch seconds."""
-    root_block: Mapping[str, Any] = root["temporal"] if isinstance(root.get("temporal"), Mapping) else {}
-    unit_block: Mapping[str, Any] = unit["temporal"] if isinstance(unit.get("temporal"), Mapping) else {}
+    root_block, unit_block = mapping(root.get("temporal")), mapping(unit.get("temporal"))
     if not root_block and not unit_block:
         return None, "not declared (always active)"
-    out: dict[str, Any] = {}
+    out: JsonDict = {}
     sources = []
     for key in ("valid_from", "valid_until", "superseded_by"):
         if key in unit_block:
@@ -342,7 +375,7 @@ def effective_temporal(root: Mapping[str, Any], unit: Mapping[str, Any]) -> tupl
     return out, ", ".join(sources)
 
 
-def folded_not_for(unit: Mapping[str, Any]) -> list[str]:
+def folded_not_for(unit: JsonObject) -> list[str]:
     """not_for entries in the folded form the gate compares the action's purpose with."""
     values = unit.get("not_for")
     if not isinstance(values, list):
@@ -353,7 +386,7 @@ def folded_not_for(unit: Mapping[str, Any]) -> list[str]:
         raise CompileError(f"unit {unit.get('id', '?')!s}: a not_for entry cannot be folded: {exc}") from None
 
 
-def supersessors(units: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+def supersessors(units: Iterable[JsonObject]) -> dict[str, list[str]]:
     """Per unit id, the units that declare ``supersedes: <id>`` (KCP §4.8): what an agent should
     prefer. One pass over the manifest, so resolving every unit stays linear in the unit count."""
     found: dict[str, set[str]] = {}

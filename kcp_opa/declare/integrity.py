@@ -28,13 +28,13 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from kcp_opa.core.errors import ManifestIntegrityError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.keys import b64url, b64url_decode
 
 HASHES = {"sha256": 64, "sha384": 96, "sha512": 128}
@@ -44,15 +44,13 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _MAX_SIG_BYTES = 16384
 
 
-def declared(data: Mapping[str, Any]) -> Any:
+def declared(data: JsonObject) -> object:
     """The manifest's content_integrity value as written, or None when it declares none."""
     trust = data.get("trust")
     return trust.get("content_integrity") if isinstance(trust, Mapping) else None
 
 
-def verify_manifest(
-    path: Path, raw: bytes, data: Mapping[str, Any], keys: Sequence[Ed25519PublicKey] | None
-) -> list[str]:
+def verify_manifest(path: Path, raw: bytes, data: JsonObject, keys: Sequence[Ed25519PublicKey] | None) -> list[str]:
     """Check what the manifest declares; return what was verified. ``keys=None`` (validate without
     a key) checks the signature's form only and says so; an empty sequence refuses a signature.
 
@@ -93,11 +91,11 @@ def verify_manifest(
 _PINNED = "--manifest-key was given, so the manifest must carry a signature that verifies under it,"
 
 
-def _check_hash(file: str, raw: bytes, spec: Any) -> str:
+def _check_hash(file: str, raw: bytes, spec: object) -> str:
     if not isinstance(spec, Mapping):
         raise ManifestIntegrityError(f"{file}: manifest_hash must be a mapping with algorithm and value")
     algorithm, value = spec.get("algorithm"), spec.get("value")
-    if algorithm not in HASHES:
+    if not isinstance(algorithm, str) or algorithm not in HASHES:
         raise ManifestIntegrityError(f"{file}: manifest_hash.algorithm {algorithm!r} is not sha256, sha384 or sha512")
     if not isinstance(value, str) or len(value) != HASHES[algorithm] or not _HEX.fullmatch(value):
         raise ManifestIntegrityError(f"{file}: manifest_hash.value is not a {algorithm} hex digest")
@@ -110,9 +108,7 @@ def _check_hash(file: str, raw: bytes, spec: Any) -> str:
     return f"manifest_hash {algorithm} verified"
 
 
-def _check_signature(
-    path: Path, raw: bytes, signing: Mapping[str, Any], keys: Sequence[Ed25519PublicKey] | None
-) -> str:
+def _check_signature(path: Path, raw: bytes, signing: JsonObject, keys: Sequence[Ed25519PublicKey] | None) -> str:
     file = str(path)
     if signing.get("method") != "jws":
         raise ManifestIntegrityError(
@@ -155,7 +151,7 @@ def _parse_detached(file: str, token: bytes) -> tuple[bytes, bytes]:
     return parts[0], signature
 
 
-def _header(file: str, header_b64: bytes) -> dict[str, Any]:
+def _header(file: str, header_b64: bytes) -> JsonObject:
     try:
         header = json.loads(_b64url_decode(file, header_b64, "header").decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

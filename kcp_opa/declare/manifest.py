@@ -7,17 +7,18 @@ from __future__ import annotations
 import datetime as dt
 import posixpath
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from kcp_opa import schemas
 from kcp_opa.core import strings
+from kcp_opa.core.jsonread import JsonObject, items, mapping, objects
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.coverage import check_coverage
 from kcp_opa.declare.declstrings import MANIFEST_RULES, check_declaration_strings
-from kcp_opa.declare.diagnostics import Findings, PathPart, Report, did_you_mean
+from kcp_opa.declare.diagnostics import Findings, PathPart, Report, Units, did_you_mean
 from kcp_opa.declare.governance import check_governance
 from kcp_opa.declare.spec_rules import check_spec_rules
 from kcp_opa.declare.unenforced import check_unknown_keys
@@ -31,7 +32,7 @@ class Manifest:
 
     file: str
     sha256: str
-    data: Mapping[str, Any]
+    data: JsonObject
 
     @property
     def project(self) -> str:
@@ -47,19 +48,18 @@ class Manifest:
         value = self.data.get("kcp_version")
         return None if value is None else str(value)
 
-    @property
-    def units(self) -> Sequence[Mapping[str, Any]]:
-        units: Sequence[Mapping[str, Any]] = self.data["units"]
-        return units
+    @cached_property
+    def units(self) -> Sequence[JsonObject]:
+        return objects(self.data["units"])
 
-    def unit(self, unit_id: str) -> Mapping[str, Any] | None:
+    def unit(self, unit_id: str) -> JsonObject | None:
         return next((u for u in self.units if u.get("id") == unit_id), None)
 
 
 ManifestReport = Report[Manifest]
 
 
-def _counts(data: Mapping[str, Any]) -> dict[str, int]:
+def _counts(data: JsonObject) -> dict[str, int]:
     units, relationships = data.get("units"), data.get("relationships")
     return {
         "unit_count": len(units) if isinstance(units, list) else 0,
@@ -80,7 +80,7 @@ def load_manifest(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Ma
 # -- checks a schema cannot express -----------------------------------------------------------
 
 
-def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
+def _check_semantics(doc: JsonObject, findings: Findings) -> None:
     _check_kcp_version(doc, findings)
     project = doc.get("project")
     why = _not_an_id(project) if isinstance(project, str) else None
@@ -88,28 +88,24 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
         findings.error("project_characters", f"project {project!r}: {why}", ("project",))
     check_declaration_strings(doc, MANIFEST_RULES, findings)
     check_unknown_keys(doc, findings)
-    units = [u for u in _items(doc.get("units")) if isinstance(u[1], dict)]
+    units = [(i, u) for i, u in enumerate(items(doc.get("units"))) if isinstance(u, dict)]
     ids = _check_unit_ids(units, findings)
-    root_compliance = _mapping(doc.get("compliance"))
-    if root_compliance is not None:
-        _check_compliance_vocab(root_compliance, ("compliance",), findings)
-    root_delegation = _mapping(doc.get("delegation")) or {}
+    _check_compliance_vocab(mapping(doc.get("compliance")), ("compliance",), findings)
+    root_delegation = mapping(doc.get("delegation"))
     _check_custom_mechanism(root_delegation, None, ("delegation",), findings)
-    root_freshness = _mapping(doc.get("freshness_policy"))
+    root_freshness = _block(doc.get("freshness_policy"))
     _check_freshness(root_freshness, ("freshness_policy",), findings)
     for index, unit in units:
         here: tuple[PathPart, ...] = ("units", index)
         _check_unit_path(unit, here, findings)
         _check_unit_vocab(unit, here, findings)
-        compliance = _mapping(unit.get("compliance"))
-        if compliance is not None:
-            _check_compliance_vocab(compliance, (*here, "compliance"), findings)
-            _check_sensitivity_conflict(unit, compliance, here, findings)
-        delegation = _mapping(unit.get("delegation"))
-        if delegation is not None:
-            _check_tighten_only(root_delegation, delegation, (*here, "delegation"), findings)
-            _check_custom_mechanism(delegation, root_delegation, (*here, "delegation"), findings)
-        freshness = _mapping(unit.get("freshness_policy"))
+        compliance = mapping(unit.get("compliance"))
+        _check_compliance_vocab(compliance, (*here, "compliance"), findings)
+        _check_sensitivity_conflict(unit, compliance, here, findings)
+        delegation = mapping(unit.get("delegation"))
+        _check_tighten_only(root_delegation, delegation, (*here, "delegation"), findings)
+        _check_custom_mechanism(delegation, root_delegation, (*here, "delegation"), findings)
+        freshness = _block(unit.get("freshness_policy"))
         _check_freshness(freshness, (*here, "freshness_policy"), findings)
         if "max_age_days" in ((freshness or root_freshness) or {}) and "validated" not in unit:
             findings.warn(
@@ -119,7 +115,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
             )
         if "trust" in unit:
             findings.warn("unit_trust_ignored", "trust is a root-only block; ignored here", (*here, "trust"))
-        for dep_index, dep in _items(unit.get("depends_on")):
+        for dep_index, dep in enumerate(items(unit.get("depends_on"))):
             if isinstance(dep, str) and dep not in ids:
                 findings.warn(
                     "dangling_depends_on",
@@ -147,7 +143,7 @@ def _not_an_id(value: str) -> str | None:
     return None if bad is None else f"{bad} is not allowed in an id ({strings.IDENTIFIER_RULE}: an action names it)"
 
 
-def _check_kcp_version(doc: dict[str, Any], findings: Findings) -> None:
+def _check_kcp_version(doc: JsonObject, findings: Findings) -> None:
     version = doc.get("kcp_version")
     if version is None:
         findings.warn("kcp_version_missing", "kcp_version is not set; assuming the current spec")
@@ -159,7 +155,7 @@ def _check_kcp_version(doc: dict[str, Any], findings: Findings) -> None:
         )
 
 
-def _check_unit_ids(units: list[tuple[int, dict[str, Any]]], findings: Findings) -> set[str]:
+def _check_unit_ids(units: Units, findings: Findings) -> set[str]:
     first_seen: dict[str, int] = {}
     for index, unit in units:
         unit_id = unit.get("id")
@@ -185,7 +181,7 @@ def _check_unit_ids(units: list[tuple[int, dict[str, Any]]], findings: Findings)
     return set(first_seen)
 
 
-def _check_unit_path(unit: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+def _check_unit_path(unit: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
     path = unit.get("path")
     if not isinstance(path, str) or not path:
         return
@@ -214,15 +210,9 @@ def _check_unit_path(unit: dict[str, Any], here: tuple[PathPart, ...], findings:
         findings.error("path_escapes_root", f"path {path!r} names the root itself, not a file", (*here, "path"))
 
 
-def _check_unit_vocab(unit: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+def _check_unit_vocab(unit: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
     for key, choices in (("kind", vocab.KINDS), ("access", vocab.ACCESS_LEVELS)):
-        value = unit.get(key)
-        if isinstance(value, str) and value not in choices:
-            findings.warn(
-                f"unknown_{key}",
-                f"{key} {value!r} is not one of {', '.join(choices)}{did_you_mean(value, choices)}",
-                (*here, key),
-            )
+        findings.unknown(f"unknown_{key}", key, unit.get(key), choices, (*here, key))
     validated = unit.get("validated")
     if isinstance(validated, str) and _DATE_SHAPE.match(validated):
         _check_calendar_date(validated, (*here, "validated"), findings)
@@ -246,13 +236,13 @@ _UNKNOWN_EFFECT = {
 }
 
 
-def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
+def _check_compliance_vocab(block: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
     vocabularies: tuple[tuple[str, Sequence[str]], ...] = (
         ("regulations", vocab.REGULATIONS),
         ("data_categories", vocab.DATA_CATEGORIES),
     )
     for key, known in vocabularies:
-        for index, value in _items(block.get(key)):
+        for index, value in enumerate(items(block.get(key))):
             if isinstance(value, str) and value not in known:
                 meant = did_you_mean(value, known)
                 # A near miss of a known category is a typo, not a custom one: compile refuses it.
@@ -262,7 +252,7 @@ def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], f
     residency = block.get("data_residency")
     regions = residency.get("regions") if isinstance(residency, dict) else residency
     region_path = (*here, "data_residency", "regions") if isinstance(residency, dict) else (*here, "data_residency")
-    for index, region in _items(regions):
+    for index, region in enumerate(items(regions)):
         if isinstance(region, str) and region not in vocab.REGIONS and not vocab.ISO_ALPHA2.match(region):
             findings.warn(
                 "unknown_region",
@@ -273,7 +263,7 @@ def _check_compliance_vocab(block: dict[str, Any], here: tuple[PathPart, ...], f
 
 
 def _check_sensitivity_conflict(
-    unit: dict[str, Any], compliance: dict[str, Any], here: tuple[PathPart, ...], findings: Findings
+    unit: JsonObject, compliance: JsonObject, here: tuple[PathPart, ...], findings: Findings
 ) -> None:
     outer, inner = unit.get("sensitivity"), compliance.get("sensitivity")
     if isinstance(outer, str) and isinstance(inner, str) and outer != inner:
@@ -290,9 +280,7 @@ _DATE_SHAPE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _TIGHTEN_FLAGS = ("require_capability_attenuation", "audit_chain")
 
 
-def _check_tighten_only(
-    root: Mapping[str, Any], unit: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings
-) -> None:
+def _check_tighten_only(root: JsonObject, unit: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
     root_depth, unit_depth = root.get("max_depth"), unit.get("max_depth")
     if isinstance(unit_depth, int) and isinstance(root_depth, int) and unit_depth > root_depth:
         findings.error(
@@ -307,8 +295,8 @@ def _check_tighten_only(
                 f"{flag} false relaxes the root's {flag} true; a unit may only tighten delegation",
                 (*here, flag),
             )
-    root_hitl = _mapping(root.get("human_in_the_loop")) or {}
-    unit_hitl = _mapping(unit.get("human_in_the_loop")) or {}
+    root_hitl = mapping(root.get("human_in_the_loop"))
+    unit_hitl = mapping(unit.get("human_in_the_loop"))
     if root_hitl.get("required") is True and unit_hitl.get("required") is False:
         findings.error(
             "delegation_relaxed",
@@ -318,15 +306,15 @@ def _check_tighten_only(
 
 
 def _check_custom_mechanism(
-    block: Mapping[str, Any],
-    inherited: Mapping[str, Any] | None,
+    block: JsonObject,
+    inherited: JsonObject | None,
     here: tuple[PathPart, ...],
     findings: Findings,
 ) -> None:
-    hitl = _mapping(block.get("human_in_the_loop"))
+    hitl = mapping(block.get("human_in_the_loop"))
     if not hitl or hitl.get("approval_mechanism") != "custom":
         return
-    inherited_hitl = _mapping((inherited or {}).get("human_in_the_loop")) or {}
+    inherited_hitl = mapping(mapping(inherited).get("human_in_the_loop"))
     if not hitl.get("docs_url") and not inherited_hitl.get("docs_url"):
         findings.error(
             "custom_mechanism_without_docs",
@@ -335,7 +323,7 @@ def _check_custom_mechanism(
         )
 
 
-def _check_freshness(block: Mapping[str, Any] | None, here: tuple[PathPart, ...], findings: Findings) -> None:
+def _check_freshness(block: JsonObject | None, here: tuple[PathPart, ...], findings: Findings) -> None:
     if block is not None and "on_stale" not in block:
         findings.warn(
             "on_stale_default",
@@ -344,18 +332,14 @@ def _check_freshness(block: Mapping[str, Any] | None, here: tuple[PathPart, ...]
         )
 
 
-def _check_relationships(doc: dict[str, Any], ids: set[str], findings: Findings) -> None:
-    for index, rel in _items(doc.get("relationships")):
+def _check_relationships(doc: JsonObject, ids: set[str], findings: Findings) -> None:
+    for index, rel in enumerate(items(doc.get("relationships"))):
         if not isinstance(rel, dict):
             continue
-        rel_type = rel.get("type")
-        if isinstance(rel_type, str) and rel_type not in vocab.RELATIONSHIP_TYPES:
-            findings.warn(
-                "unknown_relationship_type",
-                f"relationship type {rel_type!r} is not one of {', '.join(vocab.RELATIONSHIP_TYPES)}"
-                f"{did_you_mean(rel_type, vocab.RELATIONSHIP_TYPES)}",
-                ("relationships", index, "type"),
-            )
+        where = ("relationships", index, "type")
+        findings.unknown(
+            "unknown_relationship_type", "relationship type", rel.get("type"), vocab.RELATIONSHIP_TYPES, where
+        )
         for end in ("from", "to"):
             ref = rel.get(end)
             if isinstance(ref, str) and ids and ref not in ids:
@@ -366,9 +350,9 @@ def _check_relationships(doc: dict[str, Any], ids: set[str], findings: Findings)
                 )
 
 
-def _check_federation(doc: dict[str, Any], findings: Findings) -> None:
+def _check_federation(doc: JsonObject, findings: Findings) -> None:
     seen: dict[str, int] = {}
-    for index, ref in _items(doc.get("manifests")):
+    for index, ref in enumerate(items(doc.get("manifests"))):
         if not isinstance(ref, dict) or not isinstance(ref.get("id"), str):
             continue
         fed_id = ref["id"]
@@ -381,11 +365,8 @@ def _check_federation(doc: dict[str, Any], findings: Findings) -> None:
         seen.setdefault(fed_id, index)
 
 
-def _items(value: Any) -> Iterator[tuple[int, Any]]:
-    return enumerate(value) if isinstance(value, list) else iter(())
-
-
-def _mapping(value: Any) -> dict[str, Any] | None:
+def _block(value: object) -> JsonObject | None:
+    """A block that is declared (even empty) or None: an empty freshness_policy still warns."""
     return value if isinstance(value, dict) else None
 
 

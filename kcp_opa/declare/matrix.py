@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kcp_opa import schemas
+from kcp_opa.core.jsonread import JsonObject, mapping, objects
 from kcp_opa.declare import budgets, money
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.declstrings import MATRIX_RULES, check_declaration_strings
@@ -115,9 +116,8 @@ class DelegationMatrix:
 MatrixReport = Report[DelegationMatrix]
 
 
-def _counts(data: Mapping[str, Any]) -> dict[str, int]:
-    declared = data.get("task_types")
-    task_types: dict[str, Any] = declared if isinstance(declared, dict) else {}
+def _counts(data: JsonObject) -> dict[str, int]:
+    task_types = mapping(data.get("task_types"))
     cell_count = 0
     for entry in task_types.values():
         for dim in DIMENSIONS:
@@ -134,9 +134,9 @@ def load_matrix(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Dele
     return load_file(MATRIX_KIND, path, max_bytes)
 
 
-def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
+def _check_semantics(doc: JsonObject, findings: Findings) -> None:
     check_declaration_strings(doc, MATRIX_RULES, findings)
-    roles = {a.get("role") for a in doc.get("agreed_by") or [] if isinstance(a, dict)}
+    roles = {a.get("role") for a in objects(doc.get("agreed_by"))}
     for role in REQUIRED_SIGNATORIES:
         if role not in roles:
             findings.warn(
@@ -180,11 +180,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
     if isinstance(params, dict):
         budgets.check(params, task_types, findings)
         money.check(params, task_types, findings)
-    by_task = (
-        (((params or {}).get("approver_roles") or {}).get("by_task_type") or {}) if isinstance(params, dict) else {}
-    )
-    if isinstance(by_task, dict):
-        for task_type in by_task:
+        for task_type in mapping(mapping(params.get("approver_roles")).get("by_task_type")):
             if task_type not in task_types:
                 findings.warn(
                     "approver_for_unknown_task",
@@ -193,7 +189,7 @@ def _check_semantics(doc: dict[str, Any], findings: Findings) -> None:
                 )
 
 
-def _check_requested_actions(task_types: Mapping[str, Any], findings: Findings) -> None:
+def _check_requested_actions(task_types: JsonObject, findings: Findings) -> None:
     """Once any task type lists its tools, the gate decides an action on the task type the caller
     names and the receipt runs the tool it names: a task type that lists none, or a tool listed
     under two task types, would let a caller pick the weakest task type for a tool."""

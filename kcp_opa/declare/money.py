@@ -13,9 +13,9 @@ and the controls named, which kcp_opa.compile.resolution resolves against what t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, strings
 from kcp_opa.declare.diagnostics import Findings, YamlPath, did_you_mean
 
 #: The bundle's value when the matrix lists no money-moving task types (today's rule: any amount).
@@ -26,26 +26,28 @@ THRESHOLDS = ("high_value", "value_transfer")
 MOVING, CONTROLS = "money_moving_task_types", "money_controls_by_task_type"
 
 
-def normalised(given: Mapping[str, Any]) -> dict[str, Any]:
+def normalised(given: JsonObject) -> JsonDict:
     """The two parameters as the policies read them: a sorted list or ``undeclared``; per task
     type the declared thresholds only, each a sorted list of controls or ``none``."""
     listed = given.get(MOVING)
-    declared = given.get(CONTROLS) or {}
+    declared = mapping(given.get(CONTROLS))
     return {
-        MOVING: sorted(set(listed)) if isinstance(listed, list) else UNDECLARED,
+        MOVING: sorted(set(strings(listed))) if isinstance(listed, list) else UNDECLARED,
         CONTROLS: {
-            task: {kind: value if value == NO_CONTROL else sorted(set(value)) for kind, value in sorted(entry.items())}
+            task: {
+                kind: v if v == NO_CONTROL else sorted(set(strings(v))) for kind, v in sorted(mapping(entry).items())
+            }
             for task, entry in sorted(declared.items())
         },
     }
 
 
-def check(params: Mapping[str, Any], task_types: Mapping[str, Any], findings: Findings) -> None:
+def check(params: JsonObject, task_types: JsonObject, findings: Findings) -> None:
     """Every listed task type is the matrix's; controls are set only for a type that can move
     money, and never as an empty list (which would read as "no control" by accident)."""
     listed = params.get(MOVING)
-    moving = {t for t in listed if isinstance(t, str)} if isinstance(listed, list) else None
-    for position, task in enumerate(listed if isinstance(listed, list) else []):
+    moving = set(strings(listed)) if isinstance(listed, list) else None
+    for position, task in enumerate(items(listed)):
         if isinstance(task, str) and task not in task_types:
             findings.error(
                 "money_task_type_unknown",
@@ -53,8 +55,7 @@ def check(params: Mapping[str, Any], task_types: Mapping[str, Any], findings: Fi
                 "list the matrix's task types that move money",
                 ("parameters", MOVING, position),
             )
-    declared = params.get(CONTROLS)
-    for task, entry in (declared if isinstance(declared, Mapping) else {}).items():
+    for task, entry in mapping(params.get(CONTROLS)).items():
         here: YamlPath = ("parameters", CONTROLS, task)
         if task not in task_types:
             findings.error(
@@ -70,7 +71,7 @@ def check(params: Mapping[str, Any], task_types: Mapping[str, Any], findings: Fi
                 "is a value transfer, so they would never apply; list it there or remove them",
                 here,
             )
-        for kind, value in (entry if isinstance(entry, Mapping) else {}).items():
+        for kind, value in mapping(entry).items():
             if isinstance(value, list) and not value:
                 findings.error(
                     "money_controls_empty",
@@ -80,10 +81,9 @@ def check(params: Mapping[str, Any], task_types: Mapping[str, Any], findings: Fi
                 )
 
 
-def named_controls(parameters: Mapping[str, Any]) -> Iterator[tuple[YamlPath, str]]:
+def named_controls(parameters: JsonObject) -> Iterator[tuple[YamlPath, str]]:
     """(YAML path, control) for every control ``money_controls_by_task_type`` names."""
-    declared = parameters.get(CONTROLS) or {}
-    for task, entry in sorted(declared.items()):
-        for kind, value in sorted(entry.items()):
-            for position, control in enumerate(value if isinstance(value, list) else []):
+    for task, entry in sorted(mapping(parameters.get(CONTROLS)).items()):
+        for kind, value in sorted(mapping(entry).items()):
+            for position, control in enumerate(items(value)):
                 yield ("parameters", CONTROLS, task, kind, position), str(control)

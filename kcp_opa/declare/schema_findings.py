@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from kcp_opa.core.jsonread import items
 from kcp_opa.declare.diagnostics import MAX_COUNTED, Findings, did_you_mean
 
 
 def check_schema(
-    validator: Draft202012Validator, data: Any, findings: Findings, fast: Callable[[Any], Any] | None = None
+    validator: Draft202012Validator, data: object, findings: Findings, fast: Callable[[object], object] | None = None
 ) -> None:
     """The first ``findings.limit`` schema errors, worded; the rest counted up to MAX_COUNTED
     (jsonschema yields them lazily, so an invalid 4 MiB manifest stops early).
@@ -50,8 +50,7 @@ def check_schema(
 def _message(error: ValidationError) -> str:
     value = error.instance
     if error.validator == "enum":
-        choices: Any = error.validator_value
-        allowed = [str(v) for v in choices]
+        allowed = [str(v) for v in items(error.validator_value)]  # an enum is a list
         hint = did_you_mean(str(value), allowed) if isinstance(value, str) else ""
         return f"{value!r} is not one of {', '.join(allowed)}{hint}"
     if error.validator == "required":
@@ -76,7 +75,7 @@ def _message(error: ValidationError) -> str:
     return error.message
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return {
         bool: "boolean",
         int: "integer",
@@ -88,6 +87,6 @@ def _kind(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -10,19 +10,15 @@ confidential or restricted unit that leaves `access` to the public default.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
-
+from kcp_opa.core.jsonread import JsonObject, items, mapping
 from kcp_opa.declare import vocabulary as vocab
-from kcp_opa.declare.diagnostics import Findings, PathPart, did_you_mean
-
-Units = Sequence[tuple[int, dict[str, Any]]]
+from kcp_opa.declare.diagnostics import Findings, PathPart, Units, did_you_mean
 
 
-def check_spec_rules(doc: dict[str, Any], units: Units, ids: set[str], findings: Findings) -> None:
+def check_spec_rules(doc: JsonObject, units: Units, ids: set[str], findings: Findings) -> None:
     """Every rule below, for the whole manifest (units are (index, unit) for mapping units only)."""
     _check_root_vocab(doc, findings)
-    manifest_ids = {m["id"] for _, m in _items(doc.get("manifests")) if isinstance(m, dict) and "id" in m}
+    manifest_ids = {m["id"] for m in items(doc.get("manifests")) if isinstance(m, dict) and "id" in m}
     superseded = {u.get("supersedes") for _, u in units} | _relationship_targets(doc, "supersedes")
     for index, unit in units:
         here: tuple[PathPart, ...] = ("units", index)
@@ -53,43 +49,30 @@ def check_spec_rules(doc: dict[str, Any], units: Units, ids: set[str], findings:
         )
 
 
-def _check_root_vocab(doc: dict[str, Any], findings: Findings) -> None:
+def _check_root_vocab(doc: JsonObject, findings: Findings) -> None:
     auth = doc.get("auth")
     methods = auth.get("methods") if isinstance(auth, dict) else None
-    for index, method in _items(methods):
+    for index, method in enumerate(items(methods)):
         kind = method.get("type") if isinstance(method, dict) else None
-        if isinstance(kind, str) and kind not in vocab.AUTH_METHOD_TYPES:
-            findings.warn(
-                "unknown_auth_method",
-                f"auth method type {kind!r} is not one of {', '.join(vocab.AUTH_METHOD_TYPES)}; agents ignore it"
-                f"{did_you_mean(kind, vocab.AUTH_METHOD_TYPES)}",
-                ("auth", "methods", index, "type"),
-            )
-    for index, ref in _items(doc.get("manifests")):
+        where: tuple[PathPart, ...] = ("auth", "methods", index, "type")
+        findings.unknown(
+            "unknown_auth_method", "auth method type", kind, vocab.AUTH_METHOD_TYPES, where, "; agents ignore it"
+        )
+    for index, ref in enumerate(items(doc.get("manifests"))):
         relation = ref.get("relationship") if isinstance(ref, dict) else None
-        if isinstance(relation, str) and relation not in vocab.MANIFEST_RELATIONSHIPS:
-            findings.warn(
-                "unknown_manifest_relationship",
-                f"relationship {relation!r} is not one of {', '.join(vocab.MANIFEST_RELATIONSHIPS)}; ignored"
-                f"{did_you_mean(relation, vocab.MANIFEST_RELATIONSHIPS)}",
-                ("manifests", index, "relationship"),
-            )
+        where = ("manifests", index, "relationship")
+        findings.unknown(
+            "unknown_manifest_relationship", "relationship", relation, vocab.MANIFEST_RELATIONSHIPS, where, "; ignored"
+        )
 
 
-def _check_audience(unit: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings) -> None:
-    for index, audience in _items(unit.get("audience")):
-        if isinstance(audience, str) and audience not in vocab.AUDIENCES:
-            findings.warn(
-                "unknown_audience",
-                f"audience {audience!r} is not one of {', '.join(vocab.AUDIENCES)}; KCP readers ignore it"
-                f"{did_you_mean(audience, vocab.AUDIENCES)}",
-                (*here, "audience", index),
-            )
+def _check_audience(unit: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
+    for index, audience in enumerate(items(unit.get("audience"))):
+        where = (*here, "audience", index)
+        findings.unknown("unknown_audience", "audience", audience, vocab.AUDIENCES, where, "; KCP readers ignore it")
 
 
-def _check_access(
-    doc: Mapping[str, Any], unit: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings
-) -> None:
+def _check_access(doc: JsonObject, unit: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
     access = unit.get("access")
     if "auth_scope" in unit and access != "restricted":
         findings.warn(
@@ -99,10 +82,8 @@ def _check_access(
         )
     if "access" in unit:
         return
-    own = [unit.get("sensitivity"), (_mapping(unit.get("compliance")) or {}).get("sensitivity")]
-    levels: list[Any] = [v for v in own if isinstance(v, str)] or [
-        (_mapping(doc.get("compliance")) or {}).get("sensitivity")
-    ]
+    own = [unit.get("sensitivity"), mapping(unit.get("compliance")).get("sensitivity")]
+    levels: list[object] = [v for v in own if isinstance(v, str)] or [mapping(doc.get("compliance")).get("sensitivity")]
     strictest = max((v for v in levels if isinstance(v, str)), key=vocab.sensitivity_rank, default=None)
     if vocab.sensitivity_rank(strictest) >= vocab.sensitivity_rank("confidential"):
         findings.warn(
@@ -114,9 +95,9 @@ def _check_access(
 
 
 def _check_external_depends_on(
-    unit: Mapping[str, Any], manifest_ids: set[str], here: tuple[PathPart, ...], findings: Findings
+    unit: JsonObject, manifest_ids: set[str], here: tuple[PathPart, ...], findings: Findings
 ) -> None:
-    for index, dep in _items(unit.get("external_depends_on")):
+    for index, dep in enumerate(items(unit.get("external_depends_on"))):
         if not isinstance(dep, dict):
             continue
         where = (*here, "external_depends_on", index)
@@ -137,10 +118,8 @@ def _check_external_depends_on(
             )
 
 
-def _check_hints(unit: Mapping[str, Any], ids: set[str], here: tuple[PathPart, ...], findings: Findings) -> None:
-    hints = _mapping(unit.get("hints"))
-    if hints is None:
-        return
+def _check_hints(unit: JsonObject, ids: set[str], here: tuple[PathPart, ...], findings: Findings) -> None:
+    hints = mapping(unit.get("hints"))
     if hints.get("summary_available") is True and not hints.get("summary_unit"):
         findings.warn(
             "summary_unit_missing",
@@ -165,20 +144,10 @@ def _no_max_age(findings: Findings, path: tuple[PathPart, ...]) -> None:
     )
 
 
-def _auth_methods(doc: Mapping[str, Any]) -> list[Any]:
-    auth = _mapping(doc.get("auth")) or {}
-    methods = auth.get("methods")
-    return methods if isinstance(methods, list) else []
+def _auth_methods(doc: JsonObject) -> list[object]:
+    return items(mapping(doc.get("auth")).get("methods"))
 
 
-def _relationship_targets(doc: Mapping[str, Any], kind: str) -> set[Any]:
+def _relationship_targets(doc: JsonObject, kind: str) -> set[object]:
     """Units another unit replaces through a top-level relationship of this type ("to" is replaced)."""
-    return {r.get("to") for _, r in _items(doc.get("relationships")) if isinstance(r, dict) and r.get("type") == kind}
-
-
-def _items(value: Any) -> Iterator[tuple[int, Any]]:
-    return enumerate(value) if isinstance(value, list) else iter(())
-
-
-def _mapping(value: Any) -> dict[str, Any] | None:
-    return value if isinstance(value, dict) else None
+    return {r.get("to") for r in items(doc.get("relationships")) if isinstance(r, dict) and r.get("type") == kind}

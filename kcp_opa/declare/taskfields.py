@@ -12,19 +12,18 @@ matrix is known (``validate`` given both, ``compile``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Iterator, Mapping
 
 from kcp_opa.core.errors import ValidationFailedError
-from kcp_opa.declare.diagnostics import Diagnostic, Findings, PathPart, Severity, did_you_mean
+from kcp_opa.core.jsonread import JsonObject, items, mapping
+from kcp_opa.declare.diagnostics import Diagnostic, Findings, PathPart, Severity, Units, did_you_mean
 
 KEY = "declared_fields_by_task_type"
 CEILING = "declared_fields"
-Units = Sequence[tuple[int, dict[str, Any]]]
 Where = tuple[PathPart, ...]
 
 
-def check_task_fields(doc: Mapping[str, Any], units: Units, findings: Findings) -> None:
+def check_task_fields(doc: JsonObject, units: Units, findings: Findings) -> None:
     """Errors where a unit's effective by-task lists leave its effective ``declared_fields``."""
     root = _compliance(doc)
     said: set[tuple[str, Where]] = set()  # a root list inherited by many units is reported once
@@ -69,13 +68,12 @@ def check_task_fields(doc: Mapping[str, Any], units: Units, findings: Findings) 
                 )
 
 
-def unlisted_task_types(file: str, doc: Mapping[str, Any], listed: Collection[str], names: str) -> list[Diagnostic]:
+def unlisted_task_types(file: str, doc: JsonObject, listed: Collection[str], names: str) -> list[Diagnostic]:
     """One error per by-task key of manifest DOC that LISTED (the task types of the matrices
     NAMES) lacks: the typo keeps the real task type on the wider list."""
-    units = doc.get("units")
-    blocks: list[tuple[Where, Mapping[str, Any]]] = [(("compliance",), _compliance(doc))]
-    for i, unit in enumerate(units if isinstance(units, list) else []):
-        blocks.append((("units", i, "compliance"), _compliance(unit)))
+    blocks: list[tuple[Where, JsonObject]] = [(("compliance",), _compliance(doc))]
+    for i, unit in enumerate(items(doc.get("units"))):
+        blocks.append((("units", i, "compliance"), _compliance(mapping(unit))))
     out = []
     for here, block in blocks:
         by_task = block.get(KEY)
@@ -94,26 +92,25 @@ def unlisted_task_types(file: str, doc: Mapping[str, Any], listed: Collection[st
     return out
 
 
-def refuse_unlisted_task_types(file: str, doc: Mapping[str, Any], listed: Collection[str], names: str) -> None:
+def refuse_unlisted_task_types(file: str, doc: JsonObject, listed: Collection[str], names: str) -> None:
     """``compile``: a by-task key the matrix does not list is refused, never compiled."""
     errors = unlisted_task_types(file, doc, listed, names)
     if errors:
         raise ValidationFailedError(file, [str(d) for d in errors])
 
 
-def _compliance(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    block = node.get("compliance")
-    return block if isinstance(block, Mapping) else {}
+def _compliance(node: JsonObject) -> JsonObject:
+    return mapping(node.get("compliance"))
 
 
-def _pick(own: Mapping[str, Any], root: Mapping[str, Any], key: str, here: Where) -> tuple[Any, Where]:
+def _pick(own: JsonObject, root: JsonObject, key: str, here: Where) -> tuple[object, Where]:
     """The unit's value of ``key`` (it replaces the root's), else the root's, and where it is written."""
     if key in own:
         return own[key], (*here, key)
     return root.get(key), ("compliance", key)
 
 
-def _entries(by_task: Mapping[str, Any]) -> Iterator[tuple[str, int, str]]:
+def _entries(by_task: JsonObject) -> Iterator[tuple[str, int, str]]:
     for task, fields in by_task.items():
         if isinstance(fields, list):
             for j, field in enumerate(fields):

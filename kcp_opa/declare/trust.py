@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcp_opa import schemas
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects, strings, text
 from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring
 from kcp_opa.declare.declstrings import TRUST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report
@@ -53,7 +53,7 @@ class Issuer:
     id: str
     type: str
     controls: frozenset[str]
-    keys: Mapping[str, Mapping[str, Any]]
+    keys: Mapping[str, JsonObject]
     #: The registry marks this gate's decision documents as unsigned (``unsigned_decisions: true``).
     unsigned_decisions: bool = False
     #: The context facts this issuer may attest (evidence_status, new_beneficiary, ...).
@@ -82,7 +82,7 @@ def _ed25519_public(text: str) -> Ed25519PublicKey:
 class TrustRegistry:
     file: str
     sha256: str
-    data: Mapping[str, Any]
+    data: JsonObject
 
     @property
     def name(self) -> str:
@@ -90,22 +90,11 @@ class TrustRegistry:
 
     @cached_property
     def principals(self) -> dict[str, Principal]:
-        return {canonical_id(p["id"]): _principal(p) for p in self.data["principals"]}
+        return {p.id: p for p in map(_principal, objects(self.data["principals"]))}
 
     @cached_property
     def issuers(self) -> dict[str, Issuer]:
-        return {
-            canonical_id(i["id"]): Issuer(
-                canonical_id(i["id"]),
-                i["type"],
-                frozenset(i["controls"]),
-                {k["kid"]: k for k in i["keys"]},
-                i.get("unsigned_decisions") is True,
-                frozenset(i.get("facts") or []),
-                i.get("signs_exceptions") is True,
-            )
-            for i in self.data["issuers"]
-        }
+        return {i.id: i for i in map(_issuer, objects(self.data["issuers"]))}
 
     def principal(self, raw_id: str) -> Principal | None:
         """The registered principal ``raw_id`` names (canonical comparison); None when unknown."""
@@ -114,12 +103,12 @@ class TrustRegistry:
     @property
     def exception_grantor_roles(self) -> frozenset[str]:
         """The roles whose holders may grant exceptions (none listed: nobody may)."""
-        return frozenset(self.data.get("exception_grantor_roles") or [])
+        return frozenset(strings(self.data.get("exception_grantor_roles")))
 
     def issuer(self, raw_id: str) -> Issuer | None:
         return self.issuers.get(canonical_id(raw_id))
 
-    def to_data(self) -> dict[str, Any]:
+    def to_data(self) -> JsonDict:
         """What the policy reads (``data.kcp_data.trust``): principals, roles, issuers' controls; no keys."""
         return {
             "name": self.name,
@@ -129,29 +118,43 @@ class TrustRegistry:
             "issuers": {
                 iid: {"type": i.type, "controls": sorted(i.controls)} for iid, i in sorted(self.issuers.items())
             },
-            "separation_of_duties": sorted(set(BASE_SOD_CONTROLS) | set(self.data.get("separation_of_duties") or [])),
+            "separation_of_duties": sorted(
+                set(BASE_SOD_CONTROLS) | set(strings(self.data.get("separation_of_duties")))
+            ),
         }
 
 
-def _principal(entry: Mapping[str, Any]) -> Principal:
-    roles = tuple(sorted(set(entry.get("roles") or [])))
-    model = entry.get("model") or {}
-    scope = entry.get("agent_scope")
+def _principal(entry: JsonObject) -> Principal:
+    roles = tuple(sorted(set(strings(entry.get("roles")))))
+    model = mapping(entry.get("model"))
+    scope, tenants = entry.get("agent_scope"), entry.get("tenants")
     return Principal(
-        canonical_id(entry["id"]),
-        entry["type"],
+        canonical_id(str(entry["id"])),
+        str(entry["type"]),
         roles,
-        tuple(sorted(set(entry.get("auth_scopes") or []))),
+        tuple(sorted(set(strings(entry.get("auth_scopes"))))),
         # One role is the actor role; several need it named (the gate never picks one).
-        entry.get("actor_role") or (roles[0] if len(roles) == 1 else None),
-        tuple(sorted(set(scope))) if isinstance(scope, list) else None,
-        model.get("id"),
-        model.get("hosting"),
-        frozenset(entry["tenants"]) if isinstance(entry.get("tenants"), list) else None,
+        text(entry.get("actor_role")) or (roles[0] if len(roles) == 1 else None),
+        tuple(sorted(set(strings(scope)))) if isinstance(scope, list) else None,
+        text(model.get("id")),
+        text(model.get("hosting")),
+        frozenset(strings(tenants)) if isinstance(tenants, list) else None,
     )
 
 
-def _check(doc: dict[str, Any], findings: Findings) -> None:
+def _issuer(entry: JsonObject) -> Issuer:
+    return Issuer(
+        canonical_id(str(entry["id"])),
+        str(entry["type"]),
+        frozenset(strings(entry["controls"])),
+        {str(k["kid"]): k for k in objects(entry["keys"])},
+        entry.get("unsigned_decisions") is True,
+        frozenset(strings(entry.get("facts"))),
+        entry.get("signs_exceptions") is True,
+    )
+
+
+def _check(doc: JsonObject, findings: Findings) -> None:
     check_declaration_strings(doc, TRUST_RULES, findings)
     for section in ("principals", "issuers"):
         entries = doc.get(section)
@@ -177,9 +180,9 @@ def _check(doc: dict[str, Any], findings: Findings) -> None:
                 _check_keys(entry, index, findings)
 
 
-def _check_keys(entry: dict[str, Any], index: int, findings: Findings) -> None:
+def _check_keys(entry: JsonObject, index: int, findings: Findings) -> None:
     kids: set[str] = set()
-    for k, key in enumerate(entry.get("keys") or []):
+    for k, key in enumerate(items(entry.get("keys"))):
         if not isinstance(key, dict):
             continue
         if key.get("kid") in kids:
@@ -194,7 +197,7 @@ def _check_keys(entry: dict[str, Any], index: int, findings: Findings) -> None:
                 )
 
 
-def _counts(data: Mapping[str, Any]) -> dict[str, int]:
+def _counts(data: JsonObject) -> dict[str, int]:
     principals, issuers = data.get("principals"), data.get("issuers")
     return {
         "principal_count": len(principals) if isinstance(principals, list) else 0,

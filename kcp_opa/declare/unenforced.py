@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from kcp_opa import schemas
 from kcp_opa.core.errors import ValidationFailedError
+from kcp_opa.core.jsonread import JsonObject, items, mapping
 from kcp_opa.declare.diagnostics import (
     UNENFORCED_CODES,
     Diagnostic,
@@ -35,43 +35,35 @@ POLICY_BLOCKS = ("compliance", "delegation", "trust", "freshness_policy", "rate_
 EXTENSION_PREFIX = "x-"  # KCP §13: a namespaced extension, declared as such by its author
 
 
-def check_unknown_keys(doc: Mapping[str, Any], findings: Findings) -> None:
+def check_unknown_keys(doc: JsonObject, findings: Findings) -> None:
     """One ``unknown_key`` warning per key the schema does not list, at the root, in each unit
     and inside each policy-bearing block (``x-`` extension keys excepted)."""
     schema = schemas.schema(schemas.MANIFEST)
-    defs: Mapping[str, Any] = schema["$defs"]
+    defs = mapping(schema["$defs"])
     _check_level(doc, schema, defs, (), "the manifest root", findings)
-    units = doc.get("units")
-    for index, unit in enumerate(units if isinstance(units, list) else []):
+    for index, unit in enumerate(items(doc.get("units"))):
         if isinstance(unit, Mapping):
-            _check_level(unit, defs["unit"], defs, ("units", index), "a unit", findings)
+            _check_level(unit, mapping(defs["unit"]), defs, ("units", index), "a unit", findings)
 
 
 def _check_level(
-    node: Mapping[str, Any],
-    schema: Mapping[str, Any],
-    defs: Mapping[str, Any],
-    here: tuple[PathPart, ...],
-    where: str,
-    findings: Findings,
+    node: JsonObject, schema: JsonObject, defs: JsonObject, here: tuple[PathPart, ...], where: str, findings: Findings
 ) -> None:
-    known: Mapping[str, Any] = schema["properties"]
+    known = mapping(schema["properties"])
     _unknown(node, known, here, where, findings)
     for block in POLICY_BLOCKS:
         if block in node and block in known:
             _walk(node[block], _resolve(known[block], defs), defs, (*here, block), findings)
 
 
-def _walk(
-    node: Any, schema: Mapping[str, Any], defs: Mapping[str, Any], here: tuple[PathPart, ...], findings: Findings
-) -> None:
+def _walk(node: object, schema: JsonObject, defs: JsonObject, here: tuple[PathPart, ...], findings: Findings) -> None:
     if isinstance(node, list) and isinstance(schema.get("items"), Mapping):
         for index, item in enumerate(node):
             _walk(item, _resolve(schema["items"], defs), defs, (*here, index), findings)
         return
     if not isinstance(node, Mapping):
         return
-    branch = next((b for b in schema.get("oneOf", []) if "properties" in _resolve(b, defs)), None)
+    branch = next((b for b in items(schema.get("oneOf")) if "properties" in _resolve(b, defs)), None)
     if branch is not None:
         schema = _resolve(branch, defs)
     known = schema.get("properties")
@@ -83,9 +75,7 @@ def _walk(
             _walk(value, _resolve(known[key], defs), defs, (*here, str(key)), findings)
 
 
-def _unknown(
-    node: Mapping[str, Any], known: Mapping[str, Any], here: tuple[PathPart, ...], where: str, findings: Findings
-) -> None:
+def _unknown(node: JsonObject, known: JsonObject, here: tuple[PathPart, ...], where: str, findings: Findings) -> None:
     for key in node:
         name = str(key)
         if name in known or name.startswith(EXTENSION_PREFIX):
@@ -98,7 +88,7 @@ def _unknown(
         )
 
 
-def _resolve(schema: Any, defs: Mapping[str, Any]) -> Mapping[str, Any]:
+def _resolve(schema: object, defs: JsonObject) -> JsonObject:
     if not isinstance(schema, Mapping):
         return {}
     ref = schema.get("$ref")

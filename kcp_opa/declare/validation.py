@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from kcp_opa import schemas
 from kcp_opa.core.bulk import collector_paused
 from kcp_opa.core.errors import SourceError, SourceUnreadableError, ValidationFailedError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.declare.diagnostics import Findings, Report, locate, unreadable_report
 from kcp_opa.declare.schema_findings import check_schema
 from kcp_opa.declare.yamlsource import YamlSource, parse_yaml, read_bounded
@@ -31,13 +32,13 @@ T = TypeVar("T")
 class DocumentKind(Generic[T]):
     noun: str
     schema: str
-    check: Callable[[dict[str, Any], Findings], None]
-    counts: Callable[[Mapping[str, Any]], dict[str, int]]
+    check: Callable[[JsonObject, Findings], None]
+    counts: Callable[[JsonObject], dict[str, int]]
     build: Callable[[YamlSource], T]
-
-
-#: (schema, file, sha256 of its bytes) -> the report on those bytes, while someone holds it.
-_held: weakref.WeakValueDictionary[tuple[str, str, str], Report[Any]] = weakref.WeakValueDictionary()
+    #: (file, sha256 of its bytes) -> the report on those bytes, while someone holds it.
+    held: weakref.WeakValueDictionary[tuple[str, str], Report[T]] = field(
+        default_factory=weakref.WeakValueDictionary, compare=False, repr=False
+    )
 
 
 @collector_paused()
@@ -48,8 +49,8 @@ def validate_file(kind: DocumentKind[T], path: str | Path, max_bytes: int) -> Re
     try:
         raw = read_bounded(Path(path), file, max_bytes)
         digest = hashlib.sha256(raw).hexdigest()
-        key = (kind.schema, file, digest)
-        held: Report[T] | None = _held.get(key)
+        key = (file, digest)
+        held = kind.held.get(key)
         if held is not None:
             return held
         source = parse_yaml(raw, file=file, sha256=digest)
@@ -58,7 +59,7 @@ def validate_file(kind: DocumentKind[T], path: str | Path, max_bytes: int) -> Re
     except SourceError as exc:
         return unreadable_report(file, exc.reason, exc.line, kind.counts({}))
     report = validate_yaml(kind, source)
-    _held[key] = report
+    kind.held[key] = report
     return report
 
 

@@ -243,7 +243,7 @@ def _check_shape(root: Node, file: str) -> None:
         )
 
 
-def _construct(node: Node, file: str, depth: int) -> Any:
+def _construct(node: Node, file: str, depth: int) -> object:
     line = node.start_mark.line + 1
     if depth > MAX_DEPTH:  # _check_shape's bound, for documents it was not run on
         raise SourceError(file, f"nested deeper than {MAX_DEPTH} levels", line)
@@ -256,7 +256,7 @@ def _construct(node: Node, file: str, depth: int) -> Any:
     if isinstance(node, MappingNode):
         if node.tag != _MAP:
             raise SourceError(file, _refused_tag(node.tag), line)
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             key_line = key_node.start_mark.line + 1
@@ -275,8 +275,8 @@ def _construct(node: Node, file: str, depth: int) -> Any:
     raise SourceError(file, "unsupported YAML node", line)  # pragma: no cover
 
 
-def _scalar(node: ScalarNode, file: str, line: int) -> Any:
-    tag, value = node.tag, node.value
+def _scalar(node: ScalarNode, file: str, line: int) -> str | int | float | bool | None:
+    tag, value = node.tag, str(node.value)
     if tag == _STR:
         return value
     if tag == _NULL:
