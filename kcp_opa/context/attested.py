@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, FactClass
 from kcp_opa.context.metering import METERED_SPEND, Spend, epoch_seconds, metered_spends
 from kcp_opa.context.sources import Fact, fact
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, sign_document
 from kcp_opa.core.verified import VerifiedSignatures
 from kcp_opa.declare.trust import TrustRegistry
@@ -34,21 +35,19 @@ BINDINGS = ("action_hash", "subject_id", "tenant_id")
 class AttestationSource(Protocol):
     """Attested facts for one action: ``(facts, refused)``."""
 
-    def attested_facts(
-        self, action: Mapping[str, Any], action_hash: str
-    ) -> tuple[dict[str, Fact], list[dict[str, str]]]: ...
+    def attested_facts(self, action: JsonObject, action_hash: str) -> tuple[dict[str, Fact], list[dict[str, str]]]: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> JsonDict: ...
 
 
-def sign_fact(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
+def sign_fact(fields: JsonObject, issuer: str, key: Signer) -> JsonDict:
     """Sign one fact attestation as ``issuer`` (a KYC provider, a beneficiary registry, ...)."""
     item = {k: fields[k] for k in (*SIGNED, *BINDINGS) if k in fields and k != "issuer"}
     item["issuer"] = issuer
     return sign_document(item, key)
 
 
-def _same_id(left: Any, right: Any) -> bool:
+def _same_id(left: object, right: object) -> bool:
     try:
         return isinstance(left, str) and isinstance(right, str) and canonical_id(left) == canonical_id(right)
     except IdentityError:
@@ -63,35 +62,35 @@ class SignedAttestations:
     signed bytes and the key's material), not once per decision it is offered to. The items are
     held as read-only copies: a holder changing its own mapping later changes nothing held."""
 
-    def __init__(self, registry: TrustRegistry, keyring: Keyring | None = None, items: Iterable[Any] = ()) -> None:
+    def __init__(self, registry: TrustRegistry, keyring: Keyring | None = None, items: Iterable[object] = ()) -> None:
         self.registry, self.keyring = registry, keyring
         self.verified = VerifiedSignatures()
         # Held as read-only copies the memo knows: each one's signed bytes are hashed once.
-        self._items: list[Any] = [self.verified.own(item) for item in items]
+        self._items: list[object] = [self.verified.own(item) for item in items]
         self._lock = threading.Lock()
 
-    def add(self, item: Any) -> None:
+    def add(self, item: object) -> None:
         held = self.verified.own(item)
         with self._lock:
             self._items.append(held)
 
-    def items(self) -> list[Any]:
+    def items(self) -> list[object]:
         """The attestations held now (read-only copies)."""
         with self._lock:
             return list(self._items)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         with self._lock:
             held = len(self._items)
         return {"kind": "attestations", "registry": self.registry.name, "held": held}
 
-    def metered_spends(self, action: Mapping[str, Any]) -> tuple[list[Spend], list[dict[str, str]]]:
+    def metered_spends(self, action: JsonObject) -> tuple[list[Spend], list[dict[str, str]]]:
         """The verified spend attestations of this action's subjects (kcp_opa.context.metering)."""
         with self._lock:
             items = list(self._items)
         return metered_spends(items, action, self.registry, self.keyring, self.verified)
 
-    def refusal(self, raw: Any, action: Mapping[str, Any], action_hash: str) -> str | None:
+    def refusal(self, raw: object, action: JsonObject, action_hash: str) -> str | None:
         """Why ``raw`` does not attest a fact of this action, or None when it does."""
         if not isinstance(raw, Mapping) or any(not isinstance(raw.get(k), str | bool) for k in SIGNED):
             return "malformed"
@@ -129,15 +128,13 @@ class SignedAttestations:
             return "malformed"
         return None
 
-    def attested_facts(
-        self, action: Mapping[str, Any], action_hash: str
-    ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
+    def attested_facts(self, action: JsonObject, action_hash: str) -> tuple[dict[str, Fact], list[dict[str, str]]]:
         with self._lock:
             items = list(self._items)
         return self.judged(items, action, action_hash)
 
     def judged(
-        self, items: Iterable[Any], action: Mapping[str, Any], action_hash: str
+        self, items: Iterable[object], action: JsonObject, action_hash: str
     ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
         """The facts ``items`` attest for this action, and the refused ones (another action's are
         skipped); of several attesting one fact, the newest speaks."""
@@ -149,13 +146,15 @@ class SignedAttestations:
             why = self.refusal(raw, action, action_hash)
             if why == "not_bound_to_this_action":
                 continue  # another action's attestation: not this decision's business
-            if why is not None:
-                refused.append({"fact": str(raw.get("fact", "")) if isinstance(raw, Mapping) else "", "reason": why})
+            if why is not None or not isinstance(raw, Mapping):
+                refused.append(
+                    {"fact": str(raw.get("fact", "")) if isinstance(raw, Mapping) else "", "reason": why or "malformed"}
+                )
                 continue
             issued, expires = epoch_seconds(raw["issued_at"]), epoch_seconds(raw["expires_at"])
             name = str(raw["fact"])
             held = facts.get(name)
-            if held is not None and held["issued_epoch_seconds"] >= (issued or 0):
+            if held is not None and (integer(held["issued_epoch_seconds"]) or 0) >= (issued or 0):
                 continue  # the newest attestation of a fact speaks for it
             where = f"attestation:{canonical_id(str(raw['issuer']))}/{raw['signature']['kid']}"
             facts[name] = fact(name, raw["value"], where, issued_epoch_seconds=issued, expires_epoch_seconds=expires)

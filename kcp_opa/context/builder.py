@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
@@ -24,6 +23,7 @@ from kcp_opa.context.facts import FACTS
 from kcp_opa.context.metering import MeteringSource
 from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
 from kcp_opa.core.errors import KcpOpaError, StoreError, StoreUnavailableError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items
 
 _log = structlog.get_logger("kcp_opa.context")
 
@@ -46,7 +46,7 @@ class ContextSources:
     #: Attested spend from metering issuers (kcp_opa.context.metering); absent -> no ``metering`` key.
     metering: MeteringSource | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         """What ``GET /v1/status`` and the decision document show: the sources, never their keys."""
         return {
             "registry": self.registry.describe() if self.registry is not None else None,
@@ -78,12 +78,12 @@ def _only(kind: str, given: Mapping[str, Fact], refused: list[dict[str, str]]) -
 
 def build_context(
     sources: ContextSources | None,
-    action: Mapping[str, Any],
+    action: JsonObject,
     *,
     principal: str | None,
     action_hash: str,
     now: dt.datetime,
-) -> dict[str, Any]:
+) -> JsonDict:
     """``{"facts": {...}, "facts_principal": ..., "facts_refused"?: [...], "attestations_refused"?: [...],
     "metering"?: [...], "counters"?: {...}, "exceptions"?: [...]}``.
 
@@ -96,7 +96,7 @@ def build_context(
     declared limit, never an allow.
     """
     facts: dict[str, Fact] = {}
-    built: dict[str, Any] = {"facts": facts, "facts_principal": principal}
+    built: JsonDict = {"facts": facts, "facts_principal": principal}
     if sources is None:
         return built
     facts_refused: list[dict[str, str]] = []
@@ -115,7 +115,7 @@ def build_context(
         spends, unmetered = sources.metering.metered_spends(action)
         built["metering"] = spends
         if unmetered:
-            built["attestations_refused"] = [*built.get("attestations_refused", []), *unmetered]
+            built["attestations_refused"] = [*items(built.get("attestations_refused")), *unmetered]
     if sources.counters is not None:
         try:
             counted = sources.counters.counters(action, now=now)

@@ -16,9 +16,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any
 
 from kcp_opa.context import ContextSources
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, mapping, objects, text
 from kcp_opa.stores.protocols import CounterStore, CounterView
 from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
@@ -27,36 +27,32 @@ RATE_WINDOWS = {"requests_per_minute": 60, "requests_per_hour": 3600}
 _PER_COLUMN = {"tenant": "tenant_id", "agent": "agent_id", "task_type": "task_type", "beneficiary": "beneficiary"}
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def beneficiary(action: Mapping[str, Any]) -> str | None:
+def beneficiary(action: JsonObject) -> str | None:
     """The account fingerprint, else the reference, of the target (as budget.rego's ``beneficiary``)."""
     target = action.get("target")
     if not isinstance(target, Mapping):
         return None
-    return _text(target.get("account_fingerprint")) or _text(target.get("reference"))
+    return text(target.get("account_fingerprint")) or text(target.get("reference"))
 
 
-def principal(action: Mapping[str, Any]) -> str | None:
+def principal(action: JsonObject) -> str | None:
     """The authenticated principal when the gate bound one, else the agent (as budget.rego's ``principal``)."""
     context = action.get("authorization_context")
     bound = context.get("authenticated_principal") if isinstance(context, Mapping) else None
-    return bound if isinstance(bound, str) and bound else _text(action.get("agent_id"))
+    return bound if isinstance(bound, str) and bound else text(action.get("agent_id"))
 
 
-def key(per: str, action: Mapping[str, Any]) -> str | None:
+def key(per: str, action: JsonObject) -> str | None:
     """The key a budget or velocity rule counted ``per`` tenant, agent, task type or beneficiary
     counts ``action`` under (as budget.rego's ``key``); None when the action has none."""
     if per == "beneficiary":
-        tenant, paid = _text(action.get("tenant_id")), beneficiary(action)
+        tenant, paid = text(action.get("tenant_id")), beneficiary(action)
         return f"{tenant}/{paid}" if tenant is not None and paid is not None else None
     field = {"tenant": "tenant_id", "agent": "agent_id", "task_type": "action_type"}.get(per)
-    return _text(action.get(field)) if field else None
+    return text(action.get(field)) if field else None
 
 
-def _filter_value(per: str, action: Mapping[str, Any]) -> str | None:
+def _filter_value(per: str, action: JsonObject) -> str | None:
     return beneficiary(action) if per == "beneficiary" else key(per, action)
 
 
@@ -84,21 +80,20 @@ class StoreCounters:
     ``parameters`` are the bundle's matrix parameters (budgets and velocity rules to count).
     """
 
-    def __init__(self, store: CounterStore, parameters: Mapping[str, Any]) -> None:
+    def __init__(self, store: CounterStore, parameters: JsonObject) -> None:
         self.store = store
         self.parameters = parameters
-        self.budgets = [b for b in parameters.get("budgets") or [] if isinstance(b, Mapping)]
-        self.velocity = [v for v in parameters.get("velocity") or [] if isinstance(v, Mapping)]
+        self.budgets, self.velocity = objects(parameters.get("budgets")), objects(parameters.get("velocity"))
         # The same store counting for other bundles' parameters (held with them, so ids stay theirs).
-        self._rebound: dict[int, tuple[Mapping[str, Any], StoreCounters]] = {}
+        self._rebound: dict[int, tuple[JsonObject, StoreCounters]] = {}
 
     @classmethod
-    def for_bundle(cls, store: CounterStore, data: Mapping[str, Any]) -> StoreCounters:
+    def for_bundle(cls, store: CounterStore, data: JsonObject) -> StoreCounters:
         """Count what the bundle's matrix declares (``data`` is the bundle's data document)."""
         return cls(store, matrix_parameters(data))
 
     @staticmethod
-    def bound_to(sources: ContextSources | None, parameters: Mapping[str, Any]) -> ContextSources | None:
+    def bound_to(sources: ContextSources | None, parameters: JsonObject) -> ContextSources | None:
         """``sources`` counting what the deciding bundle declares (``parameters``, its
         :func:`matrix_parameters`, read once when it was loaded): a reloaded bundle's budgets and
         velocity rules are counted from its first decision, not the ones the gate started with.
@@ -108,7 +103,7 @@ class StoreCounters:
             return sources
         return replace(sources, counters=counters.rebound(parameters))
 
-    def rebound(self, parameters: Mapping[str, Any]) -> StoreCounters:
+    def rebound(self, parameters: JsonObject) -> StoreCounters:
         """This store counting ``parameters``: built once per bundle, not once per decision."""
         held = self._rebound.get(id(parameters))
         if held is not None and held[0] is parameters:
@@ -119,28 +114,28 @@ class StoreCounters:
         self._rebound[id(parameters)] = (parameters, counters)
         return counters
 
-    def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+    def counters(self, action: JsonObject, *, now: dt.datetime) -> JsonDict:
         out = self.store.read(lambda view: self.history(view, action, now=now))
         rate = self.rate(action, now=now)
         if rate is not None:
             out["rate"] = rate
         return out
 
-    def rate(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any] | None:
+    def rate(self, action: JsonObject, *, now: dt.datetime) -> JsonDict | None:
         """Record this request on its unit and count it per window (None for an action on no unit)."""
         knowledge = action.get("knowledge")
-        unit = _text(knowledge.get("unit")) if isinstance(knowledge, Mapping) else None
+        unit = text(knowledge.get("unit")) if isinstance(knowledge, Mapping) else None
         who = principal(action)
         if unit is None or who is None or not isinstance(knowledge, Mapping):
             return None
-        unit_key = f"{_text(knowledge.get('project')) or ''}/{unit}"
+        unit_key = f"{text(knowledge.get('project')) or ''}/{unit}"
         day = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         starts = {name: now - dt.timedelta(seconds=seconds) for name, seconds in RATE_WINDOWS.items()}
         starts["requests_per_day"] = day - dt.timedelta(microseconds=1)
         counts = self.store.count_request(unit_key, who, utc_stamp(now), [utc_stamp(s) for s in starts.values()])
         return {"unit": unit_key, "principal": who, **dict(zip(starts, counts, strict=True))}
 
-    def reservation_keys(self, action: Mapping[str, Any]) -> list[ReservationKey]:
+    def reservation_keys(self, action: JsonObject) -> list[ReservationKey]:
         """The keys ``action``'s transfer is filed under (as :func:`transfer_of` files them), each
         marked read when these parameters count under it: what a store locks for its reservation."""
         read = {str(b["per"]) for b in self.budgets} | ({"tenant"} if self.velocity else set())
@@ -153,15 +148,15 @@ class StoreCounters:
             )
         ]
 
-    def history(self, view: CounterView, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+    def history(self, view: CounterView, action: JsonObject, *, now: dt.datetime) -> JsonDict:
         """Budgets, velocity and beneficiary counts for ``action`` (no request recorded)."""
         stamp, left_out = utc_stamp(now), _EXCLUDED.get()
-        budgets: dict[str, Any] = {}
+        budgets: JsonDict = {}
         for b in self.budgets:
             counted = key(str(b["per"]), action)
             if counted is None:
                 continue
-            since = utc_stamp(now - dt.timedelta(seconds=int(b["window_seconds"])))
+            since = _window_start(b, now)
             types = b.get("task_types")
             totals = view.transfers(
                 currency=str(b["currency"]),
@@ -176,15 +171,15 @@ class StoreCounters:
                 "spent_minor": totals.committed_minor,
                 "reserved_minor": totals.reserved_minor,
             }
-        velocity: dict[str, Any] = {}
-        tenant = _text(action.get("tenant_id"))
+        velocity: JsonDict = {}
+        tenant = text(action.get("tenant_id"))
         for v in self.velocity:
             per = str(v["per"])
             counted, value = key(per, action), _filter_value(per, action)
             if counted is None or value is None or tenant is None:
                 continue
             where = [("tenant_id", tenant)] + ([("beneficiary", value)] if per == "beneficiary" else [])
-            since = utc_stamp(now - dt.timedelta(seconds=int(v["window_seconds"])))
+            since = _window_start(v, now)
             totals = view.transfers(
                 currency=str(v["currency"]), since=since, now=stamp, where=where, excluding=left_out
             )
@@ -193,21 +188,26 @@ class StoreCounters:
                 "count": totals.count,
                 "sum_minor": totals.committed_minor + totals.reserved_minor,
             }
-        out: dict[str, Any] = {"source": "gate", "budgets": budgets, "velocity": velocity}
+        out: JsonDict = {"source": "gate", "budgets": budgets, "velocity": velocity}
         paid = beneficiary(action)
         if tenant is not None and paid is not None:
             out["beneficiary"] = {"key": f"{tenant}/{paid}", "prior_payments": view.prior_payments(tenant, paid)}
         return out
 
 
-def matrix_parameters(data: Mapping[str, Any]) -> Mapping[str, Any]:
+def _window_start(rule: JsonObject, now: dt.datetime) -> str:
+    """When ``rule``'s window ending ``now`` starts (``window_seconds``: an integer, by the matrix schema)."""
+    if (seconds := integer(rule["window_seconds"])) is None:  # refused, never counted as an empty window
+        raise TypeError(f"window_seconds of {rule.get('id')!r} is not an integer")
+    return utc_stamp(now - dt.timedelta(seconds=seconds))
+
+
+def matrix_parameters(data: JsonObject) -> JsonObject:
     """The budgets and velocity rules a bundle's matrix declares (``data``: its data document)."""
-    matrix = (data.get("kcp_data") or {}).get("matrix") or {}
-    parameters = matrix.get("parameters") or {}
-    return parameters if isinstance(parameters, Mapping) else {}
+    return mapping(mapping(mapping(data.get("kcp_data")).get("matrix")).get("parameters"))
 
 
-def transfer_of(action: Mapping[str, Any], receipt: Mapping[str, Any], *, now: dt.datetime) -> Transfer | None:
+def transfer_of(action: JsonObject, receipt: JsonObject, *, now: dt.datetime) -> Transfer | None:
     """The value transfer a receipt authorizes (None when the action moves no money)."""
     amount = action.get("amount")
     value = amount.get("value_minor") if isinstance(amount, Mapping) else None

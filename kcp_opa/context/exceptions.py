@@ -12,11 +12,11 @@ the exceptions in force.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from kcp_opa.compile.resolution import refuse_unwaivable
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import Keyring
 from kcp_opa.declare.exceptions import (
     DEFAULT_MAX_LIFETIME_SECONDS,
@@ -30,9 +30,9 @@ from kcp_opa.declare.trust import TrustRegistry
 class ExceptionSource(Protocol):
     """The verified exceptions, as the policy reads them."""
 
-    def exceptions(self) -> list[dict[str, Any]]: ...
+    def exceptions(self) -> list[JsonDict]: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> JsonDict: ...
 
 
 class SignedExceptions:
@@ -43,7 +43,7 @@ class SignedExceptions:
         registry: TrustRegistry,
         *,
         path: str | Path | None = None,
-        document: Mapping[str, Any] | None = None,
+        document: JsonObject | None = None,
         keyring: Keyring | None = None,
         max_lifetime_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
         waivable: frozenset[str] | None = None,
@@ -86,10 +86,10 @@ class SignedExceptions:
         with self._lock:
             return self._held
 
-    def exceptions(self) -> list[dict[str, Any]]:
+    def exceptions(self) -> list[JsonDict]:
         with self._lock:
             return [dict(e) for e in self._input]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         held = self.held
         return {"kind": "exceptions", "name": held.name, "sha256": held.sha256, "held": len(held.exceptions)}

@@ -14,16 +14,15 @@ one that arrives at decision time and records it in ``input.context.facts_refuse
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from kcp_opa.context.facts import FACTS
 from kcp_opa.core import strings
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonObject, mapping
 
 
 class GateFactError(CodedError):
@@ -34,12 +33,12 @@ class GateFactError(CodedError):
 
 #: Answers of :func:`fact_problem` for plain values: the same few facts reach every decision,
 #: and the schema check is the context stage's dearest step. Bounded; a pure function's memo.
-_ANSWERS: dict[tuple[Any, ...], str | None] = {}
+_ANSWERS: dict[tuple[object, ...], str | None] = {}
 _ANSWERS_HELD = 4096
 _SCALARS = (str, bool, int, type(None))
 
 
-def _memo_key(name: str, value: Any) -> tuple[Any, ...] | None:
+def _memo_key(name: str, value: object) -> tuple[object, ...] | None:
     """The exact type with the value (``True`` is not ``1``, a tuple is not a list); None: not memoised."""
     if type(value) in _SCALARS:
         return (name, type(value), value)
@@ -48,7 +47,7 @@ def _memo_key(name: str, value: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def fact_problem(name: str, value: Any) -> str | None:
+def fact_problem(name: str, value: object) -> str | None:
     """Why ``value`` may not stand as fact ``name`` (the schema and string contract of its stated path), or None."""
     key = _memo_key(name, value)
     if key is None:
@@ -64,7 +63,7 @@ def fact_problem(name: str, value: Any) -> str | None:
     return answer
 
 
-def _fact_problem(name: str, value: Any) -> str | None:
+def _fact_problem(name: str, value: object) -> str | None:
     spec = FACTS.get(name)
     if spec is None:
         return f"{name!r} is not a fact the gate builds"
@@ -79,7 +78,7 @@ def _fact_problem(name: str, value: Any) -> str | None:
     return None
 
 
-def check_fact(name: str, value: Any, where: str) -> None:
+def check_fact(name: str, value: object, where: str) -> None:
     """Raise :class:`GateFactError` (``where`` names the setting) unless the value is a valid fact."""
     problem = fact_problem(name, value)
     if problem is not None:
@@ -99,7 +98,7 @@ def _text_problem(text: str, path: str) -> str | None:
     return None
 
 
-def _strings(value: Any, path: str) -> list[tuple[str, str]]:
+def _strings(value: object, path: str) -> list[tuple[str, str]]:
     if isinstance(value, str):
         return [(path, value)]
     if isinstance(value, list | tuple):
@@ -110,16 +109,16 @@ def _strings(value: Any, path: str) -> list[tuple[str, str]]:
 @cache
 def _validator(stated_path: tuple[str, ...]) -> Draft202012Validator:
     """The action-intent schema's rule for the value at ``stated_path`` (its ``$defs`` kept)."""
-    root: Mapping[str, Any] = json.loads(
+    root: JsonObject = json.loads(
         resources.files("kcp_opa.schemas").joinpath("action-intent.schema.json").read_text("utf-8")
     )
-    node: Mapping[str, Any] = root
+    node: JsonObject = root
     for part in stated_path:
-        properties = node.get("properties") or {}
-        node = properties[part] if part in properties else node.get("additionalProperties") or {}
+        properties = mapping(node.get("properties"))
+        node = mapping(properties[part] if part in properties else node.get("additionalProperties"))
     return Draft202012Validator({**node, "$defs": root["$defs"]})
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = json.dumps(value, ensure_ascii=True)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 
 class FactClass(enum.StrEnum):
@@ -57,7 +56,7 @@ CREDENTIAL_FACTS = {
 }
 
 #: Values an attested fact may take (the action schema's, so a statement compares like for like).
-ATTESTED_VALUES: dict[str, frozenset[Any]] = {
+ATTESTED_VALUES: dict[str, frozenset[str | bool]] = {
     "evidence_status": frozenset({"present", "missing", "stale", "forbidden"}),
     "new_beneficiary": frozenset({True, False}),
     "modified_beneficiary": frozenset({True, False}),
@@ -65,9 +64,9 @@ ATTESTED_VALUES: dict[str, frozenset[Any]] = {
 }
 
 
-def stated(action: Any, spec: FactSpec) -> tuple[bool, Any]:
+def stated(action: object, spec: FactSpec) -> tuple[bool, object]:
     """(True, value) when the action states the fact, else (False, None)."""
-    node = action
+    node: object = action
     for part in spec.stated_path:
         if not isinstance(node, dict) or part not in node:
             return False, None

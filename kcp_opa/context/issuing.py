@@ -30,6 +30,7 @@ from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular, replace_atomically
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import PKCS11_SCHEME, Key, Keyring, Signer, load_keyring, load_signing_key
 from kcp_opa.declare.exceptions import EXCEPTIONS_KIND_NAME, SIGNED_FIELDS, sign_exception
 from kcp_opa.declare.trust import TrustRegistry
@@ -99,7 +100,7 @@ def issuer_key(signing_key: str | None, keyring_path: Path | None, kid: str | No
     return key
 
 
-def attested_value(fact: str, text: str) -> Any:
+def attested_value(fact: str, text: str) -> object:
     """The value ``text`` states for the attested fact ``fact`` (booleans as ``true``/``false``)."""
     allowed = ATTESTED_VALUES.get(fact)
     if allowed is None:
@@ -173,7 +174,7 @@ def sign_fact_attestation(
     times: tuple[str, str],
     registry: TrustRegistry | None = None,
     keyring: Keyring | None = None,
-) -> dict[str, Any]:
+) -> JsonDict:
     """One signed attestation; with ``registry``, refused unless the gate would accept it."""
     fields = {"fact": fact, "value": attested_value(fact, value_text), **bound}
     signed = sign_fact({**fields, "issued_at": times[0], "expires_at": times[1]}, issuer, key)
@@ -188,7 +189,7 @@ def sign_fact_attestation(
 
 
 def sign_spend_attestation(
-    fields: Mapping[str, Any],
+    fields: JsonObject,
     issuer: str,
     key: Signer,
     *,
@@ -196,7 +197,7 @@ def sign_spend_attestation(
     times: tuple[str, str],
     registry: TrustRegistry | None = None,
     keyring: Keyring | None = None,
-) -> dict[str, Any]:
+) -> JsonDict:
     """One signed spend attestation (``fields``: budget, subject, amount_minor, currency) for the
     period ``(start, end)``; with ``registry``, refused unless the gate would count it."""
     if period[1] < period[0]:
@@ -215,7 +216,7 @@ def sign_spend_attestation(
     return signed
 
 
-def add_attestation(path: Path, item: Mapping[str, Any]) -> int:
+def add_attestation(path: Path, item: JsonObject) -> int:
     """Add ``item`` to the JSON list at ``path`` (the file the gate's ``--attestations`` reads),
     creating it; all or nothing. Issuers signing at once take turns (a lock on the directory, as
     the file itself is replaced), so none loses another's. Returns how many the file holds."""
@@ -231,15 +232,15 @@ def add_attestation(path: Path, item: Mapping[str, Any]) -> int:
         os.close(directory)  # closing releases the lock
 
 
-def _added(path: Path, item: Mapping[str, Any]) -> int:
-    held: list[Any] = []
+def _added(path: Path, item: JsonObject) -> int:
+    held: object = []
     if path.exists():
         try:
             held = strictjson.loads(read_regular(path))
         except (OSError, ValueError) as exc:
             raise IssuingError(f"--output {path}: not a readable JSON list of attestations: {exc}") from None
-        if not isinstance(held, list):
-            raise IssuingError(f"--output {path}: holds JSON that is not a list of attestations: give another file")
+    if not isinstance(held, list):
+        raise IssuingError(f"--output {path}: holds JSON that is not a list of attestations: give another file")
     held.append(dict(item))
     write_checked(path, json.dumps(held, indent=2).encode("utf-8") + b"\n", "--output")
     return len(held)
@@ -254,7 +255,7 @@ def write_checked(path: Path, content: bytes, option: str, check: Callable[[Path
         raise IssuingError(f"{option} {path}: cannot write it: {exc.strerror or exc}") from None
 
 
-def signed_exceptions(draft: Any, issuer: str, key: Signer, now: dt.datetime) -> dict[str, Any]:
+def signed_exceptions(draft: object, issuer: str, key: Signer, now: dt.datetime) -> dict[str, Any]:
     """The draft ``kcp-opa/exceptions`` document with every entry signed by ``issuer``.
 
     An entry lists ``id, scope, waives, reason, ticket, grantor, expires_at`` and optionally

@@ -21,9 +21,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Protocol
 
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.core.verified import VerifiedSignatures
 from kcp_opa.declare.trust import TrustRegistry
@@ -33,25 +34,25 @@ METERED_SPEND = "metered_spend"
 _TEXT = ("fact", "budget", "subject", "currency", "period_start", "period_end", "issued_at", "expires_at", "issuer")
 SIGNED = (*_TEXT, "amount_minor")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-Spend = dict[str, Any]
+Spend = JsonDict
 
 
 class MeteringSource(Protocol):
     """Verified spend attestations for one action's subjects: ``(spends, refused)``."""
 
-    def metered_spends(self, action: Mapping[str, Any]) -> tuple[list[Spend], list[dict[str, str]]]: ...
+    def metered_spends(self, action: JsonObject) -> tuple[list[Spend], list[dict[str, str]]]: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> JsonDict: ...
 
 
-def sign_spend(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
+def sign_spend(fields: JsonObject, issuer: str, key: Signer) -> JsonDict:
     """Sign one spend attestation as the metering ``issuer``."""
     item = {k: fields[k] for k in SIGNED if k in fields and k not in {"issuer", "fact"}}
     item |= {"fact": METERED_SPEND, "issuer": issuer}
     return sign_document(item, key)
 
 
-def epoch_seconds(text: Any) -> int | None:
+def epoch_seconds(text: object) -> int | None:
     """An RFC 3339 time with its zone as whole seconds since the epoch; None when it is not one."""
     return _epoch_seconds(text) if isinstance(text, str) else None
 
@@ -68,7 +69,7 @@ def _epoch_seconds(text: str) -> int | None:
     return int((moment - _EPOCH).total_seconds() // 1)
 
 
-def subjects(action: Mapping[str, Any]) -> set[str]:
+def subjects(action: JsonObject) -> set[str]:
     """The keys a budget of this action may count under (budget.rego's ``key``)."""
     return {
         v for v in (action.get("tenant_id"), action.get("agent_id"), action.get("action_type")) if isinstance(v, str)
@@ -76,7 +77,7 @@ def subjects(action: Mapping[str, Any]) -> set[str]:
 
 
 def refusal(
-    raw: Mapping[str, Any],
+    raw: JsonObject,
     registry: TrustRegistry,
     keyring: Keyring | None,
     verified: VerifiedSignatures | None = None,
@@ -109,8 +110,8 @@ def refusal(
 
 
 def metered_spends(
-    items: Iterable[Any],
-    action: Mapping[str, Any],
+    items: Iterable[object],
+    action: JsonObject,
     registry: TrustRegistry,
     keyring: Keyring | None,
     verified: VerifiedSignatures | None = None,

@@ -19,13 +19,13 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from kcp_opa.context.attested import SignedAttestations
 from kcp_opa.context.metering import METERED_SPEND, epoch_seconds
 from kcp_opa.context.sources import Fact
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.stores.protocols import FactStore
 
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
@@ -66,25 +66,23 @@ class PostedAttestations:
     def __init__(self, held: SignedAttestations, store: FactStore) -> None:
         self.held, self.store = held, store
 
-    def attested_facts(
-        self, action: Mapping[str, Any], action_hash: str
-    ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
+    def attested_facts(self, action: JsonObject, action_hash: str) -> tuple[dict[str, Fact], list[dict[str, str]]]:
         subject = _canonical(action.get("subject_id"))
         posted = [fact.document for fact in self.store.bound_to(action_hash, subject)]
         return self.held.judged([*self.held.items(), *posted], action, action_hash)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         return {**self.held.describe(), "posted": "POST /v1/facts, kept in the service's store"}
 
 
-def _canonical(value: Any) -> str | None:
+def _canonical(value: object) -> str | None:
     try:
         return canonical_id(value) if isinstance(value, str) else None
     except IdentityError:
         return None
 
 
-def intake_refusal(verifier: SignedAttestations, raw: Any, caller: str, now: dt.datetime) -> FactRefusedError | None:
+def intake_refusal(verifier: SignedAttestations, raw: object, caller: str, now: dt.datetime) -> FactRefusedError | None:
     """Why the attestation ``raw`` posted by ``caller`` (a canonical principal id) is not kept, or
     None when it is one the gate would take: signed by a registered issuer allowed the fact, that
     issuer the caller, bound to one action hash or one subject, and not expired at ``now``."""

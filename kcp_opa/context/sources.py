@@ -8,19 +8,19 @@ configuration cannot vouch for an agent's scope nor the registry for evidence.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kcp_opa.context.factcontract import check_fact
 from kcp_opa.context.facts import FACTS
 from kcp_opa.core.identity import IdentityError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.declare.trust import TrustRegistry
 
-Fact = dict[str, Any]
+Fact = JsonDict
 
 
-def fact(name: str, value: Any, source: str, **extra: Any) -> Fact:
+def fact(name: str, value: object, source: str, **extra: object) -> Fact:
     """One fact as the input carries it: its value, its class and where it came from."""
     return {"value": value, "class": FACTS[name].fact_class.value, "source": source, **extra}
 
@@ -30,7 +30,7 @@ class PrincipalSource(Protocol):
 
     def principal_facts(self, principal: str | None) -> dict[str, Fact]: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> JsonDict: ...
 
 
 class GateConfigSource(Protocol):
@@ -38,7 +38,7 @@ class GateConfigSource(Protocol):
 
     def config_facts(self) -> dict[str, Fact]: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> JsonDict: ...
 
 
 class CounterSource(Protocol):
@@ -52,16 +52,16 @@ class CounterSource(Protocol):
     absent (``context_missing``).
     """
 
-    def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]: ...
+    def counters(self, action: JsonObject, *, now: dt.datetime) -> JsonDict: ...
 
 
 @dataclass(frozen=True)
 class StaticCounters:
     """Counts given as they are (a decision case's ``counters``, a replay): nothing is recorded."""
 
-    counts: Mapping[str, Any] = field(default_factory=dict)
+    counts: JsonObject = field(default_factory=dict)
 
-    def counters(self, action: Mapping[str, Any], *, now: dt.datetime) -> dict[str, Any]:
+    def counters(self, action: JsonObject, *, now: dt.datetime) -> JsonDict:
         return dict(self.counts)
 
 
@@ -85,7 +85,7 @@ class RegistrySource:
         if found is None:
             return {}
         where = f"{self.label}#{found.id}"
-        values: dict[str, Any] = {
+        values: JsonDict = {
             "actor_role": found.actor_role,
             "agent_scope": list(found.agent_scope) if found.agent_scope is not None else None,
             "model_id": found.model_id,
@@ -93,7 +93,7 @@ class RegistrySource:
         }
         return {name: fact(name, value, where) for name, value in values.items() if value is not None}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         return {"kind": "registry", "name": self.registry.name, "sha256": self.registry.sha256}
 
 
@@ -120,7 +120,7 @@ class StaticGateConfig:
         values = {"deployment_region": self.deployment_region, "environment": self.environment}
         return {name: fact(name, value, where) for name, value in values.items() if value is not None}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         return {
             "kind": "config",
             "name": self.name,

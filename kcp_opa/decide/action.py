@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
 import fastjsonschema
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
 from kcp_opa.core import strictjson, strings
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.core.frozen import FrozenArray, FrozenObject, add, put
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.textfold import TextFoldError, fold_text
 from kcp_opa.decide.checked import CheckedAction, CheckedRoot, proof_of
@@ -34,7 +35,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 
-def parse_action(text: str | bytes) -> dict[str, Any]:
+def parse_action(text: str | bytes) -> JsonDict:
     """Parse JSON text into a checked action; the one way files and stdin enter the gate."""
     size = len(text.encode("utf-8") if isinstance(text, str) else text)
     if size > MAX_ACTION_BYTES:
@@ -47,11 +48,11 @@ def parse_action(text: str | bytes) -> dict[str, Any]:
         raise ActionRejectedError("", f"refused: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ActionRejectedError("", f"not valid JSON: {exc}") from None
-    check_action(value)
-    return value  # type: ignore[no-any-return]
+    check_action(value)  # refuses all but a JSON object, which strictjson reads as a dict
+    return value if isinstance(value, dict) else dict(value)
 
 
-def check_action(value: Any) -> CheckedAction:
+def check_action(value: object) -> CheckedAction:
     """Raise :class:`ActionRejectedError` unless ``value`` is a well-formed action intent.
 
     Returns the :class:`CheckedAction`: a read-only copy of the action taken in the one walk
@@ -101,7 +102,7 @@ def check_action(value: Any) -> CheckedAction:
 MAX_ATTRIBUTE_VALUES = 1024
 
 
-def _checked_copy(root: Mapping[str, Any]) -> tuple[CheckedRoot, bool]:
+def _checked_copy(root: JsonObject) -> tuple[CheckedRoot, bool]:
     """One iterative walk (no recursion limit to hit): the read-only copy, and whether
     ``attributes`` holds more than :data:`MAX_ATTRIBUTE_VALUES` values (all levels).
 
@@ -110,7 +111,7 @@ def _checked_copy(root: Mapping[str, Any]) -> tuple[CheckedRoot, bool]:
     contract (:func:`check_strings`, the same order) is raised only when the walk finds none.
     """
     frozen = CheckedRoot()
-    stack: list[tuple[Any, Any, str, int, bool]] = [(root, frozen, "", 0, False)]
+    stack: list[tuple[object, Any, str, int, bool]] = [(root, frozen, "", 0, False)]
     text_error: ActionRejectedError | None = None
     counted = 0
     while stack:
@@ -178,7 +179,7 @@ def _key_error(key: str, path: str) -> ActionRejectedError | None:
     return _text_error(key, f"{path}/{key.encode('unicode_escape').decode('ascii')}", key=True)
 
 
-def _shell(value: Any) -> Any:
+def _shell(value: object) -> object:
     """An empty frozen container the walk fills when it reaches ``value``, or the scalar itself."""
     if isinstance(value, Mapping):
         return FrozenObject()
@@ -191,14 +192,14 @@ def _shell(value: Any) -> Any:
 IDENTIFIER_PATHS = strings.ACTION_IDENTIFIER_PATHS
 
 
-def check_strings(root: Mapping[str, Any]) -> None:
+def check_strings(root: JsonObject) -> None:
     """The string contract (docs/input-contract.md): raise :class:`ActionRejectedError` naming path and character.
 
     Every string and key: none of ``strings.FORBIDDEN_TEXT``. Strings at :data:`IDENTIFIER_PATHS`:
     ``strings.IDENTIFIER`` only (the shared rules, kcp_opa/core/strings.py). Kept apart from the
     shape checks: this is the engine-fidelity rule (:func:`check_action` applies it in its walk).
     """
-    stack: list[tuple[Any, str]] = [(root, "")]
+    stack: list[tuple[object, str]] = [(root, "")]
     while stack:
         value, path = stack.pop()
         error = None
@@ -242,7 +243,7 @@ def _text_error(text: str, path: str, *, key: bool = False) -> ActionRejectedErr
 FOLDED_PATHS = (("knowledge", "purpose"),)
 
 
-def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
+def folded_strings(action: JsonObject) -> dict[str, str]:
     """``{"purpose": fold}`` for each :data:`FOLDED_PATHS` string the action holds that folds.
 
     One that cannot be read as one spelling (kcp_opa.core.textfold) has no fold: a rule that
@@ -251,15 +252,15 @@ def folded_strings(action: Mapping[str, Any]) -> dict[str, str]:
     return {name: fold for name, (fold, _) in _folds(action).items() if fold is not None}
 
 
-def fold_refusals(action: Mapping[str, Any]) -> dict[str, str]:
+def fold_refusals(action: JsonObject) -> dict[str, str]:
     """``{"purpose": why}`` for each :data:`FOLDED_PATHS` string that cannot be folded."""
     return {name: why for name, (_, why) in _folds(action).items() if why is not None}
 
 
-def _folds(action: Mapping[str, Any]) -> dict[str, tuple[str | None, str | None]]:
+def _folds(action: JsonObject) -> dict[str, tuple[str | None, str | None]]:
     found: dict[str, tuple[str | None, str | None]] = {}
     for *parents, name in FOLDED_PATHS:
-        node: Any = action
+        node: object = action
         for part in parents:
             node = node.get(part) if isinstance(node, Mapping) else None
         value = node.get(name) if isinstance(node, Mapping) else None
@@ -290,11 +291,11 @@ def _refuse_secret_key(key: str, path: str) -> None:
         )
 
 
-def _schema_message(error: Any) -> str:
+def _schema_message(error: ValidationError) -> str:
     """jsonschema's wording, except where it would echo a whole list back (up to the 1 MiB action)."""
     if error.validator == "required":
         return str(error.message).replace("is a required property", "is required")
-    if error.validator == "maxItems":
+    if error.validator == "maxItems" and isinstance(error.instance, list):
         return f"has {len(error.instance)} items; at most {error.validator_value} are allowed"
     if error.validator in ("minLength", "maxLength") and isinstance(error.instance, str):
         bound = "at least {} are required" if error.validator == "minLength" else "at most {} are allowed"
@@ -303,16 +304,16 @@ def _schema_message(error: Any) -> str:
     return str(error.message)
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     names = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 @cache
-def action_schema() -> dict[str, Any]:
+def action_schema() -> JsonDict:
     """The action-intent JSON Schema shipped with the package."""
     text = resources.files("kcp_opa.schemas").joinpath("action-intent.schema.json").read_text("utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    schema: JsonDict = json.loads(text)
     Draft202012Validator.check_schema(schema)
     return schema
 
@@ -323,19 +324,19 @@ def _validator() -> Draft202012Validator:
 
 
 @cache
-def _fast_validator() -> Any:
+def _fast_validator() -> Callable[[object], object]:
     # fastjsonschema compiles the schema to Python: ~25 us per KYA action where jsonschema's
     # validator takes ~300 us here, and decide() has a ~150 us budget (docs/performance.md).
     return fastjsonschema.compile(action_schema())
 
 
-def action_hash(action: Mapping[str, Any] | CheckedAction) -> str:
+def action_hash(action: JsonObject | CheckedAction) -> str:
     """The KYA-CJ-1 hash of the whole action: ``sha256:<hex>`` (a checked action's, as it was checked)."""
     proof = proof_of(action)
     return proof.hash if proof is not None else canonical_hash(action)
 
 
-def trace_id_of(action: Mapping[str, Any]) -> str | None:
+def trace_id_of(action: JsonObject) -> str | None:
     """The W3C trace id in ``trace.traceparent``; None when absent or not a valid traceparent."""
     trace = action.get("trace")
     parent = trace.get("traceparent") if isinstance(trace, Mapping) else None

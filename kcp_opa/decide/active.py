@@ -6,11 +6,11 @@ A decision runs wholly on one ``ActiveBundle``; swapping bundles replaces the wh
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.jsonread import JsonObject
+from kcp_opa.decide.crosscheck import OpaReference
 from kcp_opa.decide.engine import Evaluator
 from kcp_opa.trail.entries import AuditTrail
 
@@ -21,12 +21,12 @@ class ActiveBundle:
 
     bundle: LoadedBundle
     engine: Evaluator
-    reference: Any
+    reference: OpaReference | None
     policy_version: str
     audit: AuditTrail | None
     activated_at: str
     #: The matrix parameters the gate counts for (budgets, velocity), read once at load.
-    counting: Mapping[str, Any]
+    counting: JsonObject
 
 
 def utc_now() -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from kcp_opa.core.frozen import FrozenObject
+from kcp_opa.core.jsonread import mapping, text
 
 
 class CheckedRoot(FrozenObject):
@@ -27,7 +28,7 @@ class CheckedRoot(FrozenObject):
     proof: CheckedAction
 
 
-def proof_of(value: Any) -> CheckedAction | None:
+def proof_of(value: object) -> CheckedAction | None:
     """The checked action ``value`` is the read-only copy of, or None (then it must be checked)."""
     if type(value) is CheckedAction:
         return value
@@ -51,7 +52,7 @@ class CheckedAction:
     folded: Mapping[str, str]
     folded_refused: Mapping[str, str]
 
-    def __init__(self, *_: Any, **__: Any) -> None:
+    def __init__(self, *_: object, **__: object) -> None:
         raise TypeError("a CheckedAction comes from check_action(), never from its constructor")
 
     @classmethod
@@ -79,7 +80,7 @@ class CheckedAction:
         mapping.proof = made
         return made
 
-    def __setattr__(self, name: str, value: Any) -> NoReturn:
+    def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("a CheckedAction is read-only")
 
     def __delattr__(self, name: str) -> NoReturn:
@@ -88,7 +89,7 @@ class CheckedAction:
     def __copy__(self) -> CheckedAction:
         return self
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> CheckedAction:
+    def __deepcopy__(self, memo: dict[int, object]) -> CheckedAction:
         return self
 
     def __reduce__(self) -> NoReturn:
@@ -97,35 +98,29 @@ class CheckedAction:
     def __repr__(self) -> str:
         return f"CheckedAction({self.hash})"
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> object:
         """A top-level field of the action (read-only)."""
         return self.mapping.get(key, default)
 
     @property
     def action_id(self) -> str | None:
-        return _text(self.mapping.get("action_id"))
+        return text(self.mapping.get("action_id"))
 
     @property
     def agent_id(self) -> str | None:
-        return _text(self.mapping.get("agent_id"))
+        return text(self.mapping.get("agent_id"))
 
     @property
     def tenant_id(self) -> str | None:
-        return _text(self.mapping.get("tenant_id"))
+        return text(self.mapping.get("tenant_id"))
 
     @property
     def action_type(self) -> str | None:
-        return _text(self.mapping.get("action_type"))
+        return text(self.mapping.get("action_type"))
 
     @property
     def unit(self) -> tuple[str, str] | None:
         """``(project, unit)`` the action reads, when it names both."""
-        knowledge = self.mapping.get("knowledge")
-        if not isinstance(knowledge, Mapping):
-            return None
+        knowledge = mapping(self.mapping.get("knowledge"))
         project, unit = knowledge.get("project"), knowledge.get("unit")
         return (project, unit) if isinstance(project, str) and isinstance(unit, str) else None
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None

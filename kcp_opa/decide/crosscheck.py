@@ -9,14 +9,12 @@ only when asked for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import EngineLoadError, QueryError
-from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, Evaluator, forbidden_builtin_calls
+from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.decide.engine import DECISION_ENTRYPOINT, EngineResult, Evaluator, forbidden_builtin_calls, one_line
 
 CROSS_CHECK_ENGINES = ("opa",)
 
@@ -25,8 +23,8 @@ _log = structlog.get_logger("kcp_opa.gate")
 
 
 def cross_checked(
-    engine: Evaluator, reference: OpaReference | None, document: Mapping[str, Any], decision_id: str
-) -> tuple[EngineResult, dict[str, Any] | None]:
+    engine: Evaluator, reference: OpaReference | None, document: JsonObject, decision_id: str
+) -> tuple[EngineResult, JsonDict | None]:
     """regopy's result, or a divergence error with both engines' answers (with a reference only)."""
     result = engine.evaluate(document)
     if reference is None:
@@ -37,7 +35,7 @@ def cross_checked(
     where = first_difference(result.value, other.value) if result.error is None and other.error is None else "/"
     if where is None:
         return result, None
-    answers = {
+    answers: JsonDict = {
         "regopy": result.value if result.error is None else {"engine_error": result.error},
         "opa": other.value if other.error is None else {"engine_error": other.error},
     }
@@ -56,26 +54,26 @@ class OpaReference:
                 "cross_check='opa' needs the OPA reference engine (pip install opa-golib-python-bindings)"
             ) from None
         self.path = entrypoint.replace("/", ".")
-        self._engine: Any = OpaEngine()
+        self._engine = OpaEngine()
         try:
             for name, source in sorted(bundle.modules.items()):
                 self._engine.add_policy(name, source)
             self._engine.add_data(dict(bundle.data))
         except Exception as exc:
-            raise EngineLoadError(f"{bundle.source}: OPA cannot load the bundle: {_one_line(exc)}") from None
+            raise EngineLoadError(f"{bundle.source}: OPA cannot load the bundle: {one_line(exc)}") from None
 
-    def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult:
+    def evaluate(self, input_doc: JsonObject) -> EngineResult:
         """The entrypoint's value on OPA (its engine serialises evaluations across threads)."""
         try:
             value = self._engine.eval_document(self.path, dict(input_doc))
         except Exception as exc:  # OpaUndefinedError, OpaError: no decision to compare
-            return EngineResult(None, f"OPA: {type(exc).__name__}: {_one_line(exc)}")
+            return EngineResult(None, f"OPA: {type(exc).__name__}: {one_line(exc)}")
         if not isinstance(value, dict):
             return EngineResult(None, f"OPA: {self.path} did not produce one object")
         return EngineResult(value)
 
 
-def opa_query(bundle: LoadedBundle, query: str, input_doc: Any = None, *, values_only: bool = False) -> Any:
+def opa_query(bundle: LoadedBundle, query: str, input_doc: object = None, *, values_only: bool = False) -> object:
     """Evaluate ``query`` on OPA over ``bundle``, answering as ``opa eval -b BUNDLE`` does: its
     result document (``{}`` when undefined), or the expression values only.
 
@@ -95,7 +93,7 @@ def opa_query(bundle: LoadedBundle, query: str, input_doc: Any = None, *, values
             raw = engine._call(engine._lib.OpaEvalQuery, _cstr(query), _encode_input(input_doc), 0, 0)
             results = engine._eval_result(raw) or []
     except Exception as exc:  # OpaError (parse, compile, evaluation): one line, never a traceback
-        raise QueryError(f"OPA: {_one_line(exc)}") from None
+        raise QueryError(f"OPA: {one_line(exc)}") from None
     finally:
         engine.close()
     if values_only:
@@ -103,11 +101,11 @@ def opa_query(bundle: LoadedBundle, query: str, input_doc: Any = None, *, values
     return {"result": results} if results else {}
 
 
-def first_difference(left: Any, right: Any, path: str = "") -> str | None:
+def first_difference(left: object, right: object, path: str = "") -> str | None:
     """The JSON pointer of the first place two JSON values differ (None when equal)."""
     if type(left) is not type(right):
         return path or "/"
-    if isinstance(left, dict):
+    if isinstance(left, dict) and isinstance(right, dict):
         for key in sorted(set(left) | set(right)):
             if key not in left or key not in right:
                 return f"{path}/{key}"
@@ -115,15 +113,10 @@ def first_difference(left: Any, right: Any, path: str = "") -> str | None:
             if found is not None:
                 return found
         return None
-    if isinstance(left, list):
+    if isinstance(left, list) and isinstance(right, list):
         for index, (a, b) in enumerate(zip(left, right, strict=False)):
             found = first_difference(a, b, f"{path}/{index}")
             if found is not None:
                 return found
         return None if len(left) == len(right) else f"{path}/{min(len(left), len(right))}"
     return None if left == right else (path or "/")
-
-
-def _one_line(value: Any, limit: int = 300) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

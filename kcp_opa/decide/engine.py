@@ -19,15 +19,19 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import EngineLoadError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.decide import plancache
 from kcp_opa.decide.regoinput import read_results, rego_input
+
+if TYPE_CHECKING:
+    from regopy import Bundle, Interpreter
 
 _log = structlog.get_logger("kcp_opa.engine")
 
@@ -62,14 +66,14 @@ def forbidden_builtin_calls(modules: Mapping[str, str]) -> list[str]:
 _PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
 
 
-def shadowed_packages(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[str]:
+def shadowed_packages(modules: Mapping[str, str], data: JsonObject) -> list[str]:
     """Package paths that the data document also defines (or defines a prefix of)."""
     found: list[str] = []
     for source in modules.values():
         match = _PACKAGE.search(source)
         if match is None:
             continue
-        node: Any = data
+        node: object = data
         parts = match.group(1).split(".")
         for depth, part in enumerate(parts, start=1):
             if not isinstance(node, Mapping) or part not in node:
@@ -96,7 +100,7 @@ class Evaluator(Protocol):
     bundle: LoadedBundle
     entrypoint: str
 
-    def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult: ...
+    def evaluate(self, input_doc: JsonObject) -> EngineResult: ...
 
     def close(self) -> None: ...
 
@@ -132,7 +136,7 @@ class RegopyEngine:
         if cached is not None:
             self._save_plan(cached)
 
-    def _preflighted(self, cached: Path | None) -> Any:
+    def _preflighted(self, cached: Path | None) -> Bundle:
         """Plan in a child first (a plan that aborts rego-cpp kills the child, not this process),
         then load the child's plan rather than building a second one here; the plan cache gets
         the child's file (rego-cpp cannot save a plan it loaded)."""
@@ -159,7 +163,7 @@ class RegopyEngine:
         key = hashlib.sha256(f"{self.bundle.sha256}|{self.entrypoint}|{version}".encode()).hexdigest()
         return Path(plan_cache) / f"{key}.rbb"
 
-    def _load_plan(self, path: Path, *, preflight: bool = False) -> Any:
+    def _load_plan(self, path: Path, *, preflight: bool = False) -> Bundle:
         from regopy import BundleFormat
 
         what = "plan the preflight built" if preflight else "cached plan"
@@ -170,7 +174,7 @@ class RegopyEngine:
         try:
             built = interpreter.load_bundle(str(path), BundleFormat.Binary)
         except Exception as exc:
-            raise EngineLoadError(f"{where}: cannot load the {what}: {_one_line(exc)}") from None
+            raise EngineLoadError(f"{where}: cannot load the {what}: {one_line(exc)}") from None
         if not built.ok():
             raise EngineLoadError(f"{where}: the {what} is not usable{hint}")
         self._local.interpreter = interpreter
@@ -190,9 +194,9 @@ class RegopyEngine:
             temporary.replace(path)
             plancache.bind(path, self.bundle.sha256, self.entrypoint)
         except Exception as exc:  # a cache that cannot be written only costs the next start time
-            _log.warning("plan_cache_not_written", path=str(path), error=_one_line(exc))
+            _log.warning("plan_cache_not_written", path=str(path), error=one_line(exc))
 
-    def _new_interpreter(self) -> Any:
+    def _new_interpreter(self) -> Interpreter:
         from regopy import Interpreter
 
         interpreter = Interpreter()
@@ -201,7 +205,7 @@ class RegopyEngine:
         interpreter.strict_built_in_errors = True
         return interpreter
 
-    def _build(self) -> Any:
+    def _build(self) -> Bundle:
         interpreter = self._new_interpreter()
         try:
             # UTF-8, never \\u escapes: regopy keeps escapes raw inside strings (engine-findings 2).
@@ -210,26 +214,26 @@ class RegopyEngine:
                 interpreter.add_module(name, source)
             built = interpreter.build(None, [self.entrypoint])
         except Exception as exc:  # regopy raises RegoError, ValueError...: all mean "cannot load"
-            raise EngineLoadError(f"{self.bundle.source}: regopy cannot load the bundle: {_one_line(exc)}") from None
+            raise EngineLoadError(f"{self.bundle.source}: regopy cannot load the bundle: {one_line(exc)}") from None
         if not built.ok():
             raise EngineLoadError(
-                f"{self.bundle.source}: regopy cannot plan {self.entrypoint}: {_one_line(built.node())}"
+                f"{self.bundle.source}: regopy cannot plan {self.entrypoint}: {one_line(built.node())}"
             )
         self._local.interpreter = interpreter
         return built
 
-    def _interpreter(self) -> Any:
+    def _interpreter(self) -> Interpreter:
         interpreter = getattr(self._local, "interpreter", None)
         if interpreter is None:
             interpreter = self._local.interpreter = self._new_interpreter()
         return interpreter
 
-    def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult:
+    def evaluate(self, input_doc: JsonObject) -> EngineResult:
         """The entrypoint's value for ``input_doc``; never raises for anything the engine does."""
         try:
             interpreter = self._interpreter()
         except Exception as exc:
-            return EngineResult(None, f"evaluation raised {type(exc).__name__}: {_one_line(exc)}")
+            return EngineResult(None, f"evaluation raised {type(exc).__name__}: {one_line(exc)}")
         return query_entrypoint(interpreter, self._built, self.entrypoint, input_doc)
 
     def close(self) -> None:
@@ -275,7 +279,7 @@ def preflight_in_child(bundle: LoadedBundle, *, plan: Path | None = None) -> Non
         raise EngineLoadError(str(exc)) from None
 
 
-def query_entrypoint(interpreter: Any, built: Any, entrypoint: str, input_doc: Mapping[str, Any]) -> EngineResult:
+def query_entrypoint(interpreter: Interpreter, built: Bundle, entrypoint: str, input_doc: JsonObject) -> EngineResult:
     """Evaluate a built entrypoint over ``input_doc``, strings byte for byte in and out.
 
     Never through ``regopy.Output``: it ``json.loads`` rego-cpp's output text, where strings are
@@ -287,19 +291,19 @@ def query_entrypoint(interpreter: Any, built: Any, entrypoint: str, input_doc: M
         interpreter.set_input(rego_input(input_doc))
         output = native.rego_bundle_query_entrypoint(interpreter._impl, built._impl, entrypoint)
     except Exception as exc:
-        return EngineResult(None, f"evaluation raised {type(exc).__name__}: {_one_line(exc)}")
+        return EngineResult(None, f"evaluation raised {type(exc).__name__}: {one_line(exc)}")
     try:
         if not native.rego_output_ok(output):
-            return EngineResult(None, f"evaluation failed: {_one_line(_output_text(output))}")
+            return EngineResult(None, f"evaluation failed: {one_line(_output_text(output))}")
         results = read_results(native.rego_output_node(output))
     except Exception as exc:
-        return EngineResult(None, f"reading the result raised {type(exc).__name__}: {_one_line(exc)}")
+        return EngineResult(None, f"reading the result raised {type(exc).__name__}: {one_line(exc)}")
     finally:
         native.rego_free_output(output)
     return _single_object(results, entrypoint)
 
 
-def _output_text(output: Any) -> str:
+def _output_text(output: object) -> str:
     from regopy import rego_shared as native
 
     try:
@@ -308,7 +312,7 @@ def _output_text(output: Any) -> str:
         return f"(unreadable error text: {type(exc).__name__})"
 
 
-def _single_object(results: list[list[Any]], entrypoint: str) -> EngineResult:
+def _single_object(results: list[list[object]], entrypoint: str) -> EngineResult:
     """The one object an entrypoint must produce, from the read ``Results`` node."""
     expressions = results[0] if results else None
     if not expressions:
@@ -319,6 +323,7 @@ def _single_object(results: list[list[Any]], entrypoint: str) -> EngineResult:
     return EngineResult(value)
 
 
-def _one_line(value: Any, limit: int = 300) -> str:
+def one_line(value: object, limit: int = 300) -> str:
+    """``value`` as one line of at most ``limit`` characters, for an error message."""
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

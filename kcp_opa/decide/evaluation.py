@@ -6,11 +6,9 @@ Python decides nothing here: a malformed or missing policy answer becomes the fa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import structlog
 
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.decide.active import ActiveBundle
 from kcp_opa.decide.crosscheck import cross_checked
 from kcp_opa.decide.gateinput import DecisionInput
@@ -27,7 +25,7 @@ _log = structlog.get_logger("kcp_opa.gate")
 
 def evaluated(
     active: ActiveBundle, prepared: DecisionInput, mode: str
-) -> tuple[Decision, Mapping[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[Decision, JsonObject | None, JsonDict | None]:
     """The typed decision, the policy's raw result (None on error) and, when the engines
     disagreed, each engine's answer; ``mode`` is the gate's (enforce or log_only)."""
     result, answers = cross_checked(active.engine, active.reference, prepared.document, prepared.decision_id)

@@ -19,7 +19,12 @@ import struct
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
+
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, text
+
+if TYPE_CHECKING:
+    from kcp_opa.decide.engine import RegopyEngine
 
 _HEADER = struct.Struct(">I")
 #: A frame larger than this is refused: no input the contract admits comes near it.
@@ -30,12 +35,12 @@ class FrameError(Exception):
     """The other side closed the pipe, or sent what is not a frame."""
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
+def encode(message: JsonObject) -> bytes:
     body = json.dumps(message, ensure_ascii=True, separators=(",", ":"), default=_plain).encode("ascii")
     return _HEADER.pack(len(body)) + body
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """Mappings and sequences the input holds that are not dicts and lists (read-only views)."""
     if isinstance(value, Mapping):
         return dict(value)
@@ -44,14 +49,14 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-def decode(body: bytes) -> dict[str, Any]:
+def decode(body: bytes) -> JsonDict:
     message = json.loads(body)
     if not isinstance(message, dict):
         raise FrameError("a frame holds one JSON object")
     return message
 
 
-def read_frame(stream: IO[bytes]) -> dict[str, Any]:
+def read_frame(stream: IO[bytes]) -> JsonDict:
     header = _read_exactly(stream, _HEADER.size)
     (size,) = _HEADER.unpack(header)
     if size > MAX_FRAME:
@@ -70,18 +75,18 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _load(start: Mapping[str, Any]) -> Any:
+def _load(start: JsonObject) -> RegopyEngine:
     from kcp_opa.compile.bundle import LoadedBundle
     from kcp_opa.decide.engine import RegopyEngine
 
     bundle = LoadedBundle(
         source=str(start["source"]),
-        manifest=start["manifest"],
-        data=start["data"],
-        modules=start["modules"],
+        manifest=mapping(start["manifest"]),
+        data=mapping(start["data"]),
+        modules={name: str(source) for name, source in mapping(start["modules"]).items()},
         sha256=str(start["sha256"]),
     )
-    cache = start.get("plan_cache")
+    cache = text(start.get("plan_cache"))
     # The parent checked the manifest and planned the bundle in a child already (preflight).
     return RegopyEngine(bundle, str(start["entrypoint"]), preflight=False, plan_cache=Path(cache) if cache else None)
 
@@ -105,7 +110,7 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> int:
             request = read_frame(requests)
         except FrameError:
             return 0
-        result = engine.evaluate(request.get("input") or {})
+        result = engine.evaluate(mapping(request.get("input")))
         reply = {"value": result.value} if result.error is None else {"error": result.error}
         replies.write(encode(reply))
         replies.flush()

@@ -19,12 +19,13 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
 from kcp_opa.compile.bundle import MAX_BUNDLE_BYTES, BundleFile, tarball_bytes
 from kcp_opa.core.errors import BundleError, KcpOpaError
+from kcp_opa.core.jsonread import JsonDict
 
 _log = structlog.get_logger("kcp_opa.follow")
 HTTP_TIMEOUT_S = 30
@@ -126,7 +127,7 @@ class BundleFollower:
     def __init__(
         self,
         source: BundleSource,
-        activate: Callable[[Path], Any],
+        activate: Callable[[Path], object],
         local: str | Path,
         *,
         interval_seconds: float = 30.0,
@@ -182,7 +183,7 @@ class BundleFollower:
         self.activations += 1
         return True
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDict:
         return {
             "source": self.source.description,
             "etag": self.etag,

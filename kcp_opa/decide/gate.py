@@ -24,9 +24,11 @@ from kcp_opa.compile.signatures import Verification, VerificationKey, as_verific
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.context.counting import StoreCounters, matrix_parameters
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, LedgerUnavailableError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import seal, seal_holds
 from kcp_opa.decide.active import ActiveBundle, utc_now
 from kcp_opa.decide.checked import CheckedAction
+from kcp_opa.decide.crosscheck import CROSS_CHECK_ENGINES, OpaReference
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, Evaluator
 from kcp_opa.decide.evaluation import evaluated
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
@@ -84,10 +86,8 @@ class Gate:
 
     def _load(self, bundle: LoadedBundle, preflight: bool) -> ActiveBundle:
         engine = open_engine(bundle, preflight=preflight, plan_cache=self.plan_cache, isolation=self.isolation)
-        reference: Any = None
+        reference: OpaReference | None = None
         if self.cross_check is not None:
-            from kcp_opa.decide.crosscheck import CROSS_CHECK_ENGINES, OpaReference
-
             if self.cross_check not in CROSS_CHECK_ENGINES:
                 raise EngineLoadError(
                     f"cross_check={self.cross_check!r}: the engines are {', '.join(CROSS_CHECK_ENGINES)}"
@@ -154,7 +154,7 @@ class Gate:
         return self._active.engine
 
     @property
-    def reference(self) -> Any:
+    def reference(self) -> OpaReference | None:
         return self._active.reference
 
     @property
@@ -198,7 +198,7 @@ class Gate:
         self.last_error, self.last_error_at = error, utc_now()
         _log.error("bundle_activation_refused", error=error, serving=self._active.bundle.revision)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDict:
         """The active bundle (revision, sha256, signer), when it was activated and the last refused activation."""
         active = self._active
         return {
@@ -236,7 +236,7 @@ class Gate:
 
     def prepare(
         self,
-        action: Mapping[str, Any] | CheckedAction,
+        action: JsonObject | CheckedAction,
         *,
         now: dt.datetime | str | None = None,
         principal: str | None = None,
@@ -252,7 +252,7 @@ class Gate:
 
     def input_for(
         self,
-        action: Mapping[str, Any] | CheckedAction,
+        action: JsonObject | CheckedAction,
         *,
         now: dt.datetime | str | None = None,
         principal: str | None = None,
@@ -266,20 +266,20 @@ class Gate:
         return self._built(active, action, now=now, satisfied_controls=controls, context=sources, principal=principal)
 
     @staticmethod
-    def _sealed_fields(prepared: DecisionInput) -> list[Any]:
+    def _sealed_fields(prepared: DecisionInput) -> list[object]:
         """What the gate's seal on a prepared input covers."""
-        fields: list[Any] = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
+        fields: list[object] = [prepared.document, prepared.decision_id, prepared.action_hash, prepared.trace_id]
         fields += [prepared.trace_id_generated, prepared.evaluated_at, prepared.bundle_sha256]
         return [*fields, prepared.original_decision_id, prepared.redecision]
 
     def reprepare(
         self,
-        action: Mapping[str, Any] | CheckedAction,
+        action: JsonObject | CheckedAction,
         *,
         at: str,
         decision_id: str,
         satisfied: Sequence[str],
-        facts: Any,
+        facts: object,
         redecision: str,
         original_decision_id: str | None = None,
     ) -> DecisionInput:
@@ -294,7 +294,7 @@ class Gate:
         return self._seal(made)
 
     @staticmethod
-    def _built(active: ActiveBundle, action: Mapping[str, Any] | CheckedAction, **fields: Any) -> DecisionInput:
+    def _built(active: ActiveBundle, action: JsonObject | CheckedAction, **fields: Any) -> DecisionInput:
         """An input built for ``active`` (it is decided on that bundle or refused)."""
         built = build_input(action, bundle_revision=active.bundle.revision, **fields)
         return replace(built, bundle_sha256=active.bundle.sha256)
@@ -303,14 +303,14 @@ class Gate:
         """``built`` sealed by this gate (``decide_recorded`` refuses inputs it did not seal)."""
         return replace(built, seal=seal(self._seal_key, self._sealed_fields(built)))
 
-    def evaluate(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
+    def evaluate(self, prepared: DecisionInput) -> tuple[Decision, JsonObject | None]:
         """Evaluate a prepared input: the typed decision and the policy's raw result (None on error)."""
         decision, result, _ = evaluated(self._active_for(prepared), prepared, self.modes.mode)
         return decision, result
 
     def decide(
         self,
-        action: Mapping[str, Any] | CheckedAction,
+        action: JsonObject | CheckedAction,
         *,
         now: dt.datetime | str | None = None,
         principal: str | None = None,
@@ -328,7 +328,7 @@ class Gate:
         """Evaluate and, with a ledger, record durably; a failed write turns it into a DENY."""
         return self.decide_recorded(prepared)[0]
 
-    def decide_recorded(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
+    def decide_recorded(self, prepared: DecisionInput) -> tuple[Decision, JsonObject | None]:
         """Like ``decide_prepared``, also returning the ledger entry that recorded the decision.
 
         Only inputs this gate sealed are decided: an edited input (say, controls marked
@@ -338,7 +338,7 @@ class Gate:
             raise ActionRejectedError("", "the prepared input was not built by this gate or was edited after prepare()")
         return self._decide(prepared)
 
-    def _decide(self, prepared: DecisionInput) -> tuple[Decision, Mapping[str, Any] | None]:
+    def _decide(self, prepared: DecisionInput) -> tuple[Decision, JsonObject | None]:
         """Evaluate an input this gate built (sealed and verified, or never handed out) and record it."""
         active = self._active_for(prepared)
         decision, result, answers = evaluated(active, prepared, self.modes.mode)
@@ -378,7 +378,7 @@ class Gate:
 
     def decide_many(
         self,
-        actions: Iterable[Mapping[str, Any] | CheckedAction],
+        actions: Iterable[JsonObject | CheckedAction],
         *,
         now: dt.datetime | str | None = None,
         workers: int = 1,

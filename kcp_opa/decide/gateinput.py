@@ -14,6 +14,7 @@ from typing import Any
 
 from kcp_opa.context.builder import ContextSources, build_context
 from kcp_opa.core.errors import ActionRejectedError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.decide.action import check_action
 from kcp_opa.decide.checked import CheckedAction
 
@@ -67,7 +68,7 @@ def decision_time(now: dt.datetime | str | None = None) -> dt.datetime:
     return utc
 
 
-def created_epoch_seconds(action: Mapping[str, Any]) -> int:
+def created_epoch_seconds(action: JsonObject) -> int:
     """``created_at`` as epoch seconds: the policy cannot parse RFC 3339 the same way on both
     engines (docs/engine-findings.md), so the freshness rules read this integer from input."""
     text = action.get("created_at")
@@ -95,7 +96,7 @@ CONTEXT_KEYS = (
 )
 
 
-def built_context(document: Mapping[str, Any]) -> dict[str, Any]:
+def built_context(document: JsonObject) -> JsonDict:
     """The context-stage part of an input: re-deciding a recorded decision (recorded controls,
     a restored record) keeps the facts it was decided on instead of asking the sources again."""
     context = document.get("context")
@@ -105,7 +106,7 @@ def built_context(document: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_input(
-    action: Mapping[str, Any] | CheckedAction,
+    action: JsonObject | CheckedAction,
     *,
     now: dt.datetime | str | None = None,
     satisfied_controls: Sequence[str] = (),
@@ -113,7 +114,7 @@ def build_input(
     decision_id: str | None = None,
     context: ContextSources | None = None,
     principal: str | None = None,
-    built: Mapping[str, Any] | None = None,
+    built: JsonObject | None = None,
 ) -> DecisionInput:
     """Check the action and assemble the policy input; raises :class:`ActionRejectedError`.
 
@@ -134,7 +135,7 @@ def build_input(
     digest = checked.hash
     given_trace = checked.trace_id
     trace_id = given_trace or uuid.uuid4().hex
-    document: dict[str, Any] = {
+    document: JsonDict = {
         "action": frozen,
         "context": {
             "decision_id": the_id,

@@ -15,10 +15,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.identity import canonical_id
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.trail.entries import AuditTrail
 
 ENFORCE, LOG_ONLY = "enforce", "log_only"
@@ -50,7 +50,7 @@ class ModeSwitch:
         self._pending: _Pending | None = None
         self._lock = threading.Lock()
 
-    def request(self, mode: str, by: str, audit: AuditTrail | None) -> dict[str, Any]:
+    def request(self, mode: str, by: str, audit: AuditTrail | None) -> JsonDict:
         """Ask for ``mode`` as principal ``by``: applied (and recorded), or held for a second principal."""
         if mode not in MODES:
             raise ModeChangeError(f"mode {mode!r}: the modes are {', '.join(MODES)}", "mode_unknown")
@@ -77,7 +77,7 @@ class ModeSwitch:
             self.mode, self._pending = mode, None
         return {"mode": mode, "changed": True, "from": previous, "by": who, "approved_by": approver}
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JsonDict:
         pending = self._pending
         return {
             "mode": self.mode,

@@ -20,14 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import EngineLoadError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.decide.engine import (
     DECISION_ENTRYPOINT,
     EngineResult,
@@ -76,7 +75,7 @@ class _Worker:
             self.kill()
             raise EngineLoadError(f"an evaluator worker cannot load the bundle: {reply.get('error')}")
 
-    def call(self, frame: bytes, deadline: float) -> dict[str, Any]:
+    def call(self, frame: bytes, deadline: float) -> JsonDict:
         """Send one frame and read the answer by ``deadline``; raises :class:`WorkerLost`."""
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None and stdout is not None
@@ -265,7 +264,7 @@ class ProcessEngine:
         _log.error("evaluator_worker_lost", cause=cause, bundle_revision=self.bundle.revision)
         threading.Thread(target=self._start_one, name="kcp-opa-worker-restart", daemon=True).start()
 
-    def evaluate(self, input_doc: Mapping[str, Any]) -> EngineResult:
+    def evaluate(self, input_doc: JsonObject) -> EngineResult:
         """The entrypoint's value for ``input_doc`` from one worker, by the deadline."""
         deadline = time.monotonic() + self.deadline_s
         if self._closed:
@@ -297,7 +296,7 @@ class ProcessEngine:
             return EngineResult(None, str(reply.get("error") or f"{self.entrypoint} did not produce one object"))
         return EngineResult(value)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         with self._lock:
             pids = {w.pid for w in self._workers}
         idle = {w.pid for w in list(self._idle.queue)}

@@ -7,19 +7,19 @@ undefined). Errors raise :class:`QueryError`; nothing here is a decision.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import QueryError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.decide.engine import forbidden_builtin_calls
 from kcp_opa.decide.regoinput import read_query_results, rego_input
 
 
 def evaluate_query(
-    bundle: LoadedBundle, query: str, input_doc: Any = None, *, values_only: bool = False
-) -> Mapping[str, Any] | list[Any]:
+    bundle: LoadedBundle, query: str, input_doc: object = None, *, values_only: bool = False
+) -> JsonObject | list[object]:
     """Evaluate ``query`` with regopy over ``bundle`` (and ``input_doc``)."""
     from regopy import Interpreter
     from regopy import rego_shared as native
@@ -60,7 +60,7 @@ def evaluate_query(
     rendered = []
     for result in answered:
         expressions = result.expressions
-        entry: dict[str, Any] = {
+        entry: JsonDict = {
             "expressions": [
                 {
                     "value": value,
@@ -80,8 +80,8 @@ def evaluate_query(
 
 
 class _Result(NamedTuple):
-    expressions: list[Any]
-    bindings: dict[str, Any]
+    expressions: list[object]
+    bindings: JsonDict
 
 
 def _expression_texts(query: str) -> list[str]:

@@ -25,10 +25,14 @@ literal string bare; the reader drops the quotes of the first kind, exactly once
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kcp_opa.core.frozen import FrozenArray, FrozenObject
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.decide.checked import CheckedRoot
+
+if TYPE_CHECKING:
+    from regopy import Input
 
 _OK = 0
 # rego-cpp node kinds (regopy.rego_shared.NodeKind), read through the C API directly.
@@ -37,7 +41,7 @@ _INT, _FLOAT, _STRING, _TRUE, _FALSE, _NULL = 1008, 1009, 1010, 1011, 1012, 1013
 _UNDEFINED, _TERMS, _RESULTS = 1014, 1015, 1017
 
 
-def rego_input(value: Any) -> Any:
+def rego_input(value: object) -> Input:
     """A ``regopy.Input`` holding ``value`` (dicts, lists, str, int, bool, None)."""
     from regopy import Input
     from regopy import rego_shared as native
@@ -126,12 +130,12 @@ def _lib() -> _Native:
     return _native
 
 
-def read_results(node: int) -> list[list[Any]]:
+def read_results(node: int) -> list[list[object]]:
     """The expressions of each result of an output node (``Results`` > ``Result`` > ``Terms``)."""
     return [expressions for expressions, _ in read_query_results(node)]
 
 
-def read_query_results(node: int) -> list[tuple[list[Any], dict[str, Any]]]:
+def read_query_results(node: int) -> list[tuple[list[object], JsonDict]]:
     """Each result's expressions and bindings; ``[]`` when the output is undefined."""
     lib = _lib()
     kind = lib.kind(node)
@@ -146,7 +150,7 @@ def read_query_results(node: int) -> list[tuple[list[Any], dict[str, Any]]]:
         if terms is None or lib.kind(terms) != _TERMS:
             raise ValueError("a rego-cpp result without its terms")
         expressions = [read_value(lib.get(terms, position)) for position in range(lib.size(terms))]
-        bindings: dict[str, Any] = {}
+        bindings: JsonDict = {}
         if lib.size(result) > 1:
             for position in range(lib.size(bound := lib.get(result, 1))):
                 binding = lib.get(bound, position)
@@ -156,11 +160,11 @@ def read_query_results(node: int) -> list[tuple[list[Any], dict[str, Any]]]:
     return found
 
 
-def read_value(node: int) -> Any:
+def read_value(node: int) -> object:
     """The JSON value of a rego-cpp output node (a term, scalar, array, set or object)."""
     lib = _lib()
 
-    def read(item: int) -> Any:
+    def read(item: int) -> object:
         kind = lib.kind(item)
         while kind in (_TERM, _SCALAR):
             item = lib.get(item, 0)
@@ -188,7 +192,7 @@ def read_value(node: int) -> Any:
         if kind == _SET:
             return sorted((read(lib.get(item, index)) for index in range(lib.size(item))), key=opa_sort_key)
         if kind == _OBJECT:
-            members: dict[str, Any] = {}
+            members: JsonDict = {}
             for index in range(lib.size(item)):
                 pair = lib.get(item, index)
                 if lib.kind(pair) != _ITEM:
@@ -203,7 +207,7 @@ def read_value(node: int) -> Any:
     return read(node)
 
 
-def opa_sort_key(value: Any) -> tuple[Any, ...]:
+def opa_sort_key(value: object) -> tuple[object, ...]:
     """OPA's total order on JSON values (``ast.Compare``): null < bool < number < string < array < object.
 
     Strings compare by their UTF-8 bytes, as Go does; arrays element by element, then by length;

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import structlog
 
+from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.models.decision import Decision, RoutingState
 from kcp_opa.trail.entries import AuditTrail
@@ -37,11 +39,11 @@ _STRENGTH = {state.value: rank for rank, state in enumerate(RoutingState)}  # DE
 _RISK = {"LOW": 0, "MEDIUM": 1, "HIGH": 2, "CRITICAL": 3}
 
 
-def shape_of(result: Any) -> dict[str, Any]:
+def shape_of(result: object) -> JsonDict:
     """A policy result reduced to what routes the action (``engine_error`` when there is none)."""
     if not isinstance(result, Mapping) or not isinstance(result.get("decision"), str):
         return {"decision": None, "engine_error": True}
-    shape: dict[str, Any] = {name: result.get(name) for name in SHAPE_FIELDS}
+    shape: JsonDict = {name: result.get(name) for name in SHAPE_FIELDS}
     for name in ("reason_codes", "required_controls", "missing_controls"):
         values = shape[name]
         if isinstance(values, list):
@@ -49,7 +51,7 @@ def shape_of(result: Any) -> dict[str, Any]:
     return shape
 
 
-def weakens(active: Mapping[str, Any], candidate: Mapping[str, Any]) -> bool:
+def weakens(active: JsonObject, candidate: JsonObject) -> bool:
     """True when the candidate would let through what the active held: a weaker routing state,
     execution allowed where it was not, a lower risk, or a required control dropped."""
     if candidate.get("decision") is None:
@@ -62,7 +64,7 @@ def weakens(active: Mapping[str, Any], candidate: Mapping[str, Any]) -> bool:
         return True
     if _RISK.get(str(candidate.get("risk_level")), 0) < _RISK.get(str(active.get("risk_level")), 0):
         return True
-    dropped = set(active.get("required_controls") or []) - set(candidate.get("required_controls") or [])
+    dropped = set(items(active.get("required_controls"))) - set(items(candidate.get("required_controls")))
     return bool(dropped)
 
 
@@ -75,13 +77,11 @@ class ShadowCandidate:
     engine: RegopyEngine
 
     @classmethod
-    def of(cls, bundle: Any, *, plan_cache: Any = None) -> ShadowCandidate:
+    def of(cls, bundle: LoadedBundle, *, plan_cache: Path | None = None) -> ShadowCandidate:
         engine = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=True, plan_cache=plan_cache)
         return cls(bundle.revision, bundle.sha256, engine)
 
-    def difference(
-        self, document: Mapping[str, Any], active_result: Any, active_ref: Mapping[str, str]
-    ) -> dict[str, Any] | None:
+    def difference(self, document: JsonObject, active_result: object, active_ref: Mapping[str, str]) -> JsonDict | None:
         """The ``shadow`` entry's fields when the candidate routes ``document`` differently, else None."""
         outcome = self.engine.evaluate(document)
         active, candidate = shape_of(active_result), shape_of(outcome.value if outcome.error is None else None)
@@ -97,15 +97,15 @@ class ShadowCandidate:
         self,
         audit: AuditTrail,
         active_ref: Mapping[str, str],
-        document: Mapping[str, Any],
+        document: JsonObject,
         decision: Decision,
-        result: Any,
+        result: object,
     ) -> None:
         """A difference becomes a ``shadow`` entry; nothing here may change the live decision."""
         try:
             found = self.difference(document, result, active_ref)
             if found is not None:
                 fields = {"decision_id": decision.decision_id, "action_hash": decision.action_hash, **found}
-                audit.event("shadow", document["action"], decision, **fields)
+                audit.event("shadow", mapping(document["action"]), decision, **fields)
         except Exception as exc:  # a candidate's failure is reported, never the caller's problem
             _log.error("shadow_failed", decision_id=decision.decision_id, error=f"{type(exc).__name__}: {exc}")
