@@ -11,9 +11,10 @@ from typing import Any
 
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonObject
 
 
-def parties(action: Mapping[str, Any]) -> list[str]:
+def parties(action: JsonObject) -> list[str]:
     """Canonical ids of the subject, the agent, the requester and every agent of the delegation chain.
 
     An id that cannot be made canonical refuses the evidence (it could hide a party).
