@@ -20,6 +20,7 @@ from kcp_opa.authorize.documents import Attestation, Receipt
 from kcp_opa.authorize.evidence import EvidenceStatus
 from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
+from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import canonical_or_empty
@@ -73,6 +74,13 @@ def context_sources(document: JsonObject) -> dict[str, dict[str, object]]:
     """Where each gate and attested fact of a decision came from: ``{fact: {class, source}}``."""
     facts = mapping(mapping(document.get("context")).get("facts")).items()
     return {name: {"class": mapping(f).get("class"), "source": mapping(f).get("source")} for name, f in sorted(facts)}
+
+
+def registry_mismatch(bundle: LoadedBundle, registry: TrustRegistry) -> str | None:
+    """Why ``registry`` is not the trust registry ``bundle`` was compiled with (None: it is)."""
+    compiled = mapping(mapping(mapping(bundle.manifest.get("metadata")).get("kcp_opa")).get("trust")).get("sha256")
+    why = f"the bundle was compiled with trust registry {compiled}, not {registry.file} ({registry.sha256})"
+    return None if compiled == registry.sha256 else f"{why}: compile with --trust {registry.file}"
 
 
 @dataclass(frozen=True)
@@ -151,13 +159,8 @@ class ControlDesk:
         gate_key: Signer | None = None,
         seal_key: bytes | None = None,
     ) -> None:
-        compiled = gate.bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
-        if compiled.get("sha256") != registry.sha256:
-            raise EvidenceRejectedError(
-                f"the bundle was compiled with trust registry {compiled.get('sha256')}, not {registry.file}"
-                f" ({registry.sha256}): compile with --trust {registry.file}",
-                "registry_mismatch",
-            )
+        if (mismatch := registry_mismatch(gate.bundle, registry)) is not None:
+            raise EvidenceRejectedError(mismatch, "registry_mismatch")
         self.gate, self.registry, self.keyring = gate, registry, keyring
         self.gate_issuer, self.gate_key = gate_issuer, gate_key
         self._seal_key = seal_key or secrets.token_bytes(32)
@@ -203,7 +206,7 @@ class ControlDesk:
             )
         return record
 
-    def record_control_result(self, record: GateDecision, evidence: JsonObject, *, action: JsonObject) -> GateDecision:
+    def record_control_result(self, record: GateDecision, evidence: object, *, action: JsonObject) -> GateDecision:
         """Verify, bind, judge (Rego) and add one signed control result; the policy re-derives the status.
 
         Raises :class:`EvidenceRejectedError` with a distinct ``code`` for each refusal.

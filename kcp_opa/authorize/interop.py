@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 
-from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
+from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, registry_mismatch
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
@@ -61,8 +61,7 @@ def issue_for_foreign_decision(
             " trusted",
             "untrusted_gate",
         )
-    compiled = bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
-    if compiled.get("sha256") != registry.sha256:
+    if registry_mismatch(bundle, registry) is not None:
         raise _refuse("the bundle was compiled with another trust registry (compile with --trust)", "registry_mismatch")
     if document.get("signature") is None:
         if not issuer.unsigned_decisions:
@@ -149,8 +148,7 @@ def issue_for_foreign_decision(
 
 
 def _iterated(value: object) -> Iterable[object]:
-    """What a loop over ``value or []`` sees (a string's characters, an object's keys): a foreign
-    document's malformed list still refuses as it always did."""
+    """What a loop over ``value or []`` sees: a malformed list in a foreign document refuses as before."""
     return value if isinstance(value, Iterable) else ()
 
 

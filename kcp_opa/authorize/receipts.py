@@ -19,7 +19,7 @@ from kcp_opa.authorize.documents import BOUND_FIELDS, RECEIPT_SCHEMA_VERSION, Re
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.documents import Signature
 from kcp_opa.core.errors import MalformedDocumentError, ReceiptIssueError, ReceiptVerificationError
-from kcp_opa.core.jsonread import JsonObject, items, objects, strings, text
+from kcp_opa.core.jsonread import JsonObject, items, mapping, objects, strings, text
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, signed_bytes
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.checked import CheckedAction
@@ -178,8 +178,7 @@ def verify_receipt(
     if not isinstance(receipt, Mapping):
         raise ReceiptVerificationError("a receipt is a JSON object", "malformed_receipt")
     _check_well_formed(receipt)
-    signature = receipt.get("signature")
-    signature = signature if isinstance(signature, Mapping) else {}
+    signature = mapping(receipt.get("signature"))
     alg, kid, value = signature.get("alg"), signature.get("kid"), signature.get("value")
     if alg not in ALGORITHMS:
         raise ReceiptVerificationError(f"unsupported signature algorithm {alg!r}", "unsupported_algorithm")
