@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kcp_opa.authorize.documents import ATTESTATION_FIELDS, Attestation
 from kcp_opa.core.documents import Signature
 from kcp_opa.core.errors import EvidenceRejectedError, MalformedDocumentError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, signed_bytes
 from kcp_opa.declare.trust import TrustRegistry
 
@@ -37,7 +37,7 @@ _DECLARABLE = {
 attestation_bytes = signed_bytes
 
 
-def sign_attestation(fields: Mapping[str, Any], issuer: str, key: Signer) -> dict[str, Any]:
+def sign_attestation(fields: JsonObject, issuer: str, key: Signer) -> JsonDict:
     """Sign one evidence item as ``issuer`` (an approval app, an IdP, the gate for its ledger).
 
     The wire form of the :class:`Attestation`; a field missing or not a non-empty string is a
@@ -62,12 +62,12 @@ class VerifiedAttestation:
     verify_ns: int
 
     @property
-    def signed(self) -> dict[str, Any]:
+    def signed(self) -> JsonDict:
         """The signed document as the policy reads it (the JSON boundary)."""
         return self.attestation.to_dict()
 
 
-def verify_attestation(raw: Any, registry: TrustRegistry, keyring: Keyring | None) -> VerifiedAttestation:
+def verify_attestation(raw: object, registry: TrustRegistry, keyring: Keyring | None) -> VerifiedAttestation:
     """Check issuer, key, signature and principal; each refusal has its own code."""
     started = time.perf_counter_ns()
     if not isinstance(raw, Mapping):

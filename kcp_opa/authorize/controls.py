@@ -10,19 +10,21 @@ the verdict from the verified evidence before a receipt is signed.
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kcp_opa.authorize.attestations import VerifiedAttestation, sign_attestation, verify_attestation
 from kcp_opa.authorize.documents import Attestation, Receipt
 from kcp_opa.authorize.evidence import EvidenceStatus
 from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
+from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import canonical_or_empty
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
 from kcp_opa.core.signing import Keyring, Signer, seal, seal_holds
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction
@@ -52,7 +54,7 @@ class ControlEvidence:
     issuer: str
     attestation: Attestation = field(repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The KYA evidence item (with the registry's actor type) plus issuer and signature."""
         return {
             "control": self.control,
@@ -68,29 +70,36 @@ class ControlEvidence:
         }
 
 
-def context_sources(document: Mapping[str, Any]) -> dict[str, Any]:
+def context_sources(document: JsonObject) -> dict[str, dict[str, object]]:
     """Where each gate and attested fact of a decision came from: ``{fact: {class, source}}``."""
-    facts = document.get("context", {}).get("facts") or {}
-    return {name: {"class": f.get("class"), "source": f.get("source")} for name, f in sorted(facts.items())}
+    facts = mapping(mapping(document.get("context")).get("facts")).items()
+    return {name: {"class": mapping(f).get("class"), "source": mapping(f).get("source")} for name, f in sorted(facts)}
+
+
+def registry_mismatch(bundle: LoadedBundle, registry: TrustRegistry) -> str | None:
+    """Why ``registry`` is not the trust registry ``bundle`` was compiled with (None: it is)."""
+    compiled = mapping(mapping(mapping(bundle.manifest.get("metadata")).get("kcp_opa")).get("trust")).get("sha256")
+    why = f"the bundle was compiled with trust registry {compiled}, not {registry.file} ({registry.sha256})"
+    return None if compiled == registry.sha256 else f"{why}: compile with --trust {registry.file}"
 
 
 @dataclass(frozen=True)
 class GateDecision:
     """A decision with the control evidence recorded for it, sealed by the desk that made it."""
 
-    action: Mapping[str, Any]
+    action: JsonObject
     prepared: DecisionInput
     decision: Decision
     evidence: tuple[ControlEvidence, ...] = ()
     receipt_ttl_seconds: int = DEFAULT_RECEIPT_TTL_SECONDS
-    inputs: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    inputs: tuple[JsonObject, ...] = field(default=(), repr=False)
     seal: str = field(default="", repr=False)
 
     @property
     def passed_controls(self) -> frozenset[str]:
         return frozenset(self.decision.verdict.satisfied_controls)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The contract's decision document plus ``control_evidence`` and ``blocked_actions``."""
         document = self.decision.to_dict()
         approved = document["authorization_status"] == "APPROVED"
@@ -100,7 +109,7 @@ class GateDecision:
         document["context_sources"] = context_sources(self.prepared.document)
         return document
 
-    def sealed_content(self) -> dict[str, Any]:
+    def sealed_content(self) -> JsonDict:
         """What the seal covers: the action, the sealed input, the decision and every attestation."""
         return {
             "action": self.action,
@@ -115,12 +124,12 @@ class GateDecision:
 
 def decide_record(
     gate: Gate,
-    action: Mapping[str, Any] | CheckedAction,
+    action: JsonObject | CheckedAction,
     *,
-    now: Any = None,
+    now: dt.datetime | str | None = None,
     principal: str | None = None,
     ttl: int | None = None,
-) -> tuple[GateDecision, Mapping[str, Any] | None]:
+) -> tuple[GateDecision, JsonObject | None]:
     """Decide ``action`` and start its record, unsealed (a desk seals it; without a registry the
     service keeps it as it is), with the ledger entry that recorded the decision. The record
     holds the checked, read-only copy of the action: the caller's mapping is never kept."""
@@ -150,13 +159,8 @@ class ControlDesk:
         gate_key: Signer | None = None,
         seal_key: bytes | None = None,
     ) -> None:
-        compiled = gate.bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
-        if compiled.get("sha256") != registry.sha256:
-            raise EvidenceRejectedError(
-                f"the bundle was compiled with trust registry {compiled.get('sha256')}, not {registry.file}"
-                f" ({registry.sha256}): compile with --trust {registry.file}",
-                "registry_mismatch",
-            )
+        if (mismatch := registry_mismatch(gate.bundle, registry)) is not None:
+            raise EvidenceRejectedError(mismatch, "registry_mismatch")
         self.gate, self.registry, self.keyring = gate, registry, keyring
         self.gate_issuer, self.gate_key = gate_issuer, gate_key
         self._seal_key = seal_key or secrets.token_bytes(32)
@@ -172,16 +176,16 @@ class ControlDesk:
         if not seal_holds(self._seal_key, record.sealed_content(), record.seal):
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
-    def seal_document(self, body: Mapping[str, Any]) -> str:
+    def seal_document(self, body: JsonObject) -> str:
         """This desk's seal over a record document (the files ``kcp_opa.authorize.records`` writes)."""
         return seal(self._seal_key, body)
 
-    def seal_document_holds(self, body: Mapping[str, Any], presented: object) -> bool:
+    def seal_document_holds(self, body: JsonObject, presented: object) -> bool:
         """Whether ``presented`` is this desk's seal over ``body`` (constant-time)."""
         return seal_holds(self._seal_key, body, presented)
 
     def open(
-        self, action: Mapping[str, Any] | CheckedAction, *, now: Any = None, principal: str | None = None
+        self, action: JsonObject | CheckedAction, *, now: dt.datetime | str | None = None, principal: str | None = None
     ) -> GateDecision:
         """Decide ``action`` and start its control record (the action is frozen from here on)."""
         record, entry = decide_record(self.gate, action, now=now, principal=principal, ttl=self.receipt_ttl_seconds)
@@ -202,9 +206,7 @@ class ControlDesk:
             )
         return record
 
-    def record_control_result(
-        self, record: GateDecision, evidence: Mapping[str, Any], *, action: Mapping[str, Any]
-    ) -> GateDecision:
+    def record_control_result(self, record: GateDecision, evidence: object, *, action: JsonObject) -> GateDecision:
         """Verify, bind, judge (Rego) and add one signed control result; the policy re-derives the status.
 
         Raises :class:`EvidenceRejectedError` with a distinct ``code`` for each refusal.
@@ -290,7 +292,7 @@ class ControlDesk:
         )
         return item, [str(c) for c in value.get("satisfied") or []]
 
-    def reopen(self, recorded: GateDecision, attestations: Sequence[Any]) -> GateDecision:
+    def reopen(self, recorded: GateDecision, attestations: Sequence[object]) -> GateDecision:
         """A record loaded again (``records.replay_record``), sealed, every attestation replayed in order."""
         record = self._sealed(replace(recorded, receipt_ttl_seconds=self.receipt_ttl_seconds))
         accepted: list[ControlEvidence] = []
@@ -302,7 +304,7 @@ class ControlDesk:
             return record
         return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, "record_reloaded")
 
-    def rederive(self, record: GateDecision, *, counters: Mapping[str, Any] | None = None) -> GateDecision:
+    def rederive(self, record: GateDecision, *, counters: JsonObject | None = None) -> GateDecision:
         """Re-verify every attestation and replay the policy over them (on ``counters``, else the record's)."""
         self.check_seal(record)
         accepted: list[ControlEvidence] = []
@@ -313,7 +315,9 @@ class ControlDesk:
             accepted.append(checked)
         return self._rederive(replace(record, evidence=tuple(accepted)), satisfied, "receipt_issue", counters)
 
-    def issue(self, record: GateDecision, key: Signer, *, ttl_seconds: int | None = None, now: Any = None) -> Receipt:
+    def issue(
+        self, record: GateDecision, key: Signer, *, ttl_seconds: int | None = None, now: dt.datetime | None = None
+    ) -> Receipt:
         """Issue a receipt for a record this desk sealed, after re-deriving its verdict from verified evidence
         (and, when the gate counts from a store, on fresh counts with its budget reserved: reservation.py)."""
         counting = self.gate.context.counters if self.gate.context is not None else None
@@ -323,14 +327,14 @@ class ControlDesk:
             return issue_reserved(self, counting, record, key, ttl_seconds=ttl_seconds, now=now)
         return self.issue_rederived(self.rederive_for_issue(record), key, ttl_seconds=ttl_seconds, now=now)
 
-    def rederive_for_issue(self, record: GateDecision, counters: Mapping[str, Any] | None = None) -> GateDecision:
+    def rederive_for_issue(self, record: GateDecision, counters: JsonObject | None = None) -> GateDecision:
         try:
             return self.rederive(record, counters=counters)
         except EvidenceRejectedError as exc:
             raise ReceiptIssueError(f"the record does not stand: {exc}", exc.code) from None
 
     def issue_rederived(
-        self, rederived: GateDecision, key: Signer, *, ttl_seconds: int | None = None, now: Any = None
+        self, rederived: GateDecision, key: Signer, *, ttl_seconds: int | None = None, now: dt.datetime | None = None
     ) -> Receipt:
         """Sign the receipt for a record just re-derived (and audit it)."""
         document = rederived.to_dict()
@@ -355,7 +359,7 @@ class ControlDesk:
         record: GateDecision,
         satisfied: Sequence[str],
         step: str,
-        counters: Mapping[str, Any] | None = None,
+        counters: JsonObject | None = None,
     ) -> GateDecision:
         # The gate seals the input the desk built from the policy's satisfied controls only; ``step``
         # is why it is re-decided (the ledger entry says so, linked to the decision it re-decides).
@@ -375,6 +379,6 @@ class ControlDesk:
         )
 
 
-def _with_counts(built: dict[str, Any], counters: Mapping[str, Any] | None) -> dict[str, Any]:
+def _with_counts(built: JsonDict, counters: JsonObject | None) -> JsonDict:
     """The recorded context, on fresh ``counters`` when the reservation re-read them under its lock."""
     return built if counters is None else {**built, "counters": dict(counters)}

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from kcp_opa.authorize.attestations import sign_attestation
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.signing import Signer
 from kcp_opa.models.decision import Decision
 
@@ -37,7 +38,7 @@ def evidence_for(
     completed_at: str,
     reference: str,
     status: EvidenceStatus | str = EvidenceStatus.PASSED,
-) -> list[dict[str, Any]]:
+) -> list[JsonDict]:
     """Attestations for ``controls`` bound to ``record``, signed as ``issuer`` (for issuers' tools and demos)."""
     return [
         sign_attestation(

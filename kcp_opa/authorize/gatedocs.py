@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
 
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.core.errors import ReceiptIssueError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 
 __all__ = ["check_decision_signature", "issue_for_gate_document", "sign_decision_document"]
 
 
-def sign_decision_document(document: Mapping[str, Any], signer: Signer) -> dict[str, Any]:
+def sign_decision_document(document: JsonObject, signer: Signer) -> JsonDict:
     """``document`` signed by the gate that wrote it (a signature already there is replaced)."""
     return sign_document({k: v for k, v in document.items() if k != "signature"}, signer)
 
 
-def check_decision_signature(document: Mapping[str, Any], keys: Keyring) -> None:
+def check_decision_signature(document: JsonObject, keys: Keyring) -> None:
     """Refuse (:class:`ReceiptIssueError`) unless ``document`` carries a signature that verifies
     with a key in ``keys`` that is not retired, under the algorithm that key has."""
     signature = document.get("signature")
@@ -52,8 +52,8 @@ def check_decision_signature(document: Mapping[str, Any], keys: Keyring) -> None
 
 
 def issue_for_gate_document(
-    document: Mapping[str, Any],
-    action: Mapping[str, Any],
+    document: JsonObject,
+    action: JsonObject,
     key: Signer,
     *,
     decision_keys: Keyring | None,

@@ -11,10 +11,10 @@ FAILED is final) before the receipt is signed. Every refusal names the item and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
 
-from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
+from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, registry_mismatch
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.parties import parties
 from kcp_opa.authorize.receipts import issue_for_checked_decision
@@ -22,9 +22,10 @@ from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import ALGORITHMS, Key, Keyring, Signer, document_verifies
 from kcp_opa.decide.engine import RegopyEngine
-from kcp_opa.declare.trust import TrustRegistry
+from kcp_opa.declare.trust import Issuer, TrustRegistry
 
 
 def _refuse(message: str, code: str) -> ReceiptIssueError:
@@ -32,8 +33,8 @@ def _refuse(message: str, code: str) -> ReceiptIssueError:
 
 
 def issue_for_foreign_decision(
-    document: Mapping[str, Any],
-    action: Mapping[str, Any],
+    document: JsonObject,
+    action: JsonObject,
     key: Signer,
     *,
     gate: str,
@@ -41,7 +42,7 @@ def issue_for_foreign_decision(
     bundle: LoadedBundle,
     keyring: Keyring | None = None,
     ttl_seconds: int | None = None,
-    now: Any = None,
+    now: dt.datetime | None = None,
     accept_unsigned: bool = False,
 ) -> Receipt:
     """Issue a receipt under a decision document written by the registered gate ``gate``.
@@ -60,8 +61,7 @@ def issue_for_foreign_decision(
             " trusted",
             "untrusted_gate",
         )
-    compiled = bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
-    if compiled.get("sha256") != registry.sha256:
+    if registry_mismatch(bundle, registry) is not None:
         raise _refuse("the bundle was compiled with another trust registry (compile with --trust)", "registry_mismatch")
     if document.get("signature") is None:
         if not issuer.unsigned_decisions:
@@ -80,8 +80,8 @@ def issue_for_foreign_decision(
     decision_id, digest = document.get("decision_id"), document.get("action_hash")
     if not isinstance(decision_id, str) or not isinstance(digest, str):
         raise _refuse("the decision document lacks decision_id or action_hash", "malformed_decision")
-    required = [c for c in document.get("required_controls") or [] if isinstance(c, str)]
-    roles = [r for r in document.get("approver_roles") or [] if isinstance(r, str)]
+    required = [c for c in _iterated(document.get("required_controls")) if isinstance(c, str)]
+    roles = [r for r in _iterated(document.get("approver_roles")) if isinstance(r, str)]
     engine = RegopyEngine(bundle, EVIDENCE_ENTRYPOINT, preflight=False)
     try:
         party_ids = parties(action)
@@ -89,9 +89,9 @@ def issue_for_foreign_decision(
         raise _refuse(str(exc), exc.code) from None
     subject = action.get("subject_id")
     prior: list[dict[str, str]] = []
-    bound: list[dict[str, Any]] = []
+    bound: list[JsonDict] = []
     satisfied: list[str] = []
-    for number, item in enumerate(document.get("control_evidence") or [], start=1):
+    for number, item in enumerate(_iterated(document.get("control_evidence")), start=1):
         label = f"evidence item {number} ({item.get('control') if isinstance(item, Mapping) else '?'})"
         if not isinstance(item, Mapping):
             raise _refuse(f"{label} is not an object", "malformed_evidence")
@@ -147,12 +147,17 @@ def issue_for_foreign_decision(
     )
 
 
-def _key(issuer: Any, kid: Any, alg: Any, keyring: Keyring | None) -> Key | None:
+def _iterated(value: object) -> Iterable[object]:
+    """What a loop over ``value or []`` sees: a malformed list in a foreign document refuses as before."""
+    return value if isinstance(value, Iterable) else ()
+
+
+def _key(issuer: Issuer, kid: object, alg: object, keyring: Keyring | None) -> Key | None:
     key: Key | None = issuer.key(kid, keyring) if isinstance(kid, str) and alg in ALGORITHMS else None
     return key if key is not None and key.alg == alg else None
 
 
-def _check_document_signature(document: Mapping[str, Any], gate: str, lookup: Any) -> None:
+def _check_document_signature(document: JsonObject, gate: str, lookup: Callable[[object, object], Key | None]) -> None:
     """A document that carries a signature must verify with the gate's registered key."""
     signature = document.get("signature")
     if signature is None:

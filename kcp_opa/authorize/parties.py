@@ -6,26 +6,21 @@ parties the same way for every comparison, and refuses an id that cannot be made
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonObject, mapping, objects
 
 
-def parties(action: Mapping[str, Any]) -> list[str]:
+def parties(action: JsonObject) -> list[str]:
     """Canonical ids of the subject, the agent, the requester and every agent of the delegation chain.
 
     An id that cannot be made canonical refuses the evidence (it could hide a party).
     """
-    raw: list[Any] = [action.get("subject_id"), action.get("agent_id")]
-    context = action.get("authorization_context")
-    if isinstance(context, Mapping):
-        raw.append(context.get("requested_by"))
-    chain = action.get("delegation_chain")
-    for hop in chain if isinstance(chain, list) else []:
-        if isinstance(hop, Mapping):
-            raw.append(hop.get("agent_id"))
+    requester = mapping(action.get("authorization_context")).get("requested_by")
+    raw: list[Any] = [action.get("subject_id"), action.get("agent_id"), requester]
+    raw += [hop.get("agent_id") for hop in objects(action.get("delegation_chain"))]
     ids = []
     for value in raw:
         if value is None:

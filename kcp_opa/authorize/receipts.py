@@ -14,12 +14,12 @@ import secrets
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kcp_opa.authorize.documents import BOUND_FIELDS, RECEIPT_SCHEMA_VERSION, Receipt
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.documents import Signature
 from kcp_opa.core.errors import MalformedDocumentError, ReceiptIssueError, ReceiptVerificationError
+from kcp_opa.core.jsonread import JsonObject, items, mapping, objects, strings, text
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, signed_bytes
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.checked import CheckedAction
@@ -46,8 +46,8 @@ def _utc(moment: dt.datetime | None) -> dt.datetime:
 
 
 def issue_for_checked_decision(
-    decision: Mapping[str, Any],
-    action: Mapping[str, Any],
+    decision: JsonObject,
+    action: JsonObject,
     key: Signer,
     *,
     ttl_seconds: int | None = None,
@@ -75,8 +75,8 @@ def issue_for_checked_decision(
         )
     if decision.get("blocked_actions"):
         raise ReceiptIssueError(f"blocked actions: {decision.get('blocked_actions')}", "blocked")
-    required = sorted(set(_strings(decision.get("required_controls"))))
-    evidence = [e for e in decision.get("control_evidence") or [] if isinstance(e, Mapping)]
+    required = sorted(set(strings(decision.get("required_controls"))))
+    evidence = objects(decision.get("control_evidence"))
     passed = {
         e.get("control")
         for e in evidence
@@ -88,8 +88,9 @@ def issue_for_checked_decision(
     if missing:
         raise ReceiptIssueError(_why_missing(missing, decision, digest), "controls_missing")
     ttl = DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds
-    if isinstance(decision.get("receipt_ttl_seconds"), int) and ttl_seconds is None:
-        ttl = decision["receipt_ttl_seconds"]
+    declared = decision.get("receipt_ttl_seconds")
+    if isinstance(declared, int) and ttl_seconds is None:
+        ttl = declared
     if not MIN_TTL_SECONDS <= ttl <= MAX_TTL_SECONDS:
         raise ReceiptIssueError(f"ttl {ttl} s is outside {MIN_TTL_SECONDS}..{MAX_TTL_SECONDS}", "ttl_out_of_range")
     issued = _utc(now)
@@ -103,15 +104,15 @@ def issue_for_checked_decision(
     decision_id, policy_version = decision.get("decision_id"), decision.get("policy_version")
     if not isinstance(decision_id, str) or not isinstance(policy_version, str):
         raise ReceiptIssueError("the decision lacks decision_id or policy_version", "malformed_decision")
-    bound = tuple((name, action.get(name)) for name in BOUND_FIELDS)
-    if not all(value is None or isinstance(value, str) for _, value in bound):
+    values = [action.get(name) for name in BOUND_FIELDS]
+    if not all(value is None or isinstance(value, str) for value in values):
         raise ReceiptIssueError("the action's bound fields must be strings", "malformed_action")
     receipt = Receipt(
         receipt_id=f"rcpt_{uuid.uuid4().hex}",
         decision_id=decision_id,
         decision_hash=decision_hash or canonical_hash(decision),
         action_hash=digest,
-        bound=bound,
+        bound=tuple((name, text(value)) for name, value in zip(BOUND_FIELDS, values, strict=True)),
         policy_version=policy_version,
         required_controls=tuple(required),
         satisfied_controls=tuple(sorted(set(required) & passed)),
@@ -127,14 +128,14 @@ def issue_for_checked_decision(
     return receipt.signed_by(key)
 
 
-def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -> str:
+def _why_missing(missing: list[str], decision: JsonObject, digest: str) -> str:
     """Name the item and the binding it lacks, not just the control (a KYA document's items carry
     no per-item ``decision_id``/``action_hash``; name the gate as trusted to bind them)."""
-    items = decision.get("control_evidence") or []
+    listed = items(decision.get("control_evidence"))
     reasons = []
     for control in missing:
         reason = f"no PASSED evidence for {control}"
-        for number, item in enumerate(items, start=1):
+        for number, item in enumerate(listed, start=1):
             if not isinstance(item, Mapping) or item.get("control") != control or item.get("status") != "PASSED":
                 continue
             label = f"evidence item {number} ({control})"
@@ -151,10 +152,6 @@ def _why_missing(missing: list[str], decision: Mapping[str, Any], digest: str) -
     return "; ".join(reasons)
 
 
-def _strings(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
 @dataclass(frozen=True)
 class VerifiedReceipt:
     receipt: Receipt
@@ -162,8 +159,8 @@ class VerifiedReceipt:
 
 
 def verify_receipt(
-    receipt: Any,
-    action: Mapping[str, Any] | CheckedAction,
+    receipt: object,
+    action: JsonObject | CheckedAction,
     *,
     keyring: Keyring,
     policy_versions: Collection[str],
@@ -181,8 +178,7 @@ def verify_receipt(
     if not isinstance(receipt, Mapping):
         raise ReceiptVerificationError("a receipt is a JSON object", "malformed_receipt")
     _check_well_formed(receipt)
-    signature = receipt.get("signature")
-    signature = signature if isinstance(signature, Mapping) else {}
+    signature = mapping(receipt.get("signature"))
     alg, kid, value = signature.get("alg"), signature.get("kid"), signature.get("value")
     if alg not in ALGORITHMS:
         raise ReceiptVerificationError(f"unsupported signature algorithm {alg!r}", "unsupported_algorithm")
@@ -235,11 +231,11 @@ MAX_RECEIPT_NODES = 10_000
 _MAX_INT = 2**63
 
 
-def _check_well_formed(receipt: Mapping[str, Any]) -> None:
+def _check_well_formed(receipt: JsonObject) -> None:
     """Plain JSON that canonicalises, before anything else looks at it: string keys, finite
     numbers, 64-bit integers, valid UTF-8 strings, bounded depth and size. Anything else is a
     ``malformed_receipt`` refusal, never a raw exception out of hashing or signing."""
-    stack: list[tuple[Any, int]] = [(receipt, 1)]
+    stack: list[tuple[object, int]] = [(receipt, 1)]
     nodes = 0
     while stack:
         value, depth = stack.pop()

@@ -15,16 +15,17 @@ from typing import Any
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.core.errors import EvidenceRejectedError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
 
 RECORD_FORMAT = "kcp-opa/control-record"
 
 
-def export_record(desk: ControlDesk, record: GateDecision) -> dict[str, Any]:
+def export_record(desk: ControlDesk, record: GateDecision) -> JsonDict:
     """The record as a sealed JSON document (refused by ``load_record`` once edited)."""
     desk.check_seal(record)
-    body: dict[str, Any] = {
+    body: JsonDict = {
         "format": RECORD_FORMAT,
         "action": dict(record.action),
         "decision_id": record.decision.decision_id,
@@ -37,7 +38,7 @@ def export_record(desk: ControlDesk, record: GateDecision) -> dict[str, Any]:
     return {**body, "seal": desk.seal_document(body)}
 
 
-def load_record(desk: ControlDesk, document: Any) -> GateDecision:
+def load_record(desk: ControlDesk, document: object) -> GateDecision:
     """Check the seal, re-decide and replay every attestation through the policy."""
     if not isinstance(document, Mapping) or document.get("format") != RECORD_FORMAT:
         raise EvidenceRejectedError(f"not a {RECORD_FORMAT} document", "malformed_record")

@@ -10,12 +10,13 @@ the execution fails or loses its claim, and stops counting when the receipt expi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol, TypeVar
+import datetime as dt
+from typing import Protocol, TypeVar
 
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.context.counting import StoreCounters, transfer_of
 from kcp_opa.core.errors import ReceiptIssueError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Signer
 from kcp_opa.decide.gate import DecisionInput, decision_time
 from kcp_opa.models.decision import Decision
@@ -27,7 +28,7 @@ class Record(Protocol):
     """What a reservation reads of a control record (controls.GateDecision; a Protocol keeps the import one-way)."""
 
     @property
-    def action(self) -> Mapping[str, Any]: ...
+    def action(self) -> JsonObject: ...
 
     @property
     def prepared(self) -> DecisionInput: ...
@@ -42,10 +43,10 @@ R = TypeVar("R", bound=Record)
 class Desk(Protocol[R]):
     """What a reservation asks of the control desk (controls.ControlDesk)."""
 
-    def rederive_for_issue(self, record: R, counters: Mapping[str, Any] | None = None) -> R: ...
+    def rederive_for_issue(self, record: R, counters: JsonObject | None = None) -> R: ...
 
     def issue_rederived(
-        self, rederived: R, key: Signer, *, ttl_seconds: int | None = None, now: Any = None
+        self, rederived: R, key: Signer, *, ttl_seconds: int | None = None, now: dt.datetime | None = None
     ) -> Receipt: ...
 
 
@@ -60,7 +61,7 @@ def issue_reserved(
     key: Signer,
     *,
     ttl_seconds: int | None = None,
-    now: Any = None,
+    now: dt.datetime | None = None,
 ) -> Receipt:
     moment = decision_time(now)
     kept = record.prepared.document["context"].get("counters") or {}

@@ -11,7 +11,6 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import click
 
@@ -131,7 +130,7 @@ def cli(verbose: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: every deliberate failure is one line on stderr and an exit code."""
-    run: Callable[..., Any] = cli.main
+    run: Callable[..., object] = cli.main
     try:
         run(args=argv, prog_name="kcp-opa", standalone_mode=False)
     except click.exceptions.Exit as exc:

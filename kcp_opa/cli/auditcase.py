@@ -9,7 +9,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -23,7 +22,7 @@ from kcp_opa.authorize.documents import Receipt
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.ledgerarg import LEDGER, ledger_snapshot
-from kcp_opa.cli.options import DIR, FILE, FORMAT, checkpoints_option, keyring_option
+from kcp_opa.cli.options import DIR, FILE, FORMAT, checkpoints_option, keyring_option, stacked
 from kcp_opa.cli.output import EXIT_INVALID, as_json
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.signing import load_keyring
@@ -220,10 +219,7 @@ _FILTERS = [
 ]
 
 
-def _filter_options(command: Any) -> Any:
-    for flag, text in reversed(_FILTERS):
-        command = click.option(flag, metavar="VALUE", help=text)(command)
-    return command
+_filter_options = stacked(*(click.option(flag, metavar="VALUE", help=text) for flag, text in _FILTERS))
 
 
 @click.command(name="report")

@@ -11,14 +11,14 @@ import json
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import ParamSpec
 
 import click
 
 from kcp_opa.cli import render
 from kcp_opa.cli.keys import signer_from
 from kcp_opa.cli.ledgerarg import LEDGER, ledger_line
-from kcp_opa.cli.options import FILE, keyring_option, signing_key_option
+from kcp_opa.cli.options import FILE, keyring_option, signing_key_option, stacked
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, fail
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.files import read_regular, replace_atomically
@@ -45,20 +45,20 @@ from kcp_opa.trail.proofs import (
 from kcp_opa.trail.verify import verify_ledger
 
 MAX_PROOF_BYTES = 16 * 1024 * 1024
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
 
 
-def refusals(command: F) -> F:
+def refusals(command: Callable[P, None]) -> Callable[P, None]:
     """A check that fails is one line and exit 1 (not a usage error)."""
 
     @wraps(command)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
-            return command(*args, **kwargs)
+            command(*args, **kwargs)
         except (NoteError, LedgerError) as exc:
             fail(str(exc), EXIT_INVALID)
 
-    return run  # type: ignore[return-value]
+    return run
 
 
 def read_file(path: Path, what: str) -> bytes:
@@ -108,40 +108,35 @@ def opened(path: Path, log_key: str, witness_keys: Sequence[str], witnesses: int
         raise NoteError(f"{path}: {exc}") from None
 
 
-def read_proof(path: Path) -> Any:
+def read_proof(path: Path) -> object:
     try:
         return loads(read_file(path, "proof"))
     except ValueError as exc:  # json.JSONDecodeError, StrictJSONError
         raise NoteError(f"{path}: not a JSON proof: {exc}") from None
 
 
-def checkpoint_options(command: F) -> F:
-    for option in reversed(
-        (
-            click.option(
-                "--log-key",
-                required=True,
-                metavar="VKEY",
-                help="The log's verifier key, or a file holding it (`audit tree-key`).",
-            ),
-            click.option(
-                "--witness-key",
-                "witness_keys",
-                multiple=True,
-                metavar="VKEY",
-                help="A witness's verifier key, or a file holding it (`witness key`); repeatable.",
-            ),
-            click.option(
-                "--witnesses",
-                type=click.IntRange(min=0),
-                default=0,
-                show_default=True,
-                help="How many of the --witness-key witnesses must have cosigned the checkpoint.",
-            ),
-        )
-    ):
-        command = option(command)
-    return command
+checkpoint_options = stacked(
+    click.option(
+        "--log-key",
+        required=True,
+        metavar="VKEY",
+        help="The log's verifier key, or a file holding it (`audit tree-key`).",
+    ),
+    click.option(
+        "--witness-key",
+        "witness_keys",
+        multiple=True,
+        metavar="VKEY",
+        help="A witness's verifier key, or a file holding it (`witness key`); repeatable.",
+    ),
+    click.option(
+        "--witnesses",
+        type=click.IntRange(min=0),
+        default=0,
+        show_default=True,
+        help="How many of the --witness-key witnesses must have cosigned the checkpoint.",
+    ),
+)
 
 
 def _log_signer(signing_key: str | None, keyring_path: Path | None, origin: str) -> NoteSigner:

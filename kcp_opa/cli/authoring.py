@@ -8,7 +8,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -29,6 +28,7 @@ from kcp_opa.compile.evaluatorgen import stale as union_stale
 from kcp_opa.compile.overlay import overlaid, overlay_targets
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, SourceUnreadableError
+from kcp_opa.core.jsonread import JsonDict, number
 
 #: Files whose change re-runs `kcp-opa test --watch`, and how often to look.
 WATCHED = frozenset({".rego", ".yaml", ".yml", ".json"})
@@ -151,7 +151,7 @@ class TestRun:
     cases_only: bool = False
     explain: str | None = None
 
-    def execute(self) -> tuple[list[TestResult], CaseRun | None, dict[str, Any] | None]:
+    def execute(self) -> tuple[list[TestResult], CaseRun | None, JsonDict | None]:
         try:
             modules, root = load_selection(self.targets)
         except (OSError, UnicodeDecodeError) as exc:
@@ -181,7 +181,7 @@ class TestRun:
 
 
 def _report(
-    outcome: tuple[list[TestResult], CaseRun | None, dict[str, Any] | None],
+    outcome: tuple[list[TestResult], CaseRun | None, JsonDict | None],
     verbose: bool,
     threshold: float | None,
     fail_on_false_allow: bool,
@@ -208,8 +208,9 @@ def _report(
     elif not results:
         click.echo("kcp-opa: no Rego test and no decision case was selected: nothing was checked", err=True)
         failed = True
-    if threshold is not None and (covered is None or covered["coverage"] < threshold):
-        shown = "no coverage" if covered is None else f"{covered['coverage']:.1f}%"
+    percent = None if covered is None else number(covered.get("coverage"))
+    if threshold is not None and (percent is None or percent < threshold):
+        shown = "no coverage" if percent is None else f"{percent:.1f}%"
         click.echo(f"kcp-opa: coverage {shown} is below the threshold {threshold:g}%", err=True)
         failed = True
     return failed

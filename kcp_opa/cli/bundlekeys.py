@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -17,10 +16,11 @@ from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.compile.signkeys import ALGORITHMS, generate_signing_key, load_bundle_signer
 from kcp_opa.core.errors import BundleSignatureError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.keys import Signer
 
 
-def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def signing_options(command: Callable[..., None]) -> Callable[..., None]:
     """--signing-key, --signing-alg, --signing-key-id, --claims-file, --scope (compile)."""
     return stacked(
         click.option(
@@ -46,7 +46,7 @@ def signing_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def verification_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def verification_options(command: Callable[..., None]) -> Callable[..., None]:
     """--verification-key (repeatable) and --verification-scope on every command that loads a bundle."""
     command = click.option(
         "--verification-scope", default="", help="The scope the bundle must be signed for [default: none]."
@@ -66,7 +66,7 @@ def verification_of(keys: Sequence[str], scope: str) -> Verification | None:
 
 def signing_of(
     key: str | None, alg: str | None, key_id: str | None, claims_file: Path | None, scope: str
-) -> tuple[Signer | None, dict[str, Any] | None]:
+) -> tuple[Signer | None, JsonDict | None]:
     if key is None:
         if claims_file is not None or scope or alg or key_id:
             raise BundleSignatureError(

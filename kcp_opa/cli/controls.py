@@ -33,6 +33,7 @@ from kcp_opa.cli.options import (
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, json_errors, read_text
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import CodedError, KeyringError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.signing import MIN_SECRET_BYTES, load_keyring, load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import Gate, decision_time
@@ -137,7 +138,7 @@ def _desk(
     )
 
 
-def _summary(record: GateDecision) -> dict[str, Any]:
+def _summary(record: GateDecision) -> JsonDict:
     decision = record.decision
     return {
         "ok": True,
@@ -154,11 +155,11 @@ def _summary(record: GateDecision) -> dict[str, Any]:
     }
 
 
-def _write(path: Path, document: Any) -> None:
+def _write(path: Path, document: object) -> None:
     write_atomically(path, json.dumps(document, indent=2).encode("utf-8") + b"\n")
 
 
-def _read_json(path: str, what: str) -> Any:
+def _read_json(path: str, what: str) -> object:
     try:
         return json.loads(read_text(path, what))
     except (json.JSONDecodeError, RecursionError) as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 import yaml
@@ -26,6 +25,7 @@ from kcp_opa.cli.options import (
 from kcp_opa.cli.output import EXIT_NOT_ALLOWED, as_json, console, read_text
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ActionRejectedError, CodedError, EngineLoadError, LedgerError, QueryError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.signing import load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.crosscheck import opa_query
@@ -176,26 +176,22 @@ def deployment_context(
 ) -> None:
     """Give ``gate`` the context sources `kcp-opa serve` builds from the same options (the same
     functions build them), so the CLI decides on the facts and waivers the service would."""
+    from kcp_opa.authorize.controls import registry_mismatch
     from kcp_opa.context import StaticGateConfig
     from kcp_opa.core.signing import load_keyring
     from kcp_opa.declare.trust import load_trust
     from kcp_opa.service.loading import service_context, with_exceptions
 
     registry = load_trust(trust) if trust is not None else None
-    compiled = gate.bundle.manifest.get("metadata", {}).get("kcp_opa", {}).get("trust", {})
-    if registry is not None and compiled.get("sha256") != registry.sha256:  # as serve refuses it
-        raise CodedError(
-            f"the bundle was compiled with trust registry {compiled.get('sha256')}, not {registry.file}"
-            f" ({registry.sha256}): compile with --trust {registry.file}",
-            "registry_mismatch",
-        )
+    if registry is not None and (mismatch := registry_mismatch(gate.bundle, registry)):  # as serve refuses it
+        raise CodedError(mismatch, "registry_mismatch")
     keys = load_keyring(issuer_keys) if issuer_keys is not None else None
     config = StaticGateConfig(deployment_region=region, environment=environment)
     gate.context = service_context(registry, config, attestations, keys)
     with_exceptions(gate, registry, exceptions, keys)
 
 
-def declared_context(path: Path) -> dict[str, Any]:
+def declared_context(path: Path) -> JsonDict:
     """The --context file, checked against the decision-case schema's context."""
     from kcp_opa.authoring.cases import check_context
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, signing_of, signing_options, verification_options
@@ -191,7 +192,9 @@ def _validate_one(path: Path, max_bytes: int) -> Report[Any]:
     return validate_manifest(path, max_bytes=max_bytes)
 
 
-def _with_integrity(path: Path, report: Report[Any], keys: Any, max_bytes: int) -> Report[Any]:
+def _with_integrity(
+    path: Path, report: Report[Any], keys: Sequence[Ed25519PublicKey] | None, max_bytes: int
+) -> Report[Any]:
     """A valid manifest declaring content_integrity is checked against its bytes; a failure is an error."""
     manifest = report.document
     if not isinstance(manifest, Manifest) or (integrity_declared(manifest.data) is None and not keys):

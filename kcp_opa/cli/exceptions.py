@@ -26,13 +26,14 @@ from kcp_opa.audit.summary import AppliedExceptions
 from kcp_opa.authoring.policytree import load_modules
 from kcp_opa.cli import render
 from kcp_opa.cli.ledgerarg import LEDGER
-from kcp_opa.cli.options import FORMAT, MAX_BYTES, keyring_option, now_option, signing_key_option
+from kcp_opa.cli.options import FORMAT, MAX_BYTES, keyring_option, now_option, signing_key_option, stacked
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console, fail
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.compile.resolution import check_waived, waivable_codes
 from kcp_opa.context.issuing import issuer_key, signed_exceptions, write_checked
 from kcp_opa.core.errors import ActionRejectedError, ValidationFailedError
+from kcp_opa.core.jsonread import JsonDict, mapping, strings
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.gateinput import decision_time
 from kcp_opa.declare.diagnostics import Report
@@ -90,7 +91,7 @@ def _report(
     return verify_exceptions(report, load_trust(trust), keyring, lifetime)
 
 
-def _rows(held: ExceptionsFile, now: int, soon: int, used: AppliedExceptions) -> list[dict[str, Any]]:
+def _rows(held: ExceptionsFile, now: int, soon: int, used: AppliedExceptions) -> list[JsonDict]:
     rows = []
     for item in held.exceptions:
         expires = epoch(item.expires_at)
@@ -134,10 +135,7 @@ _COMMON = [
 ]
 
 
-def _common(function: Any) -> Any:
-    for option in reversed(_COMMON):
-        function = option(function)
-    return function
+_common = stacked(*_COMMON)
 
 
 def _run(mode: str, file: Path, trust: Path | None, issuer_keys: Path | None, matrix: Path | None,
@@ -161,9 +159,9 @@ def _run(mode: str, file: Path, trust: Path | None, issuer_keys: Path | None, ma
     else:
         out = console()
         for row in rows if mode == "list" else flagged:
-            scope = ", ".join(f"{k}={v}" for k, v in sorted(row["scope"].items()))
+            scope = ", ".join(f"{k}={v}" for k, v in sorted(mapping(row["scope"]).items()))
             out.print(
-                f"{row['id']} [{row['state']}] waives {', '.join(row['waives'])} for {scope}; granted by "
+                f"{row['id']} [{row['state']}] waives {', '.join(strings(row['waives']))} for {scope}; granted by "
                 f"{row['grantor']} ({row['ticket']}) until {row['expires_at']}; used {row['uses']} times",
                 highlight=False,
                 markup=False,

@@ -15,9 +15,8 @@ import datetime as dt
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.markup import escape
@@ -37,6 +36,7 @@ from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console, fail,
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError, StoreError, StoreUnavailableError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import decision_time
@@ -211,10 +211,10 @@ def executions_run(
     )
 
 
-def _command_handler(command: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+def _command_handler(command: tuple[str, ...]) -> Callable[[JsonObject], object]:
     """The side effect as a process: the action on stdin, its JSON outcome on stdout."""
 
-    def run(action: Mapping[str, Any]) -> Any:
+    def run(action: JsonObject) -> object:
         try:
             proc = subprocess.run(  # the operator's own handler command, no shell
                 list(command), input=json.dumps(dict(action)), capture_output=True, text=True, check=False

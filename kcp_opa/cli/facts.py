@@ -11,9 +11,7 @@ logic is ``kcp_opa.context.issuing`` and ``kcp_opa.service.factclient``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -31,6 +29,7 @@ from kcp_opa.context.issuing import (
     validity,
 )
 from kcp_opa.core import strictjson
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.decide.action import action_hash, parse_action
 from kcp_opa.decide.gate import decision_time
@@ -216,7 +215,7 @@ def _checks(trust: Path | None, issuer_keys: Path | None) -> tuple[TrustRegistry
     return registry, load_keyring(issuer_keys) if issuer_keys is not None else None
 
 
-def _emit(item: Mapping[str, Any], output: Path | None, *, checked: bool) -> None:
+def _emit(item: JsonObject, output: Path | None, *, checked: bool) -> None:
     """Add the signed attestation to ``output`` (if given) and print it; say so when nothing checked it."""
     if output is not None:
         add_attestation(output, item)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -14,6 +13,7 @@ from kcp_opa.cli.output import EXIT_INVALID, as_json, console
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.evaluatorgen import GENERATED, stale, write_union
 from kcp_opa.compile.referencegen import reference_stale, render_reference
+from kcp_opa.core.jsonread import JsonDict
 
 
 @click.command(name="generate")
@@ -49,7 +49,7 @@ def generate(policies: Path, reference: Path | None, check_only: bool, fmt: str 
         sys.exit(EXIT_INVALID)
 
 
-def _union(policies: Path, check_only: bool) -> dict[str, Any]:
+def _union(policies: Path, check_only: bool) -> JsonDict:
     target = str(policies / GENERATED)
     if check_only:
         reason = stale(policies)
@@ -57,7 +57,7 @@ def _union(policies: Path, check_only: bool) -> dict[str, Any]:
     return {"file": target, "written": write_union(policies)}
 
 
-def _reference(policies: Path, target: Path, check_only: bool) -> dict[str, Any]:
+def _reference(policies: Path, target: Path, check_only: bool) -> JsonDict:
     if check_only:
         reason = reference_stale(policies, target)
         return {"file": str(target), "stale": reason is not None, "reason": reason}

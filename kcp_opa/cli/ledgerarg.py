@@ -9,7 +9,6 @@ libpq reads ``PGPASSWORD`` or a ``PGPASSFILE``). ``audit dump`` writes that file
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -27,7 +26,7 @@ class LedgerLocation(click.ParamType[Path]):
 
     name = "LEDGER"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Path:
         if isinstance(value, Path):
             return value
         text = str(value)

@@ -18,7 +18,7 @@ from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 from kcp_opa.stores.opening import STORE_ENV
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+Decorator = Callable[[Callable[..., None]], Callable[..., None]]
 
 #: A file (a directory is a usage error), a directory (a file is), either.
 FILE = click.Path(path_type=Path, dir_okay=False)
@@ -39,7 +39,7 @@ def dir_option(*decls: str, **attrs: Any) -> Decorator:
 def stacked(*decorators: Decorator) -> Decorator:
     """Several options as one decorator, listed (and shown in --help) in the order given."""
 
-    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+    def apply(command: Callable[..., None]) -> Callable[..., None]:
         for decorator in reversed(decorators):
             command = decorator(command)
         return command

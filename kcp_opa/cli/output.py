@@ -9,7 +9,6 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import click
 from rich.console import Console
@@ -38,7 +37,7 @@ def console() -> Console:
     return Console(soft_wrap=True, width=int(os.environ.get("COLUMNS", "0") or 0) or 200)
 
 
-def status(message: str) -> contextlib.AbstractContextManager[Any]:
+def status(message: str) -> contextlib.AbstractContextManager[object]:
     """A spinner on stderr while long work runs, only when a person watches a terminal."""
     err = Console(stderr=True)
     return err.status(message) if err.is_terminal else contextlib.nullcontext()
@@ -72,7 +71,7 @@ def json_errors(exit_code: Callable[[CodedError], int] = lambda exc: EXIT_USAGE)
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> None:
+        def wrapper(*args: object, **kwargs: object) -> None:
             try:
                 fn(*args, **kwargs)
             except CodedError as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -43,7 +42,7 @@ from kcp_opa.stores.opening import open_executor_store
 _receipt_errors = json_errors()
 
 
-def _load_json(path: str, what: str) -> Any:
+def _load_json(path: str, what: str) -> object:
     text = read_text(path, what)
     try:
         return strictjson.loads(text)

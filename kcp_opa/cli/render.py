@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from kcp_opa.compile.compiler import CompileResult
+from kcp_opa.core.jsonread import JsonObject, items, mapping, objects, strings
 from kcp_opa.declare.diagnostics import Diagnostic, Report
 from kcp_opa.declare.effective import EffectiveUnit
 
 
-def print_json(value: Any) -> None:
+def print_json(value: object) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False))
 
 
@@ -80,32 +81,29 @@ def compiled(console: Console, result: CompileResult) -> None:
     console.print(table)
 
 
-def bundle_summary(console: Console, manifest: Mapping[str, Any], sha256: str, source: str) -> None:
-    meta = manifest.get("metadata", {}).get("kcp_opa", {})
+def bundle_summary(console: Console, manifest: JsonObject, sha256: str, source: str) -> None:
+    meta = mapping(mapping(manifest.get("metadata")).get("kcp_opa"))
     table = Table(title=f"{source}", title_justify="left", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value", overflow="fold")
     table.add_row("revision", str(manifest.get("revision")))
     table.add_row("sha256", sha256)
-    table.add_row("roots", ", ".join(manifest.get("roots", [])))
+    table.add_row("roots", ", ".join(strings(manifest.get("roots"))))
     table.add_row("policy version", str(meta.get("policy_version")))
-    for m in meta.get("manifests", []):
-        table.add_row(
-            "manifest",
-            f"{m['project']} {m.get('version') or ''} ({m['unit_count']} units, {m['file']})",
-        )
-    matrix = meta.get("matrix", {})
+    for m in objects(meta.get("manifests")):
+        table.add_row("manifest", f"{m['project']} {m.get('version') or ''} ({m['unit_count']} units, {m['file']})")
+    matrix = mapping(meta.get("matrix"))
     table.add_row("matrix", f"{matrix.get('name')} {matrix.get('version')} ({matrix.get('cell_count')} cells)")
-    table.add_row("entrypoints", ", ".join(meta.get("entrypoints", [])) or "—")
-    evaluators = meta.get("evaluators", {})
+    table.add_row("entrypoints", ", ".join(strings(meta.get("entrypoints"))) or "—")
+    evaluators = mapping(meta.get("evaluators"))
     table.add_row("evaluators", ", ".join(f"{k}@{v}" for k, v in evaluators.items()) or "—")
-    table.add_row("packages", ", ".join(meta.get("packages", [])))
-    for entry in meta.get("unenforced", []):
+    table.add_row("packages", ", ".join(strings(meta.get("packages"))))
+    for entry in objects(meta.get("unenforced")):
         table.add_row("unenforced", escape(f"{entry.get('at')} ({entry.get('code')}): {entry.get('reason')}"))
     console.print(table)
 
 
-def decision(console: Console, document: Mapping[str, Any]) -> None:
+def decision(console: Console, document: JsonObject) -> None:
     """One decision for a person: the verdict first, then why, then what is still needed."""
     allowed = document.get("execution_allowed") is True
     style = "green" if allowed else "red" if document.get("decision") == "DENY" else "yellow"
@@ -114,10 +112,10 @@ def decision(console: Console, document: Mapping[str, Any]) -> None:
         f"{document.get('authorization_status')}, execution {'allowed' if allowed else 'not allowed'}",
         highlight=False,
     )
-    for reason in document.get("reasons") or []:
+    for reason in objects(document.get("reasons")):
         console.print(f"  {escape(str(reason.get('code')))}: {escape(str(reason.get('message')))}", highlight=False)
     for key in ("missing_controls", "satisfied_controls", "approver_roles", "obligations"):
-        values = document.get(key) or []
+        values = items(document.get(key))
         if values:
             shown = ", ".join(escape(v if isinstance(v, str) else json.dumps(v)) for v in values)
             console.print(f"  {key.replace('_', ' ')}: {shown}", highlight=False)

@@ -7,7 +7,7 @@ one config at start and on every reload."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -22,6 +22,14 @@ from kcp_opa.cli.options import (
     trust_option,
 )
 from kcp_opa.core.errors import KcpOpaError
+
+if TYPE_CHECKING:  # the service modules load when serve runs, not with every command
+    from kcp_opa.service.catalog import Catalog
+    from kcp_opa.service.config import ServiceConfig
+    from kcp_opa.service.desk import GateService
+    from kcp_opa.service.identity import Authenticator
+    from kcp_opa.service.oidc import OidcSettings, RelyingParty
+    from kcp_opa.service.reloading import Reloader
 
 
 @click.command()
@@ -225,7 +233,7 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
         _checkpoint_on_exit(service)
 
 
-def _serve_workers(config: Any, workers: int) -> None:
+def _serve_workers(config: ServiceConfig, workers: int) -> None:
     """--workers N: the supervisor binds the port and runs N workers (kcp_opa.service.workers)."""
     from kcp_opa.service.workers import run_workers
 
@@ -238,7 +246,7 @@ def _serve_workers(config: Any, workers: int) -> None:
     raise SystemExit(run_workers(config, workers))
 
 
-def _say_unsignable(service: Any) -> None:
+def _say_unsignable(service: GateService) -> None:
     """At start, the controls no --issuer-id may sign (their challenges could never be answered)."""
     from kcp_opa.service.loading import unsignable_warnings
 
@@ -253,14 +261,14 @@ class _Stopped(SystemExit):
 def _stop_on_sigterm() -> None:
     import signal
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: object) -> None:
         click.echo("kcp-opa: stopping (SIGTERM)", err=True)
         raise _Stopped(0)
 
     signal.signal(signal.SIGTERM, stop)
 
 
-def _checkpoint_on_exit(service: Any) -> None:
+def _checkpoint_on_exit(service: GateService) -> None:
     """With --ledger-key, a signed checkpoint of the head this server wrote, when it stops."""
     audit = service.gate.audit
     if audit is None or audit.ledger.checkpoint_key is None:
@@ -271,7 +279,7 @@ def _checkpoint_on_exit(service: Any) -> None:
         click.echo(f"kcp-opa: warning: no checkpoint on exit: {exc}", err=True)
 
 
-def _on_sighup(reloader: Any) -> None:
+def _on_sighup(reloader: Reloader) -> None:
     """SIGHUP reloads in a thread of its own: requests keep being served while the new files load."""
     import signal
     import threading
@@ -280,7 +288,7 @@ def _on_sighup(reloader: Any) -> None:
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reloader.signal_reload, daemon=True).start())
 
 
-def _serve_stdio(service: Any, authenticator: Any, catalog: Any) -> None:
+def _serve_stdio(service: GateService, authenticator: Authenticator, catalog: Catalog) -> None:
     from kcp_opa.service.mcpserver import build_server
     from kcp_opa.service.stdio import run_stdio
 
@@ -288,7 +296,7 @@ def _serve_stdio(service: Any, authenticator: Any, catalog: Any) -> None:
     run_stdio(build_server(service, lambda ctx: principal, catalog), service)
 
 
-def _sso_settings(config: Any) -> Any:
+def _sso_settings(config: ServiceConfig) -> OidcSettings | None:
     """The UI's single sign-on settings (None without --oidc-issuer); a bad file is a usage error."""
     from kcp_opa.service.oidc import OidcConfigError, settings_from
 
@@ -300,7 +308,7 @@ def _sso_settings(config: Any) -> Any:
         raise click.UsageError(str(exc)) from None
 
 
-def _single_sign_on(settings: Any, service: Any) -> Any:
+def _single_sign_on(settings: OidcSettings | None, service: GateService) -> RelyingParty | None:
     """The UI's relying party (None without settings), every principal its users file names checked in --trust."""
     from kcp_opa.service.oidc import OidcConfigError, RelyingParty, check_principals
 
@@ -313,7 +321,8 @@ def _single_sign_on(settings: Any, service: Any) -> Any:
     return RelyingParty(settings)
 
 
-def _serve_http(service: Any, authenticator: Any, config: Any, reloader: Any, catalog: Any, sso: Any) -> None:
+def _serve_http(service: GateService, authenticator: Authenticator, config: ServiceConfig, reloader: Reloader,
+                catalog: Catalog, sso: RelyingParty | None) -> None:  # fmt: skip
     import uvicorn
 
     from kcp_opa.service.http import build_app

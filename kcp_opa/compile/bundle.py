@@ -26,6 +26,7 @@ from kcp_opa.compile.signatures import SIGNATURES_NAME, SignatureInfo, Verificat
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError
 from kcp_opa.core.files import read_regular, replace_atomically
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
 
 MANIFEST_NAME = ".manifest"
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
@@ -167,7 +168,7 @@ def read_bundle(
     _check_roots(roots, source)
     _check_hashes(manifest, members, source)
     _check_revision(manifest, members, source)
-    data: dict[str, Any] = {}
+    data: JsonDict = {}
     modules: dict[str, str] = {}
     for name, content in sorted(members.items()):
         if posixpath.basename(name) == "data.json":
@@ -198,11 +199,10 @@ def is_content_revision(revision: str) -> bool:
     return len(revision) == 64 and all(c in "0123456789abcdef" for c in revision)
 
 
-def _check_revision(manifest: Mapping[str, Any], members: Mapping[str, bytes], source: str) -> None:
+def _check_revision(manifest: JsonObject, members: Mapping[str, bytes], source: str) -> None:
     """A content-derived revision must be the digest of these members and this metadata."""
     revision = manifest.get("revision")
-    metadata = manifest.get("metadata")
-    kcp = metadata.get("kcp_opa") if isinstance(metadata, Mapping) else None
+    kcp = mapping(manifest.get("metadata")).get("kcp_opa")
     if not isinstance(revision, str) or not is_content_revision(revision) or not isinstance(kcp, Mapping):
         return
     files = [BundleFile(name, content) for name, content in members.items()]
@@ -266,7 +266,7 @@ def _members(packed: bytes, source: str, limits: BundleLimits) -> dict[str, byte
     return out
 
 
-def _check_roots(roots: Any, source: str) -> None:
+def _check_roots(roots: object, source: str) -> None:
     if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
         raise BundleError(f"{source}: .manifest roots must be a list of strings")
     for index, first in enumerate(roots):
@@ -276,13 +276,12 @@ def _check_roots(roots: Any, source: str) -> None:
                 raise BundleError(f"{source}: .manifest roots {first!r} and {second!r} overlap")
 
 
-def _check_hashes(manifest: Mapping[str, Any], members: Mapping[str, bytes], source: str) -> None:
+def _check_hashes(manifest: JsonObject, members: Mapping[str, bytes], source: str) -> None:
     """Every sha256 the metadata records must match the member it names, and name every module."""
-    metadata = manifest.get("metadata")
-    kcp = metadata.get("kcp_opa") if isinstance(metadata, Mapping) else None
+    kcp = mapping(manifest.get("metadata")).get("kcp_opa")
     if not isinstance(kcp, Mapping):
         return  # not a kcp-opa bundle: nothing recorded to check (the engine refuses it anyway)
-    expected: dict[str, Any] = {}
+    expected: JsonDict = {}
     sources = kcp.get("sources")
     if isinstance(sources, Mapping):
         expected.update({k.removeprefix("policies/"): v for k, v in sources.items() if k.startswith("policies/")})
@@ -301,21 +300,21 @@ def _check_hashes(manifest: Mapping[str, Any], members: Mapping[str, bytes], sou
             raise BundleError(f"{source}: {name} does not match its sha256 in the .manifest (edited after compile)")
 
 
-def _json(content: bytes, source: str, name: str) -> Any:
+def _json(content: bytes, source: str, name: str) -> object:
     try:
         return json.loads(content.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleError(f"{source}: {name} is not valid JSON ({exc})") from None
 
 
-def _check_in_roots(mount: str, roots: Any, source: str, name: str) -> None:
+def _check_in_roots(mount: str, roots: object, source: str, name: str) -> None:
     if not isinstance(roots, list):
         raise BundleError(f"{source}: .manifest roots must be a list")
     if not any(r == "" or mount == r or mount.startswith(f"{r}/") for r in roots):
         raise BundleError(f"{source}: {name} lies outside the bundle roots {roots}")
 
 
-def _mount(data: dict[str, Any], mount: str, value: Any, source: str, name: str) -> None:
+def _mount(data: JsonDict, mount: str, value: object, source: str, name: str) -> None:
     parts = [p for p in mount.split("/") if p]
     if not parts:
         if not isinstance(value, dict):

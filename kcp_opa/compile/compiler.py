@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from kcp_opa.compile.signatures import SIGNATURES_NAME, signatures_file
 from kcp_opa.core.bulk import collector_paused
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError, KcpOpaError, ValidationFailedError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.keys import Signer
 from kcp_opa.core.version import __version__
 from kcp_opa.declare.declstrings import check_data_strings
@@ -59,11 +60,11 @@ class CompileResult:
     cell_count: int
     module_count: int
     policy_version: str
-    manifest: dict[str, Any]
+    manifest: JsonDict
     warnings: tuple[Diagnostic, ...]
     unenforced: tuple[Acknowledged, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "output": str(self.output),
             "revision": self.revision,
@@ -118,7 +119,7 @@ def compile_bundle(
     trust_path: Path | None = None,
     manifest_keys: Sequence[Ed25519PublicKey] = (),
     signing_key: Signer | None = None,
-    claims: Mapping[str, Any] | None = None,
+    claims: JsonObject | None = None,
     scope: str = "",
 ) -> CompileResult:
     """Validate everything, build the data document and write the bundle atomically.

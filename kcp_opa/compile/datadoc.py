@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.declare import regions as region_table
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.effective import UNIT_FIELDS, effective_units
@@ -69,7 +70,7 @@ def _empty(depth: int) -> Any:
     return {} if depth == 0 else [_empty(depth - 1) for _ in range(16)]
 
 
-def build_index(entries: Iterable[tuple[Sequence[str], Any]]) -> dict[str, Any]:
+def build_index(entries: Iterable[tuple[Sequence[str], object]]) -> JsonDict:
     items = sorted(((tuple(parts), value) for parts, value in entries), key=lambda item: item[0])
     depth = index_depth(len(items))
     slots = _empty(depth)
@@ -83,7 +84,7 @@ def build_index(entries: Iterable[tuple[Sequence[str], Any]]) -> dict[str, Any]:
     return {"depth": depth, "count": len(items), "slots": slots}
 
 
-def _profiles(policies: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+def _profiles(policies: Sequence[JsonDict]) -> tuple[list[JsonDict], list[int]]:
     """The distinct policy profiles in canonical order, and each unit's position among them."""
     encoded = [canonical_json({k: v for k, v in policy.items() if k not in UNIT_FIELDS}) for policy in policies]
     ordered = sorted(set(encoded))
@@ -91,7 +92,7 @@ def _profiles(policies: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     return [with_residency_places(json.loads(key)) for key in ordered], [position[key] for key in encoded]
 
 
-def with_residency_places(profile: dict[str, Any]) -> dict[str, Any]:
+def with_residency_places(profile: JsonDict) -> JsonDict:
     """The profile with the places its data_residency admits, compiled once here rather than
     looked up in the region table on every decision."""
     compliance = profile.get("compliance")
@@ -102,9 +103,7 @@ def with_residency_places(profile: dict[str, Any]) -> dict[str, Any]:
     return profile
 
 
-def build_data(
-    manifests: Sequence[Manifest], matrix: DelegationMatrix, trust: TrustRegistry | None = None
-) -> dict[str, Any]:
+def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix, trust: TrustRegistry | None = None) -> JsonDict:
     """Mount path (``kcp_data/units``...) -> document. Callers check project names are unique."""
     units = [unit for manifest in manifests for unit in effective_units(manifest)]
     policies = [unit.to_policy_data() for unit in units]
@@ -126,7 +125,7 @@ def build_data(
         }
         for m in manifests
     }
-    data: dict[str, Any] = {
+    data: JsonDict = {
         f"{DATA_ROOT}/deployment": {
             "format": DATA_FORMAT,
             "projects": projects,

@@ -20,30 +20,30 @@ from typing import Any
 
 from kcp_opa.compile.datadoc import DATA_ROOT
 from kcp_opa.compile.enginecheck import query_in_child
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping, objects
 
 PLAN_ENTRYPOINT = "kcp/gate/plan_table"
 PLAN_MOUNT = f"{DATA_ROOT}/plan"
 
 
-def action_types(data: Mapping[str, Any]) -> list[str]:
+def action_types(data: JsonObject) -> list[str]:
     """Every action type a declaration names: the matrix's task types, cells and KCP action map,
     and the budgets' task types. Any other action type decides as ``other`` does."""
-    matrix = data.get(f"{DATA_ROOT}/matrix", {})
-    named: set[str] = set(matrix.get("task_types", []))
-    named.update(matrix.get("kcp_actions", {}))
-    for budget in matrix.get("parameters", {}).get("budgets", []):
-        if isinstance(budget.get("task_types"), list):
-            named.update(budget["task_types"])
-    named.update(_index_keys(data.get(f"{DATA_ROOT}/tasks", {})))
+    matrix = mapping(data.get(f"{DATA_ROOT}/matrix"))
+    named: set[object] = set(items(matrix.get("task_types")))
+    named.update(mapping(matrix.get("kcp_actions")))
+    for budget in objects(mapping(matrix.get("parameters")).get("budgets")):
+        named.update(items(budget.get("task_types")))
+    named.update(_index_keys(mapping(data.get(f"{DATA_ROOT}/tasks"))))
     return sorted(t for t in named if isinstance(t, str))
 
 
-def _index_keys(index: Mapping[str, Any]) -> set[str]:
+def _index_keys(index: JsonObject) -> set[str]:
     """The keys stored in a hashed index (kcp_opa.compile.datadoc.build_index)."""
-    nodes: list[Any] = [index.get("slots", {})]
-    for _ in range(int(index.get("depth", 0))):
-        nodes = [child for node in nodes for child in node]
-    return {key for node in nodes for key in node}
+    nodes: list[object] = [index.get("slots", {})]
+    for _ in range(integer(index.get("depth")) or 0):
+        nodes = [child for node in nodes for child in items(node)]
+    return {key for node in nodes for key in mapping(node)}
 
 
 def unnamed_action_type(named: Sequence[str]) -> str:
@@ -55,7 +55,7 @@ def unnamed_action_type(named: Sequence[str]) -> str:
     return candidate
 
 
-def nested(mounts: Mapping[str, Any]) -> dict[str, Any]:
+def nested(mounts: JsonObject) -> JsonDict:
     """The data document as the engines see it, from mount path -> document."""
     root: dict[str, Any] = {}
     for mount, document in mounts.items():
@@ -67,7 +67,7 @@ def nested(mounts: Mapping[str, Any]) -> dict[str, Any]:
     return root
 
 
-def build_plan(modules: Mapping[str, str], mounts: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+def build_plan(modules: Mapping[str, str], mounts: JsonObject, *, source: str) -> JsonDict:
     """``kcp_data/plan``: ``profiles`` (one row per profile, in the profiles' order) and
     ``unbound`` (actions on no known unit); a row is ``{"types": {action type: names},
     "other": names}``, listing a type only where it differs from ``other``."""
@@ -80,12 +80,12 @@ def build_plan(modules: Mapping[str, str], mounts: Mapping[str, Any], *, source:
         source=source,
     )
     return {
-        "profiles": [_row(named, row) for row in table["profiles"]],
-        "unbound": _row(named, table["unbound"]),
+        "profiles": [_row(named, row) for row in objects(mapping(table).get("profiles"))],
+        "unbound": _row(named, mapping(mapping(table).get("unbound"))),
     }
 
 
-def _row(named: Sequence[str], row: Mapping[str, Any]) -> dict[str, Any]:
-    other = list(row["other"])
-    types = {task: list(names) for task, names in zip(named, row["types"], strict=True) if list(names) != other}
+def _row(named: Sequence[str], row: JsonObject) -> JsonDict:
+    other, rows = items(row.get("other")), items(row.get("types"))
+    types = {task: items(names) for task, names in zip(named, rows, strict=True) if items(names) != other}
     return {"types": types, "other": other}

@@ -14,11 +14,11 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import CompileError
+from kcp_opa.core.jsonread import JsonObject
 
 PROBE_TIMEOUT_S = 600
 _CHILD = Path(__file__).with_name("planchild.py")
@@ -55,8 +55,8 @@ def plan_in_child(
 
 
 def query_in_child(
-    data: Mapping[str, Any], modules: Mapping[str, str], entrypoint: str, input_doc: Any, *, source: str
-) -> Any:
+    data: JsonObject, modules: Mapping[str, str], entrypoint: str, input_doc: object, *, source: str
+) -> object:
     """Evaluate one entrypoint of ``modules`` over ``data`` and ``input_doc`` with regopy, in a
     child (as every first build of modules is); its value, or :class:`CompileError`."""
     job = {
@@ -71,7 +71,7 @@ def query_in_child(
         raise CompileError(f"{source}: regopy gave no value for {entrypoint}") from None
 
 
-def _run_child(job: Mapping[str, Any], source: str) -> str:
+def _run_child(job: JsonObject, source: str) -> str:
     """Run the child on ``job``; its stdout, or :class:`CompileError` (a crash, a timeout, a reason)."""
     try:
         proc = subprocess.run(

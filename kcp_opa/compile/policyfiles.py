@@ -8,11 +8,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from kcp_opa.core.errors import CompileError
+from kcp_opa.core.jsonread import JsonDict
 
 POLICY_ROOT = "kcp"
 _PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)\s*$", re.MULTILINE)
@@ -98,7 +98,7 @@ def _read_module(directory: Path, path: Path) -> PolicyModule:
     return PolicyModule(rel, source, package, hashlib.sha256(raw).hexdigest(), tuple(entrypoints), evaluators)
 
 
-def _annotations(source: str, rel: str) -> Iterator[tuple[int, str | None, dict[str, Any]]]:
+def _annotations(source: str, rel: str) -> Iterator[tuple[int, str | None, JsonDict]]:
     """Yield (line, rule name or None for package scope, parsed METADATA) for each block."""
     lines = source.splitlines()
     index = 0

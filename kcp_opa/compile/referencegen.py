@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR, evaluators
+from kcp_opa.core.jsonread import JsonDict, items, mapping
 
 _FINDINGS = re.compile(r"^findings contains finding if \{\s*$")
 _STATES = re.compile(r'"([A-Z_]+)": \{"rank": (\d+), "outcome": "(\w+)", "hold": (true|false)\}')
@@ -52,7 +52,7 @@ def _field(block: str, key: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _metadata_above(lines: list[str], index: int) -> dict[str, Any]:
+def _metadata_above(lines: list[str], index: int) -> JsonDict:
     body: list[str] = []
     at = index - 1
     while at >= 0 and lines[at].startswith("#"):
@@ -106,11 +106,11 @@ def _scan(policies: Path) -> tuple[list[Rule], Recognised, Recognised]:
                 continue
             end = next(i for i in range(index + 1, len(lines)) if lines[i] == "}")
             block = "\n".join(lines[index : end + 1])
-            meta = (_metadata_above(lines, index).get("custom") or {}) if index else {}
+            meta = mapping(_metadata_above(lines, index).get("custom")) if index else {}
             rule = (_field(block, "rule") or "?").strip('"')
             where = f"{ev.path}:{index + 1}"
             for code, state, controls in _codes(block, source):
-                requires = [str(r) for r in meta.get("requires") or []]
+                requires = [str(r) for r in items(meta.get("requires"))]
                 rules.append(
                     Rule(code, rule, state, controls, ev.evaluator_id, requires, str(meta.get("absent", "")), where)
                 )

@@ -18,9 +18,9 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from kcp_opa.core.errors import ValidationFailedError
+from kcp_opa.core.jsonread import JsonObject, items, mapping
 from kcp_opa.declare import money
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.exceptions import ExceptionsFile
@@ -76,18 +76,18 @@ def required_controls(modules: Mapping[str, str]) -> list[tuple[str, int, str]]:
     return found
 
 
-def recordable_controls(modules: Mapping[str, str], trust: Mapping[str, Any] | None) -> frozenset[str]:
+def recordable_controls(modules: Mapping[str, str], trust: JsonObject | None) -> frozenset[str]:
     """The controls ``data.kcp.controls`` admits: allowed_actors, and the separation-of-duties set."""
     known = set(BASE_SOD_CONTROLS)
     for source in _policy(modules).values():
         for block in _ACTORS_BLOCK.finditer(source):
             known |= set(_ACTOR_KEY.findall(block.group(1)))
     if trust is not None:
-        known |= {str(c) for c in trust.get("separation_of_duties") or []}
+        known |= {str(c) for c in items(trust.get("separation_of_duties"))}
     return frozenset(known)
 
 
-def unresolved_controls(modules: Mapping[str, str], trust: Mapping[str, Any] | None) -> list[Unresolved]:
+def unresolved_controls(modules: Mapping[str, str], trust: JsonObject | None) -> list[Unresolved]:
     """Each required control the desk would refuse as ``unknown_control``, naming where to declare it."""
     known = recordable_controls(modules, trust)
     how = "a human control" if trust is not None else "a human control; check reads it from --bundle, compiled --trust"
@@ -133,15 +133,15 @@ def unresolved_waivables(modules: Mapping[str, str]) -> list[Unresolved]:
     ]  # fmt: skip
 
 
-def policy_problems(modules: Mapping[str, str], trust: Mapping[str, Any] | None) -> list[Unresolved]:
+def policy_problems(modules: Mapping[str, str], trust: JsonObject | None) -> list[Unresolved]:
     """What ``kcp-opa check`` refuses: unrecordable controls and waivable codes no rule emits.
     ``trust``: the registry as the bundle holds it (``kcp_data.trust``), when known."""
     return unresolved_controls(modules, trust) + unresolved_waivables(modules)
 
 
 def unresolved_approver_roles(
-    parameters: Mapping[str, Any],
-    trust: Mapping[str, Any],
+    parameters: JsonObject,
+    trust: JsonObject,
     file: str,
     line_of: Callable[[tuple[str, ...]], int | None] | None = None,
 ) -> list[Unresolved]:
@@ -149,12 +149,12 @@ def unresolved_approver_roles(
 
     ``line_of``: the matrix source's ``line_of`` (a path -> line), for the line of each role.
     """
-    roles = parameters.get("approver_roles") or {}
-    held = {str(r) for p in (trust.get("principals") or {}).values() for r in p.get("roles") or []}
-    named: list[tuple[tuple[str, ...], Any]] = [(("parameters", "approver_roles", "default"), roles.get("default"))]
+    roles = mapping(parameters.get("approver_roles"))
+    held = {str(r) for p in mapping(trust.get("principals")).values() for r in items(mapping(p).get("roles"))}
+    named: list[tuple[tuple[str, ...], object]] = [(("parameters", "approver_roles", "default"), roles.get("default"))]
     named += [
         (("parameters", "approver_roles", "by_task_type", task), role)
-        for task, role in sorted((roles.get("by_task_type") or {}).items())
+        for task, role in sorted(mapping(roles.get("by_task_type")).items())
     ]
     return [
         Unresolved(
@@ -168,7 +168,7 @@ def unresolved_approver_roles(
 
 
 def unresolved_matrix_controls(
-    parameters: Mapping[str, Any],
+    parameters: JsonObject,
     known: frozenset[str],
     file: str,
     line_of: Callable[[tuple[str | int, ...]], int | None] | None = None,

@@ -21,7 +21,6 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -30,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from kcp_opa.compile.signkeys import PublicKey, algorithms_for, bundle_algorithm, key_fingerprint, read_pem
 from kcp_opa.core.errors import BundleSignatureError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.keys import Signer, b64url, b64url_decode, strict_b64url
 
 SIGNATURES_NAME = ".signatures.json"
@@ -60,7 +60,7 @@ def _go_string(text: str) -> str:
     return "".join(out)
 
 
-def _walk(value: Any, out: list[str]) -> None:
+def _walk(value: object, out: list[str]) -> None:
     if isinstance(value, dict):
         out.append("{")
         for index, key in enumerate(sorted(value)):
@@ -88,7 +88,7 @@ def _walk(value: Any, out: list[str]) -> None:
         out.append("null")
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -102,7 +102,7 @@ def file_hash(name: str, content: bytes) -> str:
     return hashlib.sha256("".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _json(value: Any) -> bytes:
+def _json(value: object) -> bytes:
     """Go's json.Marshal of a map: keys sorted, compact."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -192,12 +192,12 @@ class SignatureInfo:
     algorithm: str
     scope: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"keyid": self.key_id, "algorithm": self.algorithm, "scope": self.scope}
 
 
 def signatures_file(
-    files: Sequence[tuple[str, bytes]], signer: Signer, *, claims: Mapping[str, Any] | None = None, scope: str = ""
+    files: Sequence[tuple[str, bytes]], signer: Signer, *, claims: JsonObject | None = None, scope: str = ""
 ) -> bytes:
     """The ``.signatures.json`` for ``files`` (name, bytes), signed by ``signer``: same inputs, same bytes.
 
@@ -208,7 +208,7 @@ def signatures_file(
     """
     algorithm = bundle_algorithm(signer)
     listed = [{"name": n, "hash": file_hash(n, c), "algorithm": HASH_ALGORITHM} for n, c in sorted(files)]
-    payload: dict[str, Any] = dict(claims) if claims is not None else {"keyid": signer.kid}
+    payload: JsonDict = dict(claims) if claims is not None else {"keyid": signer.kid}
     if "files" in payload:
         raise BundleSignatureError("the claims file may not set `files`: the compiler lists them", "claims_invalid")
     if scope:
@@ -221,7 +221,7 @@ def signatures_file(
     return _json({"signatures": [signing_input + "." + signature]})
 
 
-def _decode_token(raw: bytes, source: str) -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:
+def _decode_token(raw: bytes, source: str) -> tuple[JsonDict, JsonDict, bytes, bytes]:
     def malformed(why: str) -> BundleSignatureError:
         return BundleSignatureError(f"{source}: {SIGNATURES_NAME} is malformed: {why}", "signatures_malformed")
 
@@ -287,10 +287,10 @@ def verify_members(
     return SignatureInfo(key_id, algorithm, str(scope))
 
 
-def _check_files(members: Mapping[str, bytes], files: Any, source: str) -> None:
+def _check_files(members: Mapping[str, bytes], files: object, source: str) -> None:
     if not isinstance(files, list):
         raise BundleSignatureError(f"{source}: the bundle signature lists no files", "signatures_malformed")
-    listed: dict[str, Mapping[str, Any]] = {}
+    listed: dict[str, JsonObject] = {}
     for item in files:
         name = item.get("name") if isinstance(item, Mapping) else None
         if not isinstance(name, str) or name in listed:
