@@ -17,9 +17,9 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items
 from kcp_opa.service.identity import AccessDeniedError, Principal
 
 #: subject.properties -> authorization_context (by name); ``authenticated_principal`` is subject.id.
@@ -69,30 +69,28 @@ class AuthZenRequestError(CodedError):
 class Mapped:
     """One evaluation as the gate's action intent, and the request keys the gate does not read."""
 
-    action: dict[str, Any]
+    action: JsonDict
     ignored: tuple[str, ...]
 
 
-def _object(value: Any, where: str) -> Mapping[str, Any]:
+def _object(value: object, where: str) -> JsonObject:
     if not isinstance(value, Mapping):
         raise AuthZenRequestError(f"{where} must be a JSON object")
     return value
 
 
-def _string(entity: Mapping[str, Any], key: str, where: str) -> str:
+def _string(entity: JsonObject, key: str, where: str) -> str:
     value = entity.get(key)
     if not isinstance(value, str) or not value:
         raise AuthZenRequestError(f"{where}.{key} is required: a non-empty string")
     return value
 
 
-def _properties(entity: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+def _properties(entity: JsonObject, where: str) -> JsonObject:
     return _object(entity.get("properties", {}), f"{where}.properties")
 
 
-def _take(
-    source: Mapping[str, Any], names: tuple[str, ...], where: str, into: dict[str, Any], ignored: list[str]
-) -> None:
+def _take(source: JsonObject, names: tuple[str, ...], where: str, into: JsonDict, ignored: list[str]) -> None:
     """Copy ``names`` from ``source``; a key that belongs elsewhere is refused, any other is ignored."""
     for key, value in source.items():
         if key in names:
@@ -103,7 +101,7 @@ def _take(
             ignored.append(f"{where}.{key}")
 
 
-def check_entities(request: Mapping[str, Any], where: str = "") -> None:
+def check_entities(request: JsonObject, where: str = "") -> None:
     """Refuse a subject, resource, action or context of the wrong shape (defaults included)."""
     for name in ENTITIES:
         if name in request:
@@ -125,7 +123,7 @@ def _check_subject(caller: Principal, kind: str, stated: str) -> None:
         )
 
 
-def map_evaluation(caller: Principal, request: Mapping[str, Any], *, now: dt.datetime | None = None) -> Mapped:
+def map_evaluation(caller: Principal, request: JsonObject, *, now: dt.datetime | None = None) -> Mapped:
     """One evaluation (``subject``, ``resource``, ``action``, optional ``context``) as an action intent.
 
     Raises :class:`AuthZenRequestError` (400) for a missing or misplaced part and
@@ -136,17 +134,17 @@ def map_evaluation(caller: Principal, request: Mapping[str, Any], *, now: dt.dat
         if name not in request:
             raise AuthZenRequestError(f"{name} is required (AuthZEN: subject, resource and action)")
     check_entities(request)
-    subject, resource = request["subject"], request["resource"]
-    verb, context = request["action"], _object(request.get("context", {}), "context")
+    subject, resource = _object(request["subject"], "subject"), _object(request["resource"], "resource")
+    verb, context = _object(request["action"], "action"), _object(request.get("context", {}), "context")
     ignored = [key for key in request if key not in ENTITIES]
 
     _check_subject(caller, _string(subject, "type", "subject"), _string(subject, "id", "subject"))
     agent_id = subject["id"]
-    authorization: dict[str, Any] = {}
+    authorization: JsonDict = {}
     _take(_properties(subject, "subject"), SUBJECT_PROPERTIES, "subject.properties", authorization, ignored)
     authorization["authenticated_principal"] = agent_id
 
-    target: dict[str, Any] = {
+    target: JsonDict = {
         "type": _string(resource, "type", "resource"),
         "reference": _string(resource, "id", "resource"),
     }
@@ -154,7 +152,7 @@ def map_evaluation(caller: Principal, request: Mapping[str, Any], *, now: dt.dat
     knowledge = described.pop("knowledge", None)
     _take(described, RESOURCE_PROPERTIES, "resource.properties", target, ignored)
 
-    action: dict[str, Any] = {"schema_version": "2.0", "agent_id": agent_id}
+    action: JsonDict = {"schema_version": "2.0", "agent_id": agent_id}
     action["requested_action"] = _string(verb, "name", "action")
     _take(_properties(verb, "action"), ACTION_PROPERTIES, "action.properties", action, ignored)
     _take(context, CONTEXT_FIELDS, "context", action, ignored)
@@ -212,7 +210,7 @@ def stated_at(path: str) -> str:
     return f"context.{head}{rest}"
 
 
-def evaluations_of(body: Mapping[str, Any], max_bytes: int) -> tuple[list[dict[str, Any]], str] | None:
+def evaluations_of(body: JsonObject, max_bytes: int) -> tuple[list[JsonDict], str] | None:
     """A batch request's evaluations, each with the top-level defaults filled in (entity by entity,
     whole: no merging inside an entity), and its semantic; None when it has no ``evaluations``
     (then it is one evaluation, as the spec says). Raises :class:`AuthZenRequestError` for a
@@ -245,7 +243,7 @@ def evaluations_of(body: Mapping[str, Any], max_bytes: int) -> tuple[list[dict[s
     return expanded, str(semantic)
 
 
-def one_tenant(evaluations: list[dict[str, Any]]) -> None:
+def one_tenant(evaluations: list[JsonDict]) -> None:
     """A batch is decided for one tenant: evaluations that state different ``context.tenant_id``
     values are refused whole, before any is decided."""
     stated: set[str] = set()
@@ -268,9 +266,7 @@ def one_tenant(evaluations: list[dict[str, Any]]) -> None:
 GATE_KEPT_OBLIGATIONS = frozenset({"audit"})
 
 
-def answer(
-    decision: Mapping[str, Any], ignored: tuple[str, ...] = (), enforced: frozenset[str] = frozenset()
-) -> dict[str, Any]:
+def answer(decision: JsonObject, ignored: tuple[str, ...] = (), enforced: frozenset[str] = frozenset()) -> JsonDict:
     """The AuthZEN decision: ``true`` only when the gate allows execution now and owes nothing a
     gateway would not do. AuthZEN tells a receiver to ignore fields it does not know, so an
     obligation in ``context`` (``redact_content`` under no-logging) would be silently dropped by a
@@ -280,14 +276,14 @@ def answer(
     ``context`` holds what a gateway needs to enforce the answer or start the approval flow, and
     nothing more: the decision id, routing state, reason codes, missing controls and obligations
     (never the input, facts or evidence)."""
-    obligations = [str(o) for o in decision.get("obligations", [])]
+    obligations = [str(o) for o in items(decision.get("obligations"))]
     unenforced = sorted(set(obligations) - GATE_KEPT_OBLIGATIONS - enforced)
     allowed = decision.get("decision") == "ALLOW" and decision.get("execution_allowed") is True and not unenforced
-    context: dict[str, Any] = {
+    context: JsonDict = {
         "decision_id": decision.get("decision_id"),
         "routing_state": decision.get("decision"),
-        "reason_codes": list(decision.get("reason_codes", [])),
-        "missing_controls": list(decision.get("missing_controls", [])),
+        "reason_codes": items(decision.get("reason_codes")),
+        "missing_controls": items(decision.get("missing_controls")),
         "obligations": obligations,
     }
     if unenforced:
@@ -299,12 +295,12 @@ def answer(
     return {"decision": allowed, "context": context}
 
 
-def refused(status: int, code: str, message: str) -> dict[str, Any]:
+def refused(status: int, code: str, message: str) -> JsonDict:
     """One evaluation of a batch that could not be decided: closed, with the error in its context."""
     return {"decision": False, "context": {"error": {"status": status, "code": code, "message": message}}}
 
 
-def metadata(base: str) -> dict[str, Any]:
+def metadata(base: str) -> JsonDict:
     """The PDP metadata document (``/.well-known/authzen-configuration``) for the base URL ``base``."""
     return {
         "policy_decision_point": base,

@@ -11,9 +11,6 @@ is down) and is audited; ``X-Request-ID`` is echoed on every answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import anyio.to_thread
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -22,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.service.authzen import (
     answer,
     evaluations_of,
@@ -31,7 +29,7 @@ from kcp_opa.service.authzen import (
     refused,
     stated_at,
 )
-from kcp_opa.service.catalog import Catalog, error_payload
+from kcp_opa.service.catalog import Catalog, ErrorPayload, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import MAX_BODY_BYTES, RequireAuth, endpoint_app, principal_of, read_capped, strict_json
 from kcp_opa.service.identity import AccessDeniedError, Principal
@@ -63,7 +61,7 @@ class EchoRequestId:
         await self.app(scope, receive, echo)
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request) -> JsonDict:
     """The request object: ``Content-Type: application/json``, capped, strict, not empty (else 400)."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json":
@@ -94,7 +92,7 @@ def authzen_routes(
     names the obligations the gateway in front enforces (``serve --authzen-obligation``);
     ``public_url`` the PDP's identifier in the metadata (``serve --public-url``; else the URL reached)."""
 
-    def answered(exc: KcpOpaError) -> tuple[int, dict[str, Any]]:
+    def answered(exc: KcpOpaError) -> tuple[int, ErrorPayload]:
         payload = error_payload(exc)
         return status_of(payload["code"], AUTHZEN_STATUS), payload
 
@@ -102,7 +100,7 @@ def authzen_routes(
         code, payload = answered(exc)
         return JSONResponse(payload, code)
 
-    def decide(principal: Principal, item: Mapping[str, Any], path: str) -> dict[str, Any]:
+    def decide(principal: Principal, item: JsonObject, path: str) -> JsonDict:
         """One evaluation, mapped and decided (blocking); a refused mapping is audited here, the
         gate's refusals by dispatch."""
         try:
@@ -116,10 +114,10 @@ def authzen_routes(
             raise CodedError(f"{stated_at(exc.path)}: {exc.reason}", "action_rejected") from None
         return answer(decided, mapped.ignored, enforced)
 
-    def batch(principal: Principal, items: list[dict[str, Any]], semantic: str) -> dict[str, Any]:
+    def batch(principal: Principal, items: list[JsonDict], semantic: str) -> JsonDict:
         """Every evaluation in order, stopping where the semantic says; an item that cannot be
         decided is ``false`` with its error, a fault (5xx: the store or ledger down) ends the request."""
-        results: list[dict[str, Any]] = []
+        results: list[JsonDict] = []
         for item in items:
             try:
                 result = decide(principal, item, EVALUATIONS)
@@ -171,13 +169,13 @@ def authzen_routes(
     async def configuration(request: Request) -> Response:
         return JSONResponse(metadata(public_url or str(request.base_url).rstrip("/")))
 
-    def route(path: str, endpoint: Any, method: str) -> Route:
-        return Route(path, EchoRequestId(RequireAuth(endpoint_app(endpoint), service, path)), methods=[method])
+    def route(path: str, app: ASGIApp, method: str) -> Route:
+        return Route(path, EchoRequestId(RequireAuth(app, service, path)), methods=[method])
 
     return [
-        route(EVALUATION, evaluation, "POST"),
-        route(EVALUATIONS, evaluations, "POST"),
-        route(METADATA, configuration, "GET"),
+        route(EVALUATION, endpoint_app(evaluation), "POST"),
+        route(EVALUATIONS, endpoint_app(evaluations), "POST"),
+        route(METADATA, endpoint_app(configuration), "GET"),
     ]
 
 

@@ -10,22 +10,23 @@ its JSON API route. MCP ``tools/list`` (mcpserver.py), dispatch (here), the ``/v
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TypedDict
 
 import fastjsonschema
 import structlog
 
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Principal, Scope
 
 _log = structlog.get_logger("kcp_opa.service")
 
 #: A tool's work: the service, the authenticated caller, the arguments (checked against the input schema).
-ToolHandler = Callable[[GateService, Principal, Mapping[str, Any]], dict[str, Any]]
+ToolHandler = Callable[[GateService, Principal, JsonObject], JsonDict]
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ class Tool:
 
     name: str
     description: str
-    input_schema: Mapping[str, Any]
-    output_schema: Mapping[str, Any]
+    input_schema: JsonObject
+    output_schema: JsonObject
     #: Checked by dispatch before the handler runs (None: the handler decides, e.g. addressees may read).
     scope: Scope | None
     #: What the caller may not do without ``scope``, for the refusal ("record control results").
@@ -63,7 +64,13 @@ def _shown(name: str) -> str:
     return repr(name[:64].encode("ascii", "backslashreplace").decode("ascii"))
 
 
-def error_payload(exc: KcpOpaError) -> dict[str, Any]:
+#: A refusal as every transport answers it: the message and its stable code.
+class ErrorPayload(TypedDict):
+    error: str
+    code: str
+
+
+def error_payload(exc: KcpOpaError) -> ErrorPayload:
     code = getattr(exc, "code", None) or ("action_rejected" if isinstance(exc, ActionRejectedError) else "error")
     return {"error": str(exc), "code": code}
 
@@ -96,19 +103,19 @@ class Catalog:
         return next((tool for tool in self.tools if tool.name == name), None)
 
     @cached_property
-    def _checks(self) -> dict[str, Callable[[Any], Any]]:
+    def _checks(self) -> dict[str, Callable[[object], object]]:
         """Each tool's input schema, compiled. The action inside is checked by the gate's own action
         contract (the same schema and more, refused with the path named), so here it is an object."""
-        checks: dict[str, Callable[[Any], Any]] = {}
+        checks: dict[str, Callable[[object], object]] = {}
         for tool in self.tools:
             document = dict(tool.input_schema)
-            properties = dict(document.get("properties", {}))
+            properties = dict(mapping(document.get("properties")))
             if "action" in properties:
                 properties["action"] = {"type": "object"}
             checks[tool.name] = fastjsonschema.compile(document | {"properties": properties})
         return checks
 
-    def check_arguments(self, name: str, args: Any) -> None:
+    def check_arguments(self, name: str, args: object) -> None:
         """Raise :class:`CodedError` ``bad_arguments`` unless ``args`` match tool ``name``'s input schema."""
         try:
             self._checks[name](args)
@@ -117,9 +124,7 @@ class Catalog:
             detail = exc.message.removeprefix("data").strip()
             raise CodedError(f"bad arguments: {where}: {detail}", "bad_arguments") from None
 
-    def dispatch(
-        self, service: GateService, principal: Principal | None, name: str, args: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def dispatch(self, service: GateService, principal: Principal | None, name: str, args: JsonObject) -> JsonDict:
         """Run tool ``name`` for ``principal`` (blocking: the transports call it off the event loop).
 
         Every call goes through :meth:`GateService.call`, so every refusal is audited: an unknown
@@ -129,12 +134,12 @@ class Catalog:
         tool = self.get(name)
         if tool is None:
 
-            def unknown(p: Principal) -> dict[str, Any]:
+            def unknown(p: Principal) -> JsonDict:
                 raise CodedError(f"unknown tool {_shown(name)}", "unknown_tool")
 
             return service.call(principal, "unknown_tool", unknown)
 
-        def checked(p: Principal) -> dict[str, Any]:
+        def checked(p: Principal) -> JsonDict:
             self.check_arguments(name, args)
             if tool.scope is not None:
                 p.require(tool.scope, tool.what)

@@ -11,8 +11,9 @@ expiry), so a second answer or a late one is refused whatever the caller holds. 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, number, objects
 
 if TYPE_CHECKING:
     from kcp_opa.authorize.controls import GateDecision
@@ -39,17 +40,17 @@ def major_units(value_minor: int, currency: str) -> str:
     return f"{sign}{digits[:-exponent]}.{digits[-exponent:]}" if exponent else f"{sign}{digits}"
 
 
-def action_summary(action: Mapping[str, Any], decision: Mapping[str, Any]) -> dict[str, Any]:
+def action_summary(action: JsonObject, decision: JsonObject) -> JsonDict:
     """What a person answering a challenge must see of the frozen action, nothing more."""
-    amount = _mapping(action.get("amount"))
-    target = _mapping(action.get("target"))
-    attributes = _mapping(action.get("attributes"))
+    amount = mapping(action.get("amount"))
+    target = mapping(action.get("target"))
+    attributes = mapping(action.get("attributes"))
     money = None
     if amount:
         money = {
             "value_minor": amount["value_minor"],
             "currency": amount["currency"],
-            "major": major_units(int(amount["value_minor"]), str(amount["currency"])),
+            "major": major_units(int(number(amount["value_minor"]) or 0), str(amount["currency"])),
         }
     fees = attributes.get("fees")
     what = f"{action.get('requested_action')} ({action.get('action_type')})"
@@ -68,12 +69,8 @@ def action_summary(action: Mapping[str, Any], decision: Mapping[str, Any]) -> di
         "consequence": f"{what}; executed once under a one-time receipt if every control passes",
         "decision": decision.get("decision"),
         "risk_level": decision.get("risk_level"),
-        "reasons": [r.get("message") for r in decision.get("reasons", []) if isinstance(r, Mapping)],
+        "reasons": [r.get("message") for r in objects(decision.get("reasons"))],
     }
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def addressees(gate: Gate, control: str, record: GateDecision) -> dict[str, list[str]]:

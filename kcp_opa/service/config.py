@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.context import ContextSources, StaticGateConfig
@@ -23,6 +23,7 @@ from kcp_opa.context.factcontract import fact_problem
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.execute.executor import Handler
 
@@ -37,6 +38,7 @@ class ServiceConfigError(CodedError):
     code = "service_config"
 
 
+T = TypeVar("T")
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
 
 
@@ -135,7 +137,7 @@ class ServiceConfig:
         return StaticGateConfig(deployment_region=self.region, environment=self.environment)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], *, base: Path | None = None) -> ServiceConfig:
+    def from_dict(cls, raw: JsonObject, *, base: Path | None = None) -> ServiceConfig:
         """From JSON names (the fields'); a relative path is taken from ``base`` (the file's directory)."""
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(raw) - set(known))
@@ -143,7 +145,7 @@ class ServiceConfig:
             raise ServiceConfigError(f"unknown setting {unknown[0]!r} (the settings are {', '.join(known)})")
         if "bundle" not in raw:
             raise ServiceConfigError("the bundle setting is required")
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {}  # keyword arguments, each checked against its field's type below
         for name, value in raw.items():
             kind = str(known[name].type)
             if value is None:
@@ -180,9 +182,9 @@ class ServiceConfig:
         config = cls.from_dict(raw, base=path.resolve().parent)
         return dataclasses.replace(config, **dict(overrides or {}))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The JSON form ``from_dict`` reads back (paths as strings)."""
-        out: dict[str, Any] = {}
+        out: JsonDict = {}
         for item in fields(self):
             value = getattr(self, item.name)
             out[item.name] = (
@@ -191,7 +193,7 @@ class ServiceConfig:
         return out
 
 
-def _typed(name: str, value: Any, *kinds: type) -> Any:
+def _typed(name: str, value: object, *kinds: type[T]) -> T:
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
         raise ServiceConfigError(f"setting {name!r}: expected {' or '.join(k.__name__ for k in kinds)}")
     return value

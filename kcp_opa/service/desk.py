@@ -22,6 +22,7 @@ from kcp_opa.authorize.controls import ControlDesk, GateDecision, decide_record
 from kcp_opa.authorize.evidence import EvidenceStatus
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError, LedgerError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.signing import Keyring, Signer
 from kcp_opa.decide.action import check_action
 from kcp_opa.decide.checked import CheckedAction
@@ -162,9 +163,7 @@ class GateService:
         except LedgerError as failure:
             _log.error("refusal_not_audited", tool=tool, code=code, error=str(failure))
 
-    def call(
-        self, principal: Principal | None, tool: str, work: Callable[[Principal], dict[str, Any]]
-    ) -> dict[str, Any]:
+    def call(self, principal: Principal | None, tool: str, work: Callable[[Principal], JsonDict]) -> JsonDict:
         """Run one tool's work for an authenticated principal; refusals are counted and audited."""
         self.metrics.tool_calls.labels(tool=tool).inc()
         try:
@@ -188,7 +187,7 @@ class GateService:
 
     # -- evaluate, hash --------------------------------------------------------------------------
 
-    def evaluate(self, principal: Principal, action: Any, *, financial: bool = False) -> dict[str, Any]:
+    def evaluate(self, principal: Principal, action: object, *, financial: bool = False) -> JsonDict:
         principal.require(Scope.EVALUATE, "evaluate actions")
         checked = check_caller_action(principal, action)
         action = checked.mapping  # the checked, read-only copy from here on
@@ -222,7 +221,7 @@ class GateService:
             return loaded.desk.open(action, principal=principal)
         return decide_record(loaded.gate, action, principal=principal)[0]
 
-    def decide_only(self, principal: Principal, action: Any) -> dict[str, Any]:
+    def decide_only(self, principal: Principal, action: object) -> JsonDict:
         """The bare decision document (the OPA-compatible API): decided and audited, not kept."""
         principal.require(Scope.EVALUATE, "evaluate actions")
         checked = check_caller_action(principal, action)
@@ -232,7 +231,7 @@ class GateService:
         self.metrics.decisions.labels(state=decision.decision.value).inc()
         return decision.to_dict()
 
-    def hash_action(self, principal: Principal, action: Any) -> dict[str, Any]:
+    def hash_action(self, principal: Principal, action: object) -> JsonDict:
         principal.require(Scope.HASH, "hash actions")
         return {"action_hash": check_action(action).hash, "canonicalization": "KYA-CJ-1"}
 
@@ -245,7 +244,7 @@ class GateService:
 
     def create_challenges(
         self, principal: Principal, decision_id: str, controls: list[str] | None = None, ttl_seconds: int = 900
-    ) -> dict[str, Any]:
+    ) -> JsonDict:
         principal.require(Scope.OPEN_CHALLENGE, "open control challenges")
         if not 30 <= ttl_seconds <= 3600:
             raise ChallengeError("ttl_seconds must be within 30..3600", "bad_ttl")
@@ -279,9 +278,7 @@ class GateService:
         ]
         return {"decision_id": decision.decision_id, "action_hash": decision.action_hash, "challenges": opened}
 
-    def record_result(
-        self, principal: Principal, challenge_id: str, status: str, evidence_reference: str
-    ) -> dict[str, Any]:
+    def record_result(self, principal: Principal, challenge_id: str, status: str, evidence_reference: str) -> JsonDict:
         principal.require(Scope.RECORD_RESULT, "record control results")
         loaded = self._loaded
         desk, registry, issuers = loaded.desk, loaded.registry, loaded.issuers
@@ -298,7 +295,7 @@ class GateService:
         consumed = self.challenges.consume(challenge_id, principal.id)
         evidence = issuers.sign(registry, consumed.control, status, principal, evidence_reference, consumed)
 
-        def apply(stored: StoredDecision) -> tuple[dict[str, Any], GateDecision]:
+        def apply(stored: StoredDecision) -> tuple[JsonDict, GateDecision]:
             record = restore(desk, loaded.gate, stored.document)
             updated = desk.record_control_result(record, evidence, action=record.action)
             return export(desk, loaded.gate, updated), updated
@@ -307,7 +304,7 @@ class GateService:
         updated: GateDecision = self.records.update(consumed.decision_id, apply)
         return {"challenge_id": challenge_id, "control": consumed.control, "decision": updated.to_dict()}
 
-    def read_challenge(self, principal: Principal, challenge_id: str) -> dict[str, Any]:
+    def read_challenge(self, principal: Principal, challenge_id: str) -> JsonDict:
         """A challenge, for its addressees and for principals that may read (auditors, approvers)."""
         challenge = self.challenges.get(challenge_id)
         if Scope.READ not in principal.scopes:
@@ -316,7 +313,7 @@ class GateService:
 
     # -- receipts and execution -----------------------------------------------------------------
 
-    def issue_receipt(self, principal: Principal, decision_id: str, ttl_seconds: int | None = None) -> dict[str, Any]:
+    def issue_receipt(self, principal: Principal, decision_id: str, ttl_seconds: int | None = None) -> JsonDict:
         principal.require(Scope.ISSUE_RECEIPT, "issue delegation receipts")
         loaded = self._loaded
         if loaded.desk is None:
@@ -326,7 +323,7 @@ class GateService:
         receipt = loaded.desk.issue(record, signer, ttl_seconds=ttl_seconds)
         return {"receipt": receipt.to_dict(), "action": dict(record.action)}
 
-    def verify_and_consume(self, principal: Principal, receipt: Any, action: Any) -> dict[str, Any]:
+    def verify_and_consume(self, principal: Principal, receipt: Any, action: object) -> JsonDict:
         principal.require(Scope.VERIFY_RECEIPT, "verify and consume receipts")
         checked = check_action(action)
         action = checked.mapping
@@ -350,7 +347,7 @@ class GateService:
             )
         return {"verified": True, "consumed": verified.consumed, "receipt_id": verified.receipt.receipt_id}
 
-    def execute(self, principal: Principal, action: Any, receipt: Any, handler: str) -> dict[str, Any]:
+    def execute(self, principal: Principal, action: Any, receipt: Any, handler: str) -> JsonDict:
         principal.require(Scope.EXECUTE, "execute actions")
         function = bound_handler(self.handlers, handler, action)  # before the receipt is consumed
         try:  # the consumer is the caller: a receipt it verified (and so consumed) is executed once
@@ -367,17 +364,17 @@ class GateService:
             "executed_by": principal.id,
         }
 
-    def write_audit_event(self, principal: Principal, event: str, detail: Mapping[str, Any]) -> dict[str, Any]:
+    def write_audit_event(self, principal: Principal, event: str, detail: object) -> JsonDict:
         principal.require(Scope.WRITE_AUDIT, "write audit events")
-        check_audit_detail(detail)
+        checked = check_audit_detail(detail)
         if self.gate.audit is None:
             raise LedgerError("this service has no audit ledger")
-        self.gate.audit.event("note", None, None, note=event, detail=dict(detail), principal=principal.to_dict())
+        self.gate.audit.event("note", None, None, note=event, detail=dict(checked), principal=principal.to_dict())
         return {"written": True, "event": event, "principal": principal.id}
 
     # -- health ------------------------------------------------------------------------------------
 
-    def status(self, principal: Principal | None = None, *, admin: bool = True) -> dict[str, Any]:
+    def status(self, principal: Principal | None = None, *, admin: bool = True) -> JsonDict:
         """Health; file paths only to an admin (``admin``: an in-process caller, no principal)."""
         shown = admin if principal is None else Scope.ADMIN in principal.scopes
         database = self.gate.audit.ledger if self.ledger_path is None and self.gate.audit is not None else None

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
-from typing import Any
 from urllib.parse import urlsplit
 
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 
 TIMEOUT_S = 30.0
 
@@ -27,7 +26,7 @@ class FactPostError(CodedError):
     code = "gate_unreachable"
 
 
-def post_fact_to(origin: str, token: str, attestation: Mapping[str, Any]) -> dict[str, Any]:
+def post_fact_to(origin: str, token: str, attestation: JsonObject) -> JsonDict:
     """POST ``attestation`` to ``origin``/v1/facts as the bearer of ``token``; what the gate kept."""
     parts = urlsplit(origin)
     if parts.scheme not in {"http", "https"} or not parts.netloc or parts.path not in {"", "/"}:
@@ -56,7 +55,7 @@ def post_fact_to(origin: str, token: str, attestation: Mapping[str, Any]) -> dic
         raise FactPostError(f"cannot reach the gate at {parts.netloc}: {reason}") from None
 
 
-def _answer(raw: bytes, status: int) -> dict[str, Any]:
+def _answer(raw: bytes, status: int) -> JsonDict:
     try:
         value = strictjson.loads(raw)
     except ValueError:

@@ -13,12 +13,11 @@ A kept fact is judged again on every decision (its issuer and key may be gone af
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
 
 from kcp_opa.context.posted import PostedAttestations, intake_refusal
 from kcp_opa.core.errors import CodedError, LedgerError, StoreUnavailableError
 from kcp_opa.core.identity import canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, Scope
 from kcp_opa.stores.records import posted_fact
@@ -44,7 +43,7 @@ REFUSALS = (
 EXPIRED_FACTS_KEPT_S = 86_400
 
 
-def post_fact(service: GateService, principal: Principal, attestation: Mapping[str, Any]) -> dict[str, Any]:
+def post_fact(service: GateService, principal: Principal, attestation: JsonObject) -> JsonDict:
     """Check ``attestation`` as the gate would use it, record and keep it; what was kept."""
     principal.require(Scope.POST_FACTS, "post facts")
     if principal.kind is PrincipalKind.AGENT:  # an agent never vouches for facts about its own actions

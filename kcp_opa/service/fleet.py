@@ -19,18 +19,19 @@ import json
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+
+from kcp_opa.core.jsonread import JsonDict
 
 __all__ = ["Channel", "ChannelClosed", "merge_expositions"]
 
 #: A control message is a few hundred bytes; a metrics exposition some tens of KiB.
 MAX_LINE = 16 * 1024 * 1024
 
-Handler = Callable[[dict[str, Any]], dict[str, Any]]
+Handler = Callable[[JsonDict], JsonDict]
 
 
 class ChannelClosed(Exception):
@@ -43,7 +44,7 @@ class Channel:
     def __init__(self, sock: socket.socket, handle: Handler, *, on_close: Callable[[], None] | None = None) -> None:
         self._sock, self._handle, self._on_close = sock, handle, on_close
         self._send_lock = threading.Lock()
-        self._pending: dict[int, tuple[threading.Event, list[dict[str, Any]]]] = {}
+        self._pending: dict[int, tuple[threading.Event, list[JsonDict]]] = {}
         self._pending_lock = threading.Lock()
         self._ids = itertools.count(1)
         self.closed = False
@@ -53,7 +54,7 @@ class Channel:
         self._reader.start()
         return self
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: JsonDict) -> None:
         data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         with self._send_lock:
             try:
@@ -61,10 +62,10 @@ class Channel:
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
 
-    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def request(self, message: JsonDict, timeout: float) -> JsonDict:
         """Send a request and wait for its reply; a closed channel or no reply in time is ``ok: false``."""
         number = next(self._ids)
-        event, box = threading.Event(), list[dict[str, Any]]()
+        event, box = threading.Event(), list[JsonDict]()
         with self._pending_lock:
             if self.closed:
                 return {"ok": False, "error": "the control channel is closed"}
@@ -78,7 +79,7 @@ class Channel:
         finally:
             with self._pending_lock:
                 self._pending.pop(number, None)
-        answer: dict[str, Any] = box[0]
+        answer: JsonDict = box[0]
         return answer
 
     def close(self) -> None:
@@ -111,7 +112,7 @@ class Channel:
             if self._on_close is not None:
                 self._on_close()
 
-    def _answer(self, message: dict[str, Any]) -> None:
+    def _answer(self, message: JsonDict) -> None:
         try:
             reply = self._handle(message)
         except Exception as exc:  # an answer is always sent: the asker never waits out its timeout

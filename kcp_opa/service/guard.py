@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import anyio.to_thread
 import mcp_types as types
@@ -21,44 +21,49 @@ from mcp import Client
 from mcp.server import Server, ServerRequestContext
 
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, objects
 from kcp_opa.service.catalog import error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import LOCAL_AGENT, Principal
+from kcp_opa.service.mcpserver import tool_error
 
-F = TypeVar("F", bound=Callable[..., Any])
-ActionFor = Callable[..., Mapping[str, Any]]
+F = TypeVar("F", bound=Callable[..., object])
+ActionFor = Callable[..., JsonObject]
 
 
 @dataclass(frozen=True)
 class Held:
     """A call the gate did not let run: its decision and the challenges to complete first."""
 
-    decision: Mapping[str, Any]
-    challenges: list[Mapping[str, Any]] = field(default_factory=list)
+    decision: JsonObject
+    challenges: list[JsonObject] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        state = self.decision.get("decision")
+    @property
+    def message(self) -> str:
+        return f"the gate answered {self.decision.get('decision')}: the call did not run"
+
+    def to_dict(self) -> JsonDict:
         return {
             "code": "held_by_gate",
-            "error": f"the gate answered {state}: the call did not run",
+            "error": self.message,
             "decision": dict(self.decision),
             "challenges": [dict(c) for c in self.challenges],
         }
 
 
-def gate_call(service: GateService, principal: Principal | None, tool: str, action: Mapping[str, Any]) -> Held | None:
+def gate_call(service: GateService, principal: Principal | None, tool: str, action: JsonObject) -> Held | None:
     """Decide ``action`` for ``principal``: None when the call may run, else what holds it.
 
     An unauthenticated caller (None) is refused and audited like any refusal."""
     decision = service.call(principal, f"guard:{tool}", lambda p: service.evaluate(p, action))
     if decision["decision"] == "ALLOW" and decision["execution_allowed"] is True:
         return None
-    challenges: list[Mapping[str, Any]] = []
+    challenges: list[JsonObject] = []
     if decision["decision"] != "DENY" and decision["missing_controls"]:
         opened = service.call(
-            principal, "create_control_challenge", lambda p: service.create_challenges(p, decision["decision_id"])
+            principal, "create_control_challenge", lambda p: service.create_challenges(p, str(decision["decision_id"]))
         )
-        challenges = list(opened["challenges"])
+        challenges = objects(opened["challenges"])
     return Held(decision, challenges)
 
 
@@ -74,7 +79,7 @@ def guard(service: GateService, action: ActionFor, *, principal: Principal = LOC
         if inspect.iscoroutinefunction(function):
 
             @functools.wraps(function)
-            async def run_async(*args: Any, **kwargs: Any) -> Any:
+            async def run_async(*args: object, **kwargs: object) -> object:
                 intent = action(*args, **kwargs)
                 held = await anyio.to_thread.run_sync(gate_call, service, principal, name, intent)
                 return held if held is not None else await function(*args, **kwargs)
@@ -82,7 +87,7 @@ def guard(service: GateService, action: ActionFor, *, principal: Principal = LOC
             return cast(F, run_async)
 
         @functools.wraps(function)
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def run(*args: object, **kwargs: object) -> object:
             held = gate_call(service, principal, name, action(*args, **kwargs))
             return held if held is not None else function(*args, **kwargs)
 
@@ -91,26 +96,26 @@ def guard(service: GateService, action: ActionFor, *, principal: Principal = LOC
     return decorate
 
 
-ToolAction = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
+ToolAction = Callable[[str, JsonObject], JsonObject]
 
 
 def build_guard_proxy(
     service: GateService,
     upstream: Client,
     to_action: ToolAction,
-    resolve: Callable[[ServerRequestContext[Any, Any]], Principal | None] = lambda ctx: LOCAL_AGENT,
-) -> Server[Any]:
+    resolve: Callable[[ServerRequestContext[object, object]], Principal | None] = lambda ctx: LOCAL_AGENT,
+) -> Server[object]:
     """An MCP server listing ``upstream``'s tools and forwarding a call only when the gate allows it.
 
     ``to_action(tool, arguments)`` turns each call into an action intent; a held call is a tool
     error whose structured content is :meth:`Held.to_dict` (the decision and its challenges).
     """
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+    async def list_tools(ctx: ServerRequestContext[object, object], params: object) -> types.ListToolsResult:
         return await upstream.list_tools()
 
     async def call_tool(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+        ctx: ServerRequestContext[object, object], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
         principal = resolve(ctx)
@@ -118,17 +123,11 @@ def build_guard_proxy(
             intent = to_action(params.name, arguments)
             held = await anyio.to_thread.run_sync(gate_call, service, principal, params.name, intent)
         except KcpOpaError as exc:
-            payload = error_payload(exc)
-            return types.CallToolResult(
-                content=[types.TextContent(text=f"{payload['code']}: {payload['error']}")],
-                structured_content=payload,
-                is_error=True,
-            )
+            return tool_error(error_payload(exc))
         if held is None:
             return await upstream.call_tool(params.name, arguments)
-        payload = held.to_dict()
         return types.CallToolResult(
-            content=[types.TextContent(text=payload["error"])], structured_content=payload, is_error=True
+            content=[types.TextContent(text=held.message)], structured_content=held.to_dict(), is_error=True
         )
 
     return Server("kcp-opa-guard", on_list_tools=list_tools, on_call_tool=call_tool)

@@ -11,10 +11,10 @@ import inspect
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.compile.datadoc import DATA_ROOT
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, strings
 from kcp_opa.execute.executor import Handler
 
 
@@ -26,7 +26,7 @@ class BoundHandler:
     def __init__(self, function: Handler, actions: Iterable[str]) -> None:
         self.function, self.actions = function, frozenset(actions)
 
-    def __call__(self, action: Mapping[str, Any]) -> Any:
+    def __call__(self, action: JsonObject) -> object:
         return self.function(action)
 
     def __eq__(self, other: object) -> bool:
@@ -41,7 +41,7 @@ def bound(function: Handler, *actions: str) -> BoundHandler:
     return BoundHandler(function, actions)
 
 
-def bound_handler(handlers: Mapping[str, Handler], name: str, action: Any) -> Handler:
+def bound_handler(handlers: Mapping[str, Handler], name: str, action: object) -> Handler:
     """Handler ``name``, refused (``unknown_handler``, ``handler_not_bound``) unless it is registered
     and may run for the action's ``requested_action``."""
     function = handlers.get(name)
@@ -58,7 +58,7 @@ def bound_handler(handlers: Mapping[str, Handler], name: str, action: Any) -> Ha
     return function
 
 
-def binding_gaps(handlers: Mapping[str, Handler], bundle_data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def binding_gaps(handlers: Mapping[str, Handler], bundle_data: JsonObject) -> list[tuple[str, JsonDict]]:
     """Where the handlers' tools and the bundle's task types do not fit, as (event, fields) log lines.
 
     A handler runs for a ``requested_action`` (its tool); the matrix binds tools to task types
@@ -69,13 +69,13 @@ def binding_gaps(handlers: Mapping[str, Handler], bundle_data: Mapping[str, Any]
     """
     if not handlers:
         return []
-    matrix = bundle_data.get(DATA_ROOT, {}).get("matrix", {}) if isinstance(bundle_data, Mapping) else {}
-    binding = matrix.get("requested_actions") if isinstance(matrix, Mapping) else None
+    matrix = mapping(mapping(bundle_data.get(DATA_ROOT)).get("matrix"))
+    binding = mapping(matrix.get("requested_actions"))
     tools = {n: sorted(h.actions) if isinstance(h, BoundHandler) else [n] for n, h in sorted(handlers.items())}
     if not binding:
         effect = "any task type may request any handler's tool: list each task type's requested_actions in the matrix"
         return [("tools_unbound", {"matrix": matrix.get("name"), "handlers": list(tools), "effect": effect})]
-    listed = {tool for listing in binding.values() for tool in listing}
+    listed = {tool for listing in binding.values() for tool in items(listing)}
     unlisted = {n: [t for t in ts if t not in listed] for n, ts in tools.items()}
     unlisted = {n: ts for n, ts in unlisted.items() if ts}
     if not unlisted:
@@ -84,7 +84,7 @@ def binding_gaps(handlers: Mapping[str, Handler], bundle_data: Mapping[str, Any]
     return [("handler_tools_unlisted", {"matrix": matrix.get("name"), "tools": unlisted, "effect": effect})]
 
 
-def load_handlers(spec: Mapping[str, Any], base: Path | None = None) -> dict[str, Handler]:
+def load_handlers(spec: JsonObject, base: Path | None = None) -> dict[str, Handler]:
     """``{"name": "module:function"}`` (runs for ``requested_action`` ``name``) or
     ``{"name": {"target": "module:function", "actions": ["execute_payment"]}}`` -> the callables,
     each imported and checked now, at start: an importable module (``base``, the handlers file's
@@ -94,13 +94,14 @@ def load_handlers(spec: Mapping[str, Any], base: Path | None = None) -> dict[str
         sys.path.insert(0, str(base))
     handlers: dict[str, Handler] = {}
     for name, entry in spec.items():
-        target: Any = entry
-        actions: Any = [str(name)]
+        target: object = entry
+        actions = [str(name)]
         if isinstance(entry, Mapping):
-            target, actions = entry.get("target"), entry.get("actions")
-            if not isinstance(actions, list) or not actions or not all(isinstance(a, str) and a for a in actions):
+            target, listed = entry.get("target"), entry.get("actions")
+            if not isinstance(listed, list) or not listed or not all(isinstance(a, str) and a for a in listed):
                 refusal = f"handler {name}: 'actions' is a non-empty list of requested_action names"
                 raise CodedError(refusal, "bad_handler")
+            actions = strings(listed)
         module_name, _, attribute = str(target).partition(":")
         if not module_name or not attribute:
             raise CodedError(f"handler {name}: {target!r} is not 'module:function'", "bad_handler")

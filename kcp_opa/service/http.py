@@ -15,8 +15,7 @@ session lives in one process), and every call stands on its own bearer token.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import anyio.to_thread
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -29,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
+from kcp_opa.core.jsonread import JsonDict, mapping
 from kcp_opa.service import tools
 from kcp_opa.service.authzenhttp import authzen_routes
 from kcp_opa.service.catalog import Catalog, Tool, error_payload
@@ -44,7 +44,7 @@ from kcp_opa.service.httpedge import (
 )
 from kcp_opa.service.identity import Authenticator
 from kcp_opa.service.mcpserver import build_server
-from kcp_opa.service.observe import METRICS_CONTENT_TYPE, health, span
+from kcp_opa.service.observe import METRICS_CONTENT_TYPE, Health, health, span
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
 from kcp_opa.service.proofs import PROOFS_ROUTE, decision_proofs
@@ -61,7 +61,7 @@ def _refused(exc: KcpOpaError) -> JSONResponse:
     return JSONResponse(payload, status_of(payload["code"]))
 
 
-def _readiness(service: GateService) -> dict[str, Any]:
+def _readiness(service: GateService) -> Health:
     """Whether the store and the ledger answer now, as /v1/status says it, never with their paths."""
     audit = service.gate.audit
     ledger = service.ledger_path or (audit.ledger if audit is not None else None)
@@ -85,7 +85,7 @@ def local_exposition(service: GateService) -> bytes:
     return service.metrics.exposition()
 
 
-Arguments = Callable[[Request, dict[str, Any]], dict[str, Any]]
+Arguments = Callable[[Request, JsonDict], JsonDict]
 
 
 def _route(service: GateService, catalog: Catalog, path: str, method: str, name: str, arguments: Arguments) -> Route:
@@ -116,7 +116,7 @@ def _tool_route(service: GateService, catalog: Catalog, tool: Tool) -> Route:
     assert tool.route is not None
     route = tool.route
 
-    def arguments(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    def arguments(request: Request, body: JsonDict) -> JsonDict:
         args = {} if route.method == "get" else body
         if route.parameter is not None:
             args = {**args, route.parameter: str(request.path_params[route.parameter])}
@@ -125,7 +125,7 @@ def _tool_route(service: GateService, catalog: Catalog, tool: Tool) -> Route:
     return _route(service, catalog, route.path, route.method, tool.name, arguments)
 
 
-def _opa_input(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+def _opa_input(request: Request, body: JsonDict) -> JsonDict:
     if "input" not in body:
         raise ActionRejectedError("", 'an OPA request is {"input": <action intent>}')
     return {"action": body["input"]}
@@ -175,7 +175,8 @@ def build_app(
         document = await anyio.to_thread.run_sync(_readiness, service)
         if document["ok"]:
             return JSONResponse(document)
-        down = " and ".join(part for part in ("store", "ledger") if not document[part]["ok"])
+        parts = (("store", document["store"]), ("ledger", document["ledger"]))
+        down = " and ".join(part for part, reached in parts if not reached["ok"])
         refusal = {"error": f"the {down} cannot be reached: not ready", "code": "store_unavailable"}
         return JSONResponse({**document, **refusal}, 503)
 
@@ -189,7 +190,7 @@ def build_app(
         document["tools"] = [tool.name for tool in served]  # what dispatch serves (MCP and the JSON API)
         if reloader is not None and reloader.follower is not None:  # serve --bundle-source
             followed = reloader.follower.status()
-            if "path" not in document["store"]:  # not an admin: where the bundles come from is not shown
+            if "path" not in mapping(document["store"]):  # not an admin: where the bundles come from is not shown
                 followed.pop("source", None)
             document["bundle_source"] = followed
         return JSONResponse(document)
@@ -207,7 +208,7 @@ def build_app(
             return _refused(exc)
         return JSONResponse(found)
 
-    def admin(path: str, run: Callable[[Request], Any]) -> Route:
+    def admin(path: str, run: Callable[[Request], Awaitable[JsonDict]]) -> Route:
         async def endpoint(request: Request) -> Response:
             if reloader is None:
                 return _refused(CodedError("this server was started without reload sources", "no_reload"))
@@ -219,11 +220,11 @@ def build_app(
 
         return Route(path, RequireAuth(endpoint_app(endpoint), service, path), methods=["POST"])
 
-    async def reload(request: Request) -> Any:
+    async def reload(request: Request) -> JsonDict:
         assert reloader is not None
         return await anyio.to_thread.run_sync(reloader.admin_reload, principal_of(request))
 
-    async def mode(request: Request) -> Any:
+    async def mode(request: Request) -> JsonDict:
         assert reloader is not None
         wanted = (await read_body(request)).get("mode")
         if not isinstance(wanted, str):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 import anyio.to_thread
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -18,10 +17,11 @@ from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials, AuthenticationBackend
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, token_hash
 from kcp_opa.service.refusals import status_of
@@ -57,7 +57,7 @@ class BearerBackend(AuthenticationBackend):
         return AuthCredentials(list(user.scopes)), user
 
 
-def principal_of(request: Any) -> Principal | None:
+def principal_of(request: object) -> Principal | None:
     """The principal the bearer middleware put on a request (None: unauthenticated)."""
     scope = getattr(request, "scope", None)
     user = scope.get("user") if isinstance(scope, Mapping) else None
@@ -103,7 +103,7 @@ async def read_capped(receive: Receive, declared: str | None, *, limit: int = MA
     return b"".join(chunks)
 
 
-def strict_json(raw: bytes) -> Any:
+def strict_json(raw: bytes) -> object:
     """The project's strict reader (duplicate keys, BOM, UTF-16, NaN, 1e309 refused), one-line errors."""
     try:
         return strictjson.loads(raw)
@@ -111,7 +111,7 @@ def strict_json(raw: bytes) -> Any:
         raise CodedError(f"body is not strict JSON: {str(exc)[:200]}", "bad_request") from None
 
 
-async def read_body(request: Request) -> dict[str, Any]:
+async def read_body(request: Request) -> JsonDict:
     raw = await read_capped(request.receive, request.headers.get("content-length"))
     value = strict_json(raw or b"{}")
     if not isinstance(value, dict):
@@ -162,7 +162,7 @@ def _loopback_host(host: str) -> bool:
 def _replay(raw: bytes) -> Receive:
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal sent
         if not sent:
             sent = True

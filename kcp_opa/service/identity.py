@@ -15,7 +15,7 @@ import hmac
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.identity import canonical_or_empty
@@ -175,7 +175,7 @@ class StaticAuthenticator:
         return found
 
 
-def check_caller_action(principal: Principal, action: Any) -> CheckedAction:
+def check_caller_action(principal: Principal, action: object) -> CheckedAction:
     """Check an action a caller asks the service to decide, and bind what it states about its caller.
 
     Who acted is the authenticated caller: the action's ``agent_id`` must be the caller's canonical
@@ -204,14 +204,14 @@ def check_caller_action(principal: Principal, action: Any) -> CheckedAction:
     return checked
 
 
-def _exactly_the_caller(principal: Principal, stated: Any) -> bool:
+def _exactly_the_caller(principal: Principal, stated: object) -> bool:
     """``stated`` is the caller's canonical id, spelled exactly so (constant time): budgets, rate
     limits and the ledger count by the id as written, so another spelling would count apart."""
     given = stated.encode("utf-8", "surrogatepass") if isinstance(stated, str) else b""
     return hmac.compare_digest(given, principal.id.encode("utf-8"))
 
 
-def _not_the_caller(principal: Principal, field: str, stated: Any) -> AccessDeniedError:
+def _not_the_caller(principal: Principal, field: str, stated: object) -> AccessDeniedError:
     named = canonical_or_empty(stated)
     if named == principal.id:
         why = f"{field} {str(stated)[:128]!r} spells the caller's id {principal.id} another way"
@@ -227,12 +227,12 @@ def _not_the_caller(principal: Principal, field: str, stated: Any) -> AccessDeni
     )
 
 
-def _check_stated_agent(principal: Principal, stated: Any) -> None:
+def _check_stated_agent(principal: Principal, stated: object) -> None:
     if not _exactly_the_caller(principal, stated):
         raise _not_the_caller(principal, "agent_id", stated)
 
 
-def _check_stated_scopes(principal: Principal, stated: Any) -> None:
+def _check_stated_scopes(principal: Principal, stated: object) -> None:
     if not isinstance(stated, list):
         return  # absent (the input contract admits only a list of identifiers)
     ungranted = sorted({scope for scope in stated if scope not in principal.auth_scopes})
@@ -245,7 +245,7 @@ def _check_stated_scopes(principal: Principal, stated: Any) -> None:
         )
 
 
-def _check_stated_tenant(principal: Principal, stated: Any) -> None:
+def _check_stated_tenant(principal: Principal, stated: object) -> None:
     if principal.tenants is None or stated in principal.tenants:
         return
     held = ", ".join(sorted(principal.tenants))
@@ -256,6 +256,6 @@ def _check_stated_tenant(principal: Principal, stated: Any) -> None:
     )
 
 
-def _check_stated_principal(principal: Principal, stated: Any) -> None:
+def _check_stated_principal(principal: Principal, stated: object) -> None:
     if stated is not None and not _exactly_the_caller(principal, stated):
         raise _not_the_caller(principal, "authorization_context.authenticated_principal", stated)

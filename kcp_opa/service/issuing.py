@@ -13,12 +13,12 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kcp_opa.authorize.attestations import sign_attestation
 from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.core.errors import CodedError, EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.decide.gate import Gate
@@ -66,8 +66,8 @@ class ServiceIssuers:
         return cls(tuple(found))
 
     def sign(
-        self, registry: TrustRegistry, control: str, status: str, principal: Principal, reference: str, bound: Any
-    ) -> dict[str, Any]:
+        self, registry: TrustRegistry, control: str, status: str, principal: Principal, reference: str, bound: Challenge
+    ) -> JsonDict:
         """A signed attestation of ``principal``'s answer, by the first held issuer allowed for ``control``."""
         issuer_id, key = self.for_control(registry, control)
         fields = {
@@ -157,9 +157,9 @@ def registry_authenticator(
     return authenticator
 
 
-def bundle_approver_roles(data: Mapping[str, Any]) -> set[str]:
+def bundle_approver_roles(data: JsonObject) -> set[str]:
     """Every role the bundle's matrix asks an approver to hold, plus the compliance officer."""
-    params = data.get("kcp_data", {}).get("matrix", {}).get("parameters", {}).get("approver_roles", {})
+    params = mapping(mapping(mapping(data.get("kcp_data")).get("matrix")).get("parameters")).get("approver_roles")
     roles = {"compliance_officer"}
     if isinstance(params, Mapping):
         by_task = params.get("by_task_type")
@@ -182,8 +182,8 @@ def check_addressed(principal: Principal, challenge: Challenge) -> None:
 MAX_AUDIT_DETAIL_BYTES = 16 * 1024
 
 
-def check_audit_detail(detail: Any) -> None:
-    """An audit note's detail: a JSON object, no secret-bearing key anywhere, at most 16 KiB."""
+def check_audit_detail(detail: object) -> JsonObject:
+    """An audit note's detail, checked: a JSON object, no secret-bearing key anywhere, at most 16 KiB."""
     if not isinstance(detail, Mapping):
         raise CodedError("detail is a JSON object", "bad_arguments")
     secret = secret_key(detail)
@@ -192,9 +192,10 @@ def check_audit_detail(detail: Any) -> None:
     size = len(json.dumps(detail, sort_keys=True, default=str))
     if size > MAX_AUDIT_DETAIL_BYTES:
         raise CodedError(f"detail is {size} bytes; at most {MAX_AUDIT_DETAIL_BYTES}", "detail_too_large")
+    return detail
 
 
-def secret_key(value: Any, depth: int = 0) -> str | None:
+def secret_key(value: object, depth: int = 0) -> str | None:
     """The first secret-bearing key (as the gate refuses in actions) anywhere in ``value``."""
     if depth > 32:
         return "<nested too deep>"

@@ -15,7 +15,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -26,6 +25,7 @@ from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
+from kcp_opa.core.jsonread import JsonObject, mapping, number
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.exceptions import DEFAULT_MAX_LIFETIME_SECONDS
@@ -160,16 +160,12 @@ def with_exceptions(gate: Gate, registry: TrustRegistry | None, path: Path | Non
         return
     if registry is None:
         raise ServiceConfigError("--exceptions needs --trust (the registry names their issuers and grantors)")
-    matrix = _mapping(_mapping(gate.bundle.data.get("kcp_data")).get("matrix"))
-    limits = _mapping(_mapping(matrix.get("parameters")).get("exceptions"))
-    lifetime = limits.get("max_lifetime_seconds", DEFAULT_MAX_LIFETIME_SECONDS)
+    matrix = mapping(mapping(gate.bundle.data.get("kcp_data")).get("matrix"))
+    limits = mapping(mapping(matrix.get("parameters")).get("exceptions"))
+    lifetime = int(number(limits.get("max_lifetime_seconds", DEFAULT_MAX_LIFETIME_SECONDS)) or 0)  # 0: none admitted
     waivable = waivable_codes(gate.bundle.modules)  # an exception waiving another code is refused
-    held = SignedExceptions(registry, path=path, keyring=keys, max_lifetime_seconds=int(lifetime), waivable=waivable)
+    held = SignedExceptions(registry, path=path, keyring=keys, max_lifetime_seconds=lifetime, waivable=waivable)
     gate.context = replace(gate.context if gate.context is not None else ContextSources(), exceptions=held)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def receipt_keyring(config: ServiceConfig) -> Keyring | None:
@@ -236,7 +232,7 @@ def open_service(config: ServiceConfig, host: HostParts | None = None) -> GateSe
     return service
 
 
-def say_binding_gaps(handlers: Mapping[str, Handler], bundle_data: Mapping[str, Any]) -> None:
+def say_binding_gaps(handlers: Mapping[str, Handler], bundle_data: JsonObject) -> None:
     """One warning line per way the handlers' tools and the bundle's task types do not fit (handlers.py)."""
     for event, fields in binding_gaps(handlers, bundle_data):
         _log.warning(event, **fields)
@@ -255,7 +251,7 @@ def unsignable_warnings(service: GateService) -> list[str]:
     ]
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_json(path: Path, what: str) -> object:
     try:
         return strictjson.loads(read_regular(path))
     except (OSError, ValueError) as exc:
@@ -312,7 +308,7 @@ class Callers:
             )
         return cls(config, token)
 
-    def authenticator(self, registry: TrustRegistry | None, bundle_data: Mapping[str, Any]) -> Authenticator:
+    def authenticator(self, registry: TrustRegistry | None, bundle_data: JsonObject) -> Authenticator:
         """The authenticator for ``registry`` (the one just loaded) and the bundle's approver roles."""
         if registry is None:
             return StaticAuthenticator({self._local_token: LOCAL_AGENT} if self._local_token else {})

@@ -10,17 +10,17 @@ middleware adds its tool-call span when OpenTelemetry is on.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.version import __version__
 from kcp_opa.service import tools
-from kcp_opa.service.catalog import Catalog, error_payload
+from kcp_opa.service.catalog import Catalog, ErrorPayload, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.identity import Principal
 
@@ -39,29 +39,29 @@ def tool_specs(catalog: Catalog) -> list[types.Tool]:
     ]
 
 
-Resolver = Callable[[ServerRequestContext[Any, Any]], Principal | None]
+Resolver = Callable[[ServerRequestContext[object, object]], Principal | None]
 
 
-def build_server(service: GateService, resolve: Resolver, catalog: Catalog | None = None) -> Server[Any]:
+def build_server(service: GateService, resolve: Resolver, catalog: Catalog | None = None) -> Server[object]:
     """An MCP server over ``service`` serving ``catalog`` (default: ``tools.CATALOG``); ``resolve``
     names the caller of each request."""
     served = catalog or tools.CATALOG
     listed = tool_specs(served)
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+    async def list_tools(ctx: ServerRequestContext[object, object], params: object) -> types.ListToolsResult:
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+        ctx: ServerRequestContext[object, object], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         principal = resolve(ctx)
         args = dict(params.arguments or {})
         try:
             result = await anyio.to_thread.run_sync(served.dispatch, service, principal, params.name, args)
         except KcpOpaError as exc:
-            return _error(error_payload(exc))
+            return tool_error(error_payload(exc))
         except (ValueError, TypeError) as exc:  # a malformed argument (e.g. ttl_seconds "x"): the caller's fault
-            return _error({"error": f"bad arguments: {exc}", "code": "bad_arguments"})
+            return tool_error({"error": f"bad arguments: {exc}", "code": "bad_arguments"})
         return types.CallToolResult(
             content=[types.TextContent(text=_summary(params.name, result))], structured_content=result
         )
@@ -75,13 +75,14 @@ def build_server(service: GateService, resolve: Resolver, catalog: Catalog | Non
     )
 
 
-def _error(payload: dict[str, Any]) -> types.CallToolResult:
+def tool_error(payload: ErrorPayload) -> types.CallToolResult:
+    """A refusal as an MCP tool error (this server's and the guard proxy's)."""
     return types.CallToolResult(
         content=[types.TextContent(text=f"{payload['code']}: {payload['error']}")],
-        structured_content=payload,
+        structured_content=dict(payload),
         is_error=True,
     )
 
 
-def _summary(name: str, result: Mapping[str, Any]) -> str:
+def _summary(name: str, result: JsonObject) -> str:
     return json.dumps(result, sort_keys=True, default=str)

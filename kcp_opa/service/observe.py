@@ -13,14 +13,18 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.decide.action import trace_id_of
 from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.stores.records import LedgerSnapshot
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer, TracerProvider
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -145,7 +149,7 @@ class TimedLedger:
     def location(self) -> str:
         return self.ledger.location
 
-    def append(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+    def append(self, entry: JsonObject) -> JsonDict:
         started = time.perf_counter()
         try:
             written = self.ledger.append(entry)
@@ -159,7 +163,7 @@ class TimedLedger:
             self.metrics.ledger_head_seq.set(seq)
         return written
 
-    def close(self) -> dict[str, Any] | None:
+    def close(self) -> JsonDict | None:
         return self.ledger.close()
 
     def healthy(self) -> bool:
@@ -169,10 +173,10 @@ class TimedLedger:
         return self.ledger.snapshot()
 
 
-_tracer: Any = None
+_tracer: Tracer | None = None
 
 
-def enable_tracing(tracer_provider: Any = None) -> bool:
+def enable_tracing(tracer_provider: TracerProvider | None = None) -> bool:
     """Turn spans on (True) when opentelemetry is installed; the provider defaults to the global one."""
     global _tracer
     try:
@@ -197,25 +201,25 @@ _NOOP = contextlib.nullcontext(None)
 
 
 def span(
-    name: str, attributes: Mapping[str, Any], traceparent: str | None = None
-) -> contextlib.AbstractContextManager[Any]:
+    name: str, attributes: JsonObject, traceparent: str | None = None
+) -> contextlib.AbstractContextManager[Span | None]:
     """A span when tracing is on (its parent from a W3C ``traceparent`` if given), else a no-op."""
     if _tracer is None:
         return _NOOP
-    return _real_span(name, attributes, traceparent)
+    return _real_span(_tracer, name, attributes, traceparent)
 
 
 @contextlib.contextmanager
-def _real_span(name: str, attributes: Mapping[str, Any], traceparent: str | None) -> Iterator[Any]:
+def _real_span(tracer: Tracer, name: str, attributes: JsonObject, traceparent: str | None) -> Iterator[Span]:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     context = TraceContextTextMapPropagator().extract({"traceparent": traceparent}) if traceparent else None
     clean = {k: v for k, v in attributes.items() if isinstance(v, str | bool | int | float)}
-    with _tracer.start_as_current_span(name, context=context, attributes=clean) as current:
+    with tracer.start_as_current_span(name, context=context, attributes=clean) as current:
         yield current
 
 
-def set_attributes(current: Any, attributes: Mapping[str, Any]) -> None:
+def set_attributes(current: Span | None, attributes: JsonObject) -> None:
     """Add attributes to a span from :func:`span` (nothing when tracing is off)."""
     if current is not None:
         for key, value in attributes.items():
@@ -230,7 +234,14 @@ def writable(path: Path) -> bool:
     return os.access(path.parent if path.parent.exists() else Path.cwd(), os.W_OK)
 
 
-def health(store: str | Path, store_ok: bool, ledger: Path | LedgerStore | None, *, shown: bool) -> dict[str, Any]:
+#: The store and ledger part of /v1/status and /ready: whether each answers now (and, for an admin, where).
+class Health(TypedDict):
+    ok: bool
+    store: JsonDict
+    ledger: JsonDict
+
+
+def health(store: str | Path, store_ok: bool, ledger: Path | LedgerStore | None, *, shown: bool) -> Health:
     """The store and ledger part of /v1/status: their paths only when ``shown`` (an admin).
 
     ``ledger`` is the ledger file, or the ledger itself when it is a database (asked whether it answers).
@@ -239,14 +250,14 @@ def health(store: str | Path, store_ok: bool, ledger: Path | LedgerStore | None,
         ledger_ok, where = ledger is not None and writable(ledger), str(ledger) if ledger else None
     else:
         ledger_ok, where = ledger.healthy(), ledger.location
-    files: dict[str, Any] = {"ok": ledger_ok and store_ok, "store": {"ok": store_ok}, "ledger": {"ok": ledger_ok}}
+    files: Health = {"ok": ledger_ok and store_ok, "store": {"ok": store_ok}, "ledger": {"ok": ledger_ok}}
     if shown:
         files["store"]["path"] = str(store)
         files["ledger"]["path"] = where
     return files
 
 
-def traceparent_of(action: Mapping[str, Any]) -> str | None:
+def traceparent_of(action: JsonObject) -> str | None:
     """The W3C traceparent an action carries (only with a valid trace id)."""
     trace = action.get("trace")
     parent = trace.get("traceparent") if isinstance(trace, Mapping) else None

@@ -30,11 +30,11 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.service.oidctoken import KeySet, OidcRefused, OidcUnavailable, verify_id_token
 
@@ -74,7 +74,7 @@ class OidcSettings:
         if not self.client_id:
             raise OidcConfigError("--oidc-client-id is required with --oidc-issuer")
 
-    def principal_id(self, claims: Mapping[str, Any]) -> tuple[str, str]:
+    def principal_id(self, claims: JsonObject) -> tuple[str, str]:
         """(identity, principal id) the users file gives these verified claims; OidcRefused if none."""
         if self.claim == "email" and claims.get("email_verified") is not True:
             raise OidcRefused("the identity provider does not say this email address is verified", "sso_unknown_user")
@@ -212,7 +212,7 @@ def _exchange(url: str, data: bytes | None, headers: Mapping[str, str]) -> tuple
 
 def fetch_json(
     url: str, data: bytes | None = None, headers: Mapping[str, str] | None = None, *, refusal: bool = False
-) -> dict[str, Any]:
+) -> JsonDict:
     """One JSON document from the provider (5 s in all, 1 MiB, no redirects); OidcUnavailable for anything
     else, but with ``refusal`` (the code exchange) a 4xx answer is the provider refusing: OidcRefused."""
     status, body = _exchange(url, data, {"Accept": "application/json", **(headers or {})})
@@ -254,13 +254,13 @@ class RelyingParty:
 
     def __init__(self, settings: OidcSettings, *, failed_seconds: float = FAILED_DISCOVERY_SECONDS) -> None:
         self.settings, self.failed_seconds = settings, failed_seconds
-        self._metadata: dict[str, Any] | None = None
+        self._metadata: JsonDict | None = None
         self._fetched_at = 0.0
         self._failure, self._failed_until = "", 0.0
         self._lock = threading.Lock()
         self.keys = KeySet(lambda: fetch_json(self._endpoint("jwks_uri")))
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> JsonDict:
         """The provider's discovery document (kept an hour); OidcUnavailable when it cannot be had.
 
         Never waits behind another fetch: while one is under way a kept document (even past its hour)
@@ -288,7 +288,7 @@ class RelyingParty:
         self._metadata, self._fetched_at = document, time.monotonic()
         return document
 
-    def _discover(self) -> dict[str, Any]:
+    def _discover(self) -> JsonDict:
         issuer = self.settings.issuer
         document = fetch_json(issuer.rstrip("/") + "/.well-known/openid-configuration")
         if document.get("issuer") != issuer:
@@ -296,9 +296,10 @@ class RelyingParty:
                 f"the discovery document names issuer {str(document.get('issuer'))[:200]!r}, not {issuer!r}"
             )
         for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
-            if not isinstance(document.get(name), str):
+            endpoint = document.get(name)
+            if not isinstance(endpoint, str):
                 raise OidcUnavailable(f"the discovery document at {issuer} has no {name}")
-            check_endpoint(name, document[name], issuer)
+            check_endpoint(name, endpoint, issuer)
         return document
 
     def _endpoint(self, name: str) -> str:

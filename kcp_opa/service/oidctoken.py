@@ -15,12 +15,12 @@ from __future__ import annotations
 import hmac
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import jwt
 
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 
 #: The only algorithms an ID token may be signed with (asymmetric: the provider's public keys verify them).
 ALGORITHMS = ("RS256", "ES256")
@@ -50,11 +50,9 @@ class OidcUnavailable(CodedError):
 class KeySet:
     """The provider's signing keys from ``jwks_uri``: cached, fetched again (bounded) for an unknown kid."""
 
-    def __init__(
-        self, fetch_jwks: Callable[[], Mapping[str, Any]], *, refetch_seconds: float = REFETCH_SECONDS
-    ) -> None:
+    def __init__(self, fetch_jwks: Callable[[], JsonObject], *, refetch_seconds: float = REFETCH_SECONDS) -> None:
         self._fetch, self._refetch = fetch_jwks, refetch_seconds
-        self._keys: list[dict[str, Any]] = []
+        self._keys: list[JsonDict] = []
         self._fetched_at: float | None = None
         self._lock = threading.Lock()
         self.fetches = 0
@@ -86,7 +84,7 @@ class KeySet:
         except jwt.PyJWTError as exc:
             raise OidcRefused(f"the provider's key {str(kid)[:64]!r} is unusable: {exc}") from None
 
-    def _find(self, kid: str | None, algorithm: str) -> dict[str, Any] | None:
+    def _find(self, kid: str | None, algorithm: str) -> JsonDict | None:
         kty, crv = _KEY_TYPES[algorithm]
         fitting = [
             key
@@ -103,7 +101,7 @@ class KeySet:
 
 def verify_id_token(
     token: str, keys: KeySet, *, issuer: str, client_id: str, nonce: str, now: float | None = None
-) -> dict[str, Any]:
+) -> JsonDict:
     """The claims of ``token`` once every check in the module's note holds; OidcRefused naming the first that fails."""
     try:
         header = jwt.get_unverified_header(token)
@@ -117,7 +115,7 @@ def verify_id_token(
     key = keys.key(kid if isinstance(kid, str) else None, str(algorithm))
     moment = time.time() if now is None else now
     try:
-        claims: dict[str, Any] = jwt.decode(
+        claims: JsonDict = jwt.decode(
             token,
             key.key,
             algorithms=[str(algorithm)],
@@ -140,7 +138,7 @@ def verify_id_token(
     return claims
 
 
-def _check_claims(claims: Mapping[str, Any], *, client_id: str, nonce: str, now: float) -> None:
+def _check_claims(claims: JsonObject, *, client_id: str, nonce: str, now: float) -> None:
     audience = claims.get("aud")
     if isinstance(audience, list) and len(audience) > 1 and claims.get("azp") != client_id:
         raise OidcRefused("the ID token is for several clients and its azp is not this one")

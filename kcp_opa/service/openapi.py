@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonDict, items
 from kcp_opa.core.version import __version__
 from kcp_opa.service.catalog import Catalog, Tool
 from kcp_opa.service.proofs import PROOF_REFUSALS, PROOFS_ROUTE
@@ -87,13 +87,13 @@ _EVALUATION_PARTS = {
     },
     "context": {"type": "object"},
 }
-_AUTHZEN_DECISION = {
+_AUTHZEN_DECISION: JsonDict = {
     "type": "object",
     "properties": {"decision": {"type": "boolean"}, "context": {"type": "object"}},
     "required": ["decision"],
 }
 _SEMANTICS = {"enum": ["execute_all", "deny_on_first_deny", "permit_on_first_permit"]}
-AUTHZEN_ROUTES: tuple[tuple[str, str, str, str, dict[str, Any] | None, dict[str, Any]], ...] = (
+AUTHZEN_ROUTES: tuple[tuple[str, str, str, str, JsonDict | None, JsonDict], ...] = (
     (
         "/access/v1/evaluation",
         "post",
@@ -148,15 +148,14 @@ def routes(catalog: Catalog) -> list[tuple[str, str]]:
     return [*tools, *fixed, *((path, method) for path, method, *_ in AUTHZEN_ROUTES)]
 
 
-def _responses(codes: Iterable[str], table: Mapping[str, int], *, runs_tool: bool) -> dict[str, Any]:
-    """200 and each status the route can refuse with, naming the codes answered with it; a route
-    that runs a tool can also answer a code the table lacks (422)."""
+def _responses(codes: Iterable[str], table: Mapping[str, int], *, runs_tool: bool, schema: object = None) -> JsonDict:
+    """200 (answering ``schema``, else any object) and each status the route can refuse with, naming
+    the codes answered with it; a route that runs a tool can also answer a code the table lacks (422)."""
     grouped = statuses(codes, table)
     if runs_tool:
         grouped.setdefault(DEFAULT_STATUS, [])
-    responses: dict[str, Any] = {
-        "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
-    }
+    ok = {"type": "object"} if schema is None else copy.deepcopy(schema)
+    responses: JsonDict = {"200": {"description": "OK", "content": {"application/json": {"schema": ok}}}}
     for status, named in sorted(grouped.items()):
         listed = [*named, "another refusal code"] if status == DEFAULT_STATUS and runs_tool else named
         described = f"{meaning(status)}: {', '.join(listed)}"
@@ -165,30 +164,32 @@ def _responses(codes: Iterable[str], table: Mapping[str, int], *, runs_tool: boo
 
 
 def _operation(
-    operation_id: str, parameter: str | None, summary: str, tool: Tool | None, responses: dict[str, Any]
-) -> dict[str, Any]:
-    operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "responses": responses}
+    operation_id: str, parameter: str | None, summary: str, tool: Tool | None, responses: JsonDict
+) -> JsonDict:
+    operation: JsonDict = {"operationId": operation_id, "summary": summary, "responses": responses}
     if parameter is not None:
         operation["parameters"] = [{"name": parameter, "in": "path", "required": True, "schema": {"type": "string"}}]
     if tool is not None:
-        operation["responses"]["200"]["content"]["application/json"]["schema"] = copy.deepcopy(tool.output_schema)
         body = copy.deepcopy(dict(tool.input_schema))
         if parameter is not None:
-            body.get("properties", {}).pop(parameter, None)
-            body["required"] = [name for name in body.get("required", []) if name != parameter]
+            properties = body.get("properties")
+            if isinstance(properties, dict):
+                properties.pop(parameter, None)
+            body["required"] = [name for name in items(body.get("required")) if name != parameter]
         if tool.route is not None and tool.route.method != "get":
             operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
     return operation
 
 
-def openapi_document(catalog: Catalog) -> dict[str, Any]:
+def openapi_document(catalog: Catalog) -> JsonDict:
     """The OpenAPI 3.1 document for every ``/v1`` and AuthZEN route (bearer auth except this one)."""
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, JsonDict]] = {}
     bearer = (*EDGE, *AUTHENTICATED)
     for tool in catalog:
         if tool.route is not None:
             route = tool.route
-            responses = _responses((*bearer, *DISPATCH, *tool.refusals), STATUS, runs_tool=True)
+            refusals = (*bearer, *DISPATCH, *tool.refusals)
+            responses = _responses(refusals, STATUS, runs_tool=True, schema=tool.output_schema)
             operation = _operation(tool.name, route.parameter, route.summary, tool, responses)
             paths.setdefault(route.path, {})[route.method] = operation
     opa = catalog.get(OPA_TOOL)
@@ -216,15 +217,13 @@ def openapi_document(catalog: Catalog) -> dict[str, Any]:
         codes = (*bearer, "bad_request", "authzen_request", "authzen_mixed_tenants", *DISPATCH) if evaluates else bearer
         if evaluates and evaluate is not None:
             codes = (*codes, *evaluate.refusals)
-        operation = _operation(
-            operation_id, None, summary, None, _responses(codes, AUTHZEN_STATUS, runs_tool=evaluates)
-        )
-        operation["responses"]["200"]["content"]["application/json"]["schema"] = copy.deepcopy(response)
+        responses = _responses(codes, AUTHZEN_STATUS, runs_tool=evaluates, schema=response)
+        operation = _operation(operation_id, None, summary, None, responses)
         if request is not None:
             body = {"required": True, "content": {"application/json": {"schema": copy.deepcopy(request)}}}
             operation["requestBody"] = body
         paths.setdefault(path, {})[method] = operation
-    named = [operation["operationId"] for methods in paths.values() for operation in methods.values()]
+    named = [str(operation["operationId"]) for methods in paths.values() for operation in methods.values()]
     repeated = sorted({name for name in named if named.count(name) > 1})
     if repeated:
         raise CodedError(

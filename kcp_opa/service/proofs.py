@@ -12,10 +12,9 @@ answer (``audit tree-key``); the one in the answer only names it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kcp_opa.audit.caseproofs import decision_seqs
 from kcp_opa.core.errors import CodedError, LedgerError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.keys import ED25519
 from kcp_opa.core.signing import Keyring
 from kcp_opa.service.desk import GateService
@@ -30,7 +29,7 @@ PROOFS_ROUTE = "/v1/proofs/{decision_id}"
 PROOF_REFUSALS = ("scope_not_granted", "not_authorized", "no_ledger", "unknown_decision", "store_unavailable")
 
 
-def decision_proofs(service: GateService, principal: Principal | None, decision_id: str) -> dict[str, Any]:
+def decision_proofs(service: GateService, principal: Principal | None, decision_id: str) -> JsonDict:
     """The checkpoint, the log key and the inclusion proofs of ``decision_id``'s entries.
 
     A ledger that cannot be read now (a database down, a file gone) is 503 ``store_unavailable``,
@@ -44,7 +43,7 @@ def decision_proofs(service: GateService, principal: Principal | None, decision_
         raise CodedError(f"the ledger cannot be read for proofs now: {exc}", "store_unavailable") from None
 
 
-def _proofs(service: GateService, principal: Principal | None, decision_id: str) -> dict[str, Any]:
+def _proofs(service: GateService, principal: Principal | None, decision_id: str) -> JsonDict:
     if principal is None:  # RequireAuth answers first; never served to no one
         raise AccessDeniedError("an authenticated caller with the read scope may read proofs")
     principal.require(Scope.READ, "read a decision's proofs")

@@ -11,12 +11,12 @@ decision, in one process or in two, are applied one after the other and neither 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.records import RECORD_FORMAT, export_record, load_record, replay_record
 from kcp_opa.core.errors import EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
 from kcp_opa.stores.protocols import DecisionStore
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> dict[str, Any]:
+def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> JsonDict:
     """The row's document: the desk's sealed export, or (no registry) the same fields unsealed."""
     if desk is not None:
         return export_record(desk, record)
@@ -48,7 +48,7 @@ def export(desk: ControlDesk | None, gate: Gate, record: GateDecision) -> dict[s
     }
 
 
-def check_current(gate: Gate, document: Mapping[str, Any]) -> None:
+def check_current(gate: Gate, document: JsonObject) -> None:
     """Refuse a record decided under another bundle (after a reload): the action is evaluated anew."""
     if document.get("bundle_revision") != gate.bundle_revision:
         raise EvidenceRejectedError(
@@ -58,7 +58,7 @@ def check_current(gate: Gate, document: Mapping[str, Any]) -> None:
         )
 
 
-def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -> GateDecision:
+def restore(desk: ControlDesk | None, gate: Gate, document: JsonObject) -> GateDecision:
     """The record again, re-decided with ``gate`` (and its evidence replayed through ``desk``)."""
     check_current(gate, document)
     if desk is not None:
@@ -66,14 +66,14 @@ def restore(desk: ControlDesk | None, gate: Gate, document: Mapping[str, Any]) -
     return replay_record(gate, document)
 
 
-def canonical_or_none(value: Any) -> str | None:
+def canonical_or_none(value: object) -> str | None:
     try:
         return canonical_id(value) if isinstance(value, str) else None
     except IdentityError:
         return None
 
 
-def decided_for(records: DecisionStore, receipt: Any) -> str | None:
+def decided_for(records: DecisionStore, receipt: object) -> str | None:
     """Who evaluated the decision a receipt names: the re-decision at execution establishes the
     facts for that same caller. None (no such record here): the action's agent, whose facts the
     registry must then establish, else the re-decision holds it (fail closed)."""

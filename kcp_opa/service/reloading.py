@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.decide.pool import retire_later
 from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.desk import GateService
@@ -33,6 +34,9 @@ from kcp_opa.service.loading import (
     with_counters,
     with_posted_facts,
 )
+
+if TYPE_CHECKING:
+    from kcp_opa.decide.follow import BundleFollower
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -60,22 +64,22 @@ class Reloader:
         self.authenticator, self.callers = authenticator, callers
         self._lock = threading.Lock()
         #: Set by ``serve --bundle-source``: polls the source, activating through :meth:`reload_bundle`.
-        self.follower: Any = None
+        self.follower: BundleFollower | None = None
 
-    def admin_reload(self, principal: Principal | None) -> dict[str, Any]:
+    def admin_reload(self, principal: Principal | None) -> JsonDict:
         """``POST /v1/admin/reload``: for a ``service_admin`` only; a refusal or a failure is audited."""
 
-        def work(caller: Principal) -> dict[str, Any]:
+        def work(caller: Principal) -> JsonDict:
             caller.require(Scope.ADMIN, "reload the service")
             return self.reload(caller)
 
         return self.service.call(principal, "reload", work)
 
-    def admin_mode(self, principal: Principal | None, mode: str) -> dict[str, Any]:
+    def admin_mode(self, principal: Principal | None, mode: str) -> JsonDict:
         """``POST /v1/admin/mode``: a ``service_admin`` asks for ``enforce`` or ``log_only``
         (kcp_opa.decide.modes: recorded in the ledger; leaving enforce may need a second admin)."""
 
-        def work(caller: Principal) -> dict[str, Any]:
+        def work(caller: Principal) -> JsonDict:
             caller.require(Scope.ADMIN, "change the enforcement mode")
             gate = self.service.gate
             return gate.modes.request(mode, caller.id, gate.audit)
@@ -96,7 +100,7 @@ class Reloader:
         if hashlib.sha256(path.read_bytes()).hexdigest() != self.service.gate.bundle.sha256:
             self.reload(bundle=path)
 
-    def reload(self, by: Principal | None = None, *, bundle: Path | None = None) -> dict[str, Any]:
+    def reload(self, by: Principal | None = None, *, bundle: Path | None = None) -> JsonDict:
         """Load everything anew, then swap; raise :class:`ReloadError` and keep serving on failure.
 
         ``bundle`` replaces the bundle path given at start (a follower's new version)."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, BinaryIO
+from types import EllipsisType
+from typing import BinaryIO
 
 import anyio
 import anyio.to_thread
@@ -29,7 +30,7 @@ from kcp_opa.service.desk import GateService
 MAX_LINE_BYTES = 2 * 1024 * 1024
 
 
-def _lines(stream: BinaryIO) -> Any:
+def _lines(stream: BinaryIO) -> bytes | EllipsisType | None:
     """Blocking: the next line (bytes, without the newline), ``None`` at EOF; an over-long line is
     drained and returned as ``b""`` past the cap marker (``...``) so it is refused, never kept."""
     line = stream.readline(MAX_LINE_BYTES + 1)
@@ -44,7 +45,7 @@ def _lines(stream: BinaryIO) -> Any:
     return line.rstrip(b"\r\n")
 
 
-def _request_id(raw: bytes) -> Any:
+def _request_id(raw: bytes) -> str | int | None:
     """The id to answer a refused line with, when a lenient reading finds one (else null)."""
     try:
         value = json.loads(raw)
@@ -54,7 +55,7 @@ def _request_id(raw: bytes) -> Any:
     return found if isinstance(found, str | int) and not isinstance(found, bool) else None
 
 
-async def serve_stdio(server: Server[Any], service: GateService, stdin: BinaryIO, stdout: BinaryIO) -> None:
+async def serve_stdio(server: Server[object], service: GateService, stdin: BinaryIO, stdout: BinaryIO) -> None:
     """Run ``server`` over ``stdin``/``stdout`` (binary), refusing what the strict reader refuses."""
     read_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
     write_stream, write_reader = create_context_streams[SessionMessage](0)
@@ -108,6 +109,6 @@ def _write(stdout: BinaryIO, data: bytes) -> None:
     stdout.flush()
 
 
-def run_stdio(server: Server[Any], service: GateService) -> None:
+def run_stdio(server: Server[object], service: GateService) -> None:
     """Serve on the process's stdin and stdout."""
     anyio.run(serve_stdio, server, service, sys.stdin.buffer, sys.stdout.buffer)

@@ -7,10 +7,8 @@ derived from :data:`CATALOG` (catalog.py): a new tool is one entry here (docs/ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, number, strings
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.schemas import _inline, schema
 from kcp_opa.service.catalog import Catalog, Route, Tool
@@ -20,14 +18,14 @@ from kcp_opa.service.factintake import post_fact
 from kcp_opa.service.identity import Principal, Scope
 
 
-def _action_schema() -> dict[str, Any]:
+def _action_schema() -> JsonDict:
     document = schema("action-intent.schema.json")
-    inlined: dict[str, Any] = _inline(document, document.get("$defs", {}))
+    inlined: JsonDict = _inline(document, document.get("$defs", {}))
     return {k: v for k, v in inlined.items() if k not in {"$schema", "$id"}}
 
 
-def _object(properties: Mapping[str, Any], required: list[str], *, closed: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": dict(properties), "required": required}
+def _object(properties: JsonObject, required: list[str], *, closed: bool = True) -> JsonDict:
+    out: JsonDict = {"type": "object", "properties": dict(properties), "required": required}
     if closed:
         out["additionalProperties"] = False
     return out
@@ -80,20 +78,27 @@ _EXECUTION += ("action_mismatch", "audit_unavailable", "outcome_unrecorded", "ha
 _DECIDED = _object({"action": _ACTION}, ["action"])
 
 
-def _evaluate_financial(service: GateService, p: Principal, args: Mapping[str, Any]) -> dict[str, Any]:
+def _evaluate_financial(service: GateService, p: Principal, args: JsonObject) -> JsonDict:
     return service.evaluate(p, args.get("action"), financial=True)
 
 
-def _evaluate(service: GateService, p: Principal, args: Mapping[str, Any]) -> dict[str, Any]:
+def _evaluate(service: GateService, p: Principal, args: JsonObject) -> JsonDict:
     return service.evaluate(p, args.get("action"))
 
 
-def _create_challenges(service: GateService, p: Principal, args: Mapping[str, Any]) -> dict[str, Any]:
-    decision_id, ttl = str(args.get("decision_id", "")), int(args.get("ttl_seconds", 900))
-    return service.create_challenges(p, decision_id, args.get("controls"), ttl)
+def _create_challenges(service: GateService, p: Principal, args: JsonObject) -> JsonDict:
+    decision_id, ttl, controls = str(args.get("decision_id", "")), _ttl(args), args.get("controls")
+    chosen = None if controls is None else strings(controls)
+    return service.create_challenges(p, decision_id, chosen, 900 if ttl is None else ttl)
 
 
-def _record_result(service: GateService, p: Principal, args: Mapping[str, Any]) -> dict[str, Any]:
+def _ttl(args: JsonObject) -> int | None:
+    """``ttl_seconds`` as the input schema admits it (an integer, perhaps written 30.0), or None."""
+    ttl = number(args.get("ttl_seconds"))
+    return None if ttl is None else int(ttl)
+
+
+def _record_result(service: GateService, p: Principal, args: JsonObject) -> JsonDict:
     challenge_id, status = str(args.get("challenge_id", "")), str(args.get("status", ""))
     return service.record_result(p, challenge_id, status, str(args.get("evidence_reference", "")))
 
@@ -102,7 +107,7 @@ def _record_result(service: GateService, p: Principal, args: Mapping[str, Any]) 
 _FAILED = frozenset({"handler_failed", "handler_error", "result_not_json", "late_outcome", "outcome_unrecorded"})
 
 
-def _execute(service: GateService, p: Principal, args: Mapping[str, Any]) -> dict[str, Any]:
+def _execute(service: GateService, p: Principal, args: JsonObject) -> JsonDict:
     """Run the execution, counted by outcome (``kcp_opa_executions_total``)."""
     try:
         done = service.execute(p, args.get("action"), args.get("receipt"), str(args.get("handler", "")))
@@ -183,9 +188,7 @@ CATALOG = Catalog(
             _object({"receipt": _RECEIPT, "action": {"type": "object"}}, ["receipt", "action"]),
             Scope.ISSUE_RECEIPT,
             "issue delegation receipts",
-            lambda service, p, args: service.issue_receipt(
-                p, str(args.get("decision_id", "")), args.get("ttl_seconds")
-            ),
+            lambda service, p, args: service.issue_receipt(p, str(args.get("decision_id", "")), _ttl(args)),
             Route("/v1/receipts", "Sign a one-time receipt for an APPROVED decision"),
             refusals=("not_authorized", "unknown_decision", "not_approved", "controls_missing", "hold_stands"),
         ),

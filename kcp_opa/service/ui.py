@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio.to_thread
 import structlog
@@ -33,8 +32,9 @@ from starlette.routing import Route
 
 from kcp_opa.audit.selection import SelectionError, parse_selection, query_string
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreError, StoreUnavailableError
+from kcp_opa.core.jsonread import JsonDict, mapping, objects
 from kcp_opa.service import uifilters, uipages
-from kcp_opa.service.catalog import Catalog, error_payload
+from kcp_opa.service.catalog import Catalog, ErrorPayload, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
 from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope, token_hash
@@ -72,10 +72,10 @@ _ANSWER_STATUS = {"challenge_used": 409, "store_unavailable": 503}
 _log = structlog.get_logger(__name__)
 
 
-def list_addressed(service: GateService, principal: Principal | None) -> dict[str, Any]:
+def list_addressed(service: GateService, principal: Principal | None) -> JsonDict:
     """The open challenges addressed to ``principal`` (the API's ``addressed_to=me``); refusals audited."""
 
-    def work(caller: Principal) -> dict[str, Any]:
+    def work(caller: Principal) -> JsonDict:
         caller.require(Scope.RECORD_RESULT, "answer control challenges (it has no inbox)")
         found = []
         for challenge in service.challenges.open_challenges():
@@ -274,7 +274,7 @@ class Ui:
             return self._unavailable(exc, session, principal)
         except KcpOpaError:  # refused and audited by the service
             return self._page("Not allowed", self._nothing_here(principal), session, principal, 403)
-        return self._page("Inbox", uipages.inbox(found["challenges"], session.csrf), session, principal)
+        return self._page("Inbox", uipages.inbox(objects(found["challenges"]), session.csrf), session, principal)
 
     async def answer(self, request: Request) -> Response:
         signed = await self._signed_in(request)
@@ -294,13 +294,13 @@ class Ui:
             await anyio.to_thread.run_sync(self._refuse, principal, "/ui/answer", refusal)
             body = uipages.answered(None, error_payload(refusal))
             return self._page("Not recorded", body, session, principal, 403)
-        args = {
+        args: JsonDict = {
             "challenge_id": challenge_id,
             "status": form.get("status", ""),
             "evidence_reference": form.get("evidence_reference", ""),
         }
-        result: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
+        result: JsonDict | None = None
+        error: ErrorPayload | None = None
         try:
             result = await anyio.to_thread.run_sync(
                 self.catalog.dispatch, self.service, principal, "record_control_result", args
@@ -311,9 +311,7 @@ class Ui:
         status = 200 if error is None else _ANSWER_STATUS.get(str(error["code"]), 403)
         return self._page("Answer", uipages.answered(result, error), session, principal, status)
 
-    def _note(
-        self, principal: Principal, args: dict[str, Any], result: dict[str, Any] | None, error: dict[str, Any] | None
-    ) -> None:
+    def _note(self, principal: Principal, args: JsonDict, result: JsonDict | None, error: ErrorPayload | None) -> None:
         audit = self.service.gate.audit
         if audit is None:
             return
@@ -323,7 +321,7 @@ class Ui:
             "outcome": "recorded" if error is None else str(error["code"]),
         }
         if result is not None:
-            detail["authorization_status"] = str(result["decision"].get("authorization_status"))
+            detail["authorization_status"] = str(mapping(result["decision"]).get("authorization_status"))
         try:
             audit.event("note", None, None, note="ui.answer", detail=detail, principal=principal.to_dict())
         except LedgerError as exc:

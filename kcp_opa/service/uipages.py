@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from kcp_opa.audit.auditor import entry_agent
 from kcp_opa.audit.report import TOP_ROWS, policy_timeline_table, redecision_tables
 from kcp_opa.audit.selection import Window
 from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
+from kcp_opa.core.jsonread import JsonObject, items, mapping, strings
 
 CSS = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
@@ -32,16 +32,16 @@ input[type=text],input[type=password]{width:28em;max-width:100%;padding:.3em}but
 """
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     """Escape for HTML text and attribute values (quotes included)."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def page(title: str, body: str, *, principal: Mapping[str, Any] | None = None, csrf: str = "", nav: str = "") -> str:
+def page(title: str, body: str, *, principal: JsonObject | None = None, csrf: str = "", nav: str = "") -> str:
     """A whole page: the stylesheet from /ui/static (CSP style-src 'self'), a header, the body."""
     who = ""
     if principal is not None:
-        roles = ", ".join(sorted(principal.get("roles") or []))
+        roles = ", ".join(sorted(strings(principal.get("roles"))))
         who = (
             f"<span>{esc(principal.get('id'))} ({esc(principal.get('kind'))}; {esc(roles)})</span>"
             f'<form method="post" action="/ui/logout"><input type="hidden" name="csrf" value="{esc(csrf)}">'
@@ -71,7 +71,7 @@ def sign_in(csrf: str, message: str = "", *, sso: bool = False) -> str:
     return page("Sign in", body)
 
 
-def _cards(items: Sequence[tuple[str, str, Any]]) -> str:
+def _cards(items: Sequence[tuple[str, str, object]]) -> str:
     return (
         '<div class="cards">'
         + "".join(
@@ -81,14 +81,14 @@ def _cards(items: Sequence[tuple[str, str, Any]]) -> str:
     )
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], table_id: str) -> str:
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], table_id: str) -> str:
     body = "".join("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>" for row in rows)
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     return f'<table id="{esc(table_id)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _reasons(entry: Mapping[str, Any]) -> str:
-    return ", ".join(str(code) for code in entry.get("reason_codes") or [])
+def _reasons(entry: JsonObject) -> str:
+    return ", ".join(str(code) for code in items(entry.get("reason_codes")))
 
 
 def no_ledger() -> str:
@@ -167,13 +167,13 @@ def dashboard(
     )
 
 
-def _listed(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str) -> str:
+def _listed(headers: Sequence[str], rows: Iterable[Sequence[object]], *, empty: str) -> str:
     """A table for the tallies' sections (every value escaped), or what to say when it is empty."""
     listed = [list(row) for row in rows]
     return _table(headers, listed, "") if listed else f"<p>{esc(empty)}</p>" if empty else ""
 
 
-def _summary_block(summary: Mapping[str, Any]) -> str:
+def _summary_block(summary: JsonObject) -> str:
     amount, beneficiary = summary.get("amount"), summary.get("beneficiary")
     money = f"{amount.get('major')} {amount.get('currency')}" if isinstance(amount, Mapping) else "no amount"
     beneficiary = beneficiary if isinstance(beneficiary, Mapping) else {}
@@ -183,7 +183,7 @@ def _summary_block(summary: Mapping[str, Any]) -> str:
         ("Consequence", summary.get("consequence")),
         ("Fees", summary.get("fees")),
         ("Decision", f"{summary.get('decision')} (risk {summary.get('risk_level')})"),
-        ("Reasons", "; ".join(str(r) for r in summary.get("reasons") or [])),
+        ("Reasons", "; ".join(str(r) for r in items(summary.get("reasons")))),
         ("Agent", summary.get("agent_id")),
         ("Subject", summary.get("subject_id")),
     ]
@@ -191,7 +191,7 @@ def _summary_block(summary: Mapping[str, Any]) -> str:
     return f'<p class="amount">{esc(money)}</p><table class="summary">{cells}</table>'
 
 
-def inbox(challenges: Sequence[Mapping[str, Any]], csrf: str) -> str:
+def inbox(challenges: Sequence[JsonObject], csrf: str) -> str:
     """The challenges addressed to the signed-in principal, each with its answer form."""
     if not challenges:
         return '<h1>Approvals inbox</h1><p id="empty">No open challenge is addressed to you.</p>'
@@ -202,7 +202,7 @@ def inbox(challenges: Sequence[Mapping[str, Any]], csrf: str) -> str:
             f'<section class="challenge" id="c-{esc(cid)}"><h2>{esc(challenge.get("control"))}</h2>'
             f"<p>Decision <code>{esc(challenge.get('decision_id'))}</code>, action hash "
             f"<code>{esc(challenge.get('action_hash'))}</code>; expires {esc(challenge.get('expires_at'))}.</p>"
-            + _summary_block(challenge.get("summary") or {})
+            + _summary_block(mapping(challenge.get("summary")))
             + f'<form method="post" action="/ui/challenges/{esc(cid)}/answer">'
             f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
             '<p><label>Evidence reference <input type="text" name="evidence_reference" required '
@@ -213,14 +213,14 @@ def inbox(challenges: Sequence[Mapping[str, Any]], csrf: str) -> str:
     return "<h1>Approvals inbox</h1>" + "".join(items)
 
 
-def answered(result: Mapping[str, Any] | None, error: Mapping[str, Any] | None) -> str:
+def answered(result: JsonObject | None, error: JsonObject | None) -> str:
     if error is not None:
         return (
             f'<h1>Not recorded</h1><p class="bad" id="outcome">{esc(error.get("code"))}: {esc(error.get("error"))}</p>'
             '<p><a href="/ui/inbox">Back to the inbox</a></p>'
         )
-    decision = (result or {}).get("decision") or {}
-    missing = ", ".join(decision.get("missing_controls") or []) or "none"
+    decision = mapping((result or {}).get("decision"))
+    missing = ", ".join(strings(decision.get("missing_controls"))) or "none"
     return (
         f'<h1>Recorded</h1><p class="ok" id="outcome">{esc((result or {}).get("control"))}: decision '
         f'<code>{esc(decision.get("decision_id"))}</code> is now <b id="status">'
@@ -229,7 +229,7 @@ def answered(result: Mapping[str, Any] | None, error: Mapping[str, Any] | None) 
     )
 
 
-def nothing_here(principal: Mapping[str, Any], *, reads: bool, answers: bool) -> str:
+def nothing_here(principal: JsonObject, *, reads: bool, answers: bool) -> str:
     """Why this principal has no such view, and which view its role does have (none for an agent)."""
     who = f"{esc(principal.get('id'))} ({esc(principal.get('kind'))})"
     if reads and not answers:
@@ -255,7 +255,7 @@ def nothing_here(principal: Mapping[str, Any], *, reads: bool, answers: bool) ->
     )
 
 
-def unavailable(error: Mapping[str, Any]) -> str:
+def unavailable(error: JsonObject) -> str:
     """The page for a store or ledger outage (503): a fault to retry, never a refusal or an empty inbox."""
     return (
         f'<h1>Unavailable</h1><p class="bad" id="outcome">{esc(error.get("code"))}: the gate\'s store or ledger'

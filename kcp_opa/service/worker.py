@@ -23,11 +23,14 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+
+from starlette.types import ASGIApp
 
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.jsonread import JsonDict, mapping
 from kcp_opa.core.logsetup import configure
 from kcp_opa.service.config import ServiceConfig
+from kcp_opa.service.desk import GateService
 from kcp_opa.service.fleet import Channel
 from kcp_opa.service.identity import Principal
 from kcp_opa.service.loading import unsignable_warnings
@@ -46,10 +49,10 @@ class FleetReloader(Reloader):
 
     channel: Channel | None = None
 
-    def reload(self, by: Principal | None = None, *, bundle: Path | None = None) -> dict[str, Any]:
+    def reload(self, by: Principal | None = None, *, bundle: Path | None = None) -> JsonDict:
         if self.channel is None:
             raise ReloadError("this worker is not connected to its supervisor")
-        message: dict[str, Any] = {"op": "reload_all", "bundle": str(bundle) if bundle is not None else None}
+        message: JsonDict = {"op": "reload_all", "bundle": str(bundle) if bundle is not None else None}
         message["by"] = by.to_dict() if by is not None else None
         answer = self.channel.request(message, RELOAD_TIMEOUT_S)
         if not answer.get("ok"):
@@ -61,7 +64,7 @@ class FleetReloader(Reloader):
             "status": self.service.status(),
         }
 
-    def reload_here(self, by: dict[str, Any] | None, bundle: str | None) -> dict[str, Any]:
+    def reload_here(self, by: object, bundle: object) -> JsonDict:
         """This worker's part of a fleet reload: the single server's reload, all or nothing."""
         caller = None
         if isinstance(by, dict):
@@ -69,13 +72,13 @@ class FleetReloader(Reloader):
             named = [str(r) for r in roles] if isinstance(roles, list) else []
             caller = Principal.of(str(by.get("id")), str(by.get("kind")), named)
         try:
-            done = Reloader.reload(self, caller, bundle=Path(bundle) if bundle else None)
+            done = Reloader.reload(self, caller, bundle=Path(bundle) if isinstance(bundle, str) and bundle else None)
         except ReloadError as exc:
             return {"ok": False, "error": str(exc)}
         return {"ok": True, **_digest(self), "previous_bundle_revision": done["previous_bundle_revision"]}
 
 
-def _digest(reloader: Reloader) -> dict[str, Any]:
+def _digest(reloader: Reloader) -> JsonDict:
     bundle = reloader.service.gate.bundle
     return {"sha256": bundle.sha256, "revision": bundle.revision}
 
@@ -87,16 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     listener = socket.socket(fileno=listen_fd)
     control = socket.socket(fileno=control_fd)
     ready = threading.Event()
-    holder: dict[str, Any] = {}
+    holder: JsonDict = {}
 
-    def handle(message: dict[str, Any]) -> dict[str, Any]:
+    def handle(message: JsonDict) -> JsonDict:
         if message.get("op") == "config":
             holder["config"] = message["config"]
             holder["verbosity"] = message.get("verbosity")
             ready.set()
             return {"ok": True}
-        reloader: FleetReloader | None = holder.get("reloader")
-        if reloader is None:
+        reloader = holder.get("reloader")
+        if not isinstance(reloader, FleetReloader):
             return {"ok": False, "error": "the worker is still starting"}
         if message.get("op") == "reload":
             return reloader.reload_here(message.get("by"), message.get("bundle"))
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     verbosity = holder["verbosity"]
     configure(verbosity if isinstance(verbosity, int) else 0)  # the supervisor's -v / -vv
     try:
-        service, reloader, app = _open(ServiceConfig.from_dict(holder["config"]), channel)
+        service, reloader, app = _open(ServiceConfig.from_dict(mapping(holder["config"])), channel)
     except KcpOpaError as exc:
         print(f"kcp-opa: error: worker {index}: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _open(config: ServiceConfig, channel: Channel) -> tuple[Any, FleetReloader, Any]:
+def _open(config: ServiceConfig, channel: Channel) -> tuple[GateService, FleetReloader, ASGIApp]:
     """The service, its reloader and its app, built as ``kcp-opa serve --transport http`` builds them."""
     from kcp_opa.service import tools
     from kcp_opa.service.fleet import merge_expositions
@@ -154,7 +157,8 @@ def _open(config: ServiceConfig, channel: Channel) -> tuple[Any, FleetReloader, 
         answer = channel.request({"op": "metrics_all"}, METRICS_TIMEOUT_S)
         if not answer.get("ok"):
             raise KcpOpaError(str(answer.get("error")))
-        return merge_expositions(answer["expositions"])
+        expositions = answer["expositions"]
+        return merge_expositions(expositions if isinstance(expositions, dict) else {})
 
     if hasattr(signal, "SIGHUP"):  # a SIGHUP sent to a worker reloads the fleet, as one sent to the supervisor
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reloader.signal_reload, daemon=True).start())
@@ -174,7 +178,7 @@ def _open(config: ServiceConfig, channel: Channel) -> tuple[Any, FleetReloader, 
     return service, reloader, app
 
 
-def _serve(app: Any, listener: socket.socket, service: Any) -> None:
+def _serve(app: ASGIApp, listener: socket.socket, service: GateService) -> None:
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

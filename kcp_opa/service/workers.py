@@ -29,8 +29,8 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
+from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.logsetup import current_verbosity
 from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.fleet import Channel
@@ -42,6 +42,7 @@ _RESTART_PAUSES_S = (0.2, 1.0, 2.0, 5.0, 10.0)
 #: How long SIGTERM waits for the workers to drain before killing them.
 DRAIN_S = 30.0
 START_S = 300.0
+Process = subprocess.Popen[bytes] | None  # a worker slot's (None before its first start)
 
 
 def say(message: str) -> None:
@@ -59,7 +60,7 @@ class _Child:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Process = None
         self.channel: Channel | None = None
         self.ready = threading.Event()
         self.sha256 = ""
@@ -96,7 +97,7 @@ class Supervisor:
         # -v / -vv reach every worker (restarted ones too) with its config, never on argv.
         child.channel.send({"op": "config", "config": self.config.to_dict(), "verbosity": current_verbosity()})
 
-    def _handle(self, child: _Child, message: dict[str, Any]) -> dict[str, Any]:
+    def _handle(self, child: _Child, message: JsonDict) -> JsonDict:
         op = message.get("op")
         if op == "ready":
             child.sha256 = str(message.get("sha256", ""))
@@ -132,18 +133,18 @@ class Supervisor:
     def _live(self) -> list[_Child]:
         return [c for c in self.children if c.ready.is_set() and c.channel is not None and not c.channel.closed]
 
-    def _ask_all(self, message: dict[str, Any], timeout: float) -> list[tuple[_Child, Any, dict[str, Any]]]:
+    def _ask_all(self, message: JsonDict, timeout: float) -> list[tuple[_Child, Process, JsonDict]]:
         """Ask every ready worker at once: (slot, the process asked, its answer)."""
         live = [(c, c.process, c.channel) for c in self._live()]
 
-        def ask(item: tuple[_Child, Any, Channel | None]) -> tuple[_Child, Any, dict[str, Any]]:
+        def ask(item: tuple[_Child, Process, Channel | None]) -> tuple[_Child, Process, JsonDict]:
             child, process, channel = item
             return child, process, channel.request(message, timeout) if channel else {"ok": False}
 
         with ThreadPoolExecutor(max(1, len(live))) as pool:
             return list(pool.map(ask, live))
 
-    def reload_all(self, by: Any, bundle: Any) -> dict[str, Any]:
+    def reload_all(self, by: object, bundle: object) -> JsonDict:
         """Reload every ready worker; ``ok`` only if each did. A worker that failed while others
         succeeded is killed (and restarted on the files as they are now): it never decides on the
         old bundle beside workers on the new one."""
@@ -175,7 +176,7 @@ class Supervisor:
                 f"({first}) and were killed, to restart on the current files",
             }
 
-    def metrics_all(self) -> dict[str, Any]:
+    def metrics_all(self) -> JsonDict:
         """Every ready worker's exposition by index (one that does not answer is left out)."""
         answers = self._ask_all({"op": "metrics"}, METRICS_TIMEOUT_S)
         found = {str(c.index): str(a["exposition"]) for c, _, a in answers if a.get("ok") and "exposition" in a}
