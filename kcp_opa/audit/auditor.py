@@ -22,6 +22,7 @@ from typing import Any
 from kcp_opa.compile.bundle import LoadedBundle, peek_revision, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.errors import BundleError, BundleProvenanceError, LedgerError
+from kcp_opa.core.jsonread import JsonObject, mapping
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.trail.entries import BUNDLE_NAME
 from kcp_opa.trail.ledger import read_entries
@@ -114,7 +115,7 @@ def decision_entries(ledger: str | Path) -> Iterable[tuple[int, dict[str, Any]]]
     return ((line, entry) for line, entry in read_entries(ledger) if entry.get("type") == "decision")
 
 
-def bundle_ref(entry: Mapping[str, Any]) -> tuple[str, str | None]:
+def bundle_ref(entry: JsonObject) -> tuple[str, str | None]:
     """The revision and (for entries bound to bytes) the sha256 of the bundle an entry names."""
     bundles = entry.get("bundles")
     if isinstance(bundles, Mapping):
@@ -202,8 +203,8 @@ def export_decision(
     return out
 
 
-def _signed(entry: Mapping[str, Any]) -> bool:
-    named = (entry.get("bundles") or {}).get(BUNDLE_NAME)
+def _signed(entry: JsonObject) -> bool:
+    named = mapping(entry.get("bundles")).get(BUNDLE_NAME)
     return isinstance(named, Mapping) and isinstance(named.get("keyid"), str)
 
 
@@ -246,7 +247,7 @@ class _Engines:
                 self.opa.add_policy(name, source)
             self.opa.add_data(dict(bundle.data))
 
-    def evaluate(self, input_doc: Mapping[str, Any]) -> dict[str, Any]:
+    def evaluate(self, input_doc: JsonObject) -> dict[str, Any]:
         results: dict[str, Any] = {}
         outcome = self.regopy.evaluate(input_doc)
         results["regopy"] = outcome.value if outcome.error is None else {"engine_error": outcome.error}
@@ -294,7 +295,7 @@ def replay(
     return report
 
 
-def _unusable_result(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+def _unusable_result(entry: JsonObject) -> dict[str, Any] | None:
     """Why an archived result cannot be replayed against (None when it can)."""
     result = entry.get("result")
     if isinstance(result, Mapping) and isinstance(result.get("decision"), str):
@@ -306,7 +307,7 @@ def _unusable_result(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"engine": "archive", "reason": "result_unparsable", "got": result}
 
 
-def entry_decision_id(entry: Mapping[str, Any]) -> str | None:
+def entry_decision_id(entry: JsonObject) -> str | None:
     """The decision an entry belongs to: its own id, or the one its (refused) evidence names."""
     if isinstance(entry.get("decision_id"), str):
         return str(entry["decision_id"])
@@ -316,7 +317,7 @@ def entry_decision_id(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
-def entry_agent(entry: Mapping[str, Any]) -> str:
+def entry_agent(entry: JsonObject) -> str:
     """Whom a decision entry is attributed to, as reports show it: its ``agent_id`` (the
     authenticated principal), or the agent the action stated, marked, when no principal
     authenticated (``unauthenticated: true``, a ``kcp-opa decide`` ledger)."""
@@ -324,7 +325,7 @@ def entry_agent(entry: Mapping[str, Any]) -> str:
     return f"{agent} (unauthenticated)" if entry.get("unauthenticated") is True else agent
 
 
-def entry_principal(entry: Mapping[str, Any]) -> str | None:
+def entry_principal(entry: JsonObject) -> str | None:
     """The authenticated principal of a service entry (refusals, notes), by id."""
     principal = entry.get("principal")
     if isinstance(principal, Mapping) and isinstance(principal.get("id"), str):

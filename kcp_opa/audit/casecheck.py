@@ -30,11 +30,11 @@ from typing import Any
 
 from kcp_opa.audit import case as layout
 from kcp_opa.audit.auditor import _Engines, bundle_ref
-from kcp_opa.audit.case import _is_case_entry
 from kcp_opa.audit.casepins import Pins as _Pins
 from kcp_opa.audit.casepins import anchor as _anchor
 from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.audit.caseproofs import TreePins, checkpoint_of, entries_line, proven_entries, tree_checkpoint
+from kcp_opa.audit.caseproofs import is_case_entry as _is_case_entry
 from kcp_opa.audit.caseproofs import proofs as _proofs
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT

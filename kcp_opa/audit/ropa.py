@@ -260,7 +260,7 @@ def _exception(item: Mapping[str, Any]) -> str:
     )
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A value as a reader writes it: yes/no, never Python's True/False."""
     if isinstance(value, bool):
         return "yes" if value else "no"
