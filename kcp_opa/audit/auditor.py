@@ -17,15 +17,18 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kcp_opa.compile.bundle import LoadedBundle, peek_revision, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.errors import BundleError, BundleProvenanceError, LedgerError
-from kcp_opa.core.jsonread import JsonObject, mapping
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.trail.entries import BUNDLE_NAME
 from kcp_opa.trail.ledger import read_entries
+
+if TYPE_CHECKING:
+    from opa_bindings import OpaEngine
 
 _README = """# Decision {decision_id} (ledger seq {seq})
 
@@ -212,7 +215,7 @@ def _signed(entry: JsonObject) -> bool:
 class ReplayReport:
     decisions: int = 0
     reproduced: dict[str, int] = field(default_factory=dict)
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[JsonDict] = field(default_factory=list)
     erased_unverifiable: list[str] = field(default_factory=list)
     missing_bundles: dict[str, int] = field(default_factory=dict)
     engines: tuple[str, ...] = ()
@@ -221,7 +224,7 @@ class ReplayReport:
     def ok(self) -> bool:
         return not self.mismatches and not self.missing_bundles
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "ok": self.ok,
             "decisions": self.decisions,
@@ -236,7 +239,7 @@ class ReplayReport:
 class _Engines:
     def __init__(self, bundle: LoadedBundle, with_opa: bool) -> None:
         self.regopy = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=True)
-        self.opa: Any = None
+        self.opa: OpaEngine | None = None
         if with_opa:
             try:
                 from opa_bindings import OpaEngine
@@ -247,8 +250,8 @@ class _Engines:
                 self.opa.add_policy(name, source)
             self.opa.add_data(dict(bundle.data))
 
-    def evaluate(self, input_doc: JsonObject) -> dict[str, Any]:
-        results: dict[str, Any] = {}
+    def evaluate(self, input_doc: JsonObject) -> dict[str, object]:
+        results: dict[str, object] = {}
         outcome = self.regopy.evaluate(input_doc)
         results["regopy"] = outcome.value if outcome.error is None else {"engine_error": outcome.error}
         if self.opa is not None:
@@ -295,7 +298,7 @@ def replay(
     return report
 
 
-def _unusable_result(entry: JsonObject) -> dict[str, Any] | None:
+def _unusable_result(entry: JsonObject) -> JsonDict | None:
     """Why an archived result cannot be replayed against (None when it can)."""
     result = entry.get("result")
     if isinstance(result, Mapping) and isinstance(result.get("decision"), str):
@@ -346,7 +349,7 @@ def query(
     principal: str | None = None,
     code: str | None = None,
     decision_id: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonDict]:
     """Entries matching every given filter (timestamps compare as RFC 3339 strings in UTC).
 
     ``decision_id`` also selects the refusals whose evidence named that decision; ``principal``

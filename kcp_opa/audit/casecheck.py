@@ -264,9 +264,9 @@ def _attestations(case: _Case) -> str:
     return f"{len(controls)} signed control results verify under their issuers' registered keys"
 
 
-def _judge_engines(bundle: LoadedBundle, with_opa: bool) -> dict[str, Callable[[dict[str, Any]], Any]]:
+def _judge_engines(bundle: LoadedBundle, with_opa: bool) -> dict[str, Callable[[Mapping[str, object]], object]]:
     regopy = RegopyEngine(bundle, EVIDENCE_ENTRYPOINT, preflight=False)
-    engines: dict[str, Callable[[dict[str, Any]], Any]] = {"regopy": lambda doc: regopy.evaluate(doc).value}
+    engines: dict[str, Callable[[Mapping[str, object]], object]] = {"regopy": lambda doc: regopy.evaluate(doc).value}
     if with_opa:
         from opa_bindings import OpaEngine
 

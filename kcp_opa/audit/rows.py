@@ -8,19 +8,17 @@ short enough for a terminal, and the JSON output keeps every field.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
 from kcp_opa.core.jsonread import JsonObject, mapping
 
 COLUMNS = ("seq", "time", "type", "decision_id", "who", "what", "detail")
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: object) -> list[str]:
     return [str(item) for item in value] if isinstance(value, list) else []
 
 

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id
 from kcp_opa.audit.tallies import decision_model, redecision_of
@@ -182,10 +182,9 @@ def parse_selection(params: Iterable[tuple[str, str]]) -> tuple[Selection, Windo
             raise SelectionError(f"{name} is longer than {_MAX_TEXT} characters or holds control characters")
         given[name] = value.strip()
     given = {name: value for name, value in given.items() if value}
-    found: dict[str, Any] = {name: given.get(name) for name in _TEXT_FILTERS}
-    for name in ("since", "until"):
-        found[name] = _when(name, given[name]) if name in given else None
-    if found["since"] and found["until"] and found["until"] <= found["since"]:
+    texts = {name: given.get(name) for name in _TEXT_FILTERS}
+    since, until = (_when(name, given[name]) if name in given else None for name in ("since", "until"))
+    if since and until and until <= since:
         raise SelectionError("until is not after since: give a period that ends after it starts")
     outcome = given.get("outcome")
     if outcome is not None and outcome not in OUTCOMES:
@@ -197,7 +196,7 @@ def parse_selection(params: Iterable[tuple[str, str]]) -> tuple[Selection, Windo
         _number("per_page", given["per_page"], MAX_PAGE_SIZE) if "per_page" in given else DEFAULT_PAGE_SIZE,
     )
     kept = tuple((name, given[name]) for name in PARAMETERS if name in given and name not in ("page", "per_page"))
-    return Selection(outcome=outcome, given=kept, **found), window
+    return Selection(since=since, until=until, outcome=outcome, given=kept, **texts), window
 
 
 def query_string(selection: Selection, window: Window, page: int) -> str:
