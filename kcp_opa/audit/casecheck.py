@@ -66,7 +66,7 @@ class Check:
         """Not failed, not proved: the check ran against a key or cut only the case supplies."""
         return self.ok is None and self.detail.startswith(("not pinned", "not anchored"))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"check": self.name, "ok": self.ok, "warning": self.warning, "detail": self.detail}
 
 

@@ -171,7 +171,7 @@ class LedgerSummary:
     policy_timeline: list[TimelineRow] = field(default_factory=list)
     receipts: int = 0
     executions: int = 0
-    #: Each decision's last entry (Any: service/uipages.py joins its reason_codes unchecked).
+    #: Each decision's last entry as read (service/uipages.py joins its reason_codes unchecked).
     final: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> JsonDict:

@@ -244,7 +244,7 @@ class Decision:
         return self.verdict.reason_codes
 
     def to_dict(self) -> dict[str, Any]:
-        """The contract's decision JSON (Any: kcp_opa.authoring.cases indexes it by field name)."""
+        """The contract's decision JSON (kcp_opa.authoring.cases indexes it by field name, unchecked)."""
         out: dict[str, Any] = {
             "schema_version": self.schema_version,
             "decision_id": self.decision_id,
