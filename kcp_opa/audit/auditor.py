@@ -17,14 +17,18 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kcp_opa.compile.bundle import LoadedBundle, peek_revision, read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.errors import BundleError, BundleProvenanceError, LedgerError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.trail.entries import BUNDLE_NAME
 from kcp_opa.trail.ledger import read_entries
+
+if TYPE_CHECKING:
+    from opa_bindings import OpaEngine
 
 _README = """# Decision {decision_id} (ledger seq {seq})
 
@@ -114,7 +118,7 @@ def decision_entries(ledger: str | Path) -> Iterable[tuple[int, dict[str, Any]]]
     return ((line, entry) for line, entry in read_entries(ledger) if entry.get("type") == "decision")
 
 
-def bundle_ref(entry: Mapping[str, Any]) -> tuple[str, str | None]:
+def bundle_ref(entry: JsonObject) -> tuple[str, str | None]:
     """The revision and (for entries bound to bytes) the sha256 of the bundle an entry names."""
     bundles = entry.get("bundles")
     if isinstance(bundles, Mapping):
@@ -202,8 +206,8 @@ def export_decision(
     return out
 
 
-def _signed(entry: Mapping[str, Any]) -> bool:
-    named = (entry.get("bundles") or {}).get(BUNDLE_NAME)
+def _signed(entry: JsonObject) -> bool:
+    named = mapping(entry.get("bundles")).get(BUNDLE_NAME)
     return isinstance(named, Mapping) and isinstance(named.get("keyid"), str)
 
 
@@ -211,7 +215,7 @@ def _signed(entry: Mapping[str, Any]) -> bool:
 class ReplayReport:
     decisions: int = 0
     reproduced: dict[str, int] = field(default_factory=dict)
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[JsonDict] = field(default_factory=list)
     erased_unverifiable: list[str] = field(default_factory=list)
     missing_bundles: dict[str, int] = field(default_factory=dict)
     engines: tuple[str, ...] = ()
@@ -220,7 +224,7 @@ class ReplayReport:
     def ok(self) -> bool:
         return not self.mismatches and not self.missing_bundles
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "ok": self.ok,
             "decisions": self.decisions,
@@ -235,7 +239,7 @@ class ReplayReport:
 class _Engines:
     def __init__(self, bundle: LoadedBundle, with_opa: bool) -> None:
         self.regopy = RegopyEngine(bundle, DECISION_ENTRYPOINT, preflight=True)
-        self.opa: Any = None
+        self.opa: OpaEngine | None = None
         if with_opa:
             try:
                 from opa_bindings import OpaEngine
@@ -246,8 +250,8 @@ class _Engines:
                 self.opa.add_policy(name, source)
             self.opa.add_data(dict(bundle.data))
 
-    def evaluate(self, input_doc: Mapping[str, Any]) -> dict[str, Any]:
-        results: dict[str, Any] = {}
+    def evaluate(self, input_doc: JsonObject) -> dict[str, object]:
+        results: dict[str, object] = {}
         outcome = self.regopy.evaluate(input_doc)
         results["regopy"] = outcome.value if outcome.error is None else {"engine_error": outcome.error}
         if self.opa is not None:
@@ -294,7 +298,7 @@ def replay(
     return report
 
 
-def _unusable_result(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+def _unusable_result(entry: JsonObject) -> JsonDict | None:
     """Why an archived result cannot be replayed against (None when it can)."""
     result = entry.get("result")
     if isinstance(result, Mapping) and isinstance(result.get("decision"), str):
@@ -306,7 +310,7 @@ def _unusable_result(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"engine": "archive", "reason": "result_unparsable", "got": result}
 
 
-def entry_decision_id(entry: Mapping[str, Any]) -> str | None:
+def entry_decision_id(entry: JsonObject) -> str | None:
     """The decision an entry belongs to: its own id, or the one its (refused) evidence names."""
     if isinstance(entry.get("decision_id"), str):
         return str(entry["decision_id"])
@@ -316,7 +320,7 @@ def entry_decision_id(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
-def entry_agent(entry: Mapping[str, Any]) -> str:
+def entry_agent(entry: JsonObject) -> str:
     """Whom a decision entry is attributed to, as reports show it: its ``agent_id`` (the
     authenticated principal), or the agent the action stated, marked, when no principal
     authenticated (``unauthenticated: true``, a ``kcp-opa decide`` ledger)."""
@@ -324,7 +328,7 @@ def entry_agent(entry: Mapping[str, Any]) -> str:
     return f"{agent} (unauthenticated)" if entry.get("unauthenticated") is True else agent
 
 
-def entry_principal(entry: Mapping[str, Any]) -> str | None:
+def entry_principal(entry: JsonObject) -> str | None:
     """The authenticated principal of a service entry (refusals, notes), by id."""
     principal = entry.get("principal")
     if isinstance(principal, Mapping) and isinstance(principal.get("id"), str):
@@ -345,7 +349,7 @@ def query(
     principal: str | None = None,
     code: str | None = None,
     decision_id: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonDict]:
     """Entries matching every given filter (timestamps compare as RFC 3339 strings in UTC).
 
     ``decision_id`` also selects the refusals whose evidence named that decision; ``principal``

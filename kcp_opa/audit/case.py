@@ -27,15 +27,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kcp_opa.audit.auditor import BundleIndex, bundle_ref, entry_decision_id
+from kcp_opa.audit.auditor import BundleIndex, bundle_ref
 from kcp_opa.audit.caseanchor import anchor_checkpoint
-from kcp_opa.audit.caseproofs import ANCHOR, proof_files
+from kcp_opa.audit.caseproofs import ANCHOR, of_decision, pretty, proof_files
 from kcp_opa.audit.casereadme import BUNDLE_KEY, bundle_key, render_readme
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError, LedgerError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
 from kcp_opa.core.signing import Keyring
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.trail.verify import is_header, verify_ledger
@@ -49,12 +50,6 @@ CHECKPOINT = "checkpoint.json"
 CHECKPOINT_KEYS = "keys/checkpoint.json"
 RECEIPT = "receipt.json"
 RECEIPT_KEYS = "keys/receipt.json"
-
-
-def _is_case_entry(entry: Mapping[str, Any], decision_id: str, receipt_ids: set[str]) -> bool:
-    if entry_decision_id(entry) == decision_id:
-        return True
-    return entry.get("type") in {"intent", "execution", "failure"} and entry.get("receipt_id") in receipt_ids
 
 
 def _read_lines(ledger: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -72,7 +67,7 @@ def _read_lines(ledger: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any
     return header, entries
 
 
-def _public_keyring(keyring: Keyring, kids: Sequence[str]) -> dict[str, Any]:
+def _public_keyring(keyring: Keyring, kids: Sequence[str]) -> JsonDict:
     public = keyring.public()
     wanted = {kid: key for kid, key in public.keys.items() if kid in kids}
     if len(wanted) != len(set(kids)):
@@ -81,12 +76,12 @@ def _public_keyring(keyring: Keyring, kids: Sequence[str]) -> dict[str, Any]:
     return Keyring(wanted, None).to_file_dict(include_private=False)
 
 
-def _issuer_keys(registry: TrustRegistry, attestations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _issuer_keys(registry: TrustRegistry, attestations: Sequence[JsonObject]) -> dict[str, JsonDict]:
     """Each attesting issuer's registry entry for the kid it signed with (public parts only)."""
-    keys: dict[str, dict[str, Any]] = {}
+    keys: dict[str, JsonDict] = {}
     for item in attestations:
         issuer = registry.issuer(str(item.get("issuer")))
-        kid = str((item.get("signature") or {}).get("kid"))
+        kid = str(mapping(item.get("signature")).get("kid"))
         entry = issuer.keys.get(kid) if issuer is not None else None
         if issuer is None or entry is None:
             continue
@@ -94,7 +89,7 @@ def _issuer_keys(registry: TrustRegistry, attestations: Sequence[Mapping[str, An
     return keys
 
 
-def attestation_of(evidence: Mapping[str, Any]) -> dict[str, Any]:
+def attestation_of(evidence: JsonObject) -> JsonDict:
     """The signed attestation as the issuer signed it: the logged item without the registry's actor_type."""
     return {key: value for key, value in evidence.items() if key != "actor_type"}
 
@@ -131,12 +126,7 @@ def build_case(
         problem = report.problems[0]
         raise LedgerError(f"{path}:{problem.line}: {problem.message}; a broken ledger makes no case")
     header, entries = _read_lines(path)
-    receipt_ids = {
-        str(e["receipt_id"])
-        for e in entries
-        if e.get("type") == "receipt" and entry_decision_id(e) == decision_id and e.get("receipt_id")
-    }
-    case_entries = [e for e in entries if _is_case_entry(e, decision_id, receipt_ids)]
+    case_entries = of_decision(entries, decision_id)
     decisions = [e for e in case_entries if e.get("type") == "decision"]
     if not decisions:
         raise LedgerError(f"{path}: no decision {decision_id}")
@@ -171,8 +161,8 @@ def build_case(
         )
         segment = [e for e in entries if int(e["seq"]) <= checkpoint.seq]  # the whole prefix: see above
         files[CHAIN] = b"".join(canonical_json(item) + b"\n" for item in ([header] if header else []) + segment)
-        files[CHECKPOINT] = _pretty(checkpoint.to_dict())
-        files[CHECKPOINT_KEYS] = _pretty(_public_keyring(checkpoint_keys, [checkpoint.signature.kid]))
+        files[CHECKPOINT] = pretty(checkpoint.to_dict())
+        files[CHECKPOINT_KEYS] = pretty(_public_keyring(checkpoint_keys, [checkpoint.signature.kid]))
         anchored_seq = checkpoint.seq
         anchored = f"anchored by a checkpoint of seq {checkpoint.seq} signed by `{checkpoint.signature.kid}`"
         pins = "--keyring checkpoint-public.json --checkpoint newer-checkpoint.json"
@@ -181,21 +171,21 @@ def build_case(
     if out.exists() and any(out.iterdir()):
         raise LedgerError(f"{out} exists and is not empty; a case is written into a new directory")
     for entry in decisions:
-        files[f"decisions/{entry['seq']:06d}-input.json"] = _pretty(entry["input"])
-        files[f"decisions/{entry['seq']:06d}-result.json"] = _pretty(entry["result"])
-    files["input.json"], files["result.json"] = _pretty(decisions[-1]["input"]), _pretty(decisions[-1]["result"])
+        files[f"decisions/{entry['seq']:06d}-input.json"] = pretty(entry["input"])
+        files[f"decisions/{entry['seq']:06d}-result.json"] = pretty(entry["result"])
+    files["input.json"], files["result.json"] = pretty(decisions[-1]["input"]), pretty(decisions[-1]["result"])
     controls = [e for e in case_entries if e.get("type") == "control" and isinstance(e.get("evidence"), Mapping)]
     attestations = [attestation_of(e["evidence"]) for e in controls]
     for entry, item in zip(controls, attestations, strict=True):
-        files[f"attestations/{entry['seq']:06d}-{item.get('control')}.json"] = _pretty(item)
-    files[ISSUER_KEYS] = _pretty(_issuer_keys(registry, attestations))
+        files[f"attestations/{entry['seq']:06d}-{item.get('control')}.json"] = pretty(item)
+    files[ISSUER_KEYS] = pretty(_issuer_keys(registry, attestations))
     files[REGISTRY] = Path(registry.file).read_bytes()
     files[BUNDLE] = found.read_bytes()
     if receipt is not None:
         if receipt_keyring is None:
             raise LedgerError("a receipt needs the keyring whose public key verifies it")
-        files[RECEIPT] = _pretty(receipt.to_dict())
-        files[RECEIPT_KEYS] = _pretty(_public_keyring(receipt_keyring, [receipt.signature.kid]))
+        files[RECEIPT] = pretty(receipt.to_dict())
+        files[RECEIPT_KEYS] = pretty(_public_keyring(receipt_keyring, [receipt.signature.kid]))
     created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     signed = bundle_key(loaded, verification)
     if signed is not None:
@@ -233,9 +223,5 @@ def build_case(
         "checkpoint_seq": anchored_seq,
         "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
     }
-    (out / "case.json").write_bytes(_pretty(document))
+    (out / "case.json").write_bytes(pretty(document))
     return document
-
-
-def _pretty(value: Any) -> bytes:
-    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")

@@ -30,11 +30,11 @@ from typing import Any
 
 from kcp_opa.audit import case as layout
 from kcp_opa.audit.auditor import _Engines, bundle_ref
-from kcp_opa.audit.case import _is_case_entry
 from kcp_opa.audit.casepins import Pins as _Pins
 from kcp_opa.audit.casepins import anchor as _anchor
 from kcp_opa.audit.casepins import receipt as _receipt
 from kcp_opa.audit.caseproofs import TreePins, checkpoint_of, entries_line, proven_entries, tree_checkpoint
+from kcp_opa.audit.caseproofs import is_case_entry as _is_case_entry
 from kcp_opa.audit.caseproofs import proofs as _proofs
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT
@@ -66,7 +66,7 @@ class Check:
         """Not failed, not proved: the check ran against a key or cut only the case supplies."""
         return self.ok is None and self.detail.startswith(("not pinned", "not anchored"))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"check": self.name, "ok": self.ok, "warning": self.warning, "detail": self.detail}
 
 
@@ -264,9 +264,9 @@ def _attestations(case: _Case) -> str:
     return f"{len(controls)} signed control results verify under their issuers' registered keys"
 
 
-def _judge_engines(bundle: LoadedBundle, with_opa: bool) -> dict[str, Callable[[dict[str, Any]], Any]]:
+def _judge_engines(bundle: LoadedBundle, with_opa: bool) -> dict[str, Callable[[Mapping[str, object]], object]]:
     regopy = RegopyEngine(bundle, EVIDENCE_ENTRYPOINT, preflight=False)
-    engines: dict[str, Callable[[dict[str, Any]], Any]] = {"regopy": lambda doc: regopy.evaluate(doc).value}
+    engines: dict[str, Callable[[Mapping[str, object]], object]] = {"regopy": lambda doc: regopy.evaluate(doc).value}
     if with_opa:
         from opa_bindings import OpaEngine
 

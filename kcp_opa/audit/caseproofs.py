@@ -15,13 +15,14 @@ prefix): verify says so on the ``entries`` line rather than "none left out".
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kcp_opa.audit.auditor import entry_decision_id
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import LedgerError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Keyring
 from kcp_opa.trail.ledger import read_entries
 from kcp_opa.trail.ledgertree import LedgerTree
@@ -40,6 +41,7 @@ from kcp_opa.trail.proofs import inclusion_document, verify_inclusion_document
 TREE_CHECKPOINT = "checkpoint.note"
 LOG_KEY = "keys/log.vkey"
 ANCHOR = "tree"  # case.json's "anchor" in a proof case
+_Entry = TypeVar("_Entry", bound=JsonObject)
 
 
 def entry_file(seq: int) -> str:
@@ -50,23 +52,28 @@ def proof_file(seq: int) -> str:
     return f"proofs/{seq:06d}.json"
 
 
-def decision_seqs(ledger: Path, decision_id: str) -> list[int]:
-    """The seqs of a decision's entries: its own, the receipts issued on it, and their intents, executions, failures."""
-    entries = [entry for _, entry in read_entries(ledger)]
+def is_case_entry(entry: JsonObject, decision_id: str, receipt_ids: set[str]) -> bool:
+    if entry_decision_id(entry) == decision_id:
+        return True
+    return entry.get("type") in {"intent", "execution", "failure"} and entry.get("receipt_id") in receipt_ids
+
+
+def of_decision(entries: Sequence[_Entry], decision_id: str) -> list[_Entry]:
+    """A decision's entries: its own, the receipts issued on it, and their intents, executions, failures."""
     receipts = {
         str(e["receipt_id"])
         for e in entries
         if e.get("type") == "receipt" and entry_decision_id(e) == decision_id and e.get("receipt_id")
     }
-    return [
-        int(e["seq"])
-        for e in entries
-        if entry_decision_id(e) == decision_id
-        or (e.get("type") in {"intent", "execution", "failure"} and e.get("receipt_id") in receipts)
-    ]
+    return [e for e in entries if is_case_entry(e, decision_id, receipts)]
 
 
-def _pretty(value: Any) -> bytes:
+def decision_seqs(ledger: Path, decision_id: str) -> list[int]:
+    """The seqs of a decision's entries (``of_decision``)."""
+    return [int(e["seq"]) for e in of_decision([entry for _, entry in read_entries(ledger)], decision_id)]
+
+
+def pretty(value: object) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -107,8 +114,8 @@ def proof_files(
     files = {TREE_CHECKPOINT: note.encode(), LOG_KEY: (log.vkey() + "\n").encode("ascii")}
     for seq in seqs:
         document = inclusion_document(tree, seq, checkpoint)
-        files[entry_file(seq)] = _pretty(document["entry"])
-        files[proof_file(seq)] = _pretty(document)
+        files[entry_file(seq)] = pretty(document["entry"])
+        files[proof_file(seq)] = pretty(document)
     return files, checkpoint
 
 
@@ -186,7 +193,7 @@ def proven_entries(case: ProofCase) -> list[dict[str, Any]]:
     return entries
 
 
-def proofs(case: ProofCase, belongs: Any) -> str:
+def proofs(case: ProofCase, belongs: Callable[[JsonObject, str, set[str]], bool]) -> str:
     """Each entry proven, and each one of this decision (``belongs(entry, decision_id, receipt_ids)``)."""
     entries = proven_entries(case)
     receipts = {

@@ -14,18 +14,24 @@ import io
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar
 
 from kcp_opa.audit.selection import Window
 from kcp_opa.audit.summary import EXCEPTION_HEADERS, LedgerSummary, exception_rows
 from kcp_opa.audit.tallies import REDECISION_STEPS
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.jsonread import JsonObject, strings
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 #: The report as the service serves it: its filter form submits to the same page.
 SERVED_CSP = CSP.replace("form-action 'none'", "form-action 'self'")
 #: The most rows a count table shows (the largest counts), and the most entries a decision's case view lists.
 TOP_ROWS, CASE_ROWS = 25, 40
+_Row = TypeVar("_Row")
 #: Every row, in chain order (the CLI's report without --page).
 WHOLE = Window(1, 10**12)
 _STATE_COLOURS = {
@@ -60,12 +66,12 @@ class ReportError(KcpOpaError):
     """The report could not be drawn (matplotlib missing)."""
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     """Every value that reaches the page: escaped, quotes included (attributes are safe too)."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
 
@@ -78,7 +84,7 @@ def _pyplot() -> Any:
     return pyplot
 
 
-def _svg(figure: Any) -> str:
+def _svg(figure: Figure) -> str:
     pyplot = _pyplot()
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
@@ -130,7 +136,7 @@ def _short(label: str, width: int = 40) -> str:
     return text.replace("$", r"\$")
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "None.") -> str:
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, empty: str = "None.") -> str:
     body = "".join(
         "<tr>" + "".join(_cell(header, value) for header, value in zip(headers, row, strict=True)) + "</tr>"
         for row in rows
@@ -141,7 +147,7 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str 
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _cell(header: str, value: Any) -> str:
+def _cell(header: str, value: object) -> str:
     if header == "decision" and isinstance(value, str) and value:
         return f'<td><a href="#{esc(_anchor(value))}"><code>{esc(value)}</code></a></td>'
     css = ' class="num"' if isinstance(value, int | float) and not isinstance(value, bool) else ""
@@ -176,14 +182,14 @@ def page_decisions(summary: LedgerSummary, window: Window) -> list[str]:
     return window.rows(list(summary.final)) if window is not WHOLE else list(summary.final)
 
 
-def _pick(window: Window, items: Sequence[Any]) -> Sequence[Any]:
+def _pick(window: Window, items: Sequence[_Row]) -> Sequence[_Row]:
     return items if window is WHOLE else window.rows(items)
 
 
 def render_html(
     summary: LedgerSummary,
     *,
-    entries_by_decision: Mapping[str, list[dict[str, Any]]],
+    entries_by_decision: Mapping[str, Sequence[JsonObject]],
     charts: bool = True,
     window: Window = WHOLE,
     controls: str = "",
@@ -289,7 +295,10 @@ def render_html(
         "<h2>Engine divergences</h2>"
         + _table(
             ["seq", "decision", "engines"],
-            ([d["seq"], d["decision_id"], ", ".join(d["engines"])] for d in _pick(window, summary.divergences)),
+            (
+                [d["seq"], d["decision_id"], ", ".join(strings(d["engines"]))]
+                for d in _pick(window, summary.divergences)
+            ),
         ),
         "<h2>Decisions</h2>" + _decisions(summary, entries_by_decision, page_decisions(summary, window)),
     ]
@@ -302,7 +311,7 @@ def render_html(
 
 
 def _decisions(
-    summary: LedgerSummary, entries_by_decision: Mapping[str, list[dict[str, Any]]], shown: Sequence[str]
+    summary: LedgerSummary, entries_by_decision: Mapping[str, Sequence[JsonObject]], shown: Sequence[str]
 ) -> str:
     """One case view per decision shown: its final state, then its first ``CASE_ROWS`` entries in chain order."""
     from kcp_opa.audit.rows import row
@@ -330,9 +339,9 @@ def _decisions(
 def redecision_tables(summary: LedgerSummary, table: Table, window: Window) -> str:
     """The re-decisions by step, then each one on ``window``'s page linked to the decision it re-decides."""
     steps = [[step, REDECISION_STEPS.get(step, step), count] for step, count in summary.redecisions_by_step.items()]
-    rows: Iterable[Sequence[Any]] = (
+    rows: Iterable[Sequence[object]] = (
         [r["seq"], r["step"], r["original_decision_id"], r["decision_id"], r["decision"], r["authorization_status"],
-         r["revision"][:12], r["timestamp"]]
+         str(r["revision"])[:12], r["timestamp"]]
         for r in _pick(window, summary.redecisions)
     )  # fmt: skip
     return table(["step", "re-decided at", "re-decisions"], steps, empty="No re-decision.") + table(

@@ -11,9 +11,10 @@ exceptions (signed waivers) in force that may apply to the unit.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
+from kcp_opa.core.jsonread import JsonObject, items, mapping
 from kcp_opa.declare.effective import DEFAULT, EffectiveUnit, effective_units
 from kcp_opa.declare.exceptions import GrantedException, epoch
 from kcp_opa.declare.manifest import Manifest
@@ -54,6 +55,50 @@ ARTICLE_9 = {
 NOT_APPLICABLE = "not applicable (no special categories)"
 
 
+class ActiveException(TypedDict):
+    id: str
+    scope: dict[str, str]
+    waives: list[str]
+    grantor: str
+    ticket: str
+    reason: str
+    expires_at: str
+
+
+class Source(TypedDict):
+    manifest: str
+    path: object
+    validated: object
+
+
+class Record(TypedDict):
+    """One record of processing; a value the manifest did not type (its purpose, residency...) is ``object``."""
+
+    activity: str
+    controller: object
+    purpose: object
+    personal_data_categories: list[str] | str
+    special_categories: bool
+    legal_basis: object
+    legal_basis_article: str
+    article_9_condition: str
+    recipients: list[str]
+    data_residency: object
+    third_country_transfer: bool | str
+    risk: str
+    security_measures: list[str]
+    regulations: object
+    audit_logged: bool
+    active_exceptions: list[ActiveException]
+    source: Source
+
+
+class Ropa(TypedDict):
+    records: list[Record]
+    summary: dict[str, int | list[str]]
+    warnings: list[str]
+
+
 def _recipients(effective: EffectiveUnit) -> list[str]:
     """Who may receive the data, from ``access``; an access left to KCP's default is not declared.
 
@@ -72,19 +117,19 @@ def _recipients(effective: EffectiveUnit) -> list[str]:
     return [who, *_audience(unit)]
 
 
-def _audience(unit: Mapping[str, Any]) -> list[str]:
-    return [f"audience: {a}" for a in unit.get("audience") or []]
+def _audience(unit: JsonObject) -> list[str]:
+    return [f"audience: {a}" for a in items(unit.get("audience"))]
 
 
-def _measures(unit: Mapping[str, Any]) -> list[str]:
-    compliance, trust = unit.get("compliance") or {}, unit.get("trust") or {}
-    delegation = unit.get("delegation") or {}
-    measures = [f"restriction: {r}" for r in compliance.get("restrictions") or []]
+def _measures(unit: JsonObject) -> list[str]:
+    compliance, trust = mapping(unit.get("compliance")), mapping(unit.get("trust"))
+    delegation = mapping(unit.get("delegation"))
+    measures = [f"restriction: {r}" for r in items(compliance.get("restrictions"))]
     if trust.get("agent_must_log"):
         measures.append("every agent access is logged (trust.audit.agent_must_log)")
     if trust.get("require_trace_context"):
         measures.append("W3C trace context required on every access")
-    if (delegation.get("human_in_the_loop") or {}).get("required"):
+    if mapping(delegation.get("human_in_the_loop")).get("required"):
         measures.append("human approval before use (delegation.human_in_the_loop)")
     if isinstance(delegation.get("max_depth"), int):
         measures.append(f"agent delegation limited to depth {delegation['max_depth']}")
@@ -93,7 +138,7 @@ def _measures(unit: Mapping[str, Any]) -> list[str]:
     return measures or [NOT_DECLARED]
 
 
-def active_exceptions(held: Sequence[GrantedException], activity: str, now: dt.datetime) -> list[dict[str, Any]]:
+def active_exceptions(held: Sequence[GrantedException], activity: str, now: dt.datetime) -> list[ActiveException]:
     """The exceptions in force at ``now`` that may apply to ``activity`` (``project/unit``): those
     scoped to that unit and those with no unit in their scope (a tenant's, an agent's)."""
     moment = int(now.timestamp())
@@ -117,14 +162,16 @@ def build_ropa(
     exceptions: Sequence[GrantedException] = (),
     *,
     now: dt.datetime | None = None,
-) -> dict[str, Any]:
+) -> Ropa:
     """The records, a summary and the warnings for every unit that lacks what a record needs.
 
     ``exceptions``: the waivers granted (kind kcp-opa/exceptions); each record lists those in
     force at ``now`` (default: the current time) that may apply to its unit.
     """
     moment = now or dt.datetime.now(dt.UTC)
-    records, warnings, without_personal = [], [], []
+    records: list[Record] = []
+    warnings: list[str] = []
+    without_personal: list[str] = []
     for manifest in manifests:
         for effective in effective_units(manifest):
             unit = effective.to_data()
@@ -183,7 +230,7 @@ def build_ropa(
                     "source": {"manifest": manifest.file, "path": unit.get("path"), "validated": unit.get("validated")},
                 }
             )
-    summary = {
+    summary: dict[str, int | list[str]] = {
         "activities": len(records),
         "high_risk": sum(1 for r in records if r["risk"] == "high"),
         "third_country_transfers": sum(1 for r in records if r["third_country_transfer"] is True),
@@ -195,7 +242,7 @@ def build_ropa(
     return {"records": records, "summary": summary, "warnings": warnings}
 
 
-def to_markdown(ropa: Mapping[str, Any]) -> str:
+def to_markdown(ropa: Ropa) -> str:
     summary = ropa["summary"]
     lines = [
         "# Records of processing activities (GDPR Art. 30)",
@@ -229,7 +276,7 @@ def to_markdown(ropa: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_text(ropa: Mapping[str, Any]) -> str:
+def to_text(ropa: Ropa) -> str:
     """Plain text for a terminal or a ticket: one block per record, every value whole (never cut)."""
     summary = ropa["summary"]
     lines = [
@@ -244,14 +291,14 @@ def to_text(ropa: Mapping[str, Any]) -> str:
             if key in ("activity", "source"):
                 continue
             if key == "active_exceptions":
-                value = [_exception(e) for e in value] or ["none"]
+                value = [_exception(e) for e in record["active_exceptions"]] or ["none"]
             shown = "; ".join(_shown(v) for v in value) if isinstance(value, list) else _shown(value)
             lines.append(f"  {key.replace('_', ' '):<26} {shown}")
         lines.append(f"  {'source':<26} {record['source']['manifest']}: {record['source']['path']}")
     return "\n".join(lines) + "\n"
 
 
-def _exception(item: Mapping[str, Any]) -> str:
+def _exception(item: ActiveException) -> str:
     """One waiver as a record of processing states it: what, for whom, by whom, until when."""
     scope = ", ".join(f"{k}={v}" for k, v in sorted(item["scope"].items()))
     return (
@@ -260,7 +307,7 @@ def _exception(item: Mapping[str, Any]) -> str:
     )
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A value as a reader writes it: yes/no, never Python's True/False."""
     if isinstance(value, bool):
         return "yes" if value else "no"

@@ -8,30 +8,24 @@ short enough for a terminal, and the JSON output keeps every field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
+from kcp_opa.core.jsonread import JsonObject, mapping
 
 COLUMNS = ("seq", "time", "type", "decision_id", "who", "what", "detail")
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _strings(value: Any) -> list[str]:
+def _strings(value: object) -> list[str]:
     return [str(item) for item in value] if isinstance(value, list) else []
 
 
-def row(entry: Mapping[str, Any]) -> dict[str, str]:
+def row(entry: JsonObject) -> dict[str, str]:
     """The seven columns of one entry (``COLUMNS``), all strings."""
     kind = _text(entry.get("type"))
-    evidence = _mapping(entry.get("evidence"))
+    evidence = mapping(entry.get("evidence"))
     who, what, detail = _text(entry.get("agent_id")), "", ""
     if kind == "decision":
         who = entry_agent(entry)
@@ -55,7 +49,7 @@ def row(entry: Mapping[str, Any]) -> dict[str, str]:
     elif kind == "receipt":
         who = ", ".join(_strings(entry.get("approver_ids"))) or who
         what = _text(entry.get("receipt_id"))
-        kid, expires = _mapping(entry.get("signature")).get("kid"), entry.get("expires_at")
+        kid, expires = mapping(entry.get("signature")).get("kid"), entry.get("expires_at")
         detail = "; ".join([*([f"kid {kid}"] if kid else []), *([f"expires {expires}"] if expires else [])])
     elif kind == "intent":
         what = _text(entry.get("idempotency_key"))
@@ -67,7 +61,7 @@ def row(entry: Mapping[str, Any]) -> dict[str, str]:
     elif kind == "note":
         who = entry_principal(entry) or who
         what = _text(entry.get("note"))
-        detail = ", ".join(f"{k}={v}" for k, v in sorted(_mapping(entry.get("detail")).items()))
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(mapping(entry.get("detail")).items()))
     else:
         what = _text(entry.get("code") or entry.get("receipt_id"))
     return {

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id
 from kcp_opa.audit.tallies import decision_model, redecision_of
 from kcp_opa.core.errors import CodedError
+from kcp_opa.core.jsonread import JsonObject, mapping
 from kcp_opa.models.decision import AuthorizationStatus, RoutingState
 from kcp_opa.trail.ledger import read_entries
 
@@ -43,11 +44,7 @@ class SelectionError(CodedError):
     code = "bad_request"
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def entry_time(entry: Mapping[str, Any]) -> dt.datetime | None:
+def entry_time(entry: JsonObject) -> dt.datetime | None:
     """An entry's timestamp as an aware datetime (UTC when it names no zone), None when it has none."""
     try:
         moment = dt.datetime.fromisoformat(str(entry.get("timestamp")).replace("Z", "+00:00"))
@@ -79,7 +76,7 @@ class Selection:
     def active(self) -> bool:
         return bool(self.given)
 
-    def in_period(self, entry: Mapping[str, Any]) -> bool:
+    def in_period(self, entry: JsonObject) -> bool:
         if self.since is None and self.until is None:
             return True
         moment = entry_time(entry)
@@ -102,7 +99,7 @@ class Selection:
                 aliases.setdefault(decision_id, link[0])  # a re-decision's own id names its decision
                 continue
             if decision_id not in traits:
-                action = _mapping(_mapping(entry.get("input")).get("action"))
+                action = mapping(mapping(entry.get("input")).get("action"))
                 traits[decision_id] = {
                     "agent": {entry_agent(entry), str(entry.get("agent_id") or "")},
                     "model": {decision_model(entry)},
@@ -121,7 +118,7 @@ class Selection:
                 found.add(decision_id)
         return found
 
-    def keeps(self, entry: Mapping[str, Any], matching: set[str] | None) -> bool:
+    def keeps(self, entry: JsonObject, matching: set[str] | None) -> bool:
         """Whether ``entry`` is counted: in the period, and (with a decision filter) of a matching decision."""
         if not self.in_period(entry):
             return False
@@ -185,10 +182,9 @@ def parse_selection(params: Iterable[tuple[str, str]]) -> tuple[Selection, Windo
             raise SelectionError(f"{name} is longer than {_MAX_TEXT} characters or holds control characters")
         given[name] = value.strip()
     given = {name: value for name, value in given.items() if value}
-    found: dict[str, Any] = {name: given.get(name) for name in _TEXT_FILTERS}
-    for name in ("since", "until"):
-        found[name] = _when(name, given[name]) if name in given else None
-    if found["since"] and found["until"] and found["until"] <= found["since"]:
+    texts = {name: given.get(name) for name in _TEXT_FILTERS}
+    since, until = (_when(name, given[name]) if name in given else None for name in ("since", "until"))
+    if since and until and until <= since:
         raise SelectionError("until is not after since: give a period that ends after it starts")
     outcome = given.get("outcome")
     if outcome is not None and outcome not in OUTCOMES:
@@ -200,7 +196,7 @@ def parse_selection(params: Iterable[tuple[str, str]]) -> tuple[Selection, Windo
         _number("per_page", given["per_page"], MAX_PAGE_SIZE) if "per_page" in given else DEFAULT_PAGE_SIZE,
     )
     kept = tuple((name, given[name]) for name in PARAMETERS if name in given and name not in ("page", "per_page"))
-    return Selection(outcome=outcome, given=kept, **found), window
+    return Selection(since=since, until=until, outcome=outcome, given=kept, **texts), window
 
 
 def query_string(selection: Selection, window: Window, page: int) -> str:

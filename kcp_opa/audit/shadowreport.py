@@ -9,21 +9,45 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from kcp_opa.core.jsonread import mapping
 from kcp_opa.trail.ledger import read_entries
 
 MAX_EXAMPLES = 10
 
 
-def _candidate(sha256: str, revision: str = "") -> dict[str, Any]:
+class Example(TypedDict):
+    line: int
+    decision_id: object
+    transition: str
+    weakens: bool
+    reason_codes: dict[str, object]  # active and candidate: what each entry recorded
+
+
+class Candidate(TypedDict):
+    sha256: str
+    revision: object
+    decisions: int
+    changed: int
+    weakened: int
+    transitions: dict[str, int]
+    examples: list[Example]
+
+
+class ShadowReport(TypedDict):
+    ledger: str
+    candidates: list[Candidate]
+
+
+def _candidate(sha256: str, revision: str = "") -> Candidate:
     return {"sha256": sha256, "revision": revision, "decisions": 0, "changed": 0, "weakened": 0, "transitions": {},
             "examples": []}  # fmt: skip
 
 
-def shadow_report(ledger: str | Path) -> dict[str, Any]:
+def shadow_report(ledger: str | Path) -> ShadowReport:
     """The summary, per candidate, of the ``shadow`` entries and the decisions they shadowed."""
-    candidates: dict[str, dict[str, Any]] = {}
+    candidates: dict[str, Candidate] = {}
     for line, entry in read_entries(ledger):
         if entry.get("type") == "decision":
             labels = entry.get("labels")
@@ -31,7 +55,7 @@ def shadow_report(ledger: str | Path) -> dict[str, Any]:
             if isinstance(shadow, str):
                 candidates.setdefault(shadow, _candidate(shadow))["decisions"] += 1
         elif entry.get("type") == "shadow":
-            active, candidate = entry.get("active") or {}, entry.get("candidate") or {}
+            active, candidate = mapping(entry.get("active")), mapping(entry.get("candidate"))
             sha256 = str(candidate.get("sha256", ""))
             summary = candidates.setdefault(sha256, _candidate(sha256))
             summary["revision"] = candidate.get("revision", summary["revision"])
@@ -56,7 +80,7 @@ def shadow_report(ledger: str | Path) -> dict[str, Any]:
     return {"ledger": str(ledger), "candidates": ordered}
 
 
-def to_markdown(report: Mapping[str, Any]) -> str:
+def to_markdown(report: ShadowReport) -> str:
     lines = [f"# Shadow report: {report['ledger']}", ""]
     if not report["candidates"]:
         lines.append("No candidate bundle was shadowed in this ledger.")

@@ -21,12 +21,21 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from kcp_opa.audit.auditor import entry_agent, entry_decision_id, entry_principal
 from kcp_opa.audit.selection import Selection
-from kcp_opa.audit.tallies import PolicyTimeline, Refusals, decision_model, redecision_of
+from kcp_opa.audit.tallies import (
+    OpenIntents,
+    PolicyTimeline,
+    RefusalRow,
+    Refusals,
+    TimelineRow,
+    decision_model,
+    redecision_of,
+)
 from kcp_opa.core.identity import IdentityError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping
 from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.declare.trust import Principal, TrustRegistry
 from kcp_opa.trail.ledger import read_entries, verify_ledger
@@ -34,8 +43,27 @@ from kcp_opa.trail.ledger import read_entries, verify_ledger
 OVERRIDE_MARKERS = ("override", "exception")
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+class ExceptionRow(TypedDict):
+    id: str
+    waives: list[str]
+    grantor: str
+    ticket: str
+    expires_at: str
+    scope: dict[str, object]  # as the archived input held it
+    uses: NotRequired[int]  # set by AppliedExceptions.rows
+
+
+class ApprovalRow(TypedDict):
+    seq: object
+    decision_id: str
+    control: str
+    actor_id: str
+    actor_type: str
+    issuer: str
+    status: str
+    timestamp: str
+    latency_seconds: NotRequired[float | None]  # these two are set once the whole ledger is read
+    roles: NotRequired[list[str]]
 
 
 class AppliedExceptions:
@@ -45,27 +73,30 @@ class AppliedExceptions:
     many entries record it)."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, dict[str, Any]] = {}
+        self._rows: dict[str, ExceptionRow] = {}
         self._decisions: dict[str, set[str]] = {}
 
-    def add(self, entry: Mapping[str, Any]) -> None:
+    def add(self, entry: JsonObject) -> None:
         if entry.get("type") != "decision":
             return
-        given = _mapping(_mapping(entry.get("input")).get("context")).get("exceptions")
+        given = mapping(mapping(entry.get("input")).get("context")).get("exceptions")
         held = {str(e.get("id")): e for e in given if isinstance(e, Mapping)} if isinstance(given, list) else {}
-        listed = _mapping(entry.get("result")).get("reasons")
+        listed = mapping(entry.get("result")).get("reasons")
         reasons = [r for r in listed if isinstance(r, Mapping)] if isinstance(listed, list) else []
         for reason in reasons:
             if reason.get("code") != "exception_applied":
                 continue
             found = str(reason.get("rule", "")).removeprefix("kcp.exceptions.")
-            granted = _mapping(held.get(found))  # the exception as the gate verified and passed it
-            row = self._rows.setdefault(found, {"id": found, "waives": []})
+            granted = mapping(held.get(found))  # the exception as the gate verified and passed it
+            row = self._rows.setdefault(
+                found, {"id": found, "waives": [], "grantor": "", "ticket": "", "expires_at": "", "scope": {}}
+            )
             waived = {str(r.get("code")) for r in reasons if r.get("waived_by") == found}
             row["waives"] = sorted(waived | set(row["waives"]))
-            for name in ("grantor", "ticket", "expires_at"):
-                row[name] = str(granted.get(name) or row.get(name) or "")
-            row["scope"] = dict(_mapping(granted.get("scope"))) or row.get("scope", {})
+            row["grantor"] = str(granted.get("grantor") or row["grantor"])
+            row["ticket"] = str(granted.get("ticket") or row["ticket"])
+            row["expires_at"] = str(granted.get("expires_at") or row["expires_at"])
+            row["scope"] = dict(mapping(granted.get("scope"))) or row["scope"]
             link = redecision_of(entry)  # a re-decision (at execution, under its own id) is its decision's use
             decision = link[0] if link is not None else entry.get("decision_id")
             self._decisions.setdefault(found, set()).add(str(decision or entry.get("seq")))
@@ -73,46 +104,15 @@ class AppliedExceptions:
     def uses(self, exception_id: str) -> int:
         return len(self._decisions.get(exception_id, ()))
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[ExceptionRow]:
         """One row per exception applied, by id: id, scope, waives, grantor, ticket, expires_at, uses."""
         return [{**self._rows[i], "uses": self.uses(i)} for i in sorted(self._rows)]
-
-
-class OpenIntents:
-    """Execution intents without an outcome: an entry naming the intent's seq (``intent_seq``), or a
-    reconciliation of its idempotency key written after it, resolves it."""
-
-    def __init__(self) -> None:
-        self._open: dict[int, dict[str, Any]] = {}
-
-    def add(self, entry: Mapping[str, Any]) -> None:
-        seq = entry.get("seq")
-        if entry.get("type") == "intent" and isinstance(seq, int):
-            self._open[seq] = {
-                "seq": seq,
-                "idempotency_key": str(entry.get("idempotency_key") or ""),
-                "receipt_id": str(entry.get("receipt_id") or ""),
-                "agent_id": str(entry.get("agent_id") or ""),
-                "timestamp": str(entry.get("timestamp")),
-            }
-            return
-        named = entry.get("intent_seq")
-        if isinstance(named, int):
-            self._open.pop(named, None)
-        if entry.get("type") == "execution" and entry.get("reconciled"):
-            key = str(entry.get("idempotency_key") or "")
-            for seq in [s for s, row in self._open.items() if row["idempotency_key"] == key]:
-                del self._open[seq]
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per unresolved intent, in chain order: seq, idempotency_key, receipt_id, agent_id, timestamp."""
-        return [self._open[seq] for seq in sorted(self._open)]
 
 
 EXCEPTION_HEADERS = ["exception", "scope", "codes waived", "grantor", "ticket", "expires_at", "uses"]
 
 
-def exception_rows(summary: LedgerSummary) -> list[list[Any]]:
+def exception_rows(summary: LedgerSummary) -> list[list[object]]:
     """The exceptions applied as the report and the dashboard show them (EXCEPTION_HEADERS);
     the pages escape every value (an exception's text is whatever it was signed with)."""
     return [
@@ -129,7 +129,7 @@ def exception_rows(summary: LedgerSummary) -> list[list[Any]]:
     ]
 
 
-def _time(text: Any) -> dt.datetime | None:
+def _time(text: object) -> dt.datetime | None:
     try:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
@@ -154,26 +154,27 @@ class LedgerSummary:
     by_tenant: Counter[str] = field(default_factory=Counter)
     over_time: dict[str, Counter[str]] = field(default_factory=dict)
     bucket: str = "day"
-    approvals: list[dict[str, Any]] = field(default_factory=list)
-    overrides: list[dict[str, Any]] = field(default_factory=list)
+    approvals: list[ApprovalRow] = field(default_factory=list)
+    overrides: list[ApprovalRow] = field(default_factory=list)
     #: The exceptions decisions applied (AppliedExceptions.rows): overrides granted as data.
-    exceptions: list[dict[str, Any]] = field(default_factory=list)
+    exceptions: list[ExceptionRow] = field(default_factory=list)
     refusals: Counter[str] = field(default_factory=Counter)
-    refusal_rows: list[dict[str, Any]] = field(default_factory=list)
-    ambiguous: list[dict[str, Any]] = field(default_factory=list)
+    refusal_rows: list[RefusalRow] = field(default_factory=list)
+    ambiguous: list[JsonDict] = field(default_factory=list)
     #: Execution intents no outcome names (OpenIntents.rows): side effects the ledger has no outcome for.
-    unresolved_intents: list[dict[str, Any]] = field(default_factory=list)
-    divergences: list[dict[str, Any]] = field(default_factory=list)
+    unresolved_intents: list[JsonDict] = field(default_factory=list)
+    divergences: list[JsonDict] = field(default_factory=list)
     #: Re-decisions, each linked to its original decision (``original_decision_id``), by step.
-    redecisions: list[dict[str, Any]] = field(default_factory=list)
+    redecisions: list[JsonDict] = field(default_factory=list)
     redecisions_by_step: Counter[str] = field(default_factory=Counter)
     #: The bundle revisions the entries name, first seen to last seen (PolicyTimeline.rows).
-    policy_timeline: list[dict[str, Any]] = field(default_factory=list)
+    policy_timeline: list[TimelineRow] = field(default_factory=list)
     receipts: int = 0
     executions: int = 0
+    #: Each decision's last entry as read (service/uipages.py joins its reason_codes unchecked).
     final: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "ledger": self.ledger,
             "chain": {"ok": self.chain_ok, "detail": self.chain_detail},
@@ -272,11 +273,11 @@ def summarize(
     for entry in summary.final.values():
         summary.by_state[str(entry.get("decision"))] += 1
         summary.by_status[str(entry.get("authorization_status"))] += 1
-        summary.by_reason.update(str(code) for code in entry.get("reason_codes") or [])
+        summary.by_reason.update(str(code) for code in items(entry.get("reason_codes")))
         summary.by_agent[entry_agent(entry)] += 1
         summary.by_model[decision_model(entry)] += 1
         summary.by_unit[str(entry.get("kcp_unit_applied") or "(none)")] += 1
-        tenant = _mapping(_mapping(entry.get("input")).get("action")).get("tenant_id")
+        tenant = mapping(mapping(entry.get("input")).get("action")).get("tenant_id")
         summary.by_tenant[str(tenant or "(none)")] += 1
     summary.bucket = _bucket_of(first_seen.values())
     for decision_id, moment in sorted(first_seen.items(), key=lambda item: item[1]):
@@ -298,7 +299,7 @@ def _principal(registry: TrustRegistry, actor: str) -> Principal | None:
         return None
 
 
-def _redecided(summary: LedgerSummary, entry: Mapping[str, Any], decision_id: str) -> bool:
+def _redecided(summary: LedgerSummary, entry: JsonObject, decision_id: str) -> bool:
     """Count ``entry`` as a re-decision when it is one (True); the desk's, under the decision's own id,
     moves that decision to its new state. A ledger written before re-decisions were linked repeats
     the id: that is a re-decision too (step ``unlinked``)."""
@@ -315,7 +316,7 @@ def _redecided(summary: LedgerSummary, entry: Mapping[str, Any], decision_id: st
             "step": step,
             "decision": str(entry.get("decision")),
             "authorization_status": str(entry.get("authorization_status")),
-            "revision": str(_mapping(_mapping(entry.get("bundles")).get("kcp-opa")).get("revision") or ""),
+            "revision": str(mapping(mapping(entry.get("bundles")).get("kcp-opa")).get("revision") or ""),
             "timestamp": str(entry.get("timestamp")),
         }
     )
@@ -326,7 +327,7 @@ def _redecided(summary: LedgerSummary, entry: Mapping[str, Any], decision_id: st
 
 def _count(
     summary: LedgerSummary,
-    entry: Mapping[str, Any],
+    entry: JsonObject,
     first_seen: dict[str, dt.datetime],
     first_state: dict[str, str],
     refusals: Refusals,
@@ -345,13 +346,13 @@ def _count(
                 {
                     "seq": entry.get("seq"),
                     "decision_id": decision_id,
-                    "engines": sorted(_mapping(entry["engine_results"])),
+                    "engines": sorted(mapping(entry["engine_results"])),
                 }
             )
     elif kind == "control":
-        evidence = _mapping(entry.get("evidence"))
+        evidence = mapping(entry.get("evidence"))
         control = str(evidence.get("control"))
-        row: dict[str, Any] = {
+        row: ApprovalRow = {
             "seq": entry.get("seq"),
             "decision_id": decision_id,
             "control": control,
@@ -366,7 +367,7 @@ def _count(
             summary.overrides.append(row)
     elif kind == "failure":
         code = str(entry.get("code"))
-        row = {
+        refused: RefusalRow = {
             "seq": entry.get("seq"),
             "code": code,
             "principal": entry_principal(entry) or str(entry.get("agent_id") or ""),
@@ -374,18 +375,18 @@ def _count(
             "message": str(entry.get("message") or ""),
             "timestamp": str(entry.get("timestamp")),
         }
-        if refusals.add(row, entry) and code == "execution_ambiguous":
-            summary.ambiguous.append({**row, "idempotency_key": str(entry.get("idempotency_key") or "")})
+        if refusals.add(refused, entry) and code == "execution_ambiguous":
+            summary.ambiguous.append({**refused, "idempotency_key": str(entry.get("idempotency_key") or "")})
     elif kind == "receipt":
         summary.receipts += 1
     elif kind == "execution":
         summary.executions += 1
 
 
-def entries_by_decision(ledger: str | Path, only: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+def entries_by_decision(ledger: str | Path, only: Iterable[str] | None = None) -> dict[str, list[JsonDict]]:
     """Every entry that belongs to a decision (its id, or its evidence's; a re-decision's, the decision it
     re-decides), grouped in chain order; with ``only``, of those decisions alone (a page's)."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
+    grouped: dict[str, list[JsonDict]] = {}
     wanted = set(only) if only is not None else None
     for _, entry in read_entries(ledger):
         link = redecision_of(entry)

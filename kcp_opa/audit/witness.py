@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.files import replace_atomically
@@ -70,7 +69,7 @@ def _read_state(path: Path) -> dict[str, Seen]:
     if not path.exists():
         return {}
     try:
-        document: Any = loads(path.read_bytes())
+        document: object = loads(path.read_bytes())
     except (OSError, ValueError) as exc:  # ValueError: json.JSONDecodeError, StrictJSONError
         raise NoteError(f"{path}: cannot read the witness state: {exc}") from None
     logs = document.get("logs") if isinstance(document, Mapping) else None
@@ -118,7 +117,7 @@ class Witness:
         """What the witness last cosigned, per origin (empty before its first cosignature)."""
         return _read_state(state)
 
-    def cosign(self, data: bytes, proof: Any | None, now: int | None = None) -> Cosigned:
+    def cosign(self, data: bytes, proof: object | None, now: int | None = None) -> Cosigned:
         """The checkpoint in ``data`` with this witness's cosignature, or :class:`WitnessRefusal`."""
         note = Note.parse(data)
         origin = note.text.split("\n", 1)[0]
@@ -144,7 +143,7 @@ class Witness:
         return Cosigned(cosigned, origin, checkpoint.size, previous)
 
     @staticmethod
-    def _check_extends(origin: str, previous: Seen, size: int, root: bytes, proof: Any | None) -> None:
+    def _check_extends(origin: str, previous: Seen, size: int, root: bytes, proof: object | None) -> None:
         if size < previous.size:
             raise WitnessRefusal(
                 f"{origin}: the log shrank from {previous.size} to {size} entries; not cosigning (a rewritten history)"

@@ -35,12 +35,13 @@ import datetime as dt
 import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 from kcp_opa.authorize.documents import Receipt
 from kcp_opa.authorize.receipts import verify_receipt
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.core.errors import ExecutionError, LedgerError, ReceiptVerificationError, StoreError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Keyring
 from kcp_opa.decide.action import check_action
 from kcp_opa.decide.checked import CheckedAction
@@ -50,10 +51,10 @@ from kcp_opa.stores.protocols import ExecutorStore, HandoffStore, NonceStore
 from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 from kcp_opa.trail.entries import AuditTrail
 
-Handler = Callable[[Mapping[str, Any]], Any]
+Handler = Callable[[JsonObject], object]
 
 
-def _loggable(value: Any) -> bool:
+def _loggable(value: object) -> TypeGuard[str]:
     """A receipt id we may write to the store and ledger as is (a short, valid UTF-8 string)."""
     if not isinstance(value, str) or len(value) > 200:
         return False
@@ -128,7 +129,7 @@ class _Claim:
 class ExecutionResult:
     idempotency_key: str
     receipt_id: str
-    outcome: Any
+    outcome: object
     replayed: bool
     """True when this call did not run the handler but returned the recorded outcome."""
 
@@ -162,11 +163,11 @@ class Executor:
         #: With a gate, every receipt is re-decided before it is consumed (kcp_opa.execute.recheck).
         self.gate = gate
 
-    def _emit(self, kind: str, action: Mapping[str, Any], **fields: Any) -> int | None:
+    def _emit(self, kind: str, action: JsonObject, **fields: object) -> int | None:
         """Write one entry; its seq (None without a ledger)."""
         return None if self.audit is None else int(self.audit.event(kind, action, None, **fields)["seq"])
 
-    def _intend(self, action: Mapping[str, Any], claim: _Claim) -> int | None:
+    def _intend(self, action: JsonObject, claim: _Claim) -> int | None:
         """Write the execution's intent (its seq), or release the claim and refuse: nothing runs unaudited."""
         if self.audit is None:
             return None
@@ -209,14 +210,14 @@ class Executor:
 
     def _conclude(
         self,
-        action: Mapping[str, Any],
+        action: JsonObject,
         claim: _Claim,
         intent_seq: int | None,
         kind: str,
         *,
-        outcome: Any = None,
+        outcome: object = None,
         error: str | None = None,
-        **fields: Any,
+        **fields: object,
     ) -> tuple[bool, int | None]:
         """Record the outcome: in the ledger first (naming the intent and the decision), then in the store.
 
@@ -259,8 +260,8 @@ class Executor:
 
     def execute_authorized_action(
         self,
-        action: Mapping[str, Any] | CheckedAction,
-        receipt: Receipt | Mapping[str, Any],
+        action: JsonObject | CheckedAction,
+        receipt: Receipt | JsonObject,
         handler: Handler,
         *,
         now: dt.datetime | None = None,

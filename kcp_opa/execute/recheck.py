@@ -16,12 +16,11 @@ nothing here: it asks the policy and reads ``execution_allowed``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
 
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.context.counting import excluding
 from kcp_opa.core.errors import ActionRejectedError, ReceiptVerificationError
+from kcp_opa.core.jsonread import JsonObject, strings
 from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
@@ -31,8 +30,8 @@ from kcp_opa.stores.protocols import NonceStore
 
 def redecide(
     gate: Gate,
-    action: Mapping[str, Any] | CheckedAction,
-    receipt: Mapping[str, Any],
+    action: JsonObject | CheckedAction,
+    receipt: JsonObject,
     *,
     now: dt.datetime | None = None,
     principal: str | None = None,
@@ -49,7 +48,7 @@ def redecide(
     own = receipt.get("receipt_id")
     with excluding(own if isinstance(own, str) else None):  # today's facts, exceptions and counts
         fresh = gate.input_for(action, now=now, principal=principal, context=context)  # read here, never handed out
-    covered = [c for c in receipt.get("satisfied_controls") or [] if isinstance(c, str)]
+    covered = strings(receipt.get("satisfied_controls"))
     prepared = gate.reprepare(  # the gate's own seal, as the control desk re-derives a decision
         action,
         at=fresh.evaluated_at,
@@ -62,13 +61,13 @@ def redecide(
     return gate.decide_prepared(prepared)
 
 
-def _decision_of(receipt: Mapping[str, Any]) -> str | None:
+def _decision_of(receipt: JsonObject) -> str | None:
     """The decision a receipt names (verified with the receipt before anything is consumed)."""
     named = receipt.get("decision_id")
     return named if isinstance(named, str) and named else None
 
 
-def refusal(decision: Decision, receipt: Mapping[str, Any]) -> str | None:
+def refusal(decision: Decision, receipt: JsonObject) -> str | None:
     """Why the re-decision no longer allows what ``receipt`` authorised (None: it does)."""
     verdict = decision.verdict
     if verdict.execution_allowed:
@@ -88,8 +87,8 @@ class Rechecked:
         self,
         inner: NonceStore,
         gate: Gate,
-        action: Mapping[str, Any] | CheckedAction,
-        receipt: Mapping[str, Any],
+        action: JsonObject | CheckedAction,
+        receipt: JsonObject,
         *,
         now: dt.datetime | None,
         principal: str | None,

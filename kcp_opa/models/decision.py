@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kcp_opa.core.jsonread import JsonDict, JsonObject
+
 SCHEMA_VERSION = "2.0"
 
 
@@ -81,8 +83,8 @@ class Reason:
     #: The exception that waived this finding (it stays in the decision but routes nothing).
     waived_by: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "rule": self.rule}
+    def to_dict(self) -> JsonDict:
+        out: JsonDict = {"code": self.code, "rule": self.rule}
         if self.unit is not None:
             out["unit"] = self.unit
         if self.regulation is not None:
@@ -101,7 +103,7 @@ class Violation:
     code: str
     fields: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"evaluator_id": self.evaluator_id, "code": self.code, "fields": list(self.fields)}
 
 
@@ -124,7 +126,7 @@ class PolicyVerdict:
     approver_roles: tuple[str, ...]
 
     @classmethod
-    def from_policy(cls, raw: Mapping[str, Any]) -> PolicyVerdict:
+    def from_policy(cls, raw: JsonObject) -> PolicyVerdict:
         """Parse the entrypoint's object; raise :class:`MalformedDecisionError` on any deviation."""
         try:
             return cls(
@@ -171,7 +173,7 @@ class PolicyVerdict:
             raise ValueError("; ".join(problems))
         return self
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The policy's own JSON, field for field (what ``opa eval`` prints for the entrypoint)."""
         return {
             "decision": self.decision.value,
@@ -242,7 +244,7 @@ class Decision:
         return self.verdict.reason_codes
 
     def to_dict(self) -> dict[str, Any]:
-        """The contract's decision JSON."""
+        """The contract's decision JSON (kcp_opa.authoring.cases indexes it by field name, unchecked)."""
         out: dict[str, Any] = {
             "schema_version": self.schema_version,
             "decision_id": self.decision_id,
@@ -299,42 +301,43 @@ AUDIT_UNAVAILABLE_VERDICT = fail_closed_verdict(
 )
 
 
-def _str(raw: Mapping[str, Any], key: str) -> str:
+def _str(raw: JsonObject, key: str) -> str:
     value = raw[key]
     if not isinstance(value, str):
         raise TypeError(f"{key} must be a string, got {value!r}")
     return value
 
 
-def _bool(raw: Mapping[str, Any], key: str) -> bool:
+def _bool(raw: JsonObject, key: str) -> bool:
     value = raw[key]
     if not isinstance(value, bool):
         raise TypeError(f"{key} must be a boolean, got {value!r}")
     return value
 
 
-def _list(raw: Mapping[str, Any], key: str) -> list[Any]:
+def _list(raw: JsonObject, key: str) -> list[object]:
     value = raw[key]
     if not isinstance(value, list):
         raise TypeError(f"{key} must be an array, got {value!r}")
     return value
 
 
-def _strings(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+def _strings(raw: JsonObject, key: str) -> tuple[str, ...]:
     values = _list(raw, key)
-    if not all(isinstance(value, str) for value in values):
+    texts = tuple(value for value in values if isinstance(value, str))
+    if len(texts) != len(values):
         raise TypeError(f"{key} must hold strings only")
-    return tuple(values)
+    return texts
 
 
-def _optional_str(raw: Mapping[str, Any], key: str) -> str | None:
+def _optional_str(raw: JsonObject, key: str) -> str | None:
     value = raw.get(key)
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{key} must be a string")
-    return value
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{key} must be a string")
 
 
-def _reason(raw: Any) -> Reason:
+def _reason(raw: object) -> Reason:
     if not isinstance(raw, Mapping):
         raise TypeError("a reason must be an object")
     return Reason(
@@ -349,7 +352,7 @@ def _reason(raw: Any) -> Reason:
     )
 
 
-def _violation(raw: Any) -> Violation:
+def _violation(raw: object) -> Violation:
     if not isinstance(raw, Mapping):
         raise TypeError("a violation must be an object")
     return Violation(evaluator_id=_str(raw, "evaluator_id"), code=_str(raw, "code"), fields=_strings(raw, "fields"))
