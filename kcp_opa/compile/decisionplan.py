@@ -15,11 +15,13 @@ differ from the row's ``other``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kcp_opa.compile.datadoc import DATA_ROOT
 from kcp_opa.compile.enginecheck import query_in_child
+from kcp_opa.core.errors import CompileError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping, objects
 
 PLAN_ENTRYPOINT = "kcp/gate/plan_table"
@@ -79,13 +81,33 @@ def build_plan(modules: Mapping[str, str], mounts: JsonObject, *, source: str) -
         {"task_types": named, "other": unnamed_action_type(named)},
         source=source,
     )
+    if not isinstance(table, Mapping) or not isinstance(table.get("profiles"), list):
+        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave no plan table (profiles, unbound): {_shown(table)}")
     return {
-        "profiles": [_row(named, row) for row in objects(mapping(table).get("profiles"))],
-        "unbound": _row(named, mapping(mapping(table).get("unbound"))),
+        "profiles": [_row(named, row, source) for row in table["profiles"]],
+        "unbound": _row(named, table.get("unbound"), source),
     }
 
 
-def _row(named: Sequence[str], row: JsonObject) -> JsonDict:
-    other, rows = items(row.get("other")), items(row.get("types"))
-    types = {task: items(names) for task, names in zip(named, rows, strict=True) if items(names) != other}
+def _row(named: Sequence[str], row: object, source: str) -> JsonDict:
+    """One row, checked: a row that reads as "no evaluator" because it is malformed would be a
+    fail-open (every evaluator it leaves out is skipped), so anything else is a CompileError."""
+    rows = row.get("types") if isinstance(row, Mapping) else None
+    if not isinstance(row, Mapping) or not isinstance(rows, list) or len(rows) != len(named):
+        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave a malformed row: {_shown(row)}")
+    other = _names(row.get("other"), source)
+    types = {task: found for task, names in zip(named, rows, strict=True) if (found := _names(names, source)) != other}
     return {"types": types, "other": other}
+
+
+def _names(value: object, source: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise CompileError(
+            f"{source}: {PLAN_ENTRYPOINT} gave names that are not a list of strings: {_shown(value)}"
+        )
+    return value
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."

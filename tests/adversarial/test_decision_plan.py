@@ -137,3 +137,22 @@ def test_every_action_type_a_declaration_names_gets_its_own_entry() -> None:
     assert named == ["publish", "read", "refund", "send"]
     assert unnamed_action_type(named) not in named
     assert unnamed_action_type(["kcp-opa:unnamed"]) == "kcp-opa:unnamed_"
+
+
+MALFORMED_TABLES = {
+    "a row without other": (
+        'plan_table := {"profiles": [{"types": [["residency"]]}], "unbound": {"types": [[]], "other": []}}'
+    ),
+    "names not strings": 'plan_table := {"profiles": [], "unbound": {"types": [[1]], "other": []}}',
+    "too few types": 'plan_table := {"profiles": [], "unbound": {"types": [], "other": []}}',
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MALFORMED_TABLES))
+def test_a_malformed_plan_table_is_a_compile_error_not_a_plan_that_reaches_nothing(shape: str) -> None:
+    """A plan row that read as "no evaluator" would skip every evaluator it leaves out (fail-open):
+    compile refuses it, whatever Rego's plan_table returned, with one line naming the entrypoint."""
+    module = f"package kcp.gate\n\n{MALFORMED_TABLES[shape]}\n"
+    mounts = {"kcp_data/matrix": {"task_types": ["read"]}}
+    with pytest.raises(CompileError, match="plan_table"):
+        build_plan({"plan.rego": module}, mounts, source="attack")
