@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
 
 from kcp_opa.analysis.cells import HELD, NO_UNIT, SHOWN, WEAKEN, CellChange
 from kcp_opa.analysis.diff import UNDECLARED, DiffReport
 from kcp_opa.analysis.prove import ProofReport
 
 
-def _compact(value: Any, limit: int = 600) -> str:
+def _compact(value: object, limit: int = 600) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
