@@ -15,7 +15,7 @@ NEW adds to OLD's matrix (OLD's task types all kept) are new coverage, as ``diff
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from kcp_opa.analysis.engines import brief
 from kcp_opa.analysis.space import Sample, Space
@@ -55,23 +55,11 @@ class CellChange:
         return f"{self.task} {self.value} {self.old} -> {self.new}"
 
     def to_dict(self) -> JsonDict:
+        """Every field, ``task`` as ``task_type`` and each side's decision in brief."""
         shown = None
         if self.decisions is not None:
             shown = {side: brief(d) for side, d in zip(("old", "new"), self.decisions, strict=True)}
-        return {
-            "task_type": self.task,
-            "dimension": self.dimension,
-            "value": self.value,
-            "old": self.old,
-            "new": self.new,
-            "direction": self.direction,
-            "status": self.status,
-            "held_by": self.held_by,
-            "tries": self.tries,
-            "action": self.action,
-            "now": self.now,
-            "decisions": shown,
-        }
+        return {"task_type": self.task, **{k: v for k, v in asdict(self).items() if k != "task"}, "decisions": shown}
 
 
 def matrix_rows(bundle: LoadedBundle) -> dict[str, dict[str, dict[str, str]]]:

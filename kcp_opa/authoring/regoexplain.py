@@ -68,7 +68,7 @@ def render(events: Sequence[JsonObject], modules: Mapping[str, str], mode: str) 
             shown += f"    evaluated: {evaluated}"
         bound = event.get("locals")
         if isinstance(bound, Mapping) and bound:
-            values = ", ".join(f"{k} = {_short(v)}" for k, v in sorted(bound.items()))
+            values = ", ".join(f"{k} = {compact(v)}" for k, v in sorted(bound.items()))
             shown += f"    with {values}"
         if lines and lines[-1] == shown:
             continue  # one expression evaluated again for each part of it
@@ -91,6 +91,7 @@ def _source_line(location: str, modules: Mapping[str, str]) -> str:
     return lines[number - 1].strip() if 0 < number <= len(lines) else ""
 
 
-def _short(value: object) -> str:
+def compact(value: object, limit: int = 120) -> str:
+    """VALUE as JSON on one line, cut to LIMIT characters."""
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return text if len(text) <= 120 else text[:117] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
