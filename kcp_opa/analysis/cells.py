@@ -15,11 +15,13 @@ NEW adds to OLD's matrix (OLD's task types all kept) are new coverage, as ``diff
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
+from kcp_opa.analysis.engines import brief
 from kcp_opa.analysis.space import Sample, Space
+from kcp_opa.analysis.spacedims import leaves
 from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, mapping, objects, strings
 from kcp_opa.declare.vocabulary import AUTONOMY_LEVELS
 
 #: The most actions aimed at one cell (units x amounts, then environments and roles).
@@ -44,54 +46,33 @@ class CellChange:
     status: str = NOT_REACHED
     held_by: list[str] = field(default_factory=list)
     tries: int = 0
-    action: dict[str, Any] | None = None
+    action: JsonDict | None = None
     now: str = ""
-    decisions: tuple[dict[str, Any], dict[str, Any]] | None = None
+    decisions: tuple[JsonDict, JsonDict] | None = None
 
     @property
     def label(self) -> str:
         return f"{self.task} {self.value} {self.old} -> {self.new}"
 
-    def to_dict(self) -> dict[str, Any]:
-        brief = None
+    def to_dict(self) -> JsonDict:
+        """Every field, ``task`` as ``task_type`` and each side's decision in brief."""
+        shown = None
         if self.decisions is not None:
-            brief = {side: _brief(d) for side, d in zip(("old", "new"), self.decisions, strict=True)}
-        return {
-            "task_type": self.task,
-            "dimension": self.dimension,
-            "value": self.value,
-            "old": self.old,
-            "new": self.new,
-            "direction": self.direction,
-            "status": self.status,
-            "held_by": self.held_by,
-            "tries": self.tries,
-            "action": self.action,
-            "now": self.now,
-            "decisions": brief,
-        }
+            shown = {side: brief(d) for side, d in zip(("old", "new"), self.decisions, strict=True)}
+        return {"task_type": self.task, **{k: v for k, v in asdict(self).items() if k != "task"}, "decisions": shown}
 
 
 def matrix_rows(bundle: LoadedBundle) -> dict[str, dict[str, dict[str, str]]]:
     """Task type -> {dimension: {value: level}}, read from the bundle's ``kcp_data/tasks`` index."""
-    index = bundle.data.get("kcp_data", {}).get("tasks", {})
+    index = mapping(mapping(bundle.data.get("kcp_data")).get("tasks"))
     rows: dict[str, dict[str, dict[str, str]]] = {}
-    for task, row in _leaves(index.get("slots", {}), int(index.get("depth", 0))):
+    for task, row in leaves(index.get("slots"), integer(index.get("depth")) or 0):
         rows[task] = {
             str(dim): {str(v): str(level) for v, level in values.items()}
             for dim, values in row.items()
             if isinstance(values, Mapping)
         }
     return rows
-
-
-def _leaves(slots: Any, depth: int) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    if depth > 0:
-        levels = slots if isinstance(slots, list) else list(slots.values()) if isinstance(slots, Mapping) else []
-        for level in levels:
-            yield from _leaves(level, depth - 1)
-    elif isinstance(slots, Mapping):
-        yield from ((str(k), v) for k, v in slots.items() if isinstance(v, Mapping))
 
 
 def changed_cells(old: LoadedBundle, new: LoadedBundle) -> list[CellChange]:
@@ -119,19 +100,23 @@ def _rank(level: str) -> int:
     return order.index(level) if level in order else order.index("forbidden")
 
 
-def needs(profile: Mapping[str, Any], dimension: str, value: str) -> bool:
+def needs(profile: JsonObject, dimension: str, value: str) -> bool:
     """Whether an action on a unit of PROFILE can need the cell (policies/kcp/evaluators/matrix.rego)."""
     if dimension == "data_categories":
-        return value in ((profile.get("compliance") or {}).get("data_categories") or [])
+        return value in strings(mapping(profile.get("compliance")).get("data_categories"))
     return value in sensitivities(profile)
 
 
-def sensitivities(profile: Mapping[str, Any]) -> set[str]:
+def sensitivities(profile: JsonObject) -> set[str]:
     """Every sensitivity the unit's visibility can resolve to ("undeclared" when none)."""
     view = profile.get("effective_visibility")
     if not isinstance(view, Mapping):
         return {"undeclared"}
-    found = {str(c.get("sensitivity")) for row in (view.get("cells") or {}).values() for c in row.values()}
+    found = {
+        str(c.get("sensitivity"))
+        for row in mapping(view.get("cells")).values()
+        for c in objects([*mapping(row).values()])
+    }
     incomplete = view.get("incomplete")
     if isinstance(incomplete, Mapping) and incomplete.get("sensitivity"):
         found.add(str(incomplete["sensitivity"]))
@@ -147,18 +132,19 @@ def aimed(space: Space, cell: CellChange) -> Iterator[Sample]:
         return
     units = []
     for index, choice in enumerate(space.dims[dims["unit"]].choices):
-        entry = space.context.units.get(tuple(choice.label.split("/", 1)))  # type: ignore[arg-type]
+        project, slash, unit = choice.label.partition("/")
+        entry = space.context.units.get((project, unit)) if slash else None
         if entry is not None and needs(entry[0], cell.dimension, cell.value):
             units.append((index, entry[0]))
     varied = [dims["amount"]] + [dims[n] for n in ("environment", "actor_role") if n in dims]
     tries = 0
     for position in varied:
-        for unit, _ in units:
+        for at, _ in units:
             for value in range(len(space.dims[position].choices)):
                 if position != varied[0] and value == 0:
                     continue  # the clean value, already decided with each amount
                 row = [0] * len(space.dims)
-                row[dims["unit"]], row[dims["task"]], row[position] = unit, task, value
+                row[dims["unit"]], row[dims["task"]], row[position] = at, task, value
                 if tries >= MAX_TRIES:
                     return
                 tries += 1
@@ -184,42 +170,40 @@ def _label_index(space: Space, name: str, label: str) -> int | None:
     return None
 
 
-def names_cell(decision: Mapping[str, Any], cell: CellChange) -> bool:
+def names_cell(decision: JsonObject, cell: CellChange) -> bool:
     """Whether DECISION carries a matrix finding about CELL (its level, or its absence)."""
-    tail = f" for {cell.task} on {cell.dimension}={cell.value}"
-    return any(
-        isinstance(r, Mapping) and r.get("rule") == "kcp.matrix.cell" and str(r.get("message", "")).endswith(tail)
-        for r in decision.get("reasons", [])
-    ) or (cell.task in _task_labels(decision, "task_type_not_in_matrix") and _MISSING in (cell.old, cell.new))
+    return any(r.get("rule") == "kcp.matrix.cell" and _about(r, cell) for r in objects(decision.get("reasons"))) or (
+        cell.task in _task_labels(decision, "task_type_not_in_matrix") and _MISSING in (cell.old, cell.new)
+    )
 
 
-def _task_labels(decision: Mapping[str, Any], code: str) -> set[str]:
+def _task_labels(decision: JsonObject, code: str) -> set[str]:
     return {
         str(r.get("message", "")).split(" ")[2]
-        for r in decision.get("reasons", [])
-        if isinstance(r, Mapping) and r.get("code") == code and len(str(r.get("message", "")).split(" ")) > 2
+        for r in objects(decision.get("reasons"))
+        if r.get("code") == code and len(str(r.get("message", "")).split(" ")) > 2
     }
 
 
-def judge(cell: CellChange, sample: Sample, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+def judge(cell: CellChange, sample: Sample, old: JsonObject, new: JsonObject) -> None:
     """Record what one decided action aimed at CELL showed: the change, or the findings that held
     the decision (the weaker side's reasons other than the cell's own)."""
     cell.tries += 1
     if cell.status == SHOWN or not (names_cell(old, cell) or names_cell(new, cell)):
         return
     keys = ("decision", "execution_allowed")
-    shown = any(old.get(k) != new.get(k) for k in keys) or set(old.get("required_controls", [])) != set(
-        new.get("required_controls", [])
+    shown = any(old.get(k) != new.get(k) for k in keys) or set(strings(old.get("required_controls"))) != set(
+        strings(new.get("required_controls"))
     )
     holder = old if cell.direction == STRENGTHEN else new
-    held_by = sorted({_code(r) for r in holder.get("reasons", []) if isinstance(r, Mapping) and not _about(r, cell)})
+    held_by = sorted({_code(r) for r in objects(holder.get("reasons")) if not _about(r, cell)})
     if shown or cell.status == NOT_REACHED or len(held_by) < len(cell.held_by):
         cell.status = SHOWN if shown else HELD
         cell.held_by = [] if shown else held_by
         cell.action, cell.now, cell.decisions = sample.action, sample.now, (dict(old), dict(new))
 
 
-def _code(reason: Mapping[str, Any]) -> str:
+def _code(reason: JsonObject) -> str:
     """A reason's code, with the cell it is about for a matrix finding (``matrix_approve
     (sensitivity=restricted)``): which other cell holds the decision."""
     message = str(reason.get("message", ""))
@@ -228,11 +212,6 @@ def _code(reason: Mapping[str, Any]) -> str:
     return str(reason.get("code"))
 
 
-def _about(reason: Any, cell: CellChange) -> bool:
+def _about(reason: JsonObject, cell: CellChange) -> bool:
     tail = f" for {cell.task} on {cell.dimension}={cell.value}"
-    return isinstance(reason, Mapping) and str(reason.get("message", "")).endswith(tail)
-
-
-def _brief(decision: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("decision", "execution_allowed", "reason_codes", "required_controls", "engine_error")
-    return {k: decision[k] for k in keys if k in decision}
+    return str(reason.get("message", "")).endswith(tail)

@@ -19,16 +19,16 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from kcp_opa.analysis.cells import NOT_REACHED, SHOWN, WEAKEN, CellChange, aimed, changed_cells, judge, settle
-from kcp_opa.analysis.engines import Evaluator
+from kcp_opa.analysis.engines import Evaluator, brief
 from kcp_opa.analysis.plan import PASSABLE, STATE_ORDER, plan_rows
 from kcp_opa.analysis.space import Sample, Space, derive_space
 from kcp_opa.analysis.spacedims import DimContext
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.jsonread import JsonDict, JsonObject, strings
 
 DEFAULT_BUDGET = 1500
 EXAMPLES = 3
@@ -46,21 +46,13 @@ class Change:
     transition: str
     weakens: bool
     why: list[str]
-    action: dict[str, Any]
+    action: JsonDict
     now: str
-    old: dict[str, Any]
-    new: dict[str, Any]
+    old: JsonDict
+    new: JsonDict
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "transition": self.transition,
-            "weakens": self.weakens,
-            "why": self.why,
-            "action": self.action,
-            "now": self.now,
-            "old": self.old,
-            "new": self.new,
-        }
+    def to_dict(self) -> JsonDict:
+        return asdict(self)
 
 
 @dataclass
@@ -107,7 +99,7 @@ class DiffReport:
     def weakens(self) -> bool:
         return bool(self.weakening) or any(c.direction == WEAKEN for c in self.cells)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "old": self.old,
             "new": self.new,
@@ -134,7 +126,7 @@ class DiffReport:
         }
 
 
-def classify(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def classify(old: JsonObject, new: JsonObject) -> tuple[list[str], list[str]]:
     """(what changed, why it weakens) between two decisions of the same action."""
     changed, weaker = [], []
     before, after = str(old.get("decision")), str(new.get("decision"))
@@ -144,12 +136,13 @@ def classify(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str],
             weaker.append(f"state {before} -> {after} is weaker")
     if old.get("execution_allowed") is not True and new.get("execution_allowed") is True:
         weaker.append("execution is now allowed")
-    dropped = sorted(set(old.get("required_controls", [])) - set(new.get("required_controls", [])))
-    if set(old.get("required_controls", [])) != set(new.get("required_controls", [])):
+    had, has = (set(strings(decision.get("required_controls"))) for decision in (old, new))
+    dropped = sorted(had - has)
+    if had != has:
         changed.append("controls")
     if dropped and after != "DENY":  # a DENY is terminal: the controls listed beside it are moot
         weaker.append(f"no longer requires {', '.join(dropped)}")
-    if set(old.get("reason_codes", [])) != set(new.get("reason_codes", [])):
+    if set(strings(old.get("reason_codes"))) != set(strings(new.get("reason_codes"))):
         changed.append("reasons")
     if ("engine_error" in old) != ("engine_error" in new):
         changed.append("engine_error")
@@ -204,7 +197,7 @@ def _aim(
     """Decide actions aimed at each changed cell, one per cell in turn, until each shows its
     change or runs out of aims, or the budget is spent (NEW's space; OLD's for a cell NEW lacks)."""
     aims = {id(c): aimed(spaces[1] if c.new == "(none)" else spaces[0], c) for c in report.cells}
-    done: dict[bytes, tuple[dict[str, Any], dict[str, Any]] | None] = {}
+    done: dict[bytes, tuple[JsonDict, JsonDict] | None] = {}
     while aims and sum(e.decisions for e in engines) < report.budget:
         for cell in report.cells:
             if id(cell) not in aims or sum(e.decisions for e in engines) >= report.budget:
@@ -228,7 +221,7 @@ def _decide(
     engines: tuple[Evaluator, Evaluator],
     sample: Sample,
     declared: tuple[Declared, Declared],
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
+) -> tuple[JsonDict, JsonDict] | None:
     """Both bundles' decisions of one action, counted and compared (None: refused)."""
     first, second = (e.decide(sample.action, sample.now) for e in engines)
     report.actions += 1
@@ -243,9 +236,9 @@ def _decide(
 
 def _compare(
     report: DiffReport,
-    action: dict[str, Any],
+    action: JsonDict,
     now: str,
-    decisions: tuple[dict[str, Any], dict[str, Any]],
+    decisions: tuple[JsonDict, JsonDict],
     declared: tuple[Declared, Declared],
 ) -> None:
     old, new = decisions
@@ -265,7 +258,7 @@ def _compare(
         report.weakening[transition] += 1
     examples = report.examples.setdefault(transition, [])
     if len(examples) < EXAMPLES or (weaker and not any(c.weakens for c in examples)):
-        examples.append(Change(transition, bool(weaker), weaker, action, now, _brief(old), _brief(new)))
+        examples.append(Change(transition, bool(weaker), weaker, action, now, brief(old), brief(new)))
 
 
 @dataclass(frozen=True)
@@ -280,7 +273,7 @@ class Declared:
         context = DimContext.from_bundle(bundle, set(), [])
         return cls(frozenset(context.matrix_tasks), frozenset(context.units))
 
-    def names(self, action: Mapping[str, Any]) -> set[str]:
+    def names(self, action: JsonObject) -> set[str]:
         """Which of this action's task type and unit these declarations cover."""
         knowledge = action.get("knowledge")
         unit = (str(knowledge.get("project")), str(knowledge.get("unit"))) if isinstance(knowledge, Mapping) else None
@@ -288,9 +281,7 @@ class Declared:
         return covered | {"unit"} if unit in self.units else covered
 
 
-def newly_covered(
-    action: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any], declared: tuple[Declared, Declared]
-) -> bool:
+def newly_covered(action: JsonObject, old: JsonObject, new: JsonObject, declared: tuple[Declared, Declared]) -> bool:
     """OLD denied the action as undeclared, and NEW covers it by a pure addition.
 
     Each undeclared code OLD gave must be answered by its own declaration appearing in NEW (a
@@ -298,8 +289,7 @@ def newly_covered(
     task type and unit OLD declared (a rename is judged as usual, never as coverage); NEW must
     no longer give those codes; and every other reason OLD gave still stands in NEW.
     """
-    before = set(old.get("reason_codes", []))
-    after = set(new.get("reason_codes", []))
+    before, after = set(strings(old.get("reason_codes"))), set(strings(new.get("reason_codes")))
     undeclared = before & set(UNDECLARED)
     grown = declared[1].names(action) - declared[0].names(action)
     return (
@@ -315,8 +305,3 @@ def newly_covered(
 
 def _rank(state: str) -> int:
     return STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER)
-
-
-def _brief(decision: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("decision", "execution_allowed", "reason_codes", "required_controls", "engine_error")
-    return {k: decision[k] for k in keys if k in decision}

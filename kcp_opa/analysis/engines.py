@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS
+from kcp_opa.authoring.regotest import opa_installed
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import ActionRejectedError, AnalysisError
-from kcp_opa.decide.crosscheck import first_difference
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, strings
+from kcp_opa.decide.crosscheck import OpaReference, first_difference
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import build_input
 
@@ -32,17 +33,24 @@ _RULE = re.compile(r"^(invariant_[A-Za-z0-9_]+)\s*(?:if\b|:=|=|\{)", re.M)
 _PREMISE = re.compile(r"^premise_([A-Za-z0-9_]+)\s*(?:if\b|:=|=|\{)", re.M)
 #: The invariant OPA's cross-check is: a comparison in Python, its premise an action OPA decided.
 ENGINES_AGREE = "contract.engines_agree"
+#: The fields of a decision a report shows (``brief``).
+BRIEF = ("decision", "execution_allowed", "reason_codes", "required_controls", "engine_error")
+
+
+def brief(decision: JsonObject | None, keys: Sequence[str] = BRIEF) -> JsonDict:
+    """The KEYS of DECISION a report shows, in that order ({} for no decision)."""
+    return {k: decision[k] for k in keys if k in decision} if decision else {}
 
 
 @dataclass
 class Outcome:
     """One action's decision on regopy, OPA's when it ran, and the invariants it breaks."""
 
-    decision: dict[str, Any] | None
+    decision: JsonDict | None
     rejected: str | None = None
     divergence: str | None = None
     violations: list[str] = field(default_factory=list)
-    document: Mapping[str, Any] | None = None
+    document: JsonObject | None = None
     #: The invariants whose premise this action met (what they are about held for it).
     premises: list[str] = field(default_factory=list)
     crosschecked: bool = False
@@ -117,12 +125,10 @@ class Evaluator:
         self.inapplicable: dict[str, str] = {}
         self._variants: dict[str, Evaluator] = {}
         self.engine = RegopyEngine(bundle, preflight=checks)
-        self.reference: Any = None
+        self.reference: OpaReference | None = None
         if not checks:  # a variant of a bundle already checked: decisions only
             return
-        if opa and opa_available():
-            from kcp_opa.decide.crosscheck import OpaReference
-
+        if opa and opa_installed():
             self.reference = OpaReference(bundle)
         builtin = resources.files("kcp_opa.analysis").joinpath("rego/builtin.rego").read_text(encoding="utf-8")
         modules = {"kcp/analysis/builtin.rego": builtin, "kcp/analysis/run.rego": _runner(users)}
@@ -134,7 +140,7 @@ class Evaluator:
         except Exception as exc:
             raise AnalysisError(f"the invariants do not load: {exc}") from None
 
-    def decide_restricted(self, restriction: str, action: Mapping[str, Any], now: str) -> Outcome:
+    def decide_restricted(self, restriction: str, action: JsonObject, now: str) -> Outcome:
         """ACTION decided by this bundle with RESTRICTION added to every unit (regopy; counted
         in this evaluator's decisions): the stronger declaration monotonicity compares with."""
         variant = self._variants.get(restriction)
@@ -148,7 +154,7 @@ class Evaluator:
     def engines(self) -> tuple[str, ...]:
         return ("regopy", "opa") if self.reference is not None else ("regopy",)
 
-    def decide(self, action: Mapping[str, Any], now: str, controls: Sequence[str] = ()) -> Outcome:
+    def decide(self, action: JsonObject, now: str, controls: Sequence[str] = ()) -> Outcome:
         """Decide ACTION at NOW (controls counted satisfied beside the system's); no invariants."""
         try:
             # The host vouches for what a generated action states (as a decision case with
@@ -167,7 +173,7 @@ class Evaluator:
             return Outcome(None, rejected=str(exc))
         self.decisions += 1
         result = self.engine.evaluate(prepared.document)
-        value = dict(result.value) if result.value is not None else {"engine_error": result.error}
+        value: JsonDict = dict(result.value) if result.value is not None else {"engine_error": result.error}
         outcome = Outcome(value, document=prepared.document)
         if self.reference is not None:
             other = self.reference.evaluate(prepared.document)
@@ -178,21 +184,19 @@ class Evaluator:
                 outcome.divergence = first_difference(result.value, other.value)
         return outcome
 
-    def check(
-        self, outcome: Outcome, facts: Mapping[str, Any], before: Outcome | None = None, change: str = ""
-    ) -> list[str]:
+    def check(self, outcome: Outcome, facts: JsonObject, before: Outcome | None = None, change: str = "") -> list[str]:
         """The invariants OUTCOME breaks (and engine disagreement, which is a comparison)."""
         if outcome.decision is None or outcome.document is None:
             return []
-        doc: dict[str, Any] = {"input": outcome.document, "decision": outcome.decision, "facts": dict(facts)}
+        doc: JsonDict = {"input": outcome.document, "decision": outcome.decision, "facts": dict(facts)}
         if before is not None and before.decision is not None:
             doc |= {"before": before.decision, "change": change}
         result = self.invariants.evaluate(doc)
         if result.value is None:
             raise AnalysisError(f"the invariants failed to evaluate: {result.error}")
-        found = [str(v) for v in result.value.get("violations", [])]
-        premises = [str(p) for p in result.value.get("premises", [])]
-        self.inapplicable = {str(k): str(v) for k, v in (result.value.get("inapplicable") or {}).items()}
+        found = [str(v) for v in items(result.value.get("violations"))]
+        premises = [str(p) for p in items(result.value.get("premises"))]
+        self.inapplicable = {str(k): str(v) for k, v in mapping(result.value.get("inapplicable")).items()}
         if outcome.crosschecked:
             premises.append(ENGINES_AGREE)
         if outcome.divergence is not None:
@@ -205,17 +209,8 @@ class Evaluator:
 
 def _with_restriction(bundle: LoadedBundle, restriction: str) -> LoadedBundle:
     data = copy.deepcopy(bundle.data)
-    for profile in data.get("kcp_data", {}).get("profiles", []):
+    for profile in items(mapping(data.get("kcp_data")).get("profiles")):
         compliance = profile.get("compliance") if isinstance(profile, dict) else None
         if isinstance(compliance, dict):
-            have = [r for r in compliance.get("restrictions") or [] if isinstance(r, str)]
-            compliance["restrictions"] = sorted({*have, restriction})
+            compliance["restrictions"] = sorted({*strings(compliance.get("restrictions")), restriction})
     return LoadedBundle(f"{bundle.source} (+{restriction})", bundle.manifest, data, bundle.modules, bundle.sha256)
-
-
-def opa_available() -> bool:
-    try:
-        import opa_bindings  # noqa: F401
-    except ImportError:
-        return False
-    return True

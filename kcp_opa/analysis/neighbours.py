@@ -9,10 +9,10 @@ the same invariant: what is left is the smallest action the shrinker could find.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from kcp_opa.analysis.spacedims import UNDECLARED_FIELD
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping
 
 MONOTONE = ("undeclared_field", "larger_amount", "one_more_hop")
 EVIDENCE = "evidence_added"
@@ -21,7 +21,7 @@ RESTRICTION = "stronger_restriction:"
 _MAX_MINOR = 10**15
 
 
-def stronger(action: Mapping[str, Any], change: str) -> dict[str, Any] | None:
+def stronger(action: JsonObject, change: str) -> JsonDict | None:
     """ACTION with CHANGE applied, or None where the change does not apply (or changes the
     bundle, not the action: a stronger restriction)."""
     out = copy.deepcopy(dict(action))
@@ -31,23 +31,21 @@ def stronger(action: Mapping[str, Any], change: str) -> dict[str, Any] | None:
         knowledge = out.get("knowledge")
         if not isinstance(knowledge, dict) or not isinstance(knowledge.get("fields_read", []), list):
             return None
-        knowledge["fields_read"] = [*knowledge.get("fields_read", []), f"{UNDECLARED_FIELD}_2"]
+        knowledge["fields_read"] = [*items(knowledge.get("fields_read", [])), f"{UNDECLARED_FIELD}_2"]
         return out
     if change == "larger_amount":
         amount = out.get("amount")
-        value = amount.get("value_minor") if isinstance(amount, dict) else None
-        if not isinstance(value, int) or isinstance(value, bool) or value * 2 + 1 > _MAX_MINOR:
+        value = integer(amount.get("value_minor")) if isinstance(amount, dict) else None
+        if not isinstance(amount, dict) or value is None or value * 2 + 1 > _MAX_MINOR:
             return None
-        amount["value_minor"] = value * 2 + 1  # type: ignore[index]
+        amount["value_minor"] = value * 2 + 1
         return out
     if change == "one_more_hop":
         chain = out.get("delegation_chain")
-        scope = out.get("authorization_context", {}).get("agent_scope", [])
-        links = list(chain) if isinstance(chain, list) else []
-        if not links:
-            links = [{"agent_id": "agent-0", "capabilities": list(scope)}]
-        last = links[-1] if isinstance(links[-1], dict) else {}
-        links.append({"agent_id": f"agent-{len(links)}", "capabilities": list(last.get("capabilities", []))})
+        scope = items(mapping(out.get("authorization_context")).get("agent_scope"))
+        links = list(items(chain)) or [{"agent_id": "agent-0", "capabilities": list(scope)}]
+        last = mapping(links[-1])
+        links.append({"agent_id": f"agent-{len(links)}", "capabilities": list(items(last.get("capabilities", [])))})
         if len(links) > 16:
             return None
         out["delegation_chain"] = links
@@ -55,7 +53,7 @@ def stronger(action: Mapping[str, Any], change: str) -> dict[str, Any] | None:
     raise ValueError(change)
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+def _paths(node: object, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
     """Every key and list index, deepest first (so leaves are tried before their parents)."""
     if isinstance(node, dict):
         for key in sorted(node):
@@ -67,18 +65,21 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]
             yield (*prefix, index)
 
 
-def _without(action: Mapping[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
+def _without(action: JsonObject, path: tuple[str | int, ...]) -> JsonDict:
+    """ACTION less the key or item at PATH (KeyError, IndexError, TypeError: PATH is gone)."""
     out = copy.deepcopy(dict(action))
-    node: Any = out
-    for part in path[:-1]:
-        node = node[part]
-    del node[path[-1]]
+    node: object = out
+    for depth, part in enumerate(path, 1):
+        if isinstance(node, list) and isinstance(part, int):
+            node = node[part] if depth < len(path) else node.pop(part)
+        elif isinstance(node, dict):
+            node = node.pop(part) if depth == len(path) else node[part]
+        else:
+            raise TypeError(part)
     return out
 
 
-def shrink(
-    action: Mapping[str, Any], still_fails: Callable[[dict[str, Any]], bool], attempts: int
-) -> tuple[dict[str, Any], int]:
+def shrink(action: JsonObject, still_fails: Callable[[JsonDict], bool], attempts: int) -> tuple[JsonDict, int]:
     """Greedy: drop one key or item at a time while STILL_FAILS holds; (smallest action, tries)."""
     current = copy.deepcopy(dict(action))
     tried = 0

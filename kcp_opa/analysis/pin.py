@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from kcp_opa.authoring.cases import load_cases, merge
 from kcp_opa.core.errors import AnalysisError, KcpOpaError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects, strings
 from kcp_opa.schemas import validator
 from kcp_opa.trail.ledger import read_entries
 
@@ -33,12 +33,12 @@ _EXPECTED = {
 
 def counterexample_case(
     invariant: str,
-    action: Mapping[str, Any],
-    decision: Mapping[str, Any],
+    action: JsonObject,
+    decision: JsonObject,
     now: str,
     change: str = "",
-    before: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    before: JsonObject | None = None,
+) -> JsonDict:
     """A decision case that fails until the policy keeps INVARIANT for ACTION."""
     from kcp_opa.analysis.neighbours import EVIDENCE, stronger
 
@@ -51,7 +51,7 @@ def counterexample_case(
     if expected is None:
         got = str(decision.get("decision", "DENY"))
         expected = got if got != "ALLOW" and invariant == "contract.executable_only_with_every_control" else "DENY"
-    expect: dict[str, Any] = {"decision": expected}
+    expect: JsonDict = {"decision": expected}
     if expected != "ALLOW":
         expect["must_not_execute"] = True
     slug = re.sub(r"[^a-z0-9._-]+", "-", invariant.lower()).strip("-.") or "invariant"
@@ -65,7 +65,7 @@ def counterexample_case(
         "case_id": f"prove-{slug}",
         "description": (
             f"kcp-opa prove: {invariant} broken{what}; decided {decision.get('decision')} "
-            f"{list(decision.get('reason_codes', []))}. Shrunk counterexample; the expectation is the "
+            f"{items(decision.get('reason_codes'))}. Shrunk counterexample; the expectation is the "
             "fail-closed answer: edit it to the intended state before pinning."
         ),
         "now": now,
@@ -75,7 +75,7 @@ def counterexample_case(
     }
 
 
-def archived_decision(ledger: str | Path, decision_id: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+def archived_decision(ledger: str | Path, decision_id: str) -> tuple[JsonDict, str, JsonDict]:
     """(action, decision time, entry) of DECISION_ID in LEDGER; refuses an erased input."""
     try:
         for _, entry in read_entries(ledger):
@@ -83,14 +83,14 @@ def archived_decision(ledger: str | Path, decision_id: str) -> tuple[dict[str, A
                 continue
             if entry.get("erased"):
                 raise AnalysisError(
-                    f"{decision_id}: its input was erased under no-logging ({', '.join(entry['erased'])}); "
+                    f"{decision_id}: its input was erased under no-logging ({', '.join(strings(entry['erased']))}); "
                     "the archived action cannot be replayed as a case"
                 )
-            document = entry["input"]
-            action, context = document.get("action"), document.get("context", {})
-            if not isinstance(action, Mapping) or not isinstance(context.get("evaluated_at"), str):
+            document = mapping(entry["input"])
+            action, now = document.get("action"), mapping(document.get("context")).get("evaluated_at")
+            if not isinstance(action, Mapping) or not isinstance(now, str):
                 raise AnalysisError(f"{decision_id}: the archived input has no action or decision time")
-            return dict(action), context["evaluated_at"], dict(entry)
+            return dict(action), now, dict(entry)
     except KcpOpaError as exc:
         if isinstance(exc, AnalysisError):
             raise
@@ -107,37 +107,38 @@ def pin(
     to: str | Path,
     deployment: str | None = None,
     case_id: str | None = None,
-) -> dict[str, Any]:
+) -> JsonDict:
     """Append the archived decision as a case to TO (created when missing); the case written."""
     action, now, entry = archived_decision(ledger, decision_id)
     decided = entry.get("decision")
-    case: dict[str, Any] = {
+    expected: JsonDict = {"decision": expect, **({"reason_codes": sorted(set(reasons))} if reasons else {})}
+    if expect != "ALLOW":
+        expected["must_not_execute"] = True
+    case: JsonDict = {
         "case_id": case_id or re.sub(r"[^a-z0-9._-]+", "-", f"pinned-{decision_id}".lower()),
         "description": f"Pinned from the ledger: {decision_id} was decided {decided} {entry.get('reason_codes', [])}; "
         f"the corrected expectation is {expect}.",
         "now": now,
         "context": {"from_action": True},
         "action": action,
-        "expect": {"decision": expect, **({"reason_codes": sorted(set(reasons))} if reasons else {})},
+        "expect": expected,
     }
-    if expect != "ALLOW":
-        case["expect"]["must_not_execute"] = True
     write_case(Path(to), case, deployment)
     return case
 
 
-def write_case(path: Path, case: dict[str, Any], deployment: str | None) -> None:
+def write_case(path: Path, case: JsonDict, deployment: str | None) -> None:
     """Append CASE to the case file at PATH as text (its comments stay), or create the file."""
     original = ""
     if path.exists():
         try:
             original = path.read_text(encoding="utf-8")
-            document = yaml.safe_load(original) or {}
+            document = mapping(yaml.safe_load(original))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise AnalysisError(f"{path}: cannot read the case file: {exc}") from None
         if deployment is not None and document.get("deployment") != deployment:
             raise AnalysisError(f"{path}: its deployment is {document.get('deployment')!r}, not {deployment!r}")
-        if any(c.get("case_id") == case["case_id"] for c in document.get("cases", [])):
+        if any(c.get("case_id") == case["case_id"] for c in objects(document.get("cases"))):
             raise AnalysisError(f"{path}: case {case['case_id']} is already pinned")
         base = document.get("base_action", {})
         wanted = case["action"]
@@ -147,7 +148,7 @@ def write_case(path: Path, case: dict[str, Any], deployment: str | None) -> None
         indent = _list_indent(original)
         item = yaml.safe_dump([case], sort_keys=False, allow_unicode=True, width=100)
         text = original.rstrip("\n") + "\n\n" + "".join(indent + line for line in item.splitlines(True))
-        expected = {**document, "cases": [*document.get("cases", []), case]}
+        expected = {**document, "cases": [*items(document.get("cases")), case]}
         if yaml.safe_load(text) != expected:
             raise AnalysisError(f"{path}: `cases:` is not the file's last key; cannot append the case")
     else:
@@ -177,11 +178,11 @@ def _list_indent(text: str) -> str:
     return "  "
 
 
-def patch_over(base: Any, target: Any) -> Any:
+def patch_over(base: object, target: object) -> object:
     """The patch that ``merge(base, patch)`` turns into TARGET (mappings merge, null deletes)."""
     if not isinstance(base, Mapping) or not isinstance(target, Mapping):
         return target
-    patch: dict[str, Any] = {key: None for key in base if key not in target}
+    patch: JsonDict = {key: None for key in base if key not in target}
     for key, value in target.items():
         if key in base and base[key] == value:
             continue

@@ -8,30 +8,29 @@ names the restriction a unit lacks that the next stronger-declaration check adds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from kcp_opa.analysis.engines import Evaluator, Outcome
+from kcp_opa.analysis.engines import Evaluator, Outcome, brief
 from kcp_opa.analysis.space import Sample, Space
+from kcp_opa.core.jsonread import JsonDict, mapping, strings
 from kcp_opa.declare.vocabulary import READ_BY, REFUSED
 
 #: The restrictions a rule reads (the manifest vocabulary's, less those no rule enforces).
 ENFORCED_RESTRICTIONS = tuple(r for r, rule in READ_BY["restrictions"].items() if rule != REFUSED)
+_SUPPLIED = ("decision", "execution_allowed", "reason_codes", "required_controls", "missing_controls")
 
 
 def supplied(
     ev: Evaluator, space: Space, sample: Sample, outcome: Outcome, only: set[str] | None = None
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[JsonDict]]:
     """{path: the decisions with each value of an absent probed fact supplied} for a
     knowledge-bound action that allows (only there can an absence break the invariant)."""
     decision = outcome.decision or {}
     allows = decision.get("decision") == "ALLOW" or decision.get("execution_allowed") is True
     if not allows or not sample.facts.get("knowledge_bound"):
         return {}
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[JsonDict]] = {}
     for path, variants in space.variants(sample.action, only).items():
         decided = (ev.decide(variant, sample.now) for variant in variants)
-        out[path] = [_brief(o.decision) for o in decided if o.decision is not None]
+        out[path] = [brief(o.decision, _SUPPLIED) for o in decided if o.decision is not None]
     return out
 
 
@@ -43,12 +42,6 @@ def next_restriction(space: Space, sample: Sample, turn: int) -> str | None:
     entry = space.context.units.get((str(knowledge.get("project")), str(knowledge.get("unit"))))
     if entry is None:
         return None
-    compliance = entry[0].get("compliance")
-    have = set(compliance.get("restrictions") or []) if isinstance(compliance, dict) else set()
+    have = set(strings(mapping(entry[0].get("compliance")).get("restrictions")))
     lacking = [r for r in ENFORCED_RESTRICTIONS if r not in have]
     return lacking[turn % len(lacking)] if lacking else None
-
-
-def _brief(decision: Mapping[str, Any] | None) -> dict[str, Any]:
-    keys = ("decision", "execution_allowed", "reason_codes", "required_controls", "missing_controls")
-    return {k: decision[k] for k in keys if k in decision} if decision else {}

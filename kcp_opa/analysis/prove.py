@@ -13,10 +13,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kcp_opa.analysis.covering import all_pairs
-from kcp_opa.analysis.engines import ENGINES_AGREE, Evaluator, Outcome, UserInvariants
+from kcp_opa.analysis.engines import BRIEF, ENGINES_AGREE, Evaluator, Outcome, UserInvariants, brief
 from kcp_opa.analysis.neighbours import EVIDENCE, MONOTONE, RESTRICTION, shrink, stronger
 from kcp_opa.analysis.pin import counterexample_case
 from kcp_opa.analysis.plan import PASSABLE, plan_rows
@@ -25,28 +24,31 @@ from kcp_opa.analysis.space import Sample, Space, derive_space, present
 from kcp_opa.analysis.spacedims import PROBED
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_json
+from kcp_opa.core.jsonread import JsonDict, items
 
 DEFAULT_BUDGET = 1500
 SHRINK_ATTEMPTS = 120
+#: A violation shows what its decision still lacks, too.
+_SHOWN = (*BRIEF[:4], "missing_controls", "engine_error")
 EXECUTABLE = "contract.executable_only_with_every_control"
 
 
 @dataclass
 class Violation:
     invariant: str
-    decision: dict[str, Any]
+    decision: JsonDict
     labels: dict[str, str]
-    action: dict[str, Any]
+    action: JsonDict
     now: str
     change: str = ""
-    before: dict[str, Any] | None = None
+    before: JsonDict | None = None
     shrink_tries: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "invariant": self.invariant,
-            "decision": _brief(self.decision),
-            "before": _brief(self.before) if self.before else None,
+            "decision": brief(self.decision, _SHOWN),
+            "before": brief(self.before, _SHOWN) if self.before else None,
             "change": self.change or None,
             "labels": self.labels,
             "counterexample": self.action,
@@ -129,7 +131,7 @@ class ProofReport:
             f"{pairs}; seed {self.seed}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "deployment": self.deployment,
             "bundle": self.bundle,
@@ -249,12 +251,13 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
         for path in PROBED.values()
         if (sample.labels.get("unit"), sample.labels.get("task"), path) not in report.probed
     }
-    facts = {**sample.facts, "supplied": supplied(ev, space, sample, outcome, fresh)}
-    report.probed |= {(sample.labels.get("unit"), sample.labels.get("task"), p) for p in facts["supplied"]}
+    probes = supplied(ev, space, sample, outcome, fresh)
+    facts = {**sample.facts, "supplied": probes}
+    report.probed |= {(sample.labels.get("unit"), sample.labels.get("task"), p) for p in probes}
     _record(report, ev.check(outcome, facts), outcome, sample)
     if state == "DENY":
         if report.actions % 4 == seed % 4:  # DENY is terminal: checked on a quarter of the DENYs
-            controls = [str(c) for c in outcome.decision.get("required_controls", [])]
+            controls = [str(c) for c in items(outcome.decision.get("required_controls"))]
             after = ev.decide(sample.action, sample.now, controls)
             _record(report, ev.check(after, sample.facts, outcome, EVIDENCE), after, sample, EVIDENCE, outcome)
         return outcome
@@ -262,7 +265,7 @@ def _examine(ev: Evaluator, space: Space, sample: Sample, report: ProofReport, s
         # An approval state with every required control recorded: where execution becomes
         # allowed, contract.executable_only_with_every_control is tested (a quarter of them,
         # and each until one was; a deployment that approves everything allows nothing bare).
-        controls = [str(c) for c in outcome.decision.get("required_controls", [])]
+        controls = [str(c) for c in items(outcome.decision.get("required_controls"))]
         after = ev.decide(sample.action, sample.now, controls)
         _record(report, ev.check(after, sample.facts, outcome, EVIDENCE), after, sample, EVIDENCE, outcome)
     for change in MONOTONE:
@@ -318,7 +321,7 @@ def _shrink(ev: Evaluator, space: Space, violation: Violation) -> None:
     original = violation.action
     target = violation.invariant.partition("[")[2].rstrip("]")
 
-    def still_fails(action: dict[str, Any]) -> bool:
+    def still_fails(action: JsonDict) -> bool:
         outcome = ev.decide(action, violation.now)
         if outcome.decision is None:
             return False
@@ -331,7 +334,7 @@ def _shrink(ev: Evaluator, space: Space, violation: Violation) -> None:
             facts = {**facts, "supplied": supplied(ev, space, sample, outcome, dropped | {target})}
             return breaks(ev.check(outcome, facts))
         if violation.change == EVIDENCE:
-            controls = [str(c) for c in outcome.decision.get("required_controls", [])]
+            controls = [str(c) for c in items(outcome.decision.get("required_controls"))]
             after = ev.decide(action, violation.now, controls)
         elif violation.change.startswith(RESTRICTION):
             after = ev.decide_restricted(violation.change.removeprefix(RESTRICTION), action, violation.now)
@@ -356,17 +359,10 @@ def _last_found(ev: Evaluator) -> list[str]:
     return list(ev.last_violations)
 
 
-def cases_document(report: ProofReport, deployment: str | None = None) -> dict[str, Any]:
+def cases_document(report: ProofReport, deployment: str | None = None) -> JsonDict:
     """Every counterexample as a decision-case file (kcp_opa/schemas/decision-cases.schema.json)."""
     cases = [
         counterexample_case(v.invariant, v.action, v.decision, v.now, v.change, v.before) for v in report.violations
     ]
     now = report.violations[0].now if report.violations else ""
     return {"deployment": deployment or report.deployment, "now": now, "cases": cases}
-
-
-def _brief(decision: dict[str, Any] | None) -> dict[str, Any]:
-    if decision is None:
-        return {}
-    keys = ("decision", "execution_allowed", "reason_codes", "required_controls", "missing_controls", "engine_error")
-    return {k: decision[k] for k in keys if k in decision}

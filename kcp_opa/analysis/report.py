@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
 
 from kcp_opa.analysis.cells import HELD, NO_UNIT, SHOWN, WEAKEN, CellChange
 from kcp_opa.analysis.diff import UNDECLARED, DiffReport
 from kcp_opa.analysis.prove import ProofReport
-
-
-def _compact(value: Any, limit: int = 600) -> str:
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+from kcp_opa.authoring.regoexplain import compact
 
 
 def proof_text(report: ProofReport) -> str:
@@ -39,11 +34,11 @@ def proof_text(report: ProofReport) -> str:
         lines += [
             "",
             f"VIOLATION {v.invariant} ({report.counts[v.invariant]} action(s))",
-            f"  decision: {_compact(v.to_dict()['decision'])}",
+            f"  decision: {compact(v.to_dict()['decision'], 600)}",
         ]
         if v.change:
-            lines.append(f"  after {v.change}; before it: {_compact(v.to_dict()['before'])}")
-        lines += [f"  shrunk counterexample ({v.shrink_tries} tries), now {v.now}:", f"    {_compact(v.action, 2000)}"]
+            lines.append(f"  after {v.change}; before it: {compact(v.to_dict()['before'], 600)}")
+        lines += [f"  shrunk counterexample ({v.shrink_tries} tries), now {v.now}:", f"    {compact(v.action, 2000)}"]
     return "\n".join(lines)
 
 
@@ -105,7 +100,7 @@ def diff_text(report: DiffReport) -> str:
     ]
     for cell in report.cells:
         if cell.action is not None:
-            lines.append(f"      {cell.task} {cell.value} action: {_compact(cell.action)}")
+            lines.append(f"      {cell.task} {cell.value} action: {compact(cell.action, 600)}")
     for transition, count in sorted(report.transitions.items()):
         weak = report.weakening.get(transition, 0)
         lines.append(f"  {transition}: {count}" + (f"  ({weak} WEAKEN)" if weak else ""))
@@ -114,9 +109,9 @@ def diff_text(report: DiffReport) -> str:
             flag = "WEAKENS: " + "; ".join(change.why) if change.weakens else "example"
             lines += [
                 f"    {transition} {flag}",
-                f"      action: {_compact(change.action)}",
-                f"      old: {_compact(change.old)}",
-                f"      new: {_compact(change.new)}",
+                f"      action: {compact(change.action, 600)}",
+                f"      old: {compact(change.old, 600)}",
+                f"      new: {compact(change.new, 600)}",
             ]
     return "\n".join(lines)
 

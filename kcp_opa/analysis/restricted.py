@@ -4,9 +4,10 @@ enforced restriction the value that breaks it, which ``prove`` decides on every 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, strings
 from kcp_opa.declare.regions import a_country_in
 
 
@@ -14,10 +15,10 @@ class DimContext(Protocol):
     """What an edit here reads of the per-action context: the chosen unit's profile."""
 
     @property
-    def profile(self) -> Mapping[str, Any]: ...
+    def profile(self) -> JsonObject: ...
 
 
-Edit = Callable[[dict[str, Any], DimContext], None]
+Edit = Callable[[JsonDict, DimContext], None]
 
 #: For each restriction a rule enforces, the (dimension, value) that breaks it: the fact it needs.
 #: ``prove`` decides these on every unit early, whatever the unit declares (a restriction lost
@@ -32,20 +33,27 @@ OUTSIDE_PLACE = "ZZ"
 OTHER_PURPOSE = "analysis_purpose"
 
 
-def inside(action: dict[str, Any], c: DimContext) -> None:
+def branch(action: JsonDict, *keys: str) -> JsonDict:
+    """ACTION[k1][k2]..., each level an object made where it is missing (the base action has them)."""
+    for key in keys:
+        node = action.setdefault(key, {})
+        action = node if isinstance(node, dict) else {}
+    return action
+
+
+def inside(action: JsonDict, c: DimContext) -> None:
     """The target in a country of the first region of the unit's data_residency (none declared:
     no place). A region names a country the region table places in it (EU: AT), as an agent
     would state it: ``target.country`` is a country, not a region."""
-    compliance = c.profile.get("compliance")
-    regions = compliance.get("data_residency") if isinstance(compliance, Mapping) else None
+    regions = mapping(c.profile.get("compliance")).get("data_residency")
     if isinstance(regions, list) and regions and isinstance(regions[0], str):
-        action["target"]["country"] = a_country_in(regions[0])
+        branch(action, "target")["country"] = a_country_in(regions[0])
     else:
-        action["target"].pop("country", None)
+        branch(action, "target").pop("country", None)
 
 
 def purpose(stated: str | None) -> Edit:
-    def edit(action: dict[str, Any], c: DimContext) -> None:
+    def edit(action: JsonDict, c: DimContext) -> None:
         knowledge = action.get("knowledge")
         if isinstance(knowledge, dict):
             if stated is None:
@@ -56,7 +64,7 @@ def purpose(stated: str | None) -> Edit:
     return edit
 
 
-def not_for(action: dict[str, Any], c: DimContext) -> None:
+def not_for(action: JsonDict, c: DimContext) -> None:
     """The first purpose the unit declares itself not for (KCP not_for), where it declares one."""
-    entries = [e for e in c.profile.get("not_for") or [] if isinstance(e, str) and e]
+    entries = [e for e in strings(c.profile.get("not_for")) if e]
     purpose(entries[0] if entries else None)(action, c)

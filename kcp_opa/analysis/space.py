@@ -10,23 +10,20 @@ builds contract-shaped actions and says which facts each one lacks.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kcp_opa.analysis.covering import all_pairs, full_product, product_size, sampled
-from kcp_opa.analysis.spacedims import PROBED, DimContext, dimensions
+from kcp_opa.analysis.spacedims import PROBED, DimContext, Edit, dimensions, iso
 from kcp_opa.compile.bundle import LoadedBundle
-
-Apply = Callable[[dict[str, Any], DimContext], None]
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping
 
 
 @dataclass(frozen=True)
 class Choice:
     label: str
-    apply: Apply
+    apply: Edit
 
 
 @dataclass(frozen=True)
@@ -40,16 +37,16 @@ class Sample:
     """One generated action, the decision time, and the facts about it the invariants read."""
 
     labels: dict[str, str]
-    action: dict[str, Any]
+    action: JsonDict
     now: str
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: JsonDict = field(default_factory=dict)
 
 
 @dataclass
 class Space:
     deployment: str
     dims: list[Dimension]
-    base: dict[str, Any]
+    base: JsonDict
     now: str
     context: DimContext
     needed: list[str]
@@ -77,16 +74,15 @@ class Space:
             choice.apply(action, ctx)
         return self.describe(action, ctx.now, labels)
 
-    def describe(self, action: dict[str, Any], now: str, labels: dict[str, str] | None = None) -> Sample:
+    def describe(self, action: JsonDict, now: str, labels: dict[str, str] | None = None) -> Sample:
         """The facts the built-in invariants read about ACTION (known unit and task, absent needs)."""
         knowledge = action.get("knowledge")
         unit_named = isinstance(knowledge, dict) and "unit" in knowledge
         named = (str(knowledge.get("project")), str(knowledge.get("unit"))) if isinstance(knowledge, dict) else None
         unit_known = unit_named and named in self.context.units
         profile = self.context.units[named][0] if unit_known and named is not None else {}
-        declared = profile.get("temporal")
-        temporal: Mapping[str, Any] = declared if isinstance(declared, Mapping) else {}
-        facts = {
+        temporal = mapping(profile.get("temporal"))
+        facts: JsonDict = {
             "knowledge_bound": unit_named,
             "unit_known": bool(unit_known) or not unit_named,
             "task_known": action.get("action_type") in self.context.known_tasks,
@@ -99,10 +95,10 @@ class Space:
         }
         return Sample(labels or {}, action, now, facts)
 
-    def variants(self, action: Mapping[str, Any], only: set[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    def variants(self, action: JsonObject, only: set[str] | None = None) -> dict[str, list[JsonDict]]:
         """{path: ACTION with each value of its dimension supplied} for every probed fact ACTION
         lacks (``PROBED``; ``only`` narrows the paths): what shows a rule reads it."""
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[JsonDict]] = {}
         for dim in self.dims:
             path = PROBED.get(dim.name)
             if path is None or present(action, path) or (only is not None and path not in only):
@@ -117,12 +113,12 @@ class Space:
             out[path] = supplied
         return out
 
-    def _needed_for(self, knowledge: Any) -> set[str]:
+    def _needed_for(self, knowledge: object) -> set[str]:
         needed = set(self.needed)
         if isinstance(knowledge, dict):
             entry = self.context.units.get((str(knowledge.get("project")), str(knowledge.get("unit"))))
             needs = entry[0].get("effective_visibility", {}) if entry else {}
-            for need in (needs.get("needs") if isinstance(needs, dict) else None) or []:
+            for need in items(needs.get("needs") if isinstance(needs, dict) else None):
                 if need in self.context.conditional:
                     needed.add(self.context.conditional[need])
         return needed
@@ -219,7 +215,7 @@ def attribute_flags(modules: Mapping[str, str]) -> list[str]:
     return sorted(found)
 
 
-def _base_action(ctx: DimContext) -> dict[str, Any]:
+def _base_action(ctx: DimContext) -> JsonDict:
     """A contract-valid action every dimension edits."""
     return {
         "schema_version": "2.0",
@@ -245,17 +241,13 @@ def _base_action(ctx: DimContext) -> dict[str, Any]:
             "budget_state": "within_budget",
         },
         "trace": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-        "created_at": _iso(ctx.now_seconds - 60),
+        "created_at": iso(ctx.now_seconds - 60),
     }
 
 
-def _iso(seconds: int) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def present(action: Mapping[str, Any], path: str) -> bool:
+def present(action: JsonObject, path: str) -> bool:
     """Whether ACTION holds a non-null value at PATH (``input.action.a.b``)."""
-    node: Any = action
+    node: object = action
     for part in path.split(".")[2:]:
         if not isinstance(node, Mapping) or part not in node:
             return False

@@ -8,15 +8,15 @@ action schema's enums; "absent" is a value of every optional fact.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from kcp_opa.analysis.restricted import OTHER_PURPOSE, OUTSIDE_PLACE, inside, not_for, purpose
+from kcp_opa.analysis.restricted import OTHER_PURPOSE, OUTSIDE_PLACE, branch, inside, not_for, purpose
 from kcp_opa.compile.bundle import LoadedBundle
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping, strings
 from kcp_opa.schemas import schema as load_schema
 
-Edit = Callable[[dict[str, Any], "DimContext"], None]
+Edit = Callable[[JsonDict, "DimContext"], None]
 UNKNOWN_UNIT = "analysis-unknown-unit"
 UNKNOWN_TASK = "analysis_unknown_task"
 UNDECLARED_FIELD = "analysis_undeclared_field"
@@ -52,7 +52,7 @@ class DimContext:
     """What the bundle declares, and (per action) the unit chosen and the decision time."""
 
     deployment: str
-    units: dict[tuple[str, str], tuple[Mapping[str, Any], Mapping[str, Any]]]
+    units: dict[tuple[str, str], tuple[JsonObject, JsonObject]]
     matrix_tasks: list[str]
     builtin: list[str]
     flags: list[str]
@@ -63,8 +63,8 @@ class DimContext:
     now_seconds: int
     environments: list[str]
     roles: list[str]
-    profile: Mapping[str, Any] = field(default_factory=dict)
-    slot: Mapping[str, Any] = field(default_factory=dict)
+    profile: JsonObject = field(default_factory=dict)
+    slot: JsonObject = field(default_factory=dict)
     now: str = ""
     conditional: dict[str, str] = field(default_factory=dict)
     #: Purposes a policy forbids by name (no-ai-training's training purposes), from its text.
@@ -81,74 +81,69 @@ class DimContext:
         return set(self.matrix_tasks) | set(self.builtin)
 
     def fresh(self) -> DimContext:
-        return replace(self, profile={}, slot={}, now=_iso(self.now_seconds))
+        return replace(self, profile={}, slot={}, now=iso(self.now_seconds))
 
     @classmethod
     def from_bundle(cls, bundle: LoadedBundle, builtin: set[str], flags: list[str]) -> DimContext:
-        kcp = bundle.data.get("kcp_data", {})
-        profiles = kcp.get("profiles", [])
-        units: dict[tuple[str, str], tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
-        index_doc = kcp.get("units", {})
-        for project, unit, slot in _unit_slots(index_doc.get("slots", {}), int(index_doc.get("depth", 0))):
+        kcp = mapping(bundle.data.get("kcp_data"))
+        profiles = items(kcp.get("profiles"))
+        units: dict[tuple[str, str], tuple[JsonObject, JsonObject]] = {}
+        index_doc = mapping(kcp.get("units"))
+        slots = leaves(index_doc.get("slots"), integer(index_doc.get("depth")) or 0)
+        for project, unit, slot in ((p, u, s) for p, by_unit in slots for u, s in leaves(by_unit, 0)):
             at = slot.get("profile")
-            profile = profiles[at] if isinstance(at, int) and at < len(profiles) else {}
+            profile = mapping(profiles[at]) if isinstance(at, int) and at < len(profiles) else {}
             units[(project, unit)] = (profile, slot)
-        matrix = kcp.get("matrix", {})
-        params = matrix.get("parameters", {})
+        matrix = mapping(kcp.get("matrix"))
+        params = mapping(matrix.get("parameters"))
         money: dict[str, set[int]] = {}
-        for table in params.get("money", {}).values():
-            for currency, minor in (table or {}).items():
+        for table in mapping(params.get("money")).values():
+            for currency, minor in mapping(table).items():
                 if isinstance(minor, int):
                     money.setdefault(currency, set()).update({max(minor - 1, 1), max(minor, 1)})
-        regions = sorted({r for p, _ in units.values() for r in (_get(p, "compliance", "data_residency") or [])})
+        regions = sorted({r for p, _ in units.values() for r in strings(_get(p, "compliance", "data_residency"))})
         envs: set[str] = set()
-        roles: set[str] = set(params.get("sender_roles", []))
+        roles: set[str] = set(strings(params.get("sender_roles")))
         for profile, _ in units.values():
-            cells = _get(profile, "effective_visibility", "cells") or {}
+            cells = mapping(_get(profile, "effective_visibility", "cells"))
             envs |= {e for e in cells if e}
             roles |= {r for by_role in cells.values() if isinstance(by_role, Mapping) for r in by_role if r}
-        days = [
-            s.get("validated_epoch_day", 0) for _, s in units.values() if isinstance(s.get("validated_epoch_day"), int)
-        ]
+        days = [day for _, s in units.values() if (day := integer(s.get("validated_epoch_day"))) is not None]
         now_seconds = ((max(days) + 1) if days else 20786) * _DAY + 36000
-        context = params.get("context", {})
-        moving = params.get("money_moving_task_types")
-        thresholds = params.get("money", {}).get("high_value_minor") or {}
+        context = mapping(params.get("context"))
+        age, skew = (integer(context.get(f"max_{name}_seconds")) for name in ("action_age", "future_skew"))
+        thresholds = mapping(mapping(params.get("money")).get("high_value_minor"))
         below = sorted(c for c, minor in thresholds.items() if isinstance(minor, int) and minor > 1)
-        projects = sorted(kcp.get("deployment", {}).get("projects", {})) or sorted({p for p, _ in units})
+        projects = sorted(mapping(mapping(kcp.get("deployment")).get("projects"))) or sorted({p for p, _ in units})
+        tasks = strings(matrix.get("task_types"))
         return cls(
             deployment=projects[0] if projects else "deployment",
             units=units,
-            matrix_tasks=sorted(matrix.get("task_types", [])),
-            tools={t: list(v) for t, v in matrix.get("requested_actions", {}).items() if v},
-            money_tasks=sorted(moving) if isinstance(moving, list) else [],
+            matrix_tasks=sorted(tasks),
+            tools={t: strings(v) for t, v in mapping(matrix.get("requested_actions")).items() if v},
+            money_tasks=sorted(strings(params.get("money_moving_task_types"))),
             clean_currency=below[0] if below else "EUR",
-            builtin=sorted(builtin - set(matrix.get("task_types", []))),
+            builtin=sorted(builtin - set(tasks)),
             flags=flags,
             regions=regions,
             money={c: sorted(v) for c, v in sorted(money.items())},
-            max_age=int(context.get("max_action_age_seconds", _DAY)),
-            max_skew=int(context.get("max_future_skew_seconds", 900)),
+            max_age=_DAY if age is None else age,
+            max_skew=900 if skew is None else skew,
             now_seconds=now_seconds,
             environments=sorted(envs),
             roles=sorted(roles),
         )
 
 
-def _unit_slots(slots: Any, depth: int) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """(project, unit, slot) from the compiled unit index, hashed DEPTH levels deep."""
+def leaves(slots: object, depth: int) -> Iterator[tuple[str, JsonObject]]:
+    """(key, object) at the leaves of a compiled index hashed DEPTH levels deep (units, tasks), in
+    index order: level by level, each leaf's keys sorted."""
     if depth > 0:
         levels = slots if isinstance(slots, list) else list(slots.values()) if isinstance(slots, Mapping) else []
-        return [entry for level in levels for entry in _unit_slots(level, depth - 1)]
-    if not isinstance(slots, Mapping):
-        return []
-    return sorted(
-        (project, unit, slot)
-        for project, by_unit in slots.items()
-        if isinstance(by_unit, Mapping)
-        for unit, slot in by_unit.items()
-        if isinstance(slot, Mapping)
-    )
+        for level in levels:
+            yield from leaves(level, depth - 1)
+    elif isinstance(slots, Mapping):
+        yield from sorted(((str(k), v) for k, v in slots.items() if isinstance(v, Mapping)), key=lambda kv: kv[0])
 
 
 def dimensions(ctx: DimContext) -> list[tuple[str, list[tuple[str, Edit]]]]:
@@ -229,43 +224,43 @@ def _units(ctx: DimContext) -> list[tuple[str, Edit]]:
     for (project, unit), (profile, slot) in ctx.units.items():
 
         def bind(
-            action: dict[str, Any],
+            action: JsonDict,
             c: DimContext,
             p: str = project,
             u: str = unit,
-            pr: Mapping[str, Any] = profile,
-            sl: Mapping[str, Any] = slot,
+            pr: JsonObject = profile,
+            sl: JsonObject = slot,
         ) -> None:
             action["knowledge"] = {"project": p, "unit": u, "fields_read": []}
             scope = pr.get("auth_scope")
             if isinstance(scope, str) and scope:  # the clean principal holds the unit's scope
-                action["authorization_context"]["principal_scopes"] = [scope]
+                branch(action, "authorization_context")["principal_scopes"] = [scope]
             c.profile, c.slot = pr, sl
 
         choices.append((f"{project}/{unit}", bind))
     project = next(iter(ctx.units))[0] if ctx.units else ctx.deployment
 
-    def unknown(action: dict[str, Any], c: DimContext) -> None:
+    def unknown(action: JsonDict, c: DimContext) -> None:
         action["knowledge"] = {"project": project, "unit": UNKNOWN_UNIT, "fields_read": []}
 
-    def none(action: dict[str, Any], c: DimContext) -> None:
+    def none(action: JsonDict, c: DimContext) -> None:
         action.pop("knowledge", None)
 
     return [*choices, ("unknown", unknown), ("none", none)]
 
 
 def _task(task: str) -> Edit:
-    def edit(action: dict[str, Any], c: DimContext) -> None:
+    def edit(action: JsonDict, c: DimContext) -> None:
         tool = (c.tools.get(task) or [task])[0]  # the first tool the matrix binds to the type
         action["action_type"] = task
         action["requested_action"] = tool
-        action["authorization_context"]["agent_scope"] = [tool]
+        branch(action, "authorization_context")["agent_scope"] = [tool]
 
     return edit
 
 
 def _fields(kind: int) -> Edit:
-    def edit(action: dict[str, Any], c: DimContext) -> None:
+    def edit(action: JsonDict, c: DimContext) -> None:
         knowledge = action.get("knowledge")
         if not isinstance(knowledge, dict):
             return
@@ -273,7 +268,7 @@ def _fields(kind: int) -> Edit:
         # the task type's own list when the unit declares one (field_access.rego reads it), else the unit's
         listed = _get(c.profile, "compliance", "declared_fields_by_task_type", task) if isinstance(task, str) else None
         own = listed if isinstance(listed, list) else _get(c.profile, "compliance", "declared_fields")
-        declared = list(own or [])[:2]
+        declared = items(own)[:2]
         knowledge["fields_read"] = [declared, [*declared, UNDECLARED_FIELD], []][kind]
 
     return edit
@@ -284,7 +279,7 @@ def _amounts(ctx: DimContext) -> list[tuple[str, Edit]]:
     action of one states a small amount below the high-value threshold (without one it is denied
     amount_missing) and any other states none (with one it is denied amount_on_non_money_action)."""
 
-    def clean(action: dict[str, Any], c: DimContext) -> None:
+    def clean(action: JsonDict, c: DimContext) -> None:
         if action.get("action_type") in c.money_tasks:
             action["amount"] = {"value_minor": 1, "currency": c.clean_currency}
         else:
@@ -299,11 +294,13 @@ def _amounts(ctx: DimContext) -> list[tuple[str, Edit]]:
 
 def _delegation() -> list[tuple[str, Edit]]:
     def chain(extra: int, widened: bool = False) -> Edit:
-        def edit(action: dict[str, Any], c: DimContext) -> None:
+        def edit(action: JsonDict, c: DimContext) -> None:
             depth = _get(c.profile, "delegation", "max_depth")
             hops = (depth if isinstance(depth, int) else 1) + extra
-            scope = list(action["authorization_context"]["agent_scope"])
-            links = [{"agent_id": f"agent-{i}", "capabilities": list(scope)} for i in range(max(hops, 1) + 1)]
+            scope = list(items(branch(action, "authorization_context").get("agent_scope")))
+            links: list[JsonDict] = [
+                {"agent_id": f"agent-{i}", "capabilities": list(scope)} for i in range(max(hops, 1) + 1)
+            ]
             if widened:
                 links[-1]["capabilities"] = [*scope, "analysis.widened"]
             action["delegation_chain"] = links
@@ -320,30 +317,30 @@ def _delegation() -> list[tuple[str, Edit]]:
 
 def _clock(ctx: DimContext) -> list[tuple[str, Edit]]:
     def created(offset: int) -> Edit:
-        def edit(action: dict[str, Any], c: DimContext) -> None:
-            action["created_at"] = _iso(c.now_seconds + offset)
+        def edit(action: JsonDict, c: DimContext) -> None:
+            action["created_at"] = iso(c.now_seconds + offset)
 
         return edit
 
     def stale(extra_days: int) -> Edit:
-        def edit(action: dict[str, Any], c: DimContext) -> None:
+        def edit(action: JsonDict, c: DimContext) -> None:
             day = c.slot.get("validated_epoch_day")
             age = _get(c.profile, "freshness", "max_age_days")
             if isinstance(day, int) and isinstance(age, int):
                 seconds = (day + age + extra_days) * _DAY + 36000
-                c.now = _iso(seconds)
-                action["created_at"] = _iso(seconds - 60)
+                c.now = iso(seconds)
+                action["created_at"] = iso(seconds - 60)
 
         return edit
 
     def window(bound: str, offset: int) -> Edit:
         """The decision at the unit's temporal bound (KCP temporal, inclusive) plus OFFSET s."""
 
-        def edit(action: dict[str, Any], c: DimContext) -> None:
+        def edit(action: JsonDict, c: DimContext) -> None:
             edge = _get(c.profile, "temporal", f"{bound}_epoch_seconds")
             if isinstance(edge, int) and not isinstance(edge, bool):
-                c.now = _iso(edge + offset)
-                action["created_at"] = _iso(edge + offset - 60)
+                c.now = iso(edge + offset)
+                action["created_at"] = iso(edge + offset - 60)
 
         return edit
 
@@ -362,20 +359,17 @@ def _clock(ctx: DimContext) -> list[tuple[str, Edit]]:
     ]
 
 
-def _set(path: str, value: Any) -> Edit:
-    def edit(action: dict[str, Any], c: DimContext) -> None:
-        node = action
+def _set(path: str, value: object) -> Edit:
+    def edit(action: JsonDict, c: DimContext) -> None:
         *parents, last = path.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
+        branch(action, *parents)[last] = value
 
     return edit
 
 
 def _drop(path: str) -> Edit:
-    def edit(action: dict[str, Any], c: DimContext) -> None:
-        node: Any = action
+    def edit(action: JsonDict, c: DimContext) -> None:
+        node: object = action
         *parents, last = path.split(".")
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
@@ -385,16 +379,16 @@ def _drop(path: str) -> Edit:
     return edit
 
 
-def _get(node: Any, *keys: str) -> Any:
+def _get(node: object, *keys: str) -> object:
     """NODE[k1][k2]..., None where a level is missing or not a mapping (profiles hold nulls)."""
     for key in keys:
         node = node.get(key) if isinstance(node, Mapping) else None
     return node
 
 
-def _noop(action: dict[str, Any], c: DimContext) -> None:
+def _noop(action: JsonDict, c: DimContext) -> None:
     return None
 
 
-def _iso(seconds: int) -> str:
+def iso(seconds: int) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

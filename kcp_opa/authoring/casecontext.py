@@ -22,6 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kcp_opa.authoring.cases import DecisionCase
 from kcp_opa.context import (
     ContextSources,
     GateFactError,
@@ -35,6 +36,7 @@ from kcp_opa.context import (
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
 from kcp_opa.context.sources import Fact
 from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, objects
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction
@@ -56,9 +58,10 @@ def _issuer_key() -> Ed25519Key:
 
 
 def _declared_facts(
-    action: Mapping[str, Any], declared: Mapping[str, Any], paths: dict[str, str] | None = None
+    action: JsonObject, declared: JsonObject, paths: dict[str, str] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """The facts of each kind ``declared`` gives; ``paths`` gets, per fact, where it says so."""
+    """The facts of each kind ``declared`` gives; ``paths`` gets, per fact, where it says so. A value
+    stays unchecked: its source refuses one that breaks its fact's contract (StaticGateConfig)."""
     kinds: dict[str, dict[str, Any]] = {"config": {}, "registry": {}, "attestation": {}}
     paths = {} if paths is None else paths
     if declared.get("from_action"):
@@ -71,7 +74,7 @@ def _declared_facts(
             kinds["attestation"].setdefault(flag, False)
             paths.setdefault(flag, "from_action")
     for kind, key in (("config", "config"), ("registry", "registry"), ("attestation", "attested")):
-        for name, value in (declared.get(key) or {}).items():
+        for name, value in mapping(declared.get(key)).items():
             if name == "model" and isinstance(value, Mapping):  # the registry's shape: model {id, hosting}
                 for part, fact_name in (("id", "model_id"), ("hosting", "model_hosting")):
                     if part in value:
@@ -83,7 +86,7 @@ def _declared_facts(
     return kinds
 
 
-def _put(facts: dict[str, Any], name: str, value: Any) -> None:
+def _put(facts: JsonDict, name: str, value: object) -> None:
     if value is None:
         facts.pop(name, None)
     else:
@@ -91,10 +94,10 @@ def _put(facts: dict[str, Any], name: str, value: Any) -> None:
 
 
 def case_sources(
-    action: Mapping[str, Any],
-    declared: Mapping[str, Any] | None,
+    action: JsonObject,
+    declared: JsonObject | None,
     now: str,
-    counters: Mapping[str, Any] | None = None,
+    counters: JsonObject | None = None,
     *,
     origin: str | None = None,
 ) -> tuple[ContextSources | None, str | None]:
@@ -116,7 +119,7 @@ def case_sources(
     config = StaticGateConfig(
         kinds["config"].get("deployment_region"), kinds["config"].get("environment"), "case" if origin is None else name
     )
-    agent: dict[str, Any] = {"id": principal, "type": "ai_agent"}
+    agent: JsonDict = {"id": principal, "type": "ai_agent"}
     registry_facts = kinds["registry"]
     if "actor_role" in registry_facts:
         agent["actor_role"] = registry_facts["actor_role"]
@@ -195,13 +198,11 @@ class ContextFile:
     def config_facts(self) -> dict[str, Fact]:
         return self._named(self.config.config_facts())
 
-    def attested_facts(
-        self, action: Mapping[str, Any], action_hash: str
-    ) -> tuple[dict[str, Fact], list[dict[str, str]]]:
+    def attested_facts(self, action: JsonObject, action_hash: str) -> tuple[dict[str, Fact], list[dict[str, str]]]:
         facts, refused = self.attestations.attested_facts(action, action_hash)
         return self._named(facts), refused
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonDict:
         return {"kind": "context_file", "name": self.name}
 
 
@@ -217,7 +218,7 @@ def _stand_in(origin: str) -> str:
 
 
 def _case_exceptions(
-    declared: Any, registry: TrustRegistry, key: Ed25519Key, moment: dt.datetime, name: str
+    declared: object, registry: TrustRegistry, key: Ed25519Key, moment: dt.datetime, name: str
 ) -> SignedExceptions | None:
     """The case's exceptions, signed by the case issuer and verified like a deployment's file."""
     if not declared:
@@ -236,14 +237,14 @@ def _case_exceptions(
             CASE_ISSUER,
             key,
         )
-        for item in declared
+        for item in objects(declared)
     ]
     document = {"kind": "kcp-opa/exceptions", "format_version": 1, "name": name, "exceptions": signed}
     return SignedExceptions(registry, document=document)
 
 
 def case_input(
-    case: Any,
+    case: DecisionCase,
     *,
     satisfied_controls: tuple[str, ...] | list[str] = (),
     bundle_revision: str = "",
@@ -270,13 +271,13 @@ class VouchingGate(Gate):
     Never for actions a model wrote: that is what the context stage exists to refuse.
     """
 
-    declared: Mapping[str, Any] = {"from_action": True}
+    declared: Mapping[str, object] = {"from_action": True}
     #: The context file ``declared`` was read from: each fact names it (None: a test's own vouching).
     origin: str | None = None
 
     def input_for(
         self,
-        action: Mapping[str, Any] | CheckedAction,
+        action: JsonObject | CheckedAction,
         *,
         now: dt.datetime | str | None = None,
         principal: str | None = None,
@@ -301,7 +302,7 @@ class VouchingGate(Gate):
         return super().input_for(action, now=now, principal=principal, context=context)
 
 
-def vouching(gate: Gate, declared: Mapping[str, Any] | None = None, origin: str | None = None) -> VouchingGate:
+def vouching(gate: Gate, declared: JsonObject | None = None, origin: str | None = None) -> VouchingGate:
     """``gate`` as a :class:`VouchingGate` (same bundle, engine, ledger and seal key); ``origin``
     is the context file ``declared`` was read from, which its facts then name."""
     vouched = VouchingGate.__new__(VouchingGate)

@@ -11,19 +11,23 @@ accuracy, plus engine divergences.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kcp_opa.authoring.casecontext import case_input, case_sources
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, check_case, decision_trace
-from kcp_opa.authoring.regotest import CoverageMerger
+from kcp_opa.authoring.regotest import CoverageMerger, CoverageReport, opa_engine, opa_installed
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import KcpOpaError
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.decide.gate import Gate
 from kcp_opa.models.decision import Decision
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
+
+if TYPE_CHECKING:
+    from opa_bindings import OpaEngine
 
 APPROVAL_STATES = frozenset({"USER_CONFIRMATION", "STEP_UP_AUTHENTICATION", "IDENTITY_VERIFICATION", "HUMAN_APPROVAL"})
 
@@ -67,13 +71,30 @@ class CaseResult:
         return expect.approver_roles is None or set(got.verdict.approver_roles) == expect.approver_roles
 
 
+class CaseMetrics(TypedDict):
+    """The contract's section 7 over a run's cases (a rate is None where nothing is under it)."""
+
+    cases: int
+    ran: int
+    passed: int
+    decision_accuracy: float | None
+    false_allows: list[str]
+    false_allow_rate: float | None
+    false_denials: list[str]
+    false_denial_rate: float | None
+    approval_routing_accuracy: float | None
+    approval_routing_cases: int
+    divergences: list[str]
+    errors: list[str]
+
+
 @dataclass
 class CaseRun:
     results: list[CaseResult] = field(default_factory=list)
-    coverage: dict[str, Any] | None = None
+    coverage: CoverageReport | None = None
     engines: tuple[str, ...] = ()
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> CaseMetrics:
         """Totals over the cases that produced a decision: a case that errored is counted as
         failed, never as a correct answer, and a rate with nothing under it is None ("n/a"), not
         0% (a run where every case errored must not read as "no false allows")."""
@@ -123,11 +144,11 @@ def run_cases(
     wanted = set(engines)
     run = CaseRun(engines=tuple(sorted(wanted)))
     merger = CoverageMerger() if coverage else None
-    opa_available = "opa" in wanted and _opa_installed()
+    opa_available = "opa" in wanted and opa_installed()
     with tempfile.TemporaryDirectory(prefix="kcp-opa-cases-") as tmp:
         gates: dict[str, Gate] = {}
         ledgers: dict[str, Gate] = {}
-        opa: dict[str, Any] = {}
+        opa: dict[str, OpaEngine] = {}
         broken: dict[str, str] = {}  # deployment -> the first case that reported why it does not compile
         for case in cases:
             if case.deployment in broken:
@@ -144,7 +165,8 @@ def run_cases(
                         raise KcpOpaError(f"deployment {case.deployment!r} does not compile: {exc}") from None
                     gates[case.deployment] = Gate.from_bundle(out)
                     if opa_available:
-                        opa[case.deployment] = _opa_engine(gates[case.deployment])
+                        bundle = gates[case.deployment].bundle
+                        opa[case.deployment] = opa_engine(bundle.modules, bundle.data)
                 gate = gates[case.deployment]
                 problems: list[str] = []
                 if case.ledger:
@@ -184,7 +206,7 @@ def run_cases(
 
 def _through_ledger(
     case: DecisionCase, gate: Gate, tmp: Path, ledgers: dict[str, Gate], problems: list[str]
-) -> tuple[Decision, Any, Mapping[str, Any]]:
+) -> tuple[Decision, object, JsonObject]:
     """Decide as a deployed gate does: the entry is written (fsynced) to a real ledger first,
     and only that satisfies ``standard_audit_logging``; the entry must record this decision."""
     if case.deployment not in ledgers:
@@ -200,21 +222,3 @@ def _through_ledger(
     if entry.get("decision_id") != decision.decision_id or entry.get("decision") != decision.decision.value:
         problems.append("the ledger entry does not record this decision")
     return decision, entry.get("result"), prepared.document
-
-
-def _opa_installed() -> bool:
-    try:
-        import opa_bindings  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _opa_engine(gate: Gate) -> Any:
-    from opa_bindings import OpaEngine
-
-    engine = OpaEngine()
-    for name, source in sorted(gate.bundle.modules.items()):
-        engine.add_policy(name, source)
-    engine.add_data(dict(gate.bundle.data))
-    return engine

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from jsonschema import Draft202012Validator
 
@@ -23,6 +22,7 @@ from kcp_opa.context import counting
 from kcp_opa.context.factcontract import fact_problem
 from kcp_opa.context.facts import FACTS
 from kcp_opa.core.errors import ValidationFailedError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, objects, strings, text
 from kcp_opa.declare.yamlsource import YamlSource, load_yaml
 from kcp_opa.models.decision import Decision
 
@@ -45,7 +45,7 @@ class Expectation:
     approver_roles: frozenset[str] | None = None
     risk_level: str | None = None
     obligations: frozenset[str] | None = None
-    violations: tuple[Mapping[str, Any], ...] = ()
+    violations: tuple[JsonObject, ...] = ()
     execution_allowed: bool | None = None
     must_not_execute: bool = True
     required_trace_fields: tuple[str, ...] = ()
@@ -57,19 +57,19 @@ class DecisionCase:
     description: str
     deployment: str
     now: str
-    action: Mapping[str, Any]
+    action: JsonObject
     expect: Expectation
     file: str
     line: int | None
     ledger: bool = False
     #: ``input.context.counters`` as the gate would count them (docs/budgets.md), or None.
-    counters: Mapping[str, Any] | None = None
+    counters: JsonObject | None = None
     #: What the gate knows for this case (file-level ``context`` merged with the case's;
     #: kcp_opa.authoring.casecontext). None: no source, every gate fact missing.
-    context: Mapping[str, Any] | None = None
+    context: JsonObject | None = None
 
 
-def merge(base: Any, patch: Any) -> Any:
+def merge(base: object, patch: object) -> object:
     """Deep-merge ``patch`` over ``base``: mappings merge, anything else replaces, None deletes."""
     if not isinstance(base, Mapping) or not isinstance(patch, Mapping):
         return copy.deepcopy(patch)
@@ -82,7 +82,7 @@ def merge(base: Any, patch: Any) -> Any:
     return merged
 
 
-def _merge_context(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+def _merge_context(base: JsonObject, patch: JsonObject) -> JsonDict:
     """Like :func:`merge`, but a null stays (it says: the gate does not know this fact)."""
     merged = {key: copy.deepcopy(value) for key, value in base.items()}
     for key, value in patch.items():
@@ -91,17 +91,17 @@ def _merge_context(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[st
     return merged
 
 
-def check_context(value: Any) -> str | None:
+def check_context(value: object) -> str | None:
     """Why ``value`` is not a gate context as a case (or ``kcp-opa decide --context``) declares it."""
-    schema: dict[str, Any] = dict(_validator().schema)  # type: ignore[arg-type]
-    checker = Draft202012Validator({**schema["$defs"]["context"], "$defs": schema["$defs"]})
+    defs = mapping(mapping(_validator().schema).get("$defs"))
+    checker = Draft202012Validator({**mapping(defs.get("context")), "$defs": defs})
     error = next(iter(checker.iter_errors(value)), None)
     if error is None:
         return next((f"{'/'.join(map(str, path))}: {why}" for path, why in context_fact_problems(value)), None)
     return f"{'/'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
 
 
-def context_fact_problems(context: Any) -> list[tuple[list[str], str]]:
+def context_fact_problems(context: object) -> list[tuple[list[str], str]]:
     """(path, why) for each ``config``/``registry`` fact a context declares that breaks the
     contract of the action path it would be stated at (kcp_opa.context.factcontract)."""
     found: list[tuple[list[str], str]] = []
@@ -140,7 +140,7 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
     ]
     if errors:
         raise ValidationFailedError(str(path), errors)
-    contexts: list[tuple[list[str | int], Any]] = [(["context"], document.get("context"))]
+    contexts: list[tuple[list[str | int], object]] = [(["context"], document.get("context"))]
     contexts += [(["cases", index, "context"], raw.get("context")) for index, raw in enumerate(document["cases"])]
     refused = [
         f"{path}:{source.line_of([*where, *inner]) or 1}: {'/'.join(map(str, [*where, *inner]))}: {why}"
@@ -162,7 +162,7 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
                 description=raw.get("description", ""),
                 deployment=document["deployment"],
                 now=raw.get("now", document["now"]),
-                action=merge(document.get("base_action", {}), raw.get("action", {})),
+                action=mapping(merge(document.get("base_action", {}), raw.get("action", {}))),
                 expect=_expectation(raw["expect"]),
                 file=str(path),
                 line=source.line_of(["cases", index]),
@@ -174,15 +174,15 @@ def load_cases(path: str | Path) -> list[DecisionCase]:
     return cases
 
 
-def _counters(document: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any] | None:
+def _counters(document: JsonObject, raw: JsonObject) -> JsonDict | None:
     """The case's counts over the file's ``base_counters``; the rate's unit and principal and the
     beneficiary's key are filled from the action as the gate keys them (context/counting.py)."""
     if "base_counters" not in document and "counters" not in raw:
         return None
-    counters: dict[str, Any] = merge(document.get("base_counters", {}), raw.get("counters", {}))
-    action = merge(document.get("base_action", {}), raw.get("action", {}))
+    counters = dict(mapping(merge(document.get("base_counters", {}), raw.get("counters", {}))))
+    action = mapping(merge(document.get("base_action", {}), raw.get("action", {})))
     rate = counters.get("rate")
-    knowledge = action.get("knowledge") if isinstance(action.get("knowledge"), Mapping) else {}
+    knowledge = mapping(action.get("knowledge"))
     if isinstance(rate, dict) and "unit" not in rate:
         rate["unit"] = f"{knowledge.get('project', '')}/{knowledge.get('unit', '')}"
         rate["principal"] = counting.principal(action)
@@ -192,29 +192,32 @@ def _counters(document: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, 
     return counters
 
 
-def _expectation(raw: Mapping[str, Any]) -> Expectation:
-    def as_set(key: str) -> frozenset[str] | None:
-        return frozenset(raw[key]) if key in raw else None
+def _expectation(raw: JsonObject) -> Expectation:
+    """The expectation of a case the schema checked (so each field has its type)."""
 
+    def as_set(key: str) -> frozenset[str] | None:
+        return frozenset(strings(raw[key])) if key in raw else None
+
+    allowed = raw.get("execution_allowed")
     return Expectation(
-        decision=raw["decision"],
-        outcome=raw.get("outcome"),
-        authorization_status=raw.get("authorization_status"),
+        decision=str(raw["decision"]),
+        outcome=text(raw.get("outcome")),
+        authorization_status=text(raw.get("authorization_status")),
         reason_codes=as_set("reason_codes"),
         required_controls=as_set("required_controls"),
         satisfied_controls=as_set("satisfied_controls"),
         missing_controls=as_set("missing_controls"),
         approver_roles=as_set("approver_roles"),
-        risk_level=raw.get("risk_level"),
+        risk_level=text(raw.get("risk_level")),
         obligations=as_set("obligations"),
-        violations=tuple(raw.get("violations", ())),
-        execution_allowed=raw.get("execution_allowed"),
-        must_not_execute=raw.get("must_not_execute", raw["decision"] != "ALLOW"),
-        required_trace_fields=tuple(raw.get("required_trace_fields", ())),
+        violations=tuple(objects(raw.get("violations"))),
+        execution_allowed=allowed if isinstance(allowed, bool) else None,
+        must_not_execute=bool(raw.get("must_not_execute", raw["decision"] != "ALLOW")),
+        required_trace_fields=tuple(strings(raw.get("required_trace_fields"))),
     )
 
 
-def check_case(case: DecisionCase, decision: Decision, trace: Mapping[str, Any]) -> list[str]:
+def check_case(case: DecisionCase, decision: Decision, trace: JsonObject) -> list[str]:
     """Every way ``decision`` differs from the case's expectation (empty when it matches)."""
     expect, got = case.expect, decision.to_dict()
     problems = []
@@ -246,13 +249,13 @@ def check_case(case: DecisionCase, decision: Decision, trace: Mapping[str, Any])
     return problems
 
 
-def _contains(actual: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+def _contains(actual: JsonObject, wanted: JsonObject) -> bool:
     return all(actual.get(key) == value for key, value in wanted.items())
 
 
-def decision_trace(action: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+def decision_trace(action: JsonObject, decision: Decision) -> JsonDict:
     """Who acted on what, under which policy: the trace an auditor follows for one decision."""
-    target = action.get("target", {})
+    target = mapping(action.get("target"))
     return {
         "actor": {key: action[key] for key in ("tenant_id", "subject_id", "agent_id") if key in action},
         "resource": {key: target[key] for key in ("type", "reference", "tenant_id") if key in target},

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
 
 import yaml
 
@@ -25,14 +24,8 @@ class CheckFinding:
     code: str
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "line": self.line,
-            "severity": self.severity,
-            "code": self.code,
-            "message": self.message,
-        }
+    def to_dict(self) -> dict[str, str | int]:
+        return asdict(self)
 
 
 #: The keys every finding literal has, exactly.

@@ -23,8 +23,9 @@ from typing import Any
 from kcp_opa.authoring.casecontext import case_input
 from kcp_opa.authoring.cases import SYSTEM_CONTROLS, DecisionCase, check_case, decision_trace
 from kcp_opa.authoring.mutate_ops import Mutant, excuse, generate
-from kcp_opa.authoring.regotest import RegoTest
+from kcp_opa.authoring.regotest import RegoTest, opa_engine
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.core.jsonread import JsonObject, mapping
 from kcp_opa.decide.gate import DecisionInput
 from kcp_opa.models.decision import ENGINE_ERROR_VERDICT, Decision, MalformedDecisionError, PolicyVerdict
 
@@ -54,7 +55,7 @@ class Suite:
 
     modules: Mapping[str, str]
     tests: tuple[RegoTest, ...]
-    deployments: Mapping[str, Mapping[str, Any]]  # name -> bundle data
+    deployments: Mapping[str, JsonObject]  # name -> bundle data
     versions: Mapping[str, tuple[str, str]]  # name -> (policy_version, bundle revision)
     cases: Mapping[str, tuple[tuple[DecisionCase, DecisionInput], ...]]  # deployment -> cases
 
@@ -70,7 +71,7 @@ def build_suite(
 
     from kcp_opa.compile.bundle import read_bundle
 
-    data: dict[str, Mapping[str, Any]] = {}
+    data: dict[str, JsonObject] = {}
     versions: dict[str, tuple[str, str]] = {}
     by_deployment: dict[str, list[tuple[DecisionCase, DecisionInput]]] = {}
     with tempfile.TemporaryDirectory(prefix="kcp-opa-mutate-") as tmp:
@@ -81,7 +82,7 @@ def build_suite(
                 compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out)
                 bundle = read_bundle(out)
                 data[case.deployment] = bundle.data
-                metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
+                metadata = mapping(mapping(bundle.manifest.get("metadata")).get("kcp_opa"))
                 versions[case.deployment] = (str(metadata.get("policy_version", "")), bundle.revision)
             prepared = case_input(case, satisfied_controls=SYSTEM_CONTROLS)
             by_deployment.setdefault(case.deployment, []).append((case, prepared))
@@ -94,24 +95,13 @@ def build_suite(
     )
 
 
-def _engine(modules: Mapping[str, str], data: Mapping[str, Any] | None) -> Any:
-    from opa_bindings import OpaEngine
-
-    engine = OpaEngine()
-    for name, source in sorted(modules.items()):
-        engine.add_policy(name, source)
-    if data is not None:
-        engine.add_data(dict(data))
-    return engine
-
-
 def run_tests_batched(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> str | None:
     """The first failing test (its name and why), or None when every test passes."""
     packages = sorted({t.package for t in tests})
     query = "x := {" + ", ".join(f'"{p}": data.{p}' for p in packages) + "}"
     engine = None
     try:  # a mutant OPA refuses to load raises here: reported as an error, never out of a pool worker
-        engine = _engine(modules, None)
+        engine = opa_engine(modules)
         bindings = engine.eval_query(query, {})
         values = bindings[0].get("x", {}) if bindings else {}
         for test in tests:
@@ -125,10 +115,10 @@ def run_tests_batched(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> 
             engine.close()
 
 
-def decide_all(modules: Mapping[str, str], data: Mapping[str, Any], prepared: Sequence[DecisionInput]) -> list[Any]:
-    """The raw gate decision of every input, in one query."""
+def decide_all(modules: Mapping[str, str], data: JsonObject, prepared: Sequence[DecisionInput]) -> list[Any]:
+    """The raw gate decision of every input, in one query (as OPA gave it: ``typed`` checks it)."""
     query = "x := [d | some i in input.cases; d := data.kcp.gate.decision with input as i]"
-    engine = _engine({k: v for k, v in modules.items() if not k.endswith("_test.rego")}, data)
+    engine = opa_engine({k: v for k, v in modules.items() if not k.endswith("_test.rego")}, data)
     try:
         bindings = engine.eval_query(query, {"cases": [dict(p.document) for p in prepared]})
         return list(bindings[0]["x"]) if bindings else []
@@ -193,7 +183,7 @@ def judge(suite: Suite, mutant: Mutant) -> tuple[Status, str]:
 def _policies_fail_to_compile(modules: Mapping[str, str]) -> bool:
     engine = None
     try:
-        engine = _engine({k: v for k, v in modules.items() if not k.endswith("_test.rego")}, None)
+        engine = opa_engine({k: v for k, v in modules.items() if not k.endswith("_test.rego")})
         engine.eval_query("x := 1", {})
     except Exception:
         return True

@@ -9,23 +9,41 @@ reached by tests needs a sharper expectation.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 from rich.console import Console
 
-from kcp_opa.authoring.mutate import MutantResult, Status, Suite, _engine
+from kcp_opa.authoring.mutate import MutantResult, Status, Suite
 from kcp_opa.authoring.mutate_slice import SliceView
+from kcp_opa.authoring.regotest import CoverageMerger, opa_engine
+from kcp_opa.core.jsonread import JsonDict, mapping
 
 SCORED = (Status.KILLED, Status.TIMEOUT, Status.SURVIVED)
 
 
-def _covered(report: Mapping[str, Any] | None) -> dict[str, set[int]]:
-    lines: dict[str, set[int]] = {}
-    for file, spans in ((report or {}).get("files") or {}).items():
-        for span in spans.get("covered") or []:
-            lines.setdefault(file, set()).update(range(span["start"]["row"], span["end"]["row"] + 1))
-    return lines
+class Tally(TypedDict):
+    """Mutants per status, how many, and the score: (killed + timeout) / (those + survived)."""
+
+    killed: int
+    survived: int
+    timeout: int
+    invalid: int
+    excused: int
+    mutants: int
+    score: float
+
+
+class Summary(Tally):
+    files: dict[str, Tally]
+
+
+def _covered(report: object) -> dict[str, set[int]]:
+    """The lines OPA's coverage REPORT covers, per file."""
+    merged = CoverageMerger()
+    merged.add(mapping(report))
+    return merged.covered
 
 
 def _reaches(covered: Mapping[str, set[int]], result: MutantResult) -> bool:
@@ -37,7 +55,7 @@ def attach_reached_by(suite: Suite, survivors: Sequence[MutantResult]) -> None:
     """Fill ``reached_by`` of each survivor: the tests and case sets that execute its line."""
     if not survivors:
         return
-    engine = _engine(suite.modules, None)
+    engine = opa_engine(suite.modules)
     try:
         for package in sorted({t.package for t in suite.tests}):
             engine.eval_query(f"x := data.{package}", {}, coverage=True)
@@ -53,7 +71,7 @@ def attach_reached_by(suite: Suite, survivors: Sequence[MutantResult]) -> None:
         engine.close()
     policies = {k: v for k, v in suite.modules.items() if not k.endswith("_test.rego")}
     for name, items in sorted(suite.cases.items()):
-        engine = _engine(policies, suite.deployments[name])
+        engine = opa_engine(policies, suite.deployments[name])
         try:
             engine.eval_query(
                 "x := [d | some i in input.cases; d := data.kcp.gate.decision with input as i]",
@@ -68,14 +86,22 @@ def attach_reached_by(suite: Suite, survivors: Sequence[MutantResult]) -> None:
                 survivor.reached_by.append(f"cases of {name} ({len(items)})")
 
 
-def summary(results: Sequence[MutantResult]) -> dict[str, Any]:
-    """Counts and score per file and overall: score = (killed + timeout) / (those + survived)."""
+def summary(results: Sequence[MutantResult]) -> Summary:
+    """Counts and score per file and overall."""
 
-    def block(items: Sequence[MutantResult]) -> dict[str, Any]:
-        counts = {status.value: sum(r.status is status for r in items) for status in Status}
-        scored = sum(counts[s.value] for s in SCORED)
-        detected = counts[Status.KILLED.value] + counts[Status.TIMEOUT.value]
-        return {**counts, "mutants": len(items), "score": 100.0 * detected / scored if scored else 100.0}
+    def block(items: Sequence[MutantResult]) -> Tally:
+        n = Counter(r.status for r in items)
+        scored = sum(n[s] for s in SCORED)
+        detected = n[Status.KILLED] + n[Status.TIMEOUT]
+        return {
+            "killed": n[Status.KILLED],
+            "survived": n[Status.SURVIVED],
+            "timeout": n[Status.TIMEOUT],
+            "invalid": n[Status.INVALID],
+            "excused": n[Status.EXCUSED],
+            "mutants": len(items),
+            "score": 100.0 * detected / scored if scored else 100.0,
+        }
 
     files: dict[str, list[MutantResult]] = {}
     for result in results:
@@ -83,7 +109,7 @@ def summary(results: Sequence[MutantResult]) -> dict[str, Any]:
     return {"files": {name: block(items) for name, items in sorted(files.items())}, **block(results)}
 
 
-def to_dict(results: Sequence[MutantResult], seconds: float, threshold: float | None) -> dict[str, Any]:
+def to_dict(results: Sequence[MutantResult], seconds: float, threshold: float | None) -> JsonDict:
     return {
         "summary": summary(results),
         "seconds": round(seconds, 1),
@@ -94,7 +120,7 @@ def to_dict(results: Sequence[MutantResult], seconds: float, threshold: float | 
     }
 
 
-def _row(result: MutantResult) -> dict[str, Any]:
+def _row(result: MutantResult) -> dict[str, str | list[str]]:
     mutant = result.mutant
     return {
         "location": f"{mutant.file}:{mutant.start}",

@@ -22,10 +22,10 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kcp_opa.authoring.mutate import MutantResult, Status
 from kcp_opa.authoring.mutate_ops import Mutant
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, mapping, number
 
 RECORD_FORMAT = 1
 SLICE_SIZE = 40  # the CI slice's sample (make mutate-slice); a full run reports its score on this draw
@@ -90,7 +90,7 @@ class Record:
 
     fingerprint: str
     score: float
-    summary: Mapping[str, Any]
+    summary: JsonObject
     threshold: float | None
     seconds: float
     statuses: Mapping[str, str]  # mutant key -> status, for every mutant not killed
@@ -104,13 +104,15 @@ class Record:
 
 def record_of(
     results: Sequence[MutantResult],
-    summary: Mapping[str, Any],
+    summary: JsonObject,
     fingerprint_: str,
     seconds: float,
     threshold: float | None,
 ) -> Record:
     statuses = {r.mutant.key: r.status.value for r in results if r.status in _NOT_KILLED}
-    return Record(fingerprint_, round(float(summary["score"]), 2), summary, threshold, round(seconds, 1), statuses)
+    return Record(
+        fingerprint_, round(number(summary["score"]) or 0.0, 2), summary, threshold, round(seconds, 1), statuses
+    )
 
 
 def write_record(record: Record, view: SliceView) -> bytes:
@@ -124,8 +126,12 @@ def write_record(record: Record, view: SliceView) -> bytes:
         "seconds": record.seconds,
         "counts": {k: v for k, v in record.summary.items() if k not in ("files", "score")},
         "files": {
-            name: {"score": round(item["score"], 1), "killed": item["killed"], "survived": item["survived"]}
-            for name, item in record.summary["files"].items()
+            name: {
+                "score": round(number(item["score"]) or 0.0, 1),
+                "killed": item["killed"],
+                "survived": item["survived"],
+            }
+            for name, item in ((n, mapping(i)) for n, i in mapping(record.summary["files"]).items())
         },
         "slice": {"size": view.sample_size, "score": view.sample_score},
         "not_killed": dict(sorted(record.statuses.items())),
@@ -193,7 +199,7 @@ class SliceView:
     recorded_sample_score: float | None = None  # the record's statuses of the same draw
     disagreements: tuple[MutantResult, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         if self.full_score is None and self.sample_score is None:
             return {}
         return {
@@ -225,7 +231,7 @@ def compare(record: Record | None, results: Sequence[MutantResult], sample: int 
         return SliceView(sample_size=len(results), sample_score=live)
     return SliceView(
         record.score,
-        int(record.summary.get("mutants", 0)),
+        integer(record.summary.get("mutants")) or 0,
         len(results),
         live,
         score_of(record.status_of(r.mutant) for r in results),

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from kcp_opa.authoring.findingcheck import CheckFinding, finding_problems
 from kcp_opa.authoring.regochild import regopy_files
 from kcp_opa.authoring.regosyntax import OPA_ONLY, syntax_problems
 from kcp_opa.compile.resolution import policy_problems
+from kcp_opa.core.jsonread import JsonObject, mapping
 from kcp_opa.decide.engine import forbidden_builtin_calls, shadowed_packages
 from kcp_opa.declare.waivers import refusals as waiver_refusals
 
@@ -69,7 +69,7 @@ def _line_of(source: str, offset: int) -> int:
     return source.count("\n", 0, offset) + 1
 
 
-def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None = None) -> list[CheckFinding]:
+def check_modules(modules: Mapping[str, str], *, data: JsonObject | None = None) -> list[CheckFinding]:
     findings: list[CheckFinding] = []
     broken = syntax_problems(modules)
     for problem in broken:  # a parse error is named as one, never as a regopy abort
@@ -83,8 +83,9 @@ def check_modules(modules: Mapping[str, str], *, data: Mapping[str, Any] | None 
     findings += [  # a terminal denial marked waivable: no exception may ever lift it
         CheckFinding(w.file, w.line, "error", "terminal_waivable", why) for w, why in waiver_refusals(modules)
     ]
-    trust = (data or {}).get("kcp_data", {}).get("trust")  # a bundle compiled --trust: its registry
-    findings += [CheckFinding(u.file, u.line or 1, "error", u.code, u.message) for u in policy_problems(modules, trust)]
+    trust = mapping(mapping(data).get("kcp_data")).get("trust")  # a bundle compiled --trust: its registry
+    unresolved = policy_problems(modules, trust if isinstance(trust, Mapping) else None)
+    findings += [CheckFinding(u.file, u.line or 1, "error", u.code, u.message) for u in unresolved]
     findings += finding_problems(modules)
     findings += long_lines(modules)
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
@@ -184,7 +185,7 @@ def _rule_entrypoints(source: str) -> list[str]:
     return sorted(f"{prefix}/{name}" for name in names)
 
 
-def _lint(modules: Mapping[str, str], data: Mapping[str, Any]) -> list[CheckFinding]:
+def _lint(modules: Mapping[str, str], data: JsonObject) -> list[CheckFinding]:
     from regopy import Interpreter
 
     probe = Interpreter()

@@ -15,55 +15,27 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+from kcp_opa.core.jsonread import JsonObject, mapping
 
 #: Per test file (planning it with the policies and running its tests), not for the whole run.
 CHILD_TIMEOUT_S = 300
 
-_CHILD = """
+#: The child's work: plan MODULES, query each entrypoint, print the results (``wrap``-ped) while
+#: the interpreter is still alive.
+_RUN = """
 import json, sys
 from regopy import Interpreter
-modules, entrypoints = json.load(sys.stdin)
-interp = Interpreter()
-interp.strict_built_in_errors = True
-interp.add_data_json("{}")
-for name, source in modules.items():
-    interp.add_module(name, source)
-bundle = interp.build(None, entrypoints)
-if not bundle.ok():
-    print(json.dumps({"__build_error__": str(bundle.node())[:2000]}))
-    sys.exit(0)
-out = {}
-for entrypoint in entrypoints:
-    try:
-        output = interp.query_bundle_entrypoint(bundle, entrypoint)
-    except Exception as exc:
-        out[entrypoint] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-        continue
-    if not output.ok():
-        out[entrypoint] = {"error": " ".join(str(output).split())[:500]}
-        continue
-    results = output.results
-    value = results[0].expressions[0] if results and results[0].expressions else None
-    out[entrypoint] = {"value": value}
-print(json.dumps(out))
-"""
-
-
-_FILES_CHILD = """
-import json, sys
-from regopy import Interpreter
-policy, files = json.load(sys.stdin)
-for name, source, entrypoints in files:
+def run(modules, entrypoints, wrap=lambda out: out):
     interp = Interpreter()
     interp.strict_built_in_errors = True
     interp.add_data_json("{}")
-    for module, text in {**policy, name: source}.items():
-        interp.add_module(module, text)
+    for name, source in modules.items():
+        interp.add_module(name, source)
     bundle = interp.build(None, entrypoints)
     if not bundle.ok():
-        print(json.dumps({"file": name, "out": {"__build_error__": str(bundle.node())[:2000]}}), flush=True)
-        continue
+        print(json.dumps(wrap({"__build_error__": str(bundle.node())[:2000]})), flush=True)
+        return
     out = {}
     for entrypoint in entrypoints:
         try:
@@ -77,13 +49,22 @@ for name, source, entrypoints in files:
         results = output.results
         value = results[0].expressions[0] if results and results[0].expressions else None
         out[entrypoint] = {"value": value}
-    print(json.dumps({"file": name, "out": out}), flush=True)
+    print(json.dumps(wrap(out)), flush=True)
 """
+_CHILD = _RUN + "run(*json.load(sys.stdin))\n"
+_FILES_CHILD = (
+    _RUN
+    + """
+policy, files = json.load(sys.stdin)
+for name, source, entrypoints in files:
+    run({**policy, name: source}, entrypoints, lambda out: {"file": name, "out": out})
+"""
+)
 
 
 def regopy_files(
     policy: Mapping[str, str], files: Sequence[tuple[str, str, Sequence[str]]], timeout_s: float | None = None
-) -> dict[str, dict[str, Any] | None]:
+) -> dict[str, JsonObject | None]:
     """Results by entrypoint per test file, from one child that reports file by file.
 
     Each file gets ``timeout_s`` from the previous report: a file over it is ``{"__timeout__":
@@ -91,7 +72,7 @@ def regopy_files(
     the files after it go to a fresh child too.
     """
     limit = CHILD_TIMEOUT_S if timeout_s is None else timeout_s
-    done: dict[str, dict[str, Any] | None] = {}
+    done: dict[str, JsonObject | None] = {}
     left = list(files)
     while left:
         proc = subprocess.Popen(
@@ -124,11 +105,13 @@ def regopy_files(
     return done
 
 
-def _reports(proc: subprocess.Popen[bytes], timeout_s: float, expected: int) -> tuple[list[tuple[str, Any]], bool]:
+def _reports(
+    proc: subprocess.Popen[bytes], timeout_s: float, expected: int
+) -> tuple[list[tuple[str, JsonObject]], bool]:
     """The child's file reports, in order, until it ends, overruns a file's limit or has sent all;
     and whether it overran (True) rather than ended or finished."""
     assert proc.stdout is not None
-    reports: list[tuple[str, Any]] = []
+    reports: list[tuple[str, JsonObject]] = []
     buffer = b""
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
@@ -147,14 +130,14 @@ def _reports(proc: subprocess.Popen[bytes], timeout_s: float, expected: int) -> 
                     report = json.loads(line)
                 except ValueError:
                     return reports, False
-                reports.append((str(report["file"]), report["out"]))
+                reports.append((str(report["file"]), mapping(report["out"])))
                 deadline = time.monotonic() + timeout_s  # progress: the next file gets its own limit
     return reports, False
 
 
 def regopy_child(
     modules: Mapping[str, str], entrypoints: Sequence[str], timeout_s: float = CHILD_TIMEOUT_S
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """Results by entrypoint; None if the child died (an engine abort); ``{"__timeout__": s}`` if
     planning did not finish in time (docs/engine-findings.md item 12)."""
     try:
@@ -171,7 +154,6 @@ def regopy_child(
     if proc.returncode != 0:
         return None
     try:
-        parsed: dict[str, Any] = json.loads(proc.stdout)
+        return mapping(json.loads(proc.stdout))
     except json.JSONDecodeError:
         return None
-    return parsed

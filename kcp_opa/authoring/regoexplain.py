@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+from kcp_opa.authoring.regotest import TestResult
+from kcp_opa.core.jsonread import JsonObject, integer, objects
 
 #: Lines of one explanation at most (a deep rule chain would print thousands).
 MAX_LINES = 200
 
 
-def explain_results(modules: Mapping[str, str], results: Sequence[Any], mode: str) -> None:
+def explain_results(modules: Mapping[str, str], results: Sequence[TestResult], mode: str) -> None:
     """Attach ``explain`` lines to the failed or errored results (``fails``) or to all (``full``)."""
     for result in results:
         if mode == "full" or result.outcome.value in ("FAIL", "ERROR"):
@@ -35,7 +37,7 @@ def explain_test(modules: Mapping[str, str], entrypoint: str, mode: str) -> list
         for name, source in sorted(modules.items()):
             engine.add_policy(name, source)
         engine.eval_query(f"x := {entrypoint}", {}, trace=True)
-        events: Sequence[Mapping[str, Any]] = engine.last_trace or []
+        events = objects(engine.last_trace)
     except Exception as exc:  # an error is already the test's outcome; say why there is no trace
         return [f"(no explanation: {' '.join(str(exc).split())[:300]})"]
     finally:
@@ -43,7 +45,7 @@ def explain_test(modules: Mapping[str, str], entrypoint: str, mode: str) -> list
     return render(events, modules, mode)
 
 
-def render(events: Sequence[Mapping[str, Any]], modules: Mapping[str, str], mode: str) -> list[str]:
+def render(events: Sequence[JsonObject], modules: Mapping[str, str], mode: str) -> list[str]:
     """One line per failed (``fails``) or evaluated (``full``) expression of the test's queries."""
     wanted = "Fail" if mode == "fails" else "Eval"
     lines: list[str] = []
@@ -53,7 +55,7 @@ def render(events: Sequence[Mapping[str, Any]], modules: Mapping[str, str], mode
         if event.get("query_id", 0) == 0:
             continue  # the test runner's own query, not the test
         location, node = str(event.get("location", "")), str(event.get("node", ""))
-        key = (int(event.get("query_id", 0)), location)
+        key = (integer(event.get("query_id")) or 0, location)
         if event.get("op") == "Unify":
             last_unify[key] = node
             continue
@@ -66,7 +68,7 @@ def render(events: Sequence[Mapping[str, Any]], modules: Mapping[str, str], mode
             shown += f"    evaluated: {evaluated}"
         bound = event.get("locals")
         if isinstance(bound, Mapping) and bound:
-            values = ", ".join(f"{k} = {_short(v)}" for k, v in sorted(bound.items()))
+            values = ", ".join(f"{k} = {compact(v)}" for k, v in sorted(bound.items()))
             shown += f"    with {values}"
         if lines and lines[-1] == shown:
             continue  # one expression evaluated again for each part of it
@@ -89,6 +91,7 @@ def _source_line(location: str, modules: Mapping[str, str]) -> str:
     return lines[number - 1].strip() if 0 < number <= len(lines) else ""
 
 
-def _short(value: Any) -> str:
+def compact(value: object, limit: int = 120) -> str:
+    """VALUE as JSON on one line, cut to LIMIT characters."""
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return text if len(text) <= 120 else text[:117] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -20,10 +20,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kcp_opa.authoring.regochild import regopy_child, regopy_files
 from kcp_opa.authoring.regosyntax import OPA_ONLY, syntax_problems
+from kcp_opa.core.jsonread import JsonObject, integer, mapping, number, objects
+
+if TYPE_CHECKING:
+    from opa_bindings import OpaEngine
 
 _PACKAGE = re.compile(r"^package\s+([\w.]+)", re.MULTILINE)
 _RULE = re.compile(r"^((?:test|todo)_\w+)\b", re.MULTILINE)
@@ -137,9 +141,10 @@ def only_test(source: str, keep: str) -> str:
     return "".join(out)
 
 
-def _judge(raw: Any) -> EngineResult:
-    if raw is None:
+def _judge(found: object) -> EngineResult:
+    if found is None:
         return EngineResult(Outcome.ERROR, "no result")
+    raw = mapping(found)
     if "error" in raw:
         text = str(raw["error"])
         if text.strip() == "<error>":
@@ -169,7 +174,7 @@ def run_regopy(modules: Mapping[str, str], tests: Sequence[RegoTest]) -> dict[st
     for name, out in regopy_files(policy, files).items():
         group = by_file[name]
         if out is not None and "__timeout__" in out:
-            _timed_out(group, out["__timeout__"], results)
+            _timed_out(group, number(out["__timeout__"]) or 0.0, results)
         elif out is not None and "__build_error__" not in out:
             for test in group:
                 results[test.name] = _judge(out.get(test.entrypoint))
@@ -194,7 +199,7 @@ def _run_group(
         return
     out = regopy_child(modules, [t.entrypoint for t in tests])
     if out is not None and "__timeout__" in out:
-        _timed_out(tests, out["__timeout__"], results)
+        _timed_out(tests, number(out["__timeout__"]) or 0.0, results)
         return
     if out is not None and "__build_error__" not in out:
         for test in tests:
@@ -215,7 +220,7 @@ def _run_group(
         elif "__timeout__" in solo:
             detail = f"regopy did not finish planning in {solo['__timeout__']:g} s"
         else:
-            detail = f"regopy cannot compile it: {solo['__build_error__'][:400]}"
+            detail = f"regopy cannot compile it: {str(solo['__build_error__'])[:400]}"
         results[test.name] = EngineResult(Outcome.ERROR, detail)
         return
     by_file: dict[str, list[RegoTest]] = {}
@@ -237,18 +242,18 @@ def _with_one_test_file(modules: Mapping[str, str], keep: str) -> dict[str, str]
 def _abort_detail(source: str, test: RegoTest) -> str:
     """ABORT_HINT, pointing at the first `with input` line of the test rule when there is one."""
     lines = source.splitlines()
-    for number in range(test.line, len(lines) + 1):
-        text = lines[number - 1]
-        if number > test.line and text[:1].strip() and not text.startswith(("}", "#")):
+    for row in range(test.line, len(lines) + 1):
+        text = lines[row - 1]
+        if row > test.line and text[:1].strip() and not text.startswith(("}", "#")):
             break  # the next rule starts: the test has no `with input`
         if "with input" in text:
-            return f"{test.file}:{number}: {ABORT_HINT}"
+            return f"{test.file}:{row}: {ABORT_HINT}"
     return ABORT_HINT
 
 
 def run_opa(
     modules: Mapping[str, str], tests: Sequence[RegoTest], *, coverage: bool = False
-) -> tuple[dict[str, EngineResult], dict[str, Any] | None]:
+) -> tuple[dict[str, EngineResult], CoverageReport | None]:
     """OPA outcome per test name (None if OPA is not installed), with merged coverage."""
     try:
         from opa_bindings import OpaEngine
@@ -280,6 +285,21 @@ def run_opa(
     return results, merged.report() if merged is not None else None
 
 
+class FileCoverage(TypedDict):
+    covered: list[int]
+    covered_lines: int
+    not_covered_lines: int
+    coverage: float
+    not_covered: list[int]
+
+
+class CoverageReport(TypedDict):
+    """OPA's coverage merged: the lines of each policy file, and the percentage over them all."""
+
+    files: dict[str, FileCoverage]
+    coverage: float
+
+
 class CoverageMerger:
     """Union of covered lines across evaluations (a line covered once is covered)."""
 
@@ -287,19 +307,19 @@ class CoverageMerger:
         self.covered: dict[str, set[int]] = {}
         self.seen: dict[str, set[int]] = {}
 
-    def add(self, report: Mapping[str, Any]) -> None:
-        for file, spans in (report.get("files") or {}).items():
+    def add(self, report: JsonObject) -> None:
+        """One evaluation's coverage (OPA's: ``files.<name>.covered``/``not_covered`` row spans)."""
+        for file, spans in mapping(report.get("files")).items():
             covered = self.covered.setdefault(file, set())
             seen = self.seen.setdefault(file, set())
-            for span in spans.get("covered") or []:
-                rows = range(span["start"]["row"], span["end"]["row"] + 1)
-                covered.update(rows)
-                seen.update(rows)
-            for span in spans.get("not_covered") or []:
-                seen.update(range(span["start"]["row"], span["end"]["row"] + 1))
+            for span in objects(mapping(spans).get("covered")):
+                covered.update(_rows(span))
+                seen.update(_rows(span))
+            for span in objects(mapping(spans).get("not_covered")):
+                seen.update(_rows(span))
 
-    def report(self) -> dict[str, Any]:
-        files = {}
+    def report(self) -> CoverageReport:
+        files: dict[str, FileCoverage] = {}
         total_covered = total_seen = 0
         for file in sorted(self.seen):
             covered = self.covered.get(file, set())
@@ -316,13 +336,41 @@ class CoverageMerger:
         return {"files": files, "coverage": 100.0 * total_covered / total_seen if total_seen else 100.0}
 
 
+def _rows(span: JsonObject) -> range:
+    """The rows of one coverage span, ``start.row`` to ``end.row``."""
+    start, end = (integer(mapping(span.get(edge)).get("row")) for edge in ("start", "end"))
+    if start is None or end is None:
+        raise TypeError("a coverage span without start and end rows")
+    return range(start, end + 1)
+
+
+def opa_installed() -> bool:
+    try:
+        import opa_bindings  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def opa_engine(modules: Mapping[str, str], data: JsonObject | None = None) -> OpaEngine:
+    """The OPA reference engine with MODULES (in name order) and DATA loaded."""
+    from opa_bindings import OpaEngine
+
+    engine = OpaEngine()
+    for name, source in sorted(modules.items()):
+        engine.add_policy(name, source)
+    if data is not None:
+        engine.add_data(dict(data))
+    return engine
+
+
 def run_tests(
     modules: Mapping[str, str],
     tests: Sequence[RegoTest],
     engines: Iterable[str] = ("regopy", "opa"),
     *,
     coverage: bool = False,
-) -> tuple[list[TestResult], dict[str, Any] | None]:
+) -> tuple[list[TestResult], CoverageReport | None]:
     wanted = set(engines)
     combined = {t.name: TestResult(t) for t in tests}
     coverage_report = None

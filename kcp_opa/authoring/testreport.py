@@ -3,29 +3,29 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from kcp_opa.authoring.caserun import CaseRun
-from kcp_opa.authoring.regotest import Outcome, TestResult
+from kcp_opa.authoring.regotest import CoverageReport, Outcome, TestResult
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping
 
 
-def policy_coverage(*reports: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def policy_coverage(*reports: CoverageReport | None) -> JsonDict | None:
     """Union of covered lines over the reports, for policy modules only (tests are not covered)."""
     covered: dict[str, set[int]] = {}
     seen: dict[str, set[int]] = {}
     for report in reports:
-        for name, item in ((report or {}).get("files") or {}).items():
+        for name, item in (report["files"] if report else {}).items():
             if name.endswith("_test.rego"):
                 continue
             covered.setdefault(name, set()).update(item["covered"])
             seen.setdefault(name, set()).update(item["covered"], item["not_covered"])
     if not seen:
         return None
-    files = {}
+    files: JsonDict = {}
     for name in sorted(seen):
         missed = sorted(seen[name] - covered[name])
         files[name] = {
@@ -37,7 +37,7 @@ def policy_coverage(*reports: Mapping[str, Any] | None) -> dict[str, Any] | None
     return {"files": files, "coverage": 100.0 * hit / total if total else 100.0}
 
 
-def to_dict(tests: Sequence[TestResult], cases: CaseRun | None, coverage: Mapping[str, Any] | None) -> dict[str, Any]:
+def to_dict(tests: Sequence[TestResult], cases: CaseRun | None, coverage: JsonObject | None) -> JsonDict:
     return {
         "tests": [
             {
@@ -126,7 +126,7 @@ def print_report(
     console: Console,
     tests: Sequence[TestResult],
     cases: CaseRun | None,
-    coverage: Mapping[str, Any] | None,
+    coverage: JsonObject | None,
     *,
     verbose: bool,
 ) -> None:
@@ -178,8 +178,9 @@ def print_report(
         table.add_column("file")
         table.add_column("coverage", justify="right")
         table.add_column("lines not covered")
-        for name, item in coverage["files"].items():
-            missed = item["not_covered"]
+        for name, file in mapping(coverage["files"]).items():
+            item = mapping(file)
+            missed = items(item["not_covered"])
             table.add_row(
                 name,
                 f"{item['coverage']:.1f}%",
