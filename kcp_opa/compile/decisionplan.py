@@ -102,9 +102,7 @@ def _row(named: Sequence[str], row: object, source: str) -> JsonDict:
 
 def _names(value: object, source: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise CompileError(
-            f"{source}: {PLAN_ENTRYPOINT} gave names that are not a list of strings: {_shown(value)}"
-        )
+        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave names that are not a list of strings: {_shown(value)}")
     return value
 
 
