@@ -12,7 +12,7 @@ FAILED is final) before the receipt is signed. Every refusal names the item and 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from kcp_opa.authorize.controls import EVIDENCE_ENTRYPOINT, registry_mismatch
 from kcp_opa.authorize.documents import Receipt
@@ -80,8 +80,7 @@ def issue_for_foreign_decision(
     decision_id, digest = document.get("decision_id"), document.get("action_hash")
     if not isinstance(decision_id, str) or not isinstance(digest, str):
         raise _refuse("the decision document lacks decision_id or action_hash", "malformed_decision")
-    required = [c for c in _iterated(document.get("required_controls")) if isinstance(c, str)]
-    roles = [r for r in _iterated(document.get("approver_roles")) if isinstance(r, str)]
+    required, roles = _names(document, "required_controls"), _names(document, "approver_roles")
     engine = RegopyEngine(bundle, EVIDENCE_ENTRYPOINT, preflight=False)
     try:
         party_ids = parties(action)
@@ -91,7 +90,7 @@ def issue_for_foreign_decision(
     prior: list[dict[str, str]] = []
     bound: list[JsonDict] = []
     satisfied: list[str] = []
-    for number, item in enumerate(_iterated(document.get("control_evidence")), start=1):
+    for number, item in enumerate(_listed(document, "control_evidence"), start=1):
         label = f"evidence item {number} ({item.get('control') if isinstance(item, Mapping) else '?'})"
         if not isinstance(item, Mapping):
             raise _refuse(f"{label} is not an object", "malformed_evidence")
@@ -147,9 +146,23 @@ def issue_for_foreign_decision(
     )
 
 
-def _iterated(value: object) -> Iterable[object]:
-    """What a loop over ``value or []`` sees: a malformed list in a foreign document refuses as before."""
-    return value if isinstance(value, Iterable) else ()
+def _listed(document: JsonObject, name: str) -> list[object]:
+    """A list field of the foreign document, absent or null read as empty; anything else is refused:
+    read as empty, a malformed ``required_controls`` would issue a receipt requiring nothing."""
+    value = document.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _refuse(f"the decision document's {name} is not a list", "malformed_decision")
+    return value
+
+
+def _names(document: JsonObject, name: str) -> list[str]:
+    """A list of strings (controls, roles): an entry of another type is refused, never passed over."""
+    listed = _listed(document, name)
+    if not all(isinstance(entry, str) for entry in listed):
+        raise _refuse(f"the decision document's {name} holds an entry that is not a string", "malformed_decision")
+    return [entry for entry in listed if isinstance(entry, str)]
 
 
 def _key(issuer: Issuer, kid: object, alg: object, keyring: Keyring | None) -> Key | None:

@@ -129,3 +129,31 @@ def test_a_trusted_gate_s_evidence_is_still_judged(
             bundle=read_bundle(trust_bundle), keyring=Keyring({"kya-gate": hmac_key("kya-gate", GATE_SECRET)}),
         )  # fmt: skip
     assert caught.value.code == code and message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("required_controls", 1),
+        ("required_controls", True),
+        ("required_controls", "independent_human_approval"),
+        ("required_controls", ["independent_human_approval", 7]),
+        ("approver_roles", True),
+        ("control_evidence", 1),
+    ],
+)
+def test_a_malformed_list_in_a_trusted_gate_s_decision_is_refused_not_read_as_empty(
+    desk: ControlDesk, trust_bundle: Path, field: str, value: Any
+) -> None:
+    """Read as empty, a signed ``required_controls: 1`` would issue a receipt that requires nothing."""
+    from kcp_opa.authorize.interop import issue_for_foreign_decision
+
+    document = _kya_document(approve_all(desk))
+    document[field] = value
+    document = _kya_document_resigned(document)
+    with pytest.raises(ReceiptIssueError) as caught:
+        issue_for_foreign_decision(
+            document, KYA, hmac_key("kya-1", SECRET), gate="kya-reference-gate", registry=registry(),
+            bundle=read_bundle(trust_bundle), keyring=Keyring({"kya-gate": hmac_key("kya-gate", GATE_SECRET)}),
+        )  # fmt: skip
+    assert caught.value.code == "malformed_decision" and field in str(caught.value)
