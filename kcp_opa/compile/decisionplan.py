@@ -22,7 +22,7 @@ from typing import Any
 from kcp_opa.compile.datadoc import DATA_ROOT
 from kcp_opa.compile.enginecheck import query_in_child
 from kcp_opa.core.errors import CompileError
-from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping, objects
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer
 
 PLAN_ENTRYPOINT = "kcp/gate/plan_table"
 PLAN_MOUNT = f"{DATA_ROOT}/plan"
@@ -30,22 +30,58 @@ PLAN_MOUNT = f"{DATA_ROOT}/plan"
 
 def action_types(data: JsonObject) -> list[str]:
     """Every action type a declaration names: the matrix's task types, cells and KCP action map,
-    and the budgets' task types. Any other action type decides as ``other`` does."""
-    matrix = mapping(data.get(f"{DATA_ROOT}/matrix"))
-    named: set[object] = set(items(matrix.get("task_types")))
-    named.update(mapping(matrix.get("kcp_actions")))
-    for budget in objects(mapping(matrix.get("parameters")).get("budgets")):
-        named.update(items(budget.get("task_types")))
-    named.update(_index_keys(mapping(data.get(f"{DATA_ROOT}/tasks"))))
-    return sorted(t for t in named if isinstance(t, str))
+    and the budgets' task types. Any other action type decides as ``other`` does, so a part of
+    the wrong shape is a CompileError, never read as naming none (its types would decide as
+    ``other``, skipping the evaluators that apply only to them)."""
+    matrix = _object(data, f"{DATA_ROOT}/matrix")
+    named = set(_strings(matrix, "task_types"))
+    named.update(_object(matrix, "kcp_actions"))
+    for budget in _list(_object(matrix, "parameters"), "budgets"):
+        if not isinstance(budget, Mapping):
+            raise CompileError(f"budgets holds {_shown(budget)}, not an object: its task types cannot be planned")
+        if budget.get("task_types") != "all":  # compiled: a list of task types, or "all" (names none)
+            named.update(_strings(budget, "task_types"))
+    named.update(_index_keys(_object(data, f"{DATA_ROOT}/tasks")))
+    return sorted(named)
+
+
+def _object(parent: JsonObject, key: str) -> JsonObject:
+    """``parent[key]``, empty when absent; a CompileError when present as anything but an object."""
+    value = parent.get(key, {})
+    if not isinstance(value, Mapping):
+        raise CompileError(f"{key} is {_shown(value)}, not an object: its action types cannot be planned")
+    return value
+
+
+def _list(parent: JsonObject, key: str) -> list[object]:
+    """``parent[key]``, empty when absent; a CompileError when present as anything but a list."""
+    value = parent.get(key, [])
+    if not isinstance(value, list):
+        raise CompileError(f"{key} is {_shown(value)}, not a list: its action types cannot be planned")
+    return value
+
+
+def _strings(parent: JsonObject, key: str) -> list[str]:
+    value = _list(parent, key)
+    if not all(isinstance(name, str) for name in value):
+        raise CompileError(f"{key} is {_shown(value)}, not a list of strings: its action types cannot be planned")
+    return [name for name in value if isinstance(name, str)]
 
 
 def _index_keys(index: JsonObject) -> set[str]:
-    """The keys stored in a hashed index (kcp_opa.compile.datadoc.build_index)."""
+    """The keys stored in a hashed index (kcp_opa.compile.datadoc.build_index), strictly."""
+    depth = index.get("depth", 0)
+    if integer(depth) is None:
+        raise CompileError(f"the task index depth is {_shown(depth)}, not an integer")
     nodes: list[object] = [index.get("slots", {})]
-    for _ in range(integer(index.get("depth")) or 0):
-        nodes = [child for node in nodes for child in items(node)]
-    return {key for node in nodes for key in mapping(node)}
+    for _ in range(integer(depth) or 0):
+        if not all(isinstance(node, list) for node in nodes):
+            raise CompileError("the task index has a slot that is not a list: its action types cannot be planned")
+        nodes = [child for node in nodes if isinstance(node, list) for child in node]
+    leaves = [node for node in nodes if isinstance(node, Mapping)]
+    if len(leaves) != len(nodes):
+        raise CompileError("the task index has a leaf that is not an object: its action types cannot be planned")
+    return {key for leaf in leaves for key in leaf}
 
 
 def unnamed_action_type(named: Sequence[str]) -> str:

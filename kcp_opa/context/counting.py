@@ -18,7 +18,8 @@ from contextvars import ContextVar
 from dataclasses import replace
 
 from kcp_opa.context import ContextSources
-from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, mapping, objects, text
+from kcp_opa.core.errors import BundleError
+from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, text
 from kcp_opa.stores.protocols import CounterStore, CounterView
 from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
@@ -83,7 +84,7 @@ class StoreCounters:
     def __init__(self, store: CounterStore, parameters: JsonObject) -> None:
         self.store = store
         self.parameters = parameters
-        self.budgets, self.velocity = objects(parameters.get("budgets")), objects(parameters.get("velocity"))
+        self.budgets, self.velocity = _rules(parameters, "budgets"), _rules(parameters, "velocity")
         # The same store counting for other bundles' parameters (held with them, so ids stay theirs).
         self._rebound: dict[int, tuple[JsonObject, StoreCounters]] = {}
 
@@ -204,7 +205,29 @@ def _window_start(rule: JsonObject, now: dt.datetime) -> str:
 
 def matrix_parameters(data: JsonObject) -> JsonObject:
     """The budgets and velocity rules a bundle's matrix declares (``data``: its data document)."""
-    return mapping(mapping(mapping(data.get("kcp_data")).get("matrix")).get("parameters"))
+    return _part(_part(_part(data, "kcp_data", ""), "matrix", "kcp_data/"), "parameters", "kcp_data/matrix/")
+
+
+def _part(parent: JsonObject, key: str, where: str) -> JsonObject:
+    """``parent[key]``: empty when absent (or null), a BundleError when it is not an object. Read
+    as empty, a malformed part would count nothing, and the budgets it holds would go uncounted."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise BundleError(f"{where}{key} is {type(value).__name__}, not an object: its budgets cannot be counted")
+    return value
+
+
+def _rules(parameters: JsonObject, key: str) -> list[JsonObject]:
+    """The budgets or velocity rules (``key``) to count: none when absent (or null), a BundleError
+    when they are not a list of objects (one passed over would never be counted)."""
+    value = parameters.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(rule, Mapping) for rule in value):
+        raise BundleError(f"kcp_data/matrix/parameters/{key} is not a list of objects: it cannot be counted")
+    return [rule for rule in value if isinstance(rule, Mapping)]
 
 
 def transfer_of(action: JsonObject, receipt: JsonObject, *, now: dt.datetime) -> Transfer | None:

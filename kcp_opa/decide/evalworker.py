@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, text
+from kcp_opa.core.jsonread import JsonDict, JsonObject, text
 
 if TYPE_CHECKING:
     from kcp_opa.decide.engine import RegopyEngine
@@ -75,15 +75,24 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes:
     return b"".join(chunks)
 
 
+def _object(frame: JsonObject, key: str) -> JsonObject:
+    """``frame[key]``, which must be a JSON object: read as empty, a bundle's data or an action's
+    input would be evaluated as "nothing there" instead of being refused."""
+    value = frame.get(key)
+    if not isinstance(value, Mapping):
+        raise FrameError(f"the frame's {key} is {type(value).__name__}, not an object")
+    return value
+
+
 def _load(start: JsonObject) -> RegopyEngine:
     from kcp_opa.compile.bundle import LoadedBundle
     from kcp_opa.decide.engine import RegopyEngine
 
     bundle = LoadedBundle(
         source=str(start["source"]),
-        manifest=mapping(start["manifest"]),
-        data=mapping(start["data"]),
-        modules={name: str(source) for name, source in mapping(start["modules"]).items()},
+        manifest=_object(start, "manifest"),
+        data=_object(start, "data"),
+        modules={name: str(source) for name, source in _object(start, "modules").items()},
         sha256=str(start["sha256"]),
     )
     cache = text(start.get("plan_cache"))
@@ -110,7 +119,13 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> int:
             request = read_frame(requests)
         except FrameError:
             return 0
-        result = engine.evaluate(mapping(request.get("input")))
+        try:
+            document = _object(request, "input")
+        except FrameError as exc:  # this input's error (the gate's DENY engine_error), never an empty input
+            replies.write(encode({"error": f"FrameError: {exc}"}))
+            replies.flush()
+            continue
+        result = engine.evaluate(document)
         reply = {"value": result.value} if result.error is None else {"error": result.error}
         replies.write(encode(reply))
         replies.flush()

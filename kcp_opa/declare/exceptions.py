@@ -25,7 +25,7 @@ from kcp_opa import schemas
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects
+from kcp_opa.core.jsonread import JsonDict, JsonObject, items, objects
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.declare.diagnostics import Diagnostic, Findings, Report, Severity, format_path
 from kcp_opa.declare.schema_findings import check_schema
@@ -64,9 +64,15 @@ class GrantedException:
 
     @classmethod
     def from_dict(cls, raw: JsonObject) -> GrantedException:
+        """The exception ``raw`` holds; its ``scope`` must be an object (read as empty, it would
+        cover every action), else :class:`ValidationFailedError`."""
+        scope = raw["scope"]
+        if not isinstance(scope, Mapping):
+            why = f"exception {raw.get('id')!r}: scope is {type(scope).__name__}, not an object"
+            raise ValidationFailedError(str(raw.get("id")), [why])
         return cls(
             str(raw["id"]),
-            {str(k): str(v) for k, v in mapping(raw["scope"]).items()},
+            {str(k): str(v) for k, v in scope.items()},
             tuple(str(c) for c in items(raw["waives"])),
             str(raw["reason"]),
             str(raw["ticket"]),

@@ -276,9 +276,15 @@ def answer(decision: JsonObject, ignored: tuple[str, ...] = (), enforced: frozen
     ``context`` holds what a gateway needs to enforce the answer or start the approval flow, and
     nothing more: the decision id, routing state, reason codes, missing controls and obligations
     (never the input, facts or evidence)."""
-    obligations = [str(o) for o in items(decision.get("obligations"))]
+    owed = decision.get("obligations", [])
+    obligations = [str(o) for o in items(owed)]
     unenforced = sorted(set(obligations) - GATE_KEPT_OBLIGATIONS - enforced)
-    allowed = decision.get("decision") == "ALLOW" and decision.get("execution_allowed") is True and not unenforced
+    allowed = (
+        decision.get("decision") == "ALLOW"
+        and decision.get("execution_allowed") is True
+        and isinstance(owed, list)  # obligations that cannot be read are not "none owed"
+        and not unenforced
+    )
     context: JsonDict = {
         "decision_id": decision.get("decision_id"),
         "routing_state": decision.get("decision"),

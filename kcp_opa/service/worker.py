@@ -71,8 +71,10 @@ class FleetReloader(Reloader):
             roles = by.get("roles")
             named = [str(r) for r in roles] if isinstance(roles, list) else []
             caller = Principal.of(str(by.get("id")), str(by.get("kind")), named)
+        if bundle is not None and not isinstance(bundle, str):  # never read as "the configured bundle"
+            return {"ok": False, "error": f"the bundle to reload is {type(bundle).__name__}, not a path"}
         try:
-            done = Reloader.reload(self, caller, bundle=Path(bundle) if isinstance(bundle, str) and bundle else None)
+            done = Reloader.reload(self, caller, bundle=Path(bundle) if bundle else None)
         except ReloadError as exc:
             return {"ok": False, "error": str(exc)}
         return {"ok": True, **_digest(self), "previous_bundle_revision": done["previous_bundle_revision"]}

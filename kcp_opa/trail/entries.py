@@ -23,6 +23,7 @@ import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
+from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping
 from kcp_opa.models.decision import Decision
@@ -93,6 +94,30 @@ def erase_content(document: JsonObject) -> tuple[JsonDict, list[str]]:
     return redact(document, INPUT_FIELDS, "/input")
 
 
+def _malformed(what: str) -> LedgerError:
+    return LedgerError(
+        f"the bundle's unit index is malformed ({what}): no entry is written for a unit it cannot look up"
+    )
+
+
+def _indexed(index: JsonObject, project: str, unit_id: str) -> object:
+    """The unit stored under ``project``/``unit_id`` in a hashed index (None: not there).
+
+    Strict: a shape :func:`kcp_opa.compile.datadoc.build_index` never writes is a LedgerError,
+    never "not found" (a unit not found has no restriction, and its content would be logged)."""
+    depth, node = integer(index.get("depth", 0)), index.get("slots")
+    if depth is None or depth < 0:
+        raise _malformed(f"depth {index.get('depth')!r}")
+    for digit in leaf_path([project, unit_id], depth):
+        if not isinstance(node, list) or len(node) <= digit:
+            raise _malformed("a slot is not a list of 16")
+        node = node[digit]
+    projects = node.get(project, {}) if isinstance(node, Mapping) else None
+    if not isinstance(projects, Mapping):
+        raise _malformed(f"the leaf of {project}/{unit_id} is not an object of objects")
+    return projects.get(unit_id)
+
+
 class AuditTrail:
     """Builds and emits the audit entries for one bundle's gate."""
 
@@ -129,18 +154,23 @@ class AuditTrail:
         key = (project, unit_id)
         if key in self._units:
             return self._units[key]
-        compiled = mapping(self.bundle.data.get("kcp_data"))
-        index, profiles = mapping(compiled.get("units")), items(compiled.get("profiles"))
-        found: object = None
-        if index:
-            node = index.get("slots")
-            for digit in leaf_path([project, unit_id], integer(index.get("depth")) or 0):
-                node = items(node)[digit]
-            found = mapping(mapping(node).get(project)).get(unit_id)
+        compiled: object = self.bundle.data.get("kcp_data", {})
+        if not isinstance(compiled, Mapping):
+            raise _malformed("kcp_data is not an object")
+        index, profiles = compiled.get("units", {}), compiled.get("profiles", [])
+        if not isinstance(index, Mapping) or not isinstance(profiles, list):
+            raise _malformed("units is not an object or profiles not a list")
+        found = _indexed(index, project, unit_id) if index else None
         unit = None
-        if isinstance(found, Mapping):
+        if found is not None:
+            if not isinstance(found, Mapping):
+                raise _malformed(f"unit {project}/{unit_id} is not an object")
             position = found.get("profile")
-            profile = mapping(profiles[position]) if isinstance(position, int) and 0 <= position < len(profiles) else {}
+            profile: object = {} if position is None else None
+            if (at := integer(position)) is not None and 0 <= at < len(profiles):
+                profile = profiles[at]
+            if not isinstance(profile, Mapping):
+                raise _malformed(f"unit {project}/{unit_id} names no profile ({position!r})")
             unit = MappingProxyType({**profile, **found})
         if len(self._units) >= _UNITS_HELD:
             self._units.clear()

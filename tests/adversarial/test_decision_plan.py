@@ -156,3 +156,32 @@ def test_a_malformed_plan_table_is_a_compile_error_not_a_plan_that_reaches_nothi
     mounts = {"kcp_data/matrix": {"task_types": ["read"]}}
     with pytest.raises(CompileError, match="plan_table"):
         build_plan({"plan.rego": module}, mounts, source="attack")
+
+
+MALFORMED_DECLARATIONS: dict[str, dict[str, Any]] = {
+    "the matrix a list": {"kcp_data/matrix": [{"task_types": ["read"]}]},
+    "task_types a string": {"kcp_data/matrix": {"task_types": "refund"}},
+    "a task type not a string": {"kcp_data/matrix": {"task_types": ["read", {"refund": True}]}},
+    "kcp_actions a list": {"kcp_data/matrix": {"kcp_actions": ["publish"]}},
+    "parameters a list": {"kcp_data/matrix": {"parameters": [{"budgets": [{"task_types": ["refund"]}]}]}},
+    "budgets an object": {"kcp_data/matrix": {"parameters": {"budgets": {"daily": {"task_types": ["refund"]}}}}},
+    "a budget a string": {"kcp_data/matrix": {"parameters": {"budgets": ["refund"]}}},
+    "a budget's task_types an object": {
+        "kcp_data/matrix": {"parameters": {"budgets": [{"task_types": {"refund": True}}]}}
+    },
+    "the task index a list": {"kcp_data/tasks": [{"send": {}}]},
+    "the index depth a string": {"kcp_data/tasks": {"depth": "1", "slots": [{"send": {}}, {}]}},
+    "a slot an object": {"kcp_data/tasks": {"depth": 1, "slots": {"0": {"send": {}}}}},
+    "a leaf a list": {"kcp_data/tasks": {"depth": 1, "slots": [[{"send": {}}], {}]}},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MALFORMED_DECLARATIONS))
+def test_a_malformed_declaration_of_action_types_is_a_compile_error_not_a_type_that_decides_as_other(
+    shape: str,
+) -> None:
+    """Read leniently, each shape dropped a task type, which then decided as ``other``: the
+    evaluators that apply only to it were never reached (a fail-open). Absent parts name none."""
+    assert action_types({"kcp_data/matrix": {}, "kcp_data/tasks": {}}) == []
+    with pytest.raises(CompileError, match="not"):
+        action_types(MALFORMED_DECLARATIONS[shape])

@@ -126,6 +126,18 @@ def test_the_answer_is_true_only_for_an_allow_that_may_execute(state: str, allow
     assert ("mode" in got["context"]) is (not enforced)
 
 
+@pytest.mark.parametrize(
+    "owed", ["redact_content", {"redact_content": True}, None, 1], ids=["a string", "an object", "null", "a number"]
+)
+def test_obligations_that_are_not_a_list_make_the_answer_false(owed: object) -> None:
+    """An ALLOW whose obligations cannot be read owes an unknown set: read as none (before), it
+    answered ``true`` and a gateway would not redact what ``redact_content`` asks for."""
+    decision = {"decision_id": "dec_1", "decision": "ALLOW", "execution_allowed": True, "obligations": owed}
+    assert answer(decision)["decision"] is False
+    assert answer(decision | {"obligations": ["audit"]})["decision"] is True
+    assert answer({k: v for k, v in decision.items() if k != "obligations"})["decision"] is True  # none owed
+
+
 @pytest.mark.parametrize("which", ["kya-payment", "support-desk-read"])
 def test_an_action_asked_through_authzen_maps_back_to_itself(which: str) -> None:
     """as_authzen (the table forwards, as a gateway fills it) then map_evaluation: the same action,
