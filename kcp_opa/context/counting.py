@@ -199,7 +199,7 @@ class StoreCounters:
 def _window_start(rule: JsonObject, now: dt.datetime) -> str:
     """When ``rule``'s window ending ``now`` starts (``window_seconds``: an integer, by the matrix schema)."""
     if (seconds := integer(rule["window_seconds"])) is None:  # refused, never counted as an empty window
-        raise TypeError(f"window_seconds of {rule.get('id')!r} is not an integer")
+        raise BundleError(f"window_seconds of {rule.get('id')!r} is not an integer")
     return utc_stamp(now - dt.timedelta(seconds=seconds))
 
 
