@@ -250,7 +250,7 @@ def test_the_filing_check_catches_a_technique_name_a_round_name_and_a_stray_dire
 #: Lines of kcp_opa that mention `Any`: what is read from JSON is an ``object`` (or a
 #: ``kcp_opa.core.jsonread.JsonObject``) until it is checked; ``Any`` is left only where a value
 #: goes on unread to a caller that checks it. Lower it when you remove one; never raise it.
-MAX_ANY_LINES = 141
+MAX_ANY_LINES = 139
 _ANY = re.compile(r"\bAny\b")
 
 

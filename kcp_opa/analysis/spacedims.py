@@ -95,25 +95,21 @@ class DimContext:
             profile = mapping(profiles[at]) if isinstance(at, int) and at < len(profiles) else {}
             units[(project, unit)] = (profile, slot)
         matrix = mapping(kcp.get("matrix"))
-        params = mapping(matrix.get("parameters"))
+        params = bundle.parameters
         money: dict[str, set[int]] = {}
-        for table in mapping(params.get("money")).values():
-            for currency, minor in mapping(table).items():
-                if isinstance(minor, int):
-                    money.setdefault(currency, set()).update({max(minor - 1, 1), max(minor, 1)})
+        for table in (params.high_value_minor, params.confirmation_minor):
+            for currency, minor in table.items():
+                money.setdefault(currency, set()).update({max(minor - 1, 1), max(minor, 1)})
         regions = sorted({r for p, _ in units.values() for r in strings(_get(p, "compliance", "data_residency"))})
         envs: set[str] = set()
-        roles: set[str] = set(strings(params.get("sender_roles")))
+        roles: set[str] = set(params.sender_roles)
         for profile, _ in units.values():
             cells = mapping(_get(profile, "effective_visibility", "cells"))
             envs |= {e for e in cells if e}
             roles |= {r for by_role in cells.values() if isinstance(by_role, Mapping) for r in by_role if r}
         days = [day for _, s in units.values() if (day := integer(s.get("validated_epoch_day"))) is not None]
         now_seconds = ((max(days) + 1) if days else 20786) * _DAY + 36000
-        context = mapping(params.get("context"))
-        age, skew = (integer(context.get(f"max_{name}_seconds")) for name in ("action_age", "future_skew"))
-        thresholds = mapping(mapping(params.get("money")).get("high_value_minor"))
-        below = sorted(c for c, minor in thresholds.items() if isinstance(minor, int) and minor > 1)
+        below = sorted(c for c, minor in params.high_value_minor.items() if minor > 1)
         projects = sorted(mapping(mapping(kcp.get("deployment")).get("projects"))) or sorted({p for p, _ in units})
         tasks = strings(matrix.get("task_types"))
         return cls(
@@ -121,14 +117,14 @@ class DimContext:
             units=units,
             matrix_tasks=sorted(tasks),
             tools={t: strings(v) for t, v in mapping(matrix.get("requested_actions")).items() if v},
-            money_tasks=sorted(strings(params.get("money_moving_task_types"))),
+            money_tasks=sorted(params.money_moving_task_types or ()),
             clean_currency=below[0] if below else "EUR",
             builtin=sorted(builtin - set(tasks)),
             flags=flags,
             regions=regions,
             money={c: sorted(v) for c, v in sorted(money.items())},
-            max_age=_DAY if age is None else age,
-            max_skew=900 if skew is None else skew,
+            max_age=params.context.max_action_age_seconds,
+            max_skew=params.context.max_future_skew_seconds,
             now_seconds=now_seconds,
             environments=sorted(envs),
             roles=sorted(roles),

@@ -31,11 +31,11 @@ from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import DecisionInput, built_context
+from kcp_opa.declare.parameters import DEFAULT_RECEIPT_TTL_SECONDS
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.models.decision import Decision
 
 EVIDENCE_ENTRYPOINT = "kcp/controls/verdict"
-DEFAULT_RECEIPT_TTL_SECONDS = 300
 LEDGER_PRINCIPAL = "kcp-opa-ledger"
 
 
@@ -165,8 +165,7 @@ class ControlDesk:
         self.gate_issuer, self.gate_key = gate_issuer, gate_key
         self._seal_key = seal_key or secrets.token_bytes(32)
         self.engine = RegopyEngine(gate.bundle, EVIDENCE_ENTRYPOINT, preflight=False, plan_cache=gate.plan_cache)
-        ttl = gate.bundle.data.get("kcp_data", {}).get("matrix", {}).get("parameters", {}).get("receipt_ttl_seconds")
-        self.receipt_ttl_seconds = ttl if isinstance(ttl, int) else DEFAULT_RECEIPT_TTL_SECONDS
+        self.receipt_ttl_seconds = gate.bundle.parameters.receipt_ttl_seconds
 
     def _sealed(self, record: GateDecision) -> GateDecision:
         return replace(record, seal=seal(self._seal_key, record.sealed_content()))

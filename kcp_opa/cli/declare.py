@@ -23,7 +23,6 @@ from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import UNENFORCED_CODES, Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
 from kcp_opa.declare.exceptions import (
-    DEFAULT_MAX_LIFETIME_SECONDS,
     EXCEPTIONS_KIND_NAME,
     ExceptionsFile,
     unknown_task_types,
@@ -35,6 +34,7 @@ from kcp_opa.declare.integrity import load_manifest_key, verify_manifest
 from kcp_opa.declare.manifest import Manifest, validate_manifest
 from kcp_opa.declare.matrix import DelegationMatrix, load_matrix, validate_matrix
 from kcp_opa.declare.matrixcoverage import coverage_gaps, unreachable_cells
+from kcp_opa.declare.parameters import DEFAULT_MAX_LIFETIME_SECONDS
 from kcp_opa.declare.taskfields import unlisted_task_types
 from kcp_opa.declare.trust import TRUST_KIND_NAME, TrustRegistry, validate_trust
 from kcp_opa.declare.unenforced import as_acknowledged, as_refusal, finding_name
@@ -164,7 +164,7 @@ def _with_trust(reports: list[Report[Any]]) -> list[Report[Any]]:
     matrices = [r.document for r in reports if isinstance(r.document, DelegationMatrix)]
     lifetime = DEFAULT_MAX_LIFETIME_SECONDS
     if matrices:
-        lifetime = int(matrices[0].parameters()["exceptions"]["max_lifetime_seconds"])
+        lifetime = matrices[0].parameters().max_exception_lifetime_seconds
     return [
         verify_exceptions(r, registries[0], None, lifetime) if isinstance(r.document, ExceptionsFile) else r
         for r in reports

@@ -38,13 +38,13 @@ from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.gateinput import decision_time
 from kcp_opa.declare.diagnostics import Report
 from kcp_opa.declare.exceptions import (
-    DEFAULT_MAX_LIFETIME_SECONDS,
     ExceptionsFile,
     epoch,
     validate_exceptions,
     verify_exceptions,
 )
 from kcp_opa.declare.matrix import load_matrix
+from kcp_opa.declare.parameters import DEFAULT_MAX_LIFETIME_SECONDS
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.declare.yamlsource import load_yaml
 from kcp_opa.trail.ledger import read_entries
@@ -86,7 +86,7 @@ def _report(
         return report
     lifetime = DEFAULT_MAX_LIFETIME_SECONDS
     if matrix is not None:
-        lifetime = int(load_matrix(matrix).parameters()["exceptions"]["max_lifetime_seconds"])
+        lifetime = load_matrix(matrix).parameters().max_exception_lifetime_seconds
     keyring = load_keyring(keys) if keys is not None else None
     return verify_exceptions(report, load_trust(trust), keyring, lifetime)
 

@@ -211,7 +211,7 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
     service = open_service(config)
     _say_unsignable(service)
     sso = _single_sign_on(sso_settings, service)
-    authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle.data))
+    authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle))
     reloader = Reloader(service, config, authenticator=authenticator, callers=callers)
     _on_sighup(reloader)
     if config.bundle_source is not None:

@@ -19,6 +19,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import BundleError
 from kcp_opa.core.files import read_regular, replace_atomically
 from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
+from kcp_opa.declare.parameters import MatrixParameters, ParametersError, compiled_parameters
 
 MANIFEST_NAME = ".manifest"
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
@@ -64,6 +66,15 @@ class LoadedBundle:
     @property
     def roots(self) -> list[str]:
         return list(self.manifest.get("roots", [""]))
+
+    @cached_property
+    def parameters(self) -> MatrixParameters:
+        """The matrix parameters the bundle carries, typed and read once (defaults where absent);
+        a malformed part is a BundleError, never read as absent."""
+        try:
+            return compiled_parameters(self.data)
+        except ParametersError as exc:
+            raise BundleError(f"{self.source}: {exc}") from None
 
 
 def content_revision(files: Sequence[BundleFile]) -> str:

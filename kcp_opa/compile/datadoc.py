@@ -145,7 +145,7 @@ def build_data(manifests: Sequence[Manifest], matrix: DelegationMatrix, trust: T
             "task_types": sorted(matrix.data["task_types"]),
             "kcp_actions": matrix.kcp_actions(),
             "requested_actions": matrix.requested_actions(),
-            "parameters": matrix.parameters(),
+            "parameters": matrix.parameters().to_dict(),
         },
     }
     if trust is not None:

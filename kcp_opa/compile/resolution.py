@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.core.jsonread import JsonObject, items, mapping
-from kcp_opa.declare import money
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
 from kcp_opa.declare.exceptions import ExceptionsFile
 from kcp_opa.declare.matrix import DelegationMatrix
+from kcp_opa.declare.parameters import MatrixParameters
 from kcp_opa.declare.trust import BASE_SOD_CONTROLS, TrustRegistry
 from kcp_opa.declare.waivers import TERMINAL_CODES, declared
 from kcp_opa.declare.yamlsource import load_yaml
@@ -140,7 +140,7 @@ def policy_problems(modules: Mapping[str, str], trust: JsonObject | None) -> lis
 
 
 def unresolved_approver_roles(
-    parameters: JsonObject,
+    parameters: MatrixParameters,
     trust: JsonObject,
     file: str,
     line_of: Callable[[tuple[str, ...]], int | None] | None = None,
@@ -149,12 +149,12 @@ def unresolved_approver_roles(
 
     ``line_of``: the matrix source's ``line_of`` (a path -> line), for the line of each role.
     """
-    roles = mapping(parameters.get("approver_roles"))
+    roles = parameters.approver_roles
     held = {str(r) for p in mapping(trust.get("principals")).values() for r in items(mapping(p).get("roles"))}
-    named: list[tuple[tuple[str, ...], object]] = [(("parameters", "approver_roles", "default"), roles.get("default"))]
+    named: list[tuple[tuple[str, ...], str]] = [(("parameters", "approver_roles", "default"), roles.default)]
     named += [
         (("parameters", "approver_roles", "by_task_type", task), role)
-        for task, role in sorted(mapping(roles.get("by_task_type")).items())
+        for task, role in sorted((roles.by_task_type or {}).items())
     ]
     return [
         Unresolved(
@@ -163,12 +163,12 @@ def unresolved_approver_roles(
             f"{nearest(str(role), held)}: give a principal that role, or name a role one holds",
         )
         for path, role in named
-        if isinstance(role, str) and role not in held
+        if role not in held
     ]  # fmt: skip
 
 
 def unresolved_matrix_controls(
-    parameters: JsonObject,
+    parameters: MatrixParameters,
     known: frozenset[str],
     file: str,
     line_of: Callable[[tuple[str | int, ...]], int | None] | None = None,
@@ -182,7 +182,7 @@ def unresolved_matrix_controls(
             f"record{nearest(control, known)}: name a known control, or declare it in the trust registry's "
             "separation_of_duties (a human control)",
         )
-        for path, control in money.named_controls(parameters)
+        for path, control in parameters.named_controls()
         if control not in known
     ]  # fmt: skip
 

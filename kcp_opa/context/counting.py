@@ -20,6 +20,7 @@ from dataclasses import replace
 from kcp_opa.context import ContextSources
 from kcp_opa.core.errors import BundleError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, text
+from kcp_opa.declare.parameters import ParametersError, compiled_parameters
 from kcp_opa.stores.protocols import CounterStore, CounterView
 from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
@@ -204,19 +205,13 @@ def _window_start(rule: JsonObject, now: dt.datetime) -> str:
 
 
 def matrix_parameters(data: JsonObject) -> JsonObject:
-    """The budgets and velocity rules a bundle's matrix declares (``data``: its data document)."""
-    return _part(_part(_part(data, "kcp_data", ""), "matrix", "kcp_data/"), "parameters", "kcp_data/matrix/")
-
-
-def _part(parent: JsonObject, key: str, where: str) -> JsonObject:
-    """``parent[key]``: empty when absent (or null), a BundleError when it is not an object. Read
-    as empty, a malformed part would count nothing, and the budgets it holds would go uncounted."""
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise BundleError(f"{where}{key} is {type(value).__name__}, not an object: its budgets cannot be counted")
-    return value
+    """The parameters a bundle's matrix declares (``data``: its data document), normalised as the
+    bundle carries them (kcp_opa.declare.parameters); a part of the wrong shape is a BundleError:
+    read as empty, it would count nothing, and the budgets it holds would go uncounted."""
+    try:
+        return compiled_parameters(data).to_dict()
+    except ParametersError as exc:
+        raise BundleError(f"{exc}: its budgets cannot be counted") from None
 
 
 def _rules(parameters: JsonObject, key: str) -> list[JsonObject]:

@@ -19,11 +19,11 @@ from kcp_opa.compile.resolution import refuse_unwaivable
 from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import Keyring
 from kcp_opa.declare.exceptions import (
-    DEFAULT_MAX_LIFETIME_SECONDS,
     ExceptionsFile,
     exceptions_from_data,
     load_exceptions,
 )
+from kcp_opa.declare.parameters import DEFAULT_MAX_LIFETIME_SECONDS
 from kcp_opa.declare.trust import TrustRegistry
 
 

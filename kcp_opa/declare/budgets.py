@@ -2,36 +2,14 @@
 
 The matrix declares them (integer minor units, rolling windows); the gate counts its own
 history against them (``input.context.counters``, docs/budgets.md) and the policies decide
-(``policies/kcp/evaluators/budget.rego``). Here: the checks a schema cannot make, and the
-normalised form the bundle carries, so the policies never meet a missing key.
+(``policies/kcp/evaluators/budget.rego``). Here: the checks a schema cannot make (their
+normalised form, which the bundle carries, is kcp_opa.declare.parameters').
 """
 
 from __future__ import annotations
 
-from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects, strings
+from kcp_opa.core.jsonread import JsonObject, items
 from kcp_opa.declare.diagnostics import Findings
-
-DEFAULT_RATE_LIMIT_OUTCOME = "DENY"
-DEFAULT_VELOCITY_OUTCOME = "HUMAN_APPROVAL"
-
-
-def normalised(given: JsonObject) -> JsonDict:
-    """``budgets``, ``velocity`` and ``rate_limits`` with defaults filled in, sorted by id."""
-    budgets: list[JsonDict] = [
-        {**entry, "task_types": sorted(strings(entry["task_types"])) if "task_types" in entry else "all"}
-        for entry in objects(given.get("budgets"))
-    ]
-    velocity: list[JsonDict] = [
-        {"outcome": DEFAULT_VELOCITY_OUTCOME, **entry} for entry in objects(given.get("velocity"))
-    ]
-    for entry in (*budgets, *velocity):
-        entry.pop("description", None)
-    rate = {"outcome": DEFAULT_RATE_LIMIT_OUTCOME, **mapping(given.get("rate_limits"))}
-    return {
-        "budgets": sorted(budgets, key=lambda b: str(b["id"])),
-        "velocity": sorted(velocity, key=lambda v: str(v["id"])),
-        "rate_limits": rate,
-    }
 
 
 def check(params: JsonObject, task_types: JsonObject, findings: Findings) -> None:

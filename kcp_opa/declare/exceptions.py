@@ -28,6 +28,7 @@ from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items, objects
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.declare.diagnostics import Diagnostic, Findings, Report, Severity, format_path
+from kcp_opa.declare.parameters import DEFAULT_MAX_LIFETIME_SECONDS
 from kcp_opa.declare.schema_findings import check_schema
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.declare.validation import DocumentKind, validate_file
@@ -36,8 +37,6 @@ from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES, YamlSource
 
 EXCEPTIONS_KIND_NAME = "kcp-opa/exceptions"
 SIGNED_FIELDS = ("id", "scope", "waives", "reason", "ticket", "grantor", "issued_at", "expires_at", "issuer")
-#: The matrix default (kcp_opa.declare.matrix.DEFAULT_PARAMETERS): 30 days.
-DEFAULT_MAX_LIFETIME_SECONDS = 30 * 86400
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 

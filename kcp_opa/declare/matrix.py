@@ -15,24 +15,13 @@ from kcp_opa.declare import budgets, money
 from kcp_opa.declare import vocabulary as vocab
 from kcp_opa.declare.declstrings import MATRIX_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report, did_you_mean
+from kcp_opa.declare.parameters import MatrixParameters
 from kcp_opa.declare.validation import DocumentKind, load_file, validate_file
 from kcp_opa.declare.yamlsource import DEFAULT_MAX_BYTES
 
 DIMENSIONS = ("data_categories", "sensitivity")
 KCP_ACTIONS = ("read", "summarize", "modify", "share_externally", "execute")
 REQUIRED_SIGNATORIES = ("cto", "compliance_officer")
-DEFAULT_PARAMETERS: dict[str, Any] = {
-    "money": {"high_value_minor": {}, "confirmation_minor": {}},
-    "approver_roles": {"default": "compliance_officer", "by_task_type": {}},
-    "sender_roles": ["support_agent"],
-    "receipt_ttl_seconds": 300,
-    # Missing context and action freshness (docs/fail-closed.md): every task type is
-    # knowledge-bound unless the matrix lists the ones that are; an action created more than a
-    # day before the decision is action_stale, more than 15 minutes after it clock_skew.
-    "context": {"knowledge_bound_task_types": "all", "max_action_age_seconds": 86400, "max_future_skew_seconds": 900},
-    # Exceptions (kcp_opa.declare.exceptions): the longest an exception may run, issued to expiry.
-    "exceptions": {"max_lifetime_seconds": 30 * 86400},
-}
 
 
 @dataclass(frozen=True)
@@ -92,25 +81,10 @@ class DelegationMatrix:
                 out[task_type] = sorted(set(listed))
         return dict(sorted(out.items()))
 
-    def parameters(self) -> dict[str, Any]:
-        """Parameters with defaults filled in, so the policies never meet a missing key."""
-        given = self.data.get("parameters") or {}
-        thresholds = {**DEFAULT_PARAMETERS["money"], **(given.get("money") or {})}
-        roles = {**DEFAULT_PARAMETERS["approver_roles"], **(given.get("approver_roles") or {})}
-        context = {**DEFAULT_PARAMETERS["context"], **(given.get("context") or {})}
-        exceptions = {**DEFAULT_PARAMETERS["exceptions"], **(given.get("exceptions") or {})}
-        if isinstance(context["knowledge_bound_task_types"], list):
-            context["knowledge_bound_task_types"] = sorted(set(context["knowledge_bound_task_types"]))
-        return {
-            "money": thresholds,
-            "approver_roles": roles,
-            "sender_roles": sorted(set(given.get("sender_roles", DEFAULT_PARAMETERS["sender_roles"]))),
-            "receipt_ttl_seconds": given.get("receipt_ttl_seconds", DEFAULT_PARAMETERS["receipt_ttl_seconds"]),
-            "context": context,
-            "exceptions": exceptions,
-            **budgets.normalised(given),
-            **money.normalised(given),
-        }
+    def parameters(self) -> MatrixParameters:
+        """The parameters with defaults filled in (kcp_opa.declare.parameters), so the policies
+        never meet a missing key."""
+        return MatrixParameters.from_dict(self.data.get("parameters"))
 
 
 MatrixReport = Report[DelegationMatrix]

@@ -75,12 +75,12 @@ def unreachable_cells(manifests: Sequence[Manifest], matrix: DelegationMatrix) -
         for unit in effective_units(manifest):
             for dimension, value in _needed(unit.to_data()):
                 declared[dimension].add(value)
-    bound = matrix.parameters()["context"]["knowledge_bound_task_types"]
+    context = matrix.parameters().context
     names = ", ".join(m.file for m in manifests)
     out: list[Diagnostic] = []
     for cell in matrix.cells():
         where = ("task_types", cell.task_type, cell.dimension, cell.value)
-        unit_less = bound != "all" and cell.task_type not in bound
+        unit_less = not context.knowledge_bound(cell.task_type)
         why_unit_less = (
             f"; and {cell.task_type} need not name a unit (parameters.context.knowledge_bound_task_types), so a "
             f"{cell.task_type} that names none meets no cell at all"

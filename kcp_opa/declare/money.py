@@ -7,39 +7,24 @@ nor dodge the money controls by naming another type. Unlisted, any amount makes 
 Per task type it may set the controls the ``value_transfer`` and ``high_value`` findings require
 (``parameters.money_controls_by_task_type``), replacing the defaults for that type only; ``none``
 says "no control" explicitly, an empty list is refused (policies/kcp/evaluators/financial.rego,
-docs/budgets.md). Here: the checks a schema cannot make, the normalised form the bundle carries,
-and the controls named, which kcp_opa.compile.resolution resolves against what the desk records.
+docs/budgets.md). Here: the checks a schema cannot make and the controls named, which
+kcp_opa.compile.resolution resolves against what the desk records (their normalised form, which
+the bundle carries, is kcp_opa.declare.parameters').
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import Final
 
-from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, strings
+from kcp_opa.core.jsonread import JsonObject, items, mapping, strings
 from kcp_opa.declare.diagnostics import Findings, YamlPath, did_you_mean
 
 #: The bundle's value when the matrix lists no money-moving task types (today's rule: any amount).
 UNDECLARED = "undeclared"
 #: A declared control set that requires no control.
-NO_CONTROL = "none"
+NO_CONTROL: Final = "none"
 THRESHOLDS = ("high_value", "value_transfer")
 MOVING, CONTROLS = "money_moving_task_types", "money_controls_by_task_type"
-
-
-def normalised(given: JsonObject) -> JsonDict:
-    """The two parameters as the policies read them: a sorted list or ``undeclared``; per task
-    type the declared thresholds only, each a sorted list of controls or ``none``."""
-    listed = given.get(MOVING)
-    declared = mapping(given.get(CONTROLS))
-    return {
-        MOVING: sorted(set(strings(listed))) if isinstance(listed, list) else UNDECLARED,
-        CONTROLS: {
-            task: {
-                kind: v if v == NO_CONTROL else sorted(set(strings(v))) for kind, v in sorted(mapping(entry).items())
-            }
-            for task, entry in sorted(declared.items())
-        },
-    }
 
 
 def check(params: JsonObject, task_types: JsonObject, findings: Findings) -> None:
@@ -79,11 +64,3 @@ def check(params: JsonObject, task_types: JsonObject, findings: Findings) -> Non
                     "to require none, or list the controls",
                     (*here, kind),
                 )
-
-
-def named_controls(parameters: JsonObject) -> Iterator[tuple[YamlPath, str]]:
-    """(YAML path, control) for every control ``money_controls_by_task_type`` names."""
-    for task, entry in sorted(mapping(parameters.get(CONTROLS)).items()):
-        for kind, value in sorted(mapping(entry).items()):
-            for position, control in enumerate(items(value)):
-                yield ("parameters", CONTROLS, task, kind, position), str(control)

@@ -116,7 +116,5 @@ def _approval_roles(gate: Gate, control: str, record: GateDecision) -> list[str]
         return ["compliance_officer"]
     if record.decision.verdict.approver_roles:
         return list(record.decision.verdict.approver_roles)
-    params = gate.bundle.data.get("kcp_data", {}).get("matrix", {}).get("parameters", {})
-    by_role = params.get("approver_roles", {})
-    role = by_role.get("by_task_type", {}).get(str(record.action.get("action_type")), by_role.get("default"))
-    return [str(role)] if role else ["approver"]
+    role = gate.bundle.parameters.approver_roles.for_task(str(record.action.get("action_type")))
+    return [role] if role else ["approver"]

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from kcp_opa.authorize.attestations import sign_attestation
 from kcp_opa.authorize.controls import ControlDesk
+from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import CodedError, EvidenceRejectedError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
+from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.decide.gate import Gate
@@ -157,16 +158,9 @@ def registry_authenticator(
     return authenticator
 
 
-def bundle_approver_roles(data: JsonObject) -> set[str]:
+def bundle_approver_roles(bundle: LoadedBundle) -> set[str]:
     """Every role the bundle's matrix asks an approver to hold, plus the compliance officer."""
-    params = mapping(mapping(mapping(data.get("kcp_data")).get("matrix")).get("parameters")).get("approver_roles")
-    roles = {"compliance_officer"}
-    if isinstance(params, Mapping):
-        by_task = params.get("by_task_type")
-        roles |= {str(r) for r in by_task.values()} if isinstance(by_task, Mapping) else set()
-        if isinstance(params.get("default"), str):
-            roles.add(params["default"])
-    return roles
+    return {"compliance_officer", *bundle.parameters.approver_roles.every()}
 
 
 def check_addressed(principal: Principal, challenge: Challenge) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.resolution import waivable_codes
 from kcp_opa.context import ContextSources, RegistrySource, SignedAttestations, SignedExceptions, StaticGateConfig
 from kcp_opa.context.counting import StoreCounters
@@ -25,10 +26,9 @@ from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular
-from kcp_opa.core.jsonread import JsonObject, mapping, number
+from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 from kcp_opa.decide.gate import Gate
-from kcp_opa.declare.exceptions import DEFAULT_MAX_LIFETIME_SECONDS
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
 from kcp_opa.service.config import HostParts, ServiceConfig, ServiceConfigError
@@ -160,9 +160,7 @@ def with_exceptions(gate: Gate, registry: TrustRegistry | None, path: Path | Non
         return
     if registry is None:
         raise ServiceConfigError("--exceptions needs --trust (the registry names their issuers and grantors)")
-    matrix = mapping(mapping(gate.bundle.data.get("kcp_data")).get("matrix"))
-    limits = mapping(mapping(matrix.get("parameters")).get("exceptions"))
-    lifetime = int(number(limits.get("max_lifetime_seconds", DEFAULT_MAX_LIFETIME_SECONDS)) or 0)  # 0: none admitted
+    lifetime = gate.bundle.parameters.max_exception_lifetime_seconds
     waivable = waivable_codes(gate.bundle.modules)  # an exception waiving another code is refused
     held = SignedExceptions(registry, path=path, keyring=keys, max_lifetime_seconds=lifetime, waivable=waivable)
     gate.context = replace(gate.context if gate.context is not None else ContextSources(), exceptions=held)
@@ -308,11 +306,11 @@ class Callers:
             )
         return cls(config, token)
 
-    def authenticator(self, registry: TrustRegistry | None, bundle_data: JsonObject) -> Authenticator:
+    def authenticator(self, registry: TrustRegistry | None, bundle: LoadedBundle) -> Authenticator:
         """The authenticator for ``registry`` (the one just loaded) and the bundle's approver roles."""
         if registry is None:
             return StaticAuthenticator({self._local_token: LOCAL_AGENT} if self._local_token else {})
-        roles = bundle_approver_roles(bundle_data)
+        roles = bundle_approver_roles(bundle)
         hashes = read_token_hashes(self.config.tokens)
         unbound = sorted(p.id for p in registry.principals.values() if p.type == "ai_agent" and p.tenants is None)
         if unbound:  # said at start and at each reload: these agents' stated tenant is believed

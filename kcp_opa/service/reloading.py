@@ -122,7 +122,7 @@ class Reloader:
                 swapped = self.service.load(gate, loaded.registry, loaded.issuers, keyring)
                 authenticator = None
                 if self.authenticator is not None and self.callers is not None:
-                    authenticator = self.callers.authenticator(loaded.registry, gate.bundle.data)
+                    authenticator = self.callers.authenticator(loaded.registry, gate.bundle)
             except (KcpOpaError, ValueError) as exc:  # ValueError: a malformed token hash in the tokens file
                 failure = ReloadError(f"reload refused, still serving bundle {before.bundle_revision}: {exc}")
                 before.record_refusal(str(exc))

@@ -64,7 +64,7 @@ def sso_principal(service: GateService, principal_id: str) -> Principal | None:
     if registry is None:
         return None
     try:
-        return registry_principal(registry, principal_id, bundle_approver_roles(service.gate.bundle.data))
+        return registry_principal(registry, principal_id, bundle_approver_roles(service.gate.bundle))
     except IssuerConfigError:
         return None
 

@@ -151,7 +151,7 @@ def _open(config: ServiceConfig, channel: Channel) -> tuple[GateService, FleetRe
     service = open_service(config)
     if settings is not None:
         check_principals(settings, service.registry)
-    authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle.data))
+    authenticator = SwappableAuthenticator(callers.authenticator(service.registry, service.gate.bundle))
     reloader = FleetReloader(service, config, authenticator=authenticator, callers=callers)
     reloader.channel = channel
 

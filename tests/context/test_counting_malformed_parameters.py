@@ -41,7 +41,9 @@ def test_absent_parameters_count_nothing_and_present_ones_are_counted(store: SQL
         counters = StoreCounters.for_bundle(store, absent)
         assert (counters.budgets, counters.velocity) == ([], [])
     counters = StoreCounters.for_bundle(store, _data({"budgets": [BUDGET], "velocity": [VELOCITY]}))
-    assert (counters.budgets, counters.velocity) == ([BUDGET], [VELOCITY])
+    # Read as the bundle carries them: a budget over every task type, a velocity rule's outcome.
+    assert counters.budgets == [{**BUDGET, "task_types": "all"}]
+    assert counters.velocity == [{"outcome": "HUMAN_APPROVAL", **VELOCITY}]
 
 
 @pytest.mark.parametrize("shape", sorted(MALFORMED))

@@ -81,7 +81,7 @@ def service(trusted: tuple[Path, Path, Path], tmp_path: Path) -> GateService:
 def principals(service: GateService) -> dict[str, Principal]:
     """Every registered principal as the service's authenticator resolves it (kind and roles from the registry)."""
     assert service.registry is not None
-    roles = bundle_approver_roles(service.gate.bundle.data)
+    roles = bundle_approver_roles(service.gate.bundle)
     return {p["id"]: registry_principal(service.registry, p["id"], roles) for p in PRINCIPALS}
 
 

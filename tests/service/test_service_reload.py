@@ -87,7 +87,7 @@ def test_rotation_reload_refuses_a_mismatch_and_never_drops_calls_in_flight(tmp_
     service = open_service(config)
     reloader = Reloader(service, config)  # start and reload read the same config
     assert service.registry is not None
-    roles = bundle_approver_roles(service.gate.bundle.data)
+    roles = bundle_approver_roles(service.gate.bundle)
     subject = registry_principal(service.registry, "user_001", roles)
     kyc = registry_principal(service.registry, "kyc-provider", roles)
     decision = service.evaluate(LOCAL_AGENT, KYA)

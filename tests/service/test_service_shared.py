@@ -153,7 +153,7 @@ def test_concurrent_answers_through_two_services_on_one_store_are_all_kept(tmp_p
     ]
     trust = services[0].registry
     assert trust is not None
-    roles = bundle_approver_roles(services[0].gate.bundle.data)
+    roles = bundle_approver_roles(services[0].gate.bundle)
     who = {p: registry_principal(trust, p, roles) for p in ("user_001", "kyc-provider", "treasury_approver_anna")}
     answerers = {
         "user_confirmation": who["user_001"],
