@@ -24,7 +24,7 @@ from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.evidence import EvidenceStatus, evidence_for
 from kcp_opa.authorize.parties import parties
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
+from kcp_opa.core.errors import BundleError, EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import load_trust
@@ -291,7 +291,7 @@ def test_a_bundle_without_trust_metadata_is_refused(trust_bundle: Path) -> None:
     assert str(caught.value).startswith("the bundle was compiled with trust registry None, not ")
 
 
-@pytest.mark.parametrize(("ttl", "expected"), [(60, 60), ("60", 300), (None, 300)])
+@pytest.mark.parametrize(("ttl", "expected"), [(60, 60), (None, 300)])
 def test_the_receipt_ttl_comes_from_the_matrix(trust_bundle: Path, ttl: Any, expected: int) -> None:
     loaded = read_bundle(trust_bundle)
     data = copy.deepcopy(dict(loaded.data))
@@ -303,6 +303,16 @@ def test_the_receipt_ttl_comes_from_the_matrix(trust_bundle: Path, ttl: Any, exp
     desk = ControlDesk(gate, registry())
     assert desk.receipt_ttl_seconds == expected
     assert desk.open(KYA, now=DECIDED).to_dict()["receipt_ttl_seconds"] == expected
+
+
+@pytest.mark.parametrize("ttl", ["60", 60.0, True, [60]])
+def test_a_receipt_ttl_of_the_wrong_type_is_refused_not_read_as_the_default(trust_bundle: Path, ttl: Any) -> None:
+    """Read as absent, a receipt TTL the bundle carries as "60" gave receipts the 300 s default."""
+    loaded = read_bundle(trust_bundle)
+    data = copy.deepcopy(dict(loaded.data))
+    data["kcp_data"]["matrix"]["parameters"]["receipt_ttl_seconds"] = ttl
+    with pytest.raises(BundleError, match="kcp_data/matrix/parameters/receipt_ttl_seconds is not an integer"):
+        ControlDesk(Gate(dataclasses.replace(loaded, data=data), preflight=False), registry())
 
 
 @pytest.mark.parametrize("data", [{}, {"kcp_data": {}}, {"kcp_data": {"matrix": {}}}])
