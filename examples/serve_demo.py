@@ -181,7 +181,7 @@ def main() -> int:
         authenticator = registry_authenticator(
             registry,
             {token_hash(tokens[party]): principal for party, principal in PARTIES.items()},
-            approver_roles=bundle_approver_roles(service.gate.bundle.data),
+            approver_roles=bundle_approver_roles(service.gate.bundle),
         )
         port = free_port()
         server = uvicorn.Server(
