@@ -15,7 +15,11 @@ def worker_pids(parent: int) -> set[int]:
     """The supervisor's worker processes (its direct children running kcp_opa.service.worker)."""
     found = set()
     for task in Path(f"/proc/{parent}/task").iterdir():
-        for pid in (task / "children").read_text().split():
+        try:  # a thread of the supervisor may end between the listing and the read
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in children:
             try:
                 command = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
