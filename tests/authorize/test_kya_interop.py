@@ -45,6 +45,16 @@ def _kya_document_resigned(document: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _issue_foreign(document: dict[str, Any], trust_bundle: Path) -> None:
+    """A receipt under ``document`` as the registered gate kya-reference-gate's decision."""
+    from kcp_opa.authorize.interop import issue_for_foreign_decision
+
+    issue_for_foreign_decision(
+        document, KYA, hmac_key("kya-1", SECRET), gate="kya-reference-gate", registry=registry(),
+        bundle=read_bundle(trust_bundle), keyring=Keyring({"kya-gate": hmac_key("kya-gate", GATE_SECRET)}),
+    )  # fmt: skip
+
+
 def _gate_keyring(tmp_path: Path) -> Path:
     path = tmp_path / "gate-keyring.json"
     entry = {"kid": "kya-gate", "alg": "HMAC-SHA256", "secret_env": "KYA_GATE_SECRET"}
@@ -118,16 +128,11 @@ def test_kya_decision_from_a_trusted_gate_issues_a_kya_verifiable_receipt(
 def test_a_trusted_gate_s_evidence_is_still_judged(
     desk: ControlDesk, trust_bundle: Path, edit: Any, code: str, message: str
 ) -> None:
-    from kcp_opa.authorize.interop import issue_for_foreign_decision
-
     document = _kya_document(approve_all(desk))
     edit(document["control_evidence"])
     document = _kya_document_resigned(document)
     with pytest.raises(ReceiptIssueError) as caught:
-        issue_for_foreign_decision(
-            document, KYA, hmac_key("kya-1", SECRET), gate="kya-reference-gate", registry=registry(),
-            bundle=read_bundle(trust_bundle), keyring=Keyring({"kya-gate": hmac_key("kya-gate", GATE_SECRET)}),
-        )  # fmt: skip
+        _issue_foreign(document, trust_bundle)
     assert caught.value.code == code and message in str(caught.value)
 
 
@@ -146,14 +151,9 @@ def test_a_malformed_list_in_a_trusted_gate_s_decision_is_refused_not_read_as_em
     desk: ControlDesk, trust_bundle: Path, field: str, value: Any
 ) -> None:
     """Read as empty, a signed ``required_controls: 1`` would issue a receipt that requires nothing."""
-    from kcp_opa.authorize.interop import issue_for_foreign_decision
-
     document = _kya_document(approve_all(desk))
     document[field] = value
     document = _kya_document_resigned(document)
     with pytest.raises(ReceiptIssueError) as caught:
-        issue_for_foreign_decision(
-            document, KYA, hmac_key("kya-1", SECRET), gate="kya-reference-gate", registry=registry(),
-            bundle=read_bundle(trust_bundle), keyring=Keyring({"kya-gate": hmac_key("kya-gate", GATE_SECRET)}),
-        )  # fmt: skip
+        _issue_foreign(document, trust_bundle)
     assert caught.value.code == "malformed_decision" and field in str(caught.value)
