@@ -22,7 +22,7 @@ from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.identity import IdentityError, canonical_id
-from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.jsonread import JsonDict, JsonObject, Strict
 from kcp_opa.core.signing import ALGORITHMS, Key, Keyring, Signer, document_verifies
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.declare.trust import Issuer, TrustRegistry
@@ -80,7 +80,8 @@ def issue_for_foreign_decision(
     decision_id, digest = document.get("decision_id"), document.get("action_hash")
     if not isinstance(decision_id, str) or not isinstance(digest, str):
         raise _refuse("the decision document lacks decision_id or action_hash", "malformed_decision")
-    required, roles = _names(document, "required_controls"), _names(document, "approver_roles")
+    fields = Strict(document, _malformed)
+    required, roles = fields.strings("required_controls"), fields.strings("approver_roles")
     engine = RegopyEngine(bundle, EVIDENCE_ENTRYPOINT, preflight=False)
     try:
         party_ids = parties(action)
@@ -90,7 +91,7 @@ def issue_for_foreign_decision(
     prior: list[dict[str, str]] = []
     bound: list[JsonDict] = []
     satisfied: list[str] = []
-    for number, item in enumerate(_listed(document, "control_evidence"), start=1):
+    for number, item in enumerate(fields.items("control_evidence"), start=1):
         label = f"evidence item {number} ({item.get('control') if isinstance(item, Mapping) else '?'})"
         if not isinstance(item, Mapping):
             raise _refuse(f"{label} is not an object", "malformed_evidence")
@@ -146,23 +147,11 @@ def issue_for_foreign_decision(
     )
 
 
-def _listed(document: JsonObject, name: str) -> list[object]:
-    """A list field of the foreign document, absent or null read as empty; anything else is refused:
-    read as empty, a malformed ``required_controls`` would issue a receipt requiring nothing."""
-    value = document.get(name)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _refuse(f"the decision document's {name} is not a list", "malformed_decision")
-    return value
-
-
-def _names(document: JsonObject, name: str) -> list[str]:
-    """A list of strings (controls, roles): an entry of another type is refused, never passed over."""
-    listed = _listed(document, name)
-    if not all(isinstance(entry, str) for entry in listed):
-        raise _refuse(f"the decision document's {name} holds an entry that is not a string", "malformed_decision")
-    return [entry for entry in listed if isinstance(entry, str)]
+def _malformed(message: str) -> ReceiptIssueError:
+    """A list field of the foreign document (absent or null reads as empty) of another type, or
+    with a non-string control or role: read as empty, a malformed ``required_controls`` would
+    issue a receipt requiring nothing."""
+    return _refuse(f"the decision document's {message}", "malformed_decision")
 
 
 def _key(issuer: Issuer, kid: object, alg: object, keyring: Keyring | None) -> Key | None:

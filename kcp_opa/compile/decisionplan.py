@@ -15,14 +15,13 @@ differ from the row's ``other``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kcp_opa.compile.datadoc import DATA_ROOT
 from kcp_opa.compile.enginecheck import query_in_child
 from kcp_opa.core.errors import CompileError
-from kcp_opa.core.jsonread import JsonDict, JsonObject, integer
+from kcp_opa.core.jsonread import JsonDict, JsonObject, Strict, shown
 
 PLAN_ENTRYPOINT = "kcp/gate/plan_table"
 PLAN_MOUNT = f"{DATA_ROOT}/plan"
@@ -31,56 +30,33 @@ PLAN_MOUNT = f"{DATA_ROOT}/plan"
 def action_types(data: JsonObject) -> list[str]:
     """Every action type a declaration names: the matrix's task types, cells and KCP action map,
     and the budgets' task types. Any other action type decides as ``other`` does, so a part of
-    the wrong shape is a CompileError, never read as naming none (its types would decide as
-    ``other``, skipping the evaluators that apply only to them)."""
-    matrix = _object(data, f"{DATA_ROOT}/matrix")
-    named = set(_strings(matrix, "task_types"))
-    named.update(_object(matrix, "kcp_actions"))
-    for budget in _list(_object(matrix, "parameters"), "budgets"):
-        if not isinstance(budget, Mapping):
-            raise CompileError(f"budgets holds {_shown(budget)}, not an object: its task types cannot be planned")
+    the wrong shape (null included) is a CompileError, never read as naming none (its types would
+    decide as ``other``, skipping the evaluators that apply only to them)."""
+    mounts = Strict(data, _unplannable, nulls=False)
+    matrix = mounts.part(f"{DATA_ROOT}/matrix")
+    named = set(matrix.strings("task_types"))
+    named.update(matrix.part("kcp_actions").raw)
+    for budget in matrix.part("parameters").parts("budgets"):
         if budget.get("task_types") != "all":  # compiled: a list of task types, or "all" (names none)
-            named.update(_strings(budget, "task_types"))
-    named.update(_index_keys(_object(data, f"{DATA_ROOT}/tasks")))
+            named.update(budget.strings("task_types"))
+    named.update(_index_keys(mounts.part(f"{DATA_ROOT}/tasks")))
     return sorted(named)
 
 
-def _object(parent: JsonObject, key: str) -> JsonObject:
-    """``parent[key]``, empty when absent; a CompileError when present as anything but an object."""
-    value = parent.get(key, {})
-    if not isinstance(value, Mapping):
-        raise CompileError(f"{key} is {_shown(value)}, not an object: its action types cannot be planned")
-    return value
+def _unplannable(message: str) -> CompileError:
+    return CompileError(f"{message} (its action types cannot be planned)")
 
 
-def _list(parent: JsonObject, key: str) -> list[object]:
-    """``parent[key]``, empty when absent; a CompileError when present as anything but a list."""
-    value = parent.get(key, [])
-    if not isinstance(value, list):
-        raise CompileError(f"{key} is {_shown(value)}, not a list: its action types cannot be planned")
-    return value
-
-
-def _strings(parent: JsonObject, key: str) -> list[str]:
-    value = _list(parent, key)
-    if not all(isinstance(name, str) for name in value):
-        raise CompileError(f"{key} is {_shown(value)}, not a list of strings: its action types cannot be planned")
-    return [name for name in value if isinstance(name, str)]
-
-
-def _index_keys(index: JsonObject) -> set[str]:
+def _index_keys(index: Strict) -> set[str]:
     """The keys stored in a hashed index (kcp_opa.compile.datadoc.build_index), strictly."""
-    depth = index.get("depth", 0)
-    if integer(depth) is None:
-        raise CompileError(f"the task index depth is {_shown(depth)}, not an integer")
     nodes: list[object] = [index.get("slots", {})]
-    for _ in range(integer(depth) or 0):
+    for _ in range(index.integer("depth", 0)):
         if not all(isinstance(node, list) for node in nodes):
-            raise CompileError("the task index has a slot that is not a list: its action types cannot be planned")
+            raise _unplannable(f"{index.where} has a slot that is not a list")
         nodes = [child for node in nodes if isinstance(node, list) for child in node]
     leaves = [node for node in nodes if isinstance(node, Mapping)]
     if len(leaves) != len(nodes):
-        raise CompileError("the task index has a leaf that is not an object: its action types cannot be planned")
+        raise _unplannable(f"{index.where} has a leaf that is not an object")
     return {key for leaf in leaves for key in leaf}
 
 
@@ -118,7 +94,7 @@ def build_plan(modules: Mapping[str, str], mounts: JsonObject, *, source: str) -
         source=source,
     )
     if not isinstance(table, Mapping) or not isinstance(table.get("profiles"), list):
-        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave no plan table (profiles, unbound): {_shown(table)}")
+        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave no plan table (profiles, unbound): {shown(table)}")
     return {
         "profiles": [_row(named, row, source) for row in table["profiles"]],
         "unbound": _row(named, table.get("unbound"), source),
@@ -130,7 +106,7 @@ def _row(named: Sequence[str], row: object, source: str) -> JsonDict:
     fail-open (every evaluator it leaves out is skipped), so anything else is a CompileError."""
     rows = row.get("types") if isinstance(row, Mapping) else None
     if not isinstance(row, Mapping) or not isinstance(rows, list) or len(rows) != len(named):
-        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave a malformed row: {_shown(row)}")
+        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave a malformed row: {shown(row)}")
     other = _names(row.get("other"), source)
     types = {task: found for task, names in zip(named, rows, strict=True) if (found := _names(names, source)) != other}
     return {"types": types, "other": other}
@@ -138,10 +114,5 @@ def _row(named: Sequence[str], row: object, source: str) -> JsonDict:
 
 def _names(value: object, source: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave names that are not a list of strings: {_shown(value)}")
+        raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave names that are not a list of strings: {shown(value)}")
     return value
-
-
-def _shown(value: object) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 80 else text[:77] + "..."

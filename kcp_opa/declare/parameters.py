@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from kcp_opa.core.errors import KcpOpaError
-from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.jsonread import JsonDict, JsonObject, Strict
 from kcp_opa.declare.money import CONTROLS, MOVING, NO_CONTROL, UNDECLARED
 
 DEFAULT_APPROVER_ROLE = "compliance_officer"
@@ -40,73 +40,6 @@ ControlSet = tuple[str, ...] | Literal["none"]
 
 class ParametersError(KcpOpaError):
     """A matrix ``parameters`` field is present with the wrong type: refused, never read as absent."""
-
-
-class _Reader:
-    """One JSON object of the parameters, read field by field; ``where`` names it in errors."""
-
-    def __init__(self, raw: object, where: str) -> None:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping) or not all(isinstance(key, str) for key in raw):
-            raise ParametersError(f"{where} is not an object (a {type(raw).__name__})")
-        self.raw: JsonObject = raw
-        self.where = where
-
-    def wrong(self, name: str, expected: str) -> ParametersError:
-        return ParametersError(f"{self.where}/{name} is not {expected}")
-
-    def part(self, name: str) -> _Reader:
-        return _Reader(self.raw.get(name), f"{self.where}/{name}" if self.where else name)
-
-    def given(self, name: str) -> object:
-        """The field's value; None when absent or null (the default applies)."""
-        return self.raw.get(name)
-
-    def integer(self, name: str, default: int) -> int:
-        value = self.raw.get(name)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.wrong(name, "an integer")
-        return value
-
-    def text(self, name: str, default: str) -> str:
-        value = self.raw.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self.wrong(name, "a string")
-        return value
-
-    def strings(self, name: str, value: object) -> tuple[str, ...]:
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise self.wrong(name, "a list of strings")
-        return tuple(value)
-
-    def text_map(self, name: str) -> dict[str, str]:
-        part = self.part(name)
-        if not all(isinstance(value, str) for value in part.raw.values()):
-            raise self.wrong(name, "an object of strings")
-        return {key: str(value) for key, value in part.raw.items()}
-
-    def integer_map(self, name: str) -> dict[str, int]:
-        part = self.part(name)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in part.raw.values()):
-            raise self.wrong(name, "an object of integers")
-        return {key: value for key, value in part.raw.items() if isinstance(value, int)}
-
-    def rules(self, name: str) -> list[JsonDict]:
-        """``budgets``/``velocity``: a list of objects, each with a string ``id``."""
-        value = self.raw.get(name)
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(rule, Mapping) for rule in value):
-            raise self.wrong(name, "a list of objects")
-        rules = [{str(key): item for key, item in rule.items()} for rule in value]
-        if not all(isinstance(rule.get("id"), str) for rule in rules):
-            raise self.wrong(name, "a list of rules each with a string id")
-        return rules
 
 
 @dataclass(frozen=True)
@@ -161,21 +94,21 @@ class MatrixParameters:
     @classmethod
     def from_dict(cls, raw: object, where: str = "parameters") -> MatrixParameters:
         """The parameters declared (or compiled) in ``raw``; None reads as none declared."""
-        given = _Reader(raw, where)
+        given = Strict(raw, ParametersError, where)
         money, roles = given.part("money"), given.part("approver_roles")
         context, exceptions = given.part("context"), given.part("exceptions")
         return cls(
             high_value_minor=money.integer_map("high_value_minor"),
             confirmation_minor=money.integer_map("confirmation_minor"),
             approver_roles=ApproverRoles(roles.text("default", DEFAULT_APPROVER_ROLE), roles.text_map("by_task_type")),
-            sender_roles=tuple(sorted(set(_listed(given, "sender_roles", DEFAULT_SENDER_ROLES)))),
+            sender_roles=tuple(sorted(set(given.strings("sender_roles", DEFAULT_SENDER_ROLES)))),
             receipt_ttl_seconds=given.integer("receipt_ttl_seconds", DEFAULT_RECEIPT_TTL_SECONDS),
             context=_context(context),
             max_exception_lifetime_seconds=exceptions.integer("max_lifetime_seconds", DEFAULT_MAX_LIFETIME_SECONDS),
             budgets=tuple(_budgets(given)),
             velocity=tuple(
                 sorted(
-                    ({"outcome": DEFAULT_VELOCITY_OUTCOME, **_undescribed(rule)} for rule in given.rules("velocity")),
+                    ({"outcome": DEFAULT_VELOCITY_OUTCOME, **_rule(rule)} for rule in given.parts("velocity")),
                     key=lambda rule: str(rule["id"]),
                 )
             ),
@@ -227,61 +160,53 @@ class MatrixParameters:
 def compiled_parameters(data: JsonObject) -> MatrixParameters:
     """The parameters a compiled bundle's data document carries (``kcp_data/matrix/parameters``),
     read with :meth:`MatrixParameters.from_dict`; a part that is not an object is refused."""
-    matrix = _Reader(data, "").part("kcp_data").part("matrix")
-    return MatrixParameters.from_dict(matrix.given("parameters"), "kcp_data/matrix/parameters")
+    matrix = Strict(data, ParametersError).part("kcp_data").part("matrix")
+    return MatrixParameters.from_dict(matrix.get("parameters"), "kcp_data/matrix/parameters")
 
 
 def _listing(value: tuple[str, ...] | str) -> object:
     return value if isinstance(value, str) else list(value)
 
 
-def _listed(given: _Reader, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    value = given.given(name)
-    return default if value is None else given.strings(name, value)
-
-
-def _context(context: _Reader) -> ContextLimits:
-    bound = context.given("knowledge_bound_task_types")
-    external = context.given("external_target_types")
+def _context(context: Strict) -> ContextLimits:
+    bound, external = context.get("knowledge_bound_task_types", ALL), context.get("external_target_types")
     return ContextLimits(
         knowledge_bound_task_types=(
-            ALL
-            if bound is None or bound == ALL
-            else tuple(sorted(set(context.strings("knowledge_bound_task_types", bound))))
+            ALL if bound == ALL else tuple(sorted(set(context.strings("knowledge_bound_task_types"))))
         ),
         max_action_age_seconds=context.integer("max_action_age_seconds", DEFAULT_MAX_ACTION_AGE_SECONDS),
         max_future_skew_seconds=context.integer("max_future_skew_seconds", DEFAULT_MAX_FUTURE_SKEW_SECONDS),
-        external_target_types=None if external is None else context.strings("external_target_types", external),
+        external_target_types=None if external is None else tuple(context.strings("external_target_types")),
     )
 
 
-def _undescribed(rule: JsonDict) -> JsonDict:
-    return {key: value for key, value in rule.items() if key != "description"}
+def _rule(rule: Strict) -> JsonDict:
+    """A budget or velocity rule as the bundle carries it: a string ``id``, no ``description``."""
+    rule.text("id")
+    return {key: value for key, value in rule.raw.items() if key != "description"}
 
 
-def _budgets(given: _Reader) -> list[JsonDict]:
-    """Each budget over its task types, sorted (a budget naming none counts ``all``)."""
+def _budgets(given: Strict) -> list[JsonDict]:
+    """Each budget over its task types, sorted (a budget naming none counts ``all``; null is refused)."""
     out: list[JsonDict] = []
-    for rule in given.rules("budgets"):
-        listed = rule.get("task_types", ALL)
-        task_types = ALL if listed == ALL else sorted(given.strings("budgets/task_types", listed))
-        out.append({**_undescribed(rule), "task_types": task_types})
+    for rule in given.parts("budgets"):
+        listed = rule.raw.get("task_types", ALL)
+        out.append({**_rule(rule), "task_types": ALL if listed == ALL else sorted(rule.strings("task_types", None))})
     return sorted(out, key=lambda rule: str(rule["id"]))
 
 
-def _moving(given: _Reader) -> tuple[str, ...] | None:
-    listed = given.given(MOVING)
-    if listed is None or listed == UNDECLARED:
+def _moving(given: Strict) -> tuple[str, ...] | None:
+    if given.get(MOVING, UNDECLARED) == UNDECLARED:
         return None
-    return tuple(sorted(set(given.strings(MOVING, listed))))
+    return tuple(sorted(set(given.strings(MOVING))))
 
 
-def _controls(declared: _Reader) -> dict[str, dict[str, ControlSet]]:
+def _controls(declared: Strict) -> dict[str, dict[str, ControlSet]]:
     out: dict[str, dict[str, ControlSet]] = {}
     for task in sorted(declared.raw):
         entry = declared.part(task)
-        out[task] = {}
-        for kind in sorted(entry.raw):
-            value = entry.raw[kind]
-            out[task][kind] = NO_CONTROL if value == NO_CONTROL else tuple(sorted(set(entry.strings(kind, value))))
+        out[task] = {
+            kind: NO_CONTROL if entry.raw[kind] == NO_CONTROL else tuple(sorted(set(entry.strings(kind, None))))
+            for kind in sorted(entry.raw)
+        }
     return out
