@@ -12,7 +12,7 @@ Shape: docs/budgets.md.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
@@ -20,7 +20,7 @@ from dataclasses import replace
 from kcp_opa.context import ContextSources
 from kcp_opa.core.errors import BundleError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, text
-from kcp_opa.declare.parameters import ParametersError, compiled_parameters
+from kcp_opa.declare.parameters import MatrixParameters, ParametersError, compiled_parameters
 from kcp_opa.stores.protocols import CounterStore, CounterView
 from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
@@ -79,13 +79,15 @@ class StoreCounters:
     """The context stage's :class:`~kcp_opa.context.CounterSource` over a
     :class:`~kcp_opa.stores.protocols.CounterStore` (``ContextSources.counters``).
 
-    ``parameters`` are the bundle's matrix parameters (budgets and velocity rules to count).
+    ``parameters`` are the bundle's matrix parameters, whose budgets and velocity rules it counts,
+    read by :class:`~kcp_opa.declare.parameters.MatrixParameters` (a wrong shape: BundleError).
     """
 
     def __init__(self, store: CounterStore, parameters: JsonObject) -> None:
         self.store = store
         self.parameters = parameters
-        self.budgets, self.velocity = _rules(parameters, "budgets"), _rules(parameters, "velocity")
+        typed = _typed(lambda: MatrixParameters.from_dict(parameters, "kcp_data/matrix/parameters"))
+        self.budgets, self.velocity = list(typed.budgets), list(typed.velocity)
         # The same store counting for other bundles' parameters (held with them, so ids stay theirs).
         self._rebound: dict[int, tuple[JsonObject, StoreCounters]] = {}
 
@@ -96,8 +98,8 @@ class StoreCounters:
 
     @staticmethod
     def bound_to(sources: ContextSources | None, parameters: JsonObject) -> ContextSources | None:
-        """``sources`` counting what the deciding bundle declares (``parameters``, its
-        :func:`matrix_parameters`, read once when it was loaded): a reloaded bundle's budgets and
+        """``sources`` counting what the deciding bundle declares (``parameters``, in the form the
+        bundle carries them, read once when it was loaded): a reloaded bundle's budgets and
         velocity rules are counted from its first decision, not the ones the gate started with.
         A host's own counter source is left as it is."""
         counters = sources.counters if sources is not None else None
@@ -206,23 +208,17 @@ def _window_start(rule: JsonObject, now: dt.datetime) -> str:
 
 def matrix_parameters(data: JsonObject) -> JsonObject:
     """The parameters a bundle's matrix declares (``data``: its data document), normalised as the
-    bundle carries them (kcp_opa.declare.parameters); a part of the wrong shape is a BundleError:
-    read as empty, it would count nothing, and the budgets it holds would go uncounted."""
+    bundle carries them (kcp_opa.declare.parameters)."""
+    return _typed(lambda: compiled_parameters(data)).to_dict()
+
+
+def _typed(read: Callable[[], MatrixParameters]) -> MatrixParameters:
+    """The parameters ``read`` gives; a part of the wrong shape is a BundleError: read as empty,
+    it would count nothing, and the budgets it holds would go uncounted."""
     try:
-        return compiled_parameters(data).to_dict()
+        return read()
     except ParametersError as exc:
         raise BundleError(f"{exc}: its budgets cannot be counted") from None
-
-
-def _rules(parameters: JsonObject, key: str) -> list[JsonObject]:
-    """The budgets or velocity rules (``key``) to count: none when absent (or null), a BundleError
-    when they are not a list of objects (one passed over would never be counted)."""
-    value = parameters.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(rule, Mapping) for rule in value):
-        raise BundleError(f"kcp_data/matrix/parameters/{key} is not a list of objects: it cannot be counted")
-    return [rule for rule in value if isinstance(rule, Mapping)]
 
 
 def transfer_of(action: JsonObject, receipt: JsonObject, *, now: dt.datetime) -> Transfer | None:

@@ -22,7 +22,7 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
 from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.context.builder import ContextSources
-from kcp_opa.context.counting import StoreCounters, matrix_parameters
+from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, LedgerUnavailableError
 from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import seal, seal_holds
@@ -95,7 +95,10 @@ class Gate:
             reference = OpaReference(bundle, DECISION_ENTRYPOINT)
         metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
         audit = AuditTrail(self.ledger, bundle) if self.ledger is not None else None
-        version, counting = str(metadata.get("policy_version", "")), matrix_parameters(bundle.data)
+        version, counting = (
+            str(metadata.get("policy_version", "")),
+            bundle.parameters.to_dict(),
+        )  # malformed: BundleError
         return ActiveBundle(bundle, engine, reference, version, audit, utc_now(), counting)
 
     @classmethod

@@ -4,12 +4,17 @@ action to. Absent parameters still count nothing."""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from budgetkit import compile_budget
 
+from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import BundleError
+from kcp_opa.decide.gate import Gate
 from kcp_opa.stores.sqlite.counters import SQLiteCounterStore
 
 BUDGET = {"id": "daily", "per": "tenant", "currency": "EUR", "limit_minor": 100, "window_seconds": 86400}
@@ -51,3 +56,13 @@ def test_parameters_of_the_wrong_shape_are_refused_not_counted_as_none(store: SQ
     """Read leniently, each shape gave no budget and no velocity rule: nothing counted."""
     with pytest.raises(BundleError, match="not"):
         StoreCounters.for_bundle(store, MALFORMED[shape])
+
+
+def test_a_gate_refuses_at_load_a_bundle_whose_budgets_cannot_be_counted_naming_the_bundle(tmp_path: Path) -> None:
+    """The gate counts from the bundle's typed parameters (read once, cached): budgets of the
+    wrong shape stop the load with the bundle's own BundleError, never a gate counting nothing."""
+    compiled = read_bundle(compile_budget(tmp_path / "budget.tar.gz"))
+    data = copy.deepcopy(dict(compiled.data))
+    data["kcp_data"]["matrix"]["parameters"]["budgets"] = {"daily": BUDGET}
+    with pytest.raises(BundleError, match=r"budget\.tar\.gz: kcp_data/matrix/parameters/budgets is not a list: \{"):
+        Gate(replace(compiled, data=data), preflight=False)
