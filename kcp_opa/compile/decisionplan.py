@@ -20,6 +20,7 @@ from typing import Any
 
 from kcp_opa.compile.datadoc import DATA_ROOT
 from kcp_opa.compile.enginecheck import query_in_child
+from kcp_opa.compile.evaluatorgen import GENERATED
 from kcp_opa.core.errors import CompileError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, Strict, shown
 
@@ -92,6 +93,7 @@ def build_plan(modules: Mapping[str, str], mounts: JsonObject, *, source: str) -
         PLAN_ENTRYPOINT,
         {"task_types": named, "other": unnamed_action_type(named)},
         source=source,
+        fix=f": define it (`kcp-opa generate --policies {source}` writes it into {GENERATED})",
     )
     if not isinstance(table, Mapping) or not isinstance(table.get("profiles"), list):
         raise CompileError(f"{source}: {PLAN_ENTRYPOINT} gave no plan table (profiles, unbound): {shown(table)}")

@@ -55,10 +55,11 @@ def plan_in_child(
 
 
 def query_in_child(
-    data: JsonObject, modules: Mapping[str, str], entrypoint: str, input_doc: object, *, source: str
+    data: JsonObject, modules: Mapping[str, str], entrypoint: str, input_doc: object, *, source: str, fix: str = ""
 ) -> object:
     """Evaluate one entrypoint of ``modules`` over ``data`` and ``input_doc`` with regopy, in a
-    child (as every first build of modules is); its value, or :class:`CompileError`."""
+    child (as every first build of modules is); its value, or :class:`CompileError` (when it is
+    undefined, one that ends with ``fix``: what to do about it)."""
     job = {
         "data": canonical_json(data).decode("utf-8"),
         "modules": sorted(modules.items()),
@@ -68,7 +69,7 @@ def query_in_child(
     try:
         return json.loads(out.splitlines()[-1])
     except (IndexError, ValueError):
-        raise CompileError(f"{source}: regopy gave no value for {entrypoint}") from None
+        raise CompileError(f"{source}: {entrypoint} is undefined over these policies and data{fix}") from None
 
 
 def _run_child(job: JsonObject, source: str) -> str:

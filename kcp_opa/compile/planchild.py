@@ -12,7 +12,8 @@ canonical UTF-8 JSON, exactly what it loads itself), its modules, its entrypoint
 in a private directory of the parent's, or null). With ``plan`` the built entrypoints are saved
 there in rego-cpp's binary format, so the parent loads this plan instead of building a second.
 With ``query`` (``{"entrypoint": ..., "input": ...}``) it evaluates that one entrypoint over the
-given input and prints its value as one JSON line (the decision plan: kcp_opa.compile.decisionplan).
+given input and prints its value as one JSON line, or no line when it is undefined (the decision
+plan: kcp_opa.compile.decisionplan).
 Exit 0: planned (and evaluated); 1: a one-line reason on stdout; killed by a signal: a crash.
 """
 
@@ -42,12 +43,11 @@ def query(job: dict[str, Any]) -> int:
     if not output.ok():
         print(f"entrypoint {entrypoint} does not evaluate: {str(output).splitlines()[0][:300]}")
         return 1
-    results = json.loads(str(output)).get("expressions", [])
-    if len(results) != 1:
-        print(f"entrypoint {entrypoint} is undefined")
-        return 1
-    print(json.dumps(results[0]))
-    return 0
+    text = str(output)  # "undefined", not JSON, when the entrypoint is
+    results = [] if text == "undefined" else json.loads(text).get("expressions", [])
+    if len(results) == 1:
+        print(json.dumps(results[0]))
+    return 0  # undefined: no value line, which the parent names
 
 
 def probe(job: dict[str, Any]) -> int:

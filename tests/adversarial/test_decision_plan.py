@@ -158,6 +158,18 @@ def test_a_malformed_plan_table_is_a_compile_error_not_a_plan_that_reaches_nothi
         build_plan({"plan.rego": module}, mounts, source="attack")
 
 
+@pytest.mark.parametrize("rule", ["other := 1", "plan_table := 1 if {\n\tfalse\n}"])
+def test_an_undefined_plan_table_is_named_with_its_fix_not_blamed_on_loading_the_bundle(rule: str) -> None:
+    """regopy answers an undefined entrypoint with the text ``undefined``; read as JSON, it made
+    the compile error "regopy cannot load the bundle: json.decoder.JSONDecodeError: ..."."""
+    with pytest.raises(CompileError) as caught:
+        build_plan({"plan.rego": f"package kcp.gate\n\n{rule}\n"}, {"kcp_data/matrix": {}}, source="attack")
+    assert str(caught.value) == (
+        "attack: kcp/gate/plan_table is undefined over these policies and data: define it"
+        " (`kcp-opa generate --policies attack` writes it into kcp/gate/evaluators.rego)"
+    )
+
+
 MALFORMED_DECLARATIONS: dict[str, dict[str, Any]] = {
     "the matrix a list": {"kcp_data/matrix": [{"task_types": ["read"]}]},
     "task_types a string": {"kcp_data/matrix": {"task_types": "refund"}},
