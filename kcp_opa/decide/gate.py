@@ -95,10 +95,7 @@ class Gate:
             reference = OpaReference(bundle, DECISION_ENTRYPOINT)
         metadata = bundle.manifest.get("metadata", {}).get("kcp_opa", {})
         audit = AuditTrail(self.ledger, bundle) if self.ledger is not None else None
-        version, counting = (
-            str(metadata.get("policy_version", "")),
-            bundle.parameters.to_dict(),
-        )  # malformed: BundleError
+        version, counting = str(metadata.get("policy_version", "")), bundle.parameters.to_dict()
         return ActiveBundle(bundle, engine, reference, version, audit, utc_now(), counting)
 
     @classmethod
