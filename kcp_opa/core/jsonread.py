@@ -57,7 +57,10 @@ def number(value: object) -> int | float | None:
 
 def shown(value: object, limit: int = 80) -> str:
     """``value`` as JSON cut to ``limit`` characters: what an error message quotes of bad input."""
-    text = json.dumps(value, sort_keys=True, default=repr)
+    try:
+        text = json.dumps(value, sort_keys=True, default=repr)
+    except (TypeError, ValueError):  # keys of mixed types (as YAML may give), a cycle
+        text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -44,7 +44,7 @@ def test_a_field_of_the_wrong_type_is_the_stage_s_error_naming_its_path_never_re
 def test_the_error_is_the_one_the_reader_was_given() -> None:
     with pytest.raises(CompileError, match=r"^x is not a list: 1 \(cannot plan\)$"):
         Strict({"x": 1}, lambda message: CompileError(f"{message} (cannot plan)")).items("x")
-    for raw in ([], "x", {1: "a"}):
+    for raw in ([], "x", {1: "a"}, {1: "a", "b": 2}):
         with pytest.raises(CompileError, match=r"^the document is not an object"):
             Strict(raw, CompileError)
 
