@@ -35,7 +35,7 @@ from kcp_opa.cli.output import EXIT_INVALID, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, load_keyring
-from kcp_opa.declare.exceptions import validate_exceptions
+from kcp_opa.declare.exceptionfile import validate_exceptions
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.ledger import kept_tree_root, verify_ledger

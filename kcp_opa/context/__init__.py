@@ -6,7 +6,7 @@ See :mod:`kcp_opa.context.facts` for the classes (intent, gate, attested) and
 
 from kcp_opa.context.attested import AttestationSource, SignedAttestations, sign_fact
 from kcp_opa.context.builder import ContextSourceError, ContextSources, build_context
-from kcp_opa.context.exceptions import ExceptionSource, SignedExceptions
+from kcp_opa.context.exceptionsource import ExceptionSource, SignedExceptions
 from kcp_opa.context.factcontract import GateFactError
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
 from kcp_opa.context.metering import METERED_SPEND, MeteringSource, sign_spend

@@ -58,7 +58,7 @@ class Issuer:
     unsigned_decisions: bool = False
     #: The context facts this issuer may attest (evidence_status, new_beneficiary, ...).
     facts: frozenset[str] = frozenset()
-    #: It may sign exceptions (kcp_opa.declare.exceptions).
+    #: It may sign exceptions (kcp_opa.declare.exceptionfile).
     signs_exceptions: bool = False
 
     def key(self, kid: str, keyring: Keyring | None) -> Key | None:
