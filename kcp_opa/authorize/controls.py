@@ -176,7 +176,7 @@ class ControlDesk:
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
     def seal_document(self, body: JsonObject) -> str:
-        """This desk's seal over a record document (the files ``kcp_opa.authorize.records`` writes)."""
+        """This desk's seal over a record document (the files ``kcp_opa.authorize.sealedrecords`` writes)."""
         return seal(self._seal_key, body)
 
     def seal_document_holds(self, body: JsonObject, presented: object) -> bool:

@@ -25,7 +25,7 @@ from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
 from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, StaticAuthenticator
-from kcp_opa.stores.records import Challenge
+from kcp_opa.stores.storedtypes import Challenge
 
 #: Registry principal type -> the service's kind and the role that grants its scopes.
 _KINDS: Mapping[str, tuple[PrincipalKind, str]] = {

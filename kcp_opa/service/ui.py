@@ -60,7 +60,7 @@ from kcp_opa.service.uisession import html as _html
 from kcp_opa.service.uisession import secure_headers as _secure_headers
 from kcp_opa.service.uisso import SingleSignOn, sso_principal
 from kcp_opa.stores.protocols import SessionStore
-from kcp_opa.stores.records import UiSession
+from kcp_opa.stores.storedtypes import UiSession
 
 LOGIN_COOKIE = "kcp_ui_login"
 REPORT_CSP = (

@@ -44,7 +44,7 @@ from kcp_opa.service.uisession import (
     secure_headers,
     set_ui_cookie,
 )
-from kcp_opa.stores.records import PendingSignIn, UiSession
+from kcp_opa.stores.storedtypes import PendingSignIn, UiSession
 
 STATE_COOKIE = "kcp_ui_sso"
 PENDING_SECONDS = 600
