@@ -35,8 +35,8 @@ from kcp_opa.context import (
 )
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
 from kcp_opa.context.sources import Fact
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, objects
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction

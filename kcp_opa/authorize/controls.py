@@ -23,8 +23,8 @@ from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
-from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
+from kcp_opa.core.principalids import canonical_or_empty
 from kcp_opa.core.signing import Keyring, Signer, seal, seal_holds
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction

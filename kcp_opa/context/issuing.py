@@ -29,8 +29,8 @@ from kcp_opa.context.metering import refusal as spend_refusal
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular, replace_atomically
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import PKCS11_SCHEME, Key, Keyring, Signer, load_keyring, load_signing_key
 from kcp_opa.declare.exceptionfile import EXCEPTIONS_KIND_NAME, SIGNED_FIELDS, sign_exception
 from kcp_opa.declare.trust import TrustRegistry

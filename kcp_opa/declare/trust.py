@@ -18,8 +18,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcp_opa import schemas
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects, strings, text
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring
 from kcp_opa.declare.declstrings import TRUST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.sealedrecords import RECORD_FORMAT, export_record, load_record, replay_record
 from kcp_opa.core.errors import EvidenceRejectedError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
 from kcp_opa.stores.protocols import DecisionStore

@@ -34,10 +34,10 @@ from kcp_opa.audit.selection import SelectionError, parse_selection, query_strin
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreError, StoreUnavailableError
 from kcp_opa.core.jsonread import JsonDict, mapping, objects
 from kcp_opa.service import uifilters, uipages
+from kcp_opa.service.callers import AccessDeniedError, Authenticator, Principal, Scope, token_hash
 from kcp_opa.service.catalog import Catalog, ErrorPayload, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
-from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope, token_hash
 from kcp_opa.service.issuing import check_addressed
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.refusals import status_of

@@ -28,8 +28,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from kcp_opa.core.errors import KcpOpaError, LedgerError, StoreError
+from kcp_opa.service.callers import Principal, canonical_id
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import Principal, canonical_id
 from kcp_opa.service.issuing import IssuerConfigError, bundle_approver_roles, registry_principal
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.oidctoken import OidcRefused, OidcUnavailable
