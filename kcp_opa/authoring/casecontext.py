@@ -34,7 +34,7 @@ from kcp_opa.context import (
     sign_fact,
 )
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
-from kcp_opa.context.sources import Fact
+from kcp_opa.context.factsources import Fact
 from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, objects
 from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519

@@ -9,8 +9,7 @@ from kcp_opa.context.builder import ContextSourceError, ContextSources, build_co
 from kcp_opa.context.exceptionsource import ExceptionSource, SignedExceptions
 from kcp_opa.context.factcontract import GateFactError
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
-from kcp_opa.context.metering import METERED_SPEND, MeteringSource, sign_spend
-from kcp_opa.context.sources import (
+from kcp_opa.context.factsources import (
     CounterSource,
     GateConfigSource,
     PrincipalSource,
@@ -18,6 +17,7 @@ from kcp_opa.context.sources import (
     StaticCounters,
     StaticGateConfig,
 )
+from kcp_opa.context.metering import METERED_SPEND, MeteringSource, sign_spend
 
 __all__ = [
     "FACTS",

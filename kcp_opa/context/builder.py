@@ -20,8 +20,8 @@ from kcp_opa.context.attested import AttestationSource
 from kcp_opa.context.exceptionsource import ExceptionSource
 from kcp_opa.context.factcontract import fact_problem
 from kcp_opa.context.facts import FACTS
+from kcp_opa.context.factsources import CounterSource, Fact, GateConfigSource, PrincipalSource
 from kcp_opa.context.metering import MeteringSource
-from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
 from kcp_opa.core.errors import KcpOpaError, StoreError, StoreUnavailableError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items
 
