@@ -18,7 +18,7 @@ from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.audit.rows import row
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.keys import signer_from
+from kcp_opa.cli.keyarg import signer_from
 from kcp_opa.cli.ledgerarg import LEDGER, ledger_line, shown_ledger
 from kcp_opa.cli.options import (
     ANY_PATH,
