@@ -39,10 +39,10 @@ from rich.console import Console
 from kcp_opa.context import sign_fact
 from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.declare.trust import load_trust
+from kcp_opa.service.callers import token_hash
 from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.handlers import bound
 from kcp_opa.service.http import build_app
-from kcp_opa.service.identity import token_hash
 from kcp_opa.service.issuing import bundle_approver_roles, registry_authenticator
 from kcp_opa.service.loading import open_service
 

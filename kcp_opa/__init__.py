@@ -95,7 +95,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "kcp_opa.decide.gate": ("ActiveBundle", "DecisionInput", "Gate", "build_input"),
     "kcp_opa.declare.diagnostics": ("Diagnostic", "Report", "Severity"),
     "kcp_opa.declare.effective": ("EffectiveUnit", "Sourced", "effective_unit", "effective_units"),
-    "kcp_opa.declare.exceptions": ("ExceptionsFile", "GrantedException", "load_exceptions", "sign_exception"),
+    "kcp_opa.declare.exceptionfile": ("ExceptionsFile", "GrantedException", "load_exceptions", "sign_exception"),
     "kcp_opa.declare.manifest": ("Manifest", "load_manifest", "validate_manifest"),
     "kcp_opa.declare.matrix": ("DelegationMatrix", "load_matrix", "validate_matrix"),
     "kcp_opa.execute.executor": ("ExecutionResult", "Executor"),
@@ -219,7 +219,7 @@ if TYPE_CHECKING:
     from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
     from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
     from kcp_opa.declare.effective import EffectiveUnit, Sourced, effective_unit, effective_units
-    from kcp_opa.declare.exceptions import ExceptionsFile, GrantedException, load_exceptions, sign_exception
+    from kcp_opa.declare.exceptionfile import ExceptionsFile, GrantedException, load_exceptions, sign_exception
     from kcp_opa.declare.manifest import Manifest, load_manifest, validate_manifest
     from kcp_opa.declare.matrix import DelegationMatrix, load_matrix, validate_matrix
     from kcp_opa.execute.executor import ExecutionResult, Executor

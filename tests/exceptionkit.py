@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
-from kcp_opa.declare.exceptions import sign_exception
+from kcp_opa.declare.exceptionfile import sign_exception
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 
 ISSUER = "change-board"

@@ -44,7 +44,7 @@ from kcp_opa.compile.bundle import LoadedBundle, is_content_revision, read_bundl
 from kcp_opa.compile.signatures import Verification
 from kcp_opa.core.canonical import canonical_hash, canonical_json
 from kcp_opa.core.errors import KcpOpaError
-from kcp_opa.core.identity import canonical_or_empty
+from kcp_opa.core.principalids import canonical_or_empty
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.decide.gate import SYSTEM_CONTROLS

@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from kcp_opa.core.jsonread import JsonObject, items, mapping
 from kcp_opa.declare.effective import DEFAULT, EffectiveUnit, effective_units
-from kcp_opa.declare.exceptions import GrantedException, epoch
+from kcp_opa.declare.exceptionfile import GrantedException, epoch
 from kcp_opa.declare.manifest import Manifest
 from kcp_opa.declare.regions import residency_places
 

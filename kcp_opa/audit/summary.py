@@ -34,8 +34,8 @@ from kcp_opa.audit.tallies import (
     decision_model,
     redecision_of,
 )
-from kcp_opa.core.identity import IdentityError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping
+from kcp_opa.core.principalids import IdentityError
 from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.declare.trust import Principal, TrustRegistry
 from kcp_opa.trail.ledger import read_entries, verify_ledger

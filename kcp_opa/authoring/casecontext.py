@@ -34,14 +34,14 @@ from kcp_opa.context import (
     sign_fact,
 )
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, stated
-from kcp_opa.context.sources import Fact
-from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.context.factsources import Fact
 from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping, objects
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import Ed25519Key, Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.gate import DecisionInput, Gate, build_input, decision_time
-from kcp_opa.declare.exceptions import sign_exception
+from kcp_opa.declare.exceptionfile import sign_exception
 from kcp_opa.declare.trust import TrustRegistry
 
 CASE_AGENT = "case-agent"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from kcp_opa.authorize.documents import ATTESTATION_FIELDS, Attestation
 from kcp_opa.core.documents import Signature
 from kcp_opa.core.errors import EvidenceRejectedError, MalformedDocumentError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, signed_bytes
 from kcp_opa.declare.trust import TrustRegistry
 

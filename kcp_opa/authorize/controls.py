@@ -23,8 +23,8 @@ from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
-from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
+from kcp_opa.core.principalids import canonical_or_empty
 from kcp_opa.core.signing import Keyring, Signer, seal, seal_holds
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction
@@ -176,7 +176,7 @@ class ControlDesk:
             raise EvidenceRejectedError("the record was edited or not made by this desk", "record_tampered")
 
     def seal_document(self, body: JsonObject) -> str:
-        """This desk's seal over a record document (the files ``kcp_opa.authorize.records`` writes)."""
+        """This desk's seal over a record document (the files ``kcp_opa.authorize.sealedrecords`` writes)."""
         return seal(self._seal_key, body)
 
     def seal_document_holds(self, body: JsonObject, presented: object) -> bool:

@@ -21,8 +21,8 @@ from kcp_opa.authorize.receipts import issue_for_checked_decision
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import EvidenceRejectedError, ReceiptIssueError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject, Strict
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Key, Keyring, Signer, document_verifies
 from kcp_opa.decide.engine import RegopyEngine
 from kcp_opa.declare.trust import Issuer, TrustRegistry

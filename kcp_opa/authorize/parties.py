@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from kcp_opa.core.errors import EvidenceRejectedError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonObject, mapping, objects
+from kcp_opa.core.principalids import IdentityError, canonical_id
 
 
 def parties(action: JsonObject) -> list[str]:

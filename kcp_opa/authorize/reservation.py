@@ -21,7 +21,7 @@ from kcp_opa.core.signing import Signer
 from kcp_opa.decide.gate import DecisionInput, decision_time
 from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import CounterView
-from kcp_opa.stores.records import Transfer
+from kcp_opa.stores.storedtypes import Transfer
 
 
 class Record(Protocol):

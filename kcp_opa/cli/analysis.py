@@ -10,13 +10,13 @@ from pathlib import Path
 import click
 import yaml
 
+from kcp_opa.analysis.analysed import load_bundle, resolve
 from kcp_opa.analysis.diff import DEFAULT_BUDGET as DIFF_BUDGET
 from kcp_opa.analysis.diff import diff
 from kcp_opa.analysis.engines import UserInvariants
 from kcp_opa.analysis.pin import pin
 from kcp_opa.analysis.prove import DEFAULT_BUDGET, cases_document, prove
 from kcp_opa.analysis.report import diff_markdown, diff_text, proof_text
-from kcp_opa.analysis.sources import load_bundle, resolve
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
 from kcp_opa.cli.options import FILE, file_option
 from kcp_opa.cli.output import EXIT_INVALID

@@ -18,7 +18,7 @@ from kcp_opa.audit.ropa import build_ropa, to_markdown, to_text
 from kcp_opa.audit.rows import row
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.keys import signer_from
+from kcp_opa.cli.keyarg import signer_from
 from kcp_opa.cli.ledgerarg import LEDGER, ledger_line, shown_ledger
 from kcp_opa.cli.options import (
     ANY_PATH,
@@ -35,7 +35,7 @@ from kcp_opa.cli.output import EXIT_INVALID, as_json, console, fail
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.signing import Keyring, load_keyring
-from kcp_opa.declare.exceptions import validate_exceptions
+from kcp_opa.declare.exceptionfile import validate_exceptions
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoints
 from kcp_opa.trail.ledger import kept_tree_root, verify_ledger

@@ -16,7 +16,7 @@ from typing import ParamSpec
 import click
 
 from kcp_opa.cli import render
-from kcp_opa.cli.keys import signer_from
+from kcp_opa.cli.keyarg import signer_from
 from kcp_opa.cli.ledgerarg import LEDGER, ledger_line
 from kcp_opa.cli.options import FILE, keyring_option, signing_key_option, stacked
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, fail

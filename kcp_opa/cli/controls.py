@@ -17,10 +17,10 @@ import click
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
 from kcp_opa.authorize.gatedocs import sign_decision_document
-from kcp_opa.authorize.records import export_record, load_record
+from kcp_opa.authorize.sealedrecords import export_record, load_record
 from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import verification_of, verification_options
-from kcp_opa.cli.keys import signer_from
+from kcp_opa.cli.keyarg import signer_from
 from kcp_opa.cli.options import (
     action_option,
     file_option,

@@ -22,7 +22,7 @@ from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError, ValidationF
 from kcp_opa.core.files import read_regular
 from kcp_opa.declare.diagnostics import UNENFORCED_CODES, Diagnostic, Report, Severity
 from kcp_opa.declare.effective import effective_unit
-from kcp_opa.declare.exceptions import (
+from kcp_opa.declare.exceptionfile import (
     EXCEPTIONS_KIND_NAME,
     ExceptionsFile,
     unknown_task_types,

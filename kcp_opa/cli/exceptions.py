@@ -37,7 +37,7 @@ from kcp_opa.core.jsonread import JsonDict, mapping, strings
 from kcp_opa.core.signing import load_keyring
 from kcp_opa.decide.gateinput import decision_time
 from kcp_opa.declare.diagnostics import Report
-from kcp_opa.declare.exceptions import (
+from kcp_opa.declare.exceptionfile import (
     ExceptionsFile,
     epoch,
     validate_exceptions,

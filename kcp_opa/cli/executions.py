@@ -43,7 +43,7 @@ from kcp_opa.decide.gate import decision_time
 from kcp_opa.execute.executor import Executor
 from kcp_opa.stores.opening import is_database, open_executor_store, shown
 from kcp_opa.stores.protocols import ExecutorStore
-from kcp_opa.stores.records import AMBIGUOUS
+from kcp_opa.stores.storedtypes import AMBIGUOUS
 from kcp_opa.trail.entries import AuditTrail
 from kcp_opa.trail.ledger import AuditLedger
 

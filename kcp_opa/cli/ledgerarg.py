@@ -15,7 +15,7 @@ import click
 from kcp_opa.cli import render
 from kcp_opa.cli.options import output_option
 from kcp_opa.cli.output import EXIT_INVALID, fail
-from kcp_opa.stores.records import LedgerSnapshot
+from kcp_opa.stores.storedtypes import LedgerSnapshot
 from kcp_opa.trail.locations import dump, is_database, readable, shown
 
 _SHOWN = "kcp_opa.ledger_shown"

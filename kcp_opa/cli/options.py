@@ -88,7 +88,7 @@ SIGNING_KEY_HELP = (
 
 
 def signing_key_option(help_text: str = SIGNING_KEY_HELP) -> Decorator:
-    """--signing-key URI|KEYRING: a ``pkcs11:`` URI or a keyring file (see ``kcp_opa.cli.keys``)."""
+    """--signing-key URI|KEYRING: a ``pkcs11:`` URI or a keyring file (see ``kcp_opa.cli.keyarg``)."""
     return click.option("--signing-key", "signing_key", metavar="URI|KEYRING", help=help_text)
 
 

@@ -24,10 +24,10 @@ from kcp_opa.cli.options import (
 from kcp_opa.core.errors import KcpOpaError
 
 if TYPE_CHECKING:  # the service modules load when serve runs, not with every command
+    from kcp_opa.service.callers import Authenticator
     from kcp_opa.service.catalog import Catalog
     from kcp_opa.service.config import ServiceConfig
     from kcp_opa.service.desk import GateService
-    from kcp_opa.service.identity import Authenticator
     from kcp_opa.service.oidc import OidcSettings, RelyingParty
     from kcp_opa.service.reloading import Reloader
 

@@ -20,7 +20,7 @@ from kcp_opa.cli import render
 from kcp_opa.cli.options import FORMAT, file_option, trust_option
 from kcp_opa.cli.output import EXIT_INVALID, as_json, fail
 from kcp_opa.compile.bundle import write_atomically
-from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.principalids import IdentityError, canonical_id
 
 TOKENS_FILE = file_option(
     "--tokens",
@@ -71,7 +71,7 @@ def tokens() -> None:
 def tokens_add(tokens_path: Path, principal: str, trust: Path | None) -> None:
     """Make a token for PRINCIPAL: its hash goes to the file, the token to stdout, once."""
     from kcp_opa.declare.trust import load_trust
-    from kcp_opa.service.identity import token_hash
+    from kcp_opa.service.callers import token_hash
 
     principal_id = _canonical(principal)
     if trust is not None and load_trust(trust).principal(principal_id) is None:

@@ -12,7 +12,7 @@ import click
 from kcp_opa.audit.witness import Witness, WitnessRefusal
 from kcp_opa.cli import render
 from kcp_opa.cli.auditproofs import read_file, read_proof, verifier_key
-from kcp_opa.cli.keys import signer_from
+from kcp_opa.cli.keyarg import signer_from
 from kcp_opa.cli.options import FILE, keyring_option, signing_key_option
 from kcp_opa.cli.output import EXIT_INVALID, fail
 from kcp_opa.core.errors import LedgerError

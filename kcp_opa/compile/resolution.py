@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.core.jsonread import JsonObject, items, mapping
 from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
-from kcp_opa.declare.exceptions import ExceptionsFile
+from kcp_opa.declare.exceptionfile import ExceptionsFile
 from kcp_opa.declare.matrix import DelegationMatrix
 from kcp_opa.declare.parameters import MatrixParameters
 from kcp_opa.declare.trust import BASE_SOD_CONTROLS, TrustRegistry

@@ -6,11 +6,10 @@ See :mod:`kcp_opa.context.facts` for the classes (intent, gate, attested) and
 
 from kcp_opa.context.attested import AttestationSource, SignedAttestations, sign_fact
 from kcp_opa.context.builder import ContextSourceError, ContextSources, build_context
-from kcp_opa.context.exceptions import ExceptionSource, SignedExceptions
+from kcp_opa.context.exceptionsource import ExceptionSource, SignedExceptions
 from kcp_opa.context.factcontract import GateFactError
 from kcp_opa.context.facts import FACTS, FactClass, FactSpec
-from kcp_opa.context.metering import METERED_SPEND, MeteringSource, sign_spend
-from kcp_opa.context.sources import (
+from kcp_opa.context.factsources import (
     CounterSource,
     GateConfigSource,
     PrincipalSource,
@@ -18,6 +17,7 @@ from kcp_opa.context.sources import (
     StaticCounters,
     StaticGateConfig,
 )
+from kcp_opa.context.metering import METERED_SPEND, MeteringSource, sign_spend
 
 __all__ = [
     "FACTS",

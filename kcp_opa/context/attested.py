@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from kcp_opa.context.facts import ATTESTED_VALUES, FACTS, FactClass
+from kcp_opa.context.factsources import Fact, fact
 from kcp_opa.context.metering import METERED_SPEND, Spend, epoch_seconds, metered_spends
-from kcp_opa.context.sources import Fact, fact
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject, integer
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, sign_document
 from kcp_opa.core.verified import VerifiedSignatures
 from kcp_opa.declare.trust import TrustRegistry

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import structlog
 
 from kcp_opa.context.attested import AttestationSource
-from kcp_opa.context.exceptions import ExceptionSource
+from kcp_opa.context.exceptionsource import ExceptionSource
 from kcp_opa.context.factcontract import fact_problem
 from kcp_opa.context.facts import FACTS
+from kcp_opa.context.factsources import CounterSource, Fact, GateConfigSource, PrincipalSource
 from kcp_opa.context.metering import MeteringSource
-from kcp_opa.context.sources import CounterSource, Fact, GateConfigSource, PrincipalSource
 from kcp_opa.core.errors import KcpOpaError, StoreError, StoreUnavailableError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items
 
@@ -41,7 +41,7 @@ class ContextSources:
     attestations: AttestationSource | None = None
     #: The budget stage's counts over the gate's history; absent -> no ``counters`` key.
     counters: CounterSource | None = None
-    #: Verified exceptions (kcp_opa.context.exceptions); absent -> no ``exceptions`` key.
+    #: Verified exceptions (kcp_opa.context.exceptionsource); absent -> no ``exceptions`` key.
     exceptions: ExceptionSource | None = None
     #: Attested spend from metering issuers (kcp_opa.context.metering); absent -> no ``metering`` key.
     metering: MeteringSource | None = None

@@ -22,8 +22,8 @@ from kcp_opa.core.errors import BundleError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, text
 from kcp_opa.declare.parameters import MatrixParameters, ParametersError, compiled_parameters
 from kcp_opa.stores.protocols import CounterStore, CounterView
-from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import utc_stamp
+from kcp_opa.stores.storedtypes import ReservationKey, Transfer
 
 RATE_WINDOWS = {"requests_per_minute": 60, "requests_per_hour": 3600}
 _PER_COLUMN = {"tenant": "tenant_id", "agent": "agent_id", "task_type": "task_type", "beneficiary": "beneficiary"}

@@ -3,7 +3,7 @@
 ``kcp-opa facts sign`` and ``kcp-opa exceptions sign`` make here what the gate verifies: a fact
 attestation exactly as :func:`kcp_opa.context.sign_fact` makes it (bound to one action's hash or
 to one subject, with an expiry), and an exceptions file whose entries are signed as
-:func:`kcp_opa.declare.exceptions.sign_exception` signs them. What the gate would refuse is
+:func:`kcp_opa.declare.exceptionfile.sign_exception` signs them. What the gate would refuse is
 refused here first, in one line naming what to fix: a fact the gate does not take from
 attestations, a value it may not have, an expiry not after issue, and (given the registry) an
 issuer the registry does not list for the fact or a key it does not hold for that issuer. The
@@ -29,10 +29,10 @@ from kcp_opa.context.metering import refusal as spend_refusal
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.files import read_regular, replace_atomically
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import PKCS11_SCHEME, Key, Keyring, Signer, load_keyring, load_signing_key
-from kcp_opa.declare.exceptions import EXCEPTIONS_KIND_NAME, SIGNED_FIELDS, sign_exception
+from kcp_opa.declare.exceptionfile import EXCEPTIONS_KIND_NAME, SIGNED_FIELDS, sign_exception
 from kcp_opa.declare.trust import TrustRegistry
 
 STAMP = "%Y-%m-%dT%H:%M:%SZ"

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Protocol
 
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.core.verified import VerifiedSignatures
 from kcp_opa.declare.trust import TrustRegistry

@@ -21,11 +21,11 @@ import re
 from collections.abc import Mapping
 
 from kcp_opa.context.attested import SignedAttestations
+from kcp_opa.context.factsources import Fact
 from kcp_opa.context.metering import METERED_SPEND, epoch_seconds
-from kcp_opa.context.sources import Fact
 from kcp_opa.core.errors import CodedError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.stores.protocols import FactStore
 
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 
 from kcp_opa.core.errors import CodedError
-from kcp_opa.core.identity import canonical_id
 from kcp_opa.core.jsonread import JsonDict
+from kcp_opa.core.principalids import canonical_id
 from kcp_opa.trail.entries import AuditTrail
 
 ENFORCE, LOG_ONLY = "enforce", "log_only"

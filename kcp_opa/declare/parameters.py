@@ -28,7 +28,7 @@ DEFAULT_RECEIPT_TTL_SECONDS = 300
 # decision is action_stale, more than 15 minutes after it clock_skew.
 DEFAULT_MAX_ACTION_AGE_SECONDS = 86400
 DEFAULT_MAX_FUTURE_SKEW_SECONDS = 900
-#: The longest an exception may run, issued to expiry (kcp_opa.declare.exceptions): 30 days.
+#: The longest an exception may run, issued to expiry (kcp_opa.declare.exceptionfile): 30 days.
 DEFAULT_MAX_LIFETIME_SECONDS = 30 * 86400
 DEFAULT_RATE_LIMIT_OUTCOME = "DENY"
 DEFAULT_VELOCITY_OUTCOME = "HUMAN_APPROVAL"

@@ -18,8 +18,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kcp_opa import schemas
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping, objects, strings, text
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import ED25519, Ed25519Key, HmacKey, Key, Keyring
 from kcp_opa.declare.declstrings import TRUST_RULES, check_declaration_strings
 from kcp_opa.declare.diagnostics import Findings, Report
@@ -58,7 +58,7 @@ class Issuer:
     unsigned_decisions: bool = False
     #: The context facts this issuer may attest (evidence_status, new_beneficiary, ...).
     facts: frozenset[str] = frozenset()
-    #: It may sign exceptions (kcp_opa.declare.exceptions).
+    #: It may sign exceptions (kcp_opa.declare.exceptionfile).
     signs_exceptions: bool = False
 
     def key(self, kid: str, keyring: Keyring | None) -> Key | None:

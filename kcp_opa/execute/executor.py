@@ -48,7 +48,7 @@ from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.gate import Gate
 from kcp_opa.execute.recheck import Rechecked
 from kcp_opa.stores.protocols import ExecutorStore, HandoffStore, NonceStore
-from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
+from kcp_opa.stores.storedtypes import AMBIGUOUS, ExecutionRecord
 from kcp_opa.trail.entries import AuditTrail
 
 Handler = Callable[[JsonObject], object]

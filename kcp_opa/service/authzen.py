@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items
-from kcp_opa.service.identity import AccessDeniedError, Principal
+from kcp_opa.service.callers import AccessDeniedError, Principal
 
 #: subject.properties -> authorization_context (by name); ``authenticated_principal`` is subject.id.
 SUBJECT_PROPERTIES = ("requested_by", "agent_scope", "session_id", "actor_role", "principal_scopes")

@@ -29,11 +29,11 @@ from kcp_opa.service.authzen import (
     refused,
     stated_at,
 )
+from kcp_opa.service.callers import AccessDeniedError, Principal
+from kcp_opa.service.callers import Scope as ToolScope
 from kcp_opa.service.catalog import Catalog, ErrorPayload, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import MAX_BODY_BYTES, RequireAuth, endpoint_app, principal_of, read_capped, strict_json
-from kcp_opa.service.identity import AccessDeniedError, Principal
-from kcp_opa.service.identity import Scope as ToolScope
 from kcp_opa.service.observe import span
 from kcp_opa.service.refusals import AUTHZEN_STATUS, status_of
 

@@ -20,8 +20,8 @@ import structlog
 
 from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, mapping
+from kcp_opa.service.callers import Principal, Scope
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import Principal, Scope
 
 _log = structlog.get_logger("kcp_opa.service")
 

@@ -16,11 +16,11 @@ import datetime as dt
 
 from kcp_opa.context.posted import PostedAttestations, intake_refusal
 from kcp_opa.core.errors import CodedError, LedgerError, StoreUnavailableError
-from kcp_opa.core.identity import canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import canonical_id
+from kcp_opa.service.callers import AccessDeniedError, Principal, PrincipalKind, Scope
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, Scope
-from kcp_opa.stores.records import posted_fact
+from kcp_opa.stores.storedtypes import posted_fact
 
 #: The codes the route answers beyond dispatch's (their statuses: refusals.py).
 REFUSALS = (

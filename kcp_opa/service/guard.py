@@ -22,9 +22,9 @@ from mcp.server import Server, ServerRequestContext
 
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, objects
+from kcp_opa.service.callers import LOCAL_AGENT, Principal
 from kcp_opa.service.catalog import error_payload
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.mcpserver import tool_error
 
 F = TypeVar("F", bound=Callable[..., object])

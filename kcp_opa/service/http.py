@@ -7,7 +7,7 @@ answers existing OPA clients (``{"input": <action>}`` -> ``{"result": <decision>
 ``/access/v1/evaluation(s)`` answers AuthZEN 1.0 gateways (authzenhttp.py);
 ``/health`` (liveness), ``/ready`` (the store and the ledger answer: 200, else 503
 ``store_unavailable``) and ``/metrics`` are open. Every other route needs ``Authorization: Bearer``: the
-token is resolved by the :class:`~kcp_opa.service.identity.Authenticator`, and an
+token is resolved by the :class:`~kcp_opa.service.callers.Authenticator`, and an
 unauthenticated call is refused with 401 and audited like every refusal. The SDK binds each MCP
 session to the credential that opened it; under ``serve --workers`` MCP keeps no sessions (a
 session lives in one process), and every call stands on its own bearer token.
@@ -31,6 +31,7 @@ from kcp_opa.core.errors import ActionRejectedError, CodedError, KcpOpaError
 from kcp_opa.core.jsonread import JsonDict, mapping
 from kcp_opa.service import tools
 from kcp_opa.service.authzenhttp import authzen_routes
+from kcp_opa.service.callers import Authenticator
 from kcp_opa.service.catalog import Catalog, Tool, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import (
@@ -42,7 +43,6 @@ from kcp_opa.service.httpedge import (
     principal_of,
     read_body,
 )
-from kcp_opa.service.identity import Authenticator
 from kcp_opa.service.mcpserver import build_server
 from kcp_opa.service.observe import METRICS_CONTENT_TYPE, Health, health, span
 from kcp_opa.service.oidc import RelyingParty

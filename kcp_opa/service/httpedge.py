@@ -22,8 +22,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kcp_opa.core import strictjson
 from kcp_opa.core.errors import CodedError
 from kcp_opa.core.jsonread import JsonDict
+from kcp_opa.service.callers import AccessDeniedError, Authenticator, Principal, token_hash
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, token_hash
 from kcp_opa.service.refusals import status_of
 
 MAX_BODY_BYTES = 2 * 1024 * 1024

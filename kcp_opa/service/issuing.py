@@ -18,14 +18,14 @@ from kcp_opa.authorize.attestations import sign_attestation
 from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.errors import CodedError, EvidenceRejectedError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.secretkeys import secret_name
 from kcp_opa.core.signing import Key, Keyring
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry
-from kcp_opa.service.identity import AccessDeniedError, Principal, PrincipalKind, StaticAuthenticator
-from kcp_opa.stores.records import Challenge
+from kcp_opa.service.callers import AccessDeniedError, Principal, PrincipalKind, StaticAuthenticator
+from kcp_opa.stores.storedtypes import Challenge
 
 #: Registry principal type -> the service's kind and the role that grants its scopes.
 _KINDS: Mapping[str, tuple[PrincipalKind, str]] = {

@@ -31,10 +31,10 @@ from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_s
 from kcp_opa.decide.gate import Gate
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
+from kcp_opa.service.callers import LOCAL_AGENT, Authenticator, Principal, StaticAuthenticator
 from kcp_opa.service.config import HostParts, ServiceConfig, ServiceConfigError
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.handlers import binding_gaps, load_handlers
-from kcp_opa.service.identity import LOCAL_AGENT, Authenticator, Principal, StaticAuthenticator
 from kcp_opa.service.issuing import ServiceIssuers, bundle_approver_roles, registry_authenticator
 from kcp_opa.service.observe import Metrics, TimedLedger
 from kcp_opa.service.receiptkey import store_receipt_keyring

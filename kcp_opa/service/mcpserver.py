@@ -20,9 +20,9 @@ from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.version import __version__
 from kcp_opa.service import tools
+from kcp_opa.service.callers import Principal
 from kcp_opa.service.catalog import Catalog, ErrorPayload, error_payload
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import Principal
 
 
 def tool_specs(catalog: Catalog) -> list[types.Tool]:

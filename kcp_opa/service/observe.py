@@ -21,7 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.decide.action import trace_id_of
 from kcp_opa.stores.protocols import LedgerStore
-from kcp_opa.stores.records import LedgerSnapshot
+from kcp_opa.stores.storedtypes import LedgerSnapshot
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider

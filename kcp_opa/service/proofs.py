@@ -17,8 +17,8 @@ from kcp_opa.core.errors import CodedError, LedgerError
 from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.keys import ED25519
 from kcp_opa.core.signing import Keyring
+from kcp_opa.service.callers import AccessDeniedError, Principal, Scope
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import AccessDeniedError, Principal, Scope
 from kcp_opa.trail.ledgertree import LedgerTree
 from kcp_opa.trail.note import NoteError, NoteSigner
 from kcp_opa.trail.proofs import inclusion_document

@@ -22,9 +22,9 @@ from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError
 from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.decide.pool import retire_later
+from kcp_opa.service.callers import Principal, Scope
 from kcp_opa.service.config import HostParts, ServiceConfig
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import Principal, Scope
 from kcp_opa.service.loading import (
     Callers,
     SwappableAuthenticator,

@@ -11,11 +11,11 @@ from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.jsonread import JsonDict, JsonObject, number, strings
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.schemas import _inline, schema
+from kcp_opa.service.callers import Principal, Scope
 from kcp_opa.service.catalog import Catalog, Route, Tool
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.factintake import REFUSALS as FACT_REFUSALS
 from kcp_opa.service.factintake import post_fact
-from kcp_opa.service.identity import Principal, Scope
 
 
 def _action_schema() -> JsonDict:

@@ -34,10 +34,10 @@ from kcp_opa.audit.selection import SelectionError, parse_selection, query_strin
 from kcp_opa.core.errors import CodedError, KcpOpaError, LedgerError, StoreError, StoreUnavailableError
 from kcp_opa.core.jsonread import JsonDict, mapping, objects
 from kcp_opa.service import uifilters, uipages
+from kcp_opa.service.callers import AccessDeniedError, Authenticator, Principal, Scope, token_hash
 from kcp_opa.service.catalog import Catalog, ErrorPayload, error_payload
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.httpedge import RequireAuth, endpoint_app, principal_of
-from kcp_opa.service.identity import AccessDeniedError, Authenticator, Principal, Scope, token_hash
 from kcp_opa.service.issuing import check_addressed
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.refusals import status_of
@@ -60,7 +60,7 @@ from kcp_opa.service.uisession import html as _html
 from kcp_opa.service.uisession import secure_headers as _secure_headers
 from kcp_opa.service.uisso import SingleSignOn, sso_principal
 from kcp_opa.stores.protocols import SessionStore
-from kcp_opa.stores.records import UiSession
+from kcp_opa.stores.storedtypes import UiSession
 
 LOGIN_COOKIE = "kcp_ui_login"
 REPORT_CSP = (

@@ -23,7 +23,7 @@ from kcp_opa.audit.selection import Selection, Window
 from kcp_opa.audit.summary import LedgerSummary, entries_by_decision, summarize
 from kcp_opa.core.signing import Key
 from kcp_opa.service.desk import GateService
-from kcp_opa.stores.records import LedgerSnapshot
+from kcp_opa.stores.storedtypes import LedgerSnapshot
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, Response
 
 from kcp_opa.core.errors import CodedError
 from kcp_opa.stores.protocols import SessionStore
-from kcp_opa.stores.records import PendingSignIn, UiSession
+from kcp_opa.stores.storedtypes import PendingSignIn, UiSession
 
 MAX_FORM_BYTES = 16 * 1024
 MAX_FIELDS = 20

@@ -28,8 +28,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from kcp_opa.core.errors import KcpOpaError, LedgerError, StoreError
+from kcp_opa.service.callers import Principal, canonical_id
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import Principal, canonical_id
 from kcp_opa.service.issuing import IssuerConfigError, bundle_approver_roles, registry_principal
 from kcp_opa.service.oidc import RelyingParty
 from kcp_opa.service.oidctoken import OidcRefused, OidcUnavailable
@@ -44,7 +44,7 @@ from kcp_opa.service.uisession import (
     secure_headers,
     set_ui_cookie,
 )
-from kcp_opa.stores.records import PendingSignIn, UiSession
+from kcp_opa.stores.storedtypes import PendingSignIn, UiSession
 
 STATE_COOKIE = "kcp_ui_sso"
 PENDING_SECONDS = 600

@@ -29,10 +29,10 @@ from starlette.types import ASGIApp
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.jsonread import JsonDict, mapping
 from kcp_opa.core.logsetup import configure
+from kcp_opa.service.callers import Principal
 from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.fleet import Channel
-from kcp_opa.service.identity import Principal
 from kcp_opa.service.loading import unsignable_warnings
 from kcp_opa.service.reloading import Reloader, ReloadError
 

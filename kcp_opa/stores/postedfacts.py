@@ -1,7 +1,7 @@
 """The posted-facts store (:class:`~kcp_opa.stores.protocols.FactStore`) written once for both SQL
 backends: a backend class mixes :class:`PostedFactRows` into its base, which supplies the
 connection (``_run``) and the :class:`~kcp_opa.stores.sql.Dialect`; the statements are
-:mod:`kcp_opa.stores.sql`'s and the rows :mod:`kcp_opa.stores.records`'.
+:mod:`kcp_opa.stores.sql`'s and the rows :mod:`kcp_opa.stores.storedtypes`'.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from kcp_opa.stores import sql
-from kcp_opa.stores.records import POSTED_FACTS_READ, PostedFact, fact_of, fact_row
+from kcp_opa.stores.storedtypes import POSTED_FACTS_READ, PostedFact, fact_of, fact_row
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar
 
 from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.keys import Key
-from kcp_opa.stores.records import (
+from kcp_opa.stores.storedtypes import (
     Challenge,
     ExecutionRecord,
     LedgerSnapshot,
@@ -317,7 +317,7 @@ class FactStore(Protocol):
 
     def bound_to(self, action_hash: str, subject_id: str | None) -> list[PostedFact]:
         """The facts bound to this action's hash or to this subject (canonical id), newest issue
-        first, at most :data:`~kcp_opa.stores.records.POSTED_FACTS_READ` of each binding."""
+        first, at most :data:`~kcp_opa.stores.storedtypes.POSTED_FACTS_READ` of each binding."""
         ...
 
     def prune(self, expired_before: int) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcp_opa.core.errors import StoreError
-from kcp_opa.stores.records import TransferTotals
+from kcp_opa.stores.storedtypes import TransferTotals
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ CHALLENGE_TABLES = (
 )""",
     "CREATE INDEX IF NOT EXISTS control_challenges_decision ON control_challenges (decision_id, control)",
 )
-#: The columns a :class:`~kcp_opa.stores.records.Challenge` is read from and written to, in its order.
+#: The columns a :class:`~kcp_opa.stores.storedtypes.Challenge` is read from and written to, in its order.
 CHALLENGE_COLUMNS = (
     "challenge_id, decision_id, action_hash, control, addressed_to, summary, created_by, created_at,"
     " expires_at, state, consumed_by"
@@ -78,7 +78,7 @@ EXECUTION_COLUMNS = """idempotency_key TEXT PRIMARY KEY,
 
 
 def insert_challenge(dialect: Dialect) -> str:
-    """The INSERT of one challenge (values: :meth:`~kcp_opa.stores.records.Challenge.row`)."""
+    """The INSERT of one challenge (values: :meth:`~kcp_opa.stores.storedtypes.Challenge.row`)."""
     return f"INSERT INTO control_challenges ({CHALLENGE_COLUMNS}) VALUES ({dialect.marks(11)})"  # noqa: S608
 
 
@@ -220,12 +220,12 @@ def fact_tables(dialect: Dialect) -> tuple[str, ...]:
     )
 
 
-#: The columns a :class:`~kcp_opa.stores.records.PostedFact` is read from and written to, in its order.
+#: The columns a :class:`~kcp_opa.stores.storedtypes.PostedFact` is read from and written to, in its order.
 FACT_COLUMNS = "fact_id, issuer, fact, action_hash, subject_id, issued_at, expires_at, document"
 
 
 def keep_fact(dialect: Dialect) -> str:
-    """The INSERT of one posted fact, kept once (values: :func:`~kcp_opa.stores.records.fact_row`)."""
+    """The INSERT of one posted fact, kept once (values: :func:`~kcp_opa.stores.storedtypes.fact_row`)."""
     return (
         f"INSERT INTO posted_facts ({FACT_COLUMNS}, expires_epoch) VALUES ({dialect.marks(9)})"  # noqa: S608
         " ON CONFLICT (fact_id) DO NOTHING"

@@ -24,8 +24,8 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.compile.datadoc import leaf_path
 from kcp_opa.core.errors import LedgerError
-from kcp_opa.core.identity import canonical_or_empty
 from kcp_opa.core.jsonread import JsonDict, JsonObject, integer, items, mapping
+from kcp_opa.core.principalids import canonical_or_empty
 from kcp_opa.models.decision import Decision
 from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.redaction import EVENT_FIELDS, INPUT_FIELDS, redact

@@ -43,7 +43,7 @@ from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Key
-from kcp_opa.stores.records import LedgerSnapshot
+from kcp_opa.stores.storedtypes import LedgerSnapshot
 from kcp_opa.trail.chain import Batch, Chain, Genesis, Head, parse
 from kcp_opa.trail.checkpoint import Checkpoint, append_checkpoint, read_checkpoints
 from kcp_opa.trail.frontier import TreeState, encode_root

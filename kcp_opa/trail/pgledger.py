@@ -31,8 +31,8 @@ from kcp_opa.core.errors import LedgerError, LedgerUnavailableError, StoreError,
 from kcp_opa.core.signing import Key
 from kcp_opa.stores.postgres.base import PostgresDatabase
 from kcp_opa.stores.postgres.ledger import ChainHead, ChainRow, EntryAt, LinesAfter, PostgresChain
-from kcp_opa.stores.records import LedgerSnapshot
 from kcp_opa.stores.sql import answers
+from kcp_opa.stores.storedtypes import LedgerSnapshot
 from kcp_opa.trail.chain import Batch, Chain, Genesis, Head, checkpoint_line, parse
 from kcp_opa.trail.checkpoint import Checkpoint, read_checkpoint
 from kcp_opa.trail.frontier import TreeState

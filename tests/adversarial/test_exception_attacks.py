@@ -29,7 +29,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import SignedExceptions
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.decide.gate import Gate
-from kcp_opa.declare.exceptions import load_exceptions
+from kcp_opa.declare.exceptionfile import load_exceptions
 
 NOW = dt.datetime(2026, 11, 29, 10, 0, 0, tzinfo=dt.UTC)
 ISSUED, EXPIRES = NOW - dt.timedelta(hours=1), NOW + dt.timedelta(days=2)

@@ -28,7 +28,7 @@ from kcp_opa.authoring.cases import check_context, load_cases
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import GateFactError, StaticGateConfig
-from kcp_opa.context.sources import Fact, fact
+from kcp_opa.context.factsources import Fact, fact
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.models.decision import RoutingState
 from kcp_opa.service.config import ServiceConfig, ServiceConfigError

@@ -14,8 +14,8 @@ from conftest import DEPLOYMENTS, POLICIES, REPO
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.modes import ModeChangeError
+from kcp_opa.service.callers import LOCAL_AGENT, AccessDeniedError, Principal
 from kcp_opa.service.config import ServiceConfig
-from kcp_opa.service.identity import LOCAL_AGENT, AccessDeniedError, Principal
 from kcp_opa.service.loading import open_service
 from kcp_opa.service.reloading import Reloader
 from kcp_opa.trail.ledger import AuditLedger, read_entries

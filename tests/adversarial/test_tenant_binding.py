@@ -22,7 +22,7 @@ import pytest
 from authzenkit import AGENT, TOKENS, Served, ask, read_customer, serve
 
 from kcp_opa.service.authzen import map_evaluation
-from kcp_opa.service.identity import Principal, PrincipalKind
+from kcp_opa.service.callers import Principal, PrincipalKind
 from kcp_opa.trail.ledger import read_entries
 
 EVALUATION = "/access/v1/evaluation"

@@ -202,7 +202,7 @@ def test_a_record_or_prepared_input_with_a_non_ascii_or_non_text_seal_is_refused
     cannot compare as a str) is still a refusal, never a TypeError (exit 3 at the CLI)."""
     import dataclasses
 
-    from kcp_opa.authorize.records import export_record, load_record
+    from kcp_opa.authorize.sealedrecords import export_record, load_record
     from kcp_opa.core.errors import ActionRejectedError, EvidenceRejectedError
 
     record = desk.open(KYA, now=DECIDED)

@@ -27,7 +27,7 @@ from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import SignedExceptions
 from kcp_opa.decide.gate import Gate
-from kcp_opa.declare.exceptions import load_exceptions
+from kcp_opa.declare.exceptionfile import load_exceptions
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.locations import open_ledger
 

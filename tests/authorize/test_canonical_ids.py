@@ -8,7 +8,7 @@ from trustkit import DECIDED, KYA, refusal_code, signed
 
 from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.core.errors import ActionRejectedError
-from kcp_opa.core.identity import IdentityError, canonical_id
+from kcp_opa.core.principalids import IdentityError, canonical_id
 
 
 @pytest.mark.parametrize("variant", ["User_001", "user_001 ", " USER_001", "user_\uff10\uff10\uff11", "\uff35ser_001"])

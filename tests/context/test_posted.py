@@ -19,8 +19,8 @@ from kcp_opa.context import SignedAttestations, sign_fact
 from kcp_opa.context.posted import PostedAttestations
 from kcp_opa.core.errors import StoreUnavailableError
 from kcp_opa.declare.trust import load_trust
-from kcp_opa.stores.records import posted_fact
 from kcp_opa.stores.sqlite.facts import SQLiteFactStore
+from kcp_opa.stores.storedtypes import posted_fact
 
 HASH = "sha256:" + "1" * 64
 TIMES = {"issued_at": "2026-11-29T09:00:00Z", "expires_at": "2026-11-29T11:00:00Z"}

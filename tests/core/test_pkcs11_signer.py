@@ -196,7 +196,7 @@ def test_the_service_signs_its_attestations_in_the_hsm(softhsm_token: Any, tmp_p
 
     from kcp_opa.authorize.attestations import verify_attestation
     from kcp_opa.declare.trust import load_trust
-    from kcp_opa.service.identity import Principal, PrincipalKind
+    from kcp_opa.service.callers import Principal, PrincipalKind
     from kcp_opa.service.issuing import ServiceIssuers
 
     registry_path, keys_path = write_registry(tmp_path)

@@ -1,4 +1,4 @@
-"""An exception's scope is an object or the exception is refused (kcp_opa/declare/exceptions.py):
+"""An exception's scope is an object or the exception is refused (kcp_opa/declare/exceptionfile.py):
 read as empty, a scope names no tenant, unit, agent or task type, and the policy would apply the
 waiver to every action."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kcp_opa.core.errors import ValidationFailedError
-from kcp_opa.declare.exceptions import GrantedException
+from kcp_opa.declare.exceptionfile import GrantedException
 
 GRANTED = {
     "id": "exc_1",

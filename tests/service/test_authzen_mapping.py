@@ -21,7 +21,7 @@ from kcp_opa.service.authzen import (
     one_tenant,
     stated_at,
 )
-from kcp_opa.service.identity import AccessDeniedError, Principal
+from kcp_opa.service.callers import AccessDeniedError, Principal
 
 CALLER = Principal.of(AGENT, "agent", ["agent"])
 NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)

@@ -31,7 +31,7 @@ import sys
 from kcp_opa.cli import main
 from kcp_opa.service import tools
 from kcp_opa.service.catalog import Route, Tool
-from kcp_opa.service.identity import Scope
+from kcp_opa.service.callers import Scope
 
 
 def echo(service, principal, args):

@@ -1,5 +1,5 @@
 """A served request walks the caller's action once: the check that binds it to the caller
-(identity.py) makes the :class:`~kcp_opa.decide.checked.CheckedAction` the gate decides, records
+(callers.py) makes the :class:`~kcp_opa.decide.checked.CheckedAction` the gate decides, records
 and keeps, never re-checked after (a second walk costs ~0.4 ms of a decision's Python).
 
 Counted on a real HTTP server in this process, for the JSON API's two decision routes and MCP's
@@ -24,9 +24,9 @@ from servicekit import local_context, open_local
 
 import kcp_opa.decide.action as action_module
 from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.service.callers import LOCAL_AGENT, StaticAuthenticator
 from kcp_opa.service.config import HostParts
 from kcp_opa.service.http import build_app
-from kcp_opa.service.identity import LOCAL_AGENT, StaticAuthenticator
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
 TOKEN = "c" * 40

@@ -91,7 +91,7 @@ def test_http_with_trust_maps_token_hashes_from_the_tokens_file_to_registry_prin
 
     import httpx2
 
-    from kcp_opa.service.identity import token_hash
+    from kcp_opa.service.callers import token_hash
 
     registry, keys = write_registry(tmp_path)
     compile_finance(tmp_path / "finance.tar.gz", registry)

@@ -16,9 +16,9 @@ from conftest import REPO
 from servicekit import GATE_ISSUER, SERVICE_ISSUER, compile_finance, open_local, served_context, write_registry
 from test_service_mcp import Call, cast, run
 
+from kcp_opa.service.callers import LOCAL_AGENT
 from kcp_opa.service.config import HostParts
 from kcp_opa.service.handlers import bound
-from kcp_opa.service.identity import LOCAL_AGENT
 
 #: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}

@@ -187,7 +187,7 @@ def test_kcp_opa_facts_post_sends_a_signed_fact_and_says_a_refusal_in_one_line(s
 
 def test_a_post_prunes_the_facts_expired_over_a_day_and_keeps_the_rest(served: dict[str, Any]) -> None:
     from kcp_opa.stores.opening import open_stores
-    from kcp_opa.stores.records import posted_fact
+    from kcp_opa.stores.storedtypes import posted_fact
 
     facts = open_stores(served["store"]).facts
     assert facts is not None

@@ -258,9 +258,9 @@ def test_a_session_opened_with_one_token_is_not_usable_with_another(tmp_path: Pa
 
     import uvicorn
 
+    from kcp_opa.service.callers import LOCAL_AGENT, Principal, StaticAuthenticator
     from kcp_opa.service.config import HostParts
     from kcp_opa.service.http import build_app
-    from kcp_opa.service.identity import LOCAL_AGENT, Principal, StaticAuthenticator
 
     base = DEPLOYMENTS / "finance"
     bundle = tmp_path / "finance.tar.gz"

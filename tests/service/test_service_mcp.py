@@ -31,10 +31,10 @@ from servicekit import (
 
 from kcp_opa.authorize.attestations import verify_attestation
 from kcp_opa.core.errors import CodedError
+from kcp_opa.service.callers import LOCAL_AGENT, Principal
 from kcp_opa.service.config import HostParts
 from kcp_opa.service.desk import GateService
 from kcp_opa.service.handlers import bound
-from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
 from kcp_opa.service.mcpserver import build_server
 from kcp_opa.service.tools import TOOL_NAMES

@@ -32,9 +32,9 @@ from servicekit import (
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
 from kcp_opa.declare.trust import load_trust
+from kcp_opa.service.callers import LOCAL_AGENT, Principal
 from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import LOCAL_AGENT, Principal
 from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
 from kcp_opa.service.loading import open_service
 from kcp_opa.service.reloading import Reloader, ReloadError

@@ -130,8 +130,8 @@ def test_concurrent_answers_through_two_services_on_one_store_are_all_kept(tmp_p
     """Five answers at once, through two services (two connections each) on one store: none is lost."""
     import threading
 
+    from kcp_opa.service.callers import LOCAL_AGENT
     from kcp_opa.service.config import ServiceConfig
-    from kcp_opa.service.identity import LOCAL_AGENT
     from kcp_opa.service.issuing import bundle_approver_roles, registry_principal
     from kcp_opa.service.loading import open_service
 

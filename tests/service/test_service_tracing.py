@@ -19,9 +19,9 @@ from servicekit import local_context, open_local
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.service import observe
+from kcp_opa.service.callers import LOCAL_AGENT
 from kcp_opa.service.config import HostParts
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.identity import LOCAL_AGENT
 from kcp_opa.service.mcpserver import build_server
 
 #: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).

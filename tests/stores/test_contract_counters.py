@@ -19,7 +19,7 @@ from storekit import Backend
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.opening import migrate, open_stores
 from kcp_opa.stores.protocols import CounterStore, CounterView
-from kcp_opa.stores.records import ReservationKey, Transfer
+from kcp_opa.stores.storedtypes import ReservationKey, Transfer
 
 PROCESSES = 6
 REQUESTS = 8

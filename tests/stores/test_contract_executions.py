@@ -18,7 +18,7 @@ from storekit import Backend
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.opening import open_executor_store
-from kcp_opa.stores.records import AMBIGUOUS, Transfer
+from kcp_opa.stores.storedtypes import AMBIGUOUS, Transfer
 
 PROCESSES = 6
 NONCES = 25

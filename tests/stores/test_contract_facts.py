@@ -10,7 +10,7 @@ import pytest
 from storekit import Backend
 
 from kcp_opa.core.errors import StoreError
-from kcp_opa.stores.records import POSTED_FACTS_READ, posted_fact
+from kcp_opa.stores.storedtypes import POSTED_FACTS_READ, posted_fact
 
 HASH_A, HASH_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 

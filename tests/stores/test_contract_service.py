@@ -11,7 +11,7 @@ from storekit import Backend
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.stores.opening import open_stores
-from kcp_opa.stores.records import ChallengeError, UnknownRecordError
+from kcp_opa.stores.storedtypes import ChallengeError, UnknownRecordError
 
 PROCESSES = 4
 ROUNDS = 10

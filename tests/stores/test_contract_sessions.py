@@ -12,7 +12,7 @@ from storekit import Backend
 
 from kcp_opa.service.uisession import MemorySessionStore, Sessions
 from kcp_opa.stores.opening import open_session_store
-from kcp_opa.stores.records import PendingSignIn, UiSession
+from kcp_opa.stores.storedtypes import PendingSignIn, UiSession
 
 ANNA = UiSession("oidc", "treasury_approver_anna", "anna@bank.example")
 

@@ -20,8 +20,8 @@ from conftest import REPO
 from storekit import raw_rows
 
 from kcp_opa.core.errors import StoreError
-from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord
 from kcp_opa.stores.sqlite.executions import SQLiteStore
+from kcp_opa.stores.storedtypes import AMBIGUOUS, ExecutionRecord
 
 ACTION = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
 KEY = ACTION["idempotency_key"]

@@ -16,8 +16,8 @@ from conftest import REPO, run_cli
 from trustkit import compile_with_trust
 
 from kcp_opa.core.signing import Keyring, generate_ed25519
+from kcp_opa.service.callers import LOCAL_AGENT
 from kcp_opa.service.config import HostParts, ServiceConfig
-from kcp_opa.service.identity import LOCAL_AGENT
 from kcp_opa.service.loading import open_service
 from kcp_opa.trail.ledger import verify_ledger
 

@@ -1,7 +1,7 @@
 """Control challenges in PostgreSQL: answering one consumes it in one UPDATE guarded by state and expiry.
 
 Implements :class:`~kcp_opa.stores.protocols.ChallengeStore`. Times are written as the SQLite
-store writes them (whole seconds, UTC text), so a :class:`~kcp_opa.stores.records.Challenge`
+store writes them (whole seconds, UTC text), so a :class:`~kcp_opa.stores.storedtypes.Challenge`
 reads alike on both; without an explicit ``now`` the moment is the database's clock.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.stores.postgres.base import DIALECT, Connection, PostgresBase
 from kcp_opa.stores.protocols import DEFAULT_CHALLENGE_TTL_SECONDS
-from kcp_opa.stores.records import Challenge, challenge_stamp, refuse_unconsumed
 from kcp_opa.stores.sql import CHALLENGE_COLUMNS, CHALLENGE_TABLES, answers, insert_challenge, select_challenge
+from kcp_opa.stores.storedtypes import Challenge, challenge_stamp, refuse_unconsumed
 
 _NOW = "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
 

@@ -14,7 +14,7 @@ would hold in one process only):
   after the other, each counting (on a fresh READ COMMITTED snapshot, taken after the lock) every
   request committed before it: of N concurrent requests the k-th sees exactly k.
 - A reservation first takes transaction-scoped advisory locks on the keys its transfer is
-  filed under (tenant, agent, task type: :class:`~kcp_opa.stores.records.ReservationKey`),
+  filed under (tenant, agent, task type: :class:`~kcp_opa.stores.storedtypes.ReservationKey`),
   exclusive on each key it reads counts under, shared on the others; the counts read under them,
   the decision taken on them and the row reserved commit together, and the next reserver that
   reads any of those keys reads them only after that commit. So N concurrent issuers against a
@@ -36,7 +36,7 @@ from typing import TypeVar
 
 from kcp_opa.stores import sql
 from kcp_opa.stores.postgres.base import DIALECT, Connection, PostgresBase
-from kcp_opa.stores.records import ReservationKey, Transfer
+from kcp_opa.stores.storedtypes import ReservationKey, Transfer
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.stores.postgres.base import Connection, PostgresBase, T
-from kcp_opa.stores.records import StoredDecision, UnknownRecordError
+from kcp_opa.stores.storedtypes import StoredDecision, UnknownRecordError
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS service_decisions (

@@ -19,8 +19,8 @@ from typing import Any
 
 from kcp_opa.stores.postgres.base import Connection, PostgresBase
 from kcp_opa.stores.postgres.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE, UNCOMMIT_TRANSFER
-from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord, check_reconcile, reconciled
 from kcp_opa.stores.sql import EXECUTION_COLUMNS
+from kcp_opa.stores.storedtypes import AMBIGUOUS, ExecutionRecord, check_reconcile, reconciled
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS consumed_receipts (

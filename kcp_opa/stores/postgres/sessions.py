@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kcp_opa.stores import sql
 from kcp_opa.stores.postgres.base import DIALECT, Connection, PostgresBase
-from kcp_opa.stores.records import PendingSignIn, UiSession
+from kcp_opa.stores.storedtypes import PendingSignIn, UiSession
 
 _SQL = sql.session_statements(DIALECT, now="now()", later="now() + make_interval(secs => %s)")
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.stores.protocols import DEFAULT_CHALLENGE_TTL_SECONDS
-from kcp_opa.stores.records import CHALLENGE_TIME, Challenge, refuse_unconsumed
 from kcp_opa.stores.sql import CHALLENGE_TABLES, answers, insert_challenge, select_challenge
 from kcp_opa.stores.sqlite.base import DIALECT, SQLiteBase, statements
+from kcp_opa.stores.storedtypes import CHALLENGE_TIME, Challenge, refuse_unconsumed
 
 
 class SQLiteChallengeStore(SQLiteBase):

@@ -22,8 +22,8 @@ from dataclasses import astuple
 from typing import TypeVar
 
 from kcp_opa.stores import sql
-from kcp_opa.stores.records import ReservationKey, Transfer
 from kcp_opa.stores.sqlite.base import DIALECT, SQLiteBase, statements
+from kcp_opa.stores.storedtypes import ReservationKey, Transfer
 
 T = TypeVar("T")
 

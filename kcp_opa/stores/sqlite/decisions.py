@@ -14,8 +14,8 @@ import sqlite3
 from collections.abc import Callable
 
 from kcp_opa.core.jsonread import JsonObject
-from kcp_opa.stores.records import StoredDecision, UnknownRecordError
 from kcp_opa.stores.sqlite.base import SQLiteBase, T, statements
+from kcp_opa.stores.storedtypes import StoredDecision, UnknownRecordError
 
 _TABLES = statements(
     """CREATE TABLE IF NOT EXISTS service_decisions (

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from kcp_opa.core.errors import StoreError
 from kcp_opa.core.groupcommit import GroupCommit
-from kcp_opa.stores.records import AMBIGUOUS, ExecutionRecord, check_reconcile, reconciled
 from kcp_opa.stores.sql import EXECUTION_COLUMNS
 from kcp_opa.stores.sqlite.base import SQLiteBase, add_column, immediate, statements
 from kcp_opa.stores.sqlite.counters import COMMIT_TRANSFER, RELEASE_TRANSFER, TRANSFERS_TABLE, UNCOMMIT_TRANSFER
+from kcp_opa.stores.storedtypes import AMBIGUOUS, ExecutionRecord, check_reconcile, reconciled
 
 _TABLES = statements(
     """CREATE TABLE IF NOT EXISTS consumed_receipts (

@@ -10,8 +10,8 @@ import datetime as dt
 import sqlite3
 
 from kcp_opa.stores import sql
-from kcp_opa.stores.records import PendingSignIn, UiSession
 from kcp_opa.stores.sqlite.base import DIALECT, SQLiteBase, statements
+from kcp_opa.stores.storedtypes import PendingSignIn, UiSession
 
 _SQL = sql.session_statements(DIALECT, now="?", later="?")
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from kcp_opa import schemas
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import ValidationFailedError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items, objects
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.core.signing import ALGORITHMS, Keyring, Signer, document_verifies, sign_document
 from kcp_opa.declare.diagnostics import Diagnostic, Findings, Report, Severity, format_path
 from kcp_opa.declare.parameters import DEFAULT_MAX_LIFETIME_SECONDS

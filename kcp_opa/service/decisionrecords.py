@@ -1,6 +1,6 @@
 """Decision records kept by the service (the store: :class:`kcp_opa.stores.protocols.DecisionStore`).
 
-A row keeps only what cannot be recomputed (the sealed export of ``kcp_opa.authorize.records``:
+A row keeps only what cannot be recomputed (the sealed export of ``kcp_opa.authorize.sealedrecords``:
 the frozen action, decision id and time, trace id, bundle revision, signed attestations) plus
 who evaluated it. Loading re-decides with the bundle and replays every attestation through the
 desk, so nothing in a row is taken on its word; a record decided under another bundle is refused
@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
-from kcp_opa.authorize.records import RECORD_FORMAT, export_record, load_record, replay_record
+from kcp_opa.authorize.sealedrecords import RECORD_FORMAT, export_record, load_record, replay_record
 from kcp_opa.core.errors import EvidenceRejectedError
-from kcp_opa.core.identity import IdentityError, canonical_id
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError, canonical_id
 from kcp_opa.decide.gate import Gate
 from kcp_opa.decide.gateinput import built_context
 from kcp_opa.stores.protocols import DecisionStore
-from kcp_opa.stores.records import UnknownRecordError
+from kcp_opa.stores.storedtypes import UnknownRecordError
 
 __all__ = [
     "canonical_or_none",

@@ -13,8 +13,8 @@ from typing import Protocol
 
 from kcp_opa.context.factcontract import check_fact
 from kcp_opa.context.facts import FACTS
-from kcp_opa.core.identity import IdentityError
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.core.principalids import IdentityError
 from kcp_opa.declare.trust import TrustRegistry
 
 Fact = JsonDict

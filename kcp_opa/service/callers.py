@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kcp_opa.core.errors import CodedError
-from kcp_opa.core.identity import canonical_or_empty
+from kcp_opa.core.principalids import canonical_or_empty
 from kcp_opa.decide.action import check_action
 from kcp_opa.decide.checked import CheckedAction
 

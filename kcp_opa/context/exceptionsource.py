@@ -18,7 +18,7 @@ from typing import Protocol
 from kcp_opa.compile.resolution import refuse_unwaivable
 from kcp_opa.core.jsonread import JsonDict, JsonObject
 from kcp_opa.core.signing import Keyring
-from kcp_opa.declare.exceptions import (
+from kcp_opa.declare.exceptionfile import (
     ExceptionsFile,
     exceptions_from_data,
     load_exceptions,
