@@ -101,12 +101,14 @@ def _read_module(directory: Path, path: Path) -> PolicyModule:
 
 def _annotations(source: str, rel: str) -> Iterator[tuple[int, str | None, JsonDict]]:
     """Yield (line, rule name or None for package scope, parsed METADATA) for each block."""
-    for start, parsed, following in metadata_blocks(source):
+    lines = source.splitlines()
+    for start, parsed, end in metadata_blocks(source):
         if isinstance(parsed, yaml.YAMLError):
             raise CompileError(f"{rel}:{start}: METADATA is not YAML ({str(parsed).splitlines()[0]})")
         annotation = parsed or {}
         if not isinstance(annotation, dict):
             raise CompileError(f"{rel}:{start}: METADATA must be a YAML mapping")
+        following = lines[end].strip() if end < len(lines) else ""
         if following.startswith("package ") or annotation.get("scope") in ("package", "subpackages"):
             yield start, None, annotation
         else:

@@ -50,8 +50,8 @@ class Waivable:
     code: str
 
 
-def metadata_blocks(source: str) -> Iterator[tuple[int, object, str]]:
-    """Yield (line, parsed YAML or the ``yaml.YAMLError``, the stripped line after it) per METADATA block.
+def metadata_blocks(source: str) -> Iterator[tuple[int, object, int]]:
+    """Yield (line, parsed YAML or the ``yaml.YAMLError``, index of the line it annotates) per METADATA block.
 
     The one scanner of Rego METADATA: the caller decides what an unreadable block means (the
     compile step refuses it, naming the line; the waiver scan passes over it).
@@ -72,7 +72,7 @@ def metadata_blocks(source: str) -> Iterator[tuple[int, object, str]]:
             parsed: object = yaml.safe_load("\n".join(body))
         except yaml.YAMLError as exc:
             parsed = exc
-        yield start, parsed, lines[index].strip() if index < len(lines) else ""
+        yield start, parsed, index
 
 
 def declared(modules: Mapping[str, str]) -> list[Waivable]:
