@@ -105,15 +105,6 @@ class BundleIndex:
         return None
 
 
-def bundles_by_revision(directory: str | Path) -> dict[str, Path]:
-    """Every readable bundle in ``directory``, by its .manifest revision."""
-    found: dict[str, Path] = {}
-    for candidate in BundleIndex(directory).candidates:
-        if candidate.refused is None:
-            found.setdefault(candidate.revision, candidate.path)
-    return found
-
-
 def decision_entries(ledger: str | Path) -> Iterable[tuple[int, dict[str, Any]]]:
     return ((line, entry) for line, entry in read_entries(ledger) if entry.get("type") == "decision")
 

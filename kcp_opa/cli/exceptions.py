@@ -26,7 +26,7 @@ from kcp_opa.audit.summary import AppliedExceptions
 from kcp_opa.authoring.policytree import load_modules
 from kcp_opa.cli import render
 from kcp_opa.cli.ledgerarg import LEDGER
-from kcp_opa.cli.options import FORMAT, MAX_BYTES, keyring_option, now_option, signing_key_option, stacked
+from kcp_opa.cli.options import FILE, FORMAT, MAX_BYTES, keyring_option, now_option, signing_key_option, stacked
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console, fail
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.policyfiles import default_policies
@@ -116,14 +116,13 @@ def _rows(held: ExceptionsFile, now: int, soon: int, used: AppliedExceptions) ->
     return rows
 
 
-_FILE = click.Path(path_type=Path, dir_okay=False)
 _COMMON = [
-    click.argument("file", type=_FILE),
-    click.option("--trust", type=_FILE, help="The trust registry: verify signatures, issuers and grantors."),
-    click.option("--issuer-keys", type=_FILE, help="Keyring with HMAC issuers' secrets (Ed25519 keys: registry)."),
-    click.option("--matrix", type=_FILE, help="The delegation matrix: its maximum exception lifetime (default 30d)."),
+    click.argument("file", type=FILE),
+    click.option("--trust", type=FILE, help="The trust registry: verify signatures, issuers and grantors."),
+    click.option("--issuer-keys", type=FILE, help="Keyring with HMAC issuers' secrets (Ed25519 keys: registry)."),
+    click.option("--matrix", type=FILE, help="The delegation matrix: its maximum exception lifetime (default 30d)."),
     click.option(
-        "--bundle", type=_FILE, help="Bundle whose policies list the waivable codes [default: the shipped policies]."
+        "--bundle", type=FILE, help="Bundle whose policies list the waivable codes [default: the shipped policies]."
     ),
     click.option(
         "--ledger", type=LEDGER, help="Count each exception's uses in this audit ledger (a file or postgresql://)."
@@ -196,17 +195,17 @@ def check_command(**options: Any) -> None:
 
 
 @exceptions.command(name="sign")
-@click.argument("draft", type=_FILE)
+@click.argument("draft", type=FILE)
 @click.option("--issuer", required=True, help="The registered issuer signing (signs_exceptions: true in the registry).")
 @keyring_option("The issuer's keyring file (mode 0600); --kid picks the key [default: its signing kid].")
 @click.option("--kid", help="Key id in --keyring [default: the keyring's signing kid].")
 @signing_key_option()
-@click.option("-o", "--output", type=_FILE, required=True, help="Write the signed exceptions file here.")
-@click.option("--trust", type=_FILE, help="Verify the signed file against this registry (issuer, key, grantor).")
-@click.option("--issuer-keys", type=_FILE, help="With --trust: keyring with HMAC issuers' secrets.")
-@click.option("--matrix", type=_FILE, help="The delegation matrix: its maximum exception lifetime (default 30d).")
+@click.option("-o", "--output", type=FILE, required=True, help="Write the signed exceptions file here.")
+@click.option("--trust", type=FILE, help="Verify the signed file against this registry (issuer, key, grantor).")
+@click.option("--issuer-keys", type=FILE, help="With --trust: keyring with HMAC issuers' secrets.")
+@click.option("--matrix", type=FILE, help="The delegation matrix: its maximum exception lifetime (default 30d).")
 @click.option(
-    "--bundle", type=_FILE, help="Bundle whose policies list the waivable codes [default: the shipped policies]."
+    "--bundle", type=FILE, help="Bundle whose policies list the waivable codes [default: the shipped policies]."
 )
 @now_option("Issue time for entries without issued_at [default: now].")
 @MAX_BYTES

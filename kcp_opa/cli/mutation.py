@@ -14,7 +14,7 @@ from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.authoring.policytree import load_modules
 from kcp_opa.authoring.regotest import discover
 from kcp_opa.cli import render
-from kcp_opa.cli.options import ANY_PATH, FORMAT, JUNIT, cases_options
+from kcp_opa.cli.options import ANY_PATH, FORMAT, JUNIT, cases_options, file_option
 from kcp_opa.cli.output import EXIT_USAGE, as_json, console
 from kcp_opa.compile.bundle import write_atomically
 from kcp_opa.compile.policyfiles import default_policies
@@ -32,9 +32,8 @@ from kcp_opa.core.errors import SourceUnreadableError
 )
 @click.option("--seed", type=int, help="Mix this into the sample's seed [default: the fingerprint alone].")
 @click.option("--only", "only_regex", metavar="REGEX", help="Only mutate policy files whose path matches REGEX.")
-@click.option(
+@file_option(
     "--score-file",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="The full run's record: a full run writes it; a --sample run reads it (refused when stale), "
     "draws from the mutants it scored and prints the full score beside the sample's.",
 )

@@ -114,10 +114,9 @@ def receipt_hash(action_path: str) -> None:
     help="Bundle compiled with that registry: its control policy judges the evidence (with --issuer).",
 )
 @file_option("--issuer-keyring", help="Keyring with the HMAC secrets of issuers registered by keyring kid.")
-@click.option(
+@file_option(
     "--decision-key",
     "decision_key",
-    type=click.Path(path_type=Path, dir_okay=False),
     help="Without --issuer: keyring with the key of the gate that signed the decision document"
     " (`controls show --decision-signing-key`); its signature must verify.",
 )

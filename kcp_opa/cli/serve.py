@@ -118,10 +118,8 @@ if TYPE_CHECKING:  # the service modules load when serve runs, not with every co
     "--attestations",
     help="JSON list of signed fact attestations (evidence status, screening, beneficiary); needs --trust.",
 )
-@click.option(
-    "--exceptions",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Signed, expiring exceptions (kind kcp-opa/exceptions); needs --trust; re-read on reload.",
+@file_option(
+    "--exceptions", help="Signed, expiring exceptions (kind kcp-opa/exceptions); needs --trust; re-read on reload."
 )
 @click.option(
     "--authzen-obligation",

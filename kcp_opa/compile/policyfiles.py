@@ -13,6 +13,7 @@ import yaml
 
 from kcp_opa.core.errors import CompileError
 from kcp_opa.core.jsonread import JsonDict
+from kcp_opa.declare.waivers import metadata_blocks
 
 POLICY_ROOT = "kcp"
 _PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)\s*$", re.MULTILINE)
@@ -101,29 +102,14 @@ def _read_module(directory: Path, path: Path) -> PolicyModule:
 def _annotations(source: str, rel: str) -> Iterator[tuple[int, str | None, JsonDict]]:
     """Yield (line, rule name or None for package scope, parsed METADATA) for each block."""
     lines = source.splitlines()
-    index = 0
-    while index < len(lines):
-        if lines[index].strip() != "# METADATA":
-            index += 1
-            continue
-        start = index + 1
-        body: list[str] = []
-        index += 1
-        while index < len(lines) and lines[index].lstrip().startswith("#"):
-            text = lines[index].lstrip()[1:]
-            body.append(text[1:] if text.startswith(" ") else text)
-            index += 1
-        try:
-            annotation = yaml.safe_load("\n".join(body)) or {}
-        except yaml.YAMLError as exc:
-            raise CompileError(f"{rel}:{start}: METADATA is not YAML ({str(exc).splitlines()[0]})") from None
+    for start, parsed, end in metadata_blocks(source):
+        if isinstance(parsed, yaml.YAMLError):
+            raise CompileError(f"{rel}:{start}: METADATA is not YAML ({str(parsed).splitlines()[0]})")
+        annotation = parsed or {}
         if not isinstance(annotation, dict):
             raise CompileError(f"{rel}:{start}: METADATA must be a YAML mapping")
-        following = lines[index].strip() if index < len(lines) else ""
-        if following.startswith("package ") or annotation.get("scope") in (
-            "package",
-            "subpackages",
-        ):
+        following = lines[end].strip() if end < len(lines) else ""
+        if following.startswith("package ") or annotation.get("scope") in ("package", "subpackages"):
             yield start, None, annotation
         else:
             head = _RULE_HEAD.match(following)

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from kcp_opa.compile.evaluatorgen import EVALUATORS_DIR, evaluators
-from kcp_opa.core.jsonread import JsonDict, items, mapping
+from kcp_opa.core.jsonread import items, mapping
+from kcp_opa.declare.waivers import metadata_blocks
 
 _FINDINGS = re.compile(r"^findings contains finding if \{\s*$")
 _STATES = re.compile(r'"([A-Z_]+)": \{"rank": (\d+), "outcome": "(\w+)", "hold": (true|false)\}')
@@ -50,18 +49,6 @@ class Recognised:
 def _field(block: str, key: str) -> str | None:
     match = re.search(rf'^\t\t"{key}": (.+?),?$', block, re.MULTILINE)
     return match.group(1) if match else None
-
-
-def _metadata_above(lines: list[str], index: int) -> JsonDict:
-    body: list[str] = []
-    at = index - 1
-    while at >= 0 and lines[at].startswith("#"):
-        body.insert(0, lines[at][2:] if lines[at].startswith("# ") else lines[at][1:])
-        at -= 1
-    if not body or body[0].strip() != "METADATA":
-        return {}
-    parsed = yaml.safe_load("\n".join(body[1:])) or {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _codes(block: str, source: str) -> list[tuple[str, str, str]]:
@@ -101,12 +88,13 @@ def _scan(policies: Path) -> tuple[list[Rule], Recognised, Recognised]:
     for ev in evaluators(policies):
         source = (policies / ev.path).read_text(encoding="utf-8")
         lines = source.splitlines()
+        above = {end: parsed for _, parsed, end in metadata_blocks(source)}  # a rule's METADATA, by its line
         for index, line in enumerate(lines):
             if not _FINDINGS.match(line):
                 continue
             end = next(i for i in range(index + 1, len(lines)) if lines[i] == "}")
             block = "\n".join(lines[index : end + 1])
-            meta = mapping(_metadata_above(lines, index).get("custom")) if index else {}
+            meta = mapping(mapping(above.get(index)).get("custom"))
             rule = (_field(block, "rule") or "?").strip('"')
             where = f"{ev.path}:{index + 1}"
             for code, state, controls in _codes(block, source):

@@ -49,12 +49,6 @@ _SPECS = (
 #: Every gate and attested fact the context stage builds, by name.
 FACTS: dict[str, FactSpec] = {spec.name: spec for spec in _SPECS}
 
-#: Facts the service binds to the caller's credential rather than builds (kcp_opa.service.callers).
-CREDENTIAL_FACTS = {
-    "authenticated_principal": ("authorization_context", "authenticated_principal"),
-    "principal_scopes": ("authorization_context", "principal_scopes"),
-}
-
 #: Values an attested fact may take (the action schema's, so a statement compares like for like).
 ATTESTED_VALUES: dict[str, frozenset[str | bool]] = {
     "evidence_status": frozenset({"present", "missing", "stale", "forbidden"}),

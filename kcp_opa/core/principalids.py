@@ -64,11 +64,6 @@ def _canonical(value: str) -> str:
     return folded
 
 
-def same_principal(left: str, right: str) -> bool:
-    """True when both ids name the same principal (both must be canonicalisable)."""
-    return canonical_id(left) == canonical_id(right)
-
-
 def canonical_or_empty(value: object) -> str:
     """The canonical id of ``value``, or "" when it is not a string or cannot be made canonical."""
     try:

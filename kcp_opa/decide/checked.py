@@ -115,10 +115,6 @@ class CheckedAction:
         return text(self.mapping.get("tenant_id"))
 
     @property
-    def action_type(self) -> str | None:
-        return text(self.mapping.get("action_type"))
-
-    @property
     def unit(self) -> tuple[str, str] | None:
         """``(project, unit)`` the action reads, when it names both."""
         knowledge = mapping(self.mapping.get("knowledge"))

@@ -20,21 +20,11 @@ import structlog
 from kcp_opa.compile.bundle import LoadedBundle
 from kcp_opa.core.jsonread import JsonDict, JsonObject, items, mapping
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
-from kcp_opa.models.decision import Decision, RoutingState
+from kcp_opa.models.decision import SHAPE_FIELDS, Decision, RoutingState
 from kcp_opa.trail.entries import AuditTrail
 
 _log = structlog.get_logger("kcp_opa.shadow")
 
-#: What "changes the decision" compares: the routing, never the wording of messages.
-SHAPE_FIELDS = (
-    "decision",
-    "authorization_status",
-    "execution_allowed",
-    "risk_level",
-    "reason_codes",
-    "required_controls",
-    "missing_controls",
-)
 _STRENGTH = {state.value: rank for rank, state in enumerate(RoutingState)}  # DENY 0 (strongest) .. ALLOW 7
 _RISK = {"LOW": 0, "MEDIUM": 1, "HIGH": 2, "CRITICAL": 3}
 

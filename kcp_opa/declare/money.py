@@ -23,7 +23,6 @@ from kcp_opa.declare.diagnostics import Findings, YamlPath, did_you_mean
 UNDECLARED = "undeclared"
 #: A declared control set that requires no control.
 NO_CONTROL: Final = "none"
-THRESHOLDS = ("high_value", "value_transfer")
 MOVING, CONTROLS = "money_moving_task_types", "money_controls_by_task_type"
 
 

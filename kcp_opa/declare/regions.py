@@ -29,9 +29,6 @@ REGION_COUNTRIES: Mapping[str, tuple[str, ...]] = {
     "UK": ("GB",),
 }
 
-#: The residency that admits every place (no table entry: it is not a set of countries).
-GLOBAL = "global"
-
 
 def regions_within(region: str) -> tuple[str, ...]:
     """The table's regions whose countries all lie in ``region`` (the EU within the EEA)."""

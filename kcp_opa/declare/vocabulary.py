@@ -96,7 +96,6 @@ AUTH_METHOD_TYPES = ("none", "oauth2", "api_key", "bearer_token", "spiffe", "did
 MANIFEST_RELATIONSHIPS = ("child", "foundation", "governs", "peer", "archive")
 ON_FAILURE = ("skip", "warn", "degrade")
 RELATIONSHIP_TYPES = ("enables", "context", "supersedes", "contradicts", "depends_on", "governs")
-FEDERATION_RELATIONSHIPS = ("child", "foundation", "governs", "peer", "archive")
 DATA_CATEGORIES = (
     "personal",
     "contact",
@@ -128,7 +127,6 @@ TASK_TYPES = (
 )
 
 UNIT_ID_PATTERN = re.compile(r"^[a-z0-9.\-]+$")
-FEDERATION_ID_PATTERN = re.compile(r"^[a-z0-9.\-]+$")
 ISO_ALPHA2 = re.compile(r"^[A-Z]{2}$")
 
 

@@ -11,7 +11,7 @@ again at every decision.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import yaml
@@ -50,7 +50,12 @@ class Waivable:
     code: str
 
 
-def _blocks(source: str) -> Iterable[tuple[int, dict[str, object]]]:
+def metadata_blocks(source: str) -> Iterator[tuple[int, object, int]]:
+    """Yield (line, parsed YAML or the ``yaml.YAMLError``, index of the line it annotates) per METADATA block.
+
+    The one scanner of Rego METADATA: the caller decides what an unreadable block means (the
+    compile step refuses it, naming the line; the waiver scan passes over it).
+    """
     lines = source.splitlines()
     index = 0
     while index < len(lines):
@@ -64,11 +69,10 @@ def _blocks(source: str) -> Iterable[tuple[int, dict[str, object]]]:
             body.append(text[1:] if text.startswith(" ") else text)
             index += 1
         try:
-            parsed = yaml.safe_load("\n".join(body))
-        except yaml.YAMLError:
-            continue  # the compile step names an unreadable METADATA block
-        if isinstance(parsed, dict):
-            yield start, parsed
+            parsed: object = yaml.safe_load("\n".join(body))
+        except yaml.YAMLError as exc:
+            parsed = exc
+        yield start, parsed, index
 
 
 def declared(modules: Mapping[str, str]) -> list[Waivable]:
@@ -77,7 +81,9 @@ def declared(modules: Mapping[str, str]) -> list[Waivable]:
     for path, source in sorted(modules.items()):
         if path.endswith("_test.rego"):
             continue
-        for line, annotation in _blocks(source):
+        for line, annotation, _ in metadata_blocks(source):
+            if not isinstance(annotation, dict):
+                continue  # the compile step names an unreadable METADATA block
             custom = annotation.get("custom")
             codes = custom.get("waivable") if isinstance(custom, dict) else None
             if isinstance(codes, list):

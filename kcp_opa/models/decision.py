@@ -52,6 +52,17 @@ class RiskLevel(enum.StrEnum):
     CRITICAL = "CRITICAL"
 
 
+#: What routes an action: what the shadow's "changes the decision" compares (never the wording of
+#: messages), and all a shadow entry keeps of each answer under no-logging.
+SHAPE_FIELDS = (
+    "decision",
+    "authorization_status",
+    "execution_allowed",
+    "risk_level",
+    "reason_codes",
+    "required_controls",
+    "missing_controls",
+)
 _HOLDS = frozenset({RoutingState.DENY, RoutingState.COMPLIANCE_REVIEW, RoutingState.ESCALATE})
 _OUTCOME_OF = {
     RoutingState.DENY: Outcome.DENY,

@@ -21,16 +21,12 @@ from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.documents import Fields, Signature, sign
 from kcp_opa.core.errors import LedgerError, MalformedDocumentError
 from kcp_opa.core.jsonread import JsonDict
-from kcp_opa.core.signing import Keyring, Signer, document_verifies, signed_bytes
+from kcp_opa.core.signing import Keyring, Signer, document_verifies
 
 CHECKPOINT_FORMAT = "kcp-opa-checkpoint/1"
 MAX_CHECKPOINT_FILE = 16 * 1024 * 1024
 CHECKPOINT_FIELDS = ("format", "ledger_id", "seq", "entry_hash", "time", "signature")
 OPTIONAL_FIELDS = ("tree_root",)
-
-
-#: What a checkpoint's signature covers (the checkpoint with only ``signature.value`` removed).
-checkpoint_bytes = signed_bytes
 
 
 @dataclass(frozen=True)

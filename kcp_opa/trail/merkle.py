@@ -75,10 +75,6 @@ class MerkleTree:
             height, count = height + 1, count // 2
         return index
 
-    def leaf_hash_at(self, index: int) -> bytes:
-        self._check_size(index + 1)
-        return bytes(self._levels[0][index * HASH_BYTES : (index + 1) * HASH_BYTES])
-
     def root(self, size: int | None = None) -> bytes:
         """The tree head over the first ``size`` leaves (all of them when None)."""
         size = self._size if size is None else size

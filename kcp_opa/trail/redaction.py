@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kcp_opa.core.jsonread import JsonDict, JsonObject
+from kcp_opa.models.decision import SHAPE_FIELDS
 
 #: ``True`` keeps the value whole (ids, enums, names, numbers); a mapping keeps only the keys
 #: it names; a one-item list applies its spec to every element of an array.
@@ -82,21 +83,7 @@ _EVIDENCE: Mapping[str, Spec] = {
 #: no content). Absent here, and so erased: messages (exception text, refusal wording that may
 #: quote the action), evidence references, handler outcomes.
 #: A shadow entry's two answers: their routing only, never an engine's message.
-_SHAPE: Mapping[str, Spec] = {
-    name: True
-    for name in (
-        "revision",
-        "sha256",
-        "decision",
-        "authorization_status",
-        "execution_allowed",
-        "risk_level",
-        "reason_codes",
-        "required_controls",
-        "missing_controls",
-        "engine_error",
-    )
-}
+_SHAPE: Mapping[str, Spec] = {name: True for name in ("revision", "sha256", *SHAPE_FIELDS, "engine_error")}
 
 EVENT_FIELDS: Mapping[str, Spec] = {
     "active": _SHAPE,
