@@ -25,12 +25,12 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.typing import EventDict, WrappedLogger
 
 from kcp_opa.core.jsonread import JsonDict
 
@@ -182,7 +182,7 @@ _LEVELS["critical"] = logging.CRITICAL
 _ALIASES = {"warn": "warning", "exception": "error", "fatal": "critical"}
 
 
-def _hold(_: object, method: str, event: Any) -> Any:
+def _hold(_: WrappedLogger, method: str, event: EventDict) -> EventDict:
     level = _ALIASES.get(method, method if method in _LEVELS else "warning")
     lines = _HELD.lines
     if lines is None or _LEVELS[level] < _HELD.floor:
