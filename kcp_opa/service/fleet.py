@@ -9,6 +9,11 @@ waiting with ``ok: false``: a caller never waits on a peer that is gone.
 It also merges the workers' Prometheus expositions into one, each sample labelled with its
 ``worker`` (the supervisor's index, stable across restarts): a scrape sees every worker's counters,
 whichever worker answered it.
+
+And it carries log lines: what a worker logs while it loads the fleet's files (its start, its part
+of a reload) it holds (:func:`holding`) and hands to the supervisor, which logs those of one
+worker (:func:`log_held`): each worker computes the same lines from the same files, so the fleet
+says them once, as a single server would.
 """
 
 from __future__ import annotations
@@ -16,17 +21,20 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
+import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.typing import EventDict, WrappedLogger
 
 from kcp_opa.core.jsonread import JsonDict
 
-__all__ = ["Channel", "ChannelClosed", "merge_expositions"]
+__all__ = ["Channel", "ChannelClosed", "hold_lines", "holding", "log_held", "merge_expositions"]
 
 #: A control message is a few hundred bytes; a metrics exposition some tens of KiB.
 MAX_LINE = 16 * 1024 * 1024
@@ -159,3 +167,50 @@ def merge_expositions(expositions: dict[str, str]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Merged(families.values()))
     return generate_latest(registry)
+
+
+class _Held(threading.local):
+    """The lines this thread holds for the supervisor (None: it logs as usual) and the least level held."""
+
+    lines: list[JsonDict] | None = None
+    floor = logging.WARNING
+
+
+_HELD = _Held()
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS["critical"] = logging.CRITICAL
+_ALIASES = {"warn": "warning", "exception": "error", "fatal": "critical"}
+
+
+def _hold(_: WrappedLogger, method: str, event: EventDict) -> EventDict:
+    level = _ALIASES.get(method, method if method in _LEVELS else "warning")
+    lines = _HELD.lines
+    if lines is None or _LEVELS[level] < _HELD.floor:
+        return event
+    lines.append(json.loads(json.dumps({**event, "level": level}, default=str)))  # it crosses the channel
+    raise structlog.DropEvent
+
+
+def hold_lines() -> None:
+    """In a worker, once logging is configured: a thread inside :func:`holding` holds its lines."""
+    structlog.configure(processors=[_hold, *structlog.get_config()["processors"]])
+
+
+@contextlib.contextmanager
+def holding(floor: int = logging.DEBUG) -> Iterator[list[JsonDict]]:
+    """The lines this thread logs at ``floor`` or above, held (not logged) for the supervisor."""
+    _HELD.lines, _HELD.floor = [], floor
+    try:
+        yield _HELD.lines
+    finally:
+        _HELD.lines = None
+
+
+def log_held(lines: object) -> None:
+    """Log the lines a worker held, at their own level, as this process's."""
+    log = structlog.get_logger("kcp_opa.service")
+    for line in lines if isinstance(lines, list) else []:
+        if isinstance(line, dict):
+            fields = {k: v for k, v in line.items() if k not in ("event", "level", "timestamp", "exc_info")}
+            level = str(line.get("level"))
+            log.log(_LEVELS.get(level, logging.WARNING), str(line.get("event")), **fields)

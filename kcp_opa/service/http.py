@@ -50,7 +50,7 @@ from kcp_opa.service.openapi import OPA_ROUTE, openapi_document
 from kcp_opa.service.proofs import PROOFS_ROUTE, decision_proofs
 from kcp_opa.service.refusals import status_of
 from kcp_opa.service.reloading import Reloader
-from kcp_opa.service.ui import ui_routes
+from kcp_opa.service.ui import Ui, ui_routes
 from kcp_opa.stores.protocols import SessionStore
 
 __all__ = ["build_app", "local_exposition"]
@@ -244,7 +244,7 @@ def build_app(
         _route(service, served, OPA_ROUTE, "post", "opa_decision", _opa_input),
         *(_tool_route(service, served, tool) for tool in served if tool.route is not None),
         # /ui and GET /v1/challenges (ui.py)
-        *ui_routes(service, authenticator, served, sessions=sessions, sso=sso, public_url=public_url),
+        *ui_routes(Ui(service, authenticator, served, sessions=sessions, sso=sso, public_url=public_url)),
         *authzen_routes(service, served, authzen_obligations, public_url),  # /access/v1/..., metadata (authzenhttp.py)
     ]
     return Starlette(

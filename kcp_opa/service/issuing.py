@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kcp_opa.authorize.attestations import sign_attestation
 from kcp_opa.authorize.controls import ControlDesk
@@ -28,6 +29,7 @@ from kcp_opa.service.callers import AccessDeniedError, Principal, PrincipalKind,
 from kcp_opa.stores.storedtypes import Challenge
 
 #: Registry principal type -> the service's kind and the role that grants its scopes.
+_T = TypeVar("_T")
 _KINDS: Mapping[str, tuple[PrincipalKind, str]] = {
     "human": (PrincipalKind.HUMAN, "subject"),
     "ai_agent": (PrincipalKind.AGENT, "agent"),
@@ -53,12 +55,7 @@ class ServiceIssuers:
         """Each issuer must be in the registry and the keyring must hold a private key it lists."""
         found: list[tuple[str, Key]] = []
         for raw in issuer_ids:
-            try:
-                issuer = registry.issuer(raw)
-            except IdentityError as exc:
-                raise IssuerConfigError(f"issuer {raw!r}: {exc}") from None
-            if issuer is None:
-                raise IssuerConfigError(f"issuer {raw!r} is not in the trust registry {registry.file}")
+            issuer = _listed(registry.issuer, "issuer", raw, registry)
             keys = [keyring.keys[kid] for kid in issuer.keys if kid in keyring.keys and keyring.keys[kid].can_sign]
             if not keys:
                 kids = ", ".join(sorted(issuer.keys))
@@ -119,6 +116,18 @@ class ServiceIssuers:
         )
 
 
+def _listed(find: Callable[[str], _T | None], what: str, raw: str, registry: TrustRegistry) -> _T:
+    """The registry's ``what`` named ``raw`` (``find`` looks it up); a service that names one the
+    registry does not list, or a malformed id, is misconfigured."""
+    try:
+        found = find(raw)
+    except IdentityError as exc:
+        raise IssuerConfigError(f"{what} {raw!r}: {exc}") from None
+    if found is None:
+        raise IssuerConfigError(f"{what} {raw!r} is not in the trust registry {registry.file}")
+    return found
+
+
 def registry_principal(registry: TrustRegistry, raw_id: str, approver_roles: Iterable[str] = ()) -> Principal:
     """The caller the registry names: its kind and roles, plus the service role its type grants.
 
@@ -126,12 +135,7 @@ def registry_principal(registry: TrustRegistry, raw_id: str, approver_roles: Ite
     principal (not an agent) that is also an issuer the registry lists facts for gets the
     ``fact_issuer`` role: it may post the facts it signed (``POST /v1/facts``).
     """
-    try:
-        entry = registry.principal(raw_id)
-    except IdentityError as exc:
-        raise IssuerConfigError(f"principal {raw_id!r}: {exc}") from None
-    if entry is None:
-        raise IssuerConfigError(f"principal {raw_id!r} is not in the trust registry {registry.file}")
+    entry = _listed(registry.principal, "principal", raw_id, registry)
     kind, role = _KINDS[entry.type]
     roles = {role, *entry.roles}
     if kind is PrincipalKind.HUMAN and set(entry.roles) & set(approver_roles):

@@ -193,10 +193,6 @@ def disable_tracing() -> None:
     _tracer = None
 
 
-def tracing_enabled() -> bool:
-    return _tracer is not None
-
-
 _NOOP = contextlib.nullcontext(None)
 
 

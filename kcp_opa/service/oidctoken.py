@@ -55,7 +55,6 @@ class KeySet:
         self._keys: list[JsonDict] = []
         self._fetched_at: float | None = None
         self._lock = threading.Lock()
-        self.fetches = 0
 
     def _load(self) -> None:
         document = self._fetch()
@@ -64,7 +63,6 @@ class KeySet:
             raise OidcUnavailable("the identity provider's JWKS has no keys list")
         self._keys = [key for key in keys if isinstance(key, dict)]
         self._fetched_at = time.monotonic()
-        self.fetches += 1
 
     def key(self, kid: str | None, algorithm: str) -> jwt.PyJWK:
         """The key ``kid`` names for ``algorithm`` (its type must fit it); OidcRefused if there is none."""

@@ -37,6 +37,7 @@ from kcp_opa.service.loading import (
 
 if TYPE_CHECKING:
     from kcp_opa.decide.follow import BundleFollower
+    from kcp_opa.decide.gate import Gate
 
 _log = structlog.get_logger("kcp_opa.service")
 
@@ -71,7 +72,7 @@ class Reloader:
 
         def work(caller: Principal) -> JsonDict:
             caller.require(Scope.ADMIN, "reload the service")
-            return self.reload(caller)
+            return self.reload(caller, via="admin")
 
         return self.service.call(principal, "reload", work)
 
@@ -98,10 +99,12 @@ class Reloader:
     def reload_bundle(self, path: Path) -> None:
         """A bundle follower's activation: reload with the new version at ``path`` (kcp_opa.decide.follow)."""
         if hashlib.sha256(path.read_bytes()).hexdigest() != self.service.gate.bundle.sha256:
-            self.reload(bundle=path)
+            self.reload(bundle=path, via="bundle_source")
 
-    def reload(self, by: Principal | None = None, *, bundle: Path | None = None) -> JsonDict:
+    def reload(self, by: Principal | None = None, *, bundle: Path | None = None, via: str = "sighup") -> JsonDict:
         """Load everything anew, then swap; raise :class:`ReloadError` and keep serving on failure.
+        Either outcome is one log line (``service_reloaded`` at info, ``reload_refused`` at error)
+        naming the bundles by revision and digest, and who or what asked (``via``).
 
         ``bundle`` replaces the bundle path given at start (a follower's new version)."""
         with self._lock:
@@ -126,7 +129,14 @@ class Reloader:
             except (KcpOpaError, ValueError) as exc:  # ValueError: a malformed token hash in the tokens file
                 failure = ReloadError(f"reload refused, still serving bundle {before.bundle_revision}: {exc}")
                 before.record_refusal(str(exc))
-                _log.error("reload_refused", error=str(exc))
+                _log.error(
+                    "reload_refused",
+                    error=str(exc),
+                    via=via,
+                    by=by.id if by is not None else None,
+                    effect="still serving the bundle it had",
+                    **_named("serving", before),
+                )
                 raise failure from None
             self.service.swap(swapped)
             say_binding_gaps(self.service.handlers, gate.bundle.data)
@@ -134,6 +144,8 @@ class Reloader:
             if self.authenticator is not None and authenticator is not None:
                 self.authenticator.current = authenticator
         status = self.service.status()
+        by_id = by.id if by is not None else None
+        _log.info("service_reloaded", via=via, by=by_id, **_named("from", before), **_named("to", gate))
         if gate.audit is not None:
             try:
                 gate.audit.event(
@@ -153,3 +165,8 @@ class Reloader:
             except LedgerError as exc:
                 _log.error("reload_not_audited", error=str(exc))
         return {"reloaded": True, "previous_bundle_revision": before.bundle_revision, "status": status}
+
+
+def _named(prefix: str, gate: Gate) -> dict[str, str]:
+    """A gate's bundle for a log line: its revision and digest (never a path or a key)."""
+    return {f"{prefix}_revision": gate.bundle_revision, f"{prefix}_sha256": gate.bundle.sha256}

@@ -90,7 +90,8 @@ def list_addressed(service: GateService, principal: Principal | None) -> JsonDic
 
 
 class Ui:
-    """The /ui routes over one GateService and the service's authenticator."""
+    """The /ui routes over one GateService and the service's authenticator: answers go through
+    ``catalog``, sessions live in ``sessions`` (the service's store), single sign-on through ``sso``."""
 
     def __init__(
         self,
@@ -334,18 +335,9 @@ class Ui:
         return response
 
 
-def ui_routes(
-    service: GateService,
-    authenticator: Authenticator,
-    catalog: Catalog,
-    *,
-    sessions: SessionStore | None = None,
-    sso: RelyingParty | None = None,
-    public_url: str | None = None,
-) -> list[Route]:
-    """The /ui routes and ``GET /v1/challenges`` for ``build_app`` (answers go through ``catalog``);
-    sessions in ``sessions`` (the service's store), single sign-on through ``sso`` when given."""
-    ui = Ui(service, authenticator, catalog, sessions=sessions, sso=sso, public_url=public_url)
+def ui_routes(ui: Ui) -> list[Route]:
+    """The /ui routes and ``GET /v1/challenges`` for ``build_app``, served by ``ui``."""
+    service = ui.service
 
     async def challenges(request: Request) -> Response:
         if request.query_params.get("addressed_to") != "me":

@@ -87,10 +87,6 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], table_id: s
     return f'<table id="{esc(table_id)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _reasons(entry: JsonObject) -> str:
-    return ", ".join(str(code) for code in items(entry.get("reason_codes")))
-
-
 def no_ledger() -> str:
     return '<h1>Report</h1><p id="no-ledger">No ledger yet: nothing has been written to this service\'s ledger.</p>'
 

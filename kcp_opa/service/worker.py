@@ -5,7 +5,8 @@ listening socket its supervisor bound and its end of the control channel. It rea
 config and the log verbosity (``kcp-opa -v``) from the channel, opens the service exactly as a
 single server does (its own gate and evaluator pool from the same bundle, the shared store and
 ledger), says it is ready with the digest of the bundle it decides with and what a single server
-says at start (the controls no --issuer-id may sign; the supervisor says them once for the fleet),
+says at start (the controls no --issuer-id may sign, the warning lines it held while it loaded the
+files: fleet.py; the supervisor says them once for the fleet),
 the supervisor answering once every worker decides on that bundle, and serves HTTP on the shared
 socket until SIGTERM (uvicorn drains the requests in flight), then writes the ledger's exit
 checkpoint.
@@ -17,6 +18,7 @@ worker whose channel closes (the supervisor died) stops itself.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -32,7 +34,7 @@ from kcp_opa.core.logsetup import configure
 from kcp_opa.service.callers import Principal
 from kcp_opa.service.config import ServiceConfig
 from kcp_opa.service.desk import GateService
-from kcp_opa.service.fleet import Channel
+from kcp_opa.service.fleet import Channel, hold_lines, holding, log_held
 from kcp_opa.service.loading import unsignable_warnings
 from kcp_opa.service.reloading import Reloader, ReloadError
 
@@ -49,10 +51,10 @@ class FleetReloader(Reloader):
 
     channel: Channel | None = None
 
-    def reload(self, by: Principal | None = None, *, bundle: Path | None = None) -> JsonDict:
+    def reload(self, by: Principal | None = None, *, bundle: Path | None = None, via: str = "sighup") -> JsonDict:
         if self.channel is None:
             raise ReloadError("this worker is not connected to its supervisor")
-        message: JsonDict = {"op": "reload_all", "bundle": str(bundle) if bundle is not None else None}
+        message: JsonDict = {"op": "reload_all", "bundle": str(bundle) if bundle is not None else None, "via": via}
         message["by"] = by.to_dict() if by is not None else None
         answer = self.channel.request(message, RELOAD_TIMEOUT_S)
         if not answer.get("ok"):
@@ -64,7 +66,7 @@ class FleetReloader(Reloader):
             "status": self.service.status(),
         }
 
-    def reload_here(self, by: object, bundle: object) -> JsonDict:
+    def reload_here(self, by: object, bundle: object, via: object = "sighup") -> JsonDict:
         """This worker's part of a fleet reload: the single server's reload, all or nothing."""
         caller = None
         if isinstance(by, dict):
@@ -73,11 +75,17 @@ class FleetReloader(Reloader):
             caller = Principal.of(str(by.get("id")), str(by.get("kind")), named)
         if bundle is not None and not isinstance(bundle, str):  # never read as "the configured bundle"
             return {"ok": False, "error": f"the bundle to reload is {type(bundle).__name__}, not a path"}
-        try:
-            done = Reloader.reload(self, caller, bundle=Path(bundle) if bundle else None)
-        except ReloadError as exc:
-            return {"ok": False, "error": str(exc)}
-        return {"ok": True, **_digest(self), "previous_bundle_revision": done["previous_bundle_revision"]}
+        with holding() as lines:  # the fleet's reload: the supervisor logs one worker's lines
+            try:
+                done = Reloader.reload(self, caller, bundle=Path(bundle) if bundle else None, via=str(via or "sighup"))
+            except ReloadError as exc:
+                return {"ok": False, "error": str(exc), "lines": lines}
+        return {
+            "ok": True,
+            **_digest(self),
+            "previous_bundle_revision": done["previous_bundle_revision"],
+            "lines": lines,
+        }
 
 
 def _digest(reloader: Reloader) -> JsonDict:
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(reloader, FleetReloader):
             return {"ok": False, "error": "the worker is still starting"}
         if message.get("op") == "reload":
-            return reloader.reload_here(message.get("by"), message.get("bundle"))
+            return reloader.reload_here(message.get("by"), message.get("bundle"), message.get("via"))
         if message.get("op") == "metrics":
             from kcp_opa.service.http import local_exposition
 
@@ -120,14 +128,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verbosity = holder["verbosity"]
     configure(verbosity if isinstance(verbosity, int) else 0)  # the supervisor's -v / -vv
+    hold_lines()
+    # Its warnings about the files are the fleet's (the supervisor says them once); -v's lines its own.
     try:
-        service, reloader, app = _open(ServiceConfig.from_dict(mapping(holder["config"])), channel)
+        with holding(logging.WARNING) as lines:
+            service, reloader, app = _open(ServiceConfig.from_dict(mapping(holder["config"])), channel)
     except KcpOpaError as exc:
+        log_held(lines)  # this worker will not start: the supervisor never reads them
         print(f"kcp-opa: error: worker {index}: {exc}", file=sys.stderr, flush=True)
         return 2
     holder["reloader"] = reloader
     # Answered once the fleet decides on this worker's bundle (workers.py): only then does it serve.
     ready_message = {"op": "ready", "pid": os.getpid(), **_digest(reloader), "warnings": unsignable_warnings(service)}
+    ready_message["lines"] = lines
     channel.request(ready_message, RELOAD_TIMEOUT_S)
     _serve(app, listener, service)
     return 0

@@ -7,7 +7,12 @@ evaluator pool, loaded from the same bundle, and shares the store and the ledger
 appends under ``flock``; SQLite and PostgreSQL serialise what must be once). MCP is served
 without sessions, so a client's next call may go to any worker. Every worker logs at the
 supervisor's ``-v`` / ``-vv``; what a single server says once at start (the controls no
-``--issuer-id`` may sign) the fleet says once, from its first worker, never again on a restart.
+``--issuer-id`` may sign, the warnings about the files it loaded) the fleet says once, from its
+first worker, never again on a restart: every worker computes the same lines from the same files,
+so the supervisor logs those one worker held for it (fleet.py), and likewise a reload's lines
+(its outcome, the warnings it found) once per reload. The supervisor over the workers' own
+logging, rather than only worker 0 logging: worker 0 is restarted like any other (and would say
+them again), and a reload's outcome is the fleet's, which only the supervisor knows.
 
 A worker that dies is restarted (and said on stderr) after a pause that grows while it keeps
 dying. SIGTERM (or SIGINT) drains every worker (uvicorn finishes the requests in flight) and
@@ -30,13 +35,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import structlog
+
 from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.logsetup import current_verbosity
 from kcp_opa.service.config import ServiceConfig
-from kcp_opa.service.fleet import Channel
+from kcp_opa.service.fleet import Channel, log_held
 from kcp_opa.service.worker import METRICS_TIMEOUT_S, RELOAD_TIMEOUT_S
 
 __all__ = ["Supervisor", "listen", "run_workers"]
+
+_log = structlog.get_logger("kcp_opa.service")
 
 _RESTART_PAUSES_S = (0.2, 1.0, 2.0, 5.0, 10.0)
 #: How long SIGTERM waits for the workers to drain before killing them.
@@ -64,8 +73,10 @@ class _Child:
         self.channel: Channel | None = None
         self.ready = threading.Event()
         self.sha256 = ""
-        #: What the worker would have a single server say at start (unsignable controls: loading.py).
+        #: What the worker would have a single server say at start (unsignable controls: loading.py)
+        #: and the warning lines it held while it loaded the files (fleet.py): the fleet says them once.
         self.warnings: list[str] = []
+        self.lines: object = []
         self.failures = 0
         self.restart_at = 0.0
 
@@ -103,6 +114,7 @@ class Supervisor:
             child.sha256 = str(message.get("sha256", ""))
             warnings = message.get("warnings")
             child.warnings = [str(w) for w in warnings] if isinstance(warnings, list) else []
+            child.lines = message.get("lines")
             child.ready.set()
             if not self.sha256:
                 self.sha256 = child.sha256
@@ -111,16 +123,16 @@ class Supervisor:
                     f"worker {child.index} (pid {message.get('pid')}) loaded bundle {child.sha256[:12]}, not the "
                     f"fleet's {self.sha256[:12]} (the file changed without a reload): reloading every worker"
                 )
-                self._converge()  # before this worker is answered, and so before it serves
+                self._converge("worker_restart")  # before this worker is answered, and so before it serves
             return {"ok": True}
         if op == "reload_all":
-            return self.reload_all(message.get("by"), message.get("bundle"))
+            return self.reload_all(message.get("by"), message.get("bundle"), message.get("via"))
         if op == "metrics_all":
             return self.metrics_all()
         return {"ok": False, "error": f"unknown op {op!r}"}
 
-    def _converge(self) -> None:
-        answer = self.reload_all(None, None)
+    def _converge(self, via: str) -> None:
+        answer = self.reload_all(None, None, via)
         if not answer["ok"]:
             say(f"reload after a worker restart failed: {answer['error']}")
 
@@ -144,21 +156,24 @@ class Supervisor:
         with ThreadPoolExecutor(max(1, len(live))) as pool:
             return list(pool.map(ask, live))
 
-    def reload_all(self, by: object, bundle: object) -> JsonDict:
+    def reload_all(self, by: object, bundle: object, via: object) -> JsonDict:
         """Reload every ready worker; ``ok`` only if each did. A worker that failed while others
         succeeded is killed (and restarted on the files as they are now): it never decides on the
-        old bundle beside workers on the new one."""
+        old bundle beside workers on the new one. The lines one worker logged reloading (its
+        outcome, its warnings) are logged here, once for the fleet."""
         with self._reload_lock:
-            answers = self._ask_all({"op": "reload", "by": by, "bundle": bundle}, RELOAD_TIMEOUT_S)
+            answers = self._ask_all({"op": "reload", "by": by, "bundle": bundle, "via": via}, RELOAD_TIMEOUT_S)
             done = [(c, a) for c, _, a in answers if a.get("ok")]
             failed = [(c, p, a) for c, p, a in answers if not a.get("ok")]
             if not answers:
+                _log.error("reload_refused", error="no worker is ready to reload", via=via, effect="nothing reloaded")
                 return {"ok": False, "error": "no worker is ready to reload"}
+            log_held((done[0][1] if done else failed[0][2]).get("lines"))
             if not failed:
                 digests = {a.get("sha256") for _, a in done}
                 self.sha256 = str(done[0][1].get("sha256"))
                 if len(digests) > 1:  # a bundle file replaced mid-reload: load it everywhere again
-                    threading.Thread(target=self._converge, daemon=True).start()
+                    threading.Thread(target=self._converge, args=("bundle_replaced",), daemon=True).start()
                 previous = done[0][1].get("previous_bundle_revision")
                 return {"ok": True, "workers": len(done), "previous_bundle_revision": previous}
             first = str(failed[0][2].get("error"))
@@ -197,6 +212,7 @@ class Supervisor:
             return 1
         for line in self.children[0].warnings:  # once for the fleet (each worker loaded the same files)
             say(line)
+        log_held(self.children[0].lines)
         say(f"{len(self.children)} workers serving (pids {', '.join(str(self._pid(c)) for c in self.children)})")
         while not self.stopping.wait(0.2):
             for child in self.children:
@@ -242,11 +258,9 @@ class Supervisor:
             say(f"worker {child.index} restarted (pid {self._pid(child)})")
 
     def _sighup(self) -> None:
-        answer = self.reload_all(None, None)
+        answer = self.reload_all(None, None, "sighup")  # its outcome is logged there
         if answer["ok"]:
             say(f"reloaded {answer['workers']} workers (SIGHUP)")
-        else:
-            say(f"reload refused (SIGHUP): {answer['error']}")
 
     def _drain(self) -> None:
         say("stopping: draining the workers (SIGTERM)")

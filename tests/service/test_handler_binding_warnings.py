@@ -3,9 +3,9 @@
 A handler runs for a ``requested_action`` (its tool); the matrix binds tools to task types. A
 bundle whose matrix binds none lets any task type request any handler's tool; a handler's tool
 listed under no task type is denied to every action, so its handler never runs. Both are one
-warning line on stderr at start, on reload (SIGHUP) and in each ``--workers`` process: warnings,
-not refusals, as either may be meant. Real ``serve`` processes, and the check itself on the real
-compiled bundles.
+warning line on stderr at start and on reload (SIGHUP); a ``--workers`` fleet says it once, not
+once per worker: warnings, not refusals, as either may be meant. Real ``serve`` processes, and the
+check itself on the real compiled bundles.
 """
 
 from __future__ import annotations
@@ -88,10 +88,19 @@ def test_serve_warns_at_start_and_on_reload(bundles: dict[str, Path], tmp_path: 
     assert process.returncode is not None and "Traceback" not in stderr
 
 
-def test_each_worker_warns(bundles: dict[str, Path], tmp_path: Path) -> None:
+def test_a_fleet_warns_once_at_start_and_once_per_reload(bundles: dict[str, Path], tmp_path: Path) -> None:
     handlers = _handlers(tmp_path, {"pay": ["execute_payment"]})
+    ledger = tmp_path / "l.jsonl"
     args = ["--bundle", str(bundles["hr"]), "--handlers", str(handlers), "--store", str(tmp_path / "s.db")]
-    process, _ = start_fleet([*args, "--ledger", str(tmp_path / "l.jsonl")], 2, env=TOKEN)
-    stop_server(process)
+    process, _ = start_fleet([*args, "--ledger", str(ledger)], 2, env=TOKEN)
+    try:
+        process.send_signal(signal.SIGHUP)  # every worker reloads, each checking the same files again
+        deadline = time.monotonic() + 120
+        while not ledger.exists() or sum(1 for _, e in read_entries(ledger) if e.get("note") == "service_reloaded") < 2:
+            assert time.monotonic() < deadline, "SIGHUP did not reload both workers"
+            time.sleep(0.2)
+        time.sleep(1)  # the supervisor logs once both workers answered
+    finally:
+        stop_server(process)
     stderr = process.stderr.read() if process.stderr else ""
-    assert len(_lines(stderr, UNBOUND)) == 2, stderr  # one line per worker, each with its own gate
+    assert len(_lines(stderr, UNBOUND)) == 2, stderr  # at start and at the reload: not once per worker

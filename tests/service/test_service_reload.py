@@ -2,13 +2,14 @@
 
 In-process through the Reloader (the same code SIGHUP and ``POST /v1/admin/reload`` run) with real
 files, regopy and SQLite, decisions running concurrently with the reload; then a real server
-process reloaded over HTTP by a ``service_admin`` and by SIGHUP.
+process reloaded over HTTP by a ``service_admin`` and by SIGHUP, each reload one log line.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,11 +19,14 @@ import httpx2
 import pytest
 import yaml
 from conftest import REPO
+from netkit import free_port
 from servicekit import (
     GATE_ISSUER,
     SERVICE_ISSUER,
     compile_finance,
+    context_args,
     served_context,
+    start_process,
     start_server,
     stop_server,
     write_registry,
@@ -204,3 +208,53 @@ def test_a_real_server_reloads_for_an_admin_and_on_sighup_and_refuses_others(tmp
     assert [e["code"] for e in failures] == ["not_authorized", "reload_failed", "reload_failed"]
     assert failures[0]["principal"]["id"] == "local-agent" and failures[2]["principal"] is None
     assert verify_ledger(ledger).ok
+
+
+def _logged(stderr: str, event: str) -> list[dict[str, Any]]:
+    """The JSON log lines (stderr is no terminal) of ``event``."""
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{") and f'"{event}"' in line]
+    return [line for line in lines if line["event"] == event]
+
+
+def _wait_ledger(ledger: Path, wanted: Any, what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not (ledger.exists() and sum(1 for _, e in read_entries(ledger) if wanted(e)) >= 1):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_sighup_logs_what_it_reloaded_and_what_it_refused_without_the_secret(tmp_path: Path) -> None:
+    registry, keys = write_registry(tmp_path)
+    bundle = compile_finance(tmp_path / "finance.tar.gz", registry)
+    token = "t-agent-" + "a" * 32
+    tokens = write_tokens(tmp_path, {token: "local-agent"})
+    ledger = tmp_path / "l.jsonl"
+    args = ["--bundle", str(bundle), "--store", str(tmp_path / "s.db"), "--ledger", str(ledger)]
+    args += ["--trust", str(registry), "--issuer-id", SERVICE_ISSUER, "--issuer-keyring", str(keys)]
+    args += ["--tokens", str(tokens)]
+    port = free_port()
+    command = [sys.executable, "-m", "kcp_opa", "-v", "serve", "--transport", "http", "--port", str(port)]
+    process, url = start_process([*command, *args, *context_args(args)], port)
+    pasted = "t-pasted-" + "p" * 32  # an operator pastes a token where its hash belongs
+    try:
+        process.send_signal(signal.SIGHUP)
+        _wait_ledger(ledger, lambda e: e.get("note") == "service_reloaded", "SIGHUP did not reload")
+        tokens.write_text(json.dumps({"tokens": {pasted: "local-agent"}}))
+        process.send_signal(signal.SIGHUP)
+        _wait_ledger(ledger, lambda e: e.get("code") == "reload_failed", "the refused reload was not audited")
+        headers = {"Authorization": f"Bearer {token}"}  # the old callers and bundle keep serving
+        decided = httpx2.post(f"{url}/v1/decisions", json={"action": KYA}, headers=headers, timeout=60)
+        assert decided.status_code == 200 and decided.json()["decision"] == "HUMAN_APPROVAL"
+    finally:
+        stop_server(process)
+    stderr = process.stderr.read() if process.stderr else ""
+    [opened] = _logged(stderr, "service_opened")
+    [reloaded] = _logged(stderr, "service_reloaded")
+    assert reloaded["level"] == "info" and reloaded["via"] == "sighup" and reloaded["by"] is None
+    assert reloaded["from_sha256"] == reloaded["to_sha256"] == opened["sha256"]
+    assert reloaded["from_revision"] == reloaded["to_revision"] == opened["bundle_revision"]
+    [refused] = _logged(stderr, "reload_refused")
+    assert refused["level"] == "error" and refused["via"] == "sighup"
+    assert refused["serving_sha256"] == opened["sha256"] and "still serving" in refused["effect"]
+    assert "token hash" in refused["error"]
+    assert pasted not in stderr and token not in stderr  # the reason, never the secret
