@@ -50,10 +50,11 @@ SYSTEM_CONTROLS = ("standard_audit_logging",)
 class Gate:
     """Decisions from one compiled bundle at a time. Thread-safe; build once, call ``decide`` per action.
 
-    With a ``ledger``, every decision is written to it (durably) before ``decide`` returns, and
-    ``standard_audit_logging`` counts as satisfied; without one, that control stays missing and
-    no decision allows execution. ``activate`` swaps in a new bundle atomically: a decision runs
-    wholly on the bundle it was prepared for (decisions in flight finish on the old one).
+    Its settings are one :class:`GateConfig`. With a ledger, every decision is written to it
+    (durably) before ``decide`` returns, and ``standard_audit_logging`` counts as satisfied;
+    without one, that control stays missing and no decision allows execution. ``activate`` swaps
+    in a new bundle atomically: a decision runs wholly on the bundle it was prepared for
+    (decisions in flight finish on the old one).
     """
 
     def __init__(self, bundle: LoadedBundle, *, config: GateConfig = GateConfig()) -> None:  # noqa: B008 (frozen)

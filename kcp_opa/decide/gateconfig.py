@@ -1,8 +1,8 @@
 """How a :class:`~kcp_opa.decide.gate.Gate` loads and evaluates its bundles: one :class:`GateConfig`,
-built once by the host and read by the gate at start, on every ``activate`` and for a shadow bundle.
+read by the gate at start, on every ``activate`` and for a shadow bundle.
 
-A value, not nine keyword arguments (python-tuf's ``UpdaterConfig``): a host keeps it, compares
-it and builds the next gate from it. It is checked here, once, before any bundle is read.
+A value rather than nine keyword arguments (python-tuf's ``UpdaterConfig``): the host builds it
+once from its own configuration, and it is checked here, before any bundle is read.
 """
 
 from __future__ import annotations
