@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import write_deployment
 
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.declare.manifest import validate_manifest
 
@@ -117,7 +117,9 @@ def main() -> None:
             out = Path(tmp) / f"b{units}.tar.gz"
             console.print(f"[dim]compiling {units:,} units...[/dim]")
             compile_s, compile_cpu_s, result = _time(
-                lambda m=manifest, x=matrix, o=out: compile_bundle([m], x, REPO / "policies", o, max_bytes=256 << 20)
+                lambda m=manifest, x=matrix, o=out: compile_bundle(
+                    [m], x, REPO / "policies", o, options=CompileOptions(max_bytes=256 << 20)
+                )
             )
             lookups = _lookup_us(out, ["unit-000000", f"unit-{units - 1:06d}"])
             rows.append(

@@ -28,13 +28,14 @@ from vouched import case_context
 from kcp_opa.authoring.cases import DecisionCase, case_files, load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def measure(deployment: str, bundle: Path, cases: list[DecisionCase], rounds: int) -> dict[str, Any]:
-    plain = Gate.from_bundle(bundle, preflight=False)
-    checked = Gate.from_bundle(bundle, preflight=False, cross_check="opa")
+    plain = Gate.from_bundle(bundle, config=GateConfig(preflight=False))
+    checked = Gate.from_bundle(bundle, config=GateConfig(preflight=False, cross_check="opa"))
     samples: dict[str, list[float]] = {"plain": [], "cross_check": []}
     actions = [(case.action, case.now, case_context(case)) for case in cases]
     for case, (action, now, context) in zip(cases, actions, strict=True):

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import write_deployment
 
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.canonical import canonical_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +95,9 @@ def main() -> None:
         if bundle_path is None:
             manifest, matrix = write_deployment(work / "d", args.units, 1000)
             bundle_path = work / "bundle.tar.gz"
-            compile_bundle([manifest], matrix, REPO / "policies", bundle_path, max_bytes=256 << 20)
+            compile_bundle(
+                [manifest], matrix, REPO / "policies", bundle_path, options=CompileOptions(max_bytes=256 << 20)
+            )
         bundle = read_bundle(bundle_path)
         data_text = canonical_json(bundle.data).decode("utf-8")
         units = bundle.data["kcp_data"]["units"]

@@ -39,6 +39,7 @@ from vouched import Vouched, expect
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate, build_input
+from kcp_opa.decide.gateconfig import GateConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -146,7 +147,7 @@ def measure(
     name: str, bundle: Path, actions: list[dict[str, Any]], expected: list[str], rounds: int, per_round: int
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    gate = Gate.from_bundle(bundle, preflight=False)  # compiled just now by this script
+    gate = Gate.from_bundle(bundle, config=GateConfig(preflight=False))  # compiled just now by this script
     regopy_load = time.perf_counter() - start
     opa, opa_load = _opa_engine(gate)
     vouched = Vouched(gate, NOW)

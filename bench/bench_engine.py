@@ -50,6 +50,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.decide.engine import query_entrypoint
 from kcp_opa.decide.gate import DECISION_ENTRYPOINT, Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.decide.regoinput import read_results, rego_input
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,7 +197,7 @@ def run(rounds: int, per_round: int, tmp: Path) -> dict[str, Any]:
             bundle = tmp / f"{deployment}.tar.gz"
             compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
             probes[deployment] = Probes(read_bundle(bundle))
-            gate = Gate.from_bundle(bundle, preflight=False)
+            gate = Gate.from_bundle(bundle, config=GateConfig(preflight=False))
         documents[name] = dict(Vouched(gate, now).prepare(action).document)
         expect(gate.engine.evaluate(documents[name]).value or {}, [intended[name]], name)
         findings[name] = probes[deployment].check(documents[name])

@@ -50,6 +50,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.decide.engine import query_entrypoint
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 REPO = Path(__file__).resolve().parent.parent
 FLOOR = REPO / "bench" / "floor"
@@ -107,7 +108,7 @@ def run(rounds: int, per_round: int, tmp: Path) -> dict[str, Any]:
     bundle_path = tmp / "support-desk.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle_path)
     data = read_bundle(bundle_path).data
-    gate = Gate.from_bundle(bundle_path, preflight=False)
+    gate = Gate.from_bundle(bundle_path, config=GateConfig(preflight=False))
     whole = dict(Vouched(gate, case.now).prepare(dict(case.action)).document)
     shipped = gate.engine.evaluate(whole).value or {}
     expect(shipped, ["ALLOW"], "support-desk read")

@@ -56,6 +56,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context.builder import build_context
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.decide.gateinput import decision_time
 from kcp_opa.models.decision import PolicyVerdict
 from kcp_opa.trail.entries import AuditTrail
@@ -101,7 +102,7 @@ def stages(tmp: Path, rounds: int, per_round: int) -> dict[str, float]:
     base = REPO / "fixtures" / "deployments" / "finance"
     bundle = tmp / "finance.tar.gz"
     compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle)
-    gate = Gate.from_bundle(bundle, preflight=False)
+    gate = Gate.from_bundle(bundle, config=GateConfig(preflight=False))
     action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
     vouched = Vouched(gate, NOW)
     prepared = vouched.prepare(action)
@@ -257,7 +258,7 @@ def growth(tmp: Path, rounds: int, per_round: int) -> tuple[list[dict[str, Any]]
     (directory / "matrix.yaml").write_text(_synthetic_matrix(), encoding="utf-8")
     bundle = directory / "bundle.tar.gz"
     compile_bundle([directory / "knowledge.yaml"], directory / "matrix.yaml", REPO / "policies", bundle)
-    gate = Gate.from_bundle(bundle, preflight=False)
+    gate = Gate.from_bundle(bundle, config=GateConfig(preflight=False))
     opa, _ = _opa_engine(gate)
     base = _synthetic_action(500)
     points = [("delegation chain hops", n, _with_chain(base, n)) for n in CHAIN_LENGTHS]

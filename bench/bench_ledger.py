@@ -31,6 +31,7 @@ from vouched import Vouched, expect
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,7 +68,9 @@ def main() -> int:
             gates: dict[str, Vouched] = {}
             for mode in MODES:
                 ledger = None if mode == "off" else AuditLedger(Path(tmp) / f"{mode}-{threads}.jsonl", durability=mode)
-                gates[mode] = Vouched(Gate.from_bundle(bundle, preflight=False, ledger=ledger), "2026-11-29T10:00:00Z")
+                gates[mode] = Vouched(
+                    Gate.from_bundle(bundle, config=GateConfig(preflight=False, ledger=ledger)), "2026-11-29T10:00:00Z"
+                )
                 expect(gates[mode].decide(dict(case.action)), ["ALLOW"], "the support-desk read")
             # Interleaved rounds, the order rotating each round, so a noisy moment hits every mode.
             rates: dict[str, list[float]] = {mode: [] for mode in MODES}

@@ -32,6 +32,7 @@ from vouched import Vouched, expect
 from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T10:00:00Z"
@@ -61,9 +62,9 @@ def measure(tmp: Path, rounds: int, per_round: int) -> list[dict[str, Any]]:
 def _measure_one(
     name: str, bundle: Path, action: dict[str, Any], intended: str, rounds: int, per_round: int
 ) -> dict[str, Any]:
-    inline = Gate.from_bundle(bundle, preflight=False)
+    inline = Gate.from_bundle(bundle, config=GateConfig(preflight=False))
     start = time.perf_counter()
-    pooled = Gate.from_bundle(bundle, preflight=False, isolation="process")
+    pooled = Gate.from_bundle(bundle, config=GateConfig(preflight=False, isolation="process"))
     pool_start_s = time.perf_counter() - start
     try:
         vouched = Vouched(inline, NOW)

@@ -33,9 +33,10 @@ from vouched import expect, sources
 from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.authorize.evidence import evidence_for
 from kcp_opa.authorize.receipts import issue_for_checked_decision, verify_receipt
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.signing import Key, Keyring, generate_ed25519, hmac_key, load_keyring
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.execute.executor import Executor
 from kcp_opa.stores.sqlite.executions import SQLiteStore
@@ -89,10 +90,16 @@ def _approved_document(tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     base = REPO / "fixtures" / "deployments" / "finance"
     registry = TRUST / "registry.yaml"
     out = tmp / "finance.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out, trust_path=registry)
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        REPO / "policies",
+        out,
+        options=CompileOptions(trust_path=registry),
+    )
     action = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
     context, principal = sources(action, "2026-11-29T10:00:00Z")
-    desk = ControlDesk(Gate.from_bundle(out, preflight=False, context=context), load_trust(registry))
+    desk = ControlDesk(Gate.from_bundle(out, config=GateConfig(preflight=False, context=context)), load_trust(registry))
     keys = load_keyring(TRUST / "TEST-ONLY-issuer-keys.json").keys
     record = desk.open(action, now="2026-11-29T10:00:00Z", principal=principal)
     expect(record.decision, ["HUMAN_APPROVAL"], "the KYA payment, opened")

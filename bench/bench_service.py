@@ -59,7 +59,7 @@ from servicectx import AGENT, in_process_gate, serve_args, write_context
 from targets import service_targets
 from vouched import expect
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.decide.gate import Gate
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -254,7 +254,13 @@ def main() -> int:
         bundle = work / "finance.tar.gz"
         paths = write_context(work, TOKEN)
         registry = paths["trust.yaml"]
-        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle, trust_path=registry)
+        compile_bundle(
+            [base / "knowledge.yaml"],
+            base / "matrix.yaml",
+            REPO / "policies",
+            bundle,
+            options=CompileOptions(trust_path=registry),
+        )
         bare = in_process_gate(bundle, paths)
         ledger = AuditLedger(work / "inproc.jsonl", durability="group")
         ledgered = in_process_gate(bundle, paths, ledger=ledger)

@@ -21,6 +21,7 @@ import yaml
 from kcp_opa.context import StaticGateConfig, sign_fact
 from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.service.loading import service_context
 
@@ -82,4 +83,4 @@ def in_process_gate(bundle: Path, paths: dict[str, Path], **options: Any) -> Gat
     """The gate the service builds, in this process: the same registry, attestations and region."""
     registry = load_trust(paths["trust.yaml"])
     context = service_context(registry, StaticGateConfig(deployment_region="EU"), paths["attestations.json"])
-    return Gate.from_bundle(bundle, context=context, **options)
+    return Gate.from_bundle(bundle, config=GateConfig(context=context, **options))

@@ -56,6 +56,7 @@ from vouched import Vouched, expect
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.manifest import validate_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,15 +66,16 @@ import json, resource, sys, time
 from pathlib import Path
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 start = time.perf_counter()
 bundle = read_bundle(sys.argv[1])
 read = time.perf_counter()
 if sys.argv[2] == "default":
     Gate(bundle)  # what Gate.from_bundle(path) does: preflight on, no plan cache
 elif sys.argv[2] == "none":
-    Gate(bundle, preflight=False)  # the same start without the preflight, nothing cached
+    Gate(bundle, config=GateConfig(preflight=False))  # the same start without the preflight, nothing cached
 else:
-    Gate(bundle, preflight=False, plan_cache=Path(sys.argv[2]))
+    Gate(bundle, config=GateConfig(preflight=False, plan_cache=Path(sys.argv[2])))
 done = time.perf_counter()
 print(json.dumps({"total_s": done - start, "read_s": read - start, "gate_s": done - read,
     "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -121,7 +123,7 @@ def deployment(tmp: Path, units: int, cells: int, rounds: int, batches: bool) ->
     row["compile_s"] = time.perf_counter() - start
     plans = directory / "plans"
     start = time.perf_counter()
-    gate = Gate.from_bundle(bundle, preflight=False, plan_cache=plans)
+    gate = Gate.from_bundle(bundle, config=GateConfig(preflight=False, plan_cache=plans))
     row["cold_start_build_s"] = time.perf_counter() - start
     row["data_mb"] = len(canonical_json(gate.bundle.data)) / 1e6
     row["cold_start_default"] = _fresh_load(bundle, "default")

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from kcp_opa import Gate, load_cases
+from kcp_opa import Gate, GateConfig, Verification, load_cases
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -51,9 +51,8 @@ def main() -> int:
         table.add_column(column, overflow="fold")
     for deployment, case_id, label in SHOWN:
         if deployment not in gates:
-            gates[deployment] = Gate.from_bundle(
-                BUNDLES / f"{deployment}.tar.gz", ledger=AuditLedger(LEDGER), verification_keys=VERIFY
-            )
+            config = GateConfig(ledger=AuditLedger(LEDGER), verification=Verification.from_specs(VERIFY or ()))
+            gates[deployment] = Gate.from_bundle(BUNDLES / f"{deployment}.tar.gz", config=config)
         case = cases[(deployment, case_id)]
         # What the gate knows for this case (its context: docs/decision-cases.md), never the action's word.
         sources, principal = case_sources(case.action, case.context, case.now)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kcp_opa import ContextSources, Gate, RegistrySource, SignedAttestations, sign_fact
+from kcp_opa import ContextSources, Gate, GateConfig, RegistrySource, SignedAttestations, Verification, sign_fact
 from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.authorize.evidence import evidence_for
@@ -77,9 +77,9 @@ def main() -> int:
     sources = ContextSources(
         registry=RegistrySource(registry), attestations=SignedAttestations(registry, None, attested)
     )
-    gate = Gate.from_bundle(
-        BUNDLES / "finance.tar.gz", ledger=AuditLedger(LEDGER), context=sources, verification_keys=VERIFY
-    )
+    verification = Verification.from_specs(VERIFY or ())
+    config = GateConfig(ledger=AuditLedger(LEDGER), context=sources, verification=verification)
+    gate = Gate.from_bundle(BUNDLES / "finance.tar.gz", config=config)
     desk = ControlDesk(gate, registry, gate_key=key_of("kcp-opa-gate"))
 
     record = desk.open(action, now=now, principal="agent_payments_001")

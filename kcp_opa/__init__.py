@@ -37,7 +37,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "kcp_opa.authorize.issuance": ("issue_receipt",),
     "kcp_opa.authorize.receipts": ("verify_receipt",),
     "kcp_opa.compile.bundle": ("LoadedBundle", "read_bundle"),
-    "kcp_opa.compile.compiler": ("CompileResult", "compile_bundle"),
+    "kcp_opa.compile.compiler": ("CompileOptions", "CompileResult", "compile_bundle"),
     "kcp_opa.compile.datadoc": ("build_data", "leaf_path"),
     "kcp_opa.compile.signatures": ("SignatureInfo", "Verification", "VerificationKey"),
     "kcp_opa.compile.signkeys": ("load_bundle_signer",),
@@ -93,6 +93,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "kcp_opa.decide.checked": ("CheckedAction",),
     "kcp_opa.decide.follow": ("BundleFollower", "DirectorySource", "FileSource", "HttpSource"),
     "kcp_opa.decide.gate": ("ActiveBundle", "DecisionInput", "Gate", "build_input"),
+    "kcp_opa.decide.gateconfig": ("GateConfig",),
     "kcp_opa.declare.diagnostics": ("Diagnostic", "Report", "Severity"),
     "kcp_opa.declare.effective": ("EffectiveUnit", "Sourced", "effective_unit", "effective_units"),
     "kcp_opa.declare.exceptionfile": ("ExceptionsFile", "GrantedException", "load_exceptions", "sign_exception"),
@@ -161,7 +162,7 @@ if TYPE_CHECKING:
     from kcp_opa.authorize.issuance import issue_receipt
     from kcp_opa.authorize.receipts import verify_receipt
     from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-    from kcp_opa.compile.compiler import CompileResult, compile_bundle
+    from kcp_opa.compile.compiler import CompileOptions, CompileResult, compile_bundle
     from kcp_opa.compile.datadoc import build_data, leaf_path
     from kcp_opa.compile.signatures import SignatureInfo, Verification, VerificationKey
     from kcp_opa.compile.signkeys import load_bundle_signer
@@ -217,6 +218,7 @@ if TYPE_CHECKING:
     from kcp_opa.decide.checked import CheckedAction
     from kcp_opa.decide.follow import BundleFollower, DirectorySource, FileSource, HttpSource
     from kcp_opa.decide.gate import ActiveBundle, DecisionInput, Gate, build_input
+    from kcp_opa.decide.gateconfig import GateConfig
     from kcp_opa.declare.diagnostics import Diagnostic, Report, Severity
     from kcp_opa.declare.effective import EffectiveUnit, Sourced, effective_unit, effective_units
     from kcp_opa.declare.exceptionfile import ExceptionsFile, GrantedException, load_exceptions, sign_exception

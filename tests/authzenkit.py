@@ -24,7 +24,7 @@ import yaml
 from conftest import DEPLOYMENTS, POLICIES, REPO
 from servicekit import GATE_ISSUER, SERVICE_ISSUER, start_server, stop_server, write_registry, write_tokens
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.context import sign_fact
 from kcp_opa.core.signing import Keyring, generate_ed25519
 
@@ -95,7 +95,9 @@ def serve(
     registry, issuer_keys = _registry(work, agent_tenants)
     base = deployments / "support-desk"
     bundle = work / "support-desk.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, options=CompileOptions(trust_path=registry)
+    )
     tokens = write_tokens(work, {token: who for who, token in TOKENS.items()})
     ledger = work / "ledger.jsonl"
     args = ["--bundle", str(bundle), "--store", str(work / "store.db"), "--ledger", str(ledger)]

@@ -20,6 +20,7 @@ from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 from trustkit import REGISTRY, _inputs_key, bundle_cache, make_desk, signed
 
 from kcp_opa.authorize.controls import ControlDesk, GateDecision
+from kcp_opa.compile.compiler import CompileOptions
 from kcp_opa.context import ContextSources
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.signing import Keyring, hmac_key
@@ -50,7 +51,13 @@ def compile_budget(out: Path) -> Path:
     cached = bundle_cache() / f"budget-{_inputs_key(base)}.tar.gz"
     if not cached.exists():
         partial = Path(tempfile.mkdtemp(dir=bundle_cache())) / "budget.tar.gz"
-        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, partial, trust_path=REGISTRY)
+        compile_bundle(
+            [base / "knowledge.yaml"],
+            base / "matrix.yaml",
+            POLICIES,
+            partial,
+            options=CompileOptions(trust_path=REGISTRY),
+        )
         partial.replace(cached)
         shutil.rmtree(partial.parent, ignore_errors=True)
     shutil.copyfile(cached, out)

@@ -91,13 +91,15 @@ UNDEFINED = _Undefined()
 
 
 def vouched_gate(path: Any, **options: Any) -> Any:
-    """``Gate.from_bundle`` for tests that write their own actions: the host vouches for the
-    facts each action states (kcp_opa.authoring.casecontext.VouchingGate), through the real
-    context sources. The trusted context itself is attacked in tests/adversarial/test_trusted_context.py."""
+    """``Gate.from_bundle`` (``options``: GateConfig's fields) for tests that write their own actions:
+    the host vouches for the facts each action states (kcp_opa.authoring.casecontext.VouchingGate),
+    through the real context sources. The trusted context itself is attacked in
+    tests/adversarial/test_trusted_context.py."""
     from kcp_opa.authoring.casecontext import vouching
     from kcp_opa.decide.gate import Gate
+    from kcp_opa.decide.gateconfig import GateConfig
 
-    return vouching(Gate.from_bundle(path, **options))
+    return vouching(Gate.from_bundle(path, config=GateConfig(**options)))
 
 
 def vouched_context(action: Any, now: str) -> dict[str, Any]:
@@ -186,11 +188,13 @@ def softhsm_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def finance_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The finance deployment compiled without an engine check (the CLI tests decide and inspect with it)."""
-    from kcp_opa.compile.compiler import compile_bundle
+    from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 
     out = tmp_path_factory.mktemp("bundles") / "finance.tar.gz"
     base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, engine_check=False)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, options=CompileOptions(engine_check=False)
+    )
     return out
 
 

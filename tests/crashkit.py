@@ -23,7 +23,7 @@ from typing import Any
 
 from conftest import DEPLOYMENTS, POLICIES, REPO
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 
 PROBE = """package kcp.gate
 
@@ -60,7 +60,13 @@ def probe_bundle(work: Path, deployment: str = "finance", trust: Path | None = N
     """The deployment compiled over the probe policies (``trust``: the registry to compile with)."""
     base = DEPLOYMENTS / deployment
     out = work / f"{deployment}-probe.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", probe_policies(work), out, trust_path=trust)
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        probe_policies(work),
+        out,
+        options=CompileOptions(trust_path=trust),
+    )
     return out
 
 

@@ -45,7 +45,7 @@ def read_action() -> dict[str, Any]:
 
 def setup(tmp_path: Path) -> dict[str, Path]:
     """Keys, keyrings, the registry, the action and the support-desk bundle under ``tmp_path``."""
-    from kcp_opa.compile.compiler import compile_bundle
+    from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 
     attestor, board = generate_ed25519("kyc-idp-1"), generate_ed25519("change-board-1")
     action = read_action()
@@ -80,8 +80,8 @@ def setup(tmp_path: Path) -> dict[str, Path]:
     paths["action"].write_text(json.dumps(action), encoding="utf-8")
     base = DEPLOYMENTS / "support-desk"
     compile_bundle(
-        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, paths["bundle"], engine_check=False,
-        trust_path=paths["registry"],
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, paths["bundle"],
+        options=CompileOptions(engine_check=False, trust_path=paths["registry"]),
     )  # fmt: skip
     return paths
 

@@ -22,7 +22,7 @@ import yaml
 from conftest import DEPLOYMENTS, POLICIES
 from netkit import free_port
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.signing import Keyring, generate_ed25519
 
 HOUR, DAY = dt.timedelta(hours=1), dt.timedelta(days=1)
@@ -144,7 +144,9 @@ def context_args(args: list[str]) -> list[str]:
 
 def compile_finance(out: Path, trust: Path | None) -> Path:
     base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, trust_path=trust)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, options=CompileOptions(trust_path=trust)
+    )
     return out
 
 

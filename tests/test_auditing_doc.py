@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import DEPLOYMENTS, POLICIES, REPO
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 
 
 def test_every_command_in_auditing_md_runs_as_written(tmp_path: Path) -> None:
@@ -24,7 +24,11 @@ def test_every_command_in_auditing_md_runs_as_written(tmp_path: Path) -> None:
         base = DEPLOYMENTS / name
         trust = REPO / "fixtures" / "trust" / "registry.yaml"
         compile_bundle(
-            [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundles / f"{name}.tar.gz", trust_path=trust
+            [base / "knowledge.yaml"],
+            base / "matrix.yaml",
+            POLICIES,
+            bundles / f"{name}.tar.gz",
+            options=CompileOptions(trust_path=trust),
         )
     env = {**os.environ, "KCP_OPA_LEDGER": str(tmp_path / "audit" / "demo.jsonl"), "KCP_OPA_BUNDLES": str(bundles)}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"

@@ -83,13 +83,19 @@ def compile_with_trust(out: Path) -> Path:
 
     from conftest import DEPLOYMENTS, POLICIES
 
-    from kcp_opa.compile.compiler import compile_bundle
+    from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 
     base = DEPLOYMENTS / "finance"
     cached = bundle_cache() / f"finance-{_inputs_key(base)}.tar.gz"
     if not cached.exists():
         partial = Path(tempfile.mkdtemp(dir=bundle_cache())) / "finance.tar.gz"
-        compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, partial, trust_path=REGISTRY)
+        compile_bundle(
+            [base / "knowledge.yaml"],
+            base / "matrix.yaml",
+            POLICIES,
+            partial,
+            options=CompileOptions(trust_path=REGISTRY),
+        )
         partial.replace(cached)  # atomic: a parallel run sees the whole bundle or none
         shutil.rmtree(partial.parent, ignore_errors=True)
     shutil.copyfile(cached, out)

@@ -23,6 +23,7 @@ from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.models.decision import Decision
 from kcp_opa.trail.ledger import AuditLedger, verify_ledger
 
@@ -211,7 +212,7 @@ def _through_ledger(
     and only that satisfies ``standard_audit_logging``; the entry must record this decision."""
     if case.deployment not in ledgers:
         ledger = AuditLedger(tmp / f"{case.deployment}.jsonl")
-        ledgers[case.deployment] = Gate(gate.bundle, preflight=False, ledger=ledger)
+        ledgers[case.deployment] = Gate(gate.bundle, config=GateConfig(preflight=False, ledger=ledger))
     ledger_gate = ledgers[case.deployment]
     sources, principal = case_sources(case.action, case.context, case.now, case.counters)
     prepared = ledger_gate.prepare(case.action, now=case.now, principal=principal, context=sources)

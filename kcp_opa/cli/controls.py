@@ -37,6 +37,7 @@ from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.signing import MIN_SECRET_BYTES, load_keyring, load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.gate import Gate, decision_time
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -110,11 +111,9 @@ def _desk(
             f"environment variable {seal_secret_env} must hold the desk's sealing secret (>= {MIN_SECRET_BYTES} bytes)",
             "no_secret",
         )
-    gate = Gate.from_bundle(
-        bundle,
-        ledger=AuditLedger(ledger) if ledger is not None else None,
-        verification_keys=verification_of(verification_keys, verification_scope),
-    )
+    audit = AuditLedger(ledger) if ledger is not None else None
+    verification = verification_of(verification_keys, verification_scope)
+    gate = Gate.from_bundle(bundle, config=GateConfig(ledger=audit, verification=verification))
     sources = (principal, region, environment, attestations, exceptions)
     if context_path is not None:
         from kcp_opa.authoring.casecontext import vouching

@@ -30,6 +30,7 @@ from kcp_opa.core.signing import load_signing_key
 from kcp_opa.decide.action import parse_action
 from kcp_opa.decide.crosscheck import opa_query
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.decide.query import evaluate_query
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -125,12 +126,12 @@ def decide(
         raise click.UsageError("--ledger-key needs --ledger")
     key = load_signing_key(ledger_key) if ledger_key is not None else None
     audit = AuditLedger(ledger, checkpoint_key=key) if ledger is not None else None
-    gate = Gate.from_bundle(
-        bundle,
+    config = GateConfig(
         ledger=audit,
         cross_check="opa" if cross_check else None,
-        verification_keys=verification_of(verification_keys, verification_scope),
+        verification=verification_of(verification_keys, verification_scope),
     )
+    gate = Gate.from_bundle(bundle, config=config)
     deployment = {"attestations": attestations, "exceptions": exceptions, "issuer_keys": issuer_keys}
     sources = {"trust": trust, "principal": principal, "region": region, "environment": environment, **deployment}
     given = [f"--{name.replace('_', '-')}" for name, value in sources.items() if value is not None]

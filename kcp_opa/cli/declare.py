@@ -15,7 +15,7 @@ from kcp_opa.cli import render
 from kcp_opa.cli.bundlekeys import load_verified, signing_of, signing_options, verification_options
 from kcp_opa.cli.options import ANY_PATH, FILE, FORMAT, MAX_BYTES, dir_option, output_option
 from kcp_opa.cli.output import EXIT_INVALID, EXIT_USAGE, as_json, console
-from kcp_opa.compile.compiler import compile_bundle, default_output
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle, default_output
 from kcp_opa.compile.overlay import overlaid
 from kcp_opa.compile.policyfiles import default_policies
 from kcp_opa.core.errors import KcpOpaError, ManifestIntegrityError, ValidationFailedError
@@ -338,22 +338,19 @@ def compile_command(
         raise click.BadParameter(
             "the policy version names the overlay's digest; drop --policy-version", param_hint="--overlay"
         )
+    options = CompileOptions(
+        revision=revision,
+        policy_version_override=policy_version,
+        max_bytes=max_bytes,
+        engine_check=engine_check,
+        trust_path=trust,
+        manifest_keys=keys,
+        signing_key=signer,
+        claims=claims,
+        scope=scope,
+    )
     with overlaid(policies or default_policies(), overlay) as tree:
-        result = compile_bundle(
-            manifests,
-            matrix,
-            tree,
-            target,
-            revision=revision,
-            policy_version_override=policy_version,
-            max_bytes=max_bytes,
-            engine_check=engine_check,
-            trust_path=trust,
-            manifest_keys=keys,
-            signing_key=signer,
-            claims=claims,
-            scope=scope,
-        )
+        result = compile_bundle(manifests, matrix, tree, target, options=options)
     if as_json(fmt):
         render.print_json(result.to_dict())
     else:

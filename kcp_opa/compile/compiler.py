@@ -105,6 +105,33 @@ def _engine_check(candidate: Path) -> None:
     check_bundle_in_child(candidate)
 
 
+@dataclass(frozen=True)
+class CompileOptions:
+    """How ``compile_bundle`` compiles, besides what (``kcp-opa compile``'s options): one value a
+    caller builds once and passes, rather than nine keyword arguments."""
+
+    #: The bundle revision; None: a sha256 of its content (64 hex digits are reserved for that).
+    revision: str | None = None
+    #: The policy version recorded instead of the policies directory's VERSION file.
+    policy_version_override: str | None = None
+    #: The largest YAML file read, so a declaration cannot exhaust the compiler's memory.
+    max_bytes: int = DEFAULT_MAX_BYTES
+    #: Plan the written bundle in a child process before it replaces ``output`` (a bundle regopy
+    #: cannot load never replaces a good one).
+    engine_check: bool = False
+    #: A trust registry: its principals, roles and issuers' controls (never keys) go into the data.
+    trust_path: Path | None = None
+    #: A manifest declaring ``trust.content_integrity`` compiles only when its hash and signature
+    #: verify, the signature under one of these keys (kcp_opa.declare.integrity).
+    manifest_keys: Sequence[Ed25519PublicKey] = ()
+    #: A Signer a public key verifies (a PEM file, an HSM, a KMS): the bundle then carries a
+    #: ``.signatures.json`` in OPA's format listing every file (kcp_opa.compile.signatures).
+    signing_key: Signer | None = None
+    #: With ``signing_key``: extra claims and the scope written into the signature's payload.
+    claims: JsonObject | None = None
+    scope: str = ""
+
+
 @collector_paused()  # millions of acyclic objects at 100,000 units (kcp_opa.core.bulk)
 def compile_bundle(
     manifest_paths: Sequence[Path],
@@ -112,29 +139,13 @@ def compile_bundle(
     policies_dir: Path,
     output: Path,
     *,
-    revision: str | None = None,
-    policy_version_override: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    engine_check: bool = False,
-    trust_path: Path | None = None,
-    manifest_keys: Sequence[Ed25519PublicKey] = (),
-    signing_key: Signer | None = None,
-    claims: JsonObject | None = None,
-    scope: str = "",
+    options: CompileOptions = CompileOptions(),
 ) -> CompileResult:
-    """Validate everything, build the data document and write the bundle atomically.
-
-    With ``signing_key`` (any Signer a public key verifies: a PEM file, an HSM, a KMS) the bundle
-    carries a ``.signatures.json`` in OPA's format listing every file (``claims`` and ``scope`` go
-    into its payload; kcp_opa.compile.signatures).
-
-    A manifest declaring ``trust.content_integrity`` compiles only when its hash and signature
-    verify (the signature under one of ``manifest_keys``; kcp_opa.declare.integrity).
-    """
+    """Validate everything, build the data document and write the bundle atomically."""
     if not manifest_paths:
         raise CompileError("no manifests given")
-    manifests, warnings = _load_manifests(manifest_paths, max_bytes, manifest_keys)
-    matrix, matrix_warnings = _load_matrix(matrix_path, max_bytes)
+    manifests, warnings = _load_manifests(manifest_paths, options.max_bytes, options.manifest_keys)
+    matrix, matrix_warnings = _load_matrix(matrix_path, options.max_bytes)
     warnings.extend(matrix_warnings)
     for declared in manifests:  # a by-task field list naming a task type the matrix lacks
         refuse_unlisted_task_types(declared.file, declared.data, matrix.data["task_types"], Path(matrix.file).name)
@@ -150,10 +161,10 @@ def compile_bundle(
         reason = union_stale(policies_dir)
         if reason is not None:
             raise CompileError(f"{policies_dir}: {reason}")
-    version = policy_version(policies_dir, policy_version_override)
+    version = policy_version(policies_dir, options.policy_version_override)
     trust = None
-    if trust_path is not None:
-        report = validate_trust(trust_path, max_bytes=max_bytes)
+    if options.trust_path is not None:
+        report = validate_trust(options.trust_path, max_bytes=options.max_bytes)
         if report.document is None:
             raise ValidationFailedError(report.file, [str(d) for d in report.errors])
         trust = report.document
@@ -172,9 +183,9 @@ def compile_bundle(
         metadata["trust"] = {"name": trust.name, "file": Path(trust.file).name, "sha256": trust.sha256}
         metadata["sources"][f"trust/{Path(trust.file).name}"] = trust.sha256
     content = content_revision([*files, BundleFile(".metadata", canonical_json(metadata))])
-    if revision is not None and is_content_revision(revision) and revision != content:
-        raise CompileError(f"--revision {revision[:12]}...: 64 hex digits are reserved for the content digest")
-    rev = revision or content
+    rev = options.revision or content
+    if rev != content and is_content_revision(rev):
+        raise CompileError(f"--revision {rev[:12]}...: 64 hex digits are reserved for the content digest")
     manifest = {
         "revision": rev,
         "roots": list(ROOTS),
@@ -182,11 +193,12 @@ def compile_bundle(
         "metadata": {"kcp_opa": metadata},
     }
     members = [BundleFile(".manifest", canonical_json(manifest)), *files]
-    if signing_key is not None:
-        signed = signatures_file([(f.path, f.content) for f in members], signing_key, claims=claims, scope=scope)
+    if options.signing_key is not None:
+        listed = [(f.path, f.content) for f in members]
+        signed = signatures_file(listed, options.signing_key, claims=options.claims, scope=options.scope)
         members.append(BundleFile(SIGNATURES_NAME, signed))
     packed = tarball_bytes(members)
-    write_atomically(output, packed, verify=_engine_check if engine_check else None)
+    write_atomically(output, packed, verify=_engine_check if options.engine_check else None)
     result = CompileResult(
         output=output,
         revision=rev,

@@ -172,18 +172,6 @@ class Verification:
         return cls(keys, scope or "")
 
 
-def as_verification(
-    keys: Sequence[VerificationKey | str] | Verification | None, scope: str = ""
-) -> Verification | None:
-    """``verification_keys`` as given to :meth:`Gate.from_bundle`: a Verification, keys, or ``[KEYID=]PEM`` paths."""
-    if keys is None or isinstance(keys, Verification):
-        return keys
-    if not keys:
-        return Verification.from_specs((), scope or None)
-    loaded = {k.key_id: k for k in (VerificationKey.load(k) if isinstance(k, str) else k for k in keys)}
-    return Verification(loaded, scope)
-
-
 @dataclass(frozen=True)
 class SignatureInfo:
     """A verified signature: who signed, how, for which scope."""

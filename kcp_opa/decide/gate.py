@@ -20,7 +20,6 @@ from typing import Any
 import structlog
 
 from kcp_opa.compile.bundle import LoadedBundle, read_bundle
-from kcp_opa.compile.signatures import Verification, VerificationKey, as_verification
 from kcp_opa.context.builder import ContextSources
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import ActionRejectedError, EngineLoadError, KcpOpaError, LedgerError, LedgerUnavailableError
@@ -31,12 +30,12 @@ from kcp_opa.decide.checked import CheckedAction
 from kcp_opa.decide.crosscheck import CROSS_CHECK_ENGINES, OpaReference
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, Evaluator
 from kcp_opa.decide.evaluation import evaluated
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.decide.gateinput import DecisionInput, build_input, created_epoch_seconds, decision_time
 from kcp_opa.decide.modes import ModeSwitch
 from kcp_opa.decide.pool import open_engine, retire_later
 from kcp_opa.decide.shadow import ShadowCandidate
 from kcp_opa.models.decision import AUDIT_UNAVAILABLE_VERDICT, Decision
-from kcp_opa.stores.protocols import LedgerStore
 from kcp_opa.trail.entries import AuditTrail
 
 _log = structlog.get_logger("kcp_opa.gate")
@@ -51,36 +50,26 @@ SYSTEM_CONTROLS = ("standard_audit_logging",)
 class Gate:
     """Decisions from one compiled bundle at a time. Thread-safe; build once, call ``decide`` per action.
 
-    With a ``ledger``, every decision is written to it (durably) before ``decide`` returns, and
-    ``standard_audit_logging`` counts as satisfied; without one, that control stays missing and
-    no decision allows execution. ``activate`` swaps in a new bundle atomically: a decision runs
-    wholly on the bundle it was prepared for (decisions in flight finish on the old one).
+    Its settings are one :class:`GateConfig`. With a ledger, every decision is written to it
+    (durably) before ``decide`` returns, and ``standard_audit_logging`` counts as satisfied;
+    without one, that control stays missing and no decision allows execution. ``activate`` swaps
+    in a new bundle atomically: a decision runs wholly on the bundle it was prepared for
+    (decisions in flight finish on the old one).
     """
 
-    def __init__(
-        self,
-        bundle: LoadedBundle,
-        *,
-        preflight: bool = True,
-        ledger: LedgerStore | None = None,
-        plan_cache: Path | None = None,
-        cross_check: str | None = None,
-        verification: Verification | None = None,
-        context: ContextSources | None = None,
-        isolation: str = "inline",
-    ) -> None:
+    def __init__(self, bundle: LoadedBundle, *, config: GateConfig = GateConfig()) -> None:  # noqa: B008 (frozen)
         #: Where the gate's facts come from (kcp_opa.context); None: every gate fact is missing.
-        self.context, self.isolation = context, isolation
-        self.plan_cache, self.cross_check = plan_cache, cross_check
-        self.verification = verification
-        self.ledger = ledger
+        self.context, self.isolation = config.context, config.isolation
+        self.plan_cache, self.cross_check = config.plan_cache, config.cross_check
+        self.verification = config.verification
+        self.ledger = config.ledger
         self._swap_lock = threading.Lock()
         self._recent: dict[str, ActiveBundle] = {}
         self.last_error: str | None = None
         self.last_error_at: str | None = None
         self.shadow: ShadowCandidate | None = None
         self.modes = ModeSwitch()  # enforce | log_only; changed only through modes.request (ledger)
-        self._active = self._load(bundle, preflight)
+        self._active = self._load(bundle, config.preflight)
         self._recent[bundle.sha256] = self._active
         self._seal_key = secrets.token_bytes(32)
 
@@ -99,49 +88,9 @@ class Gate:
         return ActiveBundle(bundle, engine, reference, version, audit, utc_now(), counting)
 
     @classmethod
-    def from_bundle(
-        cls,
-        path: str | Path,
-        *,
-        preflight: bool = True,
-        ledger: LedgerStore | None = None,
-        plan_cache: str | Path | None = None,
-        cross_check: str | None = None,
-        verification_keys: Sequence[VerificationKey | str] | Verification | None = None,
-        verification_scope: str = "",
-        context: ContextSources | None = None,
-        isolation: str = "inline",
-    ) -> Gate:
-        """Load a bundle written by ``kcp-opa compile``.
-
-        ``preflight`` first plans the bundle in a child process, so a policy that would abort
-        rego-cpp fails here with :class:`EngineLoadError` instead of killing this process.
-        Turn it off only for bundles this process has already checked. ``plan_cache`` (a
-        directory) keeps rego-cpp's binary plan per bundle sha256: the first start builds and
-        saves it, later starts load it (3.7x faster at 10,000 units; docs/performance.md).
-        ``cross_check="opa"`` also evaluates every decision on the OPA reference engine; any
-        difference is a DENY ``engine_divergence`` with both results in the ledger.
-        ``verification_keys`` (public keys, ``[KEYID=]PEM`` paths or a Verification) make the
-        bundle's OPA signature mandatory; without them a signed bundle is refused, as OPA does.
-        The same keys verify every bundle ``activate`` loads later.
-        ``context`` holds the sources of the gate and attested facts (docs/contract.md, "Facts");
-        the host builds them from its own configuration, never from model output.
-        ``isolation="process"`` evaluates in worker processes (kcp_opa.decide.pool): an input that
-        crashes rego-cpp costs its decision (a DENY ``engine_error``), not this process.
-        """
-        cache = Path(plan_cache) if plan_cache is not None else None
-        verification = as_verification(verification_keys, verification_scope)
-        loaded = read_bundle(path, verification=verification)
-        return cls(
-            loaded,
-            preflight=preflight,
-            ledger=ledger,
-            plan_cache=cache,
-            cross_check=cross_check,
-            verification=verification,
-            context=context,
-            isolation=isolation,
-        )
+    def from_bundle(cls, path: str | Path, *, config: GateConfig = GateConfig()) -> Gate:  # noqa: B008 (frozen)
+        """Load a bundle written by ``kcp-opa compile``, verified with ``config.verification``."""
+        return cls(read_bundle(path, verification=config.verification), config=config)
 
     # -- the active bundle, and swapping it ------------------------------------------------------
 

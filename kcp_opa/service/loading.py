@@ -29,6 +29,7 @@ from kcp_opa.core.files import read_regular
 from kcp_opa.core.jsonread import JsonObject
 from kcp_opa.core.signing import Keyring, load_keyring, load_signing_key, load_signing_keyring
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.execute.executor import Handler
 from kcp_opa.service.callers import LOCAL_AGENT, Authenticator, Principal, StaticAuthenticator
@@ -141,11 +142,13 @@ def load_gate(
         context = service_context(registry, config.gate_config(), config.attestations, keys)
     gate = Gate.from_bundle(
         bundle or config.bundle,
-        ledger=ledger,
-        plan_cache=config.plan_cache,
-        verification_keys=config.verification(),
-        context=context,
-        isolation=isolation,
+        config=GateConfig(
+            ledger=ledger,
+            plan_cache=config.plan_cache,
+            verification=config.verification(),
+            context=context,
+            isolation=isolation,
+        ),
     )
     with_exceptions(gate, registry, config.exceptions, keys)
     return LoadedGate(gate, registry, issuers, keys)

@@ -18,10 +18,11 @@ from kcp_opa.analysis.diff import Declared, diff, newly_covered
 from kcp_opa.analysis.prove import prove
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.compile.signatures import SIGNATURES_NAME
 from kcp_opa.compile.signkeys import load_pem_signer
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 UNKNOWN = "contract.unknown_unit_never_allows"
 
@@ -51,7 +52,7 @@ def test_prove_catches_a_deleted_unknown_unit_rule_with_a_real_counterexample(tm
     assert UNKNOWN in found, sorted(found)
     violation = found[UNKNOWN]
     # The counterexample is the gate's own answer, not the analysis's say-so.
-    gate = Gate(weakened, preflight=False)
+    gate = Gate(weakened, config=GateConfig(preflight=False))
     sources, principal = case_sources(violation.action, {"from_action": True}, violation.now)
     prepared = gate.prepare(violation.action, now=violation.now, principal=principal, context=sources)
     decision = gate.decide_prepared(prepared)
@@ -71,7 +72,13 @@ def test_diff_fails_the_deleted_rule_and_today_passes_prove(tmp_path: Path) -> N
 def _signed(tmp: Path, policies: Path, key: Path, name: str) -> Path:
     base = DEPLOYMENTS / "support-desk"
     out = tmp / f"{name}.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out, signing_key=load_pem_signer(key))
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        policies,
+        out,
+        options=CompileOptions(signing_key=load_pem_signer(key)),
+    )
     return out
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.trail.ledger import AuditLedger
 
 FINANCE = DEPLOYMENTS / "finance"
@@ -54,9 +55,15 @@ def decided(tmp_path: Path) -> tuple[Path, Path]:
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     bundle = bundles / "finance.tar.gz"
-    compile_bundle([FINANCE / "knowledge.yaml"], FINANCE / "matrix.yaml", POLICIES, bundle, revision="finance-2026.11")
+    compile_bundle(
+        [FINANCE / "knowledge.yaml"],
+        FINANCE / "matrix.yaml",
+        POLICIES,
+        bundle,
+        options=CompileOptions(revision="finance-2026.11"),
+    )
     ledger = tmp_path / "audit.jsonl"
-    gate = Gate.from_bundle(bundle, ledger=AuditLedger(ledger))
+    gate = Gate.from_bundle(bundle, config=GateConfig(ledger=AuditLedger(ledger)))
     for minute in range(3):
         gate.decide(ACTION, now=f"2026-11-29T10:0{minute}:00Z")
     return bundles, ledger

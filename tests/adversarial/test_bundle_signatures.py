@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.compile.signatures import (
     SIGNATURES_NAME,
     Verification,
@@ -29,6 +29,7 @@ from kcp_opa.compile.signkeys import load_bundle_signer, load_pem_signer
 from kcp_opa.core.errors import BundleSignatureError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 FINANCE = DEPLOYMENTS / "finance"
 PYJWT_ALG = {"RS256": "RS256", "PS256": "PS256", "ES256": "ES256", "EdDSA": "EdDSA"}
@@ -80,7 +81,11 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
 def _compile(out: Path, key: Path | None, alg: str | None = None, scope: str = "") -> Path:
     signer = load_pem_signer(key, alg) if key is not None else None
     compile_bundle(
-        [FINANCE / "knowledge.yaml"], FINANCE / "matrix.yaml", POLICIES, out, signing_key=signer, scope=scope
+        [FINANCE / "knowledge.yaml"],
+        FINANCE / "matrix.yaml",
+        POLICIES,
+        out,
+        options=CompileOptions(signing_key=signer, scope=scope),
     )
     return out
 
@@ -222,7 +227,7 @@ def test_gate_from_bundle_verifies_and_decisions_name_the_signer(
     bundle = _compile(tmp_path / "b.tar.gz", key)
     with pytest.raises(BundleSignatureError, match="no verification key"):
         Gate.from_bundle(bundle)
-    gate = Gate.from_bundle(bundle, verification_keys=[str(pub)])
+    gate = Gate.from_bundle(bundle, config=GateConfig(verification=Verification.from_specs([str(pub)])))
     action = json.loads((DEPLOYMENTS.parent / "kya-supplier-payment-action.json").read_text())
     decision = gate.decide(action, now="2026-11-29T10:00:00Z").to_dict()
     assert decision["bundle_sha256"] == hashlib.sha256(bundle.read_bytes()).hexdigest()

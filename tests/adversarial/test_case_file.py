@@ -22,7 +22,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
 from kcp_opa.authorize.attestations import sign_attestation
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring, sign_document
 from kcp_opa.trail.ledger import AuditLedger
@@ -40,7 +40,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         base / "matrix.yaml",
         POLICIES,
         bundles / "finance.tar.gz",
-        trust_path=TRUST / "registry.yaml",
+        options=CompileOptions(trust_path=TRUST / "registry.yaml"),
     )
     ledger = root / "demo.jsonl"
     env = {**os.environ, "KCP_OPA_LEDGER": str(ledger), "KCP_OPA_BUNDLES": str(bundles)}

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.compile.signkeys import generate_signing_key, load_pem_signer
 from kcp_opa.core.signing import Keyring, load_keyring
 from kcp_opa.trail.ledger import AuditLedger
@@ -39,8 +39,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         base / "matrix.yaml",
         POLICIES,
         bundles / "finance.tar.gz",
-        trust_path=TRUST / "registry.yaml",
-        signing_key=load_pem_signer(signing),
+        options=CompileOptions(trust_path=TRUST / "registry.yaml", signing_key=load_pem_signer(signing)),
     )
     ledger = root / "demo.jsonl"
     env = {**os.environ, "KCP_OPA_LEDGER": str(ledger), "KCP_OPA_BUNDLES": str(bundles)}

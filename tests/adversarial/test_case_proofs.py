@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.trail.ledgertree import LedgerTree
 from kcp_opa.trail.proofs import inclusion_document
 
@@ -40,7 +40,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         base = DEPLOYMENTS / name
         compile_bundle(
             [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundles / f"{name}.tar.gz",
-            trust_path=TRUST / "registry.yaml",
+            options=CompileOptions(trust_path=TRUST / "registry.yaml"),
         )  # fmt: skip
     ledger = root / "demo.jsonl"
     env = {**os.environ, "KCP_OPA_LEDGER": str(ledger), "KCP_OPA_BUNDLES": str(bundles)}

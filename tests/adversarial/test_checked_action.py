@@ -27,6 +27,7 @@ from kcp_opa.core.frozen import FrozenObject
 from kcp_opa.decide.action import action_hash, check_action
 from kcp_opa.decide.checked import CheckedAction, CheckedRoot
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 NOW = "2026-11-29T10:00:00Z"
 ACTION: dict[str, Any] = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -34,7 +35,7 @@ ACTION: dict[str, Any] = json.loads((REPO / "fixtures" / "kya-supplier-payment-a
 
 @pytest.fixture(scope="module")
 def gate(finance_bundle: Path) -> Gate:
-    return Gate.from_bundle(finance_bundle, preflight=False)
+    return Gate.from_bundle(finance_bundle, config=GateConfig(preflight=False))
 
 
 def _action() -> dict[str, Any]:

@@ -24,9 +24,10 @@ from conftest import run_cli
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import ManifestIntegrityError, ValidationFailedError
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.manifest import MANIFEST_KIND
 from kcp_opa.declare.validation import validate_file
 
@@ -105,7 +106,7 @@ def _write(tmp_path: Path, manifest: str = MANIFEST, matrix: str = MATRIX) -> tu
 def _compile(tmp_path: Path, manifest: str = MANIFEST, matrix: str = MATRIX, **kwargs: Any) -> Path:
     knowledge, matrix_path = _write(tmp_path, manifest, matrix)
     out = tmp_path / "b.tar.gz"
-    compile_bundle([knowledge], matrix_path, POLICIES, out, **kwargs)
+    compile_bundle([knowledge], matrix_path, POLICIES, out, options=CompileOptions(**kwargs))
     return out
 
 
@@ -165,7 +166,7 @@ def test_not_for_ending_in_newline_is_refused_or_decided_alike(tmp_path: Path) -
         assert "declaration_characters" in text and "U+000A" in text, text
         assert f"knowledge.yaml:{_line_of(MANIFEST, 'not_for:') + 1}:" in text, text
         return
-    decision = Gate.from_bundle(bundle, cross_check="opa", preflight=False).decide(action, now=NOW)
+    decision = Gate.from_bundle(bundle, config=GateConfig(cross_check="opa", preflight=False)).decide(action, now=NOW)
     assert "engine_divergence" not in decision.verdict.reason_codes, decision.engine_error
     assert decision.verdict.reason_codes == ("unit_not_for_purpose",)
 
@@ -241,7 +242,9 @@ def test_compile_refuses_a_data_string_no_validator_rule_names(tmp_path: Path) -
 )  # fmt: skip
 def test_training_in_any_spelling_is_refused_on_both_engines(tmp_path: Path, purpose: str) -> None:
     bundle = _compile(tmp_path, MANIFEST.replace("      - |\n        Initial adoption\n", "      - Initial adoption\n"))
-    decision = Gate.from_bundle(bundle, cross_check="opa", preflight=False).decide(_action("memo", purpose), now=NOW)
+    decision = Gate.from_bundle(bundle, config=GateConfig(cross_check="opa", preflight=False)).decide(
+        _action("memo", purpose), now=NOW
+    )
     assert "engine_divergence" not in decision.verdict.reason_codes, decision.engine_error
     assert decision.verdict.decision == "DENY"
     assert "ai_training_forbidden" in decision.verdict.reason_codes
@@ -333,7 +336,13 @@ def test_a_pinned_key_refuses_a_manifest_whose_signature_was_switched_off(tmp_pa
     assert "ENABLED" not in knowledge.read_text()
     _sign(knowledge, key)  # even a .sig lying next to it does not matter: nothing declares it
     with pytest.raises(ManifestIntegrityError, match="--manifest-key was given"):
-        compile_bundle([knowledge], matrix, POLICIES, tmp_path / "b.tar.gz", manifest_keys=[key.public_key()])
+        compile_bundle(
+            [knowledge],
+            matrix,
+            POLICIES,
+            tmp_path / "b.tar.gz",
+            options=CompileOptions(manifest_keys=[key.public_key()]),
+        )
     for command in (
         ("compile", str(knowledge), "--matrix", str(matrix), "-o", str(tmp_path / "c.tar.gz")),
         ("validate", "--format", "json", str(knowledge)),
@@ -351,7 +360,9 @@ def test_enabled_must_be_a_boolean_with_or_without_a_key(tmp_path: Path, enabled
     _sign(knowledge, key)
     for keys in ([key.public_key()], []):
         with pytest.raises(ManifestIntegrityError, match="must be true or false"):
-            compile_bundle([knowledge], matrix, POLICIES, tmp_path / "b.tar.gz", manifest_keys=keys)
+            compile_bundle(
+                [knowledge], matrix, POLICIES, tmp_path / "b.tar.gz", options=CompileOptions(manifest_keys=keys)
+            )
     proc = run_cli("validate", "--format", "json", str(knowledge))
     assert proc.returncode == 1 and "must be true or false" in proc.stdout, proc.stdout
 
@@ -360,5 +371,7 @@ def test_the_signed_manifest_still_compiles_under_its_key(tmp_path: Path) -> Non
     key = Ed25519PrivateKey.generate()
     knowledge, matrix = _write(tmp_path, SIGNED.replace("ENABLED", "true"))
     _sign(knowledge, key)
-    compile_bundle([knowledge], matrix, POLICIES, tmp_path / "b.tar.gz", manifest_keys=[key.public_key()])
+    compile_bundle(
+        [knowledge], matrix, POLICIES, tmp_path / "b.tar.gz", options=CompileOptions(manifest_keys=[key.public_key()])
+    )
     assert (tmp_path / "b.tar.gz").exists()

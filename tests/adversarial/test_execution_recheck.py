@@ -27,10 +27,11 @@ from trustkit import REGISTRY, make_desk
 from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.authorize.issuance import issue_receipt
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import ExecutionError, ReceiptVerificationError
 from kcp_opa.core.signing import Keyring, generate_ed25519, load_keyring
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.execute.executor import Executor
 from kcp_opa.stores.sqlite.executions import SQLiteStore
 from kcp_opa.trail.ledger import AuditLedger, read_entries
@@ -45,18 +46,22 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("recheck")
     base = DEPLOYMENTS / "support-desk"
     before = work / "before.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, before, trust_path=REGISTRY)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, before, options=CompileOptions(trust_path=REGISTRY)
+    )
     matrix = yaml.safe_load((base / "matrix.yaml").read_text())
     matrix["task_types"]["read"]["data_categories"]["personal"] = "forbidden"
     (work / "matrix.yaml").write_text(yaml.safe_dump(matrix))
     after = work / "after.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], work / "matrix.yaml", POLICIES, after, trust_path=REGISTRY)
+    compile_bundle(
+        [base / "knowledge.yaml"], work / "matrix.yaml", POLICIES, after, options=CompileOptions(trust_path=REGISTRY)
+    )
     return before, after
 
 
 def _setup(tmp_path: Path, bundle: Path, declared: dict[str, Any]) -> tuple[Any, Any, Executor, Any]:
     ledger = tmp_path / "ledger.jsonl"
-    gate = vouching(Gate.from_bundle(bundle, ledger=AuditLedger(ledger)), declared)
+    gate = vouching(Gate.from_bundle(bundle, config=GateConfig(ledger=AuditLedger(ledger))), declared)
     key = generate_ed25519("receipts-1")
     executor = Executor(
         keyring=Keyring({key.kid: key}, key.kid),

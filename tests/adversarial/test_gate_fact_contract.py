@@ -26,7 +26,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, opa_query, run_cli, vouched_ga
 from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.authoring.cases import check_context, load_cases
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.context import GateFactError, StaticGateConfig
 from kcp_opa.context.factsources import Fact, fact
 from kcp_opa.core.errors import ValidationFailedError
@@ -41,7 +41,9 @@ QUOTED = '"EEA"'
 def onboarding(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("factcontract") / "customer-onboarding.tar.gz"
     base = DEPLOYMENTS / "customer-onboarding"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, engine_check=False)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, options=CompileOptions(engine_check=False)
+    )
     return out
 
 

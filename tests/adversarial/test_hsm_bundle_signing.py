@@ -23,7 +23,7 @@ from conftest import DEPLOYMENTS, POLICIES, run_cli
 from cryptography.hazmat.primitives import serialization
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.compile.signatures import SIGNATURES_NAME, Verification
 from kcp_opa.core.errors import BundleSignatureError
 from kcp_opa.core.signing import Pkcs11Key, create_pkcs11_ed25519, generate_ed25519
@@ -110,7 +110,13 @@ def hsm_key(softhsm_token: Any) -> Pkcs11Key:
 @pytest.fixture(scope="module")
 def signed(hsm_key: Pkcs11Key, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("hsm-bundle") / "finance.tar.gz"
-    compile_bundle([FINANCE / "knowledge.yaml"], FINANCE / "matrix.yaml", POLICIES, out, signing_key=hsm_key)
+    compile_bundle(
+        [FINANCE / "knowledge.yaml"],
+        FINANCE / "matrix.yaml",
+        POLICIES,
+        out,
+        options=CompileOptions(signing_key=hsm_key),
+    )
     return out
 
 

@@ -25,7 +25,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
 
 from kcp_opa.authoring.cases import load_cases
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.canonical import canonical_json
 from kcp_opa.core.errors import LedgerError, StoreUnavailableError
 from kcp_opa.core.signing import Keyring, generate_ed25519
@@ -235,7 +235,9 @@ def support_desk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pg-ledger-bundles") / "support-desk.tar.gz"
     base = DEPLOYMENTS / "support-desk"
     trust = REPO / "fixtures" / "trust" / "registry.yaml"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, trust_path=trust)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, options=CompileOptions(trust_path=trust)
+    )
     return out
 
 

@@ -13,6 +13,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO
 
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.decide.modes import ModeChangeError
 from kcp_opa.service.callers import LOCAL_AGENT, AccessDeniedError, Principal
 from kcp_opa.service.config import ServiceConfig
@@ -74,6 +75,6 @@ def test_a_mode_change_that_cannot_be_recorded_is_refused(bundle: Path) -> None:
         gate.modes.request("log_only", "ops_olga", gate.audit)
     assert gate.modes.mode == "enforce"
     with pytest.raises(ModeChangeError, match="the modes are"):
-        Gate.from_bundle(bundle, ledger=AuditLedger(Path("/nonexistent-dir/l.jsonl"))).modes.request(
+        Gate.from_bundle(bundle, config=GateConfig(ledger=AuditLedger(Path("/nonexistent-dir/l.jsonl")))).modes.request(
             "off", "ops_olga", None
         )

@@ -19,7 +19,7 @@ from conftest import run_cli, vouched_gate
 from kcp_opa import Gate
 from kcp_opa.analysis.space import derive_space
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import ValidationFailedError
 from kcp_opa.declare.matrix import validate_matrix
 
@@ -137,8 +137,9 @@ def test_a_registry_control_resolves_with_trust(tmp_path: Path) -> None:
     matrix = _matrix(tmp_path, money_controls_by_task_type=controls)
     with pytest.raises(ValidationFailedError):
         compile_bundle([DESK / "knowledge.yaml"], matrix, REPO / "policies", tmp_path / "a.tar.gz")
-    compile_bundle([DESK / "knowledge.yaml"], matrix, REPO / "policies", tmp_path / "b.tar.gz", trust_path=TRUST)
-    gate = vouched_gate(tmp_path / "b.tar.gz", cross_check="opa")
+    out = tmp_path / "b.tar.gz"
+    compile_bundle([DESK / "knowledge.yaml"], matrix, REPO / "policies", out, options=CompileOptions(trust_path=TRUST))
+    gate = vouched_gate(out, cross_check="opa")
     decision = gate.decide(with_(support_refund(), amount={"value_minor": 50000, "currency": "EUR"}), now=NOW)
     assert "sanctions_override" in decision.required_controls
     assert decision.decision.value == "HUMAN_APPROVAL"  # never a hold

@@ -14,7 +14,7 @@ import pytest
 import trustkit
 from conftest import receipt_for, vouched_gate
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import EvidenceRejectedError, ExecutionError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.action import action_hash
@@ -109,7 +109,11 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("nolog") / "co.tar.gz"
     base = REPO / "fixtures" / "deployments" / "customer-onboarding"
     compile_bundle(
-        [base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", out, trust_path=trustkit.REGISTRY
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        REPO / "policies",
+        out,
+        options=CompileOptions(trust_path=trustkit.REGISTRY),
     )
     return out
 

@@ -21,7 +21,7 @@ import pytest
 from actionkit import case_action, with_
 from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.models.decision import RoutingState
 
@@ -82,7 +82,9 @@ FINE_TUNING = {
 def support_desk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("lookalike") / "support-desk.tar.gz"
     base = DEPLOYMENTS / "support-desk"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, engine_check=False)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, options=CompileOptions(engine_check=False)
+    )
     return out
 
 
@@ -98,7 +100,9 @@ def governance(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert old in text
     manifest.write_text(text.replace(old, 'not_for: ["Initial KCP adoption (no prior version)", "fine-tuning"]'))
     out = work / "kcp-governance.tar.gz"
-    compile_bundle([manifest], work / "deployment" / "matrix.yaml", POLICIES, out, engine_check=False)
+    compile_bundle(
+        [manifest], work / "deployment" / "matrix.yaml", POLICIES, out, options=CompileOptions(engine_check=False)
+    )
     return out
 
 
@@ -164,7 +168,9 @@ def test_lookalike_not_for_entry_folds_at_compile_time(tmp_path: Path, support_d
         manifest.read_text().replace("Initial KCP adoption (no prior version)", "\u0456n\u0456t\u0456al adopt\u0456on")
     )
     out = tmp_path / "b.tar.gz"
-    compile_bundle([manifest], tmp_path / "d" / "matrix.yaml", POLICIES, out, engine_check=False)
+    compile_bundle(
+        [manifest], tmp_path / "d" / "matrix.yaml", POLICIES, out, options=CompileOptions(engine_check=False)
+    )
     decision, _ = _decide(out, _upgrade_action("Initial adoption"))
     assert decision.decision is RoutingState.DENY and "unit_not_for_purpose" in decision.reason_codes
 
@@ -174,5 +180,11 @@ def test_unreadable_not_for_entry_is_refused_at_compile(tmp_path: Path) -> None:
     manifest = tmp_path / "d" / "knowledge.yaml"
     manifest.write_text(manifest.read_text().replace("Initial KCP adoption (no prior version)", "tra\u01c0ning"))
     with pytest.raises(KcpOpaError) as refused:
-        compile_bundle([manifest], tmp_path / "d" / "matrix.yaml", POLICIES, tmp_path / "b.tar.gz", engine_check=False)
+        compile_bundle(
+            [manifest],
+            tmp_path / "d" / "matrix.yaml",
+            POLICIES,
+            tmp_path / "b.tar.gz",
+            options=CompileOptions(engine_check=False),
+        )
     assert "reads as either I or l" in str(refused.value) or "U+01C0" in str(refused.value)

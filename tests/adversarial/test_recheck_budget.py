@@ -22,7 +22,7 @@ from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 from trustkit import REGISTRY, make_desk
 
 from kcp_opa.authorize.controls import ControlDesk
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.context import ContextSources
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import ReceiptVerificationError
@@ -47,7 +47,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             budget["limit_minor"] = 10 * AMOUNT
     (work / "matrix.yaml").write_text(yaml.safe_dump(matrix))
     ten = work / "ten.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], work / "matrix.yaml", POLICIES, ten, trust_path=REGISTRY)
+    compile_bundle(
+        [base / "knowledge.yaml"], work / "matrix.yaml", POLICIES, ten, options=CompileOptions(trust_path=REGISTRY)
+    )
     return five, ten
 
 

@@ -23,6 +23,7 @@ from uikit import KYA, _action, _api, _pending_payment, ui_servers
 from kcp_opa.audit.summary import LedgerSummary, summarize
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 
@@ -128,7 +129,7 @@ def test_a_decision_relabelled_as_a_re_decision_is_refused_before_it_is_recorded
 ) -> None:
     """A caller hiding a decision from the count (marking its prepared input a re-decision of another) is refused."""
     ledger = tmp_path / "gate.jsonl"
-    gate = Gate.from_bundle(finance_bundle, ledger=AuditLedger(ledger))
+    gate = Gate.from_bundle(finance_bundle, config=GateConfig(ledger=AuditLedger(ledger)))
     prepared = gate.prepare(KYA, now="2026-11-29T10:00:00Z")
     hidden = replace(prepared, redecision="execution", original_decision_id="dec_someone_elses")
     with pytest.raises(ActionRejectedError, match="edited after prepare"):

@@ -31,7 +31,7 @@ from exceptionkit import ISSUER, exception, key, write_file
 from servicekit import GATE_ISSUER, SERVICE_ISSUER, start_server, stop_server, write_registry, write_tokens
 
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.context import sign_fact
 from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.trail.ledger import read_entries
@@ -126,11 +126,19 @@ def served(tmp_path: Path) -> Iterator[Served]:
     exceptions = write_file(tmp_path / "exceptions.yaml", [_phone_waiver(board)])
     base = DEPLOYMENTS / "support-desk"
     before, after = tmp_path / "before.tar.gz", tmp_path / "after.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, before, trust_path=registry)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, before, options=CompileOptions(trust_path=registry)
+    )
     matrix = yaml.safe_load((base / "matrix.yaml").read_text())
     matrix["task_types"]["read"]["data_categories"]["personal"] = "forbidden"  # same version: a bad day
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix))
-    compile_bundle([base / "knowledge.yaml"], tmp_path / "matrix.yaml", POLICIES, after, trust_path=registry)
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        tmp_path / "matrix.yaml",
+        POLICIES,
+        after,
+        options=CompileOptions(trust_path=registry),
+    )
     live = tmp_path / "live.tar.gz"
     shutil.copyfile(before, live)
     handlers = tmp_path / "handlers.json"

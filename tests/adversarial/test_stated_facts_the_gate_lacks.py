@@ -25,6 +25,7 @@ from kcp_opa.authoring.casecontext import vouching
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context.facts import FACTS
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = "2026-11-29T10:00:00Z"
@@ -59,7 +60,7 @@ def gates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Gate]:
         folder = REPO / "fixtures" / "deployments" / deployment
         bundle = out / f"{deployment}.tar.gz"
         compile_bundle([folder / "knowledge.yaml"], folder / "matrix.yaml", REPO / "policies", bundle)
-        found[deployment] = Gate.from_bundle(bundle, cross_check="opa")
+        found[deployment] = Gate.from_bundle(bundle, config=GateConfig(cross_check="opa"))
     return found
 
 

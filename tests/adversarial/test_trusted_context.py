@@ -27,7 +27,7 @@ from actionkit import case_action, finance_bound_payment, finance_payment, suppo
 from conftest import DEPLOYMENTS, POLICIES
 from servicekit import GATE_ISSUER, SERVICE_ISSUER, start_server, stop_server, write_registry, write_tokens
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.context import sign_fact, sign_spend
 from kcp_opa.core.signing import Keyring, generate_ed25519
 
@@ -266,7 +266,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], 
             deployment, region, environment = SERVERS[name]
             base = DEPLOYMENTS / deployment
             bundle = work / f"{name}.tar.gz"
-            compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry)
+            compile_bundle(
+                [base / "knowledge.yaml"],
+                base / "matrix.yaml",
+                POLICIES,
+                bundle,
+                options=CompileOptions(trust_path=registry),
+            )
             args = [
                 "--bundle",
                 str(bundle),

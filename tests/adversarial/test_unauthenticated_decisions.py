@@ -21,7 +21,7 @@ from trustkit import REGISTRY, compile_with_trust, make_desk, signed
 from kcp_opa.authorize.attestations import attestation_bytes
 from kcp_opa.authorize.controls import ControlDesk
 from kcp_opa.authorize.receipts import signing_bytes
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.signing import hmac_key
 
 KYA_PATH = REPO / "fixtures" / "kya-supplier-payment-action.json"
@@ -116,7 +116,9 @@ def test_an_unsigned_gate_needs_the_registry_mark_and_the_flag_and_the_receipt_s
     registry.write_text(yaml.safe_dump(data, sort_keys=False))
     bundle = tmp_path / "finance.tar.gz"
     base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, options=CompileOptions(trust_path=registry)
+    )
     without = _issue(tmp_path, _hand_written(desk), bundle, registry)
     assert without.returncode == 2 and json.loads(without.stderr)["code"] == "unsigned_decision"
     assert "--accept-unsigned-decision" in json.loads(without.stderr)["error"]

@@ -21,6 +21,7 @@ from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 
 MATRIX = """kind: kcp-opa/delegation-matrix
 format_version: 1
@@ -168,7 +169,7 @@ def _deployment(tmp: Path, restrictions: str, *, more_units: bool = False, ackno
 
 def _gate_decides(bundle: Path, action: dict[str, object], now: str) -> str:
     """What the gate itself decides for ACTION, with the facts it states vouched for."""
-    gate = Gate(read_bundle(bundle), preflight=False)
+    gate = Gate(read_bundle(bundle), config=GateConfig(preflight=False))
     sources, principal = case_sources(action, {"from_action": True}, now)
     prepared = gate.prepare(action, now=now, principal=principal, context=sources)
     return str(gate.decide_prepared(prepared).decision.value)

@@ -21,7 +21,7 @@ from servicekit import SERVICE_ISSUER, stop_server, write_registry, write_tokens
 from workerkit import start_fleet, wait_for
 
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text()) | {"agent_id": "local-agent"}
@@ -31,7 +31,11 @@ WHO = {"local-agent": "t-agent-" + "a" * 32, "ops_olga": "t-admin-" + "o" * 32}
 def _compile(out: Path, registry: Path, revision: str) -> str:
     base = DEPLOYMENTS / "finance"
     compile_bundle(
-        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, trust_path=registry, revision=revision
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        POLICIES,
+        out,
+        options=CompileOptions(trust_path=registry, revision=revision),
     )
     return read_bundle(out).sha256
 

@@ -24,6 +24,7 @@ from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.schemas import validator
 from kcp_opa.trail.ledger import AuditLedger
 
@@ -261,7 +262,7 @@ def _ledger_decision(tmp: Path, bundle: Path) -> tuple[Path, str, dict[str, obje
     cases = yaml.safe_load((REPO / "fixtures" / "cases" / "support-desk.yaml").read_text(encoding="utf-8"))
     action = cases["base_action"]
     ledger = tmp / "ledger.jsonl"
-    gate = Gate(read_bundle(bundle), preflight=False, ledger=AuditLedger(ledger))
+    gate = Gate(read_bundle(bundle), config=GateConfig(preflight=False, ledger=AuditLedger(ledger)))
     sources, principal = case_sources(action, {"from_action": True}, cases["now"])
     decision = gate.decide_prepared(gate.prepare(action, now=cases["now"], principal=principal, context=sources))
     assert decision.decision.value == "ALLOW"

@@ -16,7 +16,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
 
 from kcp_opa.authoring.cases import load_cases
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.core.errors import LedgerError
 from kcp_opa.models.decision import RoutingState
@@ -36,7 +36,11 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
         base = DEPLOYMENTS / name
         trust = REPO / "fixtures" / "trust" / "registry.yaml"  # the demo's control desk needs it
         compile_bundle(
-            [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out / f"{name}.tar.gz", trust_path=trust
+            [base / "knowledge.yaml"],
+            base / "matrix.yaml",
+            POLICIES,
+            out / f"{name}.tar.gz",
+            options=CompileOptions(trust_path=trust),
         )
     return out
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.canonical import canonical_hash
 from kcp_opa.trail.record import LedgerEntry
 
@@ -58,7 +58,7 @@ def test_proof_case_for_one_decision_stays_under_a_megabyte_at_100k_entries(tmp_
     base = DEPLOYMENTS / "finance"
     compile_bundle(
         [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundles / "finance.tar.gz",
-        trust_path=TRUST / "registry.yaml",
+        options=CompileOptions(trust_path=TRUST / "registry.yaml"),
     )  # fmt: skip
     demo = tmp_path / "demo.jsonl"
     env = {**os.environ, "KCP_OPA_LEDGER": str(demo), "KCP_OPA_BUNDLES": str(bundles)}

@@ -27,6 +27,7 @@ from kcp_opa.authoring.casecontext import case_sources
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.context import SignedExceptions
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.exceptionfile import load_exceptions
 from kcp_opa.declare.manifest import load_manifest
 from kcp_opa.trail.locations import open_ledger
@@ -73,7 +74,7 @@ def _decide(bundle: Path, registry: Path, exceptions: Path, ledger: str, times: 
     from kcp_opa.declare.trust import load_trust
 
     held = SignedExceptions(load_trust(registry), path=exceptions)
-    gate = Gate.from_bundle(bundle, ledger=open_ledger(ledger))
+    gate = Gate.from_bundle(bundle, config=GateConfig(ledger=open_ledger(ledger)))
     for n in range(times):
         action = {**READ, "idempotency_key": f"idem_exc_audit_{n}"}
         sources, principal = case_sources(action, {"from_action": True}, NOW.strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -169,7 +170,7 @@ def test_a_re_decision_at_execution_is_its_decisions_use_not_another(tmp_path: P
 
     registry, exceptions = _granted(tmp_path)
     ledger = tmp_path / "ledger.jsonl"
-    gate = Gate.from_bundle(bundle, ledger=open_ledger(str(ledger)))
+    gate = Gate.from_bundle(bundle, config=GateConfig(ledger=open_ledger(str(ledger))))
     action = {**READ, "idempotency_key": "idem_exc_audit_executed"}
     sources, principal = case_sources(action, {"from_action": True}, NOW.strftime("%Y-%m-%dT%H:%M:%SZ"))
     assert sources is not None

@@ -10,8 +10,9 @@ from conftest import DEPLOYMENTS, POLICIES, REPO
 
 from kcp_opa.audit.report import render_html
 from kcp_opa.audit.summary import entries_by_decision, summarize
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -20,13 +21,17 @@ NOW = "2026-11-29T10:00:00Z"
 
 def _bundle(out: Path, revision: str) -> Path:
     base = DEPLOYMENTS / "finance"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, revision=revision)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, options=CompileOptions(revision=revision)
+    )
     return out
 
 
 def test_a_reload_shows_as_a_new_revision_first_and_last_seen(tmp_path: Path) -> None:
     ledger = tmp_path / "gate.jsonl"
-    gate = Gate.from_bundle(_bundle(tmp_path / "a.tar.gz", "finance-2026-11-a"), ledger=AuditLedger(ledger))
+    gate = Gate.from_bundle(
+        _bundle(tmp_path / "a.tar.gz", "finance-2026-11-a"), config=GateConfig(ledger=AuditLedger(ledger))
+    )
     for n in range(2):
         gate.decide({**KYA, "action_id": f"act_before_{n}"}, now=NOW)
     gate.activate(_bundle(tmp_path / "b.tar.gz", "finance-2026-11-b"))  # the reload

@@ -27,6 +27,7 @@ from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.core.errors import BundleError, EvidenceRejectedError, ReceiptIssueError
 from kcp_opa.core.signing import Keyring, hmac_key
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.trust import load_trust
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
@@ -284,7 +285,7 @@ def test_a_bundle_without_trust_metadata_is_refused(trust_bundle: Path) -> None:
     loaded = read_bundle(trust_bundle)
     manifest = copy.deepcopy(dict(loaded.manifest))
     del manifest["metadata"]["kcp_opa"]["trust"]
-    gate = Gate(dataclasses.replace(loaded, manifest=manifest), preflight=False)
+    gate = Gate(dataclasses.replace(loaded, manifest=manifest), config=GateConfig(preflight=False))
     with pytest.raises(EvidenceRejectedError) as caught:
         ControlDesk(gate, registry())
     assert caught.value.code == "registry_mismatch"
@@ -299,7 +300,7 @@ def test_the_receipt_ttl_comes_from_the_matrix(trust_bundle: Path, ttl: Any, exp
         del data["kcp_data"]["matrix"]["parameters"]["receipt_ttl_seconds"]
     else:
         data["kcp_data"]["matrix"]["parameters"]["receipt_ttl_seconds"] = ttl
-    gate = Gate(dataclasses.replace(loaded, data=data), preflight=False)
+    gate = Gate(dataclasses.replace(loaded, data=data), config=GateConfig(preflight=False))
     desk = ControlDesk(gate, registry())
     assert desk.receipt_ttl_seconds == expected
     assert desk.open(KYA, now=DECIDED).to_dict()["receipt_ttl_seconds"] == expected
@@ -312,16 +313,16 @@ def test_a_receipt_ttl_of_the_wrong_type_is_refused_not_read_as_the_default(trus
     data = copy.deepcopy(dict(loaded.data))
     data["kcp_data"]["matrix"]["parameters"]["receipt_ttl_seconds"] = ttl
     with pytest.raises(BundleError, match="kcp_data/matrix/parameters/receipt_ttl_seconds is not an integer"):
-        ControlDesk(Gate(dataclasses.replace(loaded, data=data), preflight=False), registry())
+        ControlDesk(Gate(dataclasses.replace(loaded, data=data), config=GateConfig(preflight=False)), registry())
 
 
 @pytest.mark.parametrize("data", [{}, {"kcp_data": {}}, {"kcp_data": {"matrix": {}}}])
 def test_the_receipt_ttl_defaults_without_a_matrix(trust_bundle: Path, data: dict[str, Any]) -> None:
     loaded = read_bundle(trust_bundle)
-    gate = Gate(dataclasses.replace(loaded, data={**loaded.data, **data}), preflight=False)
+    gate = Gate(dataclasses.replace(loaded, data={**loaded.data, **data}), config=GateConfig(preflight=False))
     if data:  # replace kcp_data by the partial one, keep the rest
         assert ControlDesk(gate, registry()).receipt_ttl_seconds == 300
-    stripped = Gate(dataclasses.replace(loaded, data={}), preflight=False)
+    stripped = Gate(dataclasses.replace(loaded, data={}), config=GateConfig(preflight=False))
     assert ControlDesk(stripped, registry()).receipt_ttl_seconds == 300
 
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.compile.datadoc import build_index, index_depth, leaf_path, with_residency_places
 from kcp_opa.core.errors import BundleError, CompileError, ValidationFailedError
 from kcp_opa.declare.effective import UNIT_FIELDS, effective_units
@@ -30,7 +30,9 @@ ALL = sorted(p.name for p in DEPLOYMENTS.iterdir() if p.is_dir())
 
 def _compile(name: str, out: Path, **kwargs: Any) -> Any:
     base = DEPLOYMENTS / name
-    return compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, **kwargs)
+    return compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, out, options=CompileOptions(**kwargs)
+    )
 
 
 def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:

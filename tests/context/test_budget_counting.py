@@ -19,7 +19,7 @@ from conftest import DEPLOYMENTS, POLICIES, vouched_gate
 from storekit import Backend
 from trustkit import REGISTRY
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.context import ContextSources
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import StoreError, StoreUnavailableError
@@ -127,7 +127,7 @@ def test_a_reloaded_bundle_counts_its_own_budgets(bundle: Path, store: str, tmp_
         matrix.read_text(encoding="utf-8").replace("tenant_daily_usd", "tenant_daily_usd_v2"), encoding="utf-8"
     )
     renamed = tmp_path / "renamed.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], matrix, POLICIES, renamed, trust_path=REGISTRY)
+    compile_bundle([base / "knowledge.yaml"], matrix, POLICIES, renamed, options=CompileOptions(trust_path=REGISTRY))
     gate, _, _ = parts(bundle, store)
     assert "tenant_daily_usd" in gate.prepare(read(1), now=T0).document["context"]["counters"]["budgets"]
     gate.activate(renamed)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.context import (
     FACTS,
     ContextSourceError,
@@ -30,6 +30,7 @@ from kcp_opa.core.errors import StoreError
 from kcp_opa.core.signing import Keyring, generate_ed25519
 from kcp_opa.decide.action import action_hash
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare.trust import TrustRegistry, load_trust
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
@@ -180,9 +181,15 @@ def test_the_archived_input_carries_each_fact_with_its_class_and_source_and_repl
     registry = load_trust(registry_path)
     base = DEPLOYMENTS / "finance"
     bundle = tmp_path / "finance.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry_path)
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        POLICIES,
+        bundle,
+        options=CompileOptions(trust_path=registry_path),
+    )
     sources = ContextSources(registry=RegistrySource(registry), config=StaticGateConfig(deployment_region="EU"))
-    gate = Gate.from_bundle(bundle, ledger=AuditLedger(tmp_path / "ledger.jsonl"), context=sources)
+    gate = Gate.from_bundle(bundle, config=GateConfig(ledger=AuditLedger(tmp_path / "ledger.jsonl"), context=sources))
     stated = copy.deepcopy(ACTION)
     stated["authorization_context"]["agent_scope"] = ["execute_payment", "prepare_payment", "refund"]
     decision = gate.decide(stated, now="2026-07-17T08:00:00Z", principal="agent_payments_001")

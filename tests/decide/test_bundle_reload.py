@@ -18,7 +18,7 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, vouched_gate
 from servicekit import start_server, stop_server
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import BundleError
 from kcp_opa.decide.follow import BundleFollower, DirectorySource, HttpSource
 from kcp_opa.trail.ledger import AuditLedger, read_entries
@@ -34,8 +34,7 @@ def _release(out: Path, version: str) -> Path:
         FINANCE / "matrix.yaml",
         POLICIES,
         out,
-        revision=f"finance-{version}",
-        policy_version_override=version,
+        options=CompileOptions(revision=f"finance-{version}", policy_version_override=version),
     )
     return out
 

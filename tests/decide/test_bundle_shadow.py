@@ -11,7 +11,7 @@ import yaml
 from conftest import DEPLOYMENTS, POLICIES, REPO, run_cli, vouched_gate
 
 from kcp_opa.authoring.cases import load_cases
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
 FINANCE = DEPLOYMENTS / "finance"
@@ -19,7 +19,7 @@ CASES = {c.case_id: c for c in load_cases(REPO / "fixtures" / "cases" / "finance
 
 
 def _compile(out: Path, matrix: Path, revision: str) -> Path:
-    compile_bundle([FINANCE / "knowledge.yaml"], matrix, POLICIES, out, revision=revision)
+    compile_bundle([FINANCE / "knowledge.yaml"], matrix, POLICIES, out, options=CompileOptions(revision=revision))
     return out
 
 

@@ -17,7 +17,7 @@ from conftest import DEPLOYMENTS, POLICIES, REPO, VOUCH, run_cli, vouched_gate
 
 from kcp_opa.audit.auditor import replay
 from kcp_opa.authoring.cases import load_cases
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import EngineLoadError
 from kcp_opa.decide.gate import build_input
 from kcp_opa.models.decision import RoutingState
@@ -45,7 +45,9 @@ def _compile(tmp_path: Path, *, divergent: bool) -> Path:
         rule.write_text(source.replace(_FOLDED, _DIVERGENT))
     base = DEPLOYMENTS / "support-desk"
     out = tmp_path / ("divergent.tar.gz" if divergent else "support-desk.tar.gz")
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out, engine_check=False)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", policies, out, options=CompileOptions(engine_check=False)
+    )
     return out
 
 
@@ -134,7 +136,9 @@ def test_replay_fails_on_a_missing_or_unparsable_result(tmp_path: Path) -> None:
     base = DEPLOYMENTS / "support-desk"
     bundles = tmp_path / "bundles"
     bundle = bundles / "broken.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, bundle, engine_check=False)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", policies, bundle, options=CompileOptions(engine_check=False)
+    )
     ledger_path = tmp_path / "ledger.jsonl"
     ledger = AuditLedger(ledger_path)
     decision = vouched_gate(bundle, ledger=ledger).decide(_memory_action("training"), now=NOW)

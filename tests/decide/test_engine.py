@@ -19,10 +19,11 @@ import pytest
 from conftest import DEPLOYMENTS, POLICIES, REPO, vouched_gate
 
 from kcp_opa.compile.bundle import BundleFile, read_bundle, tarball_bytes
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import CompileError, EngineLoadError
 from kcp_opa.decide.engine import RegopyEngine, forbidden_builtin_calls
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.models.decision import RoutingState
 
 KYA = json.loads((REPO / "fixtures" / "kya-supplier-payment-action.json").read_text())
@@ -44,7 +45,13 @@ def _bundle_with_decision(tmp_path: Path, body: str, *, engine_check: bool = Fal
     )
     base = DEPLOYMENTS / "finance"
     out = tmp_path / "odd.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", policies, out, engine_check=engine_check)
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        policies,
+        out,
+        options=CompileOptions(engine_check=engine_check),
+    )
     return out
 
 
@@ -120,7 +127,7 @@ def test_hazard_5_a_silently_undefined_builtin_cannot_flip_a_guard(tmp_path: Pat
 
 
 def test_hazard_6_time_reaches_policy_as_integers() -> None:
-    gate = Gate.from_bundle(_finance(), preflight=False)
+    gate = Gate.from_bundle(_finance(), config=GateConfig(preflight=False))
     context = gate.prepare(KYA, now="2026-11-29T10:00:00.123+01:00").document["context"]
     assert context["decision_epoch_seconds"] == 1795942800  # calendar.timegm((2026, 11, 29, 9, 0, 0))
     assert context["decision_epoch_day"] == 20786
@@ -139,7 +146,7 @@ def test_hazard_7_data_cannot_shadow_a_policy_package(tmp_path: Path) -> None:
     path = tmp_path / "shadow.tar.gz"
     path.write_bytes(tarball_bytes(files))
     with pytest.raises(EngineLoadError, match="shadow"):
-        Gate.from_bundle(path, preflight=False)
+        Gate.from_bundle(path, config=GateConfig(preflight=False))
 
 
 @pytest.mark.parametrize("call", ["opa.runtime()", "time.now_ns()", 'http.send({"method": "get", "url": "http://x"})'])
@@ -205,10 +212,11 @@ def test_an_engine_in_a_fresh_process_survives_thousands_of_decisions() -> None:
     code = (
         "import json, sys\n"
         "from kcp_opa.decide.gate import Gate\n"
+        "from kcp_opa.decide.gateconfig import GateConfig\n"
         # VmHWM is this program's own peak; ru_maxrss also counts the forking parent (the test worker),
         # which can hide any growth below the parent's size
         "def peak(): return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
-        "gate = Gate.from_bundle(sys.argv[1], preflight=False)\n"
+        "gate = Gate.from_bundle(sys.argv[1], config=GateConfig(preflight=False))\n"
         "action = json.loads(open(sys.argv[2]).read())\n"
         "for i in range(3000):\n"
         "    d = gate.decide(action, now='2026-11-29T10:00:00Z')\n"
@@ -261,9 +269,9 @@ def test_a_cached_plan_decides_exactly_like_a_fresh_build(tmp_path: Path) -> Non
         base = DEPLOYMENTS / name
         bundle = tmp_path / f"{name}.tar.gz"
         compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle)
-        fresh = Gate.from_bundle(bundle, preflight=False, plan_cache=tmp_path / name)  # builds, saves
+        fresh = Gate.from_bundle(bundle, config=GateConfig(preflight=False, plan_cache=tmp_path / name))  # builds+saves
         assert list((tmp_path / name).glob("*.rbb"))
-        cached = Gate.from_bundle(bundle, plan_cache=tmp_path / name)  # loads the saved plan
+        cached = Gate.from_bundle(bundle, config=GateConfig(plan_cache=tmp_path / name))  # loads the saved plan
         preflighted = Gate.from_bundle(bundle)  # loads the plan its preflight child built
         for case in (c for c in cases if c.deployment == name):
             document = case_input(case, bundle_revision=fresh.bundle_revision).document

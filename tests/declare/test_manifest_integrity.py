@@ -15,7 +15,7 @@ from conftest import run_cli
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import ManifestIntegrityError
 
 _MATRIX = Path(__file__).parents[1] / "deployments" / "spec-examples" / "matrix.yaml"
@@ -70,7 +70,9 @@ def _pem(tmp_path: Path, key: Ed25519PrivateKey, name: str = "publisher.pem") ->
 
 def _compile(manifest: Path, *keys: Ed25519PrivateKey) -> None:
     public = [k.public_key() for k in keys]
-    compile_bundle([manifest], _MATRIX, _POLICIES, manifest.parent / "b.tar.gz", manifest_keys=public)
+    compile_bundle(
+        [manifest], _MATRIX, _POLICIES, manifest.parent / "b.tar.gz", options=CompileOptions(manifest_keys=public)
+    )
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from kcp_opa.authoring.cases import load_cases
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import compile_bundle
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.declare import regions
 from kcp_opa.declare import vocabulary as vocab
 
@@ -97,7 +98,7 @@ def _codes(gate: Gate, action: Mapping[str, Any], now: str) -> set[str]:
 def test_a_member_state_is_inside_eu_residency_and_norway_and_unknown_codes_are_not(tmp_path: Path) -> None:
     """The beneficiary register (no-cross-border, data_residency [EU, US, SG]): a target in Germany
     was DENY cross_border_transfer (the policy compared DE with the region names)."""
-    gate = Gate(read_bundle(_compile(tmp_path, "finance")), preflight=False)
+    gate = Gate(read_bundle(_compile(tmp_path, "finance")), config=GateConfig(preflight=False))
     case = next(c for c in load_cases(REPO / "fixtures" / "cases" / "finance.yaml") if c.case_id.endswith("-abroad"))
     for country, crossed in (("DE", False), ("FR", False), ("SG", False), ("NO", True), ("QQ", True), ("de", True)):
         action = json.loads(json.dumps(case.action))

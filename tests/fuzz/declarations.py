@@ -23,7 +23,7 @@ from typing import Any
 
 from differential import REPO, Deployment, make_deployment
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import KcpOpaError
 from kcp_opa.declare.yamlsource import load_yaml
 
@@ -151,7 +151,7 @@ def mutated_deployment(name: str, cases: list[Any], number: int, index: int, out
     bundle = world / "bundle.tar.gz"
     try:
         compile_bundle([world / "knowledge.yaml"], world / "matrix.yaml", REPO / "policies", bundle,
-                       engine_check=False, trust_path=world / "trust.yaml")  # fmt: skip
+                       options=CompileOptions(engine_check=False, trust_path=world / "trust.yaml"))  # fmt: skip
     except KcpOpaError as exc:
         tally.refused += 1
         code = re.search(r"\[([a-z_]+)\]", str(exc))

@@ -37,7 +37,7 @@ from hostile import hostile_text
 
 from kcp_opa.authoring.cases import case_files, load_cases
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.core.errors import ActionRejectedError
 from kcp_opa.decide.engine import DECISION_ENTRYPOINT, RegopyEngine
 from kcp_opa.decide.gate import build_input
@@ -128,7 +128,13 @@ def load_deployment(name: str, out: Path) -> Deployment:
     """Reference deployment NAME compiled into OUT, with what the mutations draw from (no engines yet)."""
     base = REPO / "fixtures" / "deployments" / name
     bundle = out / f"{name}.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", REPO / "policies", bundle, engine_check=False)
+    compile_bundle(
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        REPO / "policies",
+        bundle,
+        options=CompileOptions(engine_check=False),
+    )
     manifest = yaml.safe_load((base / "knowledge.yaml").read_text())
     matrix = yaml.safe_load((base / "matrix.yaml").read_text())
     return make_deployment(name, bundle, cases_by_deployment()[name], manifest, matrix)

@@ -21,7 +21,7 @@ from servicekit import compile_finance, start_server, stop_server
 from workerkit import start_fleet
 
 from kcp_opa.compile.bundle import read_bundle
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.service.handlers import binding_gaps, load_handlers
 from kcp_opa.trail.ledger import read_entries
 
@@ -36,7 +36,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """finance (its matrix lists each task type's tools) and hr-leave (its matrix lists none)."""
     work = tmp_path_factory.mktemp("binding")
     hr = work / "hr.tar.gz"
-    compile_bundle([HR / "knowledge.yaml"], HR / "matrix.yaml", POLICIES, hr, engine_check=False)
+    compile_bundle(
+        [HR / "knowledge.yaml"], HR / "matrix.yaml", POLICIES, hr, options=CompileOptions(engine_check=False)
+    )
     return {"finance": compile_finance(work / "finance.tar.gz", None), "hr": hr}
 
 

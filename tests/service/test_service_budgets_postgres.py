@@ -26,7 +26,7 @@ from servicekit import (
     write_tokens,
 )
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 
 pytestmark = pytest.mark.postgres
 TOKEN = "t-payments-" + "m" * 32
@@ -39,7 +39,9 @@ def replicas(postgres: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     registry, issuer_keys = write_registry(work)
     base = DEPLOYMENTS / "budget"
     bundle = work / "budget.tar.gz"
-    compile_bundle([base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, trust_path=registry)
+    compile_bundle(
+        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundle, options=CompileOptions(trust_path=registry)
+    )
     tokens = write_tokens(work, {TOKEN: "agent_payments_001"})
     common = ["--bundle", str(bundle), "--trust", str(registry), "--tokens", str(tokens)]
     common += ["--issuer-id", SERVICE_ISSUER, "--issuer-id", GATE_ISSUER, "--issuer-keyring", str(issuer_keys)]

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from netkit import free_port
 from servicekit import local_context, open_local
 
-from kcp_opa.compile.compiler import compile_bundle
+from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 from kcp_opa.trail.ledger import read_entries, verify_ledger
 
 #: The supplier payment, made by the caller the tests authenticate as (who acts is the caller).
@@ -224,7 +224,11 @@ def test_the_serve_demo_runs_the_trust_sequence_with_six_authenticated_clients(t
     base = DEPLOYMENTS / "finance"
     registry = REPO / "fixtures" / "trust" / "registry.yaml"  # the demo's registry: the bundle is compiled with it
     compile_bundle(
-        [base / "knowledge.yaml"], base / "matrix.yaml", POLICIES, bundles / "finance.tar.gz", trust_path=registry
+        [base / "knowledge.yaml"],
+        base / "matrix.yaml",
+        POLICIES,
+        bundles / "finance.tar.gz",
+        options=CompileOptions(trust_path=registry),
     )
     ledger = tmp_path / "demo.jsonl"
     env = {**os.environ, "KCP_OPA_LEDGER": str(ledger), "KCP_OPA_BUNDLES": str(bundles)}

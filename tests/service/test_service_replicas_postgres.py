@@ -252,7 +252,7 @@ def test_the_serve_demo_runs_on_postgres(postgres: Any, tmp_path: Path) -> None:
 
     import psycopg
 
-    from kcp_opa.compile.compiler import compile_bundle
+    from kcp_opa.compile.compiler import CompileOptions, compile_bundle
 
     dsn = postgres.database("kcp_serve_demo")
     base, bundles = REPO / "fixtures" / "deployments" / "finance", tmp_path / "bundles"
@@ -262,7 +262,7 @@ def test_the_serve_demo_runs_on_postgres(postgres: Any, tmp_path: Path) -> None:
         base / "matrix.yaml",
         REPO / "policies",
         bundles / "finance.tar.gz",
-        trust_path=registry,
+        options=CompileOptions(trust_path=registry),
     )
     env = {
         **os.environ,

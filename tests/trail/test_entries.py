@@ -11,6 +11,7 @@ from conftest import REPO, VOUCH, run_cli
 from kcp_opa.audit.rows import row
 from kcp_opa.audit.summary import summarize
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.trail.entries import attribution
 from kcp_opa.trail.ledger import AuditLedger, read_entries
 
@@ -52,7 +53,7 @@ def test_the_cli_decide_ledger_names_the_stated_agent_as_unauthenticated(finance
 
 def test_a_library_decision_for_a_principal_is_attributed_to_it(finance_bundle: Path, tmp_path: Path) -> None:
     path = tmp_path / "gate.jsonl"
-    gate = Gate.from_bundle(finance_bundle, ledger=AuditLedger(path))
+    gate = Gate.from_bundle(finance_bundle, config=GateConfig(ledger=AuditLedger(path)))
     gate.decide({**KYA, "agent_id": "AGENT_payments_001"}, now=NOW, principal="agent_payments_001")
     (entry,) = [e for _, e in read_entries(path) if e["type"] == "decision"]
     assert entry["agent_id"] == "agent_payments_001" and entry["stated_agent_id"] == "AGENT_payments_001"
