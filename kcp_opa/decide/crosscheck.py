@@ -1,6 +1,6 @@
 """The cross-checked gate's second engine: OPA, the auditors' reference, in this process.
 
-``Gate.from_bundle(path, cross_check="opa")`` evaluates every decision on regopy and on OPA
+``GateConfig(cross_check="opa")`` evaluates every decision on regopy and on OPA
 (the Go ``rego`` package through ``opa-golib-python-bindings``, mounted as ``opa eval -b``
 mounts a bundle) from the one prepared input, and any difference is a DENY with reason
 ``engine_divergence``. Off by default: OPA is a test and audit extra, imported only here and

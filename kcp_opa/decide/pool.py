@@ -7,7 +7,7 @@ with every client's work in flight. :class:`ProcessEngine` holds the compiled bu
 each evaluation to an idle one under a per-decision deadline. A worker that dies or overruns
 the deadline costs the one evaluation it held, which comes back as an error (the gate's DENY
 ``engine_error``, with the cause), and is replaced in the background; the others carry on.
-``Gate.from_bundle(..., isolation="process")`` uses it; the service does by default.
+``GateConfig(isolation="process")`` uses it; the service does by default.
 """
 
 from __future__ import annotations
