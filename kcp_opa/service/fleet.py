@@ -11,9 +11,10 @@ It also merges the workers' Prometheus expositions into one, each sample labelle
 whichever worker answered it.
 
 And it carries log lines: what a worker logs while it loads the fleet's files (its start, its part
-of a reload) it holds (:func:`holding`) and hands to the supervisor, which logs those of one
-worker (:func:`log_held`): each worker computes the same lines from the same files, so the fleet
-says them once, as a single server would.
+of a reload) it holds (:func:`holding`) and hands to the supervisor, which logs every worker's
+lines through one :class:`FleetLog`: each worker computes the same lines from the same files, so a
+line another worker already gave for this load is not logged again, and the fleet says it once, as
+a single server would; a line only one worker has (its own failure) is never dropped.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from structlog.typing import EventDict, WrappedLogger
 
 from kcp_opa.core.jsonread import JsonDict
 
-__all__ = ["Channel", "ChannelClosed", "hold_lines", "holding", "log_held", "merge_expositions"]
+__all__ = ["Channel", "ChannelClosed", "FleetLog", "hold_lines", "holding", "log_held", "merge_expositions"]
 
 #: A control message is a few hundred bytes; a metrics exposition some tens of KiB.
 MAX_LINE = 16 * 1024 * 1024
@@ -206,11 +207,36 @@ def holding(floor: int = logging.DEBUG) -> Iterator[list[JsonDict]]:
         _HELD.lines = None
 
 
-def log_held(lines: object) -> None:
-    """Log the lines a worker held, at their own level, as this process's."""
+def log_held(lines: object, said: set[str] | None = None) -> None:
+    """Log the lines a worker held, at their own level, as this process's; with ``said``, a line
+    already in it (another worker's copy of the same event and fields) is not logged again."""
     log = structlog.get_logger("kcp_opa.service")
     for line in lines if isinstance(lines, list) else []:
-        if isinstance(line, dict):
-            fields = {k: v for k, v in line.items() if k not in ("event", "level", "timestamp", "exc_info")}
-            level = str(line.get("level"))
-            log.log(_LEVELS.get(level, logging.WARNING), str(line.get("event")), **fields)
+        if not isinstance(line, dict):
+            continue
+        if said is not None:
+            key = json.dumps(line, sort_keys=True, default=str)
+            if key in said:
+                continue
+            said.add(key)
+        fields = {k: v for k, v in line.items() if k not in ("event", "level", "timestamp", "exc_info")}
+        level = str(line.get("level"))
+        log.log(_LEVELS.get(level, logging.WARNING), str(line.get("event")), **fields)
+
+
+class FleetLog:
+    """What the supervisor has logged of its workers' lines for the files the fleet serves now."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def new_load(self) -> None:
+        """A reload: the lines of the files loaded now are news again."""
+        with self._lock:
+            self._said.clear()
+
+    def log(self, lines: object) -> None:
+        """Log ``lines`` (one worker's), leaving out those another worker already gave."""
+        with self._lock:
+            log_held(lines, self._said)

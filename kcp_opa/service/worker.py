@@ -75,11 +75,12 @@ class FleetReloader(Reloader):
             caller = Principal.of(str(by.get("id")), str(by.get("kind")), named)
         if bundle is not None and not isinstance(bundle, str):  # never read as "the configured bundle"
             return {"ok": False, "error": f"the bundle to reload is {type(bundle).__name__}, not a path"}
-        with holding() as lines:  # the fleet's reload: the supervisor logs one worker's lines
+        with holding() as lines:  # the fleet's reload: the supervisor logs the workers' lines once
             try:
                 done = Reloader.reload(self, caller, bundle=Path(bundle) if bundle else None, via=str(via or "sighup"))
-            except ReloadError as exc:
-                return {"ok": False, "error": str(exc), "lines": lines}
+            except Exception as exc:  # any failure goes back with the lines held so far, never without
+                error = str(exc) if isinstance(exc, ReloadError) else f"{type(exc).__name__}: {exc}"
+                return {"ok": False, "error": error, "lines": lines}
         return {
             "ok": True,
             **_digest(self),
@@ -130,11 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     configure(verbosity if isinstance(verbosity, int) else 0)  # the supervisor's -v / -vv
     hold_lines()
     # Its warnings about the files are the fleet's (the supervisor says them once); -v's lines its own.
+    lines: list[JsonDict] = []
     try:
         with holding(logging.WARNING) as lines:
             service, reloader, app = _open(ServiceConfig.from_dict(mapping(holder["config"])), channel)
-    except KcpOpaError as exc:
+    except BaseException as exc:
         log_held(lines)  # this worker will not start: the supervisor never reads them
+        if not isinstance(exc, KcpOpaError):
+            raise
         print(f"kcp-opa: error: worker {index}: {exc}", file=sys.stderr, flush=True)
         return 2
     holder["reloader"] = reloader

@@ -7,12 +7,13 @@ evaluator pool, loaded from the same bundle, and shares the store and the ledger
 appends under ``flock``; SQLite and PostgreSQL serialise what must be once). MCP is served
 without sessions, so a client's next call may go to any worker. Every worker logs at the
 supervisor's ``-v`` / ``-vv``; what a single server says once at start (the controls no
-``--issuer-id`` may sign, the warnings about the files it loaded) the fleet says once, from its
-first worker, never again on a restart: every worker computes the same lines from the same files,
-so the supervisor logs those one worker held for it (fleet.py), and likewise a reload's lines
-(its outcome, the warnings it found) once per reload. The supervisor over the workers' own
-logging, rather than only worker 0 logging: worker 0 is restarted like any other (and would say
-them again), and a reload's outcome is the fleet's, which only the supervisor knows.
+``--issuer-id`` may sign, the warnings about the files it loaded) the fleet says once: every
+worker computes the same lines from the same files, so the supervisor logs the lines each worker
+held for it (fleet.py), leaving out those another worker already gave for this load; a restarted
+worker adds only what is new (a file changed on disk since), and a reload's lines (outcome,
+warnings) are said once per reload. A line only one worker has (its own failure) is never
+dropped. The supervisor logs them rather than only worker 0: worker 0 is restarted like any
+other, and a reload's outcome is the fleet's, which only the supervisor knows.
 
 A worker that dies is restarted (and said on stderr) after a pause that grows while it keeps
 dying. SIGTERM (or SIGINT) drains every worker (uvicorn finishes the requests in flight) and
@@ -40,7 +41,7 @@ import structlog
 from kcp_opa.core.jsonread import JsonDict
 from kcp_opa.core.logsetup import current_verbosity
 from kcp_opa.service.config import ServiceConfig
-from kcp_opa.service.fleet import Channel, log_held
+from kcp_opa.service.fleet import Channel, FleetLog
 from kcp_opa.service.worker import METRICS_TIMEOUT_S, RELOAD_TIMEOUT_S
 
 __all__ = ["Supervisor", "listen", "run_workers"]
@@ -91,6 +92,8 @@ class Supervisor:
         self._reload_lock = threading.Lock()
         #: The bundle digest every worker decides with (set by the first ready worker and each reload).
         self.sha256 = ""
+        self.started = False
+        self.log = FleetLog()
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -115,6 +118,8 @@ class Supervisor:
             warnings = message.get("warnings")
             child.warnings = [str(w) for w in warnings] if isinstance(warnings, list) else []
             child.lines = message.get("lines")
+            if self.started:  # a restarted worker: what it found loading that the fleet has not said yet
+                self.log.log(child.lines)
             child.ready.set()
             if not self.sha256:
                 self.sha256 = child.sha256
@@ -159,8 +164,9 @@ class Supervisor:
     def reload_all(self, by: object, bundle: object, via: object) -> JsonDict:
         """Reload every ready worker; ``ok`` only if each did. A worker that failed while others
         succeeded is killed (and restarted on the files as they are now): it never decides on the
-        old bundle beside workers on the new one. The lines one worker logged reloading (its
-        outcome, its warnings) are logged here, once for the fleet."""
+        old bundle beside workers on the new one. The lines the workers logged reloading (outcome,
+        warnings) are logged here, each once for the fleet; a worker that failed without a word (a
+        timeout, a closed channel) gets a ``reload_refused`` line of its own."""
         with self._reload_lock:
             answers = self._ask_all({"op": "reload", "by": by, "bundle": bundle, "via": via}, RELOAD_TIMEOUT_S)
             done = [(c, a) for c, _, a in answers if a.get("ok")]
@@ -168,7 +174,11 @@ class Supervisor:
             if not answers:
                 _log.error("reload_refused", error="no worker is ready to reload", via=via, effect="nothing reloaded")
                 return {"ok": False, "error": "no worker is ready to reload"}
-            log_held((done[0][1] if done else failed[0][2]).get("lines"))
+            self.log.new_load()
+            for child, _, answer in answers:
+                self.log.log(answer.get("lines"))
+                if not answer.get("ok") and not _says_error(answer.get("lines")):  # a timeout, a closed channel
+                    _log.error("reload_refused", error=str(answer.get("error")), worker=child.index, via=via)
             if not failed:
                 digests = {a.get("sha256") for _, a in done}
                 self.sha256 = str(done[0][1].get("sha256"))
@@ -212,7 +222,9 @@ class Supervisor:
             return 1
         for line in self.children[0].warnings:  # once for the fleet (each worker loaded the same files)
             say(line)
-        log_held(self.children[0].lines)
+        for child in self.children:
+            self.log.log(child.lines)
+        self.started = True
         say(f"{len(self.children)} workers serving (pids {', '.join(str(self._pid(c)) for c in self.children)})")
         while not self.stopping.wait(0.2):
             for child in self.children:
@@ -286,3 +298,8 @@ def run_workers(config: ServiceConfig, workers: int) -> int:
     host, port = sock.getsockname()[:2]
     say(f"serving MCP at http://{host}:{port}/mcp and the JSON API at /v1 ({workers} workers)")
     return Supervisor(config, workers, sock).run()
+
+
+def _says_error(lines: object) -> bool:
+    """Whether a worker's held lines include one at error level (its refusal, said in its words)."""
+    return isinstance(lines, list) and any(isinstance(line, dict) and line.get("level") == "error" for line in lines)

@@ -11,6 +11,7 @@ check itself on the real compiled bundles.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import POLICIES, REPO
 from servicekit import compile_finance, start_server, stop_server
-from workerkit import start_fleet
+from workerkit import ready_workers, start_fleet, wait_for, worker_pids
 
 from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.compile.compiler import CompileOptions, compile_bundle
@@ -106,3 +107,26 @@ def test_a_fleet_warns_once_at_start_and_once_per_reload(bundles: dict[str, Path
         stop_server(process)
     stderr = process.stderr.read() if process.stderr else ""
     assert len(_lines(stderr, UNBOUND)) == 2, stderr  # at start and at the reload: not once per worker
+
+
+def test_a_fleet_says_what_a_restarted_worker_finds_new_and_nothing_it_already_said(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    handlers = _handlers(tmp_path, {"pay": ["execute_payment"]})
+    args = ["--bundle", str(bundles["hr"]), "--handlers", str(handlers), "--store", str(tmp_path / "s.db")]
+    process, url = start_fleet([*args, "--ledger", str(tmp_path / "l.jsonl")], 2, env=TOKEN)
+    try:
+        first = worker_pids(process.pid)
+        os.kill(min(first), signal.SIGKILL)  # restarted on the same files: it has nothing new to say
+        wait_for(lambda: len(worker_pids(process.pid) - first) == 1, "the killed worker was not restarted")
+        wait_for(lambda: len(ready_workers(url)) == 2, "the restarted worker did not get ready")
+        _handlers(tmp_path, {"pay": ["execute_payment"], "wire": ["wire.send"]})  # changed, not reloaded
+        second = worker_pids(process.pid)
+        os.kill(max(second & first), signal.SIGKILL)  # the other one, restarted on the changed file
+        wait_for(lambda: len(worker_pids(process.pid) - second) == 1, "the other worker was not restarted")
+        wait_for(lambda: len(ready_workers(url)) == 2, "the second restarted worker did not get ready")
+    finally:
+        stop_server(process)
+    stderr = process.stderr.read() if process.stderr else ""
+    said = [json.loads(line)["handlers"] for line in stderr.splitlines() if f'"{UNBOUND}"' in line]
+    assert said == [["pay"], ["pay", "wire"]], stderr  # at start once, then only what the restart found new
