@@ -132,7 +132,7 @@ class ServiceConfig:
         """The keys and scope every bundle (at start and on each reload) must be signed with."""
         return Verification.from_specs(self.verification_keys, self.verification_scope or None)
 
-    def gate_config(self) -> StaticGateConfig:
+    def gate_facts(self) -> StaticGateConfig:
         """The gate's own facts (--region, --environment)."""
         return StaticGateConfig(deployment_region=self.region, environment=self.environment)
 

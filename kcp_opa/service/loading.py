@@ -139,7 +139,7 @@ def load_gate(
         issuers = ServiceIssuers.load(registry, config.issuer_ids, keys)
     context = host.context
     if context is None:
-        context = service_context(registry, config.gate_config(), config.attestations, keys)
+        context = service_context(registry, config.gate_facts(), config.attestations, keys)
     gate = Gate.from_bundle(
         bundle or config.bundle,
         config=GateConfig(
