@@ -15,6 +15,7 @@ from kcp_opa.compile.bundle import read_bundle
 from kcp_opa.context.counting import StoreCounters
 from kcp_opa.core.errors import BundleError
 from kcp_opa.decide.gate import Gate
+from kcp_opa.decide.gateconfig import GateConfig
 from kcp_opa.stores.sqlite.counters import SQLiteCounterStore
 
 BUDGET = {"id": "daily", "per": "tenant", "currency": "EUR", "limit_minor": 100, "window_seconds": 86400}
@@ -65,4 +66,4 @@ def test_a_gate_refuses_at_load_a_bundle_whose_budgets_cannot_be_counted_naming_
     data = copy.deepcopy(dict(compiled.data))
     data["kcp_data"]["matrix"]["parameters"]["budgets"] = {"daily": BUDGET}
     with pytest.raises(BundleError, match=r"budget\.tar\.gz: kcp_data/matrix/parameters/budgets is not a list: \{"):
-        Gate(replace(compiled, data=data), preflight=False)
+        Gate(replace(compiled, data=data), config=GateConfig(preflight=False))
